@@ -1,0 +1,1 @@
+//! Sluice: rate limiting for Envoy.
