@@ -1,0 +1,116 @@
+"""Shadow mode, several rules, responses, header modes, metrics and reconfiguration."""
+
+from harness import request, sluice_config
+
+
+def statuses(port, n, headers=None, path="/"):
+    return [request(port, path, headers=headers).status for _ in range(n)]
+
+
+def test_shadow_mode_counts_but_never_blocks(envoy):
+    e = envoy(sluice_config([{
+        "name": "trial", "key": ["header:x-user"], "mode": "shadow",
+        "limits": [{"algorithm": "sliding_log", "requests": 2, "window": "1h"}],
+    }]))
+    responses = [request(e.port, "/", headers={"x-user": "a"}) for _ in range(5)]
+    assert [r.status for r in responses] == [200] * 5
+    assert [r.header("x-sluice-shadow-denied") for r in responses] == [None, None, "trial", "trial", "trial"]
+    assert e.sluice_stat("sluice.trial.allowed") == 2
+    assert e.sluice_stat("sluice.trial.shadow_denied") == 3
+    assert e.sluice_stat("sluice.trial.denied") == 0
+
+
+def test_denied_request_consumes_nothing_from_other_rules(envoy):
+    e = envoy(sluice_config([
+        {"name": "site", "key": ["const:site"],
+         "limits": [{"algorithm": "fixed_window", "requests": 4, "window": "365d"}]},
+        {"name": "user", "key": ["header:x-user"],
+         "limits": [{"algorithm": "gcra", "requests": 1, "window": "1h"}]},
+    ]))
+    # alice: one admitted, then three denied by "user"; "site" must have spent only one
+    assert statuses(e.port, 4, {"x-user": "alice"}) == [200, 429, 429, 429]
+    assert [request(e.port, "/", headers={"x-user": u}).status for u in ("b", "c", "d", "e")] == [200, 200, 200, 429]
+    assert e.sluice_stat("sluice.user.denied") == 3
+    assert e.sluice_stat("sluice.site.denied") == 1
+
+
+def test_several_limits_in_one_rule_report_the_closest_to_exhaustion(envoy):
+    e = envoy(sluice_config([{
+        "name": "two", "key": ["header:x-user"],
+        "limits": [{"algorithm": "fixed_window", "requests": 100, "window": "365d"},
+                   {"algorithm": "sliding_log", "requests": 3, "window": "1h"}],
+    }]))
+    r = request(e.port, "/", headers={"x-user": "a"})
+    assert r.header("x-ratelimit-limit") == "3"
+    assert r.header("x-ratelimit-remaining") == "2"
+    assert r.header("ratelimit-policy") == '"two";q=3;w=3600'
+    assert statuses(e.port, 3, {"x-user": "a"}) == [200, 200, 429]
+    # the denied request spent nothing of the 100/year limit: 97 left after 3 admits
+    e.push_config(sluice_config([{
+        "name": "two", "key": ["header:x-user"],
+        "limits": [{"algorithm": "fixed_window", "requests": 100, "window": "365d"}],
+    }]))
+    assert request(e.port, "/", headers={"x-user": "a"}).header("x-ratelimit-remaining") == "96"
+
+
+def test_configured_response(envoy):
+    e = envoy(sluice_config(
+        [{"name": "r", "key": ["const:x"], "limits": [{"algorithm": "gcra", "requests": 1, "window": "1m"}]}],
+        response={"status": 503, "body": "{\"error\":\"slow down\"}",
+                  "headers": {"content-type": "application/json", "x-extra": "1"}},
+        headers="none",
+    ))
+    ok = request(e.port, "/")
+    assert ok.status == 200
+    assert all(not k.startswith(("ratelimit", "x-ratelimit")) for k in ok.headers)
+    denied = request(e.port, "/")
+    assert denied.status == 503
+    assert denied.body == b'{"error":"slow down"}'
+    assert denied.header("content-type") == "application/json"
+    assert denied.header("x-extra") == "1"
+    assert 59 <= int(denied.header("retry-after")) <= 60  # always sent on a deny
+    assert denied.header("ratelimit") is None
+
+
+def test_header_modes(envoy):
+    rules = [{"name": "r", "key": ["header:x-user"], "limits": [{"algorithm": "gcra", "requests": 10, "window": "1m"}]}]
+    e = envoy(sluice_config(rules, headers="legacy"))
+    r = request(e.port, "/", headers={"x-user": "a"})
+    assert (r.header("x-ratelimit-limit"), r.header("x-ratelimit-remaining")) == ("10", "9")
+    assert r.header("ratelimit") is None and r.header("ratelimit-policy") is None
+
+    assert e.push_config(sluice_config(rules, headers="ietf"))
+    r = request(e.port, "/", headers={"x-user": "a"})
+    assert r.header("x-ratelimit-limit") is None
+    assert r.header("ratelimit-policy") == '"r";q=10;w=60'
+    # GCRA at 10/min: the two spent requests drain back in 12 s
+    assert r.header("ratelimit") == '"r";r=8;t=12'
+
+
+def test_metrics_in_envoy_stats(envoy):
+    e = envoy(sluice_config([{
+        "name": "m", "key": ["header:x-user"], "limits": [{"algorithm": "token_bucket", "requests": 2, "window": "1h"}],
+    }]))
+    statuses(e.port, 5, {"x-user": "a"})
+    statuses(e.port, 1)  # no key: skipped
+    assert e.sluice_stat("sluice.m.allowed") == 2
+    assert e.sluice_stat("sluice.m.denied") == 3
+    assert e.sluice_stat("sluice.m.skipped") == 1
+    assert e.sluice_stat("sluice.cas_exhausted") == 0
+    names = request(e.admin_port, "/stats").body.decode()
+    assert "sluice.m.allowed" in names and "sluice.cas_exhausted" in names
+
+
+def test_reconfiguration_keeps_counters(envoy):
+    rule = {"name": "keep", "key": ["header:x-user"],
+            "limits": [{"algorithm": "gcra", "requests": 3, "window": "1h"}]}
+    e = envoy(sluice_config([rule]))
+    assert statuses(e.port, 2, {"x-user": "a"}) == [200, 200]
+    other = {"name": "other", "key": ["const:o"], "limits": [{"algorithm": "fixed_window", "requests": 9, "window": "1m"}]}
+    assert e.push_config(sluice_config([rule, other]))
+    assert statuses(e.port, 2, {"x-user": "a"}) == [200, 429]
+
+
+def test_empty_rules_pass_everything(envoy):
+    e = envoy(sluice_config([]))
+    assert statuses(e.port, 3) == [200, 200, 200]

@@ -1,0 +1,141 @@
+"""Keys end to end: client IPs (XFF, masking), composite keys, overrides, matching."""
+
+from harness import request, sluice_config
+
+
+def ip_rule(requests=2, **top):
+    return sluice_config(
+        [{"name": "per-ip", "key": ["client_ip"],
+          "limits": [{"algorithm": "gcra", "requests": requests, "window": "1h"}]}],
+        **top,
+    )
+
+
+def statuses(port, n, headers=None, path="/", method="GET"):
+    return [request(port, path, method=method, headers=headers).status for _ in range(n)]
+
+
+def test_trusted_xff_keeps_clients_apart(envoy):
+    e = envoy(ip_rule(client_ip={"xff_trusted_hops": 1}))
+    assert statuses(e.port, 3, {"x-forwarded-for": "198.51.100.1"}) == [200, 200, 429]
+    assert statuses(e.port, 2, {"x-forwarded-for": "198.51.100.2"}) == [200, 200]
+    # one trusted hop: the rightmost entry is the client, whatever it claims to the left
+    assert statuses(e.port, 1, {"x-forwarded-for": "198.51.100.2, 198.51.100.3"}) == [200]
+    assert statuses(e.port, 1, {"x-forwarded-for": "198.51.100.3, 198.51.100.1"}) == [429]
+
+
+def test_two_trusted_hops_take_second_from_right(envoy):
+    e = envoy(ip_rule(client_ip={"xff_trusted_hops": 2}))
+    assert statuses(e.port, 3, {"x-forwarded-for": "192.0.2.1, 10.0.0.1"}) == [200, 200, 429]
+    assert statuses(e.port, 1, {"x-forwarded-for": "192.0.2.1, 10.0.0.2"}) == [429]
+    assert statuses(e.port, 1, {"x-forwarded-for": "192.0.2.2, 10.0.0.1"}) == [200]
+
+
+def test_untrusted_xff_is_ignored(envoy):
+    e = envoy(ip_rule())  # xff_trusted_hops defaults to 0
+    assert statuses(e.port, 2, {"x-forwarded-for": "198.51.100.1"}) == [200, 200]
+    # a client cannot mint a fresh key by forging the header: the downstream address counts
+    assert statuses(e.port, 1, {"x-forwarded-for": "198.51.100.99"}) == [429]
+    assert statuses(e.port, 1) == [429]
+
+
+def test_ipv6_clients_in_one_64_share_a_key(envoy):
+    e = envoy(ip_rule(client_ip={"xff_trusted_hops": 1}))
+    assert statuses(e.port, 2, {"x-forwarded-for": "2001:db8:1:2::1"}) == [200, 200]
+    assert statuses(e.port, 1, {"x-forwarded-for": "2001:db8:1:2:ffff:ffff:ffff:ffff"}) == [429]
+    assert statuses(e.port, 1, {"x-forwarded-for": "2001:db8:1:3::1"}) == [200]
+
+
+def test_ipv4_prefix_groups_a_subnet(envoy):
+    e = envoy(ip_rule(client_ip={"xff_trusted_hops": 1, "ipv4_prefix": 24}))
+    assert statuses(e.port, 1, {"x-forwarded-for": "203.0.113.1"}) == [200]
+    assert statuses(e.port, 2, {"x-forwarded-for": "203.0.113.200"}) == [200, 429]
+    assert statuses(e.port, 1, {"x-forwarded-for": "203.0.114.1"}) == [200]
+
+
+def test_composite_key_counts_each_combination(envoy):
+    e = envoy(sluice_config([{
+        "name": "user-method", "key": ["header:x-user", "method"],
+        "limits": [{"algorithm": "fixed_window", "requests": 1, "window": "365d"}],
+    }]))
+    alice = {"x-user": "alice"}
+    assert statuses(e.port, 2, alice, method="GET") == [200, 429]
+    assert statuses(e.port, 2, alice, method="POST") == [200, 429]
+    assert statuses(e.port, 1, {"x-user": "bob"}, method="GET") == [200]
+
+
+def test_query_and_path_keys(envoy):
+    e = envoy(sluice_config([{
+        "name": "by-tenant", "key": ["query:tenant", "path"],
+        "limits": [{"algorithm": "sliding_log", "requests": 1, "window": "1h"}],
+    }]))
+    assert statuses(e.port, 2, path="/a?tenant=t1") == [200, 429]
+    assert statuses(e.port, 1, path="/a?x=1&tenant=t2") == [200]
+    assert statuses(e.port, 1, path="/b?tenant=t1") == [200]
+    # no tenant parameter: the rule does not count the request
+    r = request(e.port, "/a")
+    assert r.status == 200 and r.header("ratelimit") is None
+
+
+def test_missing_key_part_is_not_counted(envoy):
+    e = envoy(sluice_config([{
+        "name": "per-user", "key": ["header:x-user"],
+        "limits": [{"algorithm": "gcra", "requests": 1, "window": "1h"}],
+    }]))
+    for _ in range(3):
+        r = request(e.port, "/")
+        assert r.status == 200
+        assert r.header("ratelimit") is None and r.header("x-ratelimit-limit") is None
+    assert e.sluice_stat("sluice.per-user.skipped") == 3
+    assert e.sluice_stat("sluice.per-user.allowed") == 0
+
+
+def test_rules_that_do_not_match_leave_requests_alone(envoy):
+    e = envoy(sluice_config([{
+        "name": "api",
+        "match": {"path_prefix": "/api/", "methods": ["POST"], "headers": [{"name": "x-tier", "exact": "free"}]},
+        "key": ["const:all"],
+        "limits": [{"algorithm": "fixed_window", "requests": 1, "window": "365d"}],
+    }]))
+    free = {"x-tier": "free"}
+    for path, method, headers in [("/other", "POST", free), ("/api/x", "GET", free),
+                                  ("/api/x", "POST", {"x-tier": "paid"}), ("/api/x", "POST", None)]:
+        for _ in range(2):
+            r = request(e.port, path, method=method, headers=headers)
+            assert r.status == 200 and r.header("ratelimit") is None, (path, method, headers)
+    assert statuses(e.port, 2, free, path="/api/x", method="POST") == [200, 429]
+
+
+def test_exact_path_and_header_presence_match(envoy):
+    e = envoy(sluice_config([{
+        "name": "login",
+        "match": {"path": "/login", "headers": [{"name": "x-session", "present": True}]},
+        "key": ["const:login"],
+        "limits": [{"algorithm": "token_bucket", "requests": 1, "window": "1h"}],
+    }]))
+    assert statuses(e.port, 2, {"x-session": "1"}, path="/login/x") == [200, 200]
+    assert statuses(e.port, 2, path="/login") == [200, 200]
+    assert statuses(e.port, 2, {"x-session": "abc"}, path="/login") == [200, 429]
+
+
+def test_overrides_give_listed_keys_their_own_limit(envoy):
+    e = envoy(sluice_config([{
+        "name": "per-user", "key": ["header:x-user"],
+        "limits": [{"algorithm": "gcra", "requests": 2, "window": "1h"}],
+        "overrides": [{"key": "vip", "requests": 5}],
+    }]))
+    assert statuses(e.port, 6, {"x-user": "vip"}) == [200] * 5 + [429]
+    assert statuses(e.port, 3, {"x-user": "pleb"}) == [200, 200, 429]
+    r = request(e.port, "/", headers={"x-user": "vip2"})
+    assert r.header("x-ratelimit-limit") == "2"
+
+
+def test_override_of_a_client_ip(envoy):
+    e = envoy(sluice_config(
+        [{"name": "per-ip", "key": ["client_ip"],
+          "limits": [{"algorithm": "fixed_window", "requests": 1, "window": "365d"}],
+          "overrides": [{"key": "203.0.113.7", "requests": 3}]}],
+        client_ip={"xff_trusted_hops": 1},
+    ))
+    assert statuses(e.port, 4, {"x-forwarded-for": "203.0.113.7"}) == [200, 200, 200, 429]
+    assert statuses(e.port, 2, {"x-forwarded-for": "203.0.113.8"}) == [200, 429]
