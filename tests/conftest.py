@@ -24,3 +24,32 @@ def envoy_factory(tmp_path):
 def envoy(envoy_factory):
     """A function that starts one Envoy with the given filter configuration."""
     return envoy_factory
+
+
+@pytest.fixture
+def processes(tmp_path):
+    """Starts Redis servers and limiters; stops them all after the test."""
+
+    class Started:
+        def __init__(self):
+            self.items = []
+
+        def redis(self, **kwargs):
+            r = harness.Redis(tmp_path, **kwargs)
+            self.items.append(r)
+            return r
+
+        def redis_cluster(self, nodes=3):
+            servers = harness.start_redis_cluster(tmp_path, nodes)
+            self.items.extend(servers)
+            return servers
+
+        def limiter(self, **kwargs):
+            lim = harness.Limiter(tmp_path, **kwargs)
+            self.items.append(lim)
+            return lim
+
+    started = Started()
+    yield started
+    for item in reversed(started.items):
+        item.stop()

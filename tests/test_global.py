@@ -1,0 +1,171 @@
+"""Global limits end to end: Envoys calling sluice-limiter, memory and Redis stores."""
+
+import threading
+import time
+
+import pytest
+
+from harness import concurrent_requests, limiter_cluster, request, sluice_config, wait_until
+
+ALGORITHMS = ["token_bucket", "leaky_bucket", "gcra", "fixed_window", "sliding_log", "sliding_window"]
+
+
+def global_config(rules, failure_mode="allow", timeout="250ms", **top):
+    return sluice_config(rules, limiter={"cluster": "sluice_limiter", "authority": "sluice-limiter",
+                                         "timeout": timeout, "failure_mode": failure_mode}, **top)
+
+
+def global_rule(algorithm="gcra", requests=2, window="1h", name="g", **extra):
+    return {"name": name, "key": ["header:x-user"],
+            "limits": [{"algorithm": algorithm, "requests": requests, "window": window, "scope": "global"}],
+            **extra}
+
+
+def clusters(*limiters):
+    return [limiter_cluster("sluice_limiter", [lim.port for lim in limiters])]
+
+
+def load_through(envoys, per_envoy, connections=16, headers=None):
+    """Sends `per_envoy` requests through each Envoy at the same time; merged status counts."""
+    results, errors = [], []
+
+    def run(e):
+        try:
+            results.append(concurrent_requests(e.port, connections, per_envoy, headers=headers))
+        except BaseException as err:  # noqa: BLE001
+            errors.append(err)
+
+    threads = [threading.Thread(target=run, args=(e,)) for e in envoys]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    merged = {}
+    for r in results:
+        for k, v in r.items():
+            merged[k] = merged.get(k, 0) + v
+    return merged
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_two_envoys_two_limiters_one_redis_admit_exactly_the_limit(envoy, processes, algorithm):
+    redis = processes.redis()
+    limiters = [processes.limiter(store=redis.url), processes.limiter(store=redis.url)]
+    cfg = global_config([global_rule(algorithm, requests=300, window="365d")])
+    envoys = [envoy(cfg, clusters=clusters(*limiters)) for _ in range(2)]
+    counts = load_through(envoys, per_envoy=600, headers={"x-user": "hot"})
+    assert counts == {200: 300, 429: 900}
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_memory_store_admits_exactly_the_limit(envoy, processes, algorithm):
+    limiter = processes.limiter()
+    cfg = global_config([global_rule(algorithm, requests=300, window="365d")])
+    envoys = [envoy(cfg, clusters=clusters(limiter)) for _ in range(2)]
+    counts = load_through(envoys, per_envoy=600, headers={"x-user": "hot"})
+    assert counts == {200: 300, 429: 900}
+
+
+def test_redis_cluster_admits_exactly_the_limit(envoy, processes):
+    nodes = processes.redis_cluster(3)
+    store = "redis-cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in nodes)
+    limiters = [processes.limiter(store=store), processes.limiter(store=store)]
+    # two rules whose keys land in different slots: a denied check consumes nothing
+    cfg = global_config([
+        global_rule("gcra", requests=200, window="365d", name="user"),
+        {"name": "site", "key": ["const:site"],
+         "limits": [{"algorithm": "sliding_log", "requests": 1000, "window": "1h", "scope": "global"}]},
+    ])
+    envoys = [envoy(cfg, clusters=clusters(*limiters)) for _ in range(2)]
+    counts = load_through(envoys, per_envoy=400, headers={"x-user": "hot"})
+    assert counts == {200: 200, 429: 600}
+    # "site" spent exactly what was admitted: 800 left
+    r = request(envoys[0].port, "/", headers={"x-user": "fresh"})
+    assert r.status == 200
+    assert r.header("x-ratelimit-remaining") == "199"  # the fresh user's 200 is closer to exhaustion
+
+
+def test_headers_and_retry_after_come_from_the_limiter(envoy, processes):
+    limiter = processes.limiter()
+    e = envoy(global_config([global_rule("gcra", requests=3, window="1m")]), clusters=clusters(limiter))
+    alice = {"x-user": "alice"}
+    remaining = [request(e.port, "/", headers=alice).header("x-ratelimit-remaining") for _ in range(3)]
+    assert remaining == ["2", "1", "0"]
+    denied = request(e.port, "/", headers=alice)
+    assert denied.status == 429
+    assert 1 <= int(denied.header("retry-after")) <= 20  # one request per 20 s
+    assert denied.header("ratelimit-policy") == '"g";q=3;w=60'
+
+
+def test_local_deny_makes_no_call_out(envoy, processes):
+    limiter = processes.limiter()
+    rule = {"name": "both", "key": ["header:x-user"],
+            "limits": [{"algorithm": "fixed_window", "requests": 1, "window": "365d"},
+                       {"algorithm": "gcra", "requests": 100, "window": "1h", "scope": "global"}]}
+    e = envoy(global_config([rule]), clusters=clusters(limiter))
+    assert [request(e.port, "/", headers={"x-user": "a"}).status for _ in range(4)] == [200, 429, 429, 429]
+    assert limiter.metric("sluice_limiter_checks_total") == 1
+
+
+def test_over_limit_cache_spares_the_limiter(envoy, processes):
+    limiter = processes.limiter()
+    e = envoy(global_config([global_rule("gcra", requests=2, window="1h")]), clusters=clusters(limiter))
+    statuses = [request(e.port, "/", headers={"x-user": "flood"}).status for _ in range(20)]
+    assert statuses == [200, 200] + [429] * 18
+    # two admits and the first deny reach the limiter; the rest are answered from the cache
+    assert limiter.metric("sluice_limiter_checks_total") == 3
+    denied = request(e.port, "/", headers={"x-user": "flood"})
+    assert int(denied.header("retry-after")) >= 1
+
+
+@pytest.mark.parametrize("failure_mode,expected", [("allow", 200), ("deny", 429)])
+def test_limiter_down_follows_failure_mode_within_the_timeout(envoy, processes, failure_mode, expected):
+    limiter = processes.limiter()
+    e = envoy(global_config([global_rule("gcra", requests=100)], failure_mode=failure_mode, timeout="200ms"),
+              clusters=clusters(limiter))
+    assert request(e.port, "/", headers={"x-user": "a"}).status == 200
+    limiter.stop()
+    for i in range(5):
+        started = time.monotonic()
+        r = request(e.port, "/", headers={"x-user": f"u{i}"})
+        elapsed = time.monotonic() - started
+        assert r.status == expected
+        assert elapsed < 2.0, f"request took {elapsed:.2f}s with the limiter down"
+    stat = "sluice.failure_mode_allowed" if failure_mode == "allow" else "sluice.limiter_errors"
+    assert e.sluice_stat(stat) >= 5
+
+
+def test_limiter_timeout_follows_failure_mode(envoy, processes, tmp_path):
+    # a "limiter" that accepts connections and never answers
+    import socket
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    try:
+        class Silent:
+            port = silent.getsockname()[1]
+        e = envoy(global_config([global_rule("gcra")], failure_mode="allow", timeout="100ms"),
+                  clusters=clusters(Silent))
+        started = time.monotonic()
+        assert request(e.port, "/", headers={"x-user": "a"}).status == 200
+        assert time.monotonic() - started < 2.0
+    finally:
+        silent.close()
+
+
+def test_redis_restart_limiter_recovers_by_itself(processes):
+    redis = processes.redis()
+    limiter = processes.limiter(store=redis.url)
+    body = {"domain": "d", "hits": 1, "limits": [{"key": "k", "algorithm": "gcra", "requests": 100, "window_ms": 60000}]}
+    assert limiter.check(body).status == 200
+    redis.stop()
+    started = time.monotonic()
+    r = limiter.check(body)
+    assert r.status == 503
+    assert time.monotonic() - started < 2.0
+    assert b"error" in r.body
+    redis.start()
+    wait_until(lambda: limiter.check(body).status == 200, what="limiter reconnecting to redis")
+    assert limiter.metric("sluice_limiter_store_errors_total") >= 1
