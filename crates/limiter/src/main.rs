@@ -1,1 +1,108 @@
-fn main() {}
+//! `sluice-limiter`: parses flags, builds the store and serves until SIGTERM/SIGINT.
+
+use clap::Parser;
+use sluice_limiter::api::{app, AppState};
+use sluice_limiter::cli::Args;
+use sluice_limiter::clock::SystemClock;
+use sluice_limiter::metrics::Metrics;
+use sluice_limiter::overrides::Overrides;
+use sluice_limiter::store::memory::{MemoryConfig, MemoryStore};
+use sluice_limiter::store::redis::{RedisStore, Target};
+use sluice_limiter::store::{Store, StoreSpec};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use tracing_subscriber::EnvFilter;
+
+/// How often the memory store drops keys that are back to full.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = EnvFilter::try_new(&args.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).init();
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let timeout = Duration::from_millis(args.store_timeout_ms.max(1));
+    let store = match &args.store {
+        StoreSpec::Memory => {
+            let config = MemoryConfig {
+                shards: args.shards,
+                max_keys: args.max_keys,
+            };
+            let mem = Arc::new(MemoryStore::new(config, Arc::new(SystemClock)));
+            let weak = Arc::downgrade(&mem);
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(SWEEP_EVERY);
+                loop {
+                    tick.tick().await;
+                    let Some(mem) = weak.upgrade() else { return };
+                    let dropped = mem.sweep();
+                    tracing::trace!(dropped, "swept memory store");
+                }
+            });
+            Store::Memory(mem)
+        }
+        StoreSpec::Redis(url) => {
+            Store::Redis(RedisStore::start(Target::Single(url.clone()), timeout))
+        }
+        StoreSpec::RedisCluster(nodes) => {
+            Store::Redis(RedisStore::start(Target::Cluster(nodes.clone()), timeout))
+        }
+    };
+    let mut overrides = match &args.overrides {
+        Some(path) => Overrides::load(path)?,
+        None => Overrides::default(),
+    };
+    if args.redis_overrides {
+        overrides = overrides.with_redis(Duration::from_millis(args.overrides_ttl_ms));
+    }
+    let state = AppState {
+        store,
+        metrics: Arc::new(Metrics::default()),
+        overrides: Arc::new(overrides),
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    tracing::info!(listen = %args.listen, store = ?args.store, "sluice-limiter serving");
+    axum::serve(listener, app(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(|e| format!("server error: {e}"))?;
+    tracing::info!("sluice-limiter stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutting down");
+}

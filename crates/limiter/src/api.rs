@@ -1,0 +1,156 @@
+//! The HTTP surface: `POST /v1/check`, `GET /healthz`, `GET /metrics`.
+
+use crate::metrics::Metrics;
+use crate::overrides::Overrides;
+use crate::store::{Store, StoreItem};
+use crate::wire::{parse_check, CheckResponse, ErrorBody, LimitResult, WireError, MAX_BODY_BYTES};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What every handler shares.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// Where key states live.
+    pub store: Store,
+    /// Counters served at `/metrics`.
+    pub metrics: Arc<Metrics>,
+    /// Per-key limits replacing the request's.
+    pub overrides: Arc<Overrides>,
+}
+
+impl AppState {
+    /// State over `store` with fresh metrics and no overrides.
+    pub fn new(store: Store) -> Self {
+        AppState {
+            store,
+            metrics: Arc::new(Metrics::default()),
+            overrides: Arc::new(Overrides::default()),
+        }
+    }
+}
+
+/// The service's router.
+pub fn app(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/check", post(check))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+fn json(status: StatusCode, body: Vec<u8>) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn error(status: StatusCode, message: String) -> Response {
+    let body = serde_json::to_vec(&ErrorBody { error: message }).unwrap_or_default();
+    json(status, body)
+}
+
+async fn check(State(st): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
+    st.metrics.inc_checks();
+    let started = Instant::now();
+    let response = decide(&st, body).await;
+    st.metrics.observe_duration(started.elapsed());
+    response
+}
+
+async fn decide(st: &AppState, body: Result<Bytes, BytesRejection>) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => {
+            let status = e.status();
+            let msg = if status == StatusCode::PAYLOAD_TOO_LARGE {
+                format!("body exceeds {MAX_BODY_BYTES} bytes")
+            } else {
+                e.body_text()
+            };
+            return error(status, msg);
+        }
+    };
+    let mut check = match parse_check(&body) {
+        Ok(c) => c,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    if let Err(e) = st.overrides.apply(&mut check, &st.store).await {
+        st.metrics.inc_store_errors();
+        tracing::warn!(error = %e, "override lookup failed");
+        return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+    }
+    let items = match store_items(&check.domain, check.limits) {
+        Ok(items) => items,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    match st.store.check(&items, check.hits).await {
+        Ok(verdict) => {
+            st.metrics.record_decision(&check.domain, verdict.allowed);
+            if verdict.capacity_denied {
+                st.metrics.inc_capacity_denials();
+            }
+            let resp = CheckResponse {
+                allowed: verdict.allowed,
+                limits: verdict.decisions.iter().map(LimitResult::from).collect(),
+            };
+            json(
+                StatusCode::OK,
+                serde_json::to_vec(&resp).unwrap_or_default(),
+            )
+        }
+        Err(e) => {
+            st.metrics.inc_store_errors();
+            tracing::warn!(error = %e, "check failed");
+            error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+        }
+    }
+}
+
+/// Gives each limit its state identity; two limits with one identity (same
+/// key, algorithm and window) in one check are an error, since they would
+/// share one state.
+fn store_items(
+    domain: &str,
+    limits: Vec<crate::wire::KeyedLimit>,
+) -> Result<Vec<StoreItem>, WireError> {
+    let mut seen: HashMap<String, usize> = HashMap::with_capacity(limits.len());
+    let mut items = Vec::with_capacity(limits.len());
+    for (i, kl) in limits.into_iter().enumerate() {
+        let id = kl.state_id(domain);
+        if let Some(first) = seen.insert(id.clone(), i) {
+            return Err(WireError::new(
+                format!("limits[{i}].key"),
+                format!("same key, algorithm and window as limits[{first}]"),
+            ));
+        }
+        items.push(StoreItem {
+            id,
+            limit: kl.limit,
+        });
+    }
+    Ok(items)
+}
+
+async fn healthz(State(st): State<AppState>) -> Response {
+    if st.store.healthy().await {
+        (StatusCode::OK, "ok\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "store unreachable\n").into_response()
+    }
+}
+
+async fn metrics(State(st): State<AppState>) -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        st.metrics.render(),
+    )
+        .into_response()
+}

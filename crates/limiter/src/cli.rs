@@ -1,0 +1,60 @@
+//! Command-line flags; each can also come from an environment variable.
+
+use crate::store::StoreSpec;
+use clap::Parser;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Sluice's global rate-limit service.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "sluice-limiter", version, about)]
+pub struct Args {
+    /// Address to listen on (HTTP/1.1 and h2c).
+    #[arg(long, env = "SLUICE_LISTEN", default_value = "127.0.0.1:8081")]
+    pub listen: SocketAddr,
+
+    /// Where state lives: `memory`, `redis://host:port[/db]` or
+    /// `redis-cluster://host:port,host:port`.
+    #[arg(long, env = "SLUICE_STORE", default_value = "memory")]
+    pub store: StoreSpec,
+
+    /// Log filter (`error`, `warn`, `info`, `debug`, `trace`, or a tracing directive).
+    #[arg(long = "log-level", env = "SLUICE_LOG", default_value = "info")]
+    pub log_level: String,
+
+    /// JSON file of per-key limits: `{"domain/key": {"requests":..,"window_ms":..,"burst":..}}`.
+    #[arg(long, env = "SLUICE_OVERRIDES")]
+    pub overrides: Option<PathBuf>,
+
+    /// Also read per-key limits from Redis hashes `sluice:overrides:<domain>`.
+    #[arg(long = "redis-overrides", env = "SLUICE_REDIS_OVERRIDES")]
+    pub redis_overrides: bool,
+
+    /// How long an answer from the Redis override hash is reused, in ms.
+    #[arg(
+        long = "overrides-ttl-ms",
+        env = "SLUICE_OVERRIDES_TTL_MS",
+        default_value_t = 10_000
+    )]
+    pub overrides_ttl_ms: u64,
+
+    /// Memory store: most keys held at once.
+    #[arg(
+        long = "max-keys",
+        env = "SLUICE_MAX_KEYS",
+        default_value_t = 1_000_000
+    )]
+    pub max_keys: usize,
+
+    /// Memory store: number of shards.
+    #[arg(long, env = "SLUICE_SHARDS", default_value_t = 64)]
+    pub shards: usize,
+
+    /// Redis: longest wait for an answer before `/v1/check` answers 503, in ms.
+    #[arg(
+        long = "store-timeout-ms",
+        env = "SLUICE_STORE_TIMEOUT_MS",
+        default_value_t = 100
+    )]
+    pub store_timeout_ms: u64,
+}

@@ -1,0 +1,15 @@
+//! Sluice's global rate-limit service.
+//!
+//! Envoy filters call `POST /v1/check` with the limits a request falls under;
+//! the service decides them together (all pass or the request is denied and
+//! consumes nothing) against shared state kept in memory or in Redis.
+//!
+//! The HTTP surface is built by [`api::app`]; the stores live in [`store`].
+
+pub mod api;
+pub mod cli;
+pub mod clock;
+pub mod metrics;
+pub mod overrides;
+pub mod store;
+pub mod wire;

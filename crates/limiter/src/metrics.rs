@@ -1,0 +1,179 @@
+//! Prometheus counters kept in atomics and rendered as text by hand.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+/// Upper bounds of the check-duration histogram, in seconds.
+const BUCKETS: [f64; 12] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+];
+
+/// Distinct domains labelled separately; further ones count as `_other`, so a
+/// client sending random domains cannot grow the metrics without bound.
+const MAX_DOMAINS: usize = 256;
+
+#[derive(Debug, Default)]
+struct DomainCounters {
+    allowed: AtomicU64,
+    denied: AtomicU64,
+}
+
+/// The service's metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    checks: AtomicU64,
+    store_errors: AtomicU64,
+    capacity_denials: AtomicU64,
+    domains: RwLock<HashMap<String, Arc<DomainCounters>>>,
+    other: Arc<DomainCounters>,
+    bucket_counts: [AtomicU64; BUCKETS.len()],
+    duration_count: AtomicU64,
+    duration_sum_ns: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            checks: AtomicU64::new(0),
+            store_errors: AtomicU64::new(0),
+            capacity_denials: AtomicU64::new(0),
+            domains: RwLock::new(HashMap::new()),
+            other: Arc::new(DomainCounters::default()),
+            bucket_counts: std::array::from_fn(|_| AtomicU64::new(0)),
+            duration_count: AtomicU64::new(0),
+            duration_sum_ns: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Metrics {
+    /// Counts one `/v1/check` call (valid or not).
+    pub fn inc_checks(&self) {
+        self.checks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one failed store operation.
+    pub fn inc_store_errors(&self) {
+        self.store_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts checks denied because the memory store was full.
+    pub fn inc_capacity_denials(&self) {
+        self.capacity_denials.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one decided check for `domain`.
+    pub fn record_decision(&self, domain: &str, allowed: bool) {
+        let counters = self.domain_counters(domain);
+        let c = if allowed {
+            &counters.allowed
+        } else {
+            &counters.denied
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records how long one check took.
+    pub fn observe_duration(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        for (bound, count) in BUCKETS.iter().zip(&self.bucket_counts) {
+            if secs <= *bound {
+                count.fetch_add(1, Ordering::Relaxed);
+                break;
+            }
+        }
+        self.duration_count.fetch_add(1, Ordering::Relaxed);
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.duration_sum_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// The number of `/v1/check` calls so far.
+    pub fn checks(&self) -> u64 {
+        self.checks.load(Ordering::Relaxed)
+    }
+
+    fn domain_counters(&self, domain: &str) -> Arc<DomainCounters> {
+        {
+            let map = self.domains.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(c) = map.get(domain) {
+                return Arc::clone(c);
+            }
+        }
+        let mut map = self.domains.write().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= MAX_DOMAINS && !map.contains_key(domain) {
+            return Arc::clone(&self.other);
+        }
+        Arc::clone(map.entry(domain.to_string()).or_default())
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(2048);
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "# HELP sluice_limiter_checks_total Calls to /v1/check.\n# TYPE sluice_limiter_checks_total counter\nsluice_limiter_checks_total {}",
+            load(&self.checks)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP sluice_limiter_decisions_total Decided checks by domain and result.\n# TYPE sluice_limiter_decisions_total counter"
+        );
+        {
+            let map = self.domains.read().unwrap_or_else(|e| e.into_inner());
+            let mut names: Vec<&String> = map.keys().collect();
+            names.sort();
+            for name in names {
+                if let Some(c) = map.get(name) {
+                    write_decisions(&mut out, name, c);
+                }
+            }
+        }
+        if load(&self.other.allowed) + load(&self.other.denied) > 0 {
+            write_decisions(&mut out, "_other", &self.other);
+        }
+        let _ = writeln!(
+            out,
+            "# HELP sluice_limiter_store_errors_total Store operations that failed.\n# TYPE sluice_limiter_store_errors_total counter\nsluice_limiter_store_errors_total {}",
+            load(&self.store_errors)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP sluice_limiter_capacity_denials_total Checks denied because the memory store held its maximum of keys.\n# TYPE sluice_limiter_capacity_denials_total counter\nsluice_limiter_capacity_denials_total {}",
+            load(&self.capacity_denials)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP sluice_limiter_check_duration_seconds Time to answer /v1/check.\n# TYPE sluice_limiter_check_duration_seconds histogram"
+        );
+        let mut cumulative = 0u64;
+        for (bound, count) in BUCKETS.iter().zip(&self.bucket_counts) {
+            cumulative = cumulative.saturating_add(load(count));
+            let _ = writeln!(
+                out,
+                "sluice_limiter_check_duration_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
+            );
+        }
+        let count = load(&self.duration_count);
+        let sum = Duration::from_nanos(load(&self.duration_sum_ns)).as_secs_f64();
+        let _ = writeln!(
+            out,
+            "sluice_limiter_check_duration_seconds_bucket{{le=\"+Inf\"}} {count}\nsluice_limiter_check_duration_seconds_sum {sum}\nsluice_limiter_check_duration_seconds_count {count}"
+        );
+        out
+    }
+}
+
+fn write_decisions(out: &mut String, domain: &str, c: &DomainCounters) {
+    // Domains are validated to [A-Za-z0-9_.-], so no label escaping is needed.
+    for (result, v) in [("allowed", &c.allowed), ("denied", &c.denied)] {
+        let _ = writeln!(
+            out,
+            "sluice_limiter_decisions_total{{domain=\"{domain}\",result=\"{result}\"}} {}",
+            v.load(Ordering::Relaxed)
+        );
+    }
+}

@@ -1,0 +1,196 @@
+//! Per-key limits that replace the request's limit for that key: from a JSON
+//! file (`--overrides FILE`) and, optionally, from Redis hashes
+//! `sluice:overrides:<domain>` (field = key, value = the same JSON object),
+//! for tables too large to ship in filter configuration.
+//!
+//! An override replaces `requests`, `window_ms` and `burst` (which defaults
+//! to the override's `requests`); the algorithm and its extras stay the
+//! request's. A file entry wins over a Redis entry for the same key.
+
+use crate::store::{Store, StoreError};
+use crate::wire::{build_limit, validate_domain, ValidCheck};
+use serde::Deserialize;
+use sluice_core::Algorithm;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Most Redis answers cached at once; the cache is emptied when it is full.
+const MAX_CACHED: usize = 100_000;
+
+/// One per-key limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OverrideSpec {
+    /// Requests per window.
+    pub requests: u64,
+    /// The window in milliseconds.
+    pub window_ms: u64,
+    /// Requests a fresh key admits at once; defaults to `requests`.
+    #[serde(default)]
+    pub burst: Option<u64>,
+}
+
+type Cached = (Instant, Option<OverrideSpec>);
+
+/// The override tables in force.
+#[derive(Debug, Default)]
+pub struct Overrides {
+    /// `"domain/key"` -> limit, from the file.
+    file: HashMap<String, OverrideSpec>,
+    /// How long a Redis answer is reused; `None` when Redis is not consulted.
+    redis_ttl: Option<Duration>,
+    cache: Mutex<HashMap<String, Cached>>,
+}
+
+/// The Redis hash holding a domain's overrides.
+pub fn redis_hash(domain: &str) -> String {
+    format!("sluice:overrides:{domain}")
+}
+
+impl Overrides {
+    /// Parses a file's JSON: `{"domain/key": {"requests":..,"window_ms":..,"burst":..}}`.
+    pub fn from_json(text: &str) -> Result<Self, String> {
+        let de = &mut serde_json::Deserializer::from_str(text);
+        let file: HashMap<String, OverrideSpec> =
+            serde_path_to_error::deserialize(de).map_err(|e| e.to_string())?;
+        for (name, spec) in &file {
+            let (domain, key) = name
+                .split_once('/')
+                .ok_or_else(|| format!("{name:?}: expected \"domain/key\""))?;
+            validate_domain(domain).map_err(|m| format!("{name:?}: domain {m}"))?;
+            if key.is_empty() {
+                return Err(format!("{name:?}: empty key"));
+            }
+            check_spec(spec).map_err(|m| format!("{name:?}: {m}"))?;
+        }
+        Ok(Overrides {
+            file,
+            ..Overrides::default()
+        })
+    }
+
+    /// Reads and parses an overrides file.
+    pub fn load(path: &std::path::Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        Overrides::from_json(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Also consults Redis hashes, reusing each answer for `ttl`.
+    pub fn with_redis(mut self, ttl: Duration) -> Self {
+        self.redis_ttl = Some(ttl);
+        self
+    }
+
+    /// Number of file entries.
+    pub fn len(&self) -> usize {
+        self.file.len()
+    }
+
+    /// True when the file held no entry.
+    pub fn is_empty(&self) -> bool {
+        self.file.is_empty()
+    }
+
+    /// Replaces the limits of `check` that have an override.
+    pub async fn apply(&self, check: &mut ValidCheck, store: &Store) -> Result<(), StoreError> {
+        let mut missing: Vec<usize> = Vec::new();
+        for (i, kl) in check.limits.iter_mut().enumerate() {
+            let name = format!("{}/{}", check.domain, kl.key);
+            match self.file.get(&name) {
+                Some(spec) => replace(&mut kl.limit, spec),
+                None => missing.push(i),
+            }
+        }
+        let (Some(ttl), Some(redis)) = (self.redis_ttl, store.redis()) else {
+            return Ok(());
+        };
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let now = Instant::now();
+        let mut found: Vec<(usize, Option<OverrideSpec>)> = Vec::new();
+        let mut ask: Vec<usize> = Vec::new();
+        {
+            let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            for &i in &missing {
+                let Some(kl) = check.limits.get(i) else {
+                    continue;
+                };
+                let name = format!("{}/{}", check.domain, kl.key);
+                match cache.get(&name) {
+                    Some((at, spec)) if now.duration_since(*at) < ttl => found.push((i, *spec)),
+                    _ => ask.push(i),
+                }
+            }
+        }
+        if !ask.is_empty() {
+            let keys: Vec<&str> = ask
+                .iter()
+                .filter_map(|&i| check.limits.get(i).map(|kl| kl.key.as_str()))
+                .collect();
+            let values = redis.hmget(&redis_hash(&check.domain), &keys).await?;
+            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            if cache.len() >= MAX_CACHED {
+                cache.clear();
+            }
+            for (&i, value) in ask.iter().zip(values) {
+                let Some(kl) = check.limits.get(i) else {
+                    continue;
+                };
+                let spec = value.and_then(|v| parse_redis_value(&check.domain, &kl.key, &v));
+                cache.insert(format!("{}/{}", check.domain, kl.key), (now, spec));
+                found.push((i, spec));
+            }
+        }
+        for (i, spec) in found {
+            if let (Some(spec), Some(kl)) = (spec, check.limits.get_mut(i)) {
+                replace(&mut kl.limit, &spec);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_spec(spec: &OverrideSpec) -> Result<(), String> {
+    build_limit(
+        Algorithm::Gcra,
+        spec.requests,
+        spec.window_ms,
+        spec.burst,
+        None,
+        None,
+    )
+    .map(|_| ())
+    .map_err(|e| e.to_string())
+}
+
+fn parse_redis_value(domain: &str, key: &str, value: &str) -> Option<OverrideSpec> {
+    match serde_json::from_str::<OverrideSpec>(value)
+        .map_err(|e| e.to_string())
+        .and_then(|s| check_spec(&s).map(|()| s))
+    {
+        Ok(spec) => Some(spec),
+        Err(e) => {
+            tracing::warn!(domain, key, error = %e, "ignoring invalid override in redis");
+            None
+        }
+    }
+}
+
+fn replace(limit: &mut sluice_core::Limit, spec: &OverrideSpec) {
+    match build_limit(
+        limit.algorithm,
+        spec.requests,
+        spec.window_ms,
+        spec.burst,
+        Some(limit.precision),
+        Some(limit.soft_percent),
+    ) {
+        Ok(l) => *limit = l,
+        Err(e) => {
+            tracing::warn!(error = %e, "override does not fit this limit; keeping the request's")
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! The embedded store: key states in sharded hash maps, for one instance.
+//!
+//! A check locks the shards of its keys in index order (so two checks never
+//! deadlock), decides every limit with one clock reading, and writes back only
+//! when all allowed. An entry is dropped once its state is back to full (its
+//! `reset` has passed), by [`MemoryStore::sweep`] or when a full shard makes room.
+//!
+//! Memory is bounded by `max_keys`. When a shard is full even after dropping
+//! the entries that are back to full, a check that needs a new key in it is
+//! **denied** (nothing is consumed; `retry_after` is [`FULL_RETRY_AFTER`]): the
+//! store errs on the side of limiting and never admits a key it cannot track.
+
+use super::{StoreItem, Verdict};
+use crate::clock::Clock;
+use sluice_core::{decide_all, Check, Decision, Denial, Nanos, MILLISECOND, SECOND};
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// What a check denied for lack of room tells the client to wait.
+pub const FULL_RETRY_AFTER: Nanos = SECOND;
+
+/// The shortest time between two in-line sweeps of one full shard, so a flood
+/// of new keys does not rescan a full shard on every check.
+const INLINE_SWEEP_EVERY: Nanos = 10 * MILLISECOND;
+
+/// Sizing of a [`MemoryStore`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryConfig {
+    /// Number of shards (rounded up to a power of two).
+    pub shards: usize,
+    /// Most keys held at once, over all shards.
+    pub max_keys: usize,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            shards: 64,
+            max_keys: 1_000_000,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    state: Vec<u8>,
+    /// When the state is back to full and the entry can go.
+    full_at: Nanos,
+}
+
+#[derive(Debug, Default)]
+struct Shard {
+    map: HashMap<Box<str>, Entry>,
+    next_inline_sweep: Nanos,
+}
+
+impl Shard {
+    fn sweep(&mut self, now: Nanos) -> usize {
+        let before = self.map.len();
+        self.map.retain(|_, e| e.full_at > now);
+        before.saturating_sub(self.map.len())
+    }
+}
+
+/// The in-memory store.
+pub struct MemoryStore {
+    shards: Box<[Mutex<Shard>]>,
+    mask: usize,
+    per_shard_cap: usize,
+    hasher: RandomState,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("shards", &self.shards.len())
+            .field("per_shard_cap", &self.per_shard_cap)
+            .finish()
+    }
+}
+
+fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
+    // A panic while holding the lock cannot leave a half-written entry (entries
+    // are replaced whole), so a poisoned shard is still sound to use.
+    shard.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl MemoryStore {
+    /// An empty store sized by `config`, reading time from `clock`.
+    pub fn new(config: MemoryConfig, clock: Arc<dyn Clock>) -> Self {
+        let n = config.shards.clamp(1, 1 << 16).next_power_of_two();
+        let per_shard_cap = config.max_keys.div_ceil(n).max(1);
+        MemoryStore {
+            shards: (0..n).map(|_| Mutex::new(Shard::default())).collect(),
+            mask: n.saturating_sub(1),
+            per_shard_cap,
+            hasher: RandomState::new(),
+            clock,
+        }
+    }
+
+    fn shard_of(&self, id: &str) -> usize {
+        // Truncating the hash is fine: only its low bits pick the shard.
+        (self.hasher.hash_one(id) as usize) & self.mask
+    }
+
+    /// Keys currently held.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| lock(s).map.len()).sum()
+    }
+
+    /// True when no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops every entry whose state is back to full; returns how many.
+    pub fn sweep(&self) -> usize {
+        let now = self.clock.now();
+        self.shards.iter().map(|s| lock(s).sweep(now)).sum()
+    }
+
+    /// Decides `items` together for a request of weight `hits`.
+    pub fn check(&self, items: &[StoreItem], hits: u64) -> Verdict {
+        let now = self.clock.now();
+        let shard_ids: Vec<usize> = items.iter().map(|i| self.shard_of(&i.id)).collect();
+        let mut order = shard_ids.clone();
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: Vec<MutexGuard<'_, Shard>> = order
+            .iter()
+            .filter_map(|&i| self.shards.get(i).map(lock))
+            .collect();
+        // Position of each item's shard among the held guards.
+        let pos: Vec<usize> = shard_ids
+            .iter()
+            .map(|s| order.binary_search(s).unwrap_or(0))
+            .collect();
+
+        let full = self.make_room(items, &pos, &mut guards, now);
+
+        let outcome = {
+            let checks: Vec<Check<'_>> = items
+                .iter()
+                .zip(&pos)
+                .map(|(item, &p)| Check {
+                    limit: &item.limit,
+                    state: guards
+                        .get(p)
+                        .and_then(|g| g.map.get(item.id.as_str()))
+                        .map(|e| e.state.as_slice()),
+                })
+                .collect();
+            decide_all(&checks, now, hits)
+        };
+
+        if let Some(full) = full {
+            let decisions = outcome
+                .decisions
+                .into_iter()
+                .zip(items.iter().zip(full))
+                .map(|(d, (item, no_room))| {
+                    if no_room {
+                        full_decision(item.limit.requests)
+                    } else {
+                        d
+                    }
+                })
+                .collect();
+            return Verdict {
+                allowed: false,
+                decisions,
+                capacity_denied: true,
+            };
+        }
+
+        if outcome.allowed {
+            for ((item, &p), (state, d)) in items
+                .iter()
+                .zip(&pos)
+                .zip(outcome.new_states.iter().zip(&outcome.decisions))
+            {
+                let (Some(state), Some(g)) = (state, guards.get_mut(p)) else {
+                    continue;
+                };
+                let full_at = now.saturating_add(d.reset);
+                let bytes = state.as_bytes();
+                match g.map.get_mut(item.id.as_str()) {
+                    Some(e) => {
+                        e.state.clear();
+                        e.state.extend_from_slice(bytes);
+                        e.full_at = full_at;
+                    }
+                    None => {
+                        g.map.insert(
+                            item.id.as_str().into(),
+                            Entry {
+                                state: bytes.to_vec(),
+                                full_at,
+                            },
+                        );
+                    }
+                }
+            }
+        }
+        Verdict {
+            allowed: outcome.allowed,
+            decisions: outcome.decisions,
+            capacity_denied: false,
+        }
+    }
+
+    /// Checks that every shard has room for the new keys of this check,
+    /// sweeping a full shard first. Returns, when some shard stays full, which
+    /// items could not get a key.
+    fn make_room(
+        &self,
+        items: &[StoreItem],
+        pos: &[usize],
+        guards: &mut [MutexGuard<'_, Shard>],
+        now: Nanos,
+    ) -> Option<Vec<bool>> {
+        let mut new_per_guard = vec![0usize; guards.len()];
+        let mut is_new = vec![false; items.len()];
+        for ((item, &p), new) in items.iter().zip(pos).zip(is_new.iter_mut()) {
+            if let (Some(g), Some(n)) = (guards.get(p), new_per_guard.get_mut(p)) {
+                if !g.map.contains_key(item.id.as_str()) {
+                    *new = true;
+                    *n = n.saturating_add(1);
+                }
+            }
+        }
+        let mut lacking = vec![false; guards.len()];
+        for ((g, &n), lack) in guards
+            .iter_mut()
+            .zip(&new_per_guard)
+            .zip(lacking.iter_mut())
+        {
+            if n == 0 || g.map.len().saturating_add(n) <= self.per_shard_cap {
+                continue;
+            }
+            if now >= g.next_inline_sweep {
+                g.sweep(now);
+                g.next_inline_sweep = now.saturating_add(INLINE_SWEEP_EVERY);
+            }
+            *lack = g.map.len().saturating_add(n) > self.per_shard_cap;
+        }
+        if !lacking.iter().any(|&l| l) {
+            return None;
+        }
+        Some(
+            pos.iter()
+                .zip(&is_new)
+                .map(|(&p, &new)| new && lacking.get(p).copied().unwrap_or(true))
+                .collect(),
+        )
+    }
+}
+
+/// The decision reported for a limit whose key found no room.
+fn full_decision(limit: u64) -> Decision {
+    Decision {
+        allowed: false,
+        limit,
+        remaining: 0,
+        reset: FULL_RETRY_AFTER,
+        retry_after: FULL_RETRY_AFTER,
+        delay: 0,
+        denial: Some(Denial::OverLimit),
+    }
+}

@@ -1,0 +1,433 @@
+//! The shared store: Redis or Redis Cluster, one Lua script per check.
+//!
+//! The script (`decide.lua`) runs the six algorithms with sluice-core's integer
+//! arithmetic, in **microseconds** (Lua numbers are doubles; nanoseconds since
+//! the epoch do not fit in 53 bits, microseconds do), and reads the clock from
+//! the server's `TIME`, so every limiter instance agrees on "now". Each key
+//! expires when its state is back to full.
+//!
+//! Every limit key gets its own hash tag (`sluice:{domain/key|algorithm|window}`),
+//! so load spreads over a cluster's slots. On a single server a check is one
+//! script call. On a cluster a check is one script call per slot, run
+//! concurrently; when one slot denies, the slots that admitted are refunded
+//! (`refund` mode of the same script). Between the admit and the refund
+//! another request may see the briefly consumed quota and be denied: a refund
+//! race errs on the side of limiting, never of admitting too much.
+
+use super::{StoreError, StoreItem, Verdict};
+use futures_util::future::join_all;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::Script;
+use sluice_core::{Algorithm, Decision, Denial, Limit, Nanos};
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// The decision script; see the module documentation.
+pub const DECIDE_LUA: &str = include_str!("decide.lua");
+
+/// Nanoseconds per microsecond, the script's time unit.
+const MICROS: u64 = 1_000;
+
+/// Values the script returns per limit.
+const FIELDS_PER_LIMIT: usize = 6;
+
+/// A connection to Redis or to a Redis Cluster; both reconnect by themselves.
+#[derive(Clone)]
+pub enum Conn {
+    /// One server, behind a reconnecting manager.
+    Single(ConnectionManager),
+    /// A cluster.
+    Cluster(ClusterConnection),
+}
+
+impl Conn {
+    async fn query<T: redis::FromRedisValue>(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+        match self {
+            Conn::Single(c) => cmd.query_async(c).await,
+            Conn::Cluster(c) => cmd.query_async(c).await,
+        }
+    }
+
+    async fn invoke(&mut self, inv: &redis::ScriptInvocation<'_>) -> redis::RedisResult<Vec<i64>> {
+        match self {
+            Conn::Single(c) => inv.invoke_async(c).await,
+            Conn::Cluster(c) => inv.invoke_async(c).await,
+        }
+    }
+}
+
+/// The Redis-backed store.
+pub struct RedisStore {
+    conn: OnceLock<Conn>,
+    script: Script,
+    timeout: Duration,
+    cluster: bool,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("connected", &self.conn.get().is_some())
+            .field("timeout", &self.timeout)
+            .field("cluster", &self.cluster)
+            .finish()
+    }
+}
+
+/// Where a store connects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// `redis://host:port[/db]`.
+    Single(String),
+    /// Seed nodes of a cluster, each `redis://host:port`.
+    Cluster(Vec<String>),
+}
+
+/// The Redis key holding the state `id`: the whole id is the hash tag.
+pub fn redis_key(id: &str) -> String {
+    format!("sluice:{{{id}}}")
+}
+
+/// The Redis Cluster slot of `key` (CRC16 of its hash tag, modulo 16384).
+pub fn hash_slot(key: &[u8]) -> u16 {
+    let tagged = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = key.get(open.saturating_add(1)..)?;
+            let close = rest.iter().position(|&b| b == b'}')?;
+            rest.get(..close).filter(|t| !t.is_empty())
+        })
+        .unwrap_or(key);
+    crc16::State::<crc16::XMODEM>::calculate(tagged) % 16384
+}
+
+/// The script's code for an algorithm.
+pub fn algorithm_code(a: Algorithm) -> u8 {
+    match a {
+        Algorithm::TokenBucket => 1,
+        Algorithm::LeakyBucket => 2,
+        Algorithm::Gcra => 3,
+        Algorithm::FixedWindow => 4,
+        Algorithm::SlidingLog => 5,
+        Algorithm::SlidingWindow => 6,
+    }
+}
+
+/// Appends one limit's script arguments (times in microseconds).
+fn push_limit_args(inv: &mut redis::ScriptInvocation<'_>, limit: &Limit) {
+    inv.arg(algorithm_code(limit.algorithm))
+        .arg(limit.requests)
+        .arg(limit.window / MICROS)
+        .arg(limit.burst)
+        .arg(limit.precision)
+        .arg(limit.soft_percent);
+}
+
+/// What one script call decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScriptOutcome {
+    /// True when every limit of the call allowed (and states were written).
+    pub allowed: bool,
+    /// The script's clock, microseconds since the epoch.
+    pub now_us: u64,
+    /// One decision per key, times in nanoseconds (whole microseconds).
+    pub decisions: Vec<Decision>,
+}
+
+fn denial_from_code(code: i64) -> Option<Denial> {
+    match code {
+        1 => Some(Denial::OverLimit),
+        2 => Some(Denial::CostExceedsCapacity),
+        3 => Some(Denial::DelayTooLong),
+        _ => None,
+    }
+}
+
+fn to_u64(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+/// Reads the script's reply: `allowed, now_us`, then per limit
+/// `allowed, limit, remaining, reset_us, retry_after_us, denial`.
+pub fn parse_reply(reply: &[i64], n: usize) -> Result<ScriptOutcome, StoreError> {
+    let expected = n.saturating_mul(FIELDS_PER_LIMIT).saturating_add(2);
+    if reply.len() != expected {
+        return Err(StoreError::Protocol(format!(
+            "script returned {} values, expected {expected}",
+            reply.len()
+        )));
+    }
+    let (head, rest) = reply.split_at(2);
+    let (allowed, now_us) = match head {
+        [a, t] => (*a == 1, to_u64(*t)),
+        _ => return Err(StoreError::Protocol("short reply".into())),
+    };
+    let decisions = rest
+        .chunks_exact(FIELDS_PER_LIMIT)
+        .map(|c| match c {
+            [a, l, rem, reset, retry, denial] => Decision {
+                allowed: *a == 1,
+                limit: to_u64(*l),
+                remaining: to_u64(*rem),
+                reset: to_u64(*reset).saturating_mul(MICROS),
+                retry_after: to_u64(*retry).saturating_mul(MICROS),
+                delay: 0,
+                denial: denial_from_code(*denial),
+            },
+            _ => Decision {
+                allowed: false,
+                limit: 0,
+                remaining: 0,
+                reset: 0,
+                retry_after: 0,
+                delay: 0,
+                denial: None,
+            },
+        })
+        .collect();
+    Ok(ScriptOutcome {
+        allowed,
+        now_us,
+        decisions,
+    })
+}
+
+impl RedisStore {
+    /// A store for `target` that connects in the background (retrying every
+    /// `timeout` at least) and answers [`StoreError::Unavailable`] until then.
+    pub fn start(target: Target, timeout: Duration) -> std::sync::Arc<RedisStore> {
+        let store = std::sync::Arc::new(RedisStore {
+            conn: OnceLock::new(),
+            script: Script::new(DECIDE_LUA),
+            timeout,
+            cluster: matches!(target, Target::Cluster(_)),
+        });
+        let weak = std::sync::Arc::downgrade(&store);
+        tokio::spawn(async move {
+            let mut wait = Duration::from_millis(100);
+            loop {
+                match connect(&target, timeout).await {
+                    Ok(conn) => {
+                        if let Some(store) = weak.upgrade() {
+                            let _ = store.conn.set(conn);
+                            tracing::info!("connected to redis");
+                        }
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot connect to redis; retrying");
+                        if weak.strong_count() == 0 {
+                            return;
+                        }
+                        tokio::time::sleep(wait).await;
+                        wait = (wait * 2).min(Duration::from_secs(2));
+                    }
+                }
+            }
+        });
+        store
+    }
+
+    /// Connects at once (for tests and tools), failing when Redis is down.
+    pub async fn connect_now(target: Target, timeout: Duration) -> Result<RedisStore, StoreError> {
+        let conn = connect(&target, timeout).await?;
+        let cell = OnceLock::new();
+        let _ = cell.set(conn);
+        Ok(RedisStore {
+            conn: cell,
+            script: Script::new(DECIDE_LUA),
+            timeout,
+            cluster: matches!(target, Target::Cluster(_)),
+        })
+    }
+
+    fn conn(&self) -> Result<Conn, StoreError> {
+        self.conn
+            .get()
+            .cloned()
+            .ok_or_else(|| StoreError::Unavailable("not connected yet".into()))
+    }
+
+    async fn bounded<T>(
+        &self,
+        fut: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.timeout, fut).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(StoreError::Unavailable(e.to_string())),
+            Err(_) => Err(StoreError::Timeout),
+        }
+    }
+
+    /// True when Redis answers `PING` within the timeout.
+    pub async fn ping(&self) -> bool {
+        let Ok(mut conn) = self.conn() else {
+            return false;
+        };
+        let cmd = redis::cmd("PING");
+        self.bounded(conn.query::<String>(&cmd)).await.is_ok()
+    }
+
+    /// Reads fields `keys` of the hash `hash` (one value per key, `None` when absent).
+    pub async fn hmget(
+        &self,
+        hash: &str,
+        keys: &[&str],
+    ) -> Result<Vec<Option<String>>, StoreError> {
+        let mut conn = self.conn()?;
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(hash);
+        for k in keys {
+            cmd.arg(*k);
+        }
+        self.bounded(conn.query(&cmd)).await
+    }
+
+    /// Runs the script on `items` (all in one slot). `now_us` overrides the
+    /// server clock (tests); `None` uses `TIME`.
+    pub async fn run_check(
+        &self,
+        items: &[&StoreItem],
+        hits: u64,
+        now_us: Option<u64>,
+    ) -> Result<ScriptOutcome, StoreError> {
+        let mut conn = self.conn()?;
+        let mut inv = self.script.prepare_invoke();
+        for item in items {
+            inv.key(redis_key(&item.id));
+        }
+        inv.arg("check")
+            .arg(now_us.map(|t| t.to_string()).unwrap_or_default())
+            .arg(hits);
+        for item in items {
+            push_limit_args(&mut inv, &item.limit);
+        }
+        let reply = self.bounded(conn.invoke(&inv)).await?;
+        parse_reply(&reply, items.len())
+    }
+
+    /// Gives back `hits` that a check admitted at `admitted_us` took from `items`.
+    pub async fn run_refund(
+        &self,
+        items: &[&StoreItem],
+        hits: u64,
+        admitted_us: u64,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.conn()?;
+        let mut inv = self.script.prepare_invoke();
+        for item in items {
+            inv.key(redis_key(&item.id));
+        }
+        inv.arg("refund").arg(admitted_us).arg(hits);
+        for item in items {
+            push_limit_args(&mut inv, &item.limit);
+        }
+        self.bounded(conn.invoke(&inv)).await.map(|_| ())
+    }
+
+    /// Decides `items` together for a request of weight `hits`.
+    pub async fn check(&self, items: &[StoreItem], hits: u64) -> Result<Verdict, StoreError> {
+        if !self.cluster {
+            let refs: Vec<&StoreItem> = items.iter().collect();
+            let out = self.run_check(&refs, hits, None).await?;
+            return Ok(Verdict {
+                allowed: out.allowed,
+                decisions: out.decisions,
+                capacity_denied: false,
+            });
+        }
+        // Group by slot, keeping each item's position.
+        let mut groups: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+        for (i, item) in items.iter().enumerate() {
+            groups
+                .entry(hash_slot(redis_key(&item.id).as_bytes()))
+                .or_default()
+                .push(i);
+        }
+        let groups: Vec<Vec<&StoreItem>> = groups
+            .into_values()
+            .map(|idx| idx.iter().filter_map(|&i| items.get(i)).collect())
+            .collect();
+        let outcomes = join_all(groups.iter().map(|g| self.run_check(g, hits, None))).await;
+        let allowed = outcomes.iter().all(|o| matches!(o, Ok(o) if o.allowed));
+        if !allowed {
+            // Give back what the admitting slots took, so a denied check
+            // consumes nothing; see the module documentation for the race.
+            let refunds = groups.iter().zip(&outcomes).filter_map(|(g, o)| match o {
+                Ok(o) if o.allowed => Some(self.run_refund(g, hits, o.now_us)),
+                _ => None,
+            });
+            for r in join_all(refunds).await {
+                if let Err(e) = r {
+                    tracing::warn!(error = %e, "refund failed; quota stays consumed until it refills");
+                }
+            }
+        }
+        let mut decisions: Vec<Option<Decision>> = vec![None; items.len()];
+        for (g, o) in groups.iter().zip(outcomes) {
+            let o = o?;
+            for (item, d) in g.iter().zip(o.decisions) {
+                if let Some(slot) = items
+                    .iter()
+                    .position(|x| std::ptr::eq(x, *item))
+                    .and_then(|p| decisions.get_mut(p))
+                {
+                    *slot = Some(d);
+                }
+            }
+        }
+        let decisions: Option<Vec<Decision>> = decisions.into_iter().collect();
+        let decisions = decisions.ok_or_else(|| StoreError::Protocol("missing decision".into()))?;
+        Ok(Verdict {
+            allowed,
+            decisions,
+            capacity_denied: false,
+        })
+    }
+}
+
+async fn connect(target: &Target, timeout: Duration) -> Result<Conn, StoreError> {
+    let err = |e: redis::RedisError| StoreError::Unavailable(e.to_string());
+    match target {
+        Target::Single(url) => {
+            let client = redis::Client::open(url.as_str()).map_err(err)?;
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(timeout.max(Duration::from_millis(500)))
+                .set_response_timeout(timeout)
+                .set_number_of_retries(1)
+                .set_max_delay(1_000);
+            let mgr = tokio::time::timeout(
+                timeout.max(Duration::from_secs(1)),
+                ConnectionManager::new_with_config(client, config),
+            )
+            .await
+            .map_err(|_| StoreError::Timeout)?
+            .map_err(err)?;
+            Ok(Conn::Single(mgr))
+        }
+        Target::Cluster(nodes) => {
+            let client = redis::cluster::ClusterClientBuilder::new(nodes.clone())
+                .connection_timeout(timeout.max(Duration::from_millis(500)))
+                .response_timeout(timeout)
+                .retries(1)
+                .build()
+                .map_err(err)?;
+            let conn = tokio::time::timeout(
+                timeout.max(Duration::from_secs(1)),
+                client.get_async_connection(),
+            )
+            .await
+            .map_err(|_| StoreError::Timeout)?
+            .map_err(err)?;
+            Ok(Conn::Cluster(conn))
+        }
+    }
+}
+
+/// Microseconds for a nanosecond instant or duration (rounded down).
+pub fn nanos_to_micros(n: Nanos) -> u64 {
+    n / MICROS
+}
