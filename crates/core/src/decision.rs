@@ -1,4 +1,4 @@
-use crate::Nanos;
+use crate::{Nanos, MILLISECOND};
 
 /// Why a request was denied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -9,25 +9,68 @@ pub enum Denial {
     /// never helps (`retry_after` is zero).
     CostExceedsCapacity,
     /// Delay mode: the request would conform only after longer than the
-    /// limit's maximum delay.
+    /// limit's maximum delay; `retry_after` says when it conforms.
     DelayTooLong,
 }
 
 /// What one limit decided for one request, with what the headers need.
+///
+/// All durations are exact nanoseconds, rounded up where they come from a
+/// division, so that a client waiting exactly `retry_after` and retrying is
+/// admitted if nobody else spent the quota meanwhile. For headers in whole
+/// milliseconds or seconds use the rounding-up helpers
+/// ([`Decision::retry_after_ms`], [`Decision::retry_after_secs`], ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decision {
     /// Whether the request passes this limit.
     pub allowed: bool,
-    /// The limit's quota: `requests` per window.
+    /// The limit's quota: `requests` per window (never including the soft
+    /// allowance).
     pub limit: u64,
-    /// Requests of cost 1 that would pass right now, after this decision.
+    /// Requests of cost 1 that would pass right now, after this decision,
+    /// within the hard quota: with soft throttling the soft allowance is not
+    /// counted, so `remaining` reaches 0 while requests still pass.
     pub remaining: u64,
-    /// Time until the quota is entirely available again if no more requests come.
+    /// Time until the quota is entirely available again if no more requests
+    /// come (0 for a key with nothing counted).
     pub reset: Nanos,
-    /// Time until a request of this cost can pass; zero when allowed.
+    /// Time until a request of this cost can pass; zero when allowed, and
+    /// zero when the cost can never pass ([`Denial::CostExceedsCapacity`]).
     pub retry_after: Nanos,
-    /// Delay mode: how long to hold an admitted request before it conforms.
+    /// Delay mode: how long to hold an admitted request before it conforms
+    /// (zero otherwise).
     pub delay: Nanos,
     /// Why the request was denied; `None` when allowed.
     pub denial: Option<Denial>,
+}
+
+fn ceil_to(n: Nanos, unit: Nanos) -> u64 {
+    n / unit + u64::from(n % unit != 0)
+}
+
+impl Decision {
+    /// `retry_after` in milliseconds, rounded up.
+    pub fn retry_after_ms(&self) -> u64 {
+        ceil_to(self.retry_after, MILLISECOND)
+    }
+
+    /// `retry_after` in seconds, rounded up (for `Retry-After`).
+    pub fn retry_after_secs(&self) -> u64 {
+        ceil_to(self.retry_after, crate::SECOND)
+    }
+
+    /// `reset` in milliseconds, rounded up.
+    pub fn reset_ms(&self) -> u64 {
+        ceil_to(self.reset, MILLISECOND)
+    }
+
+    /// `reset` in seconds, rounded up.
+    pub fn reset_secs(&self) -> u64 {
+        ceil_to(self.reset, crate::SECOND)
+    }
+
+    /// `delay` in milliseconds, rounded up.
+    pub fn delay_ms(&self) -> u64 {
+        ceil_to(self.delay, MILLISECOND)
+    }
 }

@@ -7,18 +7,50 @@
 //!
 //! Time is [`Nanos`]: nanoseconds since the Unix epoch for instants, plain
 //! nanoseconds for durations.
+//!
+//! # Cost
+//! A request weighs `cost` units. A cost above what the limit can ever admit
+//! at once (the soft burst, see [`Limit::soft_burst`]) is denied with
+//! [`Denial::CostExceedsCapacity`] and `retry_after` 0. A cost of 0 is a pure
+//! query: it is decided as a request of cost 1 ("would one more request
+//! pass now?") and consumes nothing.
+//!
+//! # Clock steps
+//! When `now` is earlier than the stored state's time (the wall clock stepped
+//! back), the state is taken as if `now` were its time and rebased on `now`:
+//! no more than the limit is admitted, and the key recovers within a window
+//! (`burst / requests` windows for the rate-based algorithms). Rebasing
+//! writes a state even on a denial or a query; see [`Outcome::new_state`].
+//!
+//! ```
+//! use sluice_core::{decide, Algorithm, Limit, SECOND};
+//! let limit = Limit::new(Algorithm::TokenBucket, 2, SECOND).unwrap();
+//! let a = decide(&limit, None, 0, 1);
+//! let b = decide(&limit, a.new_state.as_ref().map(|s| s.as_bytes()), 0, 1);
+//! let c = decide(&limit, b.new_state.as_ref().map(|s| s.as_bytes()), 0, 1);
+//! assert!(a.decision.allowed && b.decision.allowed && !c.decision.allowed);
+//! assert_eq!(c.decision.retry_after, SECOND / 2);
+//! ```
 
+mod algo;
 mod algorithm;
 mod decision;
 mod limit;
+mod math;
 mod multi;
 mod state;
 
-pub use algorithm::Algorithm;
+use algo::{fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket, Mode};
+use limit::Params;
+
+pub use algorithm::{Algorithm, UnknownAlgorithm};
 pub use decision::{Decision, Denial};
-pub use limit::{Limit, LimitError};
+pub use limit::{
+    Limit, LimitError, MAX_LOG_ENTRIES, MAX_PRECISION, MAX_REQUESTS, MAX_SOFT_PERCENT, MAX_WINDOW,
+    MIN_WINDOW,
+};
 pub use multi::{decide_all, most_restrictive, Check, MultiOutcome};
-pub use state::Encoded;
+pub use state::{Encoded, VERSION};
 
 /// Nanoseconds: since the Unix epoch for instants, elapsed for durations.
 pub type Nanos = u64;
@@ -34,18 +66,103 @@ pub struct Outcome {
     /// What was decided, with the values the rate-limit headers need.
     pub decision: Decision,
     /// The state to store for this key, or `None` when it is unchanged.
+    ///
+    /// An admitted request always yields a state. A denial or a query
+    /// yields one only when the stored state was ahead of the clock and had
+    /// to be rebased (this consumes nothing, but should be stored so that the
+    /// key recovers).
     pub new_state: Option<Encoded>,
 }
 
 /// Decides whether a request of weight `cost` passes `limit` at `now`, given
 /// the key's stored state (`None`, or bytes that do not decode, mean a fresh key).
+///
+/// Never panics, whatever the inputs; a limit that fails
+/// [`Limit::validate`] is decided with its fields clamped into range.
 pub fn decide(limit: &Limit, state: Option<&[u8]>, now: Nanos, cost: u64) -> Outcome {
-    todo!("{limit:?} {state:?} {now} {cost}")
+    let mode = if cost == 0 { Mode::Peek } else { Mode::Commit };
+    decide_in(limit, state, now, cost, mode)
+}
+
+/// [`decide`] with an explicit mode; `Peek` decides without consuming.
+pub(crate) fn decide_in(
+    limit: &Limit,
+    state: Option<&[u8]>,
+    now: Nanos,
+    cost: u64,
+    mode: Mode,
+) -> Outcome {
+    let p = Params::of(limit);
+    let probe = cost.max(1);
+    if probe > p.cap {
+        let mut out = run(limit.algorithm, &p, state, now, 1, Mode::Peek);
+        out.decision.allowed = false;
+        out.decision.retry_after = 0;
+        out.decision.delay = 0;
+        out.decision.denial = Some(Denial::CostExceedsCapacity);
+        return out;
+    }
+    run(limit.algorithm, &p, state, now, probe, mode)
+}
+
+fn run(
+    algorithm: Algorithm,
+    p: &Params,
+    state: Option<&[u8]>,
+    now: Nanos,
+    cost: u64,
+    mode: Mode,
+) -> Outcome {
+    match algorithm {
+        Algorithm::TokenBucket => token_bucket::decide(p, state, now, cost, mode),
+        Algorithm::LeakyBucket => leaky_bucket::decide(p, state, now, cost, mode),
+        Algorithm::Gcra => gcra::decide(p, state, now, cost, mode),
+        Algorithm::FixedWindow => fixed_window::decide(p, state, now, cost, mode),
+        Algorithm::SlidingLog => sliding_log::decide(p, state, now, cost, mode),
+        Algorithm::SlidingWindow => sliding_window::decide(p, state, now, cost, mode),
+    }
 }
 
 /// Gives back `cost` that a request admitted at `admitted_at` consumed from
 /// `state`, used when another limit of the same check denied. Returns the state
 /// to store, or `None` when there is nothing to give back.
+///
+/// This is [`refund_at`] with `now = admitted_at`: exact for a refund issued
+/// with the same clock reading as the decision, before anything else touched
+/// the key. Prefer [`refund_at`] with the current time.
 pub fn refund(limit: &Limit, state: &[u8], admitted_at: Nanos, cost: u64) -> Option<Encoded> {
-    todo!("{limit:?} {state:?} {admitted_at} {cost}")
+    refund_at(limit, state, admitted_at, admitted_at, cost)
+}
+
+/// Gives back `cost` consumed at `admitted_at` from `state`, at `now`.
+///
+/// A refund never leaves the state more permissive than if the request had
+/// never been admitted, even when other requests were decided in between:
+/// - fixed window, sliding window: the cost is taken off the counter the
+///   request was added to, if that counter is still kept;
+/// - sliding log: the request's entries are removed, if still present;
+/// - token bucket, leaky bucket, GCRA: what of the request can still be in
+///   the bucket is given back, `cost * window / requests` minus what drained
+///   since `admitted_at` (the stored update time bounds `now` from below for
+///   the buckets; for GCRA a `now` earlier than the last decision on the key
+///   may give back up to `now - admitted_at` worth of drain too much).
+pub fn refund_at(
+    limit: &Limit,
+    state: &[u8],
+    admitted_at: Nanos,
+    now: Nanos,
+    cost: u64,
+) -> Option<Encoded> {
+    if cost == 0 {
+        return None;
+    }
+    let p = Params::of(limit);
+    match limit.algorithm {
+        Algorithm::TokenBucket => token_bucket::refund(&p, state, admitted_at, now, cost),
+        Algorithm::LeakyBucket => leaky_bucket::refund(&p, state, admitted_at, now, cost),
+        Algorithm::Gcra => gcra::refund(&p, state, admitted_at, now, cost),
+        Algorithm::FixedWindow => fixed_window::refund(&p, state, admitted_at, cost),
+        Algorithm::SlidingLog => sliding_log::refund(&p, state, admitted_at, cost),
+        Algorithm::SlidingWindow => sliding_window::refund(&p, state, admitted_at, cost),
+    }
 }

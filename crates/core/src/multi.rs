@@ -1,4 +1,5 @@
-use crate::{Decision, Encoded, Limit, Nanos};
+use crate::algo::Mode;
+use crate::{decide_in, Decision, Encoded, Limit, Nanos};
 
 /// One limit of a multi-limit check, with its key's stored state.
 #[derive(Debug, Clone, Copy)]
@@ -14,19 +15,65 @@ pub struct Check<'a> {
 pub struct MultiOutcome {
     /// True when every limit allowed.
     pub allowed: bool,
-    /// One decision per check, in order.
+    /// One decision per check, in order. When the check is denied, the
+    /// limits that would have admitted report `allowed: true` with what
+    /// remains *without* this request (nothing was consumed).
     pub decisions: Vec<Decision>,
-    /// One new state per check; all `None` when any limit denied, so a denied
-    /// request consumes nothing.
+    /// One new state per check. When any limit denied, nothing is consumed:
+    /// every entry is `None` except a state rebased after a clock step (see
+    /// [`Outcome::new_state`](crate::Outcome::new_state)), which consumes nothing.
     pub new_states: Vec<Option<Encoded>>,
+}
+
+impl MultiOutcome {
+    /// Delay mode: how long to hold the request, the longest of the limits' delays.
+    pub fn delay(&self) -> Nanos {
+        self.decisions.iter().map(|d| d.delay).max().unwrap_or(0)
+    }
 }
 
 /// Decides `checks` together: the request passes only if every limit allows it.
 pub fn decide_all(checks: &[Check<'_>], now: Nanos, cost: u64) -> MultiOutcome {
-    todo!("{checks:?} {now} {cost}")
+    let mode = if cost == 0 { Mode::Peek } else { Mode::Commit };
+    let mut outcomes: Vec<_> = checks
+        .iter()
+        .map(|c| decide_in(c.limit, c.state, now, cost, mode))
+        .collect();
+    let allowed = outcomes.iter().all(|o| o.decision.allowed);
+    if !allowed && mode == Mode::Commit {
+        for (o, c) in outcomes.iter_mut().zip(checks) {
+            if o.decision.allowed {
+                // Decide again without consuming: what remains is unchanged.
+                *o = decide_in(c.limit, c.state, now, cost, Mode::Peek);
+            }
+        }
+    }
+    let (decisions, new_states) = outcomes
+        .into_iter()
+        .map(|o| (o.decision, o.new_state))
+        .unzip();
+    MultiOutcome {
+        allowed,
+        decisions,
+        new_states,
+    }
 }
 
-/// The index of the decision closest to exhaustion (the one to report in headers).
+/// The index of the decision closest to exhaustion (the one to report in
+/// headers): a denial with the longest `retry_after` first, otherwise the
+/// fewest `remaining` (then the longest `reset`). `None` for no decisions.
 pub fn most_restrictive(decisions: &[Decision]) -> Option<usize> {
-    todo!("{decisions:?}")
+    decisions
+        .iter()
+        .enumerate()
+        // Reversed so that ties go to the first decision.
+        .rev()
+        .max_by(|(_, a), (_, b)| {
+            (!a.allowed)
+                .cmp(&!b.allowed)
+                .then(a.retry_after.cmp(&b.retry_after))
+                .then(b.remaining.cmp(&a.remaining))
+                .then(a.reset.cmp(&b.reset))
+        })
+        .map(|(i, _)| i)
 }

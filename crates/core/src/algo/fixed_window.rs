@@ -1,0 +1,74 @@
+//! Fixed window: one counter per window, windows aligned to the Unix epoch
+//! (a window of an hour runs from one full hour to the next, in UTC).
+//!
+//! State (18 bytes): version, tag, then two little-endian `u64`: the start of
+//! the counted window (ns since the epoch) and the count in it.
+
+use super::Mode;
+use crate::limit::Params;
+use crate::math::sat64;
+use crate::state::{decode2, encode2, tag};
+use crate::{Decision, Denial, Nanos, Outcome};
+
+pub(crate) fn decode(bytes: &[u8]) -> Option<(Nanos, u64)> {
+    decode2(bytes, tag::FIXED_WINDOW)
+}
+
+pub(crate) fn encode(start: Nanos, count: u64) -> crate::Encoded {
+    encode2(tag::FIXED_WINDOW, start, count)
+}
+
+/// The start of the window holding `now`, and the time left in it.
+fn window_of(p: &Params, now: Nanos) -> (Nanos, Nanos) {
+    let window = sat64(p.window).max(1);
+    let into = now % window;
+    (now - into, window - into)
+}
+
+pub(crate) fn decide(
+    p: &Params,
+    state: Option<&[u8]>,
+    now: Nanos,
+    cost: u64,
+    mode: Mode,
+) -> Outcome {
+    let (start, left) = window_of(p, now);
+    let (count, repaired) = match state.and_then(decode) {
+        Some((at, count)) if at == start => (count, false),
+        // A window still to come: the clock stepped back. Keep the count
+        // but move it to this window, so the key recovers when it ends.
+        Some((at, count)) if at > start => (count, true),
+        _ => (0, false),
+    };
+    let allowed = count.saturating_add(cost) <= p.cap;
+    let consumed = allowed && mode == Mode::Commit;
+    let after = if consumed { count + cost } else { count };
+    let decision = Decision {
+        allowed,
+        limit: p.requests,
+        remaining: p.report(p.cap.saturating_sub(after)),
+        reset: if after > 0 { left } else { 0 },
+        retry_after: if allowed { 0 } else { left },
+        delay: 0,
+        denial: (!allowed).then_some(Denial::OverLimit),
+    };
+    let new_state = (consumed || repaired).then(|| encode(start, after));
+    Outcome {
+        decision,
+        new_state,
+    }
+}
+
+pub(crate) fn refund(
+    p: &Params,
+    state: &[u8],
+    admitted_at: Nanos,
+    cost: u64,
+) -> Option<crate::Encoded> {
+    let (start, count) = decode(state)?;
+    // Only the window the request was counted in holds its cost.
+    if start != window_of(p, admitted_at).0 || count == 0 || cost == 0 {
+        return None;
+    }
+    Some(encode(start, count.saturating_sub(cost)))
+}

@@ -1,0 +1,85 @@
+//! GCRA: a theoretical arrival time (TAT) that advances by `window /
+//! requests` per unit of cost; a request conforms when the new TAT is at
+//! most `burst * window / requests` ahead of now.
+//!
+//! The TAT is kept exactly, in units of `1 / requests_ns`: state (18 bytes)
+//! is version, tag, then two little-endian `u64`: the TAT in whole
+//! nanoseconds and its fraction in units of `1 / rate` nanosecond.
+
+use super::meter;
+use super::Mode;
+use crate::limit::Params;
+use crate::math::{floor_div, sat64};
+use crate::state::{decode2, encode2, tag};
+use crate::{Nanos, Outcome};
+
+/// Decoded state: the TAT in scaled units (`ns * rate`).
+pub(crate) fn decode(p: &Params, bytes: &[u8]) -> Option<u128> {
+    let (whole, frac) = decode2(bytes, tag::GCRA)?;
+    // A fraction out of range (another rate) is rounded up: a later TAT.
+    Some(if u128::from(frac) >= p.rate {
+        (u128::from(whole) + 1) * p.rate
+    } else {
+        u128::from(whole) * p.rate + u128::from(frac)
+    })
+}
+
+/// Encodes a TAT in scaled units.
+pub(crate) fn encode(p: &Params, tat: u128) -> crate::Encoded {
+    let whole = floor_div(tat, p.rate);
+    if whole > u128::from(u64::MAX) {
+        return encode2(tag::GCRA, u64::MAX, 0);
+    }
+    encode2(tag::GCRA, sat64(whole), sat64(tat - whole * p.rate))
+}
+
+pub(crate) fn decide(
+    p: &Params,
+    state: Option<&[u8]>,
+    now: Nanos,
+    cost: u64,
+    mode: Mode,
+) -> Outcome {
+    let scaled_now = u128::from(now) * p.rate;
+    let max = meter::max_level(p);
+    let (level, repaired) = match state.and_then(|s| decode(p, s)) {
+        Some(tat) => {
+            let level = tat.saturating_sub(scaled_now);
+            // More ahead than any valid state can be: the clock stepped back.
+            // Treat the bucket as full from now, so it recovers in a window.
+            if level > max {
+                (max, true)
+            } else {
+                (level, false)
+            }
+        }
+        None => (0, false),
+    };
+    let (decision, after) = meter::judge(p, level, cost, mode);
+    let new_state = match after {
+        Some(after) => Some(encode(p, scaled_now + after)),
+        None if repaired => Some(encode(p, scaled_now + level)),
+        None => None,
+    };
+    Outcome {
+        decision,
+        new_state,
+    }
+}
+
+pub(crate) fn refund(
+    p: &Params,
+    state: &[u8],
+    admitted_at: Nanos,
+    now: Nanos,
+    cost: u64,
+) -> Option<crate::Encoded> {
+    let tat = decode(p, state)?;
+    let at = now.max(admitted_at);
+    let back = meter::refundable(p, cost, admitted_at, at);
+    let floor = u128::from(at) * p.rate;
+    if back == 0 || tat <= floor {
+        return None;
+    }
+    Some(encode(p, tat.saturating_sub(back).max(floor)))
+}

@@ -1,0 +1,216 @@
+//! Sliding log: one timestamp per admitted unit of cost; a request passes
+//! when the entries younger than `window` plus its cost fit in `burst`.
+//!
+//! State: version, tag, then `shift` (u8), `count` (u32), `base` (u64, in
+//! ticks) and `count` little-endian `u32` offsets from `base`, sorted: 15 +
+//! 4 × count bytes. A tick is `2^shift` ns, the smallest power of two that
+//! keeps a window within 2^31 ticks: 1 ns for windows up to 2.1 s, about
+//! 16 µs for an hour, 16.8 ms for a year. Timestamps are rounded *up* to a
+//! tick, so an entry leaves the window at most one tick late, never early:
+//! rounding can only deny, never admit more.
+//!
+//! A decision reads the state in place, finds the first live entry by binary
+//! search, and writes the live entries and the new ones.
+
+use super::Mode;
+use crate::limit::Params;
+use crate::math::sat64;
+use crate::state::{payload, tag, u32_at, u64_at, VERSION};
+use crate::{Decision, Denial, Nanos, Outcome};
+
+const HEADER: usize = 15;
+
+/// The tick shift for a window: the smallest `k` with `window < 2^(31 + k)`.
+pub(crate) fn shift_for(window: u128) -> u32 {
+    (128 - window.leading_zeros()).saturating_sub(31)
+}
+
+/// `t` in ticks, rounded up.
+fn tick_of(t: Nanos, shift: u32) -> u64 {
+    let mask = (1u64 << shift) - 1;
+    (t >> shift) + u64::from(t & mask != 0)
+}
+
+/// A decoded log: entries are read from the bytes when needed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Log<'a> {
+    pub shift: u32,
+    pub base: u64,
+    offsets: &'a [u8],
+}
+
+impl<'a> Log<'a> {
+    pub(crate) fn decode(p: &Params, bytes: &'a [u8]) -> Option<Log<'a>> {
+        let rest = payload(bytes, tag::SLIDING_LOG)?;
+        let shift = u32::from(*rest.first()?);
+        if shift != shift_for(p.window) {
+            return None;
+        }
+        let count = usize::try_from(u32_at(rest, 1)?).ok()?;
+        let base = u64_at(rest, 5)?;
+        let offsets = rest.get(HEADER - 2..)?;
+        if offsets.len() != count.checked_mul(4)? {
+            return None;
+        }
+        Some(Log {
+            shift,
+            base,
+            offsets,
+        })
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.offsets.len() / 4
+    }
+
+    /// The `i`th entry in ticks.
+    pub(crate) fn tick(&self, i: usize) -> u64 {
+        let offset = i.checked_mul(4).and_then(|at| u32_at(self.offsets, at));
+        self.base.saturating_add(u64::from(offset.unwrap_or(0)))
+    }
+}
+
+/// Writes a log of `ticks` (sorted) followed by `extra` copies of `last`.
+fn encode(
+    shift: u32,
+    ticks: impl ExactSizeIterator<Item = u64>,
+    last: u64,
+    extra: u64,
+) -> crate::Encoded {
+    let live = ticks.len();
+    let extra = usize::try_from(extra).unwrap_or(0);
+    let count = live.saturating_add(extra);
+    let mut out = Vec::with_capacity(HEADER + count * 4);
+    out.push(VERSION);
+    out.push(tag::SLIDING_LOG);
+    out.push(shift as u8);
+    out.extend_from_slice(&u32::try_from(count).unwrap_or(u32::MAX).to_le_bytes());
+    let mut ticks = ticks.peekable();
+    let base = ticks.peek().copied().unwrap_or(last).min(last);
+    out.extend_from_slice(&base.to_le_bytes());
+    for t in ticks {
+        out.extend_from_slice(&offset(t, base).to_le_bytes());
+    }
+    let tail = offset(last, base).to_le_bytes();
+    for _ in 0..extra {
+        out.extend_from_slice(&tail);
+    }
+    crate::Encoded::heap(out)
+}
+
+fn offset(t: u64, base: u64) -> u32 {
+    u32::try_from(t.saturating_sub(base)).unwrap_or(u32::MAX)
+}
+
+/// When an entry at `tick` leaves the window.
+fn expiry(tick: u64, shift: u32, window: u128) -> u128 {
+    (u128::from(tick) << shift) + window
+}
+
+pub(crate) fn decide(
+    p: &Params,
+    state: Option<&[u8]>,
+    now: Nanos,
+    cost: u64,
+    mode: Mode,
+) -> Outcome {
+    let shift = shift_for(p.window);
+    let now_tick = tick_of(now, shift);
+    let log = state.and_then(|s| Log::decode(p, s));
+    let n = log.map_or(0, |l| l.len());
+    // The clock stepped back behind the newest entry: move every entry back
+    // by the step, as if the clock had not moved, so the key recovers
+    // within a window and admits no more than the limit.
+    let newest = match (log, n.checked_sub(1)) {
+        (Some(l), Some(last)) => l.tick(last),
+        _ => 0,
+    };
+    let back = newest.saturating_sub(now_tick);
+    let tick = |i: usize| log.map_or(0, |l| l.tick(i)).saturating_sub(back);
+    let now128 = u128::from(now);
+    // The first entry still in the window.
+    let first = partition_point(n, |i| expiry(tick(i), shift, p.window) <= now128);
+    let live = n - first;
+    let live64 = live as u64;
+    let allowed = live64.saturating_add(cost) <= p.cap;
+    let consumed = allowed && mode == Mode::Commit;
+    let after = if consumed { live64 + cost } else { live64 };
+    let newest_after = if consumed {
+        now_tick
+    } else {
+        newest.saturating_sub(back)
+    };
+    let retry_after = if allowed {
+        0
+    } else {
+        // The entry whose expiry makes room for `cost`.
+        let drop = usize::try_from(live64.saturating_add(cost) - p.cap).unwrap_or(usize::MAX);
+        let at = first
+            .saturating_add(drop)
+            .saturating_sub(1)
+            .min(n.saturating_sub(1));
+        sat64(expiry(tick(at), shift, p.window).saturating_sub(now128))
+    };
+    let decision = Decision {
+        allowed,
+        limit: p.requests,
+        remaining: p.report(p.cap.saturating_sub(after)),
+        reset: if after > 0 {
+            sat64(expiry(newest_after, shift, p.window).saturating_sub(now128))
+        } else {
+            0
+        },
+        retry_after,
+        delay: 0,
+        denial: (!allowed).then_some(Denial::OverLimit),
+    };
+    let new_state = if consumed {
+        Some(encode(shift, (first..n).map(tick), now_tick, cost))
+    } else if back > 0 {
+        Some(encode(shift, (first..n).map(tick), newest_after, 0))
+    } else {
+        None
+    };
+    Outcome {
+        decision,
+        new_state,
+    }
+}
+
+/// The first index in `0..n` where `pred` is false (`pred` must hold on a prefix).
+fn partition_point(n: usize, pred: impl Fn(usize) -> bool) -> usize {
+    let (mut lo, mut hi) = (0usize, n);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if pred(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+pub(crate) fn refund(
+    p: &Params,
+    state: &[u8],
+    admitted_at: Nanos,
+    cost: u64,
+) -> Option<crate::Encoded> {
+    let log = Log::decode(p, state)?;
+    let at = tick_of(admitted_at, log.shift);
+    let n = log.len();
+    // The entries written for the request: the last `cost` entries at its tick.
+    let end = partition_point(n, |i| log.tick(i) <= at);
+    let start = partition_point(end, |i| log.tick(i) < at);
+    let take = (end - start).min(usize::try_from(cost).unwrap_or(usize::MAX));
+    if take == 0 {
+        return None;
+    }
+    let ticks = (0..n)
+        .filter(move |&i| i < end - take || i >= end)
+        .map(move |i| log.tick(i));
+    let kept: Vec<u64> = ticks.collect();
+    let last = kept.last().copied().unwrap_or(at);
+    Some(encode(log.shift, kept.into_iter(), last, 0))
+}

@@ -1,0 +1,237 @@
+//! Sliding window counter: the trailing window estimated from `precision`
+//! sub-window counters aligned to the epoch, the oldest one weighted by how
+//! much of it the trailing window still covers.
+//!
+//! With `precision = 1` this is the two-counter estimate `previous × (1 −
+//! elapsed / window) + current`. With `P` sub-windows of `window / P`, the
+//! estimate is `oldest × (1 − elapsed / sub-window) + the P newer counts`.
+//! All of it is computed exactly in integers (time scaled by `P`).
+//!
+//! Error bound: the estimate differs from the exact count of the trailing
+//! window by less than the count of the one sub-window that straddles the
+//! window's trailing edge (which assumes its requests were spread evenly).
+//! So a trailing window can hold up to `burst` plus that sub-window's count
+//! (at most `2 × burst` with one counter, less with many sub-windows and
+//! steady traffic), and a request can be denied while the exact count
+//! still had room for at most that many.
+//!
+//! State: version, tag, counter width (4 or 8 bytes, 4 unless a count
+//! exceeds `u32::MAX`), precision (u16), the current sub-window's index
+//! (u64), then `precision + 1` counters, oldest first: 13 + 4 × (P + 1)
+//! bytes, 21 bytes for `precision = 1`.
+
+use super::Mode;
+use crate::limit::Params;
+use crate::math::{ceil_div, floor_div, sat64};
+use crate::state::{payload, tag, u32_at, u64_at, VERSION};
+use crate::{Decision, Denial, Nanos, Outcome};
+
+const HEADER: usize = 13;
+
+/// Decoded state: the current sub-window's index and `P + 1` counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Counters {
+    pub index: u64,
+    pub counts: Vec<u64>,
+}
+
+impl Counters {
+    pub(crate) fn decode(p: &Params, bytes: &[u8]) -> Option<Counters> {
+        let rest = payload(bytes, tag::SLIDING_WINDOW)?;
+        let width = usize::from(*rest.first()?);
+        let precision = u16::from_le_bytes([*rest.get(1)?, *rest.get(2)?]);
+        if u32::from(precision) != p.precision || !(width == 4 || width == 8) {
+            return None;
+        }
+        let index = u64_at(rest, 3)?;
+        let body = rest.get(HEADER - 2..)?;
+        let slots = usize::from(precision) + 1;
+        if body.len() != slots * width {
+            return None;
+        }
+        let counts = (0..slots)
+            .map(|i| {
+                if width == 4 {
+                    u32_at(body, i * 4).map_or(0, u64::from)
+                } else {
+                    u64_at(body, i * 8).unwrap_or(0)
+                }
+            })
+            .collect();
+        Some(Counters { index, counts })
+    }
+
+    pub(crate) fn encode(&self, p: &Params) -> crate::Encoded {
+        let wide = self.counts.iter().any(|&c| c > u64::from(u32::MAX));
+        let width: u8 = if wide { 8 } else { 4 };
+        let mut out = Vec::with_capacity(HEADER + self.counts.len() * usize::from(width));
+        out.push(VERSION);
+        out.push(tag::SLIDING_WINDOW);
+        out.push(width);
+        out.extend_from_slice(&(p.precision as u16).to_le_bytes());
+        out.extend_from_slice(&self.index.to_le_bytes());
+        for &c in &self.counts {
+            if wide {
+                out.extend_from_slice(&c.to_le_bytes());
+            } else {
+                out.extend_from_slice(&(c as u32).to_le_bytes());
+            }
+        }
+        crate::Encoded::heap(out)
+    }
+
+    /// Moves to sub-window `index`, dropping counters that fell out.
+    fn advance(&mut self, index: u64) {
+        let by = usize::try_from(index.saturating_sub(self.index)).unwrap_or(usize::MAX);
+        let len = self.counts.len();
+        if by >= len {
+            self.counts.iter_mut().for_each(|c| *c = 0);
+        } else if by > 0 {
+            self.counts.rotate_left(by);
+            if let Some(tail) = self.counts.get_mut(len - by..) {
+                tail.iter_mut().for_each(|c| *c = 0);
+            }
+        }
+        self.index = index;
+    }
+}
+
+/// The sub-window holding `now` and how far into it (time scaled by `P`).
+fn position(p: &Params, now: Nanos) -> (u64, u128) {
+    let scaled = u128::from(now) * u128::from(p.precision);
+    let index = floor_div(scaled, p.window);
+    (sat64(index), scaled - index * p.window)
+}
+
+/// The estimate in units of `1 / window` requests.
+fn estimate(p: &Params, counts: &[u64], into: u128) -> u128 {
+    let mut total = 0u128;
+    for (i, &c) in counts.iter().enumerate() {
+        let weight = if i == 0 { p.window - into } else { p.window };
+        total = total.saturating_add(u128::from(c).saturating_mul(weight));
+    }
+    total
+}
+
+pub(crate) fn decide(
+    p: &Params,
+    state: Option<&[u8]>,
+    now: Nanos,
+    cost: u64,
+    mode: Mode,
+) -> Outcome {
+    let (index, into) = position(p, now);
+    let slots = p.precision as usize + 1;
+    let mut repaired = false;
+    let mut c = match state.and_then(|s| Counters::decode(p, s)) {
+        // The clock stepped back: keep the counts, relabelled to now.
+        Some(mut c) if c.index > index => {
+            repaired = true;
+            c.index = index;
+            c
+        }
+        Some(mut c) => {
+            c.advance(index);
+            c
+        }
+        None => Counters {
+            index,
+            counts: vec![0; slots],
+        },
+    };
+    let cap = u128::from(p.cap) * p.window;
+    let need = u128::from(cost) * p.window;
+    let est = estimate(p, &c.counts, into);
+    let allowed = est.saturating_add(need) <= cap;
+    let consumed = allowed && mode == Mode::Commit;
+    if consumed {
+        if let Some(last) = c.counts.last_mut() {
+            *last = last.saturating_add(cost);
+        }
+    }
+    let after = if consumed { est + need } else { est };
+    let retry_after = if allowed {
+        0
+    } else {
+        retry(p, &c.counts, index, into, cost, now)
+    };
+    let reset = match c.counts.iter().rposition(|&n| n > 0) {
+        Some(i) => {
+            let clear = (u128::from(index) + i as u128 + 1) * p.window;
+            sat64(ceil_div(clear, u128::from(p.precision)).saturating_sub(u128::from(now)))
+        }
+        None => 0,
+    };
+    let decision = Decision {
+        allowed,
+        limit: p.requests,
+        remaining: p.report(sat64(floor_div(cap.saturating_sub(after), p.window))),
+        reset,
+        retry_after,
+        delay: 0,
+        denial: (!allowed).then_some(Denial::OverLimit),
+    };
+    let new_state = (consumed || repaired).then(|| c.encode(p));
+    Outcome {
+        decision,
+        new_state,
+    }
+}
+
+/// The time until the estimate leaves room for `cost`: walks the coming
+/// sub-windows; in each, the oldest counter's weight falls linearly.
+fn retry(p: &Params, counts: &[u64], index: u64, into: u128, cost: u64, now: Nanos) -> Nanos {
+    let cap = u128::from(p.cap) * p.window;
+    let need = u128::from(cost) * p.window;
+    let w = p.window;
+    // Suffix sums: newer[k] = counts[k+1..].sum().
+    let mut newer = vec![0u128; counts.len() + 1];
+    for (i, &c) in counts.iter().enumerate().rev() {
+        let next = newer.get(i + 1).copied().unwrap_or(0);
+        if let Some(slot) = newer.get_mut(i) {
+            *slot = next.saturating_add(u128::from(c));
+        }
+    }
+    for k in 0..=counts.len() {
+        let oldest = u128::from(counts.get(k).copied().unwrap_or(0));
+        let rest = newer.get(k + 1).copied().unwrap_or(0).saturating_mul(w);
+        let Some(room) = cap.checked_sub(need).and_then(|r| r.checked_sub(rest)) else {
+            continue;
+        };
+        // Smallest `e` with oldest × (w − e) <= room.
+        let earliest = match room.checked_div(oldest) {
+            None => 0,
+            Some(q) if q >= w => 0,
+            Some(0) => continue,
+            Some(q) => w - q,
+        };
+        let earliest = if k == 0 { earliest.max(into) } else { earliest };
+        let at = (u128::from(index) + k as u128) * w + earliest;
+        let at = ceil_div(at, u128::from(p.precision));
+        return sat64(at.saturating_sub(u128::from(now)));
+    }
+    0
+}
+
+pub(crate) fn refund(
+    p: &Params,
+    state: &[u8],
+    admitted_at: Nanos,
+    cost: u64,
+) -> Option<crate::Encoded> {
+    let mut c = Counters::decode(p, state)?;
+    let (at, _) = position(p, admitted_at);
+    // The counter the request was added to, if it is still kept.
+    let back = c.index.checked_sub(at)?;
+    let slot = c
+        .counts
+        .len()
+        .checked_sub(1)?
+        .checked_sub(usize::try_from(back).ok()?)?;
+    let count = c.counts.get_mut(slot)?;
+    if *count == 0 || cost == 0 {
+        return None;
+    }
+    *count = count.saturating_sub(cost);
+    Some(c.encode(p))
+}
