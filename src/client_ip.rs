@@ -1,0 +1,190 @@
+//! Finding the client address (downstream peer or `x-forwarded-for`) and
+//! masking it to the prefix that identifies one client.
+//!
+//! The key text of a client is its masked address. An IPv4 client under the
+//! default `/32` is the plain address (`203.0.113.7`); a shorter prefix adds
+//! the length (`203.0.113.0/24`). IPv6 works the same way: under the default
+//! `/64`, `2001:db8:1:2:3:4:5:6` becomes `2001:db8:1:2::/64`, and `/128` is the
+//! plain address. IPv4-mapped IPv6 addresses (`::ffff:1.2.3.4`) count as IPv4.
+//! Overrides must be written in this form.
+
+use std::fmt::Write;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// How the client address is found and masked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientIpPolicy {
+    /// Trusted proxies in front of Envoy. Zero uses the downstream peer
+    /// address; `N > 0` uses the `N`th `x-forwarded-for` entry from the right.
+    pub trusted_hops: u32,
+    /// IPv4 prefix length, 0..=32.
+    pub ipv4_prefix: u8,
+    /// IPv6 prefix length, 0..=128.
+    pub ipv6_prefix: u8,
+}
+
+impl Default for ClientIpPolicy {
+    fn default() -> Self {
+        ClientIpPolicy {
+            trusted_hops: 0,
+            ipv4_prefix: 32,
+            ipv6_prefix: 64,
+        }
+    }
+}
+
+/// Parses an address as Envoy reports it: `1.2.3.4:5678`, `[::1]:5678`, or
+/// a bare address.
+pub fn parse_address(text: &str) -> Option<IpAddr> {
+    let text = text.trim();
+    if let Ok(ip) = text.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    if let Some(rest) = text.strip_prefix('[') {
+        let end = rest.find(']')?;
+        return rest.get(..end)?.parse::<Ipv6Addr>().ok().map(IpAddr::V6);
+    }
+    let (host, _port) = text.rsplit_once(':')?;
+    host.parse::<Ipv4Addr>().ok().map(IpAddr::V4)
+}
+
+/// The client address under `policy`, from the downstream peer address
+/// (`source`) and the `x-forwarded-for` header.
+///
+/// With `N` trusted hops the client is the `N`th entry from the right of
+/// `x-forwarded-for`; when the header has fewer entries, or that entry is not
+/// an address, the downstream peer address is used.
+pub fn client_ip(
+    policy: &ClientIpPolicy,
+    source: Option<&str>,
+    xff: Option<&str>,
+) -> Option<IpAddr> {
+    if policy.trusted_hops > 0 {
+        if let Some(ip) = xff.and_then(|xff| nth_from_right(xff, policy.trusted_hops)) {
+            return Some(ip);
+        }
+    }
+    source.and_then(parse_address)
+}
+
+fn nth_from_right(xff: &str, n: u32) -> Option<IpAddr> {
+    let skip = usize::try_from(n).ok()?.checked_sub(1)?;
+    xff.rsplit(',').nth(skip).and_then(parse_address)
+}
+
+/// Writes the key text of `ip` masked under `policy` into `out`.
+pub fn write_masked(policy: &ClientIpPolicy, ip: IpAddr, out: &mut String) {
+    let ip = match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(v6),
+        },
+        v4 => v4,
+    };
+    // Writing to a String cannot fail.
+    let _ = match ip {
+        IpAddr::V4(v4) => {
+            let len = policy.ipv4_prefix.min(32);
+            let masked = Ipv4Addr::from(u32::from(v4) & mask32(len));
+            if len == 32 {
+                write!(out, "{masked}")
+            } else {
+                write!(out, "{masked}/{len}")
+            }
+        }
+        IpAddr::V6(v6) => {
+            let len = policy.ipv6_prefix.min(128);
+            let masked = Ipv6Addr::from(u128::from(v6) & mask128(len));
+            if len == 128 {
+                write!(out, "{masked}")
+            } else {
+                write!(out, "{masked}/{len}")
+            }
+        }
+    };
+}
+
+fn mask32(len: u8) -> u32 {
+    u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0)
+}
+
+fn mask128(len: u8) -> u128 {
+    u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn masked(policy: &ClientIpPolicy, text: &str) -> String {
+        let mut out = String::new();
+        write_masked(
+            policy,
+            text.parse().unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+            &mut out,
+        );
+        out
+    }
+
+    #[test]
+    fn parses_envoy_addresses() {
+        assert_eq!(
+            parse_address("1.2.3.4:5678"),
+            Some(IpAddr::V4(Ipv4Addr::new(1, 2, 3, 4)))
+        );
+        assert_eq!(
+            parse_address("[::1]:5678"),
+            Some(IpAddr::V6(Ipv6Addr::LOCALHOST))
+        );
+        assert_eq!(
+            parse_address(" 10.0.0.1 "),
+            Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)))
+        );
+        assert_eq!(parse_address("2001:db8::1"), "2001:db8::1".parse().ok());
+        assert_eq!(parse_address("not-an-ip"), None);
+        assert_eq!(parse_address("[::1"), None);
+        assert_eq!(parse_address(""), None);
+    }
+
+    #[test]
+    fn masks_to_prefix() {
+        let policy = ClientIpPolicy::default();
+        assert_eq!(masked(&policy, "203.0.113.7"), "203.0.113.7");
+        assert_eq!(masked(&policy, "2001:db8:1:2:3:4:5:6"), "2001:db8:1:2::/64");
+        assert_eq!(masked(&policy, "::ffff:1.2.3.4"), "1.2.3.4");
+        let narrow = ClientIpPolicy {
+            trusted_hops: 0,
+            ipv4_prefix: 24,
+            ipv6_prefix: 128,
+        };
+        assert_eq!(masked(&narrow, "203.0.113.7"), "203.0.113.0/24");
+        assert_eq!(masked(&narrow, "2001:db8::1"), "2001:db8::1");
+        let zero = ClientIpPolicy {
+            trusted_hops: 0,
+            ipv4_prefix: 0,
+            ipv6_prefix: 0,
+        };
+        assert_eq!(masked(&zero, "203.0.113.7"), "0.0.0.0/0");
+        assert_eq!(masked(&zero, "2001:db8::1"), "::/0");
+    }
+
+    #[test]
+    fn picks_forwarded_entry_from_the_right() {
+        let src = Some("10.0.0.9:1234");
+        let xff = Some("198.51.100.1, 203.0.113.7,192.0.2.5");
+        let hops = |n| ClientIpPolicy {
+            trusted_hops: n,
+            ..ClientIpPolicy::default()
+        };
+        let ip = |s: &str| s.parse::<IpAddr>().ok();
+        assert_eq!(client_ip(&hops(0), src, xff), ip("10.0.0.9"));
+        assert_eq!(client_ip(&hops(1), src, xff), ip("192.0.2.5"));
+        assert_eq!(client_ip(&hops(2), src, xff), ip("203.0.113.7"));
+        assert_eq!(client_ip(&hops(3), src, xff), ip("198.51.100.1"));
+        // Fewer entries than hops, a missing header, or garbage: the peer address.
+        assert_eq!(client_ip(&hops(4), src, xff), ip("10.0.0.9"));
+        assert_eq!(client_ip(&hops(1), src, None), ip("10.0.0.9"));
+        assert_eq!(client_ip(&hops(1), src, Some("garbage")), ip("10.0.0.9"));
+        assert_eq!(client_ip(&hops(1), None, Some("garbage")), None);
+    }
+}

@@ -1,0 +1,361 @@
+//! Checking a raw configuration and turning it into a [`Plan`].
+
+use super::duration::parse_duration;
+use super::error::ConfigError;
+use super::plan::{DenyResponse, LimiterTarget, OverrideLimit, Plan, Rule, RuleLimit};
+use super::raw::{Mode, RawConfig, RawLimit, RawMatch, RawOverride, RawRule, Scope};
+use crate::client_ip::ClientIpPolicy;
+use crate::key::KeyPart;
+use crate::layout;
+use crate::matcher::{HeaderCondition, HeaderTest, Matcher, PathMatch};
+use sluice_core::{Algorithm, Limit, Nanos, MILLISECOND};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Largest `local_max_keys`.
+pub const MAX_LOCAL_KEYS: u64 = 10_000_000;
+
+/// Parses and checks the JSON configuration.
+pub fn parse(json: &[u8]) -> Result<Plan, ConfigError> {
+    let raw: RawConfig =
+        serde_json::from_slice(json).map_err(|e| ConfigError::at("", e.to_string()))?;
+    compile(raw)
+}
+
+/// Checks `raw` and compiles it.
+pub fn compile(raw: RawConfig) -> Result<Plan, ConfigError> {
+    if raw.domain.is_empty() {
+        return Err(ConfigError::at("domain", "must not be empty"));
+    }
+    let client_ip = ClientIpPolicy {
+        trusted_hops: in_range(
+            raw.client_ip.xff_trusted_hops,
+            0,
+            64,
+            "client_ip.xff_trusted_hops",
+        )?,
+        ipv4_prefix: in_range(raw.client_ip.ipv4_prefix, 0, 32, "client_ip.ipv4_prefix")?,
+        ipv6_prefix: in_range(raw.client_ip.ipv6_prefix, 0, 128, "client_ip.ipv6_prefix")?,
+    };
+    let local_max_keys: u64 = in_range(raw.local_max_keys, 1, MAX_LOCAL_KEYS, "local_max_keys")?;
+    let response = DenyResponse {
+        status: in_range(raw.response.status, 400, 599, "response.status")?,
+        body: raw.response.body,
+        headers: raw
+            .response
+            .headers
+            .into_iter()
+            .map(|(name, value)| {
+                if name.is_empty() {
+                    Err(ConfigError::at(
+                        "response.headers",
+                        "header names must not be empty",
+                    ))
+                } else {
+                    Ok((name.to_ascii_lowercase(), value))
+                }
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let limiter = match raw.limiter {
+        None => None,
+        Some(l) => {
+            if l.cluster.is_empty() {
+                return Err(ConfigError::at("limiter.cluster", "must not be empty"));
+            }
+            if l.authority.is_empty() {
+                return Err(ConfigError::at("limiter.authority", "must not be empty"));
+            }
+            let timeout =
+                parse_duration(&l.timeout).map_err(|m| ConfigError::at("limiter.timeout", m))?;
+            if timeout < MILLISECOND {
+                return Err(ConfigError::at("limiter.timeout", "must be at least 1ms"));
+            }
+            Some(LimiterTarget {
+                cluster: l.cluster,
+                authority: l.authority,
+                timeout,
+                failure_mode: l.failure_mode,
+            })
+        }
+    };
+
+    let mut names = BTreeSet::new();
+    let mut rules = Vec::with_capacity(raw.rules.len());
+    for (i, rule) in raw.rules.into_iter().enumerate() {
+        let path = format!("rules[{i}]");
+        if !names.insert(rule.name.clone()) {
+            return Err(ConfigError::at(
+                format!("{path}.name"),
+                format!("duplicate rule name {:?}", rule.name),
+            ));
+        }
+        let compiled = compile_rule(&raw.domain, &path, rule)?;
+        if limiter.is_none() {
+            if let Some(j) = compiled.limits.iter().position(|l| l.global) {
+                return Err(ConfigError::at(
+                    "limiter",
+                    format!("required because {path}.limits[{j}] has scope global"),
+                ));
+            }
+        }
+        rules.push(compiled);
+    }
+
+    Ok(Plan {
+        seed_key: layout::seed_key(&raw.domain),
+        domain: raw.domain,
+        headers: raw.headers,
+        client_ip,
+        limiter,
+        local_max_keys,
+        response,
+        rules,
+    })
+}
+
+fn in_range<T: TryFrom<u64>>(value: u64, min: u64, max: u64, path: &str) -> Result<T, ConfigError> {
+    if value < min || value > max {
+        return Err(ConfigError::at(
+            path,
+            format!("must be between {min} and {max}, got {value}"),
+        ));
+    }
+    T::try_from(value).map_err(|_| ConfigError::at(path, format!("out of range: {value}")))
+}
+
+fn valid_rule_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+fn compile_rule(domain: &str, path: &str, rule: RawRule) -> Result<Rule, ConfigError> {
+    if !valid_rule_name(&rule.name) {
+        return Err(ConfigError::at(
+            format!("{path}.name"),
+            format!(
+                "{:?} must be non-empty and use only A-Z, a-z, 0-9, '_', '.', '-'",
+                rule.name
+            ),
+        ));
+    }
+    let matcher = compile_match(&format!("{path}.match"), rule.matcher)?;
+    if rule.key.is_empty() {
+        return Err(ConfigError::at(
+            format!("{path}.key"),
+            "must list at least one part",
+        ));
+    }
+    let key = rule
+        .key
+        .iter()
+        .enumerate()
+        .map(|(j, part)| {
+            KeyPart::parse(part).map_err(|m| ConfigError::at(format!("{path}.key[{j}]"), m))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if rule.limits.is_empty() {
+        return Err(ConfigError::at(
+            format!("{path}.limits"),
+            "must list at least one limit",
+        ));
+    }
+    let mut limits = Vec::with_capacity(rule.limits.len());
+    for (j, raw_limit) in rule.limits.iter().enumerate() {
+        let limit_path = format!("{path}.limits[{j}]");
+        let limit = compile_limit(&limit_path, raw_limit)?;
+        let global = raw_limit.scope == Scope::Global;
+        let store_prefix = if global {
+            layout::deny_prefix(domain, &rule.name, j)
+        } else {
+            layout::limit_prefix(domain, &rule.name, j, &limit)
+        };
+        limits.push(RuleLimit {
+            limit,
+            global,
+            store_prefix,
+        });
+    }
+    let mut overrides = BTreeMap::new();
+    let mut override_sets = Vec::with_capacity(rule.overrides.len());
+    for (k, raw_override) in rule.overrides.iter().enumerate() {
+        let override_path = format!("{path}.overrides[{k}]");
+        if overrides.insert(raw_override.key.clone(), k).is_some() {
+            return Err(ConfigError::at(
+                format!("{override_path}.key"),
+                format!("duplicate override key {:?}", raw_override.key),
+            ));
+        }
+        override_sets.push(compile_override(
+            domain,
+            &rule.name,
+            &override_path,
+            raw_override,
+            &limits,
+        )?);
+    }
+    Ok(Rule {
+        name: rule.name,
+        matcher,
+        key,
+        limits,
+        overrides,
+        override_sets,
+        shadow: rule.mode == Mode::Shadow,
+    })
+}
+
+fn compile_match(path: &str, raw: RawMatch) -> Result<Matcher, ConfigError> {
+    let path_match = match (raw.path_prefix, raw.path) {
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::at(
+                path,
+                "set at most one of path_prefix and path",
+            ));
+        }
+        (Some(prefix), None) => PathMatch::Prefix(prefix),
+        (None, Some(exact)) => PathMatch::Exact(exact),
+        (None, None) => PathMatch::Any,
+    };
+    let mut methods = Vec::with_capacity(raw.methods.len());
+    for (j, method) in raw.methods.into_iter().enumerate() {
+        if method.is_empty() {
+            return Err(ConfigError::at(
+                format!("{path}.methods[{j}]"),
+                "must not be empty",
+            ));
+        }
+        methods.push(method.to_ascii_uppercase());
+    }
+    let mut headers = Vec::with_capacity(raw.headers.len());
+    for (j, h) in raw.headers.into_iter().enumerate() {
+        let header_path = format!("{path}.headers[{j}]");
+        if h.name.is_empty() {
+            return Err(ConfigError::at(
+                format!("{header_path}.name"),
+                "must not be empty",
+            ));
+        }
+        let test = match (h.exact, h.present) {
+            (Some(value), None) => HeaderTest::Exact(value),
+            (None, Some(true)) => HeaderTest::Present,
+            (None, Some(false)) => HeaderTest::Absent,
+            _ => {
+                return Err(ConfigError::at(
+                    header_path,
+                    "set exactly one of exact and present",
+                ));
+            }
+        };
+        headers.push(HeaderCondition {
+            name: h.name.to_ascii_lowercase(),
+            test,
+        });
+    }
+    Ok(Matcher {
+        path: path_match,
+        methods,
+        headers,
+    })
+}
+
+fn window(path: &str, text: &str) -> Result<Nanos, ConfigError> {
+    let window = parse_duration(text).map_err(|m| ConfigError::at(path, m))?;
+    if window < MILLISECOND {
+        return Err(ConfigError::at(path, "must be at least 1ms"));
+    }
+    Ok(window)
+}
+
+fn validated(path: &str, limit: Limit) -> Result<Limit, ConfigError> {
+    limit
+        .validate()
+        .map_err(|e| ConfigError::at(format!("{path}.{}", e.field), e.message))?;
+    Ok(limit)
+}
+
+fn compile_limit(path: &str, raw: &RawLimit) -> Result<Limit, ConfigError> {
+    let algorithm = raw
+        .algorithm
+        .parse::<Algorithm>()
+        .map_err(|e| ConfigError::at(format!("{path}.algorithm"), e.to_string()))?;
+    let window = window(&format!("{path}.window"), &raw.window)?;
+    let precision = match raw.precision {
+        None => 1,
+        Some(_) if algorithm != Algorithm::SlidingWindow => {
+            return Err(ConfigError::at(
+                format!("{path}.precision"),
+                "only applies to the sliding_window algorithm",
+            ));
+        }
+        Some(p) => u32::try_from(p).map_err(|_| {
+            ConfigError::at(format!("{path}.precision"), format!("out of range: {p}"))
+        })?,
+    };
+    validated(
+        path,
+        Limit {
+            algorithm,
+            requests: raw.requests,
+            window,
+            burst: raw.burst.unwrap_or(raw.requests),
+            precision,
+            soft_percent: 0,
+            max_delay: None,
+        },
+    )
+}
+
+fn compile_override(
+    domain: &str,
+    rule: &str,
+    path: &str,
+    raw: &RawOverride,
+    limits: &[RuleLimit],
+) -> Result<Vec<Option<OverrideLimit>>, ConfigError> {
+    let only = match raw.limit {
+        None => None,
+        Some(index) => {
+            let index = usize::try_from(index)
+                .ok()
+                .filter(|&i| i < limits.len())
+                .ok_or_else(|| {
+                    ConfigError::at(
+                        format!("{path}.limit"),
+                        format!("no limit {index} in this rule (it has {})", limits.len()),
+                    )
+                })?;
+            Some(index)
+        }
+    };
+    let window = raw
+        .window
+        .as_deref()
+        .map(|w| window(&format!("{path}.window"), w))
+        .transpose()?;
+    limits
+        .iter()
+        .enumerate()
+        .map(|(j, base)| {
+            if only.is_some_and(|o| o != j) {
+                return Ok(None);
+            }
+            let limit = validated(
+                path,
+                Limit {
+                    requests: raw.requests,
+                    window: window.unwrap_or(base.limit.window),
+                    burst: raw.burst.unwrap_or(raw.requests),
+                    ..base.limit.clone()
+                },
+            )?;
+            let store_key = if base.global {
+                String::new()
+            } else {
+                layout::override_key(domain, rule, j, &limit, &raw.key)
+            };
+            Ok(Some(OverrideLimit { limit, store_key }))
+        })
+        .collect()
+}

@@ -1,0 +1,17 @@
+//! The filter configuration: raw JSON types, the duration syntax, checking,
+//! and the compiled [`Plan`].
+
+mod compile;
+mod duration;
+mod error;
+mod plan;
+mod raw;
+
+pub use compile::{compile, parse, MAX_LOCAL_KEYS};
+pub use duration::parse_duration;
+pub use error::ConfigError;
+pub use plan::{DenyResponse, LimiterTarget, OverrideLimit, Plan, Rule, RuleLimit};
+pub use raw::{FailureMode, HeadersMode, Mode, RawConfig, Scope};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,266 @@
+//! The configuration as written: serde types mirroring the JSON contract.
+//!
+//! Every struct denies unknown fields so that a typo is an error rather than a
+//! silently ignored setting. Values are checked and converted by
+//! [`compile`](super::compile).
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// The whole filter configuration.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// Namespace of every counter; required and non-empty.
+    pub domain: String,
+    /// Which rate-limit headers to send.
+    #[serde(default)]
+    pub headers: HeadersMode,
+    /// How the client address is found and masked.
+    #[serde(default)]
+    pub client_ip: RawClientIp,
+    /// The global limiter; required when some limit has `scope: global`.
+    #[serde(default)]
+    pub limiter: Option<RawLimiter>,
+    /// Slots per local limit (bounded key space).
+    #[serde(default = "default_local_max_keys")]
+    pub local_max_keys: u64,
+    /// The response sent to denied requests.
+    #[serde(default)]
+    pub response: RawResponse,
+    /// The rules; all matching rules apply.
+    #[serde(default)]
+    pub rules: Vec<RawRule>,
+}
+
+fn default_local_max_keys() -> u64 {
+    100_000
+}
+
+/// Which rate-limit headers Sluice adds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeadersMode {
+    /// No rate-limit headers (a denial still carries `retry-after`).
+    None,
+    /// `x-ratelimit-limit`, `x-ratelimit-remaining`, `x-ratelimit-reset`.
+    Legacy,
+    /// `ratelimit` and `ratelimit-policy` (draft-ietf-httpapi-ratelimit-headers).
+    #[default]
+    Ietf,
+    /// Both the legacy and the IETF headers.
+    Both,
+}
+
+/// Client address settings.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawClientIp {
+    /// Proxies in front of Envoy whose `x-forwarded-for` entries are trusted.
+    #[serde(default)]
+    pub xff_trusted_hops: u64,
+    /// IPv4 prefix length that identifies a client.
+    #[serde(default = "default_ipv4_prefix")]
+    pub ipv4_prefix: u64,
+    /// IPv6 prefix length that identifies a client.
+    #[serde(default = "default_ipv6_prefix")]
+    pub ipv6_prefix: u64,
+}
+
+impl Default for RawClientIp {
+    fn default() -> Self {
+        RawClientIp {
+            xff_trusted_hops: 0,
+            ipv4_prefix: default_ipv4_prefix(),
+            ipv6_prefix: default_ipv6_prefix(),
+        }
+    }
+}
+
+fn default_ipv4_prefix() -> u64 {
+    32
+}
+
+fn default_ipv6_prefix() -> u64 {
+    64
+}
+
+/// The global limiter cluster.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimiter {
+    /// Envoy cluster of `sluice-limiter` instances.
+    pub cluster: String,
+    /// `:authority` of the call-out.
+    pub authority: String,
+    /// Call-out timeout.
+    #[serde(default = "default_timeout")]
+    pub timeout: String,
+    /// What to do when the limiter cannot answer.
+    #[serde(default)]
+    pub failure_mode: FailureMode,
+}
+
+fn default_timeout() -> String {
+    "50ms".to_string()
+}
+
+/// What happens to a request whose global check failed (error, timeout, bad answer).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureMode {
+    /// Let the request through (fail open).
+    #[default]
+    Allow,
+    /// Deny the request (fail closed).
+    Deny,
+}
+
+/// The denial response.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawResponse {
+    /// HTTP status, 400 to 599.
+    #[serde(default = "default_status")]
+    pub status: u64,
+    /// Response body.
+    #[serde(default = "default_body")]
+    pub body: String,
+    /// Extra response headers.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+}
+
+impl Default for RawResponse {
+    fn default() -> Self {
+        RawResponse {
+            status: default_status(),
+            body: default_body(),
+            headers: BTreeMap::new(),
+        }
+    }
+}
+
+fn default_status() -> u64 {
+    429
+}
+
+fn default_body() -> String {
+    "rate limited\n".to_string()
+}
+
+/// One rule.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRule {
+    /// Unique name, `[A-Za-z0-9_.-]+`.
+    pub name: String,
+    /// Which requests the rule applies to; absent matches all.
+    #[serde(default, rename = "match")]
+    pub matcher: RawMatch,
+    /// Key parts (`client_ip`, `header:NAME`, `path`, `method`, `authority`,
+    /// `query:NAME`, `const:TEXT`).
+    pub key: Vec<String>,
+    /// The limits, all of which must pass.
+    pub limits: Vec<RawLimit>,
+    /// Per-key exceptions.
+    #[serde(default)]
+    pub overrides: Vec<RawOverride>,
+    /// Enforce or only observe.
+    #[serde(default)]
+    pub mode: Mode,
+}
+
+/// Whether a rule blocks requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Deny requests over the limit.
+    #[default]
+    Enforce,
+    /// Count and report, never deny.
+    Shadow,
+}
+
+/// Request matching conditions; all given conditions must hold.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMatch {
+    /// The path (without query) starts with this.
+    #[serde(default)]
+    pub path_prefix: Option<String>,
+    /// The path (without query) is exactly this.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// The method is one of these.
+    #[serde(default)]
+    pub methods: Vec<String>,
+    /// Header conditions.
+    #[serde(default)]
+    pub headers: Vec<RawHeaderMatch>,
+}
+
+/// A header condition: `{name, exact}` or `{name, present}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHeaderMatch {
+    /// Header name (case-insensitive).
+    pub name: String,
+    /// The header's value equals this.
+    #[serde(default)]
+    pub exact: Option<String>,
+    /// `true`: the header is present; `false`: it is absent.
+    #[serde(default)]
+    pub present: Option<bool>,
+}
+
+/// Where a limit is decided.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// In this Envoy's shared data.
+    #[default]
+    Local,
+    /// By the limiter cluster.
+    Global,
+}
+
+/// One limit.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimit {
+    /// Algorithm name.
+    pub algorithm: String,
+    /// Requests per window.
+    pub requests: u64,
+    /// Window duration.
+    pub window: String,
+    /// Requests a fresh key admits at once; defaults to `requests`.
+    #[serde(default)]
+    pub burst: Option<u64>,
+    /// Local or global.
+    #[serde(default)]
+    pub scope: Scope,
+    /// Sub-windows per window (`sliding_window` only).
+    #[serde(default)]
+    pub precision: Option<u64>,
+}
+
+/// A per-key exception.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOverride {
+    /// The key text this override applies to.
+    pub key: String,
+    /// Requests per window for this key.
+    pub requests: u64,
+    /// Window for this key; defaults to the limit's window.
+    #[serde(default)]
+    pub window: Option<String>,
+    /// Burst for this key; defaults to this override's `requests`.
+    #[serde(default)]
+    pub burst: Option<u64>,
+    /// Index of the limit overridden; absent overrides every limit of the rule.
+    #[serde(default)]
+    pub limit: Option<u64>,
+}

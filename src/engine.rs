@@ -1,0 +1,477 @@
+//! The request path without the host: match rules, build keys, decide local
+//! limits, prepare the global check, and merge its answer.
+//!
+//! Limits are decided in configuration order, each in its own
+//! compare-and-swap loop. When an enforcing limit denies, every limit already
+//! consumed for this request is refunded, so a denied request consumes
+//! nothing. A shadow rule that would deny gives back its own consumption,
+//! is reported, and never blocks the request.
+
+use crate::config::{FailureMode, Plan, Rule};
+use crate::global::{self, CheckLimit, CheckRequest, CheckResponse};
+use crate::headers::{more_restrictive, Reported};
+use crate::key::{Request, RequestView};
+use crate::layout;
+use crate::local::{self, Contended, SharedStore};
+use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
+use crate::slots::SlotHasher;
+use sluice_core::{Decision, Denial, Limit, Nanos, SECOND};
+
+/// Every request costs one hit.
+const COST: u64 = 1;
+
+/// Where a consumed local limit's state lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    /// A hashed slot.
+    Slot(u64),
+    /// An override's dedicated key.
+    Override(usize),
+}
+
+/// A local limit this request consumed, to refund if the request is denied.
+#[derive(Debug, Clone, Copy)]
+struct Consumed {
+    rule: usize,
+    limit: usize,
+    target: Target,
+}
+
+/// What has happened to a request so far.
+#[derive(Debug)]
+struct Tally {
+    now: Nanos,
+    report: Option<Reported>,
+    /// Rules that admitted the request (counted `allowed` if it passes).
+    admitted: Vec<usize>,
+    shadow_denied: Vec<usize>,
+    consumed: Vec<Consumed>,
+}
+
+/// A global limit to check for this request.
+#[derive(Debug, Clone)]
+struct GlobalItem {
+    rule: usize,
+    limit: usize,
+    shadow: bool,
+    window: Nanos,
+    requests: u64,
+    fingerprint: u64,
+}
+
+/// A request waiting for the limiter.
+#[derive(Debug)]
+pub struct PendingCheck {
+    /// The JSON body of `POST /v1/check`.
+    pub body: Vec<u8>,
+    items: Vec<GlobalItem>,
+    tally: Tally,
+}
+
+impl PendingCheck {
+    /// Number of limits in the check (the answer must have as many).
+    pub fn limit_count(&self) -> usize {
+        self.items.len()
+    }
+}
+
+/// An admitted request and what its response reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admitted {
+    /// The most restrictive enforcing limit, for the rate-limit headers.
+    pub report: Option<Reported>,
+    /// Shadow rules that would have denied.
+    pub shadow_denied: Vec<usize>,
+}
+
+/// A denied request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denied {
+    /// The denying limit's decision (its rule is `report.rule`).
+    pub report: Reported,
+    /// Shadow rules that would have denied.
+    pub shadow_denied: Vec<usize>,
+}
+
+/// What to do with a request.
+#[derive(Debug)]
+pub enum Verdict {
+    /// Let it through.
+    Allow(Admitted),
+    /// Answer with the denial response.
+    Deny(Denied),
+    /// Ask the limiter, then call [`finish`].
+    Check(PendingCheck),
+}
+
+/// The decision reported when contention or a failure prevents deciding:
+/// deny, and suggest retrying in a second.
+fn undecided(requests: u64) -> Decision {
+    Decision {
+        allowed: false,
+        limit: requests,
+        remaining: 0,
+        reset: SECOND,
+        retry_after: SECOND,
+        delay: 0,
+        denial: Some(Denial::OverLimit),
+    }
+}
+
+/// The override of limit `index` for the request's key, if any.
+fn override_of(rule: &Rule, index: usize, override_set: Option<usize>) -> Option<(usize, &Limit)> {
+    let o = override_set?;
+    let ov = rule.override_sets.get(o)?.get(index)?.as_ref()?;
+    Some((o, &ov.limit))
+}
+
+/// Decides a request's local limits and prepares its global check.
+pub fn evaluate<V, S, M>(
+    plan: &Plan,
+    hasher: &SlotHasher,
+    view: &V,
+    store: &S,
+    metrics: &M,
+    now: Nanos,
+) -> Verdict
+where
+    V: RequestView,
+    S: SharedStore + ?Sized,
+    M: MetricSink + ?Sized,
+{
+    let request = Request::new(view, &plan.client_ip);
+    let mut key = String::new();
+    let mut store_key = String::new();
+    let mut tally = Tally {
+        now,
+        report: None,
+        admitted: Vec::new(),
+        shadow_denied: Vec::new(),
+        consumed: Vec::new(),
+    };
+    let mut items: Vec<GlobalItem> = Vec::new();
+    let mut limits: Vec<CheckLimit> = Vec::new();
+
+    for (r, rule) in plan.rules.iter().enumerate() {
+        if !rule.matcher.matches(&request) {
+            continue;
+        }
+        if !request.write_key(&rule.key, &mut key) {
+            metrics.rule(r, RuleEvent::Skipped);
+            continue;
+        }
+        let override_set = rule.overrides.get(key.as_str()).copied();
+        let consumed_mark = tally.consumed.len();
+        let items_mark = items.len();
+        let mut fingerprint = None;
+        let mut denied: Option<Reported> = None;
+
+        for (l, rule_limit) in rule.limits.iter().enumerate() {
+            let via_override = override_of(rule, l, override_set);
+            let limit = via_override.map_or(&rule_limit.limit, |(_, limit)| limit);
+            let fp = *fingerprint.get_or_insert_with(|| hasher.fingerprint(&key));
+            let slot = fp.checked_rem(plan.local_max_keys).unwrap_or(0);
+            if rule_limit.global {
+                layout::slot_key(&mut store_key, &rule_limit.store_prefix, slot);
+                let cached = store
+                    .get(&store_key)
+                    .0
+                    .and_then(|bytes| global::decode_deny(&bytes, fp))
+                    .filter(|&deadline| deadline > now);
+                if let Some(deadline) = cached {
+                    let remaining_time = deadline.saturating_sub(now);
+                    denied = Some(Reported {
+                        rule: r,
+                        window: limit.window,
+                        decision: global::cached_denial(limit, remaining_time),
+                    });
+                    break;
+                }
+                items.push(GlobalItem {
+                    rule: r,
+                    limit: l,
+                    shadow: rule.shadow,
+                    window: limit.window,
+                    requests: limit.requests,
+                    fingerprint: fp,
+                });
+                limits.push(CheckLimit::new(&rule.name, l, &key, limit));
+                continue;
+            }
+            let target = match via_override {
+                Some((o, _)) => Target::Override(o),
+                None => Target::Slot(slot),
+            };
+            let Some(target_key) = local_key(plan, r, l, target, &mut store_key) else {
+                continue;
+            };
+            match local::consume(store, target_key, limit, now, COST) {
+                Ok(decision) if decision.allowed => {
+                    tally.consumed.push(Consumed {
+                        rule: r,
+                        limit: l,
+                        target,
+                    });
+                    if !rule.shadow {
+                        tally.report = Some(more_restrictive(
+                            tally.report,
+                            Reported {
+                                rule: r,
+                                window: limit.window,
+                                decision,
+                            },
+                        ));
+                    }
+                }
+                Ok(decision) => {
+                    denied = Some(Reported {
+                        rule: r,
+                        window: limit.window,
+                        decision,
+                    });
+                    break;
+                }
+                Err(Contended) => {
+                    metrics.global(GlobalEvent::CasExhausted);
+                    denied = Some(Reported {
+                        rule: r,
+                        window: limit.window,
+                        decision: undecided(limit.requests),
+                    });
+                    break;
+                }
+            }
+        }
+
+        match denied {
+            None => tally.admitted.push(r),
+            Some(_) if rule.shadow => {
+                refund_from(plan, store, metrics, &mut tally, consumed_mark);
+                items.truncate(items_mark);
+                limits.truncate(items_mark);
+                metrics.rule(r, RuleEvent::ShadowDenied);
+                tally.shadow_denied.push(r);
+            }
+            Some(report) => {
+                refund_from(plan, store, metrics, &mut tally, 0);
+                metrics.rule(r, RuleEvent::Denied);
+                return Verdict::Deny(Denied {
+                    report,
+                    shadow_denied: tally.shadow_denied,
+                });
+            }
+        }
+    }
+
+    if items.is_empty() {
+        return admit(metrics, tally);
+    }
+    let request = CheckRequest {
+        domain: &plan.domain,
+        hits: COST,
+        limits,
+    };
+    match serde_json::to_vec(&request) {
+        Ok(body) => Verdict::Check(PendingCheck { body, items, tally }),
+        // Serializing plain structs does not fail; treat it as a limiter failure.
+        Err(_) => finish(
+            plan,
+            PendingCheck {
+                body: Vec::new(),
+                items,
+                tally,
+            },
+            None,
+            store,
+            metrics,
+        ),
+    }
+}
+
+/// Completes a request after the limiter answered (`answer`), or failed to
+/// (`None`: error, timeout, non-200 status or malformed body).
+pub fn finish<S, M>(
+    plan: &Plan,
+    pending: PendingCheck,
+    answer: Option<CheckResponse>,
+    store: &S,
+    metrics: &M,
+) -> Verdict
+where
+    S: SharedStore + ?Sized,
+    M: MetricSink + ?Sized,
+{
+    let PendingCheck {
+        items, mut tally, ..
+    } = pending;
+    let Some(answer) = answer.filter(|a| a.limits.len() == items.len()) else {
+        return on_failure(plan, items, tally, store, metrics);
+    };
+    let mut denied: Option<Reported> = None;
+    let mut key = String::new();
+    for (item, limit_answer) in items.iter().zip(answer.limits.iter()) {
+        let decision = limit_answer.decision();
+        let reported = Reported {
+            rule: item.rule,
+            window: item.window,
+            decision,
+        };
+        if !decision.allowed {
+            if decision.retry_after > 0 {
+                remember_denial(
+                    plan,
+                    store,
+                    item,
+                    tally.now.saturating_add(decision.retry_after),
+                    &mut key,
+                );
+            }
+            if item.shadow {
+                if !tally.shadow_denied.contains(&item.rule) {
+                    metrics.rule(item.rule, RuleEvent::ShadowDenied);
+                    tally.shadow_denied.push(item.rule);
+                }
+            } else if denied.is_none() {
+                denied = Some(reported);
+            }
+        } else if !item.shadow {
+            tally.report = Some(more_restrictive(tally.report, reported));
+        }
+    }
+    if let Some(report) = denied {
+        refund_from(plan, store, metrics, &mut tally, 0);
+        metrics.rule(report.rule, RuleEvent::Denied);
+        return Verdict::Deny(Denied {
+            report,
+            shadow_denied: tally.shadow_denied,
+        });
+    }
+    admit(metrics, tally)
+}
+
+fn on_failure<S, M>(
+    plan: &Plan,
+    items: Vec<GlobalItem>,
+    mut tally: Tally,
+    store: &S,
+    metrics: &M,
+) -> Verdict
+where
+    S: SharedStore + ?Sized,
+    M: MetricSink + ?Sized,
+{
+    let failure_mode = plan
+        .limiter
+        .as_ref()
+        .map_or(FailureMode::Allow, |l| l.failure_mode);
+    let enforcing = items.iter().find(|i| !i.shadow);
+    match (failure_mode, enforcing) {
+        (FailureMode::Deny, Some(item)) => {
+            metrics.global(GlobalEvent::LimiterErrors);
+            let report = Reported {
+                rule: item.rule,
+                window: item.window,
+                decision: undecided(item.requests),
+            };
+            refund_from(plan, store, metrics, &mut tally, 0);
+            metrics.rule(item.rule, RuleEvent::Denied);
+            Verdict::Deny(Denied {
+                report,
+                shadow_denied: tally.shadow_denied,
+            })
+        }
+        _ => {
+            metrics.global(GlobalEvent::FailureModeAllowed);
+            admit(metrics, tally)
+        }
+    }
+}
+
+fn admit<M: MetricSink + ?Sized>(metrics: &M, tally: Tally) -> Verdict {
+    for &rule in &tally.admitted {
+        if !tally.shadow_denied.contains(&rule) {
+            metrics.rule(rule, RuleEvent::Allowed);
+        }
+    }
+    Verdict::Allow(Admitted {
+        report: tally.report,
+        shadow_denied: tally.shadow_denied,
+    })
+}
+
+/// Writes the shared-data key of a local limit's state into `out`.
+fn local_key<'k>(
+    plan: &Plan,
+    rule: usize,
+    limit: usize,
+    target: Target,
+    out: &'k mut String,
+) -> Option<&'k str> {
+    let rule = plan.rules.get(rule)?;
+    match target {
+        Target::Slot(slot) => {
+            layout::slot_key(out, &rule.limits.get(limit)?.store_prefix, slot);
+        }
+        Target::Override(o) => {
+            let ov = rule.override_sets.get(o)?.get(limit)?.as_ref()?;
+            out.clear();
+            out.push_str(&ov.store_key);
+        }
+    }
+    Some(out.as_str())
+}
+
+/// Refunds, newest first, the local limits consumed since `mark`.
+fn refund_from<S, M>(plan: &Plan, store: &S, metrics: &M, tally: &mut Tally, mark: usize)
+where
+    S: SharedStore + ?Sized,
+    M: MetricSink + ?Sized,
+{
+    let mut key = String::new();
+    while tally.consumed.len() > mark {
+        let Some(c) = tally.consumed.pop() else { break };
+        let Some(rule) = plan.rules.get(c.rule) else {
+            continue;
+        };
+        let limit = match c.target {
+            Target::Override(o) => override_of(rule, c.limit, Some(o)).map(|(_, l)| l),
+            Target::Slot(_) => rule.limits.get(c.limit).map(|l| &l.limit),
+        };
+        let (Some(limit), Some(target_key)) =
+            (limit, local_key(plan, c.rule, c.limit, c.target, &mut key))
+        else {
+            continue;
+        };
+        if local::refund(store, target_key, limit, tally.now, COST).is_err() {
+            metrics.global(GlobalEvent::CasExhausted);
+        }
+    }
+}
+
+/// Caches the limiter's denial of `item` until `deadline`.
+fn remember_denial<S: SharedStore + ?Sized>(
+    plan: &Plan,
+    store: &S,
+    item: &GlobalItem,
+    deadline: Nanos,
+    key: &mut String,
+) {
+    let Some(prefix) = plan
+        .rules
+        .get(item.rule)
+        .and_then(|r| r.limits.get(item.limit))
+        .map(|l| l.store_prefix.as_str())
+    else {
+        return;
+    };
+    let slot = item
+        .fingerprint
+        .checked_rem(plan.local_max_keys)
+        .unwrap_or(0);
+    layout::slot_key(key, prefix, slot);
+    // A cache, not a counter: last writer wins.
+    let _ = store.set(key, &global::encode_deny(deadline, item.fingerprint), None);
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,181 @@
+//! Global limits: the limiter call-out's wire format and the over-limit cache.
+//!
+//! The request body follows the limiter API:
+//! `{"domain":..,"hits":1,"limits":[{"key":"<rule>/<limit index>/<key>","algorithm":..,"requests":..,"window_ms":..,"burst":..}]}`.
+//! When the limiter denies a key with a retry time, the deadline is cached in
+//! shared data (one bounded slot table per limit, like local state) and the
+//! key is denied locally until then without calling out.
+
+use serde::{Deserialize, Serialize};
+use sluice_core::{Decision, Denial, Limit, Nanos, MILLISECOND};
+
+/// One limit of a check request.
+#[derive(Debug, Serialize)]
+pub struct CheckLimit {
+    /// `<rule>/<limit index>/<key text>`.
+    pub key: String,
+    /// Algorithm name.
+    pub algorithm: &'static str,
+    /// Requests per window.
+    pub requests: u64,
+    /// Window in milliseconds.
+    pub window_ms: u64,
+    /// Burst.
+    pub burst: u64,
+}
+
+impl CheckLimit {
+    /// The wire form of `limit` for the key `<rule>/<index>/<key>`.
+    pub fn new(rule: &str, index: usize, key: &str, limit: &Limit) -> Self {
+        CheckLimit {
+            key: format!("{rule}/{index}/{key}"),
+            algorithm: limit.algorithm.name(),
+            requests: limit.requests,
+            window_ms: limit.window / MILLISECOND,
+            burst: limit.burst,
+        }
+    }
+}
+
+/// The body of `POST /v1/check`.
+#[derive(Debug, Serialize)]
+pub struct CheckRequest<'a> {
+    /// The configuration's domain.
+    pub domain: &'a str,
+    /// Cost of this request.
+    pub hits: u64,
+    /// The limits to decide together.
+    pub limits: Vec<CheckLimit>,
+}
+
+/// The limiter's answer.
+#[derive(Debug, Deserialize)]
+pub struct CheckResponse {
+    /// True when every limit allowed.
+    pub allowed: bool,
+    /// One decision per requested limit, in order.
+    pub limits: Vec<LimitAnswer>,
+}
+
+/// The limiter's decision for one limit.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct LimitAnswer {
+    /// Whether the limit allows the request.
+    pub allowed: bool,
+    /// The quota.
+    pub limit: u64,
+    /// Requests left.
+    pub remaining: u64,
+    /// Milliseconds until the quota is full.
+    pub reset_ms: u64,
+    /// Milliseconds until the request could pass.
+    pub retry_after_ms: u64,
+}
+
+impl LimitAnswer {
+    /// As a core decision.
+    pub fn decision(&self) -> Decision {
+        Decision {
+            allowed: self.allowed,
+            limit: self.limit,
+            remaining: self.remaining,
+            reset: self.reset_ms.saturating_mul(MILLISECOND),
+            retry_after: self.retry_after_ms.saturating_mul(MILLISECOND),
+            delay: 0,
+            denial: (!self.allowed).then_some(Denial::OverLimit),
+        }
+    }
+}
+
+/// Parses a limiter answer to a check of `expected` limits; `None` for
+/// anything malformed.
+pub fn parse_response(body: &[u8], expected: usize) -> Option<CheckResponse> {
+    let response: CheckResponse = serde_json::from_slice(body).ok()?;
+    (response.limits.len() == expected).then_some(response)
+}
+
+/// The stored form of an over-limit cache entry: the deadline and the key's
+/// fingerprint (so a colliding key in the same slot is not denied).
+pub fn encode_deny(deadline: Nanos, fingerprint: u64) -> [u8; 16] {
+    let mut out = [0; 16];
+    let (a, b) = out.split_at_mut(8);
+    a.copy_from_slice(&deadline.to_le_bytes());
+    b.copy_from_slice(&fingerprint.to_le_bytes());
+    out
+}
+
+/// The deadline of a cache entry if it belongs to `fingerprint`.
+pub fn decode_deny(bytes: &[u8], fingerprint: u64) -> Option<Nanos> {
+    let deadline = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+    let owner = u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?);
+    (owner == fingerprint).then_some(deadline)
+}
+
+/// The denial reported while a key is in the over-limit cache.
+pub fn cached_denial(limit: &Limit, remaining_time: Nanos) -> Decision {
+    Decision {
+        allowed: false,
+        limit: limit.requests,
+        remaining: 0,
+        reset: remaining_time,
+        retry_after: remaining_time,
+        delay: 0,
+        denial: Some(Denial::OverLimit),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use sluice_core::{Algorithm, SECOND};
+
+    #[test]
+    fn request_matches_the_contract() {
+        let limit = Limit {
+            algorithm: Algorithm::Gcra,
+            requests: 100,
+            window: 60 * SECOND,
+            burst: 20,
+            precision: 1,
+            soft_percent: 0,
+            max_delay: None,
+        };
+        let body = CheckRequest {
+            domain: "demo",
+            hits: 1,
+            limits: vec![CheckLimit::new("per-ip", 1, "203.0.113.7", &limit)],
+        };
+        assert_eq!(
+            serde_json::to_string(&body).unwrap(),
+            r#"{"domain":"demo","hits":1,"limits":[{"key":"per-ip/1/203.0.113.7","algorithm":"gcra","requests":100,"window_ms":60000,"burst":20}]}"#
+        );
+    }
+
+    #[test]
+    fn parses_answers() {
+        let body = br#"{"allowed":false,"limits":[{"allowed":false,"limit":100,"remaining":0,"reset_ms":540,"retry_after_ms":600,"extra":1}]}"#;
+        let r = parse_response(body, 1).unwrap();
+        assert!(!r.allowed);
+        let d = r.limits[0].decision();
+        assert_eq!(
+            (d.reset, d.retry_after, d.denial),
+            (
+                540 * MILLISECOND,
+                600 * MILLISECOND,
+                Some(Denial::OverLimit)
+            )
+        );
+        assert!(parse_response(body, 2).is_none());
+        assert!(parse_response(b"garbage", 1).is_none());
+        assert!(parse_response(br#"{"allowed":true}"#, 0).is_none());
+    }
+
+    #[test]
+    fn deny_cache_entries() {
+        let e = encode_deny(123, 456);
+        assert_eq!(decode_deny(&e, 456), Some(123));
+        assert_eq!(decode_deny(&e, 457), None);
+        assert_eq!(decode_deny(&e[..8], 456), None);
+    }
+}

@@ -1,0 +1,331 @@
+//! The Envoy side: proxy-wasm contexts that adapt host calls to the pure
+//! request path in [`crate::engine`].
+
+use crate::config::{self, Plan};
+use crate::engine::{self, Admitted, Denied, PendingCheck, Verdict};
+use crate::global;
+use crate::headers::Reported;
+use crate::key::RequestView;
+use crate::local::{self, SetError, SharedStore};
+use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
+use crate::response;
+use crate::slots::SlotHasher;
+use proxy_wasm::hostcalls;
+use proxy_wasm::traits::{Context, HttpContext, RootContext};
+use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, MetricType, Status};
+use sluice_core::{Nanos, MILLISECOND};
+use std::rc::Rc;
+use std::time::{Duration, UNIX_EPOCH};
+
+proxy_wasm::main! {{
+    proxy_wasm::set_log_level(LogLevel::Info);
+    // A panic traps the VM; make sure the reason reaches Envoy's log.
+    std::panic::set_hook(Box::new(|info| {
+        let _ = hostcalls::log(LogLevel::Critical, &format!("sluice: panic: {info}"));
+    }));
+    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root::default()) });
+}}
+
+/// Shared data through host calls.
+struct HostStore;
+
+impl SharedStore for HostStore {
+    fn get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+        hostcalls::get_shared_data(key).unwrap_or((None, None))
+    }
+
+    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), SetError> {
+        match hostcalls::set_shared_data(key, Some(value), cas) {
+            Ok(()) => Ok(()),
+            Err(Status::CasMismatch) => Err(SetError::CasMismatch),
+            Err(_) => Err(SetError::Failed),
+        }
+    }
+}
+
+/// Metric ids, defined when a configuration is accepted.
+#[derive(Default)]
+struct Metrics {
+    global: Vec<u32>,
+    /// Per rule, one id per [`RuleEvent`].
+    rules: Vec<[u32; 4]>,
+}
+
+impl Metrics {
+    fn define_global() -> Metrics {
+        Metrics {
+            global: GlobalEvent::ALL
+                .iter()
+                .map(|e| define(e.metric_name()))
+                .collect(),
+            rules: Vec::new(),
+        }
+    }
+
+    fn define_rules(&mut self, plan: &Plan) {
+        self.rules = plan
+            .rules
+            .iter()
+            .map(|rule| RuleEvent::ALL.map(|e| define(&e.metric_name(&rule.name))))
+            .collect();
+    }
+}
+
+fn define(name: &str) -> u32 {
+    hostcalls::define_metric(MetricType::Counter, name).unwrap_or(u32::MAX)
+}
+
+fn increment(id: Option<&u32>) {
+    if let Some(&id) = id {
+        let _ = hostcalls::increment_metric(id, 1);
+    }
+}
+
+impl MetricSink for Metrics {
+    fn rule(&self, rule: usize, event: RuleEvent) {
+        increment(self.rules.get(rule).and_then(|ids| ids.get(event.index())));
+    }
+
+    fn global(&self, event: GlobalEvent) {
+        increment(self.global.get(event.index()));
+    }
+}
+
+/// Everything a request needs, replaced as a whole on reconfiguration.
+struct Runtime {
+    plan: Plan,
+    hasher: SlotHasher,
+    metrics: Metrics,
+}
+
+#[derive(Default)]
+struct Root {
+    runtime: Option<Rc<Runtime>>,
+}
+
+fn now() -> Nanos {
+    hostcalls::get_current_time()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .and_then(|d| u64::try_from(d.as_nanos()).ok())
+        .unwrap_or(0)
+}
+
+impl Context for Root {}
+
+impl RootContext for Root {
+    fn on_configure(&mut self, size: usize) -> bool {
+        let mut metrics = Metrics::define_global();
+        let bytes = hostcalls::get_buffer(BufferType::PluginConfiguration, 0, size)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let plan = match config::parse(&bytes) {
+            Ok(plan) => plan,
+            Err(e) => {
+                log::error!("sluice: invalid configuration: {e}");
+                metrics.global(GlobalEvent::ConfigErrors);
+                return false;
+            }
+        };
+        let candidate = SlotHasher::new_seed(now());
+        let hasher = local::load_or_create(&HostStore, &plan.seed_key, &candidate)
+            .ok()
+            .and_then(|seed| SlotHasher::from_seed(&seed));
+        let Some(hasher) = hasher else {
+            log::error!(
+                "sluice: cannot read or create the seed at {}",
+                plan.seed_key
+            );
+            metrics.global(GlobalEvent::ConfigErrors);
+            return false;
+        };
+        metrics.define_rules(&plan);
+        log::info!(
+            "sluice: configured domain {:?} with {} rule(s)",
+            plan.domain,
+            plan.rules.len()
+        );
+        self.runtime = Some(Rc::new(Runtime {
+            plan,
+            hasher,
+            metrics,
+        }));
+        true
+    }
+
+    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+        Some(Box::new(Filter {
+            runtime: self.runtime.clone(),
+            pending: None,
+            admitted: None,
+        }))
+    }
+
+    fn get_type(&self) -> Option<ContextType> {
+        Some(ContextType::HttpContext)
+    }
+}
+
+/// The request as the host shows it.
+struct HostRequest;
+
+impl RequestView for HostRequest {
+    fn header(&self, name: &str) -> Option<String> {
+        hostcalls::get_map_value(MapType::HttpRequestHeaders, name)
+            .ok()
+            .flatten()
+    }
+
+    fn source_address(&self) -> Option<String> {
+        let bytes = hostcalls::get_property(vec!["source", "address"])
+            .ok()
+            .flatten()?;
+        String::from_utf8(bytes).ok()
+    }
+}
+
+struct Filter {
+    runtime: Option<Rc<Runtime>>,
+    pending: Option<PendingCheck>,
+    admitted: Option<Admitted>,
+}
+
+impl Filter {
+    /// Carries out a final verdict; returns whether the request continues.
+    fn apply(&mut self, runtime: &Runtime, verdict: Verdict) -> Action {
+        match verdict {
+            Verdict::Allow(admitted) => {
+                if admitted.report.is_some() || !admitted.shadow_denied.is_empty() {
+                    self.admitted = Some(admitted);
+                }
+                Action::Continue
+            }
+            Verdict::Deny(denied) => {
+                deny(&runtime.plan, &denied);
+                Action::Pause
+            }
+            Verdict::Check(pending) => self.call_limiter(runtime, pending),
+        }
+    }
+
+    fn call_limiter(&mut self, runtime: &Runtime, pending: PendingCheck) -> Action {
+        let Some(limiter) = runtime.plan.limiter.as_ref() else {
+            let verdict =
+                engine::finish(&runtime.plan, pending, None, &HostStore, &runtime.metrics);
+            return self.apply(runtime, verdict);
+        };
+        let headers = vec![
+            (":method", "POST"),
+            (":path", "/v1/check"),
+            (":authority", limiter.authority.as_str()),
+            ("content-type", "application/json"),
+        ];
+        let timeout = Duration::from_millis(limiter.timeout / MILLISECOND);
+        match hostcalls::dispatch_http_call(
+            &limiter.cluster,
+            headers,
+            Some(&pending.body),
+            vec![],
+            timeout,
+        ) {
+            Ok(_token) => {
+                self.pending = Some(pending);
+                Action::Pause
+            }
+            Err(status) => {
+                log::warn!(
+                    "sluice: cannot call the limiter cluster {:?}: {status:?}",
+                    limiter.cluster
+                );
+                let verdict =
+                    engine::finish(&runtime.plan, pending, None, &HostStore, &runtime.metrics);
+                self.apply(runtime, verdict)
+            }
+        }
+    }
+}
+
+fn deny(plan: &Plan, denied: &Denied) {
+    let extra = response::denial_headers(plan, &denied.report, &denied.shadow_denied);
+    let mut headers: Vec<(&str, &str)> =
+        Vec::with_capacity(plan.response.headers.len().saturating_add(extra.len()));
+    headers.extend(
+        plan.response
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str())),
+    );
+    headers.extend(extra.iter().map(|(k, v)| (*k, v.as_str())));
+    let body = plan.response.body.as_bytes();
+    if let Err(status) = hostcalls::send_http_response(plan.response.status, headers, Some(body)) {
+        log::warn!("sluice: cannot send the denial: {status:?}");
+    }
+}
+
+fn add_response_headers(plan: &Plan, report: Option<&Reported>, shadow_denied: &[usize]) {
+    for (name, value) in response::admitted_headers(plan, report, shadow_denied) {
+        let _ = hostcalls::add_map_value(MapType::HttpResponseHeaders, name, &value);
+    }
+}
+
+impl Context for Filter {
+    fn on_http_call_response(
+        &mut self,
+        _token: u32,
+        _headers: usize,
+        body_size: usize,
+        _trailers: usize,
+    ) {
+        let (Some(runtime), Some(pending)) = (self.runtime.clone(), self.pending.take()) else {
+            return;
+        };
+        let status_ok = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status")
+            .ok()
+            .flatten()
+            .is_some_and(|s| s == "200");
+        let answer = if status_ok {
+            hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
+                .ok()
+                .flatten()
+                .and_then(|body| global::parse_response(&body, pending.limit_count()))
+        } else {
+            None
+        };
+        let verdict = engine::finish(&runtime.plan, pending, answer, &HostStore, &runtime.metrics);
+        if self.apply(&runtime, verdict) == Action::Continue {
+            let _ = hostcalls::resume_http_request();
+        }
+    }
+}
+
+impl HttpContext for Filter {
+    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        let Some(runtime) = self.runtime.clone() else {
+            return Action::Continue;
+        };
+        if runtime.plan.rules.is_empty() {
+            return Action::Continue;
+        }
+        let verdict = engine::evaluate(
+            &runtime.plan,
+            &runtime.hasher,
+            &HostRequest,
+            &HostStore,
+            &runtime.metrics,
+            now(),
+        );
+        self.apply(&runtime, verdict)
+    }
+
+    fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        if let (Some(runtime), Some(admitted)) = (self.runtime.as_ref(), self.admitted.take()) {
+            add_response_headers(
+                &runtime.plan,
+                admitted.report.as_ref(),
+                &admitted.shadow_denied,
+            );
+        }
+        Action::Continue
+    }
+}

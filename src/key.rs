@@ -1,0 +1,272 @@
+//! What a request looks like to the rules, and how a rule's key is built.
+//!
+//! A key is its parts joined with `|`. A request that lacks a part (an absent
+//! header or query parameter, no client address) has no key, and the rule
+//! does not count it.
+
+use crate::client_ip::{self, ClientIpPolicy};
+use std::cell::OnceCell;
+use std::net::IpAddr;
+
+/// Read access to a request, implemented by the Envoy host layer and by tests.
+pub trait RequestView {
+    /// A request header by lowercase name; pseudo-headers (`:path`,
+    /// `:method`, `:authority`) included.
+    fn header(&self, name: &str) -> Option<String>;
+    /// The downstream peer address as Envoy reports it (`1.2.3.4:5678`, `[::1]:5678`).
+    fn source_address(&self) -> Option<String>;
+}
+
+/// One part of a rule's key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyPart {
+    /// The client address, masked (see [`crate::client_ip`]).
+    ClientIp,
+    /// A request header's value (lowercase name).
+    Header(String),
+    /// The path without the query string.
+    Path,
+    /// The method.
+    Method,
+    /// The `:authority` (host).
+    Authority,
+    /// A query parameter's raw (not percent-decoded) value; `?a` counts as empty.
+    Query(String),
+    /// Fixed text, e.g. to share one bucket among all requests of a rule.
+    Const(String),
+}
+
+impl KeyPart {
+    /// Parses `client_ip`, `header:NAME`, `path`, `method`, `authority`,
+    /// `query:NAME` or `const:TEXT`.
+    pub fn parse(text: &str) -> Result<KeyPart, String> {
+        let part = match text.split_once(':') {
+            None => match text {
+                "client_ip" => KeyPart::ClientIp,
+                "path" => KeyPart::Path,
+                "method" => KeyPart::Method,
+                "authority" => KeyPart::Authority,
+                _ => return Err(unknown(text)),
+            },
+            Some(("header", name)) if !name.is_empty() => {
+                KeyPart::Header(name.to_ascii_lowercase())
+            }
+            Some(("query", name)) if !name.is_empty() => KeyPart::Query(name.to_string()),
+            Some(("const", value)) => KeyPart::Const(value.to_string()),
+            Some(_) => return Err(unknown(text)),
+        };
+        Ok(part)
+    }
+}
+
+fn unknown(text: &str) -> String {
+    format!(
+        "unknown key part {text:?} (expected client_ip, header:NAME, path, method, authority, query:NAME or const:TEXT)"
+    )
+}
+
+/// A request with the values several rules may need read once.
+pub struct Request<'a, V: RequestView> {
+    view: &'a V,
+    policy: &'a ClientIpPolicy,
+    path: OnceCell<Option<String>>,
+    method: OnceCell<Option<String>>,
+    client_ip: OnceCell<Option<IpAddr>>,
+}
+
+impl<'a, V: RequestView> Request<'a, V> {
+    /// Wraps `view`; `policy` decides how the client address is found.
+    pub fn new(view: &'a V, policy: &'a ClientIpPolicy) -> Self {
+        Request {
+            view,
+            policy,
+            path: OnceCell::new(),
+            method: OnceCell::new(),
+            client_ip: OnceCell::new(),
+        }
+    }
+
+    /// The full `:path`, query included.
+    fn raw_path(&self) -> Option<&str> {
+        self.path
+            .get_or_init(|| self.view.header(":path"))
+            .as_deref()
+    }
+
+    /// The path without the query string.
+    pub fn path(&self) -> Option<&str> {
+        self.raw_path()
+            .map(|p| p.split_once('?').map_or(p, |(path, _)| path))
+    }
+
+    /// The raw value of query parameter `name`.
+    pub fn query(&self, name: &str) -> Option<&str> {
+        let (_, query) = self.raw_path()?.split_once('?')?;
+        query.split('&').find_map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (k == name).then_some(v)
+        })
+    }
+
+    /// The method.
+    pub fn method(&self) -> Option<&str> {
+        self.method
+            .get_or_init(|| self.view.header(":method"))
+            .as_deref()
+    }
+
+    /// A header's value.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.view.header(name)
+    }
+
+    /// The client address before masking.
+    pub fn client_ip(&self) -> Option<IpAddr> {
+        *self.client_ip.get_or_init(|| {
+            let source = self.view.source_address();
+            let xff = if self.policy.trusted_hops > 0 {
+                self.view.header("x-forwarded-for")
+            } else {
+                None
+            };
+            client_ip::client_ip(self.policy, source.as_deref(), xff.as_deref())
+        })
+    }
+
+    /// Writes the key made of `parts` into `out` (cleared first). Returns
+    /// false, leaving `out` unspecified, when some part is missing.
+    pub fn write_key(&self, parts: &[KeyPart], out: &mut String) -> bool {
+        out.clear();
+        for (i, part) in parts.iter().enumerate() {
+            if i > 0 {
+                out.push('|');
+            }
+            let present = match part {
+                KeyPart::ClientIp => self
+                    .client_ip()
+                    .map(|ip| client_ip::write_masked(self.policy, ip, out))
+                    .is_some(),
+                KeyPart::Header(name) => self.header(name).map(|v| out.push_str(&v)).is_some(),
+                KeyPart::Path => self.path().map(|v| out.push_str(v)).is_some(),
+                KeyPart::Method => self.method().map(|v| out.push_str(v)).is_some(),
+                KeyPart::Authority => self
+                    .header(":authority")
+                    .map(|v| out.push_str(&v))
+                    .is_some(),
+                KeyPart::Query(name) => self.query(name).map(|v| out.push_str(v)).is_some(),
+                KeyPart::Const(text) => {
+                    out.push_str(text);
+                    true
+                }
+            };
+            if !present {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// A request built in memory, for tests.
+#[cfg(test)]
+#[derive(Debug, Default, Clone)]
+pub struct FakeRequest {
+    /// Headers, lowercase names, pseudo-headers included.
+    pub headers: Vec<(String, String)>,
+    /// The downstream peer address.
+    pub source: Option<String>,
+}
+
+#[cfg(test)]
+impl FakeRequest {
+    /// A request with `:method`, `:path`, `:authority` and a peer address.
+    pub fn get(path: &str) -> FakeRequest {
+        FakeRequest {
+            headers: vec![
+                (":method".into(), "GET".into()),
+                (":path".into(), path.into()),
+                (":authority".into(), "example.com".into()),
+            ],
+            source: Some("203.0.113.7:40000".into()),
+        }
+    }
+
+    /// Adds a header.
+    pub fn with(mut self, name: &str, value: &str) -> FakeRequest {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+}
+
+#[cfg(test)]
+impl RequestView for FakeRequest {
+    fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    }
+
+    fn source_address(&self) -> Option<String> {
+        self.source.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(req: &FakeRequest, parts: &[&str]) -> Option<String> {
+        let parts: Vec<KeyPart> = parts
+            .iter()
+            .filter_map(|p| KeyPart::parse(p).ok())
+            .collect();
+        let policy = ClientIpPolicy::default();
+        let request = Request::new(req, &policy);
+        let mut out = String::new();
+        request.write_key(&parts, &mut out).then_some(out)
+    }
+
+    #[test]
+    fn parses_parts() {
+        assert_eq!(KeyPart::parse("client_ip"), Ok(KeyPart::ClientIp));
+        assert_eq!(
+            KeyPart::parse("header:X-User"),
+            Ok(KeyPart::Header("x-user".into()))
+        );
+        assert_eq!(KeyPart::parse("query:id"), Ok(KeyPart::Query("id".into())));
+        assert_eq!(
+            KeyPart::parse("const:a:b"),
+            Ok(KeyPart::Const("a:b".into()))
+        );
+        for bad in ["", "ip", "header:", "query:", "cookie:x", "Path"] {
+            assert!(KeyPart::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn builds_composite_keys() {
+        let req = FakeRequest::get("/api/items?id=7&flag&x=1").with("x-user", "alice");
+        assert_eq!(key(&req, &["client_ip"]).as_deref(), Some("203.0.113.7"));
+        assert_eq!(
+            key(&req, &["header:x-user", "method", "path", "authority"]).as_deref(),
+            Some("alice|GET|/api/items|example.com")
+        );
+        assert_eq!(
+            key(&req, &["query:id", "query:flag", "const:v1"]).as_deref(),
+            Some("7||v1")
+        );
+    }
+
+    #[test]
+    fn missing_part_means_no_key() {
+        let req = FakeRequest::get("/api/items?id=7");
+        assert_eq!(key(&req, &["header:x-user"]), None);
+        assert_eq!(key(&req, &["const:a", "query:missing"]), None);
+        let mut no_peer = req.clone();
+        no_peer.source = None;
+        assert_eq!(key(&no_peer, &["client_ip"]), None);
+        let no_query = FakeRequest::get("/api/items");
+        assert_eq!(key(&no_query, &["query:id"]), None);
+    }
+}

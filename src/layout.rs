@@ -1,0 +1,85 @@
+//! The shared-data key layout.
+//!
+//! Keys derive only from stable names (domain, rule name, limit index,
+//! algorithm, window), so a new configuration with the same rule and limit
+//! shape finds the counters of the previous one:
+//!
+//! | key | value |
+//! | --- | --- |
+//! | `sluice/<domain>/seed` | 16-byte slot-hashing seed |
+//! | `sluice/<domain>/<rule>/<limit>/<algorithm>/<window ms>/<slot>` | local limit state of one slot |
+//! | `sluice/<domain>/<rule>/<limit>/<algorithm>/<window ms>/=<key>` | local limit state of an override key |
+//! | `sluice/<domain>/<rule>/<limit>/deny/<slot>` | over-limit cache of a global limit |
+
+use sluice_core::{Limit, MILLISECOND};
+use std::fmt::Write;
+
+/// The key of the domain's slot-hashing seed.
+pub fn seed_key(domain: &str) -> String {
+    format!("sluice/{domain}/seed")
+}
+
+/// The prefix of a local limit's slot keys (the slot number follows).
+pub fn limit_prefix(domain: &str, rule: &str, index: usize, limit: &Limit) -> String {
+    format!(
+        "sluice/{domain}/{rule}/{index}/{}/{}/",
+        limit.algorithm.name(),
+        limit.window / MILLISECOND
+    )
+}
+
+/// The dedicated key of an override's state.
+pub fn override_key(domain: &str, rule: &str, index: usize, limit: &Limit, key: &str) -> String {
+    let mut out = limit_prefix(domain, rule, index, limit);
+    out.push('=');
+    out.push_str(key);
+    out
+}
+
+/// The prefix of a global limit's over-limit cache keys (the slot number follows).
+pub fn deny_prefix(domain: &str, rule: &str, index: usize) -> String {
+    format!("sluice/{domain}/{rule}/{index}/deny/")
+}
+
+/// Writes `prefix` followed by `slot` into `out`, reusing its allocation.
+pub fn slot_key(out: &mut String, prefix: &str, slot: u64) {
+    out.clear();
+    out.push_str(prefix);
+    // Writing to a String cannot fail.
+    let _ = write!(out, "{slot}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::{Algorithm, SECOND};
+
+    fn limit() -> Limit {
+        Limit {
+            algorithm: Algorithm::Gcra,
+            requests: 100,
+            window: 60 * SECOND,
+            burst: 20,
+            precision: 1,
+            soft_percent: 0,
+            max_delay: None,
+        }
+    }
+
+    #[test]
+    fn keys_are_stable_names() {
+        assert_eq!(seed_key("demo"), "sluice/demo/seed");
+        assert_eq!(
+            limit_prefix("demo", "per-ip", 0, &limit()),
+            "sluice/demo/per-ip/0/gcra/60000/"
+        );
+        assert_eq!(
+            override_key("demo", "per-ip", 1, &limit(), "203.0.113.7"),
+            "sluice/demo/per-ip/1/gcra/60000/=203.0.113.7"
+        );
+        assert_eq!(deny_prefix("demo", "r", 2), "sluice/demo/r/2/deny/");
+        let mut out = String::from("junk");
+        slot_key(&mut out, "p/", 42);
+        assert_eq!(out, "p/42");
+    }
+}

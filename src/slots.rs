@@ -1,0 +1,99 @@
+//! The bounded key space: each local limit has `local_max_keys` slots, and a
+//! key's slot is a keyed hash of its text.
+//!
+//! A slot *is* the bucket: clients whose keys collide share one bucket, so a
+//! client is never admitted beyond its own limit, only possibly limited early.
+//! Memory stays bounded by `local_max_keys` entries per limit whatever the
+//! number of distinct clients. The hash key (the seed) is chosen once per
+//! domain and kept in shared data, so every worker agrees on the slots while
+//! clients cannot precompute collisions without knowing it.
+
+use std::hash::Hasher;
+
+/// Keyed hashing of key text into slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotHasher {
+    k0: u64,
+    k1: u64,
+}
+
+/// Length of a stored seed.
+pub const SEED_LEN: usize = 16;
+
+impl SlotHasher {
+    /// A hasher keyed by a stored seed; `None` when `bytes` is not a seed.
+    pub fn from_seed(bytes: &[u8]) -> Option<SlotHasher> {
+        let k0 = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+        let k1 = u64::from_le_bytes(bytes.get(8..SEED_LEN)?.try_into().ok()?);
+        Some(SlotHasher { k0, k1 })
+    }
+
+    /// A fresh seed derived from `entropy` (the current time in nanoseconds).
+    pub fn new_seed(entropy: u64) -> [u8; SEED_LEN] {
+        // Spread the time's bits over both halves of the key.
+        let k0 = splitmix(entropy);
+        let k1 = splitmix(k0 ^ entropy.rotate_left(32));
+        let mut seed = [0; SEED_LEN];
+        let (a, b) = seed.split_at_mut(8);
+        a.copy_from_slice(&k0.to_le_bytes());
+        b.copy_from_slice(&k1.to_le_bytes());
+        seed
+    }
+
+    /// The 64-bit keyed hash of `key`.
+    pub fn fingerprint(&self, key: &str) -> u64 {
+        // std's SipHash-2-4 is the keyed hash we need; it is deprecated only
+        // in favour of the unkeyed DefaultHasher.
+        #[allow(deprecated)]
+        let mut hasher = std::hash::SipHasher::new_with_keys(self.k0, self.k1);
+        hasher.write(key.as_bytes());
+        hasher.finish()
+    }
+
+    /// The slot of `key` among `slots` (which must be non-zero; zero gives slot 0).
+    pub fn slot(&self, key: &str, slots: u64) -> u64 {
+        self.fingerprint(key).checked_rem(slots).unwrap_or(0)
+    }
+}
+
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seed_round_trips_and_keys_the_hash() {
+        let a =
+            SlotHasher::from_seed(&SlotHasher::new_seed(1)).unwrap_or(SlotHasher { k0: 0, k1: 0 });
+        let b =
+            SlotHasher::from_seed(&SlotHasher::new_seed(2)).unwrap_or(SlotHasher { k0: 0, k1: 0 });
+        assert_ne!(a, b);
+        assert_eq!(a.fingerprint("203.0.113.7"), a.fingerprint("203.0.113.7"));
+        assert_ne!(a.fingerprint("203.0.113.7"), b.fingerprint("203.0.113.7"));
+        assert_eq!(SlotHasher::from_seed(&[1, 2, 3]), None);
+    }
+
+    #[test]
+    fn slots_are_bounded_and_spread() {
+        let h =
+            SlotHasher::from_seed(&SlotHasher::new_seed(42)).unwrap_or(SlotHasher { k0: 0, k1: 0 });
+        let mut counts = [0u32; 16];
+        for i in 0..16_000 {
+            let slot = h.slot(&format!("10.0.{}.{}", i / 256, i % 256), 16);
+            assert!(slot < 16);
+            counts[slot as usize] += 1;
+        }
+        assert!(
+            counts.iter().all(|&c| (800..1200).contains(&c)),
+            "{counts:?}"
+        );
+        assert_eq!(h.slot("x", 1), 0);
+        assert_eq!(h.slot("x", 0), 0);
+    }
+}
