@@ -70,7 +70,7 @@ async fn decide(st: &AppState, body: Result<Bytes, BytesRejection>) -> Response 
         Err(e) => {
             let status = e.status();
             let msg = if status == StatusCode::PAYLOAD_TOO_LARGE {
-                format!("body exceeds {MAX_BODY_BYTES} bytes")
+                format!("body exceeds 64 KiB ({MAX_BODY_BYTES} bytes)")
             } else {
                 e.body_text()
             };

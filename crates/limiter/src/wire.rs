@@ -15,10 +15,10 @@ pub const MAX_LIMITS: usize = 64;
 pub const MAX_KEY_BYTES: usize = 512;
 /// Longest accepted domain, in bytes.
 pub const MAX_DOMAIN_BYTES: usize = 128;
-/// Longest window: one year.
-pub const MAX_WINDOW_MS: u64 = 365 * 24 * 3600 * 1000;
-/// Largest `requests`, `burst` and `hits`.
-pub const MAX_COUNT: u64 = 1_000_000_000;
+/// Longest window: 366 days, as sluice-core accepts.
+pub const MAX_WINDOW_MS: u64 = sluice_core::MAX_WINDOW / MILLISECOND;
+/// Largest `requests`, `burst` and `hits`, as sluice-core accepts.
+pub const MAX_COUNT: u64 = sluice_core::MAX_REQUESTS;
 
 /// `POST /v1/check` body.
 #[derive(Debug, Clone, Deserialize)]

@@ -176,7 +176,8 @@ impl MemoryStore {
             };
         }
 
-        if outcome.allowed {
+        {
+            // Denied checks carry states only where a clock step was repaired.
             for ((item, &p), (state, d)) in items
                 .iter()
                 .zip(&pos)
