@@ -64,7 +64,7 @@ mod tests {
         ] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
         }
-        assert!(parse_duration("1000000d").unwrap_or(0) > 0);
+        assert!(parse_duration("100000d").unwrap_or(0) > 0);
         assert!(parse_duration("100000000000d").is_err());
     }
 }

@@ -1,1 +1,301 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use super::*;
+use crate::key::KeyPart;
+use crate::matcher::{HeaderTest, PathMatch};
+use sluice_core::{Algorithm, MILLISECOND, SECOND};
+
+const FULL: &str = r#"{
+  "domain": "demo",
+  "headers": "both",
+  "client_ip": { "xff_trusted_hops": 1, "ipv4_prefix": 24, "ipv6_prefix": 48 },
+  "limiter": { "cluster": "sluice_limiter", "authority": "sluice-limiter", "timeout": "250ms", "failure_mode": "deny" },
+  "local_max_keys": 1000,
+  "response": { "status": 503, "body": "slow down\n", "headers": { "Content-Type": "text/plain" } },
+  "rules": [
+    {
+      "name": "per-ip",
+      "match": { "path_prefix": "/api/", "methods": ["get", "POST"], "headers": [{ "name": "X-Tier", "exact": "free" }, { "name": "x-k", "present": true }] },
+      "key": ["client_ip", "header:X-User"],
+      "limits": [
+        { "algorithm": "gcra", "requests": 100, "window": "1m", "burst": 20, "scope": "local" },
+        { "algorithm": "sliding_window", "requests": 1000, "window": "1h", "scope": "global", "precision": 4 }
+      ],
+      "overrides": [ { "key": "203.0.113.7", "requests": 1000 }, { "key": "vip", "requests": 5, "window": "1s", "burst": 7, "limit": 1 } ],
+      "mode": "shadow"
+    }
+  ]
+}"#;
+
+fn err(json: &str) -> ConfigError {
+    match parse(json.as_bytes()) {
+        Ok(_) => panic!("accepted: {json}"),
+        Err(e) => e,
+    }
+}
+
+fn with_rule(rule: &str) -> String {
+    format!(r#"{{"domain":"d","rules":[{rule}]}}"#)
+}
+
+const LIMIT: &str = r#"{"algorithm":"fixed_window","requests":10,"window":"1s"}"#;
+
+#[test]
+fn compiles_the_full_example() {
+    let plan = parse(FULL.as_bytes()).unwrap();
+    assert_eq!(plan.domain, "demo");
+    assert_eq!(plan.headers, HeadersMode::Both);
+    assert_eq!(plan.client_ip.trusted_hops, 1);
+    assert_eq!(plan.client_ip.ipv4_prefix, 24);
+    assert_eq!(plan.client_ip.ipv6_prefix, 48);
+    let limiter = plan.limiter.as_ref().unwrap();
+    assert_eq!(limiter.timeout, 250 * MILLISECOND);
+    assert_eq!(limiter.failure_mode, FailureMode::Deny);
+    assert_eq!(plan.local_max_keys, 1000);
+    assert_eq!(plan.response.status, 503);
+    assert_eq!(
+        plan.response.headers,
+        vec![("content-type".to_string(), "text/plain".to_string())]
+    );
+    assert_eq!(plan.seed_key, "sluice/demo/seed");
+    let rule = &plan.rules[0];
+    assert!(rule.shadow);
+    assert_eq!(rule.matcher.path, PathMatch::Prefix("/api/".into()));
+    assert_eq!(rule.matcher.methods, vec!["GET", "POST"]);
+    assert_eq!(rule.matcher.headers[0].name, "x-tier");
+    assert_eq!(rule.matcher.headers[1].test, HeaderTest::Present);
+    assert_eq!(
+        rule.key,
+        vec![KeyPart::ClientIp, KeyPart::Header("x-user".into())]
+    );
+    let gcra = &rule.limits[0];
+    assert_eq!(
+        (gcra.limit.algorithm, gcra.limit.requests, gcra.limit.burst),
+        (Algorithm::Gcra, 100, 20)
+    );
+    assert_eq!(gcra.limit.window, 60 * SECOND);
+    assert!(!gcra.global);
+    assert_eq!(gcra.store_prefix, "sluice/demo/per-ip/0/gcra/60000/");
+    let sw = &rule.limits[1];
+    assert!(sw.global);
+    assert_eq!(sw.limit.precision, 4);
+    assert_eq!(sw.limit.burst, 1000);
+    assert_eq!(sw.store_prefix, "sluice/demo/per-ip/1/deny/");
+    // The first override replaces both limits, burst following its requests.
+    let first = &rule.override_sets[rule.overrides["203.0.113.7"]];
+    let o0 = first[0].as_ref().unwrap();
+    assert_eq!(
+        (o0.limit.requests, o0.limit.burst, o0.limit.window),
+        (1000, 1000, 60 * SECOND)
+    );
+    assert_eq!(o0.store_key, "sluice/demo/per-ip/0/gcra/60000/=203.0.113.7");
+    assert!(first[1].is_some());
+    // The second replaces only limit 1.
+    let second = &rule.override_sets[rule.overrides["vip"]];
+    assert!(second[0].is_none());
+    let o1 = second[1].as_ref().unwrap();
+    assert_eq!(
+        (o1.limit.requests, o1.limit.burst, o1.limit.window),
+        (5, 7, SECOND)
+    );
+}
+
+#[test]
+fn applies_defaults() {
+    let plan = parse(
+        with_rule(&format!(
+            r#"{{"name":"r","key":["path"],"limits":[{LIMIT}]}}"#
+        ))
+        .as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(plan.headers, HeadersMode::Ietf);
+    assert_eq!(plan.client_ip, crate::client_ip::ClientIpPolicy::default());
+    assert!(plan.limiter.is_none());
+    assert_eq!(plan.local_max_keys, 100_000);
+    assert_eq!(plan.response.status, 429);
+    assert_eq!(plan.response.body, "rate limited\n");
+    let rule = &plan.rules[0];
+    assert!(!rule.shadow);
+    assert_eq!(rule.matcher, crate::matcher::Matcher::any());
+    assert_eq!(rule.limits[0].limit.burst, 10);
+    let empty = parse(br#"{"domain":"d"}"#).unwrap();
+    assert!(empty.rules.is_empty());
+    let limiter = parse(br#"{"domain":"d","limiter":{"cluster":"c","authority":"a"}}"#).unwrap();
+    let limiter = limiter.limiter.unwrap();
+    assert_eq!(
+        (limiter.timeout, limiter.failure_mode),
+        (50 * MILLISECOND, FailureMode::Allow)
+    );
+}
+
+#[test]
+fn names_the_field_at_fault() {
+    let cases: Vec<(String, &str)> = vec![
+        (r#"{"domain":""}"#.into(), "domain"),
+        (
+            r#"{"domain":"d","local_max_keys":0}"#.into(),
+            "local_max_keys",
+        ),
+        (
+            r#"{"domain":"d","local_max_keys":10000001}"#.into(),
+            "local_max_keys",
+        ),
+        (
+            r#"{"domain":"d","client_ip":{"ipv4_prefix":33}}"#.into(),
+            "client_ip.ipv4_prefix",
+        ),
+        (
+            r#"{"domain":"d","client_ip":{"ipv6_prefix":129}}"#.into(),
+            "client_ip.ipv6_prefix",
+        ),
+        (
+            r#"{"domain":"d","response":{"status":200}}"#.into(),
+            "response.status",
+        ),
+        (
+            r#"{"domain":"d","limiter":{"cluster":"c","authority":"a","timeout":"0ms"}}"#.into(),
+            "limiter.timeout",
+        ),
+        (
+            r#"{"domain":"d","limiter":{"cluster":"","authority":"a"}}"#.into(),
+            "limiter.cluster",
+        ),
+        (
+            with_rule(&format!(
+                r#"{{"name":"bad name","key":["path"],"limits":[{LIMIT}]}}"#
+            )),
+            "rules[0].name",
+        ),
+        (
+            with_rule(&format!(r#"{{"name":"r","key":[],"limits":[{LIMIT}]}}"#)),
+            "rules[0].key",
+        ),
+        (
+            with_rule(&format!(
+                r#"{{"name":"r","key":["path","nope"],"limits":[{LIMIT}]}}"#
+            )),
+            "rules[0].key[1]",
+        ),
+        (
+            with_rule(r#"{"name":"r","key":["path"],"limits":[]}"#),
+            "rules[0].limits",
+        ),
+        (
+            with_rule(&format!(
+                r#"{{"name":"r","key":["path"],"limits":[{LIMIT},{{"algorithm":"gcra","requests":1,"window":"0s"}}]}}"#
+            )),
+            "rules[0].limits[1].window",
+        ),
+        (
+            with_rule(
+                r#"{"name":"r","key":["path"],"limits":[{"algorithm":"gcra","requests":0,"window":"1s"}]}"#,
+            ),
+            "rules[0].limits[0].requests",
+        ),
+        (
+            with_rule(
+                r#"{"name":"r","key":["path"],"limits":[{"algorithm":"gcra","requests":1,"burst":0,"window":"1s"}]}"#,
+            ),
+            "rules[0].limits[0].burst",
+        ),
+        (
+            with_rule(
+                r#"{"name":"r","key":["path"],"limits":[{"algorithm":"magic","requests":1,"window":"1s"}]}"#,
+            ),
+            "rules[0].limits[0].algorithm",
+        ),
+        (
+            with_rule(
+                r#"{"name":"r","key":["path"],"limits":[{"algorithm":"gcra","requests":1,"window":"1s","precision":2}]}"#,
+            ),
+            "rules[0].limits[0].precision",
+        ),
+        (
+            with_rule(
+                r#"{"name":"r","key":["path"],"limits":[{"algorithm":"gcra","requests":1,"window":"1 s"}]}"#,
+            ),
+            "rules[0].limits[0].window",
+        ),
+        (
+            with_rule(&format!(
+                r#"{{"name":"r","match":{{"path":"/a","path_prefix":"/"}},"key":["path"],"limits":[{LIMIT}]}}"#
+            )),
+            "rules[0].match",
+        ),
+        (
+            with_rule(&format!(
+                r#"{{"name":"r","match":{{"headers":[{{"name":"x","exact":"a","present":true}}]}},"key":["path"],"limits":[{LIMIT}]}}"#
+            )),
+            "rules[0].match.headers[0]",
+        ),
+        (
+            with_rule(&format!(
+                r#"{{"name":"r","key":["path"],"limits":[{LIMIT}],"overrides":[{{"key":"k","requests":0}}]}}"#
+            )),
+            "rules[0].overrides[0].requests",
+        ),
+        (
+            with_rule(&format!(
+                r#"{{"name":"r","key":["path"],"limits":[{LIMIT}],"overrides":[{{"key":"k","requests":1,"limit":1}}]}}"#
+            )),
+            "rules[0].overrides[0].limit",
+        ),
+        (
+            with_rule(&format!(
+                r#"{{"name":"r","key":["path"],"limits":[{LIMIT}],"overrides":[{{"key":"k","requests":1}},{{"key":"k","requests":2}}]}}"#
+            )),
+            "rules[0].overrides[1].key",
+        ),
+        (
+            with_rule(
+                r#"{"name":"r","key":["path"],"limits":[{"algorithm":"gcra","requests":1,"window":"1s","scope":"global"}]}"#,
+            ),
+            "limiter",
+        ),
+        (
+            format!(
+                r#"{{"domain":"d","rules":[{{"name":"r","key":["path"],"limits":[{LIMIT}]}},{{"name":"r","key":["path"],"limits":[{LIMIT}]}}]}}"#
+            ),
+            "rules[1].name",
+        ),
+    ];
+    for (json, path) in cases {
+        let e = err(&json);
+        assert_eq!(e.path, path, "{json}: {e}");
+    }
+    let e = err(&with_rule(&format!(
+        r#"{{"name":"r","key":["path"],"limits":[{LIMIT},{{"algorithm":"gcra","requests":1,"window":"0s"}}]}}"#
+    )));
+    assert_eq!(
+        e.to_string(),
+        "rules[0].limits[1].window: must be at least 1ms"
+    );
+    let e = err(&with_rule(
+        r#"{"name":"r","key":["path"],"limits":[{"algorithm":"gcra","requests":1,"window":"1s","scope":"global"}]}"#,
+    ));
+    assert_eq!(
+        e.to_string(),
+        "limiter: required because rules[0].limits[0] has scope global"
+    );
+}
+
+#[test]
+fn serde_errors_carry_position() {
+    let e = err(r#"{"domain":"d","colour":"blue"}"#);
+    assert!(e.to_string().contains("unknown field `colour`"), "{e}");
+    assert!(e.to_string().contains("line 1"), "{e}");
+    let e = err(&with_rule(&format!(
+        r#"{{"name":"r","key":["path"],"limits":[{LIMIT}],"extra":1}}"#
+    )));
+    assert!(e.to_string().contains("unknown field `extra`"), "{e}");
+    let e = err(&with_rule(
+        r#"{"name":"r","key":["path"],"limits":[{"algorithm":"gcra","requests":-1,"window":"1s"}]}"#,
+    ));
+    assert!(e.to_string().contains("-1"), "{e}");
+    let e = err(r#"{"domain":"d","headers":"fancy"}"#);
+    assert!(e.to_string().contains("unknown variant `fancy`"), "{e}");
+    assert!(parse(b"").is_err());
+    assert!(parse(b"{").is_err());
+    assert!(parse(br#"{"rules":[]}"#).is_err());
+}

@@ -1,1 +1,387 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use super::*;
+use crate::config::parse;
+use crate::global::{parse_response, CheckResponse};
+use crate::key::FakeRequest;
+use crate::local::fake::MemoryStore;
+use crate::local::MAX_ATTEMPTS;
+use crate::metrics::RecordingSink;
+use sluice_core::MILLISECOND;
+use std::sync::atomic::Ordering;
+
+const NOW: Nanos = 1_700_000_000 * SECOND;
+
+struct World {
+    plan: Plan,
+    hasher: SlotHasher,
+    store: MemoryStore,
+    metrics: RecordingSink,
+}
+
+impl World {
+    fn new(json: &str) -> World {
+        World {
+            plan: parse(json.as_bytes()).unwrap(),
+            hasher: SlotHasher::from_seed(&SlotHasher::new_seed(7)).unwrap(),
+            store: MemoryStore::default(),
+            metrics: RecordingSink::default(),
+        }
+    }
+
+    fn eval(&self, req: &FakeRequest) -> Verdict {
+        evaluate(
+            &self.plan,
+            &self.hasher,
+            req,
+            &self.store,
+            &self.metrics,
+            NOW,
+        )
+    }
+
+    fn finish(&self, pending: PendingCheck, answer: Option<CheckResponse>) -> Verdict {
+        finish(&self.plan, pending, answer, &self.store, &self.metrics)
+    }
+}
+
+fn allowed(v: &Verdict) -> bool {
+    matches!(v, Verdict::Allow(_))
+}
+
+fn rules(rules: &str) -> String {
+    format!(
+        r#"{{"domain":"t","limiter":{{"cluster":"c","authority":"a","failure_mode":"allow"}},"rules":[{rules}]}}"#
+    )
+}
+
+#[test]
+fn admits_exactly_the_limit_and_reports() {
+    let w = World::new(&rules(
+        r#"{"name":"ip","key":["client_ip"],"limits":[{"algorithm":"fixed_window","requests":3,"window":"1m"}]}"#,
+    ));
+    let req = FakeRequest::get("/");
+    for remaining in [2, 1, 0] {
+        match w.eval(&req) {
+            Verdict::Allow(a) => {
+                let report = a.report.unwrap();
+                assert_eq!(
+                    (
+                        report.rule,
+                        report.decision.limit,
+                        report.decision.remaining
+                    ),
+                    (0, 3, remaining)
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    match w.eval(&req) {
+        Verdict::Deny(d) => {
+            assert_eq!(d.report.rule, 0);
+            assert!(!d.report.decision.allowed);
+            assert!(d.report.decision.retry_after > 0);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(w.metrics.count(0, RuleEvent::Allowed), 3);
+    assert_eq!(w.metrics.count(0, RuleEvent::Denied), 1);
+    // Another client has its own bucket.
+    let mut other = req.clone();
+    other.source = Some("198.51.100.1:1".into());
+    assert!(allowed(&w.eval(&other)));
+}
+
+#[test]
+fn denied_request_consumes_nothing() {
+    let w = World::new(&rules(
+        r#"{"name":"a","key":["client_ip"],"limits":[{"algorithm":"fixed_window","requests":5,"window":"1m"}]},
+           {"name":"b","match":{"headers":[{"name":"x-b","present":true}]},"key":["client_ip"],"limits":[{"algorithm":"token_bucket","requests":2,"window":"1m"}]}"#,
+    ));
+    let with_b = FakeRequest::get("/").with("x-b", "1");
+    assert!(allowed(&w.eval(&with_b)));
+    assert!(allowed(&w.eval(&with_b)));
+    for _ in 0..3 {
+        match w.eval(&with_b) {
+            Verdict::Deny(d) => assert_eq!(d.report.rule, 1),
+            other => panic!("{other:?}"),
+        }
+    }
+    // Rule a saw 2 admitted requests; the denied ones were refunded.
+    let plain = FakeRequest::get("/");
+    let admitted = (0..10).filter(|_| allowed(&w.eval(&plain))).count();
+    assert_eq!(admitted, 3);
+}
+
+#[test]
+fn several_limits_of_one_rule_refund_in_order() {
+    let w = World::new(&rules(
+        r#"{"name":"r","key":["client_ip"],"limits":[
+            {"algorithm":"gcra","requests":10,"window":"1m"},
+            {"algorithm":"sliding_log","requests":1,"window":"1m"}]}"#,
+    ));
+    let req = FakeRequest::get("/");
+    assert!(allowed(&w.eval(&req)));
+    for _ in 0..20 {
+        assert!(!allowed(&w.eval(&req)));
+    }
+    // gcra was refunded each time: 9 of its 10 remain.
+    let slot = w.hasher.slot("203.0.113.7", w.plan.local_max_keys);
+    let mut key = String::new();
+    layout::slot_key(&mut key, &w.plan.rules[0].limits[0].store_prefix, slot);
+    let state = w.store.value(&key).unwrap();
+    let probe = sluice_core::decide(&w.plan.rules[0].limits[0].limit, Some(&state), NOW, 1);
+    assert_eq!(probe.decision.remaining, 8);
+}
+
+#[test]
+fn shadow_rules_count_but_never_deny() {
+    let w = World::new(&rules(
+        r#"{"name":"enf","key":["client_ip"],"limits":[{"algorithm":"fixed_window","requests":100,"window":"1m"}]},
+           {"name":"sh","key":["client_ip"],"mode":"shadow","limits":[{"algorithm":"fixed_window","requests":1,"window":"1m"}]}"#,
+    ));
+    let req = FakeRequest::get("/");
+    match w.eval(&req) {
+        Verdict::Allow(a) => {
+            assert!(a.shadow_denied.is_empty());
+            assert_eq!(
+                a.report.unwrap().rule,
+                0,
+                "shadow rules stay out of the headers"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    match w.eval(&req) {
+        Verdict::Allow(a) => assert_eq!(a.shadow_denied, vec![1]),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(w.metrics.count(1, RuleEvent::ShadowDenied), 1);
+    assert_eq!(w.metrics.count(1, RuleEvent::Allowed), 1);
+    assert_eq!(w.metrics.count(0, RuleEvent::Allowed), 2);
+}
+
+#[test]
+fn missing_key_part_skips_the_rule() {
+    let w = World::new(&rules(
+        r#"{"name":"user","key":["header:x-user"],"limits":[{"algorithm":"fixed_window","requests":1,"window":"1m"}]}"#,
+    ));
+    let anonymous = FakeRequest::get("/");
+    for _ in 0..3 {
+        match w.eval(&anonymous) {
+            Verdict::Allow(a) => assert_eq!(a.report, None),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(w.metrics.count(0, RuleEvent::Skipped), 3);
+    let alice = FakeRequest::get("/").with("x-user", "alice");
+    assert!(allowed(&w.eval(&alice)));
+    assert!(!allowed(&w.eval(&alice)));
+}
+
+#[test]
+fn non_matching_rules_do_nothing() {
+    let w = World::new(&rules(
+        r#"{"name":"api","match":{"path_prefix":"/api/","methods":["POST"]},"key":["client_ip"],"limits":[{"algorithm":"fixed_window","requests":1,"window":"1m"}]}"#,
+    ));
+    for _ in 0..3 {
+        match w.eval(&FakeRequest::get("/api/x")) {
+            Verdict::Allow(a) => assert_eq!(a.report, None),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(w.metrics.rules.borrow().is_empty());
+}
+
+#[test]
+fn overrides_have_their_own_limit_and_key() {
+    let w = World::new(&rules(
+        r#"{"name":"u","key":["header:x-user"],"limits":[{"algorithm":"fixed_window","requests":1,"window":"1m"}],
+            "overrides":[{"key":"vip","requests":5}]}"#,
+    ));
+    let vip = FakeRequest::get("/").with("x-user", "vip");
+    assert_eq!((0..10).filter(|_| allowed(&w.eval(&vip))).count(), 5);
+    let bob = FakeRequest::get("/").with("x-user", "bob");
+    assert_eq!((0..10).filter(|_| allowed(&w.eval(&bob))).count(), 1);
+    assert!(w
+        .store
+        .value("sluice/t/u/0/fixed_window/60000/=vip")
+        .is_some());
+}
+
+#[test]
+fn colliding_clients_share_a_slot() {
+    let w = World::new(
+        r#"{"domain":"t","local_max_keys":1,"rules":[{"name":"ip","key":["client_ip"],"limits":[{"algorithm":"fixed_window","requests":2,"window":"1m"}]}]}"#,
+    );
+    let mut a = FakeRequest::get("/");
+    let mut b = FakeRequest::get("/");
+    a.source = Some("10.0.0.1:1".into());
+    b.source = Some("10.0.0.2:1".into());
+    assert!(allowed(&w.eval(&a)));
+    assert!(allowed(&w.eval(&b)));
+    assert!(!allowed(&w.eval(&a)));
+    assert!(!allowed(&w.eval(&b)));
+    assert_eq!(w.store.key_count(), 1);
+}
+
+#[test]
+fn contention_denies_and_counts() {
+    let w = World::new(&rules(
+        r#"{"name":"ip","key":["client_ip"],"limits":[{"algorithm":"fixed_window","requests":2,"window":"1m"}]}"#,
+    ));
+    w.store
+        .inject_mismatches
+        .store(MAX_ATTEMPTS, Ordering::SeqCst);
+    match w.eval(&FakeRequest::get("/")) {
+        Verdict::Deny(d) => assert_eq!(d.report.decision.retry_after, SECOND),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(w.metrics.count_global(GlobalEvent::CasExhausted), 1);
+    assert!(allowed(&w.eval(&FakeRequest::get("/"))));
+}
+
+const GLOBAL: &str = r#"{"name":"g","key":["client_ip"],"limits":[
+    {"algorithm":"fixed_window","requests":2,"window":"1m"},
+    {"algorithm":"gcra","requests":100,"window":"1h","burst":10,"scope":"global"}]}"#;
+
+fn answer(allowed: bool, retry_after_ms: u64) -> Option<CheckResponse> {
+    let body = format!(
+        r#"{{"allowed":{allowed},"limits":[{{"allowed":{allowed},"limit":100,"remaining":{},"reset_ms":1000,"retry_after_ms":{retry_after_ms}}}]}}"#,
+        if allowed { 9 } else { 0 }
+    );
+    parse_response(body.as_bytes(), 1)
+}
+
+fn pending(v: Verdict) -> PendingCheck {
+    match v {
+        Verdict::Check(p) => p,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn global_check_body_and_allow() {
+    let w = World::new(&rules(GLOBAL));
+    let p = pending(w.eval(&FakeRequest::get("/")));
+    assert_eq!(
+        String::from_utf8(p.body.clone()).unwrap(),
+        r#"{"domain":"t","hits":1,"limits":[{"key":"g/1/203.0.113.7","algorithm":"gcra","requests":100,"window_ms":3600000,"burst":10}]}"#
+    );
+    match w.finish(p, answer(true, 0)) {
+        Verdict::Allow(a) => {
+            // The local limit (1 of 2 left) is closer to exhaustion than the global one (9 of 100).
+            let r = a.report.unwrap();
+            assert_eq!((r.decision.limit, r.decision.remaining), (2, 1));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(w.metrics.count(0, RuleEvent::Allowed), 1);
+}
+
+#[test]
+fn global_denial_refunds_local_and_is_cached() {
+    let w = World::new(&rules(GLOBAL));
+    let req = FakeRequest::get("/");
+    let p = pending(w.eval(&req));
+    match w.finish(p, answer(false, 2_000)) {
+        Verdict::Deny(d) => {
+            assert_eq!(d.report.rule, 0);
+            assert_eq!(d.report.decision.retry_after, 2_000 * MILLISECOND);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Cached: denied locally, no call-out, nothing consumed.
+    match w.eval(&req) {
+        Verdict::Deny(d) => assert_eq!(d.report.decision.retry_after, 2_000 * MILLISECOND),
+        other => panic!("{other:?}"),
+    }
+    // Another client still calls out, and the local limit was refunded for
+    // the first: it can still be admitted twice once the cache expires.
+    let mut other = req.clone();
+    other.source = Some("198.51.100.1:1".into());
+    assert!(matches!(w.eval(&other), Verdict::Check(_)));
+    let later = evaluate(
+        &w.plan,
+        &w.hasher,
+        &req,
+        &w.store,
+        &w.metrics,
+        NOW + 3 * SECOND,
+    );
+    let p = pending(later);
+    assert!(allowed(&w.finish(p, answer(true, 0))));
+    let p = pending(evaluate(
+        &w.plan,
+        &w.hasher,
+        &req,
+        &w.store,
+        &w.metrics,
+        NOW + 3 * SECOND,
+    ));
+    assert!(allowed(&w.finish(p, answer(true, 0))));
+    assert!(!allowed(&evaluate(
+        &w.plan,
+        &w.hasher,
+        &req,
+        &w.store,
+        &w.metrics,
+        NOW + 3 * SECOND
+    )));
+}
+
+#[test]
+fn local_denial_makes_no_call() {
+    let w = World::new(&rules(GLOBAL));
+    let req = FakeRequest::get("/");
+    for _ in 0..2 {
+        let p = pending(w.eval(&req));
+        assert!(allowed(&w.finish(p, answer(true, 0))));
+    }
+    assert!(matches!(w.eval(&req), Verdict::Deny(_)));
+}
+
+#[test]
+fn failure_modes() {
+    let w = World::new(&rules(GLOBAL));
+    let p = pending(w.eval(&FakeRequest::get("/")));
+    assert!(allowed(&w.finish(p, None)));
+    assert_eq!(w.metrics.count_global(GlobalEvent::FailureModeAllowed), 1);
+    // A wrong number of answers is a failure too.
+    let p = pending(w.eval(&FakeRequest::get("/")));
+    let two = parse_response(
+        br#"{"allowed":true,"limits":[{"allowed":true,"limit":1,"remaining":1,"reset_ms":0,"retry_after_ms":0},{"allowed":true,"limit":1,"remaining":1,"reset_ms":0,"retry_after_ms":0}]}"#,
+        2,
+    );
+    assert!(allowed(&w.finish(p, two)));
+    assert_eq!(w.metrics.count_global(GlobalEvent::FailureModeAllowed), 2);
+
+    let deny =
+        World::new(&rules(GLOBAL).replace(r#""failure_mode":"allow""#, r#""failure_mode":"deny""#));
+    let req = FakeRequest::get("/");
+    let p = pending(deny.eval(&req));
+    assert!(matches!(deny.finish(p, None), Verdict::Deny(_)));
+    assert_eq!(deny.metrics.count_global(GlobalEvent::LimiterErrors), 1);
+    // The local limit was refunded: two more requests fit.
+    for _ in 0..2 {
+        let p = pending(deny.eval(&req));
+        assert!(allowed(&deny.finish(p, answer(true, 0))));
+    }
+}
+
+#[test]
+fn shadow_global_denial_does_not_block() {
+    let w = World::new(&rules(
+        r#"{"name":"g","mode":"shadow","key":["client_ip"],"limits":[{"algorithm":"gcra","requests":100,"window":"1h","scope":"global"}]}"#,
+    ));
+    let p = pending(w.eval(&FakeRequest::get("/")));
+    match w.finish(p, answer(false, 1_000)) {
+        Verdict::Allow(a) => {
+            assert_eq!(a.shadow_denied, vec![0]);
+            assert_eq!(a.report, None);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(w.metrics.count(0, RuleEvent::ShadowDenied), 1);
+}
