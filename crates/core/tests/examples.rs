@@ -72,7 +72,6 @@ fn three_per_minute_every_algorithm() {
             Algorithm::SlidingLog => MINUTE,
             // The previous minute is weighted out by the end of this one.
             Algorithm::SlidingWindow => 50 * SECOND + 20 * SECOND,
-            _ => unreachable!(),
         };
         assert_eq!(d.retry_after, expected, "{a}");
         assert!(key.hit(&l, t0 + d.retry_after, 1).allowed, "{a}");
