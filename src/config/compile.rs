@@ -16,8 +16,13 @@ pub const MAX_LOCAL_KEYS: u64 = 10_000_000;
 
 /// Parses and checks the JSON configuration.
 pub fn parse(json: &[u8]) -> Result<Plan, ConfigError> {
-    let raw: RawConfig =
-        serde_json::from_slice(json).map_err(|e| ConfigError::at("", e.to_string()))?;
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let raw: RawConfig = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let path = if path == "." { String::new() } else { path };
+        ConfigError::at(path, e.into_inner().to_string())
+    })?;
+    de.end().map_err(|e| ConfigError::at("", e.to_string()))?;
     compile(raw)
 }
 

@@ -293,8 +293,22 @@ fn serde_errors_carry_position() {
         r#"{"name":"r","key":["path"],"limits":[{"algorithm":"gcra","requests":-1,"window":"1s"}]}"#,
     ));
     assert!(e.to_string().contains("-1"), "{e}");
+    assert_eq!(e.path, "rules[0].limits[0].requests");
     let e = err(r#"{"domain":"d","headers":"fancy"}"#);
-    assert!(e.to_string().contains("unknown variant `fancy`"), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("headers: unknown variant `fancy`"),
+        "{e}"
+    );
+    let e = err(
+        r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[{"algorithm":"gcra","window":"1s"}]}]}"#,
+    );
+    assert!(
+        e.to_string()
+            .contains("rules[0].limits[0]: missing field `requests`"),
+        "{e}"
+    );
+    assert!(parse(br#"{"domain":"d"} x"#).is_err());
     assert!(parse(b"").is_err());
     assert!(parse(b"{").is_err());
     assert!(parse(br#"{"rules":[]}"#).is_err());
