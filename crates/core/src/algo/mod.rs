@@ -18,3 +18,6 @@ pub(crate) enum Mode {
     /// Decide without consuming (a query, or a limit of a denied check).
     Peek,
 }
+
+#[cfg(test)]
+mod codec_tests;

@@ -98,6 +98,11 @@ fn encode(
     crate::Encoded::heap(out)
 }
 
+#[cfg(test)]
+pub(crate) fn encode_for_tests(shift: u32, ticks: &[u64], last: u64, extra: u64) -> crate::Encoded {
+    encode(shift, ticks.iter().copied(), last, extra)
+}
+
 fn offset(t: u64, base: u64) -> u32 {
     u32::try_from(t.saturating_sub(base)).unwrap_or(u32::MAX)
 }

@@ -1,0 +1,102 @@
+//! decode(encode(s)) == s for every algorithm's state.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use super::*;
+use crate::limit::Params;
+use crate::{Algorithm, Limit, MILLISECOND, SECOND};
+use proptest::prelude::*;
+
+fn params(a: Algorithm) -> impl Strategy<Value = (Limit, Params)> {
+    (
+        1u64..=crate::MAX_REQUESTS,
+        1u64..=crate::MAX_REQUESTS,
+        MILLISECOND..=crate::MAX_WINDOW,
+        0u32..=1000,
+        1u32..=1000,
+        proptest::option::of(0u64..=crate::MAX_WINDOW),
+    )
+        .prop_map(move |(requests, burst, window, soft, precision, delay)| {
+            let l = Limit {
+                algorithm: a,
+                requests,
+                window,
+                burst,
+                precision,
+                soft_percent: soft,
+                max_delay: delay,
+            };
+            let p = Params::of(&l);
+            (l, p)
+        })
+}
+
+proptest! {
+    #[test]
+    fn token_bucket((_, p) in params(Algorithm::TokenBucket), last: u64, x: u128) {
+        let tokens = x % (meter::capacity(&p) + 1);
+        let e = token_bucket::encode(&p, last, tokens);
+        prop_assert_eq!(e.len(), 26);
+        prop_assert_eq!(token_bucket::decode(&p, e.as_bytes()), Some((last, tokens)));
+    }
+
+    #[test]
+    fn leaky_bucket((_, p) in params(Algorithm::LeakyBucket), last: u64, x: u128) {
+        let level = x % (meter::max_level(&p) + 1);
+        let e = leaky_bucket::encode(&p, last, level);
+        prop_assert_eq!(leaky_bucket::decode(&p, e.as_bytes()), Some((last, level)));
+    }
+
+    #[test]
+    fn gcra((_, p) in params(Algorithm::Gcra), x: u128) {
+        let tat = x % (u128::from(u64::MAX) * p.rate);
+        let e = gcra::encode(&p, tat);
+        prop_assert_eq!(e.len(), 18);
+        prop_assert_eq!(gcra::decode(&p, e.as_bytes()), Some(tat));
+    }
+
+    #[test]
+    fn fixed_window(start: u64, count: u64) {
+        let e = fixed_window::encode(start, count);
+        prop_assert_eq!(fixed_window::decode(e.as_bytes()), Some((start, count)));
+    }
+
+    #[test]
+    fn sliding_log(
+        window in MILLISECOND..=crate::MAX_WINDOW,
+        base in 0u64..u64::MAX / 2,
+        mut gaps in prop::collection::vec(0u64..1000, 0..50),
+        extra in 0u64..5,
+    ) {
+        let l = Limit::new(Algorithm::SlidingLog, 10, window).unwrap();
+        let p = Params::of(&l);
+        let shift = sliding_log::shift_for(p.window);
+        gaps.sort_unstable();
+        let ticks: Vec<u64> = gaps.iter().map(|g| base + g).collect();
+        let last = ticks.last().copied().unwrap_or(base) + 3;
+        let e = sliding_log::encode_for_tests(shift, &ticks, last, extra);
+        let log = sliding_log::Log::decode(&p, e.as_bytes()).unwrap();
+        let mut expected = ticks.clone();
+        expected.extend(std::iter::repeat_n(last, extra as usize));
+        let got: Vec<u64> = (0..log.len()).map(|i| log.tick(i)).collect();
+        prop_assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn sliding_window(
+        precision in 1u32..=1000,
+        index: u64,
+        counts in prop::collection::vec(any::<u64>(), 1001),
+        wide: bool,
+    ) {
+        let l = Limit::new(Algorithm::SlidingWindow, 10, SECOND).unwrap().with_precision(precision);
+        let p = Params::of(&l);
+        let counts: Vec<u64> = counts
+            .into_iter()
+            .take(precision as usize + 1)
+            .map(|c| if wide { c } else { c & u64::from(u32::MAX) })
+            .collect();
+        let c = sliding_window::Counters { index, counts };
+        let e = c.encode(&p);
+        prop_assert_eq!(sliding_window::Counters::decode(&p, e.as_bytes()), Some(c));
+    }
+}

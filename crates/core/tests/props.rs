@@ -1,0 +1,424 @@
+//! Property tests: every algorithm against a naive reference model on random
+//! traces, and the contracts the stores rely on.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::naive::{self, is_meter, Verdict};
+use common::{soft, Key};
+use proptest::prelude::*;
+use sluice_core::{
+    decide, decide_all, refund, refund_at, Algorithm, Check, Decision, Denial, Limit, Nanos,
+    MILLISECOND, SECOND,
+};
+
+const T0: Nanos = 1_714_521_600 * SECOND;
+const HOUR: Nanos = 3600 * SECOND;
+
+/// Windows for which every algorithm is exact (a sliding log tick is 1 ns).
+fn short_window() -> impl Strategy<Value = Nanos> {
+    prop_oneof![
+        Just(MILLISECOND),
+        Just(7 * MILLISECOND),
+        Just(SECOND),
+        Just(1_500 * MILLISECOND + 7),
+        Just(2 * SECOND),
+    ]
+}
+
+fn any_window() -> impl Strategy<Value = Nanos> {
+    prop_oneof![
+        short_window(),
+        Just(60 * SECOND),
+        Just(HOUR + 1),
+        Just(24 * HOUR),
+        Just(366 * 24 * HOUR),
+    ]
+}
+
+/// A valid limit of `algorithm` with small numbers, so that traces reach
+/// the limit often.
+fn limit_of(algorithm: Algorithm, window: BoxedStrategy<Nanos>) -> BoxedStrategy<Limit> {
+    (
+        window,
+        1u64..=12,
+        1u64..=12,
+        1u32..=6,
+        prop_oneof![3 => Just(0u32), 1 => Just(50u32), 1 => Just(100u32)],
+        0u64..=4,
+    )
+        .prop_map(
+            move |(window, requests, burst, precision, soft_percent, delay)| {
+                let delays = matches!(algorithm, Algorithm::Gcra | Algorithm::LeakyBucket);
+                let l = Limit {
+                    algorithm,
+                    requests,
+                    window,
+                    burst,
+                    precision: if algorithm == Algorithm::SlidingWindow {
+                        precision
+                    } else {
+                        1
+                    },
+                    soft_percent,
+                    // Delay up to a few emission intervals, sometimes none.
+                    max_delay: (delays && delay > 0)
+                        .then(|| (window / requests * (delay - 1) + delay * 13).min(window)),
+                };
+                l.validate().unwrap();
+                l
+            },
+        )
+        .boxed()
+}
+
+fn any_limit(window: fn() -> BoxedStrategy<Nanos>) -> BoxedStrategy<Limit> {
+    prop::sample::select(Algorithm::ALL.to_vec())
+        .prop_flat_map(move |a| limit_of(a, window()))
+        .boxed()
+}
+
+fn short() -> BoxedStrategy<Nanos> {
+    short_window().boxed()
+}
+
+fn anyw() -> BoxedStrategy<Nanos> {
+    any_window().boxed()
+}
+
+/// A trace: gaps as fractions of the window (in 1/1000), and costs.
+fn trace(len: usize) -> impl Strategy<Value = Vec<(u64, u64)>> {
+    prop::collection::vec(
+        (
+            prop_oneof![3 => Just(0u64), 4 => 0u64..200, 2 => 0u64..1500, 1 => 900u64..1100],
+            prop_oneof![6 => Just(1u64), 2 => 1u64..=4, 1 => Just(0u64), 1 => 1u64..=30],
+        ),
+        1..len,
+    )
+}
+
+/// The trace's absolute times for a window.
+fn times(window: Nanos, trace: &[(u64, u64)]) -> Vec<(Nanos, u64)> {
+    let mut t = T0 + window / 3;
+    trace
+        .iter()
+        .map(|&(gap, cost)| {
+            t += (u128::from(window) * u128::from(gap) / 1000) as u64 + gap % 7;
+            (t, cost)
+        })
+        .collect()
+}
+
+fn verdict(d: &Decision) -> Verdict {
+    Verdict {
+        allowed: d.allowed,
+        remaining: d.remaining,
+        reset: d.reset,
+        retry_after: d.retry_after,
+        delay: d.delay,
+    }
+}
+
+enum Model {
+    Meter(naive::Meter),
+    Fixed(naive::Fixed),
+    Log(naive::Log),
+}
+
+impl Model {
+    fn new(l: &Limit) -> Option<Model> {
+        match l.algorithm {
+            a if is_meter(a) => Some(Model::Meter(naive::Meter::new(l))),
+            Algorithm::FixedWindow => Some(Model::Fixed(naive::Fixed::new(l))),
+            Algorithm::SlidingLog => Some(Model::Log(naive::Log::new(l))),
+            _ => None,
+        }
+    }
+
+    fn decide(&mut self, t: Nanos, cost: u64) -> Verdict {
+        match self {
+            Model::Meter(m) => m.decide(t, cost),
+            Model::Fixed(m) => m.decide(t, cost),
+            Model::Log(m) => m.decide(t, cost),
+        }
+    }
+}
+
+fn cap(l: &Limit) -> u64 {
+    soft(l.burst, l.soft_percent)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    /// Token bucket, leaky bucket, GCRA, fixed window and sliding log agree
+    /// exactly with the naive models (allowed, remaining, reset, retry_after, delay).
+    #[test]
+    fn agrees_with_naive_model(l in any_limit(short), trace in trace(60)) {
+        prop_assume!(l.algorithm != Algorithm::SlidingWindow);
+        let mut model = Model::new(&l).unwrap();
+        let mut key = Key::default();
+        for (t, cost) in times(l.window, &trace) {
+            let d = key.hit(&l, t, cost);
+            if cost == 0 || cost > cap(&l) {
+                continue;
+            }
+            let v = model.decide(t, cost);
+            prop_assert_eq!(verdict(&d), v, "at {} cost {}", t - T0, cost);
+        }
+    }
+
+    /// No interval holds more than the limit allows: for the meters,
+    /// `burst + requests * elapsed / window` (plus what delay mode queues);
+    /// for fixed windows `burst` per aligned window; for the sliding log
+    /// `burst` in any window-long interval (also for long windows, where
+    /// timestamps are rounded to ticks).
+    #[test]
+    fn never_admits_more_than_the_limit(l in any_limit(anyw), trace in trace(60)) {
+        let mut key = Key::default();
+        let mut admitted: Vec<(Nanos, u64, Nanos)> = Vec::new();
+        for (t, cost) in times(l.window, &trace) {
+            let d = key.hit(&l, t, cost);
+            if d.allowed && cost > 0 {
+                admitted.push((t, cost, d.delay));
+            }
+        }
+        let c = u128::from(cap(&l));
+        let w = u128::from(l.window);
+        let rate = u128::from(soft(l.requests, l.soft_percent));
+        for i in 0..admitted.len() {
+            let mut sum = 0u128;
+            for j in i..admitted.len() {
+                let (ti, _, _) = admitted[i];
+                let (tj, cj, _) = admitted[j];
+                sum += u128::from(cj);
+                let dt = u128::from(tj - ti);
+                match l.algorithm {
+                    a if is_meter(a) => {
+                        let queued = u128::from(l.max_delay.unwrap_or(0)) * rate;
+                        prop_assert!(sum * w <= c * w + rate * dt + queued);
+                    }
+                    Algorithm::FixedWindow => {
+                        if ti / l.window == tj / l.window {
+                            prop_assert!(sum <= c);
+                        }
+                    }
+                    Algorithm::SlidingLog => {
+                        if dt < w {
+                            prop_assert!(sum <= c);
+                        }
+                    }
+                    _ => {
+                        // Sliding window: at most twice the burst in a window.
+                        if dt < w {
+                            prop_assert!(sum <= 2 * c);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The sliding window estimate differs from the exact trailing count by
+    /// less than the count of the sub-window straddling the trailing edge.
+    #[test]
+    fn sliding_window_within_bound(l in limit_of(Algorithm::SlidingWindow, short()), trace in trace(80)) {
+        let mut key = Key::default();
+        let mut admitted: Vec<(Nanos, u64)> = Vec::new();
+        let p = u128::from(l.precision);
+        let w = u128::from(l.window);
+        let sub = |t: Nanos| u128::from(t) * p / w;
+        for (t, cost) in times(l.window, &trace) {
+            let d = key.hit(&l, t, cost);
+            if cost == 0 || cost > cap(&l) {
+                continue;
+            }
+            let exact: u64 = admitted.iter().filter(|a| a.0 + l.window > t).map(|a| a.1).sum();
+            let straddling: u64 = admitted
+                .iter()
+                .filter(|a| sub(a.0) + p == sub(t))
+                .map(|a| a.1)
+                .sum();
+            if d.allowed {
+                prop_assert!(exact + cost <= cap(&l) + straddling);
+                admitted.push((t, cost));
+            } else {
+                prop_assert!(exact + cost + straddling > cap(&l));
+            }
+        }
+    }
+
+    /// A client that waits exactly `retry_after` is admitted if nobody else
+    /// spent the quota meanwhile, and not a nanosecond earlier; `reset` is
+    /// when the full quota is back; a delayed admission conforms after its delay.
+    #[test]
+    fn retry_after_and_reset_are_exact(l in any_limit(anyw), trace in trace(40)) {
+        let mut key = Key::default();
+        for (t, cost) in times(l.window, &trace) {
+            let before = key.clone();
+            let d = key.hit(&l, t, cost);
+            if matches!(d.denial, Some(Denial::OverLimit | Denial::DelayTooLong)) {
+                let probe = cost.max(1);
+                let r = d.retry_after;
+                prop_assert!(r > 0);
+                let then = before.peek(&l, t + r, probe);
+                prop_assert!(then.allowed && then.delay == 0, "{} {:?} then {:?}", l.algorithm, d, then);
+                prop_assert!(!before.peek(&l, t + r - 1, probe).allowed || before.peek(&l, t + r - 1, probe).delay > 0);
+            }
+            if d.allowed && d.delay > 0 {
+                let then = before.peek(&l, t + d.delay, cost.max(1));
+                prop_assert!(then.allowed && then.delay == 0);
+                prop_assert!(before.peek(&l, t + d.delay - 1, cost.max(1)).delay > 0);
+            }
+            if d.denial == Some(Denial::CostExceedsCapacity) {
+                prop_assert_eq!(d.retry_after, 0);
+                prop_assert!(cost > cap(&l));
+            }
+            // After `reset` the whole quota is back, not before.
+            let full = key.peek(&l, t + d.reset, 0);
+            prop_assert_eq!(full.remaining, l.burst);
+            prop_assert_eq!(full.reset, 0);
+            if d.reset > 0 {
+                prop_assert!(key.peek(&l, t + d.reset - 1, 0).remaining < l.burst);
+            }
+        }
+    }
+
+    /// Deciding several limits together: when one denies, nothing is
+    /// consumed; when all allow, each consumes as it would alone.
+    #[test]
+    fn decide_all_consumes_nothing_on_deny(
+        limits in prop::collection::vec(any_limit(short), 1..4),
+        trace in trace(30),
+        cost in 1u64..4,
+    ) {
+        let window = limits[0].window;
+        let mut keys = vec![Key::default(); limits.len()];
+        for (t, c) in times(window, &trace) {
+            let checks: Vec<Check<'_>> = limits
+                .iter()
+                .zip(&keys)
+                .map(|(limit, k)| Check { limit, state: k.state.as_deref() })
+                .collect();
+            let all = decide_all(&checks, t, cost);
+            let alone: Vec<_> = checks.iter().map(|ch| decide(ch.limit, ch.state, t, cost)).collect();
+            prop_assert_eq!(all.allowed, alone.iter().all(|o| o.decision.allowed));
+            if all.allowed {
+                for (i, o) in alone.iter().enumerate() {
+                    prop_assert_eq!(&all.decisions[i], &o.decision);
+                    prop_assert_eq!(&all.new_states[i], &o.new_state);
+                }
+            } else {
+                prop_assert!(all.new_states.iter().all(Option::is_none));
+                for (i, o) in alone.iter().enumerate() {
+                    prop_assert_eq!(all.decisions[i].allowed, o.decision.allowed);
+                }
+            }
+            for (k, s) in keys.iter_mut().zip(all.new_states) {
+                if let Some(s) = s {
+                    k.state = Some(s.into_vec());
+                }
+            }
+            // Let the trace's own costs move the keys too.
+            for (k, l) in keys.iter_mut().zip(&limits) {
+                k.hit(l, t, c);
+            }
+        }
+    }
+
+    /// A refund never leaves a key more permissive than if the refunded
+    /// request had never been admitted (the other requests being what they
+    /// were), and a refund right away restores the key exactly.
+    #[test]
+    fn refund_is_never_too_generous(
+        l in any_limit(short),
+        before in trace(20),
+        after in trace(10),
+        cost in 1u64..4,
+        probes in prop::collection::vec((0u64..2000, 1u64..4), 1..8),
+    ) {
+        let mut with = Key::default();
+        let mut t = T0;
+        for (ti, c) in times(l.window, &before) {
+            with.hit(&l, ti, c);
+            t = ti;
+        }
+        let mut without = with.clone();
+        let admitted = with.hit(&l, t, cost);
+        prop_assume!(admitted.allowed);
+        // Right away: exactly as before.
+        let back = refund(&l, with.state.as_deref().unwrap(), t, cost).map(|s| s.into_vec());
+        let restored = Key { state: back.or_else(|| with.state.clone()) };
+        for &(gap, c) in &probes {
+            let at = t + (u128::from(l.window) * u128::from(gap) / 1000) as u64;
+            prop_assert_eq!(restored.peek(&l, at, c), without.peek(&l, at, c));
+        }
+        // After more traffic: never more generous than without the request.
+        let mut now = t;
+        for (gap, c) in &after {
+            now += (u128::from(l.window) * u128::from(*gap) / 1000) as u64;
+            let d = with.hit(&l, now, *c);
+            if d.allowed && *c > 0 {
+                let w = without.hit(&l, now, *c);
+                prop_assert!(w.allowed);
+            }
+        }
+        let refunded = refund_at(&l, with.state.as_deref().unwrap(), t, now, cost)
+            .map(|s| s.into_vec())
+            .or_else(|| with.state.clone());
+        let refunded = Key { state: refunded };
+        for &(gap, c) in &probes {
+            let at = now + (u128::from(l.window) * u128::from(gap) / 1000) as u64;
+            let r = refunded.peek(&l, at, c);
+            let w = without.peek(&l, at, c);
+            prop_assert!(!r.allowed || w.allowed, "{:?} vs {:?}", r, w);
+            let (r, w) = (refunded.peek(&l, at, 0), without.peek(&l, at, 0));
+            prop_assert!(r.remaining <= w.remaining, "{:?} vs {:?}", r, w);
+        }
+    }
+
+    /// The wall clock jumps back and forth by up to a year: nothing panics,
+    /// and a key is usable again a few windows after the last request.
+    #[test]
+    fn clock_steps_recover(
+        l in any_limit(anyw),
+        trace in prop::collection::vec((0u64..3, 0u64..1000, 1u64..4), 1..40),
+    ) {
+        let mut key = Key::default();
+        let mut t = T0 + 400 * 24 * HOUR;
+        let mut last = t;
+        for (kind, amount, cost) in trace {
+            t = match kind {
+                0 => t.saturating_sub(amount * (366 * 24 * HOUR / 1000)),
+                1 => t + amount * (l.window / 1000),
+                _ => t,
+            };
+            key.hit(&l, t, cost);
+            last = t;
+        }
+        let rate = soft(l.requests, l.soft_percent);
+        let windows = cap(&l).div_ceil(rate) + 2;
+        let recovered = last + windows * l.window + l.max_delay.unwrap_or(0);
+        prop_assert!(key.peek(&l, recovered, 1).allowed);
+    }
+
+    /// Arbitrary bytes decode as no state, without a panic.
+    #[test]
+    fn random_bytes_never_panic(
+        l in any_limit(anyw),
+        tail in prop::collection::vec(any::<u8>(), 0..80),
+        raw in any::<bool>(),
+        now in any::<u64>(),
+        cost in any::<u64>(),
+    ) {
+        let tag = Algorithm::ALL.iter().position(|&a| a == l.algorithm).unwrap() as u8 + 1;
+        let bytes = if raw { tail } else { [vec![1, tag], tail].concat() };
+        let out = decide(&l, Some(&bytes), now, cost);
+        if let Some(s) = out.new_state {
+            decide(&l, Some(s.as_bytes()), now, 1);
+        }
+        decide(&l, Some(&bytes), now, 1);
+        refund_at(&l, &bytes, now, now, cost);
+        refund(&l, &bytes, now.wrapping_sub(cost), 1);
+    }
+}
