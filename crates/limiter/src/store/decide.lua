@@ -1,1 +1,767 @@
-return {0, 0}
+-- Sluice: decides a check atomically inside Redis.
+--
+-- The six algorithms with sluice-core's integer arithmetic, step for step,
+-- in microseconds: Lua numbers are doubles, exact below 2^53, which holds
+-- microseconds since the epoch but not nanoseconds. Products that may pass
+-- 2^53 (scaled bucket levels reach `burst * window`) are computed exactly
+-- with wide integers (arrays of 24-bit limbs), so the decisions are those of
+-- sluice-core run on microsecond times.
+--
+-- KEYS: one state key per limit.
+-- ARGV: mode ("check" or "refund"), now in microseconds ("" = server TIME),
+--       cost, admitted_at in microseconds (refund only), then per limit:
+--       algorithm code (1 token_bucket, 2 leaky_bucket, 3 gcra,
+--       4 fixed_window, 5 sliding_log, 6 sliding_window), requests,
+--       window_us, burst, precision, soft_percent.
+-- Check reply: allowed, now, then per limit: allowed, limit, remaining,
+--       reset_us, retry_after_us, denial (0 none, 1 over limit, 2 cost
+--       exceeds capacity).
+-- Refund reply: 1, now.
+--
+-- States are msgpack arrays whose first element is the algorithm code.
+
+local SAFE = 9007199254740992 -- 2^53
+local LIMB = 16777216 -- 2^24
+local floor, fmod, min, max = math.floor, math.fmod, math.min, math.max
+
+local POW2 = {}
+do
+  local v = 1
+  for i = 0, 63 do
+    POW2[i] = v
+    v = v * 2
+  end
+end
+
+-- Wide integers: plain numbers below 2^53, otherwise normalized tables.
+
+local function big(x)
+  if type(x) == 'table' then return x end
+  local t, i = {}, 1
+  while x > 0 do
+    local l = fmod(x, LIMB)
+    t[i] = l
+    x = (x - l) / LIMB
+    i = i + 1
+  end
+  return t
+end
+
+local function norm(t)
+  local n = #t
+  while n > 0 and t[n] == 0 do
+    t[n] = nil
+    n = n - 1
+  end
+  if n <= 2 then return (t[1] or 0) + (t[2] or 0) * LIMB end
+  if n == 3 and t[3] < 32 then return t[1] + t[2] * LIMB + t[3] * LIMB * LIMB end
+  return t
+end
+
+local function cmp(a, b)
+  local ta, tb = type(a) == 'table', type(b) == 'table'
+  if not ta and not tb then
+    if a < b then return -1 elseif a > b then return 1 else return 0 end
+  end
+  if not ta then return -1 end
+  if not tb then return 1 end
+  if #a ~= #b then
+    if #a < #b then return -1 else return 1 end
+  end
+  for i = #a, 1, -1 do
+    if a[i] ~= b[i] then
+      if a[i] < b[i] then return -1 else return 1 end
+    end
+  end
+  return 0
+end
+
+local function add(a, b)
+  if type(a) ~= 'table' and type(b) ~= 'table' then
+    local s = a + b
+    if s < SAFE then return s end
+  end
+  a, b = big(a), big(b)
+  local r, carry = {}, 0
+  for i = 1, max(#a, #b) do
+    local s = (a[i] or 0) + (b[i] or 0) + carry
+    if s >= LIMB then
+      r[i] = s - LIMB
+      carry = 1
+    else
+      r[i] = s
+      carry = 0
+    end
+  end
+  if carry > 0 then r[#r + 1] = carry end
+  return norm(r)
+end
+
+-- a - b, saturating at zero.
+local function sub(a, b)
+  if cmp(a, b) <= 0 then return 0 end
+  if type(a) ~= 'table' then return a - b end
+  b = big(b)
+  local r, borrow = {}, 0
+  for i = 1, #a do
+    local s = a[i] - (b[i] or 0) - borrow
+    if s < 0 then
+      r[i] = s + LIMB
+      borrow = 1
+    else
+      r[i] = s
+      borrow = 0
+    end
+  end
+  return norm(r)
+end
+
+local function mul(a, b)
+  if type(a) ~= 'table' and type(b) ~= 'table' then
+    local p = a * b
+    if p < SAFE then return p end
+  end
+  a, b = big(a), big(b)
+  local r = {}
+  for i = 1, #a + #b + 1 do r[i] = 0 end
+  for i = 1, #a do
+    local ai = a[i]
+    if ai ~= 0 then
+      local carry = 0
+      for j = 1, #b do
+        local s = r[i + j - 1] + ai * b[j] + carry
+        local lo = fmod(s, LIMB)
+        r[i + j - 1] = lo
+        carry = (s - lo) / LIMB
+      end
+      local k = i + #b
+      while carry > 0 do
+        local s = r[k] + carry
+        local lo = fmod(s, LIMB)
+        r[k] = lo
+        carry = (s - lo) / LIMB
+        k = k + 1
+      end
+    end
+  end
+  return norm(r)
+end
+
+-- Quotient and remainder of a by a plain number d (1 <= d < 2^52).
+local function divmod(a, d)
+  if type(a) ~= 'table' then
+    local r = fmod(a, d)
+    return (a - r) / d, r
+  end
+  local q, r = {}, 0
+  for i = #a, 1, -1 do
+    local limb, ql = a[i], 0
+    for j = 23, 0, -1 do
+      local p = POW2[j]
+      local bit = 0
+      if limb >= p then
+        limb = limb - p
+        bit = 1
+      end
+      r = r * 2 + bit
+      ql = ql * 2
+      if r >= d then
+        r = r - d
+        ql = ql + 1
+      end
+    end
+    q[i] = ql
+  end
+  return norm(q), r
+end
+
+local function floor_div(a, d)
+  local q = divmod(a, d)
+  return q
+end
+
+local function ceil_div(a, d)
+  local q, r = divmod(a, d)
+  if r ~= 0 then return add(q, 1) end
+  return q
+end
+
+-- A wide result as a reply number; past 2^53 it saturates there.
+local function sat(x)
+  if type(x) == 'table' then return SAFE end
+  return x
+end
+
+local function wmin(a, b)
+  if cmp(a, b) <= 0 then return a end
+  return b
+end
+
+local function wmax(a, b)
+  if cmp(a, b) >= 0 then return a end
+  return b
+end
+
+-- Limits, as sluice-core's Params.
+
+local MAX_REQUESTS = 1000000000000
+local MAX_WINDOW = 366 * 24 * 3600 * 1000000000
+local MAX_PRECISION = 1000
+local MAX_SOFT_PERCENT = 1000
+local MAX_LOG_ENTRIES = 100000
+
+local function clamp(x, lo, hi)
+  return min(max(x, lo), hi)
+end
+
+local function with_soft(n, percent)
+  return n + floor_div(n * percent, 100)
+end
+
+local function params(alg, requests, window, burst, precision, soft)
+  requests = clamp(requests, 1, MAX_REQUESTS)
+  burst = clamp(burst, 1, MAX_REQUESTS)
+  soft = min(soft, MAX_SOFT_PERCENT)
+  window = clamp(window, 1, MAX_WINDOW)
+  local cap = with_soft(burst, soft)
+  if alg == 5 then cap = min(cap, MAX_LOG_ENTRIES) end
+  local p = {
+    alg = alg,
+    requests = requests,
+    rate = with_soft(requests, soft),
+    window = window,
+    cap = cap,
+    soft_extra = max(cap - burst, 0),
+    precision = clamp(precision, 1, MAX_PRECISION),
+  }
+  p.capacity = mul(cap, window)
+  return p
+end
+
+local function report(p, remaining)
+  return max(remaining - p.soft_extra, 0)
+end
+
+local function decision(allowed, p, remaining, reset, retry, denial)
+  return {
+    allowed = allowed,
+    limit = p.requests,
+    remaining = report(p, remaining),
+    reset = reset,
+    retry = retry,
+    denial = denial,
+  }
+end
+
+-- The meter shared by token bucket, leaky bucket and GCRA (scaled units:
+-- a request weighs `window`, the bucket drains `rate` per microsecond).
+
+local function drain(p, level, elapsed)
+  return sub(level, mul(elapsed, p.rate))
+end
+
+local function judge(p, level, cost, commit)
+  local cap = p.capacity
+  local full = add(level, mul(cost, p.window))
+  local allowed, retry, denial = true, 0, 0
+  if cmp(full, cap) > 0 then
+    allowed, denial = false, 1
+    retry = sat(ceil_div(sub(full, cap), p.rate))
+  end
+  local consumed = allowed and commit
+  local after = level
+  if consumed then after = full end
+  local d = decision(allowed, p, sat(floor_div(sub(cap, after), p.window)),
+    sat(ceil_div(after, p.rate)), retry, denial)
+  if consumed then return d, after end
+  return d, nil
+end
+
+local function refundable(p, cost, admitted_at, at)
+  local need = mul(min(cost, p.cap), p.window)
+  return sub(need, mul(max(at - admitted_at, 0), p.rate))
+end
+
+-- Token bucket: {1, last, whole tokens, fraction in 1/window}.
+
+local function tb_decode(p, st)
+  if not st or st[1] ~= 1 then return nil end
+  local frac = min(st[4], p.window - 1)
+  local tokens = wmin(add(mul(st[3], p.window), frac), p.capacity)
+  return st[2], tokens
+end
+
+local function tb_encode(p, last, tokens)
+  local whole, frac = divmod(tokens, p.window)
+  return {1, last, sat(whole), frac}
+end
+
+local function tb_decide(p, st, now, cost, commit)
+  local cap = p.capacity
+  local last, tokens = tb_decode(p, st)
+  local repaired = false
+  if last == nil then
+    tokens = cap
+  elseif now < last then
+    repaired = true
+  else
+    tokens = sub(cap, drain(p, sub(cap, tokens), now - last))
+  end
+  local d, after = judge(p, sub(cap, tokens), cost, commit)
+  if after ~= nil then return d, tb_encode(p, now, sub(cap, after)) end
+  if repaired then return d, tb_encode(p, now, tokens) end
+  return d, nil
+end
+
+local function tb_refund(p, st, admitted_at, now, cost)
+  local last, tokens = tb_decode(p, st)
+  if last == nil then return nil end
+  local at = max(now, admitted_at, last)
+  local back = refundable(p, cost, admitted_at, at)
+  if cmp(back, 0) == 0 then return nil end
+  return tb_encode(p, last, wmin(add(tokens, back), p.capacity))
+end
+
+-- Leaky bucket: {2, last, whole level, fraction in 1/window}.
+
+local function lb_decode(p, st)
+  if not st or st[1] ~= 2 then return nil end
+  local level
+  if st[4] >= p.window then
+    level = mul(st[3] + 1, p.window)
+  else
+    level = add(mul(st[3], p.window), st[4])
+  end
+  return st[2], wmin(level, p.capacity)
+end
+
+local function lb_encode(p, last, level)
+  local whole, frac = divmod(level, p.window)
+  return {2, last, sat(whole), frac}
+end
+
+local function lb_decide(p, st, now, cost, commit)
+  local last, level = lb_decode(p, st)
+  local repaired = false
+  if last == nil then
+    level = 0
+  elseif now < last then
+    repaired = true
+  else
+    level = drain(p, level, now - last)
+  end
+  local d, after = judge(p, level, cost, commit)
+  if after ~= nil then return d, lb_encode(p, now, after) end
+  if repaired then return d, lb_encode(p, now, level) end
+  return d, nil
+end
+
+local function lb_refund(p, st, admitted_at, now, cost)
+  local last, level = lb_decode(p, st)
+  if last == nil then return nil end
+  local at = max(now, admitted_at, last)
+  local back = refundable(p, cost, admitted_at, at)
+  if cmp(back, 0) == 0 or cmp(level, 0) == 0 then return nil end
+  return lb_encode(p, last, sub(level, back))
+end
+
+-- GCRA: {3, TAT whole microseconds, fraction in 1/rate}.
+
+local function gcra_decode(p, st)
+  if not st or st[1] ~= 3 then return nil end
+  if st[3] >= p.rate then return mul(st[2] + 1, p.rate) end
+  return add(mul(st[2], p.rate), st[3])
+end
+
+local function gcra_encode(p, tat)
+  local whole, frac = divmod(tat, p.rate)
+  return {3, sat(whole), frac}
+end
+
+local function gcra_decide(p, st, now, cost, commit)
+  local scaled_now = mul(now, p.rate)
+  local tat = gcra_decode(p, st)
+  local level, repaired = 0, false
+  if tat ~= nil then
+    level = sub(tat, scaled_now)
+    if cmp(level, p.capacity) > 0 then
+      level, repaired = p.capacity, true
+    end
+  end
+  local d, after = judge(p, level, cost, commit)
+  if after ~= nil then return d, gcra_encode(p, add(scaled_now, after)) end
+  if repaired then return d, gcra_encode(p, add(scaled_now, level)) end
+  return d, nil
+end
+
+local function gcra_refund(p, st, admitted_at, now, cost)
+  local tat = gcra_decode(p, st)
+  if tat == nil then return nil end
+  local at = max(now, admitted_at)
+  local back = refundable(p, cost, admitted_at, at)
+  local fl = mul(at, p.rate)
+  if cmp(back, 0) == 0 or cmp(tat, fl) <= 0 then return nil end
+  return gcra_encode(p, wmax(sub(tat, back), fl))
+end
+
+-- Fixed window: {4, window start, count}.
+
+local function window_of(p, now)
+  local into = fmod(now, p.window)
+  return now - into, p.window - into
+end
+
+local function fw_decide(p, st, now, cost, commit)
+  local start, left = window_of(p, now)
+  local count, repaired = 0, false
+  if st and st[1] == 4 then
+    if st[2] == start then
+      count = st[3]
+    elseif st[2] > start then
+      count, repaired = st[3], true
+    end
+  end
+  local allowed = count + cost <= p.cap
+  local consumed = allowed and commit
+  local after = count
+  if consumed then after = count + cost end
+  local reset, retry, denial = 0, 0, 0
+  if after > 0 then reset = left end
+  if not allowed then retry, denial = left, 1 end
+  local d = decision(allowed, p, max(p.cap - after, 0), reset, retry, denial)
+  if consumed or repaired then return d, {4, start, after} end
+  return d, nil
+end
+
+local function fw_refund(p, st, admitted_at, cost)
+  if not st or st[1] ~= 4 then return nil end
+  local start = window_of(p, admitted_at)
+  if st[2] ~= start or st[3] == 0 or cost == 0 then return nil end
+  return {4, st[2], max(st[3] - cost, 0)}
+end
+
+-- Sliding log: {5, shift, base, tick, tick, ...}, ticks of 2^shift
+-- microseconds, sorted, rounded up.
+
+local function shift_for(window)
+  local bits, w = 0, window
+  while w >= 1 do
+    w = floor(w / 2)
+    bits = bits + 1
+  end
+  return max(bits - 31, 0)
+end
+
+local function tick_of(t, shift)
+  local q, r = divmod(t, POW2[shift])
+  if r ~= 0 then return q + 1 end
+  return q
+end
+
+local function partition(n, pred)
+  local lo, hi = 0, n
+  while lo < hi do
+    local mid = lo + floor((hi - lo) / 2)
+    if pred(mid) then lo = mid + 1 else hi = mid end
+  end
+  return lo
+end
+
+local function sl_log(p, st)
+  if not st or st[1] ~= 5 or st[2] ~= shift_for(p.window) then return nil end
+  return st
+end
+
+-- The i-th (0-based) tick; past the end, the base (as sluice-core reads it).
+local function sl_raw(log, i)
+  if not log then return 0 end
+  local v = log[4 + i]
+  if v == nil then return log[3] end
+  return v
+end
+
+local function sl_encode(shift, ticks, last, extra)
+  local base = last
+  if ticks[1] ~= nil then base = min(ticks[1], last) end
+  local out = {5, shift, base}
+  for _, t in ipairs(ticks) do out[#out + 1] = t end
+  for _ = 1, extra do out[#out + 1] = last end
+  return out
+end
+
+local function sl_decide(p, st, now, cost, commit)
+  local shift = shift_for(p.window)
+  local unit = POW2[shift]
+  local now_tick = tick_of(now, shift)
+  local log = sl_log(p, st)
+  local n = 0
+  if log then n = #log - 3 end
+  local newest = 0
+  if log and n > 0 then newest = sl_raw(log, n - 1) end
+  local back = max(newest - now_tick, 0)
+  local function tick(i) return max(sl_raw(log, i) - back, 0) end
+  local function expiry(t) return t * unit + p.window end
+  local first = partition(n, function(i) return expiry(tick(i)) <= now end)
+  local live = n - first
+  local allowed = live + cost <= p.cap
+  local consumed = allowed and commit
+  local after, newest_after = live, max(newest - back, 0)
+  if consumed then after, newest_after = live + cost, now_tick end
+  local retry, denial = 0, 0
+  if not allowed then
+    denial = 1
+    local drop = live + cost - p.cap
+    local at = min(max(first + drop - 1, 0), max(n - 1, 0))
+    retry = max(expiry(tick(at)) - now, 0)
+  end
+  local reset = 0
+  if after > 0 then reset = max(expiry(newest_after) - now, 0) end
+  local d = decision(allowed, p, max(p.cap - after, 0), reset, retry, denial)
+  if consumed or back > 0 then
+    local ticks = {}
+    for i = first, n - 1 do ticks[#ticks + 1] = tick(i) end
+    if consumed then return d, sl_encode(shift, ticks, now_tick, cost) end
+    return d, sl_encode(shift, ticks, newest_after, 0)
+  end
+  return d, nil
+end
+
+local function sl_refund(p, st, admitted_at, cost)
+  local log = sl_log(p, st)
+  if not log then return nil end
+  local at = tick_of(admitted_at, log[2])
+  local n = #log - 3
+  local stop = partition(n, function(i) return sl_raw(log, i) <= at end)
+  local start = partition(stop, function(i) return sl_raw(log, i) < at end)
+  local take = min(stop - start, cost)
+  if take == 0 then return nil end
+  local kept = {}
+  for i = 0, n - 1 do
+    if i < stop - take or i >= stop then kept[#kept + 1] = sl_raw(log, i) end
+  end
+  local last = kept[#kept] or at
+  return sl_encode(log[2], kept, last, 0)
+end
+
+-- Sliding window: {6, precision, index, count oldest, ..., count newest}.
+
+local function sw_position(p, now)
+  return divmod(mul(now, p.precision), p.window)
+end
+
+local function sw_decode(p, st)
+  if not st or st[1] ~= 6 or st[2] ~= p.precision or #st ~= p.precision + 4 then return nil end
+  local counts = {}
+  for i = 4, #st do counts[#counts + 1] = st[i] end
+  return st[3], counts
+end
+
+local function sw_encode(p, index, counts)
+  local out = {6, p.precision, index}
+  for _, c in ipairs(counts) do out[#out + 1] = c end
+  return out
+end
+
+local function sw_retry(p, counts, index, into, cost, now)
+  local cap = p.capacity
+  local need = mul(cost, p.window)
+  local w = p.window
+  local len = #counts
+  -- newer[k] = counts[k..] summed (1-based, newer[len + 1] = 0).
+  local newer = {}
+  newer[len + 1] = 0
+  for i = len, 1, -1 do newer[i] = newer[i + 1] + counts[i] end
+  for k = 0, len do
+    local oldest = counts[k + 1] or 0
+    local rest = mul(newer[k + 2] or 0, w)
+    if cmp(add(need, rest), cap) <= 0 then
+      local room = sub(sub(cap, need), rest)
+      local earliest = nil
+      if oldest == 0 then
+        earliest = 0
+      else
+        local q = floor_div(room, oldest)
+        if cmp(q, w) >= 0 then
+          earliest = 0
+        elseif q ~= 0 then
+          earliest = w - q
+        end
+      end
+      if earliest ~= nil then
+        if k == 0 then earliest = max(earliest, into) end
+        local at = add(mul(index + k, w), earliest)
+        return sat(sub(ceil_div(at, p.precision), now))
+      end
+    end
+  end
+  return 0
+end
+
+local function sw_decide(p, st, now, cost, commit)
+  local index, into = sw_position(p, now)
+  local slots = p.precision + 1
+  local repaired = false
+  local cindex, counts = sw_decode(p, st)
+  if cindex == nil then
+    counts = {}
+    for i = 1, slots do counts[i] = 0 end
+  elseif cindex > index then
+    repaired = true
+  else
+    local by = index - cindex
+    if by >= slots then
+      for i = 1, slots do counts[i] = 0 end
+    elseif by > 0 then
+      local moved = {}
+      for i = 1, slots do moved[i] = counts[i + by] or 0 end
+      counts = moved
+    end
+  end
+  local w = p.window
+  local cap = p.capacity
+  local need = mul(cost, w)
+  local est = 0
+  for i = 1, slots do
+    local weight = w
+    if i == 1 then weight = w - into end
+    est = add(est, mul(counts[i], weight))
+  end
+  local allowed = cmp(add(est, need), cap) <= 0
+  local consumed = allowed and commit
+  if consumed then counts[slots] = counts[slots] + cost end
+  local after = est
+  if consumed then after = add(est, need) end
+  local retry, denial = 0, 0
+  if not allowed then
+    denial = 1
+    retry = sw_retry(p, counts, index, into, cost, now)
+  end
+  local reset = 0
+  for i = slots, 1, -1 do
+    if counts[i] > 0 then
+      local clear = mul(index + i, w)
+      reset = sat(sub(ceil_div(clear, p.precision), now))
+      break
+    end
+  end
+  local d = decision(allowed, p, sat(floor_div(sub(cap, after), w)), reset, retry, denial)
+  if consumed or repaired then return d, sw_encode(p, index, counts) end
+  return d, nil
+end
+
+local function sw_refund(p, st, admitted_at, cost)
+  local cindex, counts = sw_decode(p, st)
+  if cindex == nil then return nil end
+  local at = sw_position(p, admitted_at)
+  local back = cindex - at
+  if back < 0 then return nil end
+  local slot = #counts - back
+  if slot < 1 or counts[slot] == 0 or cost == 0 then return nil end
+  counts[slot] = max(counts[slot] - cost, 0)
+  return sw_encode(p, cindex, counts)
+end
+
+-- Dispatch, as sluice-core's decide_in and refund_at.
+
+local DECIDE = {tb_decide, lb_decide, gcra_decide, fw_decide, sl_decide, sw_decide}
+
+local function decide_in(p, st, now, cost, commit)
+  local probe = max(cost, 1)
+  if probe > p.cap then
+    local d, new = DECIDE[p.alg](p, st, now, 1, false)
+    d.allowed, d.retry, d.denial = false, 0, 2
+    return d, new
+  end
+  return DECIDE[p.alg](p, st, now, probe, commit)
+end
+
+local function refund_at(p, st, admitted_at, now, cost)
+  if cost == 0 then return nil end
+  local a = p.alg
+  if a == 1 then return tb_refund(p, st, admitted_at, now, cost) end
+  if a == 2 then return lb_refund(p, st, admitted_at, now, cost) end
+  if a == 3 then return gcra_refund(p, st, admitted_at, now, cost) end
+  if a == 4 then return fw_refund(p, st, admitted_at, cost) end
+  if a == 5 then return sl_refund(p, st, admitted_at, cost) end
+  return sw_refund(p, st, admitted_at, cost)
+end
+
+-- Main.
+
+local mode = ARGV[1]
+local overridden = ARGV[2] ~= ''
+local now
+if overridden then
+  now = tonumber(ARGV[2])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local cost = tonumber(ARGV[3])
+
+local limits, states = {}, {}
+for i = 1, #KEYS do
+  local a = 4 + (i - 1) * 6
+  limits[i] = params(tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
+    tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]))
+  local raw = redis.call('GET', KEYS[i])
+  if raw then
+    local ok, st = pcall(cmsgpack.unpack, raw)
+    -- Bytes that do not decode are no state, as in sluice-core.
+    if ok and type(st) == 'table' then states[i] = st end
+  end
+end
+
+if mode == 'refund' then
+  local admitted_at = tonumber(ARGV[4])
+  for i = 1, #KEYS do
+    if states[i] then
+      local new = refund_at(limits[i], states[i], admitted_at, now, cost)
+      if new then redis.call('SET', KEYS[i], cmsgpack.pack(new), 'KEEPTTL') end
+    end
+  end
+  return {1, now}
+end
+
+local commit = cost ~= 0
+local decisions, news = {}, {}
+local allowed = true
+for i = 1, #KEYS do
+  decisions[i], news[i] = decide_in(limits[i], states[i], now, cost, commit)
+  if not decisions[i].allowed then allowed = false end
+end
+if not allowed and commit then
+  -- A denied check consumes nothing: decide the admitting limits again
+  -- without consuming.
+  for i = 1, #KEYS do
+    if decisions[i].allowed then
+      decisions[i], news[i] = decide_in(limits[i], states[i], now, cost, false)
+    end
+  end
+end
+
+local reply = {0, now}
+if allowed then reply[1] = 1 end
+for i = 1, #KEYS do
+  local d = decisions[i]
+  if news[i] then
+    local packed = cmsgpack.pack(news[i])
+    if overridden then
+      -- Test clocks are not the server's: keep the state without expiry.
+      redis.call('SET', KEYS[i], packed)
+    else
+      -- Expire when the state is back to full, which reads as no state.
+      local ttl = max(floor_div(d.reset + 999, 1000), 1)
+      redis.call('SET', KEYS[i], packed, 'PX', ttl)
+    end
+  end
+  local a = 0
+  if d.allowed then a = 1 end
+  reply[#reply + 1] = a
+  reply[#reply + 1] = d.limit
+  reply[#reply + 1] = d.remaining
+  reply[#reply + 1] = d.reset
+  reply[#reply + 1] = d.retry
+  reply[#reply + 1] = d.denial
+end
+return reply

@@ -19,7 +19,7 @@ use futures_util::future::join_all;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::Script;
-use sluice_core::{Algorithm, Decision, Denial, Limit, Nanos};
+use sluice_core::{Algorithm, Decision, Denial, Limit};
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -301,7 +301,8 @@ impl RedisStore {
         }
         inv.arg("check")
             .arg(now_us.map(|t| t.to_string()).unwrap_or_default())
-            .arg(hits);
+            .arg(hits)
+            .arg("");
         for item in items {
             push_limit_args(&mut inv, &item.limit);
         }
@@ -309,19 +310,24 @@ impl RedisStore {
         parse_reply(&reply, items.len())
     }
 
-    /// Gives back `hits` that a check admitted at `admitted_us` took from `items`.
+    /// Gives back `hits` that a check admitted at `admitted_us` took from
+    /// `items` (all in one slot). `now_us` overrides the server clock (tests).
     pub async fn run_refund(
         &self,
         items: &[&StoreItem],
         hits: u64,
         admitted_us: u64,
+        now_us: Option<u64>,
     ) -> Result<(), StoreError> {
         let mut conn = self.conn()?;
         let mut inv = self.script.prepare_invoke();
         for item in items {
             inv.key(redis_key(&item.id));
         }
-        inv.arg("refund").arg(admitted_us).arg(hits);
+        inv.arg("refund")
+            .arg(now_us.map(|t| t.to_string()).unwrap_or_default())
+            .arg(hits)
+            .arg(admitted_us);
         for item in items {
             push_limit_args(&mut inv, &item.limit);
         }
@@ -357,7 +363,7 @@ impl RedisStore {
             // Give back what the admitting slots took, so a denied check
             // consumes nothing; see the module documentation for the race.
             let refunds = groups.iter().zip(&outcomes).filter_map(|(g, o)| match o {
-                Ok(o) if o.allowed => Some(self.run_refund(g, hits, o.now_us)),
+                Ok(o) if o.allowed => Some(self.run_refund(g, hits, o.now_us, None)),
                 _ => None,
             });
             for r in join_all(refunds).await {
@@ -425,9 +431,4 @@ async fn connect(target: &Target, timeout: Duration) -> Result<Conn, StoreError>
             Ok(Conn::Cluster(conn))
         }
     }
-}
-
-/// Microseconds for a nanosecond instant or duration (rounded down).
-pub fn nanos_to_micros(n: Nanos) -> u64 {
-    n / MICROS
 }
