@@ -1,0 +1,267 @@
+//! The service over a real Redis: admits, refunds across cluster slots,
+//! overrides from a Redis hash, 503 when Redis is down, and reconnection.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use sluice_core::Algorithm;
+use sluice_limiter::api::{app, AppState};
+use sluice_limiter::overrides::Overrides;
+use sluice_limiter::store::redis::{hash_slot, redis_key, RedisStore, Target};
+use sluice_limiter::store::Store;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tower::ServiceExt;
+
+async fn call(state: &AppState, method: &str, uri: &str, body: Value) -> (StatusCode, Value) {
+    let req = Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(Body::from(serde_json::to_vec(&body).unwrap()))
+        .unwrap();
+    let resp = app(state.clone()).oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    (status, v)
+}
+
+fn check(limits: Value) -> Value {
+    json!({"domain": "demo", "limits": limits})
+}
+
+async fn connected(target: Target) -> Arc<RedisStore> {
+    let store = RedisStore::start(target, Duration::from_millis(200));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !store.ping().await {
+        assert!(Instant::now() < deadline, "no connection to redis");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    store
+}
+
+#[tokio::test]
+async fn every_algorithm_admits_exactly_its_quota_on_redis() {
+    let Some(server) = support::RedisServer::start(&[]) else {
+        return;
+    };
+    let store = connected(Target::Single(server.url())).await;
+    let state = AppState::new(Store::Redis(store));
+    for alg in Algorithm::ALL {
+        let body =
+            check(json!([{"key":"k","algorithm":alg.name(),"requests":5,"window_ms":60000}]));
+        for i in 0..5 {
+            let (status, v) = call(&state, "POST", "/v1/check", body.clone()).await;
+            assert_eq!(status, StatusCode::OK);
+            assert_eq!(v["allowed"], json!(true), "{alg} request {i}: {v}");
+        }
+        let (_, v) = call(&state, "POST", "/v1/check", body).await;
+        assert_eq!(v["allowed"], json!(false), "{alg}: {v}");
+        assert!(v["limits"][0]["retry_after_ms"].as_u64().unwrap() > 0);
+    }
+}
+
+#[tokio::test]
+async fn keys_expire_when_back_to_full() {
+    let Some(server) = support::RedisServer::start(&[]) else {
+        return;
+    };
+    let store = connected(Target::Single(server.url())).await;
+    let state = AppState::new(Store::Redis(store));
+    let body =
+        check(json!([{"key":"ttl","algorithm":"token_bucket","requests":10,"window_ms":1000}]));
+    let (_, v) = call(&state, "POST", "/v1/check", body).await;
+    assert_eq!(v["allowed"], json!(true));
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let key = redis_key("demo/ttl|token_bucket|1000");
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // One token refills in 100 ms.
+    assert!(ttl > 0 && ttl <= 100, "ttl {ttl}");
+}
+
+#[tokio::test]
+async fn overrides_from_a_redis_hash() {
+    let Some(server) = support::RedisServer::start(&[]) else {
+        return;
+    };
+    let store = connected(Target::Single(server.url())).await;
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg("sluice:overrides:demo")
+        .arg("per-user/vip")
+        .arg(r#"{"requests": 3, "window_ms": 60000}"#)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut state = AppState::new(Store::Redis(store));
+    state.overrides = Arc::new(Overrides::default().with_redis(Duration::from_secs(10)));
+    let vip = check(
+        json!([{"key":"per-user/vip","algorithm":"fixed_window","requests":1,"window_ms":60000}]),
+    );
+    for _ in 0..3 {
+        let (_, v) = call(&state, "POST", "/v1/check", vip.clone()).await;
+        assert_eq!(v["allowed"], json!(true), "{v}");
+    }
+    let (_, v) = call(&state, "POST", "/v1/check", vip).await;
+    assert_eq!(v["allowed"], json!(false));
+    assert_eq!(v["limits"][0]["limit"], json!(3));
+    let plain = check(
+        json!([{"key":"per-user/joe","algorithm":"fixed_window","requests":1,"window_ms":60000}]),
+    );
+    let (_, v) = call(&state, "POST", "/v1/check", plain.clone()).await;
+    assert_eq!(v["allowed"], json!(true));
+    let (_, v) = call(&state, "POST", "/v1/check", plain).await;
+    assert_eq!(v["allowed"], json!(false));
+}
+
+#[tokio::test]
+async fn unreachable_redis_answers_503_quickly_and_reconnects() {
+    let Some(bin) = support::binary() else {
+        eprintln!("SKIPPED: no redis-server binary found");
+        return;
+    };
+    let port = support::free_port();
+    let target = Target::Single(format!("redis://127.0.0.1:{port}"));
+    // Nothing listens yet.
+    let state = AppState::new(Store::Redis(RedisStore::start(
+        target,
+        Duration::from_millis(100),
+    )));
+    let body = check(json!([{"key":"k","algorithm":"gcra","requests":100,"window_ms":1000}]));
+    let started = Instant::now();
+    let (status, v) = call(&state, "POST", "/v1/check", body.clone()).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("store"));
+    assert!(started.elapsed() < Duration::from_millis(500));
+    let (status, _) = call(&state, "GET", "/healthz", Value::Null).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+
+    // Redis comes up: the service connects by itself.
+    let server = support::RedisServer::start_on(&bin, port, &[]);
+    let ok = wait_for_ok(&state, &body).await;
+    assert!(ok, "no recovery after redis started");
+
+    // Redis goes away: 503 within the timeout, then recovery once it is back.
+    drop(server);
+    let started = Instant::now();
+    let (status, _) = call(&state, "POST", "/v1/check", body.clone()).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
+    let _server = support::RedisServer::start_on(&bin, port, &[]);
+    assert!(wait_for_ok(&state, &body).await, "no reconnection");
+    let (_, text) = call_text(&state, "/metrics").await;
+    assert!(!text.contains("sluice_limiter_store_errors_total 0"));
+}
+
+async fn wait_for_ok(state: &AppState, body: &Value) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        let (status, _) = call(state, "POST", "/v1/check", body.clone()).await;
+        if status == StatusCode::OK {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+async fn call_text(state: &AppState, uri: &str) -> (StatusCode, String) {
+    let req = Request::builder().uri(uri).body(Body::empty()).unwrap();
+    let resp = app(state.clone()).oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8(bytes.to_vec()).unwrap())
+}
+
+#[tokio::test]
+async fn cluster_refunds_slots_that_admitted_when_another_denies() {
+    let Some(bin) = support::binary() else {
+        eprintln!("SKIPPED: no redis-server binary found");
+        return;
+    };
+    let cli = bin.with_file_name("redis-cli");
+    if !cli.is_file() {
+        eprintln!("SKIPPED: no redis-cli next to redis-server");
+        return;
+    }
+    let nodes: Vec<support::RedisServer> = (0..3)
+        .map(|_| {
+            support::RedisServer::start_on(
+                &bin,
+                support::free_port(),
+                &[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                ],
+            )
+        })
+        .collect();
+    let addrs: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let out = std::process::Command::new(&cli)
+        .args(["--cluster", "create"])
+        .args(&addrs)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // Wait until the cluster agrees on its slots.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let info = std::process::Command::new(&cli)
+            .args(["-p", &nodes[0].port.to_string(), "cluster", "info"])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&info.stdout).contains("cluster_state:ok") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "cluster never became ok");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let seeds = addrs.iter().map(|a| format!("redis://{a}")).collect();
+    let store = connected(Target::Cluster(seeds)).await;
+    let state = AppState::new(Store::Redis(store));
+
+    let wide = json!({"key":"wide","algorithm":"token_bucket","requests":10,"window_ms":60000});
+    let narrow = json!({"key":"narrow","algorithm":"fixed_window","requests":1,"window_ms":60000});
+    let slot = |id: &str| hash_slot(redis_key(id).as_bytes());
+    assert_ne!(
+        slot("demo/wide|token_bucket|60000"),
+        slot("demo/narrow|fixed_window|60000")
+    );
+    let both = check(json!([wide, narrow]));
+    let (status, v) = call(&state, "POST", "/v1/check", both.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["allowed"], json!(true));
+    for _ in 0..4 {
+        let (_, v) = call(&state, "POST", "/v1/check", both.clone()).await;
+        assert_eq!(v["allowed"], json!(false), "{v}");
+        assert_eq!(v["limits"][0]["allowed"], json!(true));
+    }
+    // The wide limit lost one token in all: the denied checks were refunded.
+    let (_, v) = call(&state, "POST", "/v1/check", check(json!([wide]))).await;
+    assert_eq!(v["allowed"], json!(true));
+    assert_eq!(v["limits"][0]["remaining"], json!(8), "{v}");
+}
