@@ -36,40 +36,71 @@ impl Default for ClientIpPolicy {
 /// Parses an address as Envoy reports it: `1.2.3.4:5678`, `[::1]:5678`, or
 /// a bare address.
 pub fn parse_address(text: &str) -> Option<IpAddr> {
-    let text = text.trim();
-    if let Ok(ip) = text.parse::<IpAddr>() {
-        return Some(ip);
-    }
-    if let Some(rest) = text.strip_prefix('[') {
-        let end = rest.find(']')?;
-        return rest.get(..end)?.parse::<Ipv6Addr>().ok().map(IpAddr::V6);
-    }
-    let (host, _port) = text.rsplit_once(':')?;
-    host.parse::<Ipv4Addr>().ok().map(IpAddr::V4)
+    parse_socket_address(text).map(|(ip, _)| ip)
 }
 
-/// The client address under `policy`, from the downstream peer address
-/// (`source`) and the `x-forwarded-for` header.
+/// Parses an address and its port, if any.
+fn parse_socket_address(text: &str) -> Option<(IpAddr, Option<u16>)> {
+    let text = text.trim();
+    if let Ok(ip) = text.parse::<IpAddr>() {
+        return Some((ip, None));
+    }
+    if let Some(rest) = text.strip_prefix('[') {
+        let (host, port) = rest.split_once(']')?;
+        let ip = host.parse::<Ipv6Addr>().ok()?;
+        let port = port.strip_prefix(':').and_then(|p| p.parse().ok());
+        return Some((IpAddr::V6(ip), port));
+    }
+    let (host, port) = text.rsplit_once(':')?;
+    let ip = host.parse::<Ipv4Addr>().ok()?;
+    Some((IpAddr::V4(ip), port.parse().ok()))
+}
+
+/// The client address under `policy`, from the downstream address Envoy
+/// reports (`source`) and the `x-forwarded-for` header.
 ///
 /// With `N` trusted hops the client is the `N`th entry from the right of
-/// `x-forwarded-for`; when the header has fewer entries, or that entry is not
-/// an address, the downstream peer address is used.
+/// `x-forwarded-for` as the trusted proxies sent it; when the header has fewer
+/// entries, or that entry is not an address, the downstream address is used.
+///
+/// Envoy changes what filters see, depending on the HTTP connection manager's
+/// `use_remote_address`:
+/// * `true`: the downstream address is the true peer, and Envoy has appended
+///   an entry of its own to `x-forwarded-for`; that entry is not counted.
+/// * `false` (Envoy's default): Envoy replaced the downstream address with the
+///   last `x-forwarded-for` entry (port 0) and left the header as sent. With
+///   zero trusted hops, clients can then choose their own address: use
+///   `use_remote_address: true` when rate limiting by client address.
+///
+/// (A non-zero port on the downstream address alongside `x-forwarded-for`
+/// tells the first case from the second; `skip_xff_append` is not supported.)
 pub fn client_ip(
     policy: &ClientIpPolicy,
     source: Option<&str>,
     xff: Option<&str>,
 ) -> Option<IpAddr> {
+    let peer = source.and_then(parse_socket_address);
     if policy.trusted_hops > 0 {
-        if let Some(ip) = xff.and_then(|xff| nth_from_right(xff, policy.trusted_hops)) {
-            return Some(ip);
+        if let Some(xff) = xff {
+            let envoy_appended = peer.is_some_and(|(_, port)| port.is_some_and(|p| p != 0));
+            let skip = usize::try_from(policy.trusted_hops)
+                .ok()
+                .and_then(|n| n.checked_sub(usize::from(!envoy_appended)));
+            if let Some(ip) = skip
+                .and_then(|s| xff.rsplit(',').nth(s))
+                .and_then(parse_address)
+            {
+                return Some(ip);
+            }
         }
     }
-    source.and_then(parse_address)
+    peer.map(|(ip, _)| ip)
 }
 
-fn nth_from_right(xff: &str, n: u32) -> Option<IpAddr> {
-    let skip = usize::try_from(n).ok()?.checked_sub(1)?;
-    xff.rsplit(',').nth(skip).and_then(parse_address)
+/// Whether Envoy took the downstream address from `x-forwarded-for` (its
+/// port is 0), so that the true peer is hidden from filters.
+pub fn is_forwarded_source(source: &str) -> bool {
+    matches!(parse_socket_address(source), Some((_, Some(0))))
 }
 
 /// Writes the key text of `ip` masked under `policy` into `out`.
@@ -170,21 +201,46 @@ mod tests {
 
     #[test]
     fn picks_forwarded_entry_from_the_right() {
-        let src = Some("10.0.0.9:1234");
+        // use_remote_address: false — Envoy reports the last entry, port 0.
+        let src = Some("192.0.2.5:0");
         let xff = Some("198.51.100.1, 203.0.113.7,192.0.2.5");
         let hops = |n| ClientIpPolicy {
             trusted_hops: n,
             ..ClientIpPolicy::default()
         };
         let ip = |s: &str| s.parse::<IpAddr>().ok();
-        assert_eq!(client_ip(&hops(0), src, xff), ip("10.0.0.9"));
+        assert_eq!(client_ip(&hops(0), src, xff), ip("192.0.2.5"));
         assert_eq!(client_ip(&hops(1), src, xff), ip("192.0.2.5"));
         assert_eq!(client_ip(&hops(2), src, xff), ip("203.0.113.7"));
         assert_eq!(client_ip(&hops(3), src, xff), ip("198.51.100.1"));
-        // Fewer entries than hops, a missing header, or garbage: the peer address.
-        assert_eq!(client_ip(&hops(4), src, xff), ip("10.0.0.9"));
-        assert_eq!(client_ip(&hops(1), src, None), ip("10.0.0.9"));
-        assert_eq!(client_ip(&hops(1), src, Some("garbage")), ip("10.0.0.9"));
+        // Fewer entries than hops, a missing header, or garbage: the downstream address.
+        assert_eq!(client_ip(&hops(4), src, xff), ip("192.0.2.5"));
+        let peer = Some("10.0.0.9:1234");
+        assert_eq!(client_ip(&hops(1), peer, None), ip("10.0.0.9"));
+        assert_eq!(
+            client_ip(&hops(1), peer, Some("garbage,10.0.0.1")),
+            ip("10.0.0.9")
+        );
         assert_eq!(client_ip(&hops(1), None, Some("garbage")), None);
+    }
+
+    #[test]
+    fn skips_the_entry_envoy_appended() {
+        // use_remote_address: true — the true peer, and Envoy's own entry last.
+        let hops = |n| ClientIpPolicy {
+            trusted_hops: n,
+            ..ClientIpPolicy::default()
+        };
+        let ip = |s: &str| s.parse::<IpAddr>().ok();
+        let src = Some("127.0.0.1:1234");
+        let xff = Some("198.51.100.1, 203.0.113.7,192.0.2.2");
+        assert_eq!(client_ip(&hops(0), src, xff), ip("127.0.0.1"));
+        assert_eq!(client_ip(&hops(1), src, xff), ip("203.0.113.7"));
+        assert_eq!(client_ip(&hops(2), src, xff), ip("198.51.100.1"));
+        assert_eq!(client_ip(&hops(3), src, xff), ip("127.0.0.1"));
+        assert!(is_forwarded_source("10.0.0.9:0"));
+        assert!(!is_forwarded_source("10.0.0.9:1234"));
+        assert!(!is_forwarded_source("[::1]:5"));
+        assert!(is_forwarded_source("[2001:db8::1]:0"));
     }
 }

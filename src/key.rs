@@ -7,6 +7,10 @@
 use crate::client_ip::{self, ClientIpPolicy};
 use std::cell::OnceCell;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether the forged-source warning was logged (once per VM).
+static FORWARDED_SOURCE_WARNED: AtomicBool = AtomicBool::new(false);
 
 /// Read access to a request, implemented by the Envoy host layer and by tests.
 pub trait RequestView {
@@ -129,6 +133,14 @@ impl<'a, V: RequestView> Request<'a, V> {
             } else {
                 None
             };
+            if self.policy.trusted_hops == 0
+                && source.as_deref().is_some_and(client_ip::is_forwarded_source)
+                && !FORWARDED_SOURCE_WARNED.swap(true, Ordering::Relaxed)
+            {
+                log::warn!(
+                    "sluice: Envoy takes the downstream address from x-forwarded-for, so clients choose their client_ip key; set use_remote_address: true on the HTTP connection manager"
+                );
+            }
             client_ip::client_ip(self.policy, source.as_deref(), xff.as_deref())
         })
     }
