@@ -21,7 +21,10 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 async fn main() -> ExitCode {
     let args = Args::parse();
     let filter = EnvFilter::try_new(&args.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+        .init();
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

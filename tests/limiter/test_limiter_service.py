@@ -1,0 +1,95 @@
+"""sluice-limiter as a process: HTTP/1.1 and h2c on one port, errors, flags, graceful stop."""
+
+import json
+import shutil
+import subprocess
+import time
+
+import pytest
+
+import harness
+from harness import request
+
+CHECK = {"domain": "demo", "limits": [
+    {"key": "per-ip/203.0.113.7", "algorithm": "gcra", "requests": 100, "window_ms": 60000, "burst": 20}]}
+
+
+def test_contract_example_over_http1(processes):
+    lim = processes.limiter()
+    for _ in range(20):
+        r = lim.check(CHECK)
+        assert r.status == 200
+        assert json.loads(r.body)["allowed"] is True
+    r = lim.check(CHECK)
+    body = json.loads(r.body)
+    assert body["allowed"] is False
+    # one request per 600 ms, less the few ms the 20 admits took
+    assert 500 < body["limits"][0]["retry_after_ms"] <= 600
+    assert body["limits"][0]["remaining"] == 0
+    assert lim.metric("sluice_limiter_checks_total") == 21
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl not installed")
+def test_h2c_prior_knowledge_on_the_same_port(processes):
+    lim = processes.limiter()
+    out = subprocess.run(
+        ["curl", "-sS", "--http2-prior-knowledge", "-o", "-", "-w", "\n%{http_version} %{http_code}",
+         "-H", "content-type: application/json", "--data", json.dumps(CHECK),
+         f"http://127.0.0.1:{lim.port}/v1/check"],
+        capture_output=True, text=True, timeout=10, check=True)
+    body, _, status = out.stdout.rpartition("\n")
+    assert status == "2 200"
+    assert json.loads(body)["allowed"] is True
+
+
+def test_bad_input_is_a_4xx_with_a_json_error(processes):
+    lim = processes.limiter()
+    r = lim.check(b"{nope")
+    assert r.status == 400 and "error" in json.loads(r.body)
+    bad = {"domain": "demo", "limits": [dict(CHECK["limits"][0], window_ms=0)]}
+    r = lim.check(bad)
+    assert r.status == 400
+    assert json.loads(r.body)["error"].startswith("limits[0].window_ms")
+    r = lim.check(b"{" + b" " * (65 * 1024) + b"}")
+    assert r.status == 413
+    # nothing above touched state: the full burst is still there
+    for _ in range(20):
+        assert json.loads(lim.check(CHECK).body)["allowed"] is True
+
+
+def test_overrides_file(processes, tmp_path):
+    path = tmp_path / "overrides.json"
+    path.write_text(json.dumps({"demo/per-ip/203.0.113.7": {"requests": 2, "window_ms": 60000}}))
+    lim = processes.limiter(extra_args=["--overrides", str(path)])
+    results = [json.loads(lim.check(CHECK).body)["allowed"] for _ in range(3)]
+    assert results == [True, True, False]
+
+
+def test_a_bad_overrides_file_stops_startup(tmp_path):
+    path = tmp_path / "overrides.json"
+    path.write_text('{"no-slash": {"requests": 1, "window_ms": 1000}}')
+    proc = subprocess.run([str(harness.LIMITER_BIN), "--listen", f"127.0.0.1:{harness.free_port()}",
+                           "--overrides", str(path)], capture_output=True, text=True, timeout=10)
+    assert proc.returncode != 0
+    assert "no-slash" in proc.stdout + proc.stderr
+
+
+def test_sigterm_stops_gracefully(processes):
+    lim = processes.limiter()
+    assert lim.check(CHECK).status == 200
+    started = time.monotonic()
+    code = lim.process.stop()
+    assert code == 0
+    assert time.monotonic() - started < 5
+    assert "stopped" in lim.process.log_path.read_text()
+
+
+def test_memory_bound_denies_new_keys(processes):
+    lim = processes.limiter(extra_args=["--max-keys", "2", "--shards", "1"])
+    def one(key):
+        return {"domain": "demo", "limits": [{"key": key, "algorithm": "fixed_window", "requests": 5, "window_ms": 60000}]}
+    assert json.loads(lim.check(one("a")).body)["allowed"] is True
+    assert json.loads(lim.check(one("b")).body)["allowed"] is True
+    assert json.loads(lim.check(one("c")).body)["allowed"] is False
+    assert json.loads(lim.check(one("a")).body)["allowed"] is True
+    assert lim.metric("sluice_limiter_capacity_denials_total") == 1
