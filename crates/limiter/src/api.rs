@@ -11,7 +11,6 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -120,11 +119,11 @@ fn store_items(
     domain: &str,
     limits: Vec<crate::wire::KeyedLimit>,
 ) -> Result<Vec<StoreItem>, WireError> {
-    let mut seen: HashMap<String, usize> = HashMap::with_capacity(limits.len());
-    let mut items = Vec::with_capacity(limits.len());
+    let mut items: Vec<StoreItem> = Vec::with_capacity(limits.len());
     for (i, kl) in limits.into_iter().enumerate() {
         let id = kl.state_id(domain);
-        if let Some(first) = seen.insert(id.clone(), i) {
+        // At most 64 limits: a scan is cheaper than hashing.
+        if let Some(first) = items.iter().position(|it| it.id == id) {
             return Err(WireError::new(
                 format!("limits[{i}].key"),
                 format!("same key, algorithm and window as limits[{first}]"),

@@ -67,13 +67,19 @@ impl Metrics {
 
     /// Counts one decided check for `domain`.
     pub fn record_decision(&self, domain: &str, allowed: bool) {
-        let counters = self.domain_counters(domain);
-        let c = if allowed {
-            &counters.allowed
-        } else {
-            &counters.denied
+        let bump = |c: &DomainCounters| {
+            let n = if allowed { &c.allowed } else { &c.denied };
+            n.fetch_add(1, Ordering::Relaxed);
         };
-        c.fetch_add(1, Ordering::Relaxed);
+        {
+            // The common case: a known domain, counted under the read lock.
+            let map = self.domains.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(c) = map.get(domain) {
+                bump(c);
+                return;
+            }
+        }
+        bump(&self.domain_counters(domain));
     }
 
     /// Records how long one check took.
@@ -96,12 +102,6 @@ impl Metrics {
     }
 
     fn domain_counters(&self, domain: &str) -> Arc<DomainCounters> {
-        {
-            let map = self.domains.read().unwrap_or_else(|e| e.into_inner());
-            if let Some(c) = map.get(domain) {
-                return Arc::clone(c);
-            }
-        }
         let mut map = self.domains.write().unwrap_or_else(|e| e.into_inner());
         if map.len() >= MAX_DOMAINS && !map.contains_key(domain) {
             return Arc::clone(&self.other);

@@ -177,13 +177,21 @@ pub fn parse_check(body: &[u8]) -> Result<ValidCheck, WireError> {
             format!("body exceeds {MAX_BODY_BYTES} bytes"),
         ));
     }
-    let de = &mut serde_json::Deserializer::from_slice(body);
-    let req: CheckRequest = serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let field = if path == "." { String::new() } else { path };
-        WireError::new(field, e.into_inner().to_string())
-    })?;
-    req.validate()
+    match serde_json::from_slice::<CheckRequest>(body) {
+        Ok(req) => req.validate(),
+        // Parse again, slower, only to name the field at fault.
+        Err(plain) => {
+            let de = &mut serde_json::Deserializer::from_slice(body);
+            match serde_path_to_error::deserialize::<_, CheckRequest>(de) {
+                Err(e) => {
+                    let path = e.path().to_string();
+                    let field = if path == "." { String::new() } else { path };
+                    Err(WireError::new(field, e.into_inner().to_string()))
+                }
+                Ok(_) => Err(WireError::new("", plain.to_string())),
+            }
+        }
+    }
 }
 
 /// Checks a domain name: 1 to 128 bytes of letters, digits, `_`, `-`, `.`.
