@@ -190,6 +190,8 @@ def listener(port: int, http_filters: list[dict], name: str = "main") -> dict:
                     "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
                     "stat_prefix": "ingress",
                     "codec_type": "AUTO",
+                    # the downstream address is the true peer; Sluice reads XFF itself
+                    "use_remote_address": True,
                     "route_config": {
                         "name": "local",
                         "virtual_hosts": [{
