@@ -85,6 +85,7 @@ pub fn decide(limit: &Limit, state: Option<&[u8]>, now: Nanos, cost: u64) -> Out
 }
 
 /// [`decide`] with an explicit mode; `Peek` decides without consuming.
+#[inline]
 pub(crate) fn decide_in(
     limit: &Limit,
     state: Option<&[u8]>,
@@ -95,16 +96,24 @@ pub(crate) fn decide_in(
     let p = Params::of(limit);
     let probe = cost.max(1);
     if probe > p.cap {
-        let mut out = run(limit.algorithm, &p, state, now, 1, Mode::Peek);
-        out.decision.allowed = false;
-        out.decision.retry_after = 0;
-        out.decision.delay = 0;
-        out.decision.denial = Some(Denial::CostExceedsCapacity);
-        return out;
+        return too_costly(limit.algorithm, &p, state, now);
     }
     run(limit.algorithm, &p, state, now, probe, mode)
 }
 
+/// A cost above the capacity: denied for good, reporting the key as it is.
+#[cold]
+#[inline(never)]
+fn too_costly(algorithm: Algorithm, p: &Params, state: Option<&[u8]>, now: Nanos) -> Outcome {
+    let mut out = run(algorithm, p, state, now, 1, Mode::Peek);
+    out.decision.allowed = false;
+    out.decision.retry_after = 0;
+    out.decision.delay = 0;
+    out.decision.denial = Some(Denial::CostExceedsCapacity);
+    out
+}
+
+#[inline(always)]
 fn run(
     algorithm: Algorithm,
     p: &Params,

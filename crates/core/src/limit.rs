@@ -226,6 +226,9 @@ impl Limit {
 }
 
 fn with_soft(n: u64, percent: u32) -> u64 {
+    if percent == 0 {
+        return n;
+    }
     let extra = u128::from(n) * u128::from(percent) / 100;
     u64::try_from(u128::from(n) + extra).unwrap_or(u64::MAX)
 }
@@ -237,9 +240,9 @@ pub(crate) struct Params {
     /// `requests`, reported as the decision's limit.
     pub requests: u64,
     /// Requests per window including the soft allowance.
-    pub rate: u128,
+    pub rate: u64,
     /// The window in nanoseconds.
-    pub window: u128,
+    pub window: u64,
     /// Capacity including the soft allowance.
     pub cap: u64,
     /// How much of `cap` is the soft allowance (hidden from `remaining`).
@@ -251,19 +254,20 @@ pub(crate) struct Params {
 }
 
 impl Params {
+    #[inline]
     pub(crate) fn of(limit: &Limit) -> Params {
         let requests = limit.requests.clamp(1, MAX_REQUESTS);
         let burst = limit.burst.clamp(1, MAX_REQUESTS);
         let soft = limit.soft_percent.min(MAX_SOFT_PERCENT);
-        let window = limit.window.clamp(1, MAX_WINDOW);
+        let window = limit.window.clamp(MIN_WINDOW, MAX_WINDOW);
         let mut cap = with_soft(burst, soft);
         if limit.algorithm == crate::Algorithm::SlidingLog {
             cap = cap.min(MAX_LOG_ENTRIES);
         }
         Params {
             requests,
-            rate: u128::from(with_soft(requests, soft)),
-            window: u128::from(window),
+            rate: with_soft(requests, soft),
+            window,
             cap,
             soft_extra: cap.saturating_sub(burst),
             precision: limit.precision.clamp(1, MAX_PRECISION),
@@ -271,7 +275,20 @@ impl Params {
         }
     }
 
+    /// `rate` widened for 128-bit arithmetic.
+    #[inline]
+    pub(crate) fn rate(&self) -> u128 {
+        u128::from(self.rate)
+    }
+
+    /// `window` widened for 128-bit arithmetic.
+    #[inline]
+    pub(crate) fn window(&self) -> u128 {
+        u128::from(self.window)
+    }
+
     /// `remaining` as reported: the effective remaining minus the soft allowance.
+    #[inline]
     pub(crate) fn report(&self, effective_remaining: u64) -> u64 {
         effective_remaining.saturating_sub(self.soft_extra)
     }

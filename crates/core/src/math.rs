@@ -1,17 +1,37 @@
 //! Integer helpers: every intermediate is `u128`, and results saturate.
 
-/// `a / b` rounded up; `b` must not be zero (callers pass validated rates
-/// and windows), and zero is answered with `u128::MAX` rather than a panic.
-pub(crate) fn ceil_div(a: u128, b: u128) -> u128 {
+/// `(a / b, a % b)`, with 64-bit division when both fit (the common case,
+/// and several times faster than 128-bit division). `b` must not be zero;
+/// zero is answered with `(u128::MAX, 0)` rather than a panic.
+#[inline]
+pub(crate) fn divrem(a: u128, b: u128) -> (u128, u128) {
+    if let (Ok(a), Ok(b)) = (u64::try_from(a), u64::try_from(b)) {
+        return match (a.checked_div(b), a.checked_rem(b)) {
+            (Some(q), Some(r)) => (u128::from(q), u128::from(r)),
+            _ => (u128::MAX, 0),
+        };
+    }
     match (a.checked_div(b), a.checked_rem(b)) {
-        (Some(q), Some(r)) => q + u128::from(r != 0),
-        _ => u128::MAX,
+        (Some(q), Some(r)) => (q, r),
+        _ => (u128::MAX, 0),
     }
 }
 
+/// `a / b` rounded up; `b` must not be zero (callers pass validated rates
+/// and windows), and zero is answered with `u128::MAX` rather than a panic.
+#[inline]
+pub(crate) fn ceil_div(a: u128, b: u128) -> u128 {
+    let (q, r) = divrem(a, b);
+    q.saturating_add(u128::from(r != 0))
+}
+
 /// `a / b` rounded down, zero when `b` is zero.
+#[inline]
 pub(crate) fn floor_div(a: u128, b: u128) -> u128 {
-    a.checked_div(b).unwrap_or(0)
+    if b == 0 {
+        return 0;
+    }
+    divrem(a, b).0
 }
 
 /// `x` as `u64`, saturating.

@@ -52,9 +52,13 @@ impl Encoded {
         }
     }
 
-    /// An inline state from a fixed-size buffer.
-    pub(crate) fn inline<const N: usize>(bytes: [u8; N]) -> Encoded {
-        Encoded::from_bytes(&bytes)
+    /// An inline state: the first `len` bytes of `buf` (`len <= INLINE`).
+    #[inline]
+    pub(crate) fn inline(len: u8, buf: [u8; INLINE]) -> Encoded {
+        Encoded(Repr::Inline {
+            len: len.min(INLINE as u8),
+            buf,
+        })
     }
 
     /// A heap state.
@@ -148,33 +152,37 @@ pub(crate) fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
 }
 
 /// Two `u64` words behind the header: 18 bytes.
+#[inline]
 pub(crate) fn encode2(tag: u8, a: u64, b: u64) -> Encoded {
-    let mut out = [0u8; 18];
+    let mut out = [0u8; INLINE];
     out[0] = VERSION;
     out[1] = tag;
     out[2..10].copy_from_slice(&a.to_le_bytes());
     out[10..18].copy_from_slice(&b.to_le_bytes());
-    Encoded::inline(out)
+    Encoded::inline(18, out)
 }
 
 /// Decodes what [`encode2`] wrote.
+#[inline]
 pub(crate) fn decode2(bytes: &[u8], tag: u8) -> Option<(u64, u64)> {
     let p: [u8; 16] = fixed(bytes, tag)?;
     Some((u64_at(&p, 0)?, u64_at(&p, 8)?))
 }
 
 /// Three `u64` words behind the header: 26 bytes.
+#[inline]
 pub(crate) fn encode3(tag: u8, a: u64, b: u64, c: u64) -> Encoded {
-    let mut out = [0u8; 26];
+    let mut out = [0u8; INLINE];
     out[0] = VERSION;
     out[1] = tag;
     out[2..10].copy_from_slice(&a.to_le_bytes());
     out[10..18].copy_from_slice(&b.to_le_bytes());
     out[18..26].copy_from_slice(&c.to_le_bytes());
-    Encoded::inline(out)
+    Encoded::inline(26, out)
 }
 
 /// Decodes what [`encode3`] wrote.
+#[inline]
 pub(crate) fn decode3(bytes: &[u8], tag: u8) -> Option<(u64, u64, u64)> {
     let p: [u8; 24] = fixed(bytes, tag)?;
     Some((u64_at(&p, 0)?, u64_at(&p, 8)?, u64_at(&p, 16)?))

@@ -48,7 +48,7 @@ proptest! {
 
     #[test]
     fn gcra((_, p) in params(Algorithm::Gcra), x: u128) {
-        let tat = x % (u128::from(u64::MAX) * p.rate);
+        let tat = x % (u128::from(u64::MAX) * p.rate());
         let e = gcra::encode(&p, tat);
         prop_assert_eq!(e.len(), 18);
         prop_assert_eq!(gcra::decode(&p, e.as_bytes()), Some(tat));
@@ -69,7 +69,7 @@ proptest! {
     ) {
         let l = Limit::new(Algorithm::SlidingLog, 10, window).unwrap();
         let p = Params::of(&l);
-        let shift = sliding_log::shift_for(p.window);
+        let shift = sliding_log::shift_for(p.window());
         gaps.sort_unstable();
         let ticks: Vec<u64> = gaps.iter().map(|g| base + g).collect();
         let last = ticks.last().copied().unwrap_or(base) + 3;

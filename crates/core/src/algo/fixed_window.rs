@@ -6,10 +6,10 @@
 
 use super::Mode;
 use crate::limit::Params;
-use crate::math::sat64;
 use crate::state::{decode2, encode2, tag};
 use crate::{Decision, Denial, Nanos, Outcome};
 
+#[inline]
 pub(crate) fn decode(bytes: &[u8]) -> Option<(Nanos, u64)> {
     decode2(bytes, tag::FIXED_WINDOW)
 }
@@ -20,11 +20,12 @@ pub(crate) fn encode(start: Nanos, count: u64) -> crate::Encoded {
 
 /// The start of the window holding `now`, and the time left in it.
 fn window_of(p: &Params, now: Nanos) -> (Nanos, Nanos) {
-    let window = sat64(p.window).max(1);
+    let window = p.window.max(1);
     let into = now % window;
     (now - into, window - into)
 }
 
+#[inline(always)]
 pub(crate) fn decide(
     p: &Params,
     state: Option<&[u8]>,

@@ -14,25 +14,27 @@ use crate::state::{decode2, encode2, tag};
 use crate::{Nanos, Outcome};
 
 /// Decoded state: the TAT in scaled units (`ns * rate`).
+#[inline]
 pub(crate) fn decode(p: &Params, bytes: &[u8]) -> Option<u128> {
     let (whole, frac) = decode2(bytes, tag::GCRA)?;
     // A fraction out of range (another rate) is rounded up: a later TAT.
-    Some(if u128::from(frac) >= p.rate {
-        (u128::from(whole) + 1) * p.rate
+    Some(if u128::from(frac) >= p.rate() {
+        (u128::from(whole) + 1) * p.rate()
     } else {
-        u128::from(whole) * p.rate + u128::from(frac)
+        u128::from(whole) * p.rate() + u128::from(frac)
     })
 }
 
 /// Encodes a TAT in scaled units.
 pub(crate) fn encode(p: &Params, tat: u128) -> crate::Encoded {
-    let whole = floor_div(tat, p.rate);
+    let whole = floor_div(tat, p.rate());
     if whole > u128::from(u64::MAX) {
         return encode2(tag::GCRA, u64::MAX, 0);
     }
-    encode2(tag::GCRA, sat64(whole), sat64(tat - whole * p.rate))
+    encode2(tag::GCRA, sat64(whole), sat64(tat - whole * p.rate()))
 }
 
+#[inline(always)]
 pub(crate) fn decide(
     p: &Params,
     state: Option<&[u8]>,
@@ -40,7 +42,7 @@ pub(crate) fn decide(
     cost: u64,
     mode: Mode,
 ) -> Outcome {
-    let scaled_now = u128::from(now) * p.rate;
+    let scaled_now = u128::from(now) * p.rate();
     let max = meter::max_level(p);
     let (level, repaired) = match state.and_then(|s| decode(p, s)) {
         Some(tat) => {
@@ -55,14 +57,20 @@ pub(crate) fn decide(
         }
         None => (0, false),
     };
-    let (decision, after) = meter::judge(p, level, cost, mode);
-    let new_state = match after {
-        Some(after) => Some(encode(p, scaled_now + after)),
-        None if repaired => Some(encode(p, scaled_now + level)),
-        None => None,
-    };
+    let j = meter::judge(p, level, cost, mode);
+    // TAT = now * rate + after: its whole part is now + after / rate, the
+    // division already done for `reset`.
+    let new_state = (j.consumed || repaired).then(|| {
+        match u64::try_from(j.drain.0)
+            .ok()
+            .and_then(|q| now.checked_add(q))
+        {
+            Some(whole) => encode2(tag::GCRA, whole, sat64(j.drain.1)),
+            None => encode(p, scaled_now + j.after),
+        }
+    });
     Outcome {
-        decision,
+        decision: j.decision,
         new_state,
     }
 }
@@ -77,7 +85,7 @@ pub(crate) fn refund(
     let tat = decode(p, state)?;
     let at = now.max(admitted_at);
     let back = meter::refundable(p, cost, admitted_at, at);
-    let floor = u128::from(at) * p.rate;
+    let floor = u128::from(at) * p.rate();
     if back == 0 || tat <= floor {
         return None;
     }

@@ -14,24 +14,26 @@ use crate::state::{decode3, encode3, tag};
 use crate::{Nanos, Outcome};
 
 /// Decoded state: `(last update, level in scaled units)`.
+#[inline]
 pub(crate) fn decode(p: &Params, bytes: &[u8]) -> Option<(Nanos, u128)> {
     let (last, whole, frac) = decode3(bytes, tag::LEAKY_BUCKET)?;
     // A fraction out of range (another window) is rounded up: a fuller bucket.
-    let level = if u128::from(frac) >= p.window {
-        (u128::from(whole) + 1) * p.window
+    let level = if u128::from(frac) >= p.window() {
+        (u128::from(whole) + 1) * p.window()
     } else {
-        u128::from(whole) * p.window + u128::from(frac)
+        u128::from(whole) * p.window() + u128::from(frac)
     };
     Some((last, level.min(meter::max_level(p))))
 }
 
 /// Encodes `(last update, level in scaled units)`.
 pub(crate) fn encode(p: &Params, last: Nanos, level: u128) -> crate::Encoded {
-    let whole = floor_div(level, p.window);
-    let frac = level - whole * p.window;
+    let whole = floor_div(level, p.window());
+    let frac = level - whole * p.window();
     encode3(tag::LEAKY_BUCKET, last, sat64(whole), sat64(frac))
 }
 
+#[inline(always)]
 pub(crate) fn decide(
     p: &Params,
     state: Option<&[u8]>,
@@ -45,14 +47,23 @@ pub(crate) fn decide(
         Some((last, level)) => (meter::drain(p, level, now - last), false),
         None => (0, false),
     };
-    let (decision, after) = meter::judge(p, level, cost, mode);
-    let new_state = match after {
-        Some(after) => Some(encode(p, now, after)),
-        None if repaired => Some(encode(p, now, level)),
-        None => None,
-    };
+    let j = meter::judge(p, level, cost, mode);
+    let new_state = (j.consumed || repaired).then(|| {
+        if j.after <= meter::capacity(p) {
+            // The level is the capacity less the free room: reuse its division.
+            let (q, r) = j.free;
+            let (whole, frac) = if r == 0 {
+                (u128::from(p.cap) - q, 0)
+            } else {
+                (u128::from(p.cap) - q - 1, p.window() - r)
+            };
+            encode3(tag::LEAKY_BUCKET, now, sat64(whole), sat64(frac))
+        } else {
+            encode(p, now, j.after)
+        }
+    });
     Outcome {
-        decision,
+        decision: j.decision,
         new_state,
     }
 }

@@ -1,16 +1,17 @@
 //! Sliding log: one timestamp per admitted unit of cost; a request passes
 //! when the entries younger than `window` plus its cost fit in `burst`.
 //!
-//! State: version, tag, then `shift` (u8), `count` (u32), `base` (u64, in
-//! ticks) and `count` little-endian `u32` offsets from `base`, sorted: 15 +
-//! 4 × count bytes. A tick is `2^shift` ns, the smallest power of two that
-//! keeps a window within 2^31 ticks: 1 ns for windows up to 2.1 s, about
-//! 16 µs for an hour, 16.8 ms for a year. Timestamps are rounded *up* to a
-//! tick, so an entry leaves the window at most one tick late, never early:
-//! rounding can only deny, never admit more.
+//! State: version, tag, `shift` (u8), `count` (u32), `base` (u64, in ticks)
+//! and `count` little-endian `u32` offsets from `base`, sorted: 15 + 4 ×
+//! count bytes. A tick is `2^shift` ns, the smallest power of two that keeps
+//! a window within 2^31 ticks: 1 ns for windows up to 2.1 s, about 16 µs for
+//! an hour, 16.8 ms for a year. Timestamps are rounded *up* to a tick, so an
+//! entry leaves the window at most one tick late, never early: rounding can
+//! only deny, never admit more.
 //!
-//! A decision reads the state in place, finds the first live entry by binary
-//! search, and writes the live entries and the new ones.
+//! A decision reads the state in place: it finds the first live entry by
+//! binary search over the offsets and writes the live offsets (copied, or
+//! shifted by one subtraction each when the oldest expired) and the new ones.
 
 use super::Mode;
 use crate::limit::Params;
@@ -31,7 +32,7 @@ fn tick_of(t: Nanos, shift: u32) -> u64 {
     (t >> shift) + u64::from(t & mask != 0)
 }
 
-/// A decoded log: entries are read from the bytes when needed.
+/// A decoded log: offsets are read from the bytes when needed.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Log<'a> {
     pub shift: u32,
@@ -43,7 +44,7 @@ impl<'a> Log<'a> {
     pub(crate) fn decode(p: &Params, bytes: &'a [u8]) -> Option<Log<'a>> {
         let rest = payload(bytes, tag::SLIDING_LOG)?;
         let shift = u32::from(*rest.first()?);
-        if shift != shift_for(p.window) {
+        if shift != shift_for(p.window()) {
             return None;
         }
         let count = usize::try_from(u32_at(rest, 1)?).ok()?;
@@ -63,44 +64,70 @@ impl<'a> Log<'a> {
         self.offsets.len() / 4
     }
 
+    /// The `i`th offset.
+    fn offset(&self, i: usize) -> u32 {
+        i.checked_mul(4)
+            .and_then(|at| u32_at(self.offsets, at))
+            .unwrap_or(0)
+    }
+
     /// The `i`th entry in ticks.
     pub(crate) fn tick(&self, i: usize) -> u64 {
-        let offset = i.checked_mul(4).and_then(|at| u32_at(self.offsets, at));
-        self.base.saturating_add(u64::from(offset.unwrap_or(0)))
+        self.base.saturating_add(u64::from(self.offset(i)))
+    }
+
+    /// The number of offsets `<= bound` (offsets are sorted).
+    fn count_up_to(&self, bound: u64) -> usize {
+        partition_point(self.len(), |i| u64::from(self.offset(i)) <= bound)
     }
 }
 
-/// Writes a log of `ticks` (sorted) followed by `extra` copies of `last`.
-fn encode(
+/// A new log: header, then `offsets`, each less `minus`, then `extra`
+/// copies of `last`; `base` is the base tick.
+fn write(
     shift: u32,
-    ticks: impl ExactSizeIterator<Item = u64>,
-    last: u64,
+    base: u64,
+    offsets: &[u8],
+    minus: u32,
+    last: u32,
     extra: u64,
 ) -> crate::Encoded {
-    let live = ticks.len();
     let extra = usize::try_from(extra).unwrap_or(0);
-    let count = live.saturating_add(extra);
-    let mut out = Vec::with_capacity(HEADER + count * 4);
+    let count = (offsets.len() / 4).saturating_add(extra);
+    let mut out = Vec::with_capacity(HEADER + count.saturating_mul(4));
     out.push(VERSION);
     out.push(tag::SLIDING_LOG);
     out.push(shift as u8);
     out.extend_from_slice(&u32::try_from(count).unwrap_or(u32::MAX).to_le_bytes());
-    let mut ticks = ticks.peekable();
-    let base = ticks.peek().copied().unwrap_or(last).min(last);
     out.extend_from_slice(&base.to_le_bytes());
-    for t in ticks {
-        out.extend_from_slice(&offset(t, base).to_le_bytes());
+    if minus == 0 {
+        out.extend_from_slice(offsets);
+    } else {
+        for chunk in offsets.chunks_exact(4) {
+            let o = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+            out.extend_from_slice(&o.wrapping_sub(minus).to_le_bytes());
+        }
     }
-    let tail = offset(last, base).to_le_bytes();
+    let tail = last.to_le_bytes();
     for _ in 0..extra {
         out.extend_from_slice(&tail);
     }
     crate::Encoded::heap(out)
 }
 
+/// Writes a log of `ticks` (sorted) followed by `extra` copies of `last`.
+fn encode(shift: u32, ticks: &[u64], last: u64, extra: u64) -> crate::Encoded {
+    let base = ticks.first().copied().unwrap_or(last).min(last);
+    let offsets: Vec<u8> = ticks
+        .iter()
+        .flat_map(|&t| offset(t, base).to_le_bytes())
+        .collect();
+    write(shift, base, &offsets, 0, offset(last, base), extra)
+}
+
 #[cfg(test)]
 pub(crate) fn encode_for_tests(shift: u32, ticks: &[u64], last: u64, extra: u64) -> crate::Encoded {
-    encode(shift, ticks.iter().copied(), last, extra)
+    encode(shift, ticks, last, extra)
 }
 
 fn offset(t: u64, base: u64) -> u32 {
@@ -112,6 +139,8 @@ fn expiry(tick: u64, shift: u32, window: u128) -> u128 {
     (u128::from(tick) << shift) + window
 }
 
+// Kept out of line so that the fixed-size algorithms' path stays small.
+#[inline(never)]
 pub(crate) fn decide(
     p: &Params,
     state: Option<&[u8]>,
@@ -119,24 +148,32 @@ pub(crate) fn decide(
     cost: u64,
     mode: Mode,
 ) -> Outcome {
-    let shift = shift_for(p.window);
+    let shift = shift_for(p.window());
     let now_tick = tick_of(now, shift);
-    let log = state.and_then(|s| Log::decode(p, s));
-    let n = log.map_or(0, |l| l.len());
+    let empty = Log {
+        shift,
+        base: now_tick,
+        offsets: &[],
+    };
+    let log = state.and_then(|s| Log::decode(p, s)).unwrap_or(empty);
+    let n = log.len();
     // The clock stepped back behind the newest entry: move every entry back
     // by the step, as if the clock had not moved, so the key recovers
     // within a window and admits no more than the limit.
-    let newest = match (log, n.checked_sub(1)) {
-        (Some(l), Some(last)) => l.tick(last),
-        _ => 0,
-    };
+    let newest = n.checked_sub(1).map_or(0, |i| log.tick(i));
     let back = newest.saturating_sub(now_tick);
-    let tick = |i: usize| log.map_or(0, |l| l.tick(i)).saturating_sub(back);
-    let now128 = u128::from(now);
-    // The first entry still in the window.
-    let first = partition_point(n, |i| expiry(tick(i), shift, p.window) <= now128);
+    let base = log.base.saturating_sub(back);
+    // Entries at ticks up to `(now - window) >> shift` have expired.
+    let first = match now.checked_sub(p.window) {
+        Some(edge) => match (edge >> shift).checked_sub(base) {
+            Some(bound) => log.count_up_to(bound),
+            None => 0,
+        },
+        None => 0,
+    };
     let live = n - first;
     let live64 = live as u64;
+    let tick = |i: usize| base.saturating_add(u64::from(log.offset(i)));
     let allowed = live64.saturating_add(cost) <= p.cap;
     let consumed = allowed && mode == Mode::Commit;
     let after = if consumed { live64 + cost } else { live64 };
@@ -145,6 +182,7 @@ pub(crate) fn decide(
     } else {
         newest.saturating_sub(back)
     };
+    let now128 = u128::from(now);
     let retry_after = if allowed {
         0
     } else {
@@ -154,14 +192,14 @@ pub(crate) fn decide(
             .saturating_add(drop)
             .saturating_sub(1)
             .min(n.saturating_sub(1));
-        sat64(expiry(tick(at), shift, p.window).saturating_sub(now128))
+        sat64(expiry(tick(at), shift, p.window()).saturating_sub(now128))
     };
     let decision = Decision {
         allowed,
         limit: p.requests,
         remaining: p.report(p.cap.saturating_sub(after)),
         reset: if after > 0 {
-            sat64(expiry(newest_after, shift, p.window).saturating_sub(now128))
+            sat64(expiry(newest_after, shift, p.window()).saturating_sub(now128))
         } else {
             0
         },
@@ -169,13 +207,23 @@ pub(crate) fn decide(
         delay: 0,
         denial: (!allowed).then_some(Denial::OverLimit),
     };
-    let new_state = if consumed {
-        Some(encode(shift, (first..n).map(tick), now_tick, cost))
-    } else if back > 0 {
-        Some(encode(shift, (first..n).map(tick), newest_after, 0))
-    } else {
-        None
-    };
+    let new_state = (consumed || back > 0).then(|| {
+        let kept = log.offsets.get(first * 4..).unwrap_or(&[]);
+        let (new_base, minus) = if live > 0 {
+            (tick(first), log.offset(first))
+        } else {
+            (newest_after, 0)
+        };
+        let extra = if consumed { cost } else { 0 };
+        write(
+            shift,
+            new_base,
+            kept,
+            minus,
+            offset(now_tick, new_base),
+            extra,
+        )
+    });
     Outcome {
         decision,
         new_state,
@@ -212,10 +260,10 @@ pub(crate) fn refund(
     if take == 0 {
         return None;
     }
-    let ticks = (0..n)
-        .filter(move |&i| i < end - take || i >= end)
-        .map(move |i| log.tick(i));
-    let kept: Vec<u64> = ticks.collect();
+    let kept: Vec<u64> = (0..n)
+        .filter(|&i| i < end - take || i >= end)
+        .map(|i| log.tick(i))
+        .collect();
     let last = kept.last().copied().unwrap_or(at);
-    Some(encode(log.shift, kept.into_iter(), last, 0))
+    Some(encode(log.shift, &kept, last, 0))
 }

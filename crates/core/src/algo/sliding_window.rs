@@ -99,20 +99,26 @@ impl Counters {
 /// The sub-window holding `now` and how far into it (time scaled by `P`).
 fn position(p: &Params, now: Nanos) -> (u64, u128) {
     let scaled = u128::from(now) * u128::from(p.precision);
-    let index = floor_div(scaled, p.window);
-    (sat64(index), scaled - index * p.window)
+    let index = floor_div(scaled, p.window());
+    (sat64(index), scaled - index * p.window())
 }
 
 /// The estimate in units of `1 / window` requests.
 fn estimate(p: &Params, counts: &[u64], into: u128) -> u128 {
     let mut total = 0u128;
     for (i, &c) in counts.iter().enumerate() {
-        let weight = if i == 0 { p.window - into } else { p.window };
+        let weight = if i == 0 {
+            p.window() - into
+        } else {
+            p.window()
+        };
         total = total.saturating_add(u128::from(c).saturating_mul(weight));
     }
     total
 }
 
+// Kept out of line so that the fixed-size algorithms' path stays small.
+#[inline(never)]
 pub(crate) fn decide(
     p: &Params,
     state: Option<&[u8]>,
@@ -139,8 +145,8 @@ pub(crate) fn decide(
             counts: vec![0; slots],
         },
     };
-    let cap = u128::from(p.cap) * p.window;
-    let need = u128::from(cost) * p.window;
+    let cap = u128::from(p.cap) * p.window();
+    let need = u128::from(cost) * p.window();
     let est = estimate(p, &c.counts, into);
     let allowed = est.saturating_add(need) <= cap;
     let consumed = allowed && mode == Mode::Commit;
@@ -157,7 +163,7 @@ pub(crate) fn decide(
     };
     let reset = match c.counts.iter().rposition(|&n| n > 0) {
         Some(i) => {
-            let clear = (u128::from(index) + i as u128 + 1) * p.window;
+            let clear = (u128::from(index) + i as u128 + 1) * p.window();
             sat64(ceil_div(clear, u128::from(p.precision)).saturating_sub(u128::from(now)))
         }
         None => 0,
@@ -165,7 +171,7 @@ pub(crate) fn decide(
     let decision = Decision {
         allowed,
         limit: p.requests,
-        remaining: p.report(sat64(floor_div(cap.saturating_sub(after), p.window))),
+        remaining: p.report(sat64(floor_div(cap.saturating_sub(after), p.window()))),
         reset,
         retry_after,
         delay: 0,
@@ -181,9 +187,9 @@ pub(crate) fn decide(
 /// The time until the estimate leaves room for `cost`: walks the coming
 /// sub-windows; in each, the oldest counter's weight falls linearly.
 fn retry(p: &Params, counts: &[u64], index: u64, into: u128, cost: u64, now: Nanos) -> Nanos {
-    let cap = u128::from(p.cap) * p.window;
-    let need = u128::from(cost) * p.window;
-    let w = p.window;
+    let cap = u128::from(p.cap) * p.window();
+    let need = u128::from(cost) * p.window();
+    let w = p.window();
     // Suffix sums: newer[k] = counts[k+1..].sum().
     let mut newer = vec![0u128; counts.len() + 1];
     for (i, &c) in counts.iter().enumerate().rev() {

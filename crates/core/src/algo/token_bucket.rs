@@ -8,31 +8,28 @@
 use super::meter;
 use super::Mode;
 use crate::limit::Params;
-use crate::math::floor_div;
+use crate::math::{floor_div, sat64};
 use crate::state::{decode3, encode3, tag};
 use crate::{Nanos, Outcome};
 
 /// Decoded state: `(last update, tokens in scaled units)`.
+#[inline]
 pub(crate) fn decode(p: &Params, bytes: &[u8]) -> Option<(Nanos, u128)> {
     let (last, whole, frac) = decode3(bytes, tag::TOKEN_BUCKET)?;
     // A fraction out of range (another window) is rounded down: fewer tokens.
-    let frac = u128::from(frac).min(p.window - 1);
-    let tokens = u128::from(whole) * p.window + frac;
+    let frac = u128::from(frac).min(p.window() - 1);
+    let tokens = u128::from(whole) * p.window() + frac;
     Some((last, tokens.min(meter::capacity(p))))
 }
 
 /// Encodes `(last update, tokens in scaled units)`.
 pub(crate) fn encode(p: &Params, last: Nanos, tokens: u128) -> crate::Encoded {
-    let whole = floor_div(tokens, p.window);
-    let frac = tokens - whole * p.window;
-    encode3(
-        tag::TOKEN_BUCKET,
-        last,
-        crate::math::sat64(whole),
-        crate::math::sat64(frac),
-    )
+    let whole = floor_div(tokens, p.window());
+    let frac = tokens - whole * p.window();
+    encode3(tag::TOKEN_BUCKET, last, sat64(whole), sat64(frac))
 }
 
+#[inline(always)]
 pub(crate) fn decide(
     p: &Params,
     state: Option<&[u8]>,
@@ -48,14 +45,12 @@ pub(crate) fn decide(
         Some((last, tokens)) => (cap - meter::drain(p, cap - tokens, now - last), false),
         None => (cap, false),
     };
-    let (decision, after) = meter::judge(p, cap - tokens, cost, mode);
-    let new_state = match after {
-        Some(level) => Some(encode(p, now, cap.saturating_sub(level))),
-        None if repaired => Some(encode(p, now, tokens)),
-        None => None,
-    };
+    let j = meter::judge(p, cap - tokens, cost, mode);
+    // The tokens left are the free room: reuse its division.
+    let new_state = (j.consumed || repaired)
+        .then(|| encode3(tag::TOKEN_BUCKET, now, sat64(j.free.0), sat64(j.free.1)));
     Outcome {
-        decision,
+        decision: j.decision,
         new_state,
     }
 }
