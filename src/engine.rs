@@ -125,25 +125,28 @@ fn override_of(rule: &Rule, index: usize, override_set: Option<usize>) -> Option
     Some((o, &ov.limit))
 }
 
-/// Decides a request's local limits and prepares its global check.
-pub fn evaluate<V, S, M>(
+/// Decides a request's local limits and prepares its global check. `clock`
+/// is read once, and only when some rule applies.
+pub fn evaluate<V, S, M, C>(
     plan: &Plan,
     hasher: &SlotHasher,
     view: &V,
     store: &S,
     metrics: &M,
-    now: Nanos,
+    clock: C,
 ) -> Verdict
 where
     V: RequestView,
     S: SharedStore + ?Sized,
     M: MetricSink + ?Sized,
+    C: Fn() -> Nanos,
 {
+    let mut clock_read: Option<Nanos> = None;
     let request = Request::new(view, &plan.client_ip);
     let mut key = String::new();
     let mut store_key = String::new();
     let mut tally = Tally {
-        now,
+        now: 0,
         report: None,
         admitted: Vec::new(),
         shadow_denied: Vec::new(),
@@ -160,6 +163,8 @@ where
             metrics.rule(r, RuleEvent::Skipped);
             continue;
         }
+        let now = *clock_read.get_or_insert_with(&clock);
+        tally.now = now;
         let override_set = rule.overrides.get(key.as_str()).copied();
         let consumed_mark = tally.consumed.len();
         let items_mark = items.len();

@@ -7,7 +7,7 @@
 //! key is denied locally until then without calling out.
 
 use serde::{Deserialize, Serialize};
-use sluice_core::{Decision, Denial, Limit, Nanos, MILLISECOND};
+use sluice_core::{Algorithm, Decision, Denial, Limit, Nanos, MILLISECOND};
 
 /// One limit of a check request.
 #[derive(Debug, Serialize)]
@@ -22,6 +22,9 @@ pub struct CheckLimit {
     pub window_ms: u64,
     /// Burst.
     pub burst: u64,
+    /// Sub-windows (`sliding_window` with a precision other than 1 only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub precision: Option<u32>,
 }
 
 impl CheckLimit {
@@ -33,6 +36,8 @@ impl CheckLimit {
             requests: limit.requests,
             window_ms: limit.window / MILLISECOND,
             burst: limit.burst,
+            precision: (limit.algorithm == Algorithm::SlidingWindow && limit.precision != 1)
+                .then_some(limit.precision),
         }
     }
 }
@@ -128,7 +133,7 @@ pub fn cached_denial(limit: &Limit, remaining_time: Nanos) -> Decision {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
-    use sluice_core::{Algorithm, SECOND};
+    use sluice_core::SECOND;
 
     #[test]
     fn request_matches_the_contract() {
@@ -150,6 +155,13 @@ mod tests {
             serde_json::to_string(&body).unwrap(),
             r#"{"domain":"demo","hits":1,"limits":[{"key":"per-ip/1/203.0.113.7","algorithm":"gcra","requests":100,"window_ms":60000,"burst":20}]}"#
         );
+        let sliding = Limit {
+            algorithm: Algorithm::SlidingWindow,
+            precision: 4,
+            ..limit
+        };
+        let wire = serde_json::to_string(&CheckLimit::new("r", 0, "k", &sliding)).unwrap();
+        assert!(wire.ends_with(r#""burst":20,"precision":4}"#), "{wire}");
     }
 
     #[test]

@@ -313,7 +313,7 @@ impl HttpContext for Filter {
             &HostRequest,
             &HostStore,
             &runtime.metrics,
-            now(),
+            now,
         );
         self.apply(&runtime, verdict)
     }

@@ -36,7 +36,7 @@ impl World {
             req,
             &self.store,
             &self.metrics,
-            NOW,
+            || NOW,
         )
     }
 
@@ -302,14 +302,9 @@ fn global_denial_refunds_local_and_is_cached() {
     let mut other = req.clone();
     other.source = Some("198.51.100.1:1".into());
     assert!(matches!(w.eval(&other), Verdict::Check(_)));
-    let later = evaluate(
-        &w.plan,
-        &w.hasher,
-        &req,
-        &w.store,
-        &w.metrics,
-        NOW + 3 * SECOND,
-    );
+    let later = evaluate(&w.plan, &w.hasher, &req, &w.store, &w.metrics, || {
+        NOW + 3 * SECOND
+    });
     let p = pending(later);
     assert!(allowed(&w.finish(p, answer(true, 0))));
     let p = pending(evaluate(
@@ -318,7 +313,7 @@ fn global_denial_refunds_local_and_is_cached() {
         &req,
         &w.store,
         &w.metrics,
-        NOW + 3 * SECOND,
+        || NOW + 3 * SECOND,
     ));
     assert!(allowed(&w.finish(p, answer(true, 0))));
     assert!(!allowed(&evaluate(
@@ -327,7 +322,7 @@ fn global_denial_refunds_local_and_is_cached() {
         &req,
         &w.store,
         &w.metrics,
-        NOW + 3 * SECOND
+        || NOW + 3 * SECOND
     )));
 }
 
