@@ -29,7 +29,16 @@ impl Rng {
     }
 }
 
-const WINDOWS_US: [u64; 6] = [1_000, 7_919, 250_000, 1_000_000, 60_000_000, 3_600_000_000];
+// sluice-core clamps windows to at least 1 ms, i.e. 10^6 of its units: run
+// it on microsecond windows of at least a second so the clamp never applies.
+const WINDOWS_US: [u64; 6] = [
+    1_000_000,
+    1_000_003,
+    2_500_000,
+    7_919_000,
+    60_000_000,
+    3_600_000_000,
+];
 
 fn random_limit(rng: &mut Rng, algorithm: Algorithm, large: bool) -> Limit {
     let (requests, burst, window) = if large {
@@ -48,21 +57,25 @@ fn random_limit(rng: &mut Rng, algorithm: Algorithm, large: bool) -> Limit {
     } else {
         burst
     };
+    let precision = if algorithm != Algorithm::SlidingWindow {
+        1
+    } else if rng.below(4) == 0 {
+        rng.range(7, 1000) as u32
+    } else {
+        rng.range(1, 6) as u32
+    };
+    let soft_percent = if rng.below(4) == 0 {
+        rng.range(1, 60) as u32
+    } else {
+        0
+    };
     Limit {
         algorithm,
         requests,
         window,
         burst,
-        precision: if algorithm == Algorithm::SlidingWindow {
-            rng.range(1, 6) as u32
-        } else {
-            1
-        },
-        soft_percent: if rng.below(4) == 0 {
-            rng.range(1, 60) as u32
-        } else {
-            0
-        },
+        precision,
+        soft_percent,
         max_delay: None,
     }
 }

@@ -256,7 +256,10 @@ end
 -- The meter shared by token bucket, leaky bucket and GCRA (scaled units:
 -- a request weighs `window`, the bucket drains `rate` per microsecond).
 
+-- level - elapsed * rate, saturating; the product is formed only when it
+-- is below the level (a long idle time would otherwise need wide integers).
 local function drain(p, level, elapsed)
+  if cmp(level, 0) == 0 or cmp(elapsed, ceil_div(level, p.rate)) >= 0 then return 0 end
   return sub(level, mul(elapsed, p.rate))
 end
 
@@ -365,43 +368,53 @@ local function lb_refund(p, st, admitted_at, now, cost)
   return lb_encode(p, last, sub(level, back))
 end
 
--- GCRA: {3, TAT whole microseconds, fraction in 1/rate}.
+-- GCRA: {3, TAT whole microseconds, fraction in 1/rate}. sluice-core keeps
+-- the TAT scaled by the rate (`tat * rate`, past 2^53 for any real clock);
+-- here it is taken relative to an instant `t`: `tat * rate - t * rate` =
+-- `(whole - t) * rate + frac`, which is the same integer whenever it is
+-- positive, and the TAT is never below `t` when the result is zero.
 
 local function gcra_decode(p, st)
   if not st or st[1] ~= 3 then return nil end
-  if st[3] >= p.rate then return mul(st[2] + 1, p.rate) end
-  return add(mul(st[2], p.rate), st[3])
+  if st[3] >= p.rate then return st[2] + 1, 0 end
+  return st[2], st[3]
 end
 
-local function gcra_encode(p, tat)
-  local whole, frac = divmod(tat, p.rate)
-  return {3, sat(whole), frac}
+-- max(tat * rate - t * rate, 0)
+local function gcra_ahead(p, whole, frac, t)
+  if whole < t then return 0 end
+  return add(mul(whole - t, p.rate), frac)
+end
+
+-- The state for a scaled TAT of `t * rate + ahead`.
+local function gcra_encode(p, t, ahead)
+  local q, r = divmod(ahead, p.rate)
+  return {3, sat(add(t, q)), r}
 end
 
 local function gcra_decide(p, st, now, cost, commit)
-  local scaled_now = mul(now, p.rate)
-  local tat = gcra_decode(p, st)
+  local whole, frac = gcra_decode(p, st)
   local level, repaired = 0, false
-  if tat ~= nil then
-    level = sub(tat, scaled_now)
+  if whole ~= nil then
+    level = gcra_ahead(p, whole, frac, now)
     if cmp(level, p.capacity) > 0 then
       level, repaired = p.capacity, true
     end
   end
   local d, after = judge(p, level, cost, commit)
-  if after ~= nil then return d, gcra_encode(p, add(scaled_now, after)) end
-  if repaired then return d, gcra_encode(p, add(scaled_now, level)) end
+  if after ~= nil then return d, gcra_encode(p, now, after) end
+  if repaired then return d, gcra_encode(p, now, level) end
   return d, nil
 end
 
 local function gcra_refund(p, st, admitted_at, now, cost)
-  local tat = gcra_decode(p, st)
-  if tat == nil then return nil end
+  local whole, frac = gcra_decode(p, st)
+  if whole == nil then return nil end
   local at = max(now, admitted_at)
   local back = refundable(p, cost, admitted_at, at)
-  local fl = mul(at, p.rate)
-  if cmp(back, 0) == 0 or cmp(tat, fl) <= 0 then return nil end
-  return gcra_encode(p, wmax(sub(tat, back), fl))
+  local ahead = gcra_ahead(p, whole, frac, at)
+  if cmp(back, 0) == 0 or cmp(ahead, 0) == 0 then return nil end
+  return gcra_encode(p, at, sub(ahead, back))
 end
 
 -- Fixed window: {4, window start, count}.
@@ -545,8 +558,20 @@ end
 
 -- Sliding window: {6, precision, index, count oldest, ..., count newest}.
 
+-- floor(now * P / window) and its remainder, without forming now * P
+-- (past 2^53 for P > 5): now = a * window + b.
 local function sw_position(p, now)
-  return divmod(mul(now, p.precision), p.window)
+  local a, b = divmod(now, p.window)
+  local q, r = divmod(mul(b, p.precision), p.window)
+  return add(mul(a, p.precision), q), r
+end
+
+-- ceil((m * window + extra) / P) - now, saturating, without forming
+-- m * window (about now * P): m = c * P + d.
+local function sw_time(p, m, extra, now)
+  local c, d = divmod(m, p.precision)
+  local t = add(mul(c, p.window), ceil_div(add(mul(d, p.window), extra), p.precision))
+  return sat(sub(t, now))
 end
 
 local function sw_decode(p, st)
@@ -589,8 +614,7 @@ local function sw_retry(p, counts, index, into, cost, now)
       end
       if earliest ~= nil then
         if k == 0 then earliest = max(earliest, into) end
-        local at = add(mul(index + k, w), earliest)
-        return sat(sub(ceil_div(at, p.precision), now))
+        return sw_time(p, index + k, earliest, now)
       end
     end
   end
@@ -639,8 +663,7 @@ local function sw_decide(p, st, now, cost, commit)
   local reset = 0
   for i = slots, 1, -1 do
     if counts[i] > 0 then
-      local clear = mul(index + i, w)
-      reset = sat(sub(ceil_div(clear, p.precision), now))
+      reset = sw_time(p, index + i, 0, now)
       break
     end
   end
