@@ -10,8 +10,8 @@
 //! only deny, never admit more.
 //!
 //! A decision reads the state in place: it finds the first live entry by
-//! binary search over the offsets and writes the live offsets (copied, or
-//! shifted by one subtraction each when the oldest expired) and the new ones.
+//! binary search over the offsets and writes the live offsets (copied as
+//! they are while the base can stay, which is the common case) and the new ones.
 
 use super::Mode;
 use crate::limit::Params;
@@ -100,12 +100,13 @@ fn write(
     out.push(shift as u8);
     out.extend_from_slice(&u32::try_from(count).unwrap_or(u32::MAX).to_le_bytes());
     out.extend_from_slice(&base.to_le_bytes());
-    if minus == 0 {
-        out.extend_from_slice(offsets);
-    } else {
-        for chunk in offsets.chunks_exact(4) {
-            let o = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
-            out.extend_from_slice(&o.wrapping_sub(minus).to_le_bytes());
+    out.extend_from_slice(offsets);
+    if minus != 0 {
+        let start = HEADER.min(out.len());
+        for chunk in out.get_mut(start..).unwrap_or(&mut []).chunks_exact_mut(4) {
+            let mut word = [0u8; 4];
+            word.copy_from_slice(chunk);
+            chunk.copy_from_slice(&u32::from_le_bytes(word).wrapping_sub(minus).to_le_bytes());
         }
     }
     let tail = last.to_le_bytes();
@@ -209,10 +210,14 @@ pub(crate) fn decide(
     };
     let new_state = (consumed || back > 0).then(|| {
         let kept = log.offsets.get(first * 4..).unwrap_or(&[]);
-        let (new_base, minus) = if live > 0 {
-            (tick(first), log.offset(first))
-        } else {
+        // Keep the base while the new offsets fit (the live offsets are then
+        // copied as they are); otherwise rebase on the oldest live entry.
+        let (new_base, minus) = if live == 0 {
             (newest_after, 0)
+        } else if newest_after.saturating_sub(base) <= u64::from(u32::MAX) {
+            (base, 0)
+        } else {
+            (tick(first), log.offset(first))
         };
         let extra = if consumed { cost } else { 0 };
         write(
