@@ -57,21 +57,51 @@ struct GlobalItem {
     window: Nanos,
     requests: u64,
     fingerprint: u64,
+    /// Index of the call that checks this item, and its position in it.
+    call: usize,
+    position: usize,
+}
+
+/// One `POST /v1/check` of a request.
+#[derive(Debug)]
+struct Call {
+    body: Vec<u8>,
+    limits: usize,
+    /// The call's answer once received (`Some(None)`: it failed).
+    answer: Option<Option<CheckResponse>>,
 }
 
 /// A request waiting for the limiter.
+///
+/// Enforcing and shadow limits go in separate calls: the limiter decides the
+/// limits of one call together (a denial consumes nothing), and a shadow
+/// denial must not stop the enforcing limits from being counted.
 #[derive(Debug)]
 pub struct PendingCheck {
-    /// The JSON body of `POST /v1/check`.
-    pub body: Vec<u8>,
+    calls: Vec<Call>,
     items: Vec<GlobalItem>,
     tally: Tally,
 }
 
 impl PendingCheck {
-    /// Number of limits in the check (the answer must have as many).
-    pub fn limit_count(&self) -> usize {
-        self.items.len()
+    /// Number of calls to make (one or two).
+    pub fn call_count(&self) -> usize {
+        self.calls.len()
+    }
+
+    /// The JSON body of call `call`.
+    pub fn body(&self, call: usize) -> &[u8] {
+        self.calls.get(call).map_or(&[], |c| c.body.as_slice())
+    }
+
+    /// Records the answer body of call `call` (`None`: error, timeout or
+    /// non-200 status). Returns true once every call has an answer.
+    pub fn record(&mut self, call: usize, body: Option<&[u8]>) -> bool {
+        if let Some(c) = self.calls.get_mut(call) {
+            let limits = c.limits;
+            c.answer = Some(body.and_then(|b| global::parse_response(b, limits)));
+        }
+        self.calls.iter().all(|c| c.answer.is_some())
     }
 }
 
@@ -199,6 +229,8 @@ where
                     window: limit.window,
                     requests: limit.requests,
                     fingerprint: fp,
+                    call: 0,
+                    position: 0,
                 });
                 limits.push(CheckLimit::new(&rule.name, l, &key, limit));
                 continue;
@@ -271,51 +303,76 @@ where
     if items.is_empty() {
         return admit(metrics, tally);
     }
-    let request = CheckRequest {
-        domain: &plan.domain,
-        hits: COST,
-        limits,
-    };
-    match serde_json::to_vec(&request) {
-        Ok(body) => Verdict::Check(PendingCheck { body, items, tally }),
-        // Serializing plain structs does not fail; treat it as a limiter failure.
-        Err(_) => finish(
-            plan,
-            PendingCheck {
-                body: Vec::new(),
-                items,
-                tally,
-            },
-            None,
-            store,
-            metrics,
-        ),
+    let (mut enforcing, mut shadow) = (Vec::new(), Vec::new());
+    for (item, limit) in items.iter_mut().zip(limits) {
+        let group = if item.shadow {
+            &mut shadow
+        } else {
+            &mut enforcing
+        };
+        item.position = group.len();
+        group.push(limit);
     }
+    let enforcing_call = if enforcing.is_empty() { None } else { Some(0) };
+    let shadow_call = usize::from(enforcing_call.is_some());
+    for item in &mut items {
+        item.call = if item.shadow { shadow_call } else { 0 };
+    }
+    let calls = [enforcing, shadow]
+        .into_iter()
+        .filter(|limits| !limits.is_empty())
+        .map(|limits| {
+            let count = limits.len();
+            let request = CheckRequest {
+                domain: &plan.domain,
+                hits: COST,
+                limits,
+            };
+            Call {
+                // Serializing plain structs does not fail; an empty body would
+                // make the limiter answer 4xx, handled as a failure.
+                body: serde_json::to_vec(&request).unwrap_or_default(),
+                limits: count,
+                answer: None,
+            }
+        })
+        .collect();
+    Verdict::Check(PendingCheck {
+        calls,
+        items,
+        tally,
+    })
 }
 
-/// Completes a request after the limiter answered (`answer`), or failed to
-/// (`None`: error, timeout, non-200 status or malformed body).
-pub fn finish<S, M>(
-    plan: &Plan,
-    pending: PendingCheck,
-    answer: Option<CheckResponse>,
-    store: &S,
-    metrics: &M,
-) -> Verdict
+/// Completes a request once every call of `pending` has an answer (see
+/// [`PendingCheck::record`]). A failed call of enforcing limits applies the
+/// limiter's `failure_mode`; a failed call of shadow limits is ignored.
+pub fn finish<S, M>(plan: &Plan, pending: PendingCheck, store: &S, metrics: &M) -> Verdict
 where
     S: SharedStore + ?Sized,
     M: MetricSink + ?Sized,
 {
     let PendingCheck {
-        items, mut tally, ..
+        calls,
+        items,
+        mut tally,
     } = pending;
-    let Some(answer) = answer.filter(|a| a.limits.len() == items.len()) else {
-        return on_failure(plan, items, tally, store, metrics);
-    };
     let mut denied: Option<Reported> = None;
+    let mut failed: Option<&GlobalItem> = None;
     let mut key = String::new();
-    for (item, limit_answer) in items.iter().zip(answer.limits.iter()) {
-        let decision = limit_answer.decision();
+    for item in &items {
+        let answer = calls
+            .get(item.call)
+            .and_then(|c| c.answer.as_ref())
+            .and_then(Option::as_ref)
+            .and_then(|a| a.limits.get(item.position));
+        let Some(answer) = answer else {
+            if !item.shadow && failed.is_none() {
+                failed = Some(item);
+            }
+            continue;
+        };
+        let decision = answer.decision();
         let reported = Reported {
             rule: item.rule,
             window: item.window,
@@ -343,6 +400,9 @@ where
             tally.report = Some(more_restrictive(tally.report, reported));
         }
     }
+    if let Some(item) = failed {
+        return on_failure(plan, item, tally, store, metrics);
+    }
     if let Some(report) = denied {
         refund_from(plan, store, metrics, &mut tally, 0);
         metrics.rule(report.rule, RuleEvent::Denied);
@@ -354,9 +414,11 @@ where
     admit(metrics, tally)
 }
 
+/// Applies `failure_mode` after the call of enforcing limits failed; `item`
+/// is its first limit.
 fn on_failure<S, M>(
     plan: &Plan,
-    items: Vec<GlobalItem>,
+    item: &GlobalItem,
     mut tally: Tally,
     store: &S,
     metrics: &M,
@@ -369,9 +431,8 @@ where
         .limiter
         .as_ref()
         .map_or(FailureMode::Allow, |l| l.failure_mode);
-    let enforcing = items.iter().find(|i| !i.shadow);
-    match (failure_mode, enforcing) {
-        (FailureMode::Deny, Some(item)) => {
+    match failure_mode {
+        FailureMode::Deny => {
             metrics.global(GlobalEvent::LimiterErrors);
             let report = Reported {
                 rule: item.rule,
@@ -385,7 +446,7 @@ where
                 shadow_denied: tally.shadow_denied,
             })
         }
-        _ => {
+        FailureMode::Allow => {
             metrics.global(GlobalEvent::FailureModeAllowed);
             admit(metrics, tally)
         }

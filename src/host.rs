@@ -3,7 +3,6 @@
 
 use crate::config::{self, Plan};
 use crate::engine::{self, Admitted, Denied, PendingCheck, Verdict};
-use crate::global;
 use crate::headers::Reported;
 use crate::key::RequestView;
 use crate::local::{self, SetError, SharedStore};
@@ -158,6 +157,7 @@ impl RootContext for Root {
         Some(Box::new(Filter {
             runtime: self.runtime.clone(),
             pending: None,
+            tokens: Vec::new(),
             admitted: None,
         }))
     }
@@ -188,6 +188,8 @@ impl RequestView for HostRequest {
 struct Filter {
     runtime: Option<Rc<Runtime>>,
     pending: Option<PendingCheck>,
+    /// Outstanding limiter calls: (token, call index).
+    tokens: Vec<(u32, usize)>,
     admitted: Option<Admitted>,
 }
 
@@ -209,39 +211,43 @@ impl Filter {
         }
     }
 
-    fn call_limiter(&mut self, runtime: &Runtime, pending: PendingCheck) -> Action {
-        let Some(limiter) = runtime.plan.limiter.as_ref() else {
-            let verdict =
-                engine::finish(&runtime.plan, pending, None, &HostStore, &runtime.metrics);
+    /// Sends the check calls; the request waits until all are answered.
+    fn call_limiter(&mut self, runtime: &Runtime, mut pending: PendingCheck) -> Action {
+        let mut complete = false;
+        self.tokens.clear();
+        for call in 0..pending.call_count() {
+            match dispatch(runtime, pending.body(call)) {
+                Some(token) => self.tokens.push((token, call)),
+                None => complete = pending.record(call, None),
+            }
+        }
+        if self.tokens.is_empty() || complete {
+            let verdict = engine::finish(&runtime.plan, pending, &HostStore, &runtime.metrics);
             return self.apply(runtime, verdict);
-        };
-        let headers = vec![
-            (":method", "POST"),
-            (":path", "/v1/check"),
-            (":authority", limiter.authority.as_str()),
-            ("content-type", "application/json"),
-        ];
-        let timeout = Duration::from_millis(limiter.timeout / MILLISECOND);
-        match hostcalls::dispatch_http_call(
-            &limiter.cluster,
-            headers,
-            Some(&pending.body),
-            vec![],
-            timeout,
-        ) {
-            Ok(_token) => {
-                self.pending = Some(pending);
-                Action::Pause
-            }
-            Err(status) => {
-                log::warn!(
-                    "sluice: cannot call the limiter cluster {:?}: {status:?}",
-                    limiter.cluster
-                );
-                let verdict =
-                    engine::finish(&runtime.plan, pending, None, &HostStore, &runtime.metrics);
-                self.apply(runtime, verdict)
-            }
+        }
+        self.pending = Some(pending);
+        Action::Pause
+    }
+}
+
+/// Calls the limiter; `None` when the call could not be made.
+fn dispatch(runtime: &Runtime, body: &[u8]) -> Option<u32> {
+    let limiter = runtime.plan.limiter.as_ref()?;
+    let headers = vec![
+        (":method", "POST"),
+        (":path", "/v1/check"),
+        (":authority", limiter.authority.as_str()),
+        ("content-type", "application/json"),
+    ];
+    let timeout = Duration::from_millis(limiter.timeout / MILLISECOND);
+    match hostcalls::dispatch_http_call(&limiter.cluster, headers, Some(body), vec![], timeout) {
+        Ok(token) => Some(token),
+        Err(status) => {
+            log::warn!(
+                "sluice: cannot call the limiter cluster {:?}: {status:?}",
+                limiter.cluster
+            );
+            None
         }
     }
 }
@@ -272,27 +278,37 @@ fn add_response_headers(plan: &Plan, report: Option<&Reported>, shadow_denied: &
 impl Context for Filter {
     fn on_http_call_response(
         &mut self,
-        _token: u32,
+        token: u32,
         _headers: usize,
         body_size: usize,
         _trailers: usize,
     ) {
-        let (Some(runtime), Some(pending)) = (self.runtime.clone(), self.pending.take()) else {
+        let Some(runtime) = self.runtime.clone() else {
+            return;
+        };
+        let Some(position) = self.tokens.iter().position(|(t, _)| *t == token) else {
+            return;
+        };
+        let (_, call) = self.tokens.swap_remove(position);
+        let Some(mut pending) = self.pending.take() else {
             return;
         };
         let status_ok = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status")
             .ok()
             .flatten()
             .is_some_and(|s| s == "200");
-        let answer = if status_ok {
+        let body = if status_ok {
             hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
                 .ok()
                 .flatten()
-                .and_then(|body| global::parse_response(&body, pending.limit_count()))
         } else {
             None
         };
-        let verdict = engine::finish(&runtime.plan, pending, answer, &HostStore, &runtime.metrics);
+        if !pending.record(call, body.as_deref()) {
+            self.pending = Some(pending);
+            return;
+        }
+        let verdict = engine::finish(&runtime.plan, pending, &HostStore, &runtime.metrics);
         if self.apply(&runtime, verdict) == Action::Continue {
             let _ = hostcalls::resume_http_request();
         }

@@ -2,7 +2,6 @@
 
 use super::*;
 use crate::config::parse;
-use crate::global::{parse_response, CheckResponse};
 use crate::key::FakeRequest;
 use crate::local::fake::MemoryStore;
 use crate::local::MAX_ATTEMPTS;
@@ -40,8 +39,12 @@ impl World {
         )
     }
 
-    fn finish(&self, pending: PendingCheck, answer: Option<CheckResponse>) -> Verdict {
-        finish(&self.plan, pending, answer, &self.store, &self.metrics)
+    /// Answers every call of `pending` with `answer` and finishes it.
+    fn finish(&self, mut pending: PendingCheck, answer: Option<String>) -> Verdict {
+        for call in 0..pending.call_count() {
+            pending.record(call, answer.as_deref().map(str::as_bytes));
+        }
+        finish(&self.plan, pending, &self.store, &self.metrics)
     }
 }
 
@@ -246,12 +249,11 @@ const GLOBAL: &str = r#"{"name":"g","key":["client_ip"],"limits":[
     {"algorithm":"fixed_window","requests":2,"window":"1m"},
     {"algorithm":"gcra","requests":100,"window":"1h","burst":10,"scope":"global"}]}"#;
 
-fn answer(allowed: bool, retry_after_ms: u64) -> Option<CheckResponse> {
-    let body = format!(
+fn answer(allowed: bool, retry_after_ms: u64) -> Option<String> {
+    Some(format!(
         r#"{{"allowed":{allowed},"limits":[{{"allowed":{allowed},"limit":100,"remaining":{},"reset_ms":1000,"retry_after_ms":{retry_after_ms}}}]}}"#,
         if allowed { 9 } else { 0 }
-    );
-    parse_response(body.as_bytes(), 1)
+    ))
 }
 
 fn pending(v: Verdict) -> PendingCheck {
@@ -266,7 +268,7 @@ fn global_check_body_and_allow() {
     let w = World::new(&rules(GLOBAL));
     let p = pending(w.eval(&FakeRequest::get("/")));
     assert_eq!(
-        String::from_utf8(p.body.clone()).unwrap(),
+        String::from_utf8(p.body(0).to_vec()).unwrap(),
         r#"{"domain":"t","hits":1,"limits":[{"key":"g/1/203.0.113.7","algorithm":"gcra","requests":100,"window_ms":3600000,"burst":10}]}"#
     );
     match w.finish(p, answer(true, 0)) {
@@ -345,9 +347,9 @@ fn failure_modes() {
     assert_eq!(w.metrics.count_global(GlobalEvent::FailureModeAllowed), 1);
     // A wrong number of answers is a failure too.
     let p = pending(w.eval(&FakeRequest::get("/")));
-    let two = parse_response(
-        br#"{"allowed":true,"limits":[{"allowed":true,"limit":1,"remaining":1,"reset_ms":0,"retry_after_ms":0},{"allowed":true,"limit":1,"remaining":1,"reset_ms":0,"retry_after_ms":0}]}"#,
-        2,
+    let two = Some(
+        r#"{"allowed":true,"limits":[{"allowed":true,"limit":1,"remaining":1,"reset_ms":0,"retry_after_ms":0},{"allowed":true,"limit":1,"remaining":1,"reset_ms":0,"retry_after_ms":0}]}"#
+            .to_string(),
     );
     assert!(allowed(&w.finish(p, two)));
     assert_eq!(w.metrics.count_global(GlobalEvent::FailureModeAllowed), 2);
@@ -379,4 +381,44 @@ fn shadow_global_denial_does_not_block() {
         other => panic!("{other:?}"),
     }
     assert_eq!(w.metrics.count(0, RuleEvent::ShadowDenied), 1);
+}
+
+#[test]
+fn shadow_and_enforcing_global_limits_go_in_separate_calls() {
+    let w = World::new(&rules(
+        r#"{"name":"enf","key":["client_ip"],"limits":[{"algorithm":"gcra","requests":100,"window":"1h","scope":"global"}]},
+           {"name":"sh","mode":"shadow","key":["client_ip"],"limits":[{"algorithm":"gcra","requests":1,"window":"1h","scope":"global"}]}"#,
+    ));
+    let mut p = pending(w.eval(&FakeRequest::get("/")));
+    assert_eq!(p.call_count(), 2);
+    assert!(String::from_utf8_lossy(p.body(0)).contains(r#""key":"enf/0/203.0.113.7""#));
+    assert!(String::from_utf8_lossy(p.body(1)).contains(r#""key":"sh/0/203.0.113.7""#));
+    // The shadow call denies, the enforcing call allows: the request passes.
+    assert!(!p.record(1, answer(false, 5_000).as_deref().map(str::as_bytes)));
+    assert!(p.record(0, answer(true, 0).as_deref().map(str::as_bytes)));
+    match finish(&w.plan, p, &w.store, &w.metrics) {
+        Verdict::Allow(a) => {
+            assert_eq!(a.shadow_denied, vec![1]);
+            assert_eq!(a.report.unwrap().rule, 0);
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut p = pending(w.eval(&FakeRequest::get("/")));
+    // The shadow key is now cached as denied: only the enforcing call remains.
+    assert_eq!(p.call_count(), 1);
+    assert!(p.record(0, answer(true, 0).as_deref().map(str::as_bytes)));
+    assert!(allowed(&finish(&w.plan, p, &w.store, &w.metrics)));
+    assert_eq!(w.metrics.count(1, RuleEvent::ShadowDenied), 2);
+    assert_eq!(w.metrics.count_global(GlobalEvent::FailureModeAllowed), 0);
+}
+
+#[test]
+fn failed_shadow_call_is_ignored() {
+    let w = World::new(&rules(
+        r#"{"name":"sh","mode":"shadow","key":["client_ip"],"limits":[{"algorithm":"gcra","requests":1,"window":"1h","scope":"global"}]}"#,
+    ).replace(r#""failure_mode":"allow""#, r#""failure_mode":"deny""#));
+    let mut p = pending(w.eval(&FakeRequest::get("/")));
+    assert!(p.record(0, None));
+    assert!(allowed(&finish(&w.plan, p, &w.store, &w.metrics)));
+    assert_eq!(w.metrics.count_global(GlobalEvent::LimiterErrors), 0);
 }
