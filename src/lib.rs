@@ -46,6 +46,10 @@
 //!   address), `ipv4_prefix` (default 32, 0..=32) and `ipv6_prefix` (default
 //!   64, 0..=128) to treat a network as one client. See [`client_ip`] for the
 //!   key text (`203.0.113.7`, `203.0.113.0/24`, `2001:db8:1:2::/64`).
+//!   **Set `use_remote_address: true` on Envoy's HTTP connection manager**:
+//!   otherwise Envoy itself replaces the downstream address with the last
+//!   `x-forwarded-for` entry, which the client chooses (Sluice logs a warning
+//!   once when it sees this with zero trusted hops).
 //! * `limiter`: `cluster` and `authority` of the limiter, `timeout` (default
 //!   `50ms`) and `failure_mode` (`allow`, the default, or `deny`) applied on
 //!   error, timeout, non-200 status or malformed answer. Required only when
@@ -91,8 +95,10 @@
 //! Limits are decided in configuration order. When one denies, the limits
 //! already consumed by the request are refunded, so a denied request consumes
 //! nothing. Local limits are decided first; a request denied locally makes no
-//! call-out. Global limits of all matching rules go to the limiter in one
-//! call. A denial answers with `response.status`, the configured headers,
+//! call-out. The global limits of all matching enforcing rules go to the
+//! limiter in one call, decided together; those of shadow rules go in a
+//! second, parallel call, so that a shadow denial never keeps the enforcing
+//! limits from being counted. A failed shadow call is ignored. A denial answers with `response.status`, the configured headers,
 //! `retry-after` (seconds, rounded up), the rate-limit headers of the denying
 //! limit and `x-sluice-rule: <rule>`. When the limiter denies a key with a
 //! retry time, Sluice remembers it and denies that key locally until then.
