@@ -227,3 +227,13 @@ async fn lua_matches_core_with_wide_integers() {
         run_traces(&store, seed * 104_729, 20, 40, true).await;
     }
 }
+
+#[tokio::test]
+async fn the_eval_form_decides_the_same() {
+    let Some(server) = support::RedisServer::start(&[]) else {
+        return;
+    };
+    let store = store(&server).await;
+    store.use_eval_only();
+    run_traces(&store, 31, 10, 40, false).await;
+}

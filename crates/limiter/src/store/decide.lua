@@ -1,5 +1,9 @@
 -- Sluice: decides a check atomically inside Redis.
 --
+-- This is the body of a chunk that returns `main(KEYS, ARGV)`; the service
+-- wraps it into a Redis function library (loaded once, called with FCALL)
+-- or, on servers without functions, into an EVAL script.
+--
 -- The six algorithms with sluice-core's integer arithmetic, step for step,
 -- in microseconds: Lua numbers are doubles, exact below 2^53, which holds
 -- microseconds since the epoch but not nanoseconds. Products that may pass
@@ -709,82 +713,87 @@ local function refund_at(p, st, admitted_at, now, cost)
   return sw_refund(p, st, admitted_at, cost)
 end
 
--- Main.
+-- Main: decides or refunds one call.
 
-local mode = ARGV[1]
-local overridden = ARGV[2] ~= ''
-local now
-if overridden then
-  now = tonumber(ARGV[2])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local cost = tonumber(ARGV[3])
+local function main(KEYS, ARGV)
 
-local limits, states = {}, {}
-for i = 1, #KEYS do
-  local a = 4 + (i - 1) * 6
-  limits[i] = params(tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
-    tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]))
-  local raw = redis.call('GET', KEYS[i])
-  if raw then
-    local ok, st = pcall(cmsgpack.unpack, raw)
-    -- Bytes that do not decode are no state, as in sluice-core.
-    if ok and type(st) == 'table' then states[i] = st end
+  local mode = ARGV[1]
+  local overridden = ARGV[2] ~= ''
+  local now
+  if overridden then
+    now = tonumber(ARGV[2])
+  else
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
-end
+  local cost = tonumber(ARGV[3])
 
-if mode == 'refund' then
-  local admitted_at = tonumber(ARGV[4])
+  local limits, states = {}, {}
   for i = 1, #KEYS do
-    if states[i] then
-      local new = refund_at(limits[i], states[i], admitted_at, now, cost)
-      if new then redis.call('SET', KEYS[i], cmsgpack.pack(new), 'KEEPTTL') end
+    local a = 4 + (i - 1) * 6
+    limits[i] = params(tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
+      tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]))
+    local raw = redis.call('GET', KEYS[i])
+    if raw then
+      local ok, st = pcall(cmsgpack.unpack, raw)
+      -- Bytes that do not decode are no state, as in sluice-core.
+      if ok and type(st) == 'table' then states[i] = st end
     end
   end
-  return {1, now}
-end
 
-local commit = cost ~= 0
-local decisions, news = {}, {}
-local allowed = true
-for i = 1, #KEYS do
-  decisions[i], news[i] = decide_in(limits[i], states[i], now, cost, commit)
-  if not decisions[i].allowed then allowed = false end
-end
-if not allowed and commit then
-  -- A denied check consumes nothing: decide the admitting limits again
-  -- without consuming.
+  if mode == 'refund' then
+    local admitted_at = tonumber(ARGV[4])
+    for i = 1, #KEYS do
+      if states[i] then
+        local new = refund_at(limits[i], states[i], admitted_at, now, cost)
+        if new then redis.call('SET', KEYS[i], cmsgpack.pack(new), 'KEEPTTL') end
+      end
+    end
+    return {1, now}
+  end
+
+  local commit = cost ~= 0
+  local decisions, news = {}, {}
+  local allowed = true
   for i = 1, #KEYS do
-    if decisions[i].allowed then
-      decisions[i], news[i] = decide_in(limits[i], states[i], now, cost, false)
+    decisions[i], news[i] = decide_in(limits[i], states[i], now, cost, commit)
+    if not decisions[i].allowed then allowed = false end
+  end
+  if not allowed and commit then
+    -- A denied check consumes nothing: decide the admitting limits again
+    -- without consuming.
+    for i = 1, #KEYS do
+      if decisions[i].allowed then
+        decisions[i], news[i] = decide_in(limits[i], states[i], now, cost, false)
+      end
     end
   end
+
+  local reply = {0, now}
+  if allowed then reply[1] = 1 end
+  for i = 1, #KEYS do
+    local d = decisions[i]
+    if news[i] then
+      local packed = cmsgpack.pack(news[i])
+      if overridden then
+        -- Test clocks are not the server's: keep the state without expiry.
+        redis.call('SET', KEYS[i], packed)
+      else
+        -- Expire when the state is back to full, which reads as no state.
+        local ttl = max(floor_div(d.reset + 999, 1000), 1)
+        redis.call('SET', KEYS[i], packed, 'PX', ttl)
+      end
+    end
+    local a = 0
+    if d.allowed then a = 1 end
+    reply[#reply + 1] = a
+    reply[#reply + 1] = d.limit
+    reply[#reply + 1] = d.remaining
+    reply[#reply + 1] = d.reset
+    reply[#reply + 1] = d.retry
+    reply[#reply + 1] = d.denial
+  end
+  return reply
 end
 
-local reply = {0, now}
-if allowed then reply[1] = 1 end
-for i = 1, #KEYS do
-  local d = decisions[i]
-  if news[i] then
-    local packed = cmsgpack.pack(news[i])
-    if overridden then
-      -- Test clocks are not the server's: keep the state without expiry.
-      redis.call('SET', KEYS[i], packed)
-    else
-      -- Expire when the state is back to full, which reads as no state.
-      local ttl = max(floor_div(d.reset + 999, 1000), 1)
-      redis.call('SET', KEYS[i], packed, 'PX', ttl)
-    end
-  end
-  local a = 0
-  if d.allowed then a = 1 end
-  reply[#reply + 1] = a
-  reply[#reply + 1] = d.limit
-  reply[#reply + 1] = d.remaining
-  reply[#reply + 1] = d.reset
-  reply[#reply + 1] = d.retry
-  reply[#reply + 1] = d.denial
-end
-return reply
+return main

@@ -21,11 +21,55 @@ use redis::cluster_async::ClusterConnection;
 use redis::Script;
 use sluice_core::{Algorithm, Decision, Denial, Limit};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-/// The decision script; see the module documentation.
+/// The decision code: a Lua chunk returning `main(KEYS, ARGV)`; see the
+/// module documentation.
 pub const DECIDE_LUA: &str = include_str!("decide.lua");
+
+/// The decision code packaged for Redis: as a function library (Redis 7+;
+/// its closures are built once, not on every call) and as an EVAL script
+/// for older servers.
+#[derive(Debug)]
+struct Packaged {
+    /// `FUNCTION LOAD` text.
+    library: String,
+    /// The function to `FCALL`; named after a hash of the code, so
+    /// limiters of different versions sharing a Redis never clash.
+    function: String,
+    /// The EVAL form.
+    script: Script,
+}
+
+impl Packaged {
+    fn new() -> Packaged {
+        // FNV-1a: only to tell versions of the code apart.
+        let hash = DECIDE_LUA.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        let function = format!("sluice_{hash:016x}");
+        // Libraries may not touch globals such as `math` while loading, so
+        // the code is built on the first call and kept.
+        let library = format!(
+            "#!lua name={function}\nlocal function build()\n{DECIDE_LUA}\nend\n\
+             local main\n\
+             redis.register_function('{function}', function(keys, args)\n\
+             if not main then main = build() end\n\
+             return main(keys, args)\n\
+             end)\n"
+        );
+        let script = Script::new(&format!(
+            "local function build()\n{DECIDE_LUA}\nend\nreturn build()(KEYS, ARGV)\n"
+        ));
+        Packaged {
+            library,
+            function,
+            script,
+        }
+    }
+}
 
 /// Nanoseconds per microsecond, the script's time unit.
 const MICROS: u64 = 1_000;
@@ -50,7 +94,7 @@ impl Conn {
         }
     }
 
-    async fn invoke(&mut self, inv: &redis::ScriptInvocation<'_>) -> redis::RedisResult<Vec<i64>> {
+    async fn eval(&mut self, inv: &redis::ScriptInvocation<'_>) -> redis::RedisResult<Vec<i64>> {
         match self {
             Conn::Single(c) => inv.invoke_async(c).await,
             Conn::Cluster(c) => inv.invoke_async(c).await,
@@ -61,7 +105,9 @@ impl Conn {
 /// The Redis-backed store.
 pub struct RedisStore {
     conn: OnceLock<Conn>,
-    script: Script,
+    code: Packaged,
+    /// Set once the server turned out to have no functions (before Redis 7).
+    eval_only: AtomicBool,
     timeout: Duration,
     cluster: bool,
 }
@@ -117,13 +163,20 @@ pub fn algorithm_code(a: Algorithm) -> u8 {
 }
 
 /// Appends one limit's script arguments (times in microseconds).
-fn push_limit_args(inv: &mut redis::ScriptInvocation<'_>, limit: &Limit) {
-    inv.arg(algorithm_code(limit.algorithm))
-        .arg(limit.requests)
-        .arg(limit.window / MICROS)
-        .arg(limit.burst)
-        .arg(limit.precision)
-        .arg(limit.soft_percent);
+fn push_limit_args(args: &mut Vec<String>, limit: &Limit) {
+    args.extend([
+        algorithm_code(limit.algorithm).to_string(),
+        limit.requests.to_string(),
+        (limit.window / MICROS).to_string(),
+        limit.burst.to_string(),
+        limit.precision.to_string(),
+        limit.soft_percent.to_string(),
+    ]);
+}
+
+/// Whether `e` is the server saying `what` (case-insensitive).
+fn missing(e: &redis::RedisError, what: &str) -> bool {
+    e.to_string().to_ascii_lowercase().contains(what)
 }
 
 /// What one script call decided.
@@ -201,7 +254,8 @@ impl RedisStore {
     pub fn start(target: Target, timeout: Duration) -> std::sync::Arc<RedisStore> {
         let store = std::sync::Arc::new(RedisStore {
             conn: OnceLock::new(),
-            script: Script::new(DECIDE_LUA),
+            code: Packaged::new(),
+            eval_only: AtomicBool::new(false),
             timeout,
             cluster: matches!(target, Target::Cluster(_)),
         });
@@ -238,10 +292,17 @@ impl RedisStore {
         let _ = cell.set(conn);
         Ok(RedisStore {
             conn: cell,
-            script: Script::new(DECIDE_LUA),
+            code: Packaged::new(),
+            eval_only: AtomicBool::new(false),
             timeout,
             cluster: matches!(target, Target::Cluster(_)),
         })
+    }
+
+    /// Decides with `EVALSHA` even when the server has functions (as with
+    /// servers before Redis 7); for tests of that path.
+    pub fn use_eval_only(&self) {
+        self.eval_only.store(true, Ordering::Relaxed);
     }
 
     fn conn(&self) -> Result<Conn, StoreError> {
@@ -286,27 +347,61 @@ impl RedisStore {
         self.bounded(conn.query(&cmd)).await
     }
 
-    /// Runs the script on `items` (all in one slot). `now_us` overrides the
-    /// server clock (tests); `None` uses `TIME`.
+    /// Runs the decision code with `keys` and `args`: `FCALL`, loading the
+    /// library when the server lacks it, or `EVALSHA` on servers without
+    /// functions.
+    async fn call(&self, keys: &[String], args: &[String]) -> redis::RedisResult<Vec<i64>> {
+        let mut conn = self.conn().map_err(|e| {
+            redis::RedisError::from((redis::ErrorKind::IoError, "redis", e.to_string()))
+        })?;
+        if !self.eval_only.load(Ordering::Relaxed) {
+            let mut fcall = redis::cmd("FCALL");
+            fcall
+                .arg(&self.code.function)
+                .arg(keys.len())
+                .arg(keys)
+                .arg(args);
+            match conn.query::<Vec<i64>>(&fcall).await {
+                Ok(v) => return Ok(v),
+                Err(e) if missing(&e, "function not found") => {
+                    let mut load = redis::cmd("FUNCTION");
+                    load.arg("LOAD").arg("REPLACE").arg(&self.code.library);
+                    match conn.query::<redis::Value>(&load).await {
+                        Ok(_) => return conn.query(&fcall).await,
+                        Err(e) if missing(&e, "unknown command") => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(e) if missing(&e, "unknown command") => {}
+                Err(e) => return Err(e),
+            }
+            tracing::info!("redis has no functions; deciding with EVALSHA");
+            self.eval_only.store(true, Ordering::Relaxed);
+        }
+        let mut inv = self.code.script.prepare_invoke();
+        inv.key(keys).arg(args);
+        conn.eval(&inv).await
+    }
+
+    /// Runs the decision code on `items` (all in one slot). `now_us`
+    /// overrides the server clock (tests); `None` uses `TIME`.
     pub async fn run_check(
         &self,
         items: &[&StoreItem],
         hits: u64,
         now_us: Option<u64>,
     ) -> Result<ScriptOutcome, StoreError> {
-        let mut conn = self.conn()?;
-        let mut inv = self.script.prepare_invoke();
+        let keys: Vec<String> = items.iter().map(|i| redis_key(&i.id)).collect();
+        let mut args = vec![
+            "check".to_string(),
+            now_us.map(|t| t.to_string()).unwrap_or_default(),
+            hits.to_string(),
+            String::new(),
+        ];
         for item in items {
-            inv.key(redis_key(&item.id));
+            push_limit_args(&mut args, &item.limit);
         }
-        inv.arg("check")
-            .arg(now_us.map(|t| t.to_string()).unwrap_or_default())
-            .arg(hits)
-            .arg("");
-        for item in items {
-            push_limit_args(&mut inv, &item.limit);
-        }
-        let reply = self.bounded(conn.invoke(&inv)).await?;
+        let reply = self.bounded(self.call(&keys, &args)).await?;
         parse_reply(&reply, items.len())
     }
 
@@ -319,19 +414,17 @@ impl RedisStore {
         admitted_us: u64,
         now_us: Option<u64>,
     ) -> Result<(), StoreError> {
-        let mut conn = self.conn()?;
-        let mut inv = self.script.prepare_invoke();
+        let keys: Vec<String> = items.iter().map(|i| redis_key(&i.id)).collect();
+        let mut args = vec![
+            "refund".to_string(),
+            now_us.map(|t| t.to_string()).unwrap_or_default(),
+            hits.to_string(),
+            admitted_us.to_string(),
+        ];
         for item in items {
-            inv.key(redis_key(&item.id));
+            push_limit_args(&mut args, &item.limit);
         }
-        inv.arg("refund")
-            .arg(now_us.map(|t| t.to_string()).unwrap_or_default())
-            .arg(hits)
-            .arg(admitted_us);
-        for item in items {
-            push_limit_args(&mut inv, &item.limit);
-        }
-        self.bounded(conn.invoke(&inv)).await.map(|_| ())
+        self.bounded(self.call(&keys, &args)).await.map(|_| ())
     }
 
     /// Decides `items` together for a request of weight `hits`.
