@@ -95,7 +95,7 @@ proptest! {
             .take(precision as usize + 1)
             .map(|c| if wide { c } else { c & u64::from(u32::MAX) })
             .collect();
-        let c = sliding_window::Counters { index, counts };
+        let c = sliding_window::Counters { index, counts: counts.into_iter().collect() };
         let e = c.encode(&p);
         prop_assert_eq!(sliding_window::Counters::decode(&p, e.as_bytes()), Some(c));
     }

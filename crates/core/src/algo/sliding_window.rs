@@ -25,6 +25,10 @@ use crate::limit::Params;
 use crate::math::{ceil_div, floor_div, sat64};
 use crate::state::{payload, tag, u32_at, u64_at, VERSION};
 use crate::{Decision, Denial, Nanos, Outcome};
+use smallvec::SmallVec;
+
+/// Counters, inline up to precision 7.
+pub(crate) type Counts = SmallVec<[u64; 8]>;
 
 const HEADER: usize = 13;
 
@@ -32,7 +36,7 @@ const HEADER: usize = 13;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Counters {
     pub index: u64,
-    pub counts: Vec<u64>,
+    pub counts: Counts,
 }
 
 impl Counters {
@@ -64,7 +68,7 @@ impl Counters {
     pub(crate) fn encode(&self, p: &Params) -> crate::Encoded {
         let wide = self.counts.iter().any(|&c| c > u64::from(u32::MAX));
         let width: u8 = if wide { 8 } else { 4 };
-        let mut out = Vec::with_capacity(HEADER + self.counts.len() * usize::from(width));
+        let mut out: SmallVec<[u8; crate::state::INLINE]> = SmallVec::new();
         out.push(VERSION);
         out.push(tag::SLIDING_WINDOW);
         out.push(width);
@@ -77,7 +81,11 @@ impl Counters {
                 out.extend_from_slice(&(c as u32).to_le_bytes());
             }
         }
-        crate::Encoded::heap(out)
+        if out.spilled() {
+            crate::Encoded::heap(out.into_vec())
+        } else {
+            crate::Encoded::from_bytes(&out)
+        }
     }
 
     /// Moves to sub-window `index`, dropping counters that fell out.
@@ -142,7 +150,7 @@ pub(crate) fn decide(
         }
         None => Counters {
             index,
-            counts: vec![0; slots],
+            counts: smallvec::smallvec![0; slots],
         },
     };
     let cap = u128::from(p.cap) * p.window();
@@ -191,7 +199,7 @@ fn retry(p: &Params, counts: &[u64], index: u64, into: u128, cost: u64, now: Nan
     let need = u128::from(cost) * p.window();
     let w = p.window();
     // Suffix sums: newer[k] = counts[k+1..].sum().
-    let mut newer = vec![0u128; counts.len() + 1];
+    let mut newer: SmallVec<[u128; 9]> = smallvec::smallvec![0u128; counts.len() + 1];
     for (i, &c) in counts.iter().enumerate().rev() {
         let next = newer.get(i + 1).copied().unwrap_or(0);
         if let Some(slot) = newer.get_mut(i) {
