@@ -23,7 +23,7 @@
 use super::Mode;
 use crate::limit::Params;
 use crate::math::{ceil_div, floor_div, sat64};
-use crate::state::{payload, tag, u32_at, u64_at, VERSION};
+use crate::state::{payload, tag, u64_at, INLINE, VERSION};
 use crate::{Decision, Denial, Nanos, Outcome};
 use smallvec::SmallVec;
 
@@ -53,38 +53,52 @@ impl Counters {
         if body.len() != slots * width {
             return None;
         }
-        let counts = (0..slots)
-            .map(|i| {
-                if width == 4 {
-                    u32_at(body, i * 4).map_or(0, u64::from)
-                } else {
-                    u64_at(body, i * 8).unwrap_or(0)
-                }
-            })
-            .collect();
+        let mut counts = Counts::from_elem(0, slots);
+        if width == 4 {
+            for (c, b) in counts.iter_mut().zip(body.chunks_exact(4)) {
+                *c = u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+            }
+        } else {
+            for (c, b) in counts.iter_mut().zip(body.chunks_exact(8)) {
+                *c = u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+            }
+        }
         Some(Counters { index, counts })
     }
 
     pub(crate) fn encode(&self, p: &Params) -> crate::Encoded {
         let wide = self.counts.iter().any(|&c| c > u64::from(u32::MAX));
-        let width: u8 = if wide { 8 } else { 4 };
-        let mut out: SmallVec<[u8; crate::state::INLINE]> = SmallVec::new();
-        out.push(VERSION);
-        out.push(tag::SLIDING_WINDOW);
-        out.push(width);
-        out.extend_from_slice(&(p.precision as u16).to_le_bytes());
-        out.extend_from_slice(&self.index.to_le_bytes());
-        for &c in &self.counts {
-            if wide {
-                out.extend_from_slice(&c.to_le_bytes());
-            } else {
-                out.extend_from_slice(&(c as u32).to_le_bytes());
-            }
-        }
-        if out.spilled() {
-            crate::Encoded::heap(out.into_vec())
+        let width: usize = if wide { 8 } else { 4 };
+        let total = HEADER + self.counts.len() * width;
+        if total <= INLINE {
+            let mut buf = [0u8; INLINE];
+            self.fill(p, &mut buf, width);
+            crate::Encoded::inline(total as u8, buf)
         } else {
-            crate::Encoded::from_bytes(&out)
+            let mut buf = vec![0u8; total];
+            self.fill(p, &mut buf, width);
+            crate::Encoded::heap(buf)
+        }
+    }
+
+    /// Writes the state into `out` (at least as long as the state).
+    fn fill(&self, p: &Params, out: &mut [u8], width: usize) {
+        let (header, body) = out.split_at_mut(HEADER.min(out.len()));
+        let mut h = [0u8; HEADER];
+        h[0] = VERSION;
+        h[1] = tag::SLIDING_WINDOW;
+        h[2] = width as u8;
+        h[3..5].copy_from_slice(&(p.precision as u16).to_le_bytes());
+        h[5..13].copy_from_slice(&self.index.to_le_bytes());
+        header.copy_from_slice(h.get(..header.len()).unwrap_or(&[]));
+        if width == 8 {
+            for (slot, &c) in body.chunks_exact_mut(8).zip(&self.counts) {
+                slot.copy_from_slice(&c.to_le_bytes());
+            }
+        } else {
+            for (slot, &c) in body.chunks_exact_mut(4).zip(&self.counts) {
+                slot.copy_from_slice(&(c as u32).to_le_bytes());
+            }
         }
     }
 
@@ -113,16 +127,12 @@ fn position(p: &Params, now: Nanos) -> (u64, u128) {
 
 /// The estimate in units of `1 / window` requests.
 fn estimate(p: &Params, counts: &[u64], into: u128) -> u128 {
-    let mut total = 0u128;
-    for (i, &c) in counts.iter().enumerate() {
-        let weight = if i == 0 {
-            p.window() - into
-        } else {
-            p.window()
-        };
-        total = total.saturating_add(u128::from(c).saturating_mul(weight));
-    }
-    total
+    let (oldest, newer) = counts.split_first().map_or((0, &[][..]), |(o, n)| (*o, n));
+    // At most 1001 counters of u64: the sum fits in u128.
+    let newer: u128 = newer.iter().map(|&c| u128::from(c)).sum();
+    u128::from(oldest)
+        .saturating_mul(p.window() - into)
+        .saturating_add(newer.saturating_mul(p.window()))
 }
 
 // Kept out of line so that the fixed-size algorithms' path stays small.
