@@ -8,6 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 use sluice_core::{Algorithm, Decision, Denial, Limit, Nanos, MILLISECOND};
+use std::fmt::Write;
+use std::hash::Hasher;
 
 /// One limit of a check request.
 #[derive(Debug, Serialize)]
@@ -27,11 +29,33 @@ pub struct CheckLimit {
     pub precision: Option<u32>,
 }
 
+/// Longest key the limiter accepts, in bytes.
+pub const MAX_KEY_BYTES: usize = 512;
+
+/// The limiter key of `key` for limit `index` of `rule`: `<rule>/<index>/<key>`,
+/// or, when that would be longer than the limiter accepts (a long header
+/// value), `<rule>/<index>/#<hash of key>` with a hash every Envoy computes
+/// alike. Keys that share a hash share a counter, which errs on the side of
+/// limiting.
+pub fn limiter_key(rule: &str, index: usize, key: &str) -> String {
+    let mut out = format!("{rule}/{index}/");
+    if out.len().saturating_add(key.len()) <= MAX_KEY_BYTES {
+        out.push_str(key);
+    } else {
+        // Fixed keys: the hash must agree across Envoys (unlike slot seeds).
+        #[allow(deprecated)]
+        let mut hasher = std::hash::SipHasher::new_with_keys(0x736c_7569_6365, 0x676c_6f62_616c);
+        hasher.write(key.as_bytes());
+        let _ = write!(out, "#{:016x}", hasher.finish());
+    }
+    out
+}
+
 impl CheckLimit {
-    /// The wire form of `limit` for the key `<rule>/<index>/<key>`.
+    /// The wire form of `limit` for limit `index` of `rule` and the key text `key`.
     pub fn new(rule: &str, index: usize, key: &str, limit: &Limit) -> Self {
         CheckLimit {
-            key: format!("{rule}/{index}/{key}"),
+            key: limiter_key(rule, index, key),
             algorithm: limit.algorithm.name(),
             requests: limit.requests,
             window_ms: limit.window / MILLISECOND,
@@ -162,6 +186,21 @@ mod tests {
         };
         let wire = serde_json::to_string(&CheckLimit::new("r", 0, "k", &sliding)).unwrap();
         assert!(wire.ends_with(r#""burst":20,"precision":4}"#), "{wire}");
+    }
+
+    #[test]
+    fn long_keys_are_hashed() {
+        assert_eq!(limiter_key("r", 0, "alice"), "r/0/alice");
+        let long = "x".repeat(600);
+        let hashed = limiter_key("r", 0, &long);
+        assert!(
+            hashed.starts_with("r/0/#") && hashed.len() == 5 + 16,
+            "{hashed}"
+        );
+        assert_eq!(hashed, limiter_key("r", 0, &long));
+        assert_ne!(hashed, limiter_key("r", 0, &"y".repeat(600)));
+        let fits = "x".repeat(MAX_KEY_BYTES - 4);
+        assert_eq!(limiter_key("r", 0, &fits).len(), MAX_KEY_BYTES);
     }
 
     #[test]

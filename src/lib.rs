@@ -36,8 +36,9 @@
 //! }
 //! ```
 //!
-//! * `domain` (required, non-empty): namespace of all counters, locally and in
-//!   the limiter. Two filters with the same domain on one `vm_id` share counters.
+//! * `domain` (required, 1 to 128 bytes of `[A-Za-z0-9_.-]`, as the limiter
+//!   accepts): namespace of all counters, locally and in the limiter. Two
+//!   filters with the same domain on one `vm_id` share counters.
 //! * `headers`: `none`, `legacy`, `ietf` (default) or `both`; see [`headers`].
 //!   A denial always carries `retry-after`.
 //! * `client_ip`: `xff_trusted_hops` (default 0: the downstream peer address;
@@ -58,21 +59,25 @@
 //!   Keys are hashed into slots with a secret per-domain seed; clients that
 //!   share a slot share a bucket, so nobody is admitted beyond their limit,
 //!   some may be limited early, and memory stays bounded (see [`slots`]).
+//!   Changing it moves keys to other slots, which resets their counters.
 //! * `response`: `status` (default 429, 400..=599), `body` (default
 //!   `"rate limited\n"`) and extra `headers` of a denial.
 //! * `rules`: may be empty. Every matching rule applies; all their limits must
 //!   pass.
 //!
 //! A rule has:
-//! * `name` (required, unique, `[A-Za-z0-9_.-]+`): used in metric names,
-//!   headers and storage keys. Renaming a rule starts its counters afresh.
+//! * `name` (required, unique, 1 to 128 bytes of `[A-Za-z0-9_.-]`): used in
+//!   metric names, headers and storage keys. Renaming a rule starts its
+//!   counters afresh.
 //! * `match` (optional; absent matches every request): `path_prefix` or exact
 //!   `path` (compared without the query string), `methods`, and `headers`
 //!   conditions `{name, exact}`, `{name, present: true}` or
 //!   `{name, present: false}` (the header is absent). All given conditions must hold.
 //! * `key` (non-empty): parts `client_ip`, `header:NAME`, `path`, `method`,
 //!   `authority`, `query:NAME` (raw value; `?a` gives an empty value),
-//!   `const:TEXT`, joined with `|`. **A request that lacks a part (header or
+//!   `const:TEXT`, joined with `|`. For global limits the limiter key is
+//!   `<rule>/<limit index>/<key>`, with the key replaced by a hash when it
+//!   would exceed the limiter's 512 bytes. **A request that lacks a part (header or
 //!   query parameter absent, no client address) is not counted by the rule**
 //!   and increments `sluice.<rule>.skipped`.
 //! * `limits` (non-empty): `algorithm` (`token_bucket`, `leaky_bucket`,

@@ -28,8 +28,14 @@ pub fn parse(json: &[u8]) -> Result<Plan, ConfigError> {
 
 /// Checks `raw` and compiles it.
 pub fn compile(raw: RawConfig) -> Result<Plan, ConfigError> {
-    if raw.domain.is_empty() {
-        return Err(ConfigError::at("domain", "must not be empty"));
+    if !valid_name(&raw.domain) {
+        return Err(ConfigError::at(
+            "domain",
+            format!(
+                "{:?} must be 1 to {MAX_NAME_LEN} bytes of A-Z, a-z, 0-9, '_', '.', '-'",
+                raw.domain
+            ),
+        ));
     }
     let client_ip = ClientIpPolicy {
         trusted_hops: in_range(
@@ -128,19 +134,23 @@ fn in_range<T: TryFrom<u64>>(value: u64, min: u64, max: u64, path: &str) -> Resu
     T::try_from(value).map_err(|_| ConfigError::at(path, format!("out of range: {value}")))
 }
 
-fn valid_rule_name(name: &str) -> bool {
+/// Longest domain or rule name (the limiter accepts domains up to this length).
+pub const MAX_NAME_LEN: usize = 128;
+
+fn valid_name(name: &str) -> bool {
     !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
 fn compile_rule(domain: &str, path: &str, rule: RawRule) -> Result<Rule, ConfigError> {
-    if !valid_rule_name(&rule.name) {
+    if !valid_name(&rule.name) {
         return Err(ConfigError::at(
             format!("{path}.name"),
             format!(
-                "{:?} must be non-empty and use only A-Z, a-z, 0-9, '_', '.', '-'",
+                "{:?} must be 1 to {MAX_NAME_LEN} bytes of A-Z, a-z, 0-9, '_', '.', '-'",
                 rule.name
             ),
         ));

@@ -7,7 +7,7 @@ mod error;
 mod plan;
 mod raw;
 
-pub use compile::{compile, parse, MAX_LOCAL_KEYS};
+pub use compile::{compile, parse, MAX_LOCAL_KEYS, MAX_NAME_LEN};
 pub use duration::parse_duration;
 pub use error::ConfigError;
 pub use plan::{DenyResponse, LimiterTarget, OverrideLimit, Plan, Rule, RuleLimit};

@@ -133,6 +133,8 @@ fn applies_defaults() {
 fn names_the_field_at_fault() {
     let cases: Vec<(String, &str)> = vec![
         (r#"{"domain":""}"#.into(), "domain"),
+        (r#"{"domain":"my domain"}"#.into(), "domain"),
+        (format!(r#"{{"domain":"{}"}}"#, "d".repeat(129)), "domain"),
         (
             r#"{"domain":"d","local_max_keys":0}"#.into(),
             "local_max_keys",
