@@ -209,7 +209,9 @@ end
 -- Limits, as sluice-core's Params.
 
 local MAX_REQUESTS = 1000000000000
-local MAX_WINDOW = 366 * 24 * 3600 * 1000000000
+-- Windows in microseconds: 1 ms to 366 days, as sluice-core accepts.
+local MIN_WINDOW = 1000
+local MAX_WINDOW = 366 * 24 * 3600 * 1000000
 local MAX_PRECISION = 1000
 local MAX_SOFT_PERCENT = 1000
 local MAX_LOG_ENTRIES = 100000
@@ -219,6 +221,7 @@ local function clamp(x, lo, hi)
 end
 
 local function with_soft(n, percent)
+  if percent == 0 then return n end
   return n + floor_div(n * percent, 100)
 end
 
@@ -226,7 +229,7 @@ local function params(alg, requests, window, burst, precision, soft)
   requests = clamp(requests, 1, MAX_REQUESTS)
   burst = clamp(burst, 1, MAX_REQUESTS)
   soft = min(soft, MAX_SOFT_PERCENT)
-  window = clamp(window, 1, MAX_WINDOW)
+  window = clamp(window, MIN_WINDOW, MAX_WINDOW)
   local cap = with_soft(burst, soft)
   if alg == 5 then cap = min(cap, MAX_LOG_ENTRIES) end
   local p = {
