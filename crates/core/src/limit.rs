@@ -247,8 +247,8 @@ pub(crate) struct Params {
     pub cap: u64,
     /// How much of `cap` is the soft allowance (hidden from `remaining`).
     pub soft_extra: u64,
-    /// Sub-windows (sliding window).
-    pub precision: u32,
+    /// Sub-windows (sliding window), as configured; see [`Params::precision`].
+    pub raw_precision: u32,
     /// Delay mode.
     pub max_delay: Option<Nanos>,
 }
@@ -270,9 +270,15 @@ impl Params {
             window,
             cap,
             soft_extra: cap.saturating_sub(burst),
-            precision: limit.precision.clamp(1, MAX_PRECISION),
+            raw_precision: limit.precision,
             max_delay: limit.max_delay.map(|d| d.min(MAX_WINDOW)),
         }
+    }
+
+    /// Sub-windows (sliding window), clamped into range.
+    #[inline]
+    pub(crate) fn precision(&self) -> u32 {
+        self.raw_precision.clamp(1, MAX_PRECISION)
     }
 
     /// `rate` widened for 128-bit arithmetic.

@@ -5,16 +5,15 @@
 /// zero is answered with `(u128::MAX, 0)` rather than a panic.
 #[inline]
 pub(crate) fn divrem(a: u128, b: u128) -> (u128, u128) {
-    if let (Ok(a), Ok(b)) = (u64::try_from(a), u64::try_from(b)) {
-        return match (a.checked_div(b), a.checked_rem(b)) {
-            (Some(q), Some(r)) => (u128::from(q), u128::from(r)),
-            _ => (u128::MAX, 0),
-        };
+    if b == 0 {
+        return (u128::MAX, 0);
     }
-    match (a.checked_div(b), a.checked_rem(b)) {
-        (Some(q), Some(r)) => (q, r),
-        _ => (u128::MAX, 0),
+    if (a | b) >> 64 == 0 {
+        // Both fit in 64 bits: one 64-bit division gives both.
+        let (a, b) = (a as u64, b as u64);
+        return (u128::from(a / b), u128::from(a % b));
     }
+    (a / b, a % b)
 }
 
 /// `a / b` rounded up; `b` must not be zero (callers pass validated rates

@@ -44,13 +44,65 @@ pub(crate) struct Judged {
 /// Decides `cost` (1..=cap) against `level`.
 #[inline(always)]
 pub(crate) fn judge(p: &Params, level: u128, cost: u64, mode: Mode) -> Judged {
+    match judge_narrow(p, level, cost, mode) {
+        Some(j) => j,
+        None => judge_wide(p, level, cost, mode),
+    }
+}
+
+/// [`judge`] in 64-bit arithmetic, for the common limits whose capacity in
+/// scaled units fits in 64 bits; `None` when it does not.
+#[inline(always)]
+fn judge_narrow(p: &Params, level: u128, cost: u64, mode: Mode) -> Option<Judged> {
+    let cap = p.cap.checked_mul(p.window)?;
+    let level = u64::try_from(level).ok()?;
+    let need = cost.checked_mul(p.window)?;
+    let full = level.checked_add(need)?;
+    let rate = p.rate.max(1);
+    let (allowed, delay, denial, retry_after) = if full <= cap {
+        (true, 0, None, 0)
+    } else {
+        // Rounded up so that waiting exactly this long conforms.
+        let wait = (full - cap).div_ceil(rate);
+        match p.max_delay {
+            Some(max) if wait <= max => (true, wait, None, 0),
+            Some(_) => (false, 0, Some(Denial::DelayTooLong), wait),
+            None => (false, 0, Some(Denial::OverLimit), wait),
+        }
+    };
+    let consumed = allowed && mode == Mode::Commit;
+    let after = if consumed { full } else { level };
+    let room = cap.saturating_sub(after);
+    let window = p.window.max(1);
+    let free = (room / window, room % window);
+    let drain = (after / rate, after % rate);
+    let decision = Decision {
+        allowed,
+        limit: p.requests,
+        remaining: p.report(free.0),
+        reset: drain.0 + u64::from(drain.1 != 0),
+        retry_after,
+        delay,
+        denial,
+    };
+    Some(Judged {
+        decision,
+        after: u128::from(after),
+        consumed,
+        free: (u128::from(free.0), u128::from(free.1)),
+        drain: (u128::from(drain.0), u128::from(drain.1)),
+    })
+}
+
+/// [`judge`] in 128-bit arithmetic, for any limit.
+#[inline(never)]
+pub(crate) fn judge_wide(p: &Params, level: u128, cost: u64, mode: Mode) -> Judged {
     let cap = capacity(p);
     let need = u128::from(cost) * p.window();
     let full = level + need;
     let (allowed, delay, denial, retry_after) = if full <= cap {
         (true, 0, None, 0)
     } else {
-        // Rounded up so that waiting exactly this long conforms.
         let wait = sat64(ceil_div(full - cap, p.rate()));
         match p.max_delay {
             Some(max) if wait <= max => (true, wait, None, 0),
@@ -86,4 +138,38 @@ pub(crate) fn judge(p: &Params, level: u128, cost: u64, mode: Mode) -> Judged {
 pub(crate) fn refundable(p: &Params, cost: u64, admitted_at: Nanos, at: Nanos) -> u128 {
     let need = u128::from(cost).min(u128::from(p.cap)) * p.window();
     need.saturating_sub(u128::from(at.saturating_sub(admitted_at)) * p.rate())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::{Algorithm, Limit};
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The 64-bit path decides exactly as the 128-bit one.
+        #[test]
+        fn narrow_equals_wide(
+            requests in 1u64..=2_000_000,
+            burst in 1u64..=2_000_000,
+            window in crate::MIN_WINDOW..=crate::MAX_WINDOW,
+            soft in prop_oneof![Just(0u32), 0u32..=1000],
+            delay in proptest::option::of(0u64..=crate::MAX_WINDOW),
+            x: u128,
+            cost in 1u64..=4_000_000,
+            peek: bool,
+        ) {
+            let l = Limit { algorithm: Algorithm::Gcra, requests, window, burst, precision: 1, soft_percent: soft, max_delay: delay };
+            let p = Params::of(&l);
+            let level = x % (max_level(&p) + 1);
+            let cost = cost.min(p.cap);
+            let mode = if peek { Mode::Peek } else { Mode::Commit };
+            if let Some(n) = judge_narrow(&p, level, cost, mode) {
+                let w = judge_wide(&p, level, cost, mode);
+                prop_assert_eq!(n.decision, w.decision);
+                prop_assert_eq!((n.after, n.consumed, n.free, n.drain), (w.after, w.consumed, w.free, w.drain));
+            }
+        }
+    }
 }

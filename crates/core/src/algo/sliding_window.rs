@@ -44,7 +44,7 @@ impl Counters {
         let rest = payload(bytes, tag::SLIDING_WINDOW)?;
         let width = usize::from(*rest.first()?);
         let precision = u16::from_le_bytes([*rest.get(1)?, *rest.get(2)?]);
-        if u32::from(precision) != p.precision || !(width == 4 || width == 8) {
+        if u32::from(precision) != p.precision() || !(width == 4 || width == 8) {
             return None;
         }
         let index = u64_at(rest, 3)?;
@@ -88,7 +88,7 @@ impl Counters {
         h[0] = VERSION;
         h[1] = tag::SLIDING_WINDOW;
         h[2] = width as u8;
-        h[3..5].copy_from_slice(&(p.precision as u16).to_le_bytes());
+        h[3..5].copy_from_slice(&(p.precision() as u16).to_le_bytes());
         h[5..13].copy_from_slice(&self.index.to_le_bytes());
         header.copy_from_slice(h.get(..header.len()).unwrap_or(&[]));
         if width == 8 {
@@ -120,7 +120,7 @@ impl Counters {
 
 /// The sub-window holding `now` and how far into it (time scaled by `P`).
 fn position(p: &Params, now: Nanos) -> (u64, u128) {
-    let scaled = u128::from(now) * u128::from(p.precision);
+    let scaled = u128::from(now) * u128::from(p.precision());
     let index = floor_div(scaled, p.window());
     (sat64(index), scaled - index * p.window())
 }
@@ -145,7 +145,7 @@ pub(crate) fn decide(
     mode: Mode,
 ) -> Outcome {
     let (index, into) = position(p, now);
-    let slots = p.precision as usize + 1;
+    let slots = p.precision() as usize + 1;
     let mut repaired = false;
     let mut c = match state.and_then(|s| Counters::decode(p, s)) {
         // The clock stepped back: keep the counts, relabelled to now.
@@ -182,7 +182,7 @@ pub(crate) fn decide(
     let reset = match c.counts.iter().rposition(|&n| n > 0) {
         Some(i) => {
             let clear = (u128::from(index) + i as u128 + 1) * p.window();
-            sat64(ceil_div(clear, u128::from(p.precision)).saturating_sub(u128::from(now)))
+            sat64(ceil_div(clear, u128::from(p.precision())).saturating_sub(u128::from(now)))
         }
         None => 0,
     };
@@ -231,7 +231,7 @@ fn retry(p: &Params, counts: &[u64], index: u64, into: u128, cost: u64, now: Nan
         };
         let earliest = if k == 0 { earliest.max(into) } else { earliest };
         let at = (u128::from(index) + k as u128) * w + earliest;
-        let at = ceil_div(at, u128::from(p.precision));
+        let at = ceil_div(at, u128::from(p.precision()));
         return sat64(at.saturating_sub(u128::from(now)));
     }
     0
