@@ -5,7 +5,7 @@
 
 mod support;
 
-use sluice_core::{decide_all, refund_at, Algorithm, Check, Decision, Limit};
+use sluice_core::{decide, decide_all, refund_at, Algorithm, Check, Decision, Limit};
 use sluice_limiter::store::redis::{RedisStore, Target};
 use sluice_limiter::store::StoreItem;
 use std::collections::HashMap;
@@ -80,6 +80,33 @@ fn random_limit(rng: &mut Rng, algorithm: Algorithm, large: bool) -> Limit {
     }
 }
 
+/// sluice-core's decision for `cost` without consuming, as a denied check
+/// reports its admitting limits.
+fn peek(limit: &Limit, state: Option<&[u8]>, now: u64, cost: u64) -> Decision {
+    if cost <= 1 {
+        return decide(limit, state, now, 0).decision;
+    }
+    // A companion limit that can never admit `cost` denies the check, so
+    // `limit` is decided for `cost` without consuming.
+    let never = Limit {
+        algorithm: Algorithm::FixedWindow,
+        requests: 1,
+        window: 1_000_000,
+        burst: cost - 1,
+        precision: 1,
+        soft_percent: 0,
+        max_delay: None,
+    };
+    let checks = [
+        Check { limit, state },
+        Check {
+            limit: &never,
+            state: None,
+        },
+    ];
+    decide_all(&checks, now, cost).decisions[0]
+}
+
 fn same(lua: &Decision, core: &Decision, ctx: &str) {
     let mut core_us = *core;
     // The script reports microseconds; the store turns them into ns.
@@ -120,18 +147,26 @@ impl Trace<'_> {
         core.allowed
     }
 
-    async fn refund(&mut self, chosen: &[usize], admitted: u64, now: u64, cost: u64) {
+    async fn refund(&mut self, chosen: &[usize], admitted: u64, now: u64, cost: u64, ctx: &str) {
         let items: Vec<&StoreItem> = chosen.iter().map(|&i| &self.items[i]).collect();
-        self.store
+        let lua = self
+            .store
             .run_refund(&items, cost, admitted, Some(now))
             .await
             .unwrap();
-        for &i in chosen {
+        for (&i, l) in chosen.iter().zip(&lua.decisions) {
             if let Some(state) = self.states.get(&i) {
                 if let Some(s) = refund_at(&self.limits[i], state, admitted, now, cost) {
                     self.states.insert(i, s.as_bytes().to_vec());
                 }
             }
+            let c = peek(
+                &self.limits[i],
+                self.states.get(&i).map(Vec::as_slice),
+                now,
+                cost,
+            );
+            same(l, &c, &format!("{ctx}: refund of limit {i}"));
         }
     }
 }
@@ -193,7 +228,8 @@ async fn run_traces(store: &RedisStore, seed: u64, traces: usize, steps: usize, 
             if rng.below(6) == 0 {
                 if let Some((chosen, at, cost)) = last_admit.take() {
                     let later = now + rng.below(max_window / 4 + 1);
-                    trace.refund(&chosen, at, later, cost).await;
+                    let ctx = format!("seed {seed} trace {t} step {s} refund at {later}");
+                    trace.refund(&chosen, at, later, cost, &ctx).await;
                 }
             }
         }

@@ -259,6 +259,8 @@ async fn cluster_refunds_slots_that_admitted_when_another_denies() {
         let (_, v) = call(&state, "POST", "/v1/check", both.clone()).await;
         assert_eq!(v["allowed"], json!(false), "{v}");
         assert_eq!(v["limits"][0]["allowed"], json!(true));
+        // Reported as the other stores do: decided without consuming.
+        assert_eq!(v["limits"][0]["remaining"], json!(9), "{v}");
     }
     // The wide limit lost one token in all: the denied checks were refunded.
     let (_, v) = call(&state, "POST", "/v1/check", check(json!([wide]))).await;

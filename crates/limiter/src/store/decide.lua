@@ -20,7 +20,8 @@
 -- Check reply: allowed, now, then per limit: allowed, limit, remaining,
 --       reset_us, retry_after_us, denial (0 none, 1 over limit, 2 cost
 --       exceeds capacity).
--- Refund reply: 1, now.
+-- Refund reply: as a check's, with each limit decided again after the
+--       refund without consuming.
 --
 -- States are msgpack arrays whose first element is the algorithm code.
 
@@ -718,6 +719,22 @@ end
 
 -- Main: decides or refunds one call.
 
+local function reply_of(allowed, now, decisions)
+  local reply = {0, now}
+  if allowed then reply[1] = 1 end
+  for _, d in ipairs(decisions) do
+    local a = 0
+    if d.allowed then a = 1 end
+    reply[#reply + 1] = a
+    reply[#reply + 1] = d.limit
+    reply[#reply + 1] = d.remaining
+    reply[#reply + 1] = d.reset
+    reply[#reply + 1] = d.retry
+    reply[#reply + 1] = d.denial
+  end
+  return reply
+end
+
 local function main(KEYS, ARGV)
 
   local mode = ARGV[1]
@@ -744,20 +761,26 @@ local function main(KEYS, ARGV)
     end
   end
 
+  local decisions, news = {}, {}
+  local allowed = true
   if mode == 'refund' then
+    -- Give the cost back, then report each limit as a denied check reports
+    -- its admitting limits: decided again without consuming.
     local admitted_at = tonumber(ARGV[4])
     for i = 1, #KEYS do
       if states[i] then
         local new = refund_at(limits[i], states[i], admitted_at, now, cost)
-        if new then redis.call('SET', KEYS[i], cmsgpack.pack(new), 'KEEPTTL') end
+        if new then
+          redis.call('SET', KEYS[i], cmsgpack.pack(new), 'KEEPTTL')
+          states[i] = new
+        end
       end
+      decisions[i] = decide_in(limits[i], states[i], now, cost, false)
     end
-    return {1, now}
+    return reply_of(true, now, decisions)
   end
 
   local commit = cost ~= 0
-  local decisions, news = {}, {}
-  local allowed = true
   for i = 1, #KEYS do
     decisions[i], news[i] = decide_in(limits[i], states[i], now, cost, commit)
     if not decisions[i].allowed then allowed = false end
@@ -772,8 +795,6 @@ local function main(KEYS, ARGV)
     end
   end
 
-  local reply = {0, now}
-  if allowed then reply[1] = 1 end
   for i = 1, #KEYS do
     local d = decisions[i]
     if news[i] then
@@ -787,16 +808,8 @@ local function main(KEYS, ARGV)
         redis.call('SET', KEYS[i], packed, 'PX', ttl)
       end
     end
-    local a = 0
-    if d.allowed then a = 1 end
-    reply[#reply + 1] = a
-    reply[#reply + 1] = d.limit
-    reply[#reply + 1] = d.remaining
-    reply[#reply + 1] = d.reset
-    reply[#reply + 1] = d.retry
-    reply[#reply + 1] = d.denial
   end
-  return reply
+  return reply_of(allowed, now, decisions)
 end
 
 return main

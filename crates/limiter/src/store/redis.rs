@@ -406,14 +406,16 @@ impl RedisStore {
     }
 
     /// Gives back `hits` that a check admitted at `admitted_us` took from
-    /// `items` (all in one slot). `now_us` overrides the server clock (tests).
+    /// `items` (all in one slot), and decides them again without consuming
+    /// (what a denied check reports for its admitting limits). `now_us`
+    /// overrides the server clock (tests).
     pub async fn run_refund(
         &self,
         items: &[&StoreItem],
         hits: u64,
         admitted_us: u64,
         now_us: Option<u64>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<ScriptOutcome, StoreError> {
         let keys: Vec<String> = items.iter().map(|i| redis_key(&i.id)).collect();
         let mut args = vec![
             "refund".to_string(),
@@ -424,7 +426,8 @@ impl RedisStore {
         for item in items {
             push_limit_args(&mut args, &item.limit);
         }
-        self.bounded(self.call(&keys, &args)).await.map(|_| ())
+        let reply = self.bounded(self.call(&keys, &args)).await?;
+        parse_reply(&reply, items.len())
     }
 
     /// Decides `items` together for a request of weight `hits`.
@@ -450,18 +453,34 @@ impl RedisStore {
             .into_values()
             .map(|idx| idx.iter().filter_map(|&i| items.get(i)).collect())
             .collect();
-        let outcomes = join_all(groups.iter().map(|g| self.run_check(g, hits, None))).await;
+        let mut outcomes = join_all(groups.iter().map(|g| self.run_check(g, hits, None))).await;
         let allowed = outcomes.iter().all(|o| matches!(o, Ok(o) if o.allowed));
         if !allowed {
             // Give back what the admitting slots took, so a denied check
             // consumes nothing; see the module documentation for the race.
-            let refunds = groups.iter().zip(&outcomes).filter_map(|(g, o)| match o {
-                Ok(o) if o.allowed => Some(self.run_refund(g, hits, o.now_us, None)),
-                _ => None,
-            });
-            for r in join_all(refunds).await {
-                if let Err(e) = r {
-                    tracing::warn!(error = %e, "refund failed; quota stays consumed until it refills");
+            let refunds =
+                groups
+                    .iter()
+                    .zip(&outcomes)
+                    .enumerate()
+                    .filter_map(|(i, (g, o))| match o {
+                        Ok(o) if o.allowed => {
+                            Some(async move { (i, self.run_refund(g, hits, o.now_us, None).await) })
+                        }
+                        _ => None,
+                    });
+            for (i, r) in join_all(refunds).await {
+                match r {
+                    // Report the refunded state, as the other stores do.
+                    Ok(refunded) => {
+                        if let Some(Ok(o)) = outcomes.get_mut(i) {
+                            o.decisions = refunded.decisions;
+                        }
+                    }
+                    Err(e) => tracing::warn!(
+                        error = %e,
+                        "refund failed; quota stays consumed until it refills"
+                    ),
                 }
             }
         }
