@@ -14,6 +14,7 @@ use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, MetricType, Status};
 use sluice_core::{Nanos, MILLISECOND};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, UNIX_EPOCH};
 
 proxy_wasm::main! {{
@@ -230,6 +231,9 @@ impl Filter {
     }
 }
 
+/// Whether a failed call-out was logged.
+static DISPATCH_WARNED: AtomicBool = AtomicBool::new(false);
+
 /// Calls the limiter; `None` when the call could not be made.
 fn dispatch(runtime: &Runtime, body: &[u8]) -> Option<u32> {
     let limiter = runtime.plan.limiter.as_ref()?;
@@ -243,10 +247,13 @@ fn dispatch(runtime: &Runtime, body: &[u8]) -> Option<u32> {
     match hostcalls::dispatch_http_call(&limiter.cluster, headers, Some(body), vec![], timeout) {
         Ok(token) => Some(token),
         Err(status) => {
-            log::warn!(
-                "sluice: cannot call the limiter cluster {:?}: {status:?}",
-                limiter.cluster
-            );
+            // Once per VM: during an outage every request would log it.
+            if !DISPATCH_WARNED.swap(true, Ordering::Relaxed) {
+                log::warn!(
+                    "sluice: cannot call the limiter cluster {:?}: {status:?} (counted in sluice.failure_mode_allowed or sluice.limiter_errors)",
+                    limiter.cluster
+                );
+            }
             None
         }
     }
