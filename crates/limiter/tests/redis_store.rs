@@ -189,58 +189,10 @@ async fn call_text(state: &AppState, uri: &str) -> (StatusCode, String) {
 
 #[tokio::test]
 async fn cluster_refunds_slots_that_admitted_when_another_denies() {
-    let Some(bin) = support::binary() else {
-        eprintln!("SKIPPED: no redis-server binary found");
+    let Some(nodes) = support::start_cluster() else {
         return;
     };
-    let cli = bin.with_file_name("redis-cli");
-    if !cli.is_file() {
-        eprintln!("SKIPPED: no redis-cli next to redis-server");
-        return;
-    }
-    let nodes: Vec<support::RedisServer> = (0..3)
-        .map(|_| {
-            support::RedisServer::start_on(
-                &bin,
-                support::free_port(),
-                &[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                ],
-            )
-        })
-        .collect();
-    let addrs: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port))
-        .collect();
-    let out = std::process::Command::new(&cli)
-        .args(["--cluster", "create"])
-        .args(&addrs)
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    // Wait until the cluster agrees on its slots.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let info = std::process::Command::new(&cli)
-            .args(["-p", &nodes[0].port.to_string(), "cluster", "info"])
-            .output()
-            .unwrap();
-        if String::from_utf8_lossy(&info.stdout).contains("cluster_state:ok") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "cluster never became ok");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let seeds = addrs.iter().map(|a| format!("redis://{a}")).collect();
+    let seeds = support::cluster_seeds(&nodes);
     let store = connected(Target::Cluster(seeds)).await;
     let state = AppState::new(Store::Redis(store));
 

@@ -93,3 +93,66 @@ impl Drop for RedisServer {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A Redis Cluster of three masters on free ports, slots assigned and state
+/// ok; `None` (after saying why) without redis-server or redis-cli.
+pub fn start_cluster() -> Option<Vec<RedisServer>> {
+    let Some(bin) = binary() else {
+        eprintln!("SKIPPED: no redis-server binary found");
+        return None;
+    };
+    let cli = bin.with_file_name("redis-cli");
+    if !cli.is_file() {
+        eprintln!("SKIPPED: no redis-cli next to redis-server");
+        return None;
+    }
+    let nodes: Vec<RedisServer> = (0..3)
+        .map(|_| {
+            RedisServer::start_on(
+                &bin,
+                free_port(),
+                &[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                ],
+            )
+        })
+        .collect();
+    let addrs: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let out = Command::new(&cli)
+        .args(["--cluster", "create"])
+        .args(&addrs)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for n in &nodes {
+        loop {
+            let info = Command::new(&cli)
+                .args(["-p", &n.port.to_string(), "cluster", "info"])
+                .output()
+                .unwrap();
+            if String::from_utf8_lossy(&info.stdout).contains("cluster_state:ok") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "cluster never became ok");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Some(nodes)
+}
+
+/// Seed URLs of a cluster.
+pub fn cluster_seeds(nodes: &[RedisServer]) -> Vec<String> {
+    nodes.iter().map(RedisServer::url).collect()
+}
