@@ -70,7 +70,7 @@ pub(crate) fn decide(
         }
     });
     Outcome {
-        decision: j.decision,
+        decision: j.decision(p),
         new_state,
     }
 }

@@ -30,7 +30,12 @@ pub(crate) fn drain(p: &Params, level: u128, elapsed: Nanos) -> u128 {
 /// A judged request, with the divisions the states reuse for encoding.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Judged {
-    pub decision: Decision,
+    pub allowed: bool,
+    pub remaining: u64,
+    pub reset: Nanos,
+    pub retry_after: Nanos,
+    pub delay: Nanos,
+    pub denial: Option<Denial>,
     /// The level after the decision (with the request when it consumed).
     pub after: u128,
     /// Whether the request consumed.
@@ -39,6 +44,22 @@ pub(crate) struct Judged {
     pub free: (u128, u128),
     /// `after / rate` and its remainder (time to drain).
     pub drain: (u128, u128),
+}
+
+impl Judged {
+    /// The decision to report.
+    #[inline(always)]
+    pub(crate) fn decision(&self, p: &Params) -> Decision {
+        Decision {
+            allowed: self.allowed,
+            limit: p.requests,
+            remaining: self.remaining,
+            reset: self.reset,
+            retry_after: self.retry_after,
+            delay: self.delay,
+            denial: self.denial,
+        }
+    }
 }
 
 /// Decides `cost` (1..=cap) against `level`.
@@ -76,17 +97,13 @@ fn judge_narrow(p: &Params, level: u128, cost: u64, mode: Mode) -> Option<Judged
     let window = p.window.max(1);
     let free = (room / window, room % window);
     let drain = (after / rate, after % rate);
-    let decision = Decision {
+    Some(Judged {
         allowed,
-        limit: p.requests,
         remaining: p.report(free.0),
         reset: drain.0 + u64::from(drain.1 != 0),
         retry_after,
         delay,
         denial,
-    };
-    Some(Judged {
-        decision,
         after: u128::from(after),
         consumed,
         free: (u128::from(free.0), u128::from(free.1)),
@@ -114,17 +131,13 @@ pub(crate) fn judge_wide(p: &Params, level: u128, cost: u64, mode: Mode) -> Judg
     let after = if consumed { full } else { level };
     let free = divrem(cap.saturating_sub(after), p.window());
     let drain = divrem(after, p.rate());
-    let decision = Decision {
+    Judged {
         allowed,
-        limit: p.requests,
         remaining: p.report(sat64(free.0)),
         reset: sat64(drain.0.saturating_add(u128::from(drain.1 != 0))),
         retry_after,
         delay,
         denial,
-    };
-    Judged {
-        decision,
         after,
         consumed,
         free,
@@ -167,7 +180,7 @@ mod tests {
             let mode = if peek { Mode::Peek } else { Mode::Commit };
             if let Some(n) = judge_narrow(&p, level, cost, mode) {
                 let w = judge_wide(&p, level, cost, mode);
-                prop_assert_eq!(n.decision, w.decision);
+                prop_assert_eq!(n.decision(&p), w.decision(&p));
                 prop_assert_eq!((n.after, n.consumed, n.free, n.drain), (w.after, w.consumed, w.free, w.drain));
             }
         }

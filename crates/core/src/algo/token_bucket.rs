@@ -50,7 +50,7 @@ pub(crate) fn decide(
     let new_state = (j.consumed || repaired)
         .then(|| encode3(tag::TOKEN_BUCKET, now, sat64(j.free.0), sat64(j.free.1)));
     Outcome {
-        decision: j.decision,
+        decision: j.decision(p),
         new_state,
     }
 }
