@@ -60,3 +60,77 @@ fn push_shadow(plan: &Plan, shadow_denied: &[usize], out: &mut Vec<(&'static str
     }
     out.push((SHADOW_HEADER, names));
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::config::parse;
+    use sluice_core::{Decision, Denial, MILLISECOND, SECOND};
+
+    fn plan(headers: &str) -> Plan {
+        parse(
+            format!(
+                r#"{{"domain":"d","headers":"{headers}","rules":[
+                    {{"name":"a","key":["path"],"limits":[{{"algorithm":"gcra","requests":5,"window":"10s"}}]}},
+                    {{"name":"b","key":["path"],"mode":"shadow","limits":[{{"algorithm":"gcra","requests":5,"window":"10s"}}]}},
+                    {{"name":"c","key":["path"],"mode":"shadow","limits":[{{"algorithm":"gcra","requests":5,"window":"10s"}}]}}]}}"#
+            )
+            .as_bytes(),
+        )
+        .unwrap()
+    }
+
+    fn denied() -> Reported {
+        Reported {
+            rule: 0,
+            window: 10 * SECOND,
+            decision: Decision {
+                allowed: false,
+                limit: 5,
+                remaining: 0,
+                reset: 9_500 * MILLISECOND,
+                retry_after: 1_500 * MILLISECOND,
+                delay: 0,
+                denial: Some(Denial::OverLimit),
+            },
+        }
+    }
+
+    #[test]
+    fn denial_headers_in_order() {
+        let headers = denial_headers(&plan("ietf"), &denied(), &[1, 2]);
+        let expected: Vec<(&str, String)> = vec![
+            ("retry-after", "2".into()),
+            ("ratelimit-policy", "\"a\";q=5;w=10".into()),
+            ("ratelimit", "\"a\";r=0;t=10".into()),
+            (RULE_HEADER, "a".into()),
+            (SHADOW_HEADER, "b,c".into()),
+        ];
+        assert_eq!(headers, expected);
+        let none = denial_headers(&plan("none"), &denied(), &[]);
+        assert_eq!(
+            none,
+            vec![
+                ("retry-after", "2".to_string()),
+                (RULE_HEADER, "a".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn admitted_headers_only_when_something_to_say() {
+        let p = plan("legacy");
+        assert!(admitted_headers(&p, None, &[]).is_empty());
+        assert_eq!(
+            admitted_headers(&p, None, &[2]),
+            vec![(SHADOW_HEADER, "c".to_string())]
+        );
+        let mut ok = denied();
+        ok.decision.allowed = true;
+        ok.decision.remaining = 3;
+        let headers = admitted_headers(&p, Some(&ok), &[]);
+        assert_eq!(headers.len(), 3);
+        assert_eq!(headers[1], ("x-ratelimit-remaining", "3".to_string()));
+    }
+}
