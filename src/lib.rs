@@ -42,9 +42,10 @@
 //! * `headers`: `none`, `legacy`, `ietf` (default) or `both`; see [`headers`].
 //!   A denial always carries `retry-after`.
 //! * `client_ip`: `xff_trusted_hops` (default 0: the downstream peer address;
-//!   `N > 0`: the `N`th `x-forwarded-for` entry from the right, falling back to
-//!   the peer address when the header is shorter or the entry is not an
-//!   address), `ipv4_prefix` (default 32, 0..=32) and `ipv6_prefix` (default
+//!   `N > 0`: the `N`th `x-forwarded-for` entry from the right as the trusted
+//!   proxies sent it — the entry Envoy appends itself is not counted — falling
+//!   back to the peer address when the header is shorter or the entry is not
+//!   an address), `ipv4_prefix` (default 32, 0..=32) and `ipv6_prefix` (default
 //!   64, 0..=128) to treat a network as one client. See [`client_ip`] for the
 //!   key text (`203.0.113.7`, `203.0.113.0/24`, `2001:db8:1:2::/64`).
 //!   **Set `use_remote_address: true` on Envoy's HTTP connection manager**:
@@ -103,10 +104,16 @@
 //! call-out. The global limits of all matching enforcing rules go to the
 //! limiter in one call, decided together; those of shadow rules go in a
 //! second, parallel call, so that a shadow denial never keeps the enforcing
-//! limits from being counted. A failed shadow call is ignored. A denial answers with `response.status`, the configured headers,
-//! `retry-after` (seconds, rounded up), the rate-limit headers of the denying
-//! limit and `x-sluice-rule: <rule>`. When the limiter denies a key with a
-//! retry time, Sluice remembers it and denies that key locally until then.
+//! limits from being counted. A failed shadow call is ignored.
+//!
+//! A denial answers with `response.status`, the configured headers,
+//! `retry-after` (seconds, rounded up, at least 1), the rate-limit headers of
+//! the denying limit and `x-sluice-rule: <rule>`. An admitted request's
+//! response gets the rate-limit headers of the enforcing limit closest to
+//! exhaustion (none when no enforcing rule counted it). When the limiter
+//! denies a key with a retry time, Sluice remembers it and denies that key
+//! locally until then, without calling out. Heavy contention on one key
+//! (64 failed compare-and-swap attempts) denies, with `retry-after: 1`.
 //!
 //! Configuration errors are logged at error level, naming the field
 //! (`sluice: invalid configuration: rules[0].limits[1].window: must be at
@@ -117,7 +124,11 @@
 //!
 //! # Metrics
 //!
-//! See [`metrics`]; Envoy lists them under `wasmcustom.`.
+//! Counters, as Envoy lists them in `/stats`: per rule
+//! `wasmcustom.sluice.<rule>.allowed`, `.denied`, `.shadow_denied` and
+//! `.skipped`; filter-wide `wasmcustom.sluice.cas_exhausted`,
+//! `wasmcustom.sluice.config_errors`, `wasmcustom.sluice.failure_mode_allowed`
+//! and `wasmcustom.sluice.limiter_errors`. See [`metrics`].
 
 pub mod client_ip;
 pub mod config;
