@@ -132,7 +132,7 @@ impl Metrics {
                 }
             }
         }
-        if load(&self.other.allowed) + load(&self.other.denied) > 0 {
+        if load(&self.other.allowed).saturating_add(load(&self.other.denied)) > 0 {
             write_decisions(&mut out, "_other", &self.other);
         }
         let _ = writeln!(

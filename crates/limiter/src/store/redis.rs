@@ -213,9 +213,8 @@ pub fn parse_reply(reply: &[i64], n: usize) -> Result<ScriptOutcome, StoreError>
             reply.len()
         )));
     }
-    let (head, rest) = reply.split_at(2);
-    let (allowed, now_us) = match head {
-        [a, t] => (*a == 1, to_u64(*t)),
+    let (allowed, now_us, rest) = match reply {
+        [a, t, rest @ ..] => (*a == 1, to_u64(*t), rest),
         _ => return Err(StoreError::Protocol("short reply".into())),
     };
     let decisions = rest
@@ -277,7 +276,7 @@ impl RedisStore {
                             return;
                         }
                         tokio::time::sleep(wait).await;
-                        wait = (wait * 2).min(Duration::from_secs(2));
+                        wait = wait.saturating_mul(2).min(Duration::from_secs(2));
                     }
                 }
             }
