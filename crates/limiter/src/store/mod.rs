@@ -123,3 +123,27 @@ impl Store {
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_specs() {
+        assert_eq!("memory".parse::<StoreSpec>(), Ok(StoreSpec::Memory));
+        assert_eq!(
+            "redis://127.0.0.1:6379".parse::<StoreSpec>(),
+            Ok(StoreSpec::Redis("redis://127.0.0.1:6379".into()))
+        );
+        assert_eq!(
+            "redis-cluster://a:1, b:2".parse::<StoreSpec>(),
+            Ok(StoreSpec::RedisCluster(vec![
+                "redis://a:1".into(),
+                "redis://b:2".into()
+            ]))
+        );
+        assert!("redis-cluster://".parse::<StoreSpec>().is_err());
+        assert!("postgres://x".parse::<StoreSpec>().is_err());
+    }
+}

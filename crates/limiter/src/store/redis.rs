@@ -543,3 +543,54 @@ async fn connect(target: &Target, timeout: Duration) -> Result<Conn, StoreError>
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_follow_redis_cluster() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(hash_slot(b"foo"), 12182);
+        assert_eq!(hash_slot(b"123456789"), 0x31C3 % 16384);
+        assert_eq!(hash_slot(b"{user1000}.following"), hash_slot(b"user1000"));
+        // An empty tag hashes the whole key.
+        assert_eq!(hash_slot(b"foo{}{bar}"), {
+            crc16::State::<crc16::XMODEM>::calculate(b"foo{}{bar}") % 16384
+        });
+        assert_eq!(hash_slot(b"foo{{bar}}zap"), hash_slot(b"{bar"));
+    }
+
+    #[test]
+    fn every_limit_key_is_its_own_tag() {
+        let key = redis_key("demo/per-ip/0/203.0.113.7|gcra|60000");
+        assert_eq!(key, "sluice:{demo/per-ip/0/203.0.113.7|gcra|60000}");
+        assert_eq!(
+            hash_slot(key.as_bytes()),
+            hash_slot(b"demo/per-ip/0/203.0.113.7|gcra|60000")
+        );
+    }
+
+    #[test]
+    fn replies_are_checked() {
+        assert!(parse_reply(&[], 0).is_err());
+        assert!(parse_reply(&[1, 5], 1).is_err());
+        let out = parse_reply(&[0, 7, 0, 10, 0, 5, 6, 1], 1).unwrap();
+        assert!(!out.allowed);
+        assert_eq!(out.now_us, 7);
+        let d = out.decisions[0];
+        assert_eq!((d.limit, d.reset, d.retry_after), (10, 5_000, 6_000));
+        assert_eq!(d.denial, Some(Denial::OverLimit));
+    }
+
+    #[test]
+    fn the_library_is_named_after_its_code() {
+        let p = Packaged::new();
+        assert!(p.function.starts_with("sluice_"));
+        assert!(p
+            .library
+            .starts_with(&format!("#!lua name={}\n", p.function)));
+        assert_eq!(Packaged::new().function, p.function);
+    }
+}
