@@ -76,7 +76,7 @@ proptest! {
         let e = sliding_log::encode_for_tests(shift, &ticks, last, extra);
         let log = sliding_log::Log::decode(&p, e.as_bytes()).unwrap();
         let mut expected = ticks.clone();
-        expected.extend(std::iter::repeat_n(last, extra as usize));
+        expected.extend(std::iter::repeat(last).take(extra as usize));
         let got: Vec<u64> = (0..log.len()).map(|i| log.tick(i)).collect();
         prop_assert_eq!(got, expected);
     }

@@ -42,20 +42,47 @@ pub(crate) fn decide(
     cost: u64,
     mode: Mode,
 ) -> Outcome {
-    let scaled_now = u128::from(now) * p.rate();
-    let max = meter::max_level(p);
-    let (level, repaired) = match state.and_then(|s| decode(p, s)) {
-        Some(tat) => {
-            let level = tat.saturating_sub(scaled_now);
-            // More ahead than any valid state can be: the clock stepped back.
-            // Treat the bucket as full from now, so it recovers in a window.
-            if level > max {
-                (max, true)
-            } else {
-                (level, false)
+    // The common case: the TAT is near now, and its distance fits in 64 bits.
+    let near = state
+        .and_then(|s| decode2(s, tag::GCRA))
+        .and_then(|(whole, frac)| {
+            if frac >= p.rate {
+                return None;
             }
-        }
-        None => (0, false),
+            let level = match whole.checked_sub(now) {
+                Some(ahead) => ahead.checked_mul(p.rate)?.checked_add(frac)?,
+                None => 0,
+            };
+            let queue = match p.max_delay {
+                Some(d) => d.checked_mul(p.rate),
+                None => Some(0),
+            };
+            let max = p
+                .cap
+                .checked_mul(p.window)
+                .zip(queue)
+                .and_then(|(c, q)| c.checked_add(q));
+            // `None`: the largest valid level is beyond 64 bits, so above this one.
+            max.map_or(true, |m| level <= m)
+                .then_some(u128::from(level))
+        });
+    let (level, repaired) = match near {
+        Some(level) => (level, false),
+        None => match state.and_then(|s| decode(p, s)) {
+            Some(tat) => {
+                let max = meter::max_level(p);
+                let level = tat.saturating_sub(u128::from(now) * p.rate());
+                // More ahead than any valid state can be: the clock stepped
+                // back. Treat the bucket as full from now, so it recovers
+                // within a window.
+                if level > max {
+                    (max, true)
+                } else {
+                    (level, false)
+                }
+            }
+            None => (0, false),
+        },
     };
     let j = meter::judge(p, level, cost, mode);
     // TAT = now * rate + after: its whole part is now + after / rate, the
@@ -66,7 +93,7 @@ pub(crate) fn decide(
             .and_then(|q| now.checked_add(q))
         {
             Some(whole) => encode2(tag::GCRA, whole, sat64(j.drain.1)),
-            None => encode(p, scaled_now + j.after),
+            None => encode(p, u128::from(now) * p.rate() + j.after),
         }
     });
     Outcome {

@@ -37,6 +37,12 @@ pub(crate) fn decide(
     cost: u64,
     mode: Mode,
 ) -> Outcome {
+    if let Some(out) = state
+        .and_then(|s| decode3(s, tag::TOKEN_BUCKET))
+        .and_then(|words| decide_narrow(p, words, now, cost, mode))
+    {
+        return out;
+    }
     let cap = meter::capacity(p);
     let (tokens, repaired) = match state.and_then(|s| decode(p, s)) {
         // The clock stepped back: no refill, and rebase on `now` so that the
@@ -53,6 +59,71 @@ pub(crate) fn decide(
         decision: j.decision(p),
         new_state,
     }
+}
+
+/// The common case in 64-bit arithmetic, keeping whole tokens and the
+/// fraction apart so that no division is needed for `remaining`; `None`
+/// for the rare cases (a clock step, an out-of-range state, a capacity
+/// beyond 64 bits), which the general path decides.
+#[inline(always)]
+fn decide_narrow(
+    p: &Params,
+    (last, whole, frac): (u64, u64, u64),
+    now: Nanos,
+    cost: u64,
+    mode: Mode,
+) -> Option<Outcome> {
+    let w = p.window;
+    let cap_units = p.cap.checked_mul(w)?;
+    if now < last || frac >= w || whole > p.cap || p.max_delay.is_some() {
+        return None;
+    }
+    let rate = p.rate.max(1);
+    // Refill: `s` units of a token's fraction carry into whole tokens.
+    let (mut whole, mut frac) = (whole, frac);
+    match (now - last)
+        .checked_mul(rate)
+        .and_then(|x| x.checked_add(frac))
+    {
+        Some(s) if s < w => frac = s,
+        Some(s) if s - w < w => {
+            whole += 1;
+            frac = s - w;
+        }
+        Some(s) if s < cap_units => {
+            whole += s / w;
+            frac = s % w;
+        }
+        _ => {
+            whole = p.cap;
+            frac = 0;
+        }
+    }
+    if whole >= p.cap {
+        whole = p.cap;
+        frac = 0;
+    }
+    let allowed = whole >= cost;
+    let consumed = allowed && mode == Mode::Commit;
+    let left = if consumed { whole - cost } else { whole };
+    let level = cap_units - (left * w + frac);
+    let retry_after = if allowed {
+        0
+    } else {
+        (cost * w - (whole * w + frac)).div_ceil(rate)
+    };
+    Some(Outcome {
+        decision: crate::Decision {
+            allowed,
+            limit: p.requests,
+            remaining: p.report(left),
+            reset: level.div_ceil(rate),
+            retry_after,
+            delay: 0,
+            denial: (!allowed).then_some(crate::Denial::OverLimit),
+        },
+        new_state: consumed.then(|| encode3(tag::TOKEN_BUCKET, now, left, frac)),
+    })
 }
 
 pub(crate) fn refund(
