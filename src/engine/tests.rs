@@ -422,3 +422,48 @@ fn failed_shadow_call_is_ignored() {
     assert!(allowed(&finish(&w.plan, p, &w.store, &w.metrics)));
     assert_eq!(w.metrics.count_global(GlobalEvent::LimiterErrors), 0);
 }
+
+/// Rough cost of the pure request path (run with `--ignored --nocapture`).
+#[test]
+#[ignore]
+fn time_the_request_path() {
+    let w = World::new(&rules(
+        r#"{"name":"ip","key":["client_ip"],"limits":[{"algorithm":"gcra","requests":1000000000,"window":"1s"}]}"#,
+    ));
+    let req = FakeRequest::get("/");
+    let n = 200_000;
+    let start = std::time::Instant::now();
+    for i in 0..n {
+        let v = evaluate(&w.plan, &w.hasher, &req, &w.store, &w.metrics, || NOW + i);
+        assert!(allowed(&v));
+    }
+    let per = start.elapsed() / n as u32;
+    println!("evaluate: {per:?} per request (native, with a mutex-backed fake store)");
+    w.metrics.rules.borrow_mut().clear();
+    let limit = &w.plan.rules[0].limits[0].limit;
+    let start = std::time::Instant::now();
+    let mut state = None;
+    for i in 0..n {
+        let o = sluice_core::decide(limit, state.as_deref(), NOW + i, 1);
+        state = o.new_state.map(|s| s.as_bytes().to_vec());
+    }
+    println!("decide: {:?}", start.elapsed() / n as u32);
+    let start = std::time::Instant::now();
+    for i in 0..n {
+        let _ = local::consume(&w.store, "k", limit, NOW + i, 1);
+    }
+    println!("consume: {:?}", start.elapsed() / n as u32);
+    let start = std::time::Instant::now();
+    let mut out = String::new();
+    for _ in 0..n {
+        let r = Request::new(&req, &w.plan.client_ip);
+        r.write_key(&w.plan.rules[0].key, &mut out);
+    }
+    println!("key: {:?}", start.elapsed() / n as u32);
+    let start = std::time::Instant::now();
+    let mut acc = 0;
+    for _ in 0..n {
+        acc ^= w.hasher.fingerprint(&out);
+    }
+    println!("hash: {:?} {acc}", start.elapsed() / n as u32);
+}
