@@ -29,11 +29,14 @@ REDIS_BIN = shutil.which("redis-server") or "/usr/bin/redis-server"
 READY_TIMEOUT = 30.0
 
 
-def free_port() -> int:
-    """A loopback port that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(below: int = 65536) -> int:
+    """A loopback port that is free right now (and lower than `below`)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port < below:
+            return port
 
 
 def wait_until(predicate, timeout: float = READY_TIMEOUT, what: str = "condition", interval: float = 0.02):
@@ -386,7 +389,8 @@ class Redis:
     """A throwaway redis-server on a loopback port; no persistence."""
 
     def __init__(self, workdir: Path, port: int | None = None, cluster: bool = False):
-        self.port = port or free_port()
+        # a cluster node also listens on port + 10000 (the cluster bus)
+        self.port = port or free_port(below=55000 if cluster else 65536)
         self.workdir = workdir
         self.cluster = cluster
         self.process: Process | None = None
