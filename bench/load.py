@@ -1,0 +1,77 @@
+"""The load generator: one wrk run and what it printed."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+LUA = Path(__file__).resolve().parent / "lua"
+
+# wrk's settings for every run: one thread, 16 keep-alive connections.
+THREADS = 1
+CONNECTIONS = 16
+
+_UNITS_US = {"us": 1.0, "ms": 1000.0, "s": 1_000_000.0}
+
+
+@dataclass
+class Sample:
+    """One wrk run: throughput, latency percentiles (microseconds) and answers."""
+
+    rps: float
+    p50_us: float
+    p99_us: float
+    requests: int
+    non_2xx: int
+    socket_errors: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _latency_us(text: str, percentile: str) -> float:
+    m = re.search(rf"^\s*{re.escape(percentile)}%\s+([\d.]+)(us|ms|s)\s*$", text, re.M)
+    if not m:
+        raise ValueError(f"wrk output has no {percentile}% latency line:\n{text}")
+    return float(m.group(1)) * _UNITS_US[m.group(2)]
+
+
+def parse(text: str) -> Sample:
+    """Parses `wrk --latency` output."""
+    rps = re.search(r"^Requests/sec:\s+([\d.]+)", text, re.M)
+    total = re.search(r"^\s*(\d+) requests in ", text, re.M)
+    if not rps or not total:
+        raise ValueError(f"unexpected wrk output:\n{text}")
+    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
+    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+    return Sample(
+        rps=float(rps.group(1)),
+        p50_us=_latency_us(text, "50"),
+        p99_us=_latency_us(text, "99"),
+        requests=int(total.group(1)),
+        non_2xx=int(non_2xx.group(1)) if non_2xx else 0,
+        socket_errors=sum(int(g) for g in errors.groups()) if errors else 0,
+    )
+
+
+def run(wrk: str, url: str, duration: float, script: str, args: list[str] | None = None,
+        env: dict | None = None) -> Sample:
+    """Runs wrk for `duration` seconds against `url` with a Lua script of lua/."""
+    cmd = [wrk, f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{max(1, round(duration))}s", "--latency",
+           "-s", str(LUA / script), url]
+    if args:
+        cmd += ["--", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60,
+                          env={**os.environ, **(env or {})})
+    if proc.returncode != 0:
+        raise RuntimeError(f"wrk failed ({proc.returncode}): {proc.stderr}{proc.stdout}")
+    return parse(proc.stdout)
+
+
+def version(wrk: str) -> str:
+    """wrk's version line."""
+    proc = subprocess.run([wrk, "--version"], capture_output=True, text=True)
+    return (proc.stdout + proc.stderr).splitlines()[0].split(" Copyright")[0].strip()

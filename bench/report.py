@@ -1,0 +1,167 @@
+"""The report: medians over rounds, ratios to the reference rows, targets."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+# The reference rows every Envoy row is compared with (columns "× ...").
+REFERENCES = [("envoy", "× no filter"), ("noop-wasm", "× no-op wasm"), ("native", "× native")]
+
+
+@dataclass
+class Summary:
+    """Medians over the rounds of one row at one concurrency."""
+
+    row_id: str
+    label: str
+    rps: float
+    p50_us: float
+    p99_us: float
+    requests: int
+    denied_share: float  # non-2xx answers over all answers, all rounds
+    socket_errors: int
+    rounds: int
+    expect: str
+    extra: str = ""
+
+    @property
+    def expectation_met(self) -> bool:
+        if self.expect == "deny":
+            return self.denied_share >= 0.9
+        return self.denied_share == 0 and self.socket_errors == 0
+
+
+def summarize(row, samples: list, extra: str = "") -> Summary:
+    return Summary(
+        row_id=row.id,
+        label=row.label,
+        rps=statistics.median(s.rps for s in samples),
+        p50_us=statistics.median(s.p50_us for s in samples),
+        p99_us=statistics.median(s.p99_us for s in samples),
+        requests=sum(s.requests for s in samples),
+        denied_share=(sum(s.non_2xx for s in samples) / max(1, sum(s.requests for s in samples))),
+        socket_errors=sum(s.socket_errors for s in samples),
+        rounds=len(samples),
+        expect=row.expect,
+        extra=extra,
+    )
+
+
+@dataclass
+class Target:
+    """A goal checked against the measurements (reported, never asserted)."""
+
+    name: str
+    concurrency: int | None
+    measured: str
+    met: bool | None  # None: a row it needs was not measured
+
+
+def _ratio(a: Summary | None, b: Summary | None) -> float | None:
+    if a is None or b is None or b.rps == 0:
+        return None
+    return a.rps / b.rps
+
+
+def targets(by_conc: dict[int, dict[str, Summary]], limiter: dict[str, Summary]) -> list[Target]:
+    out: list[Target] = []
+
+    def ratio_target(name: str, c: int, row: str, base: str, at_least: float):
+        rows = by_conc[c]
+        r = _ratio(rows.get(row), rows.get(base))
+        if r is None:
+            out.append(Target(name, c, "not measured", None))
+        else:
+            out.append(Target(name, c, f"{r:.2f}× (target ≥ {at_least:.2f}×)", r >= at_least))
+
+    for c in sorted(by_conc):
+        rows = by_conc[c]
+        ratio_target("Sluice local GCRA, one key ≥ 0.95× no-op wasm", c, "local-gcra", "noop-wasm", 0.95)
+        g, n = rows.get("local-gcra"), rows.get("noop-wasm")
+        if g and n:
+            d = g.p99_us - n.p99_us
+            out.append(Target("Sluice local GCRA p99 within 50 µs of no-op wasm", c,
+                              f"{d:+.0f} µs ({g.p99_us:.0f} vs {n.p99_us:.0f})", d <= 50))
+        else:
+            out.append(Target("Sluice local GCRA p99 within 50 µs of no-op wasm", c, "not measured", None))
+        ratio_target("10,000 keys ≥ 0.9× one key (GCRA)", c, "local-gcra-10k", "local-gcra", 0.9)
+        ratio_target("deny path ≥ allow path (GCRA)", c, "local-deny", "local-gcra", 1.0)
+        ratio_target("global, memory store ≥ 0.6× Sluice local", c, "global-memory", "local-gcra", 0.6)
+        ratio_target("over-limit cache ≥ 0.9× Sluice local", c, "global-cached", "local-gcra", 0.9)
+    mem = limiter.get("limiter-memory")
+    out.append(Target("sluice-limiter memory store ≥ 50,000 checks/s", None,
+                      f"{mem.rps:,.0f}/s" if mem else "not measured",
+                      (mem.rps >= 50_000) if mem else None))
+    return out
+
+
+def _us(v: float) -> str:
+    return f"{v / 1000:.2f} ms" if v >= 10_000 else f"{v:.0f} µs"
+
+
+def _mark(met: bool | None) -> str:
+    return {True: "met", False: "**missed**", None: "n/a"}[met]
+
+
+def envoy_table(rows: dict[str, Summary]) -> list[str]:
+    head = "| configuration | req/s | p50 | p99 | " + " | ".join(h for _, h in REFERENCES) + \
+        " | denied | check |"
+    lines = [head, "|" + " --- |" * (head.count("|") - 1)]
+    for s in rows.values():
+        ratios = []
+        for ref, _ in REFERENCES:
+            r = _ratio(s, rows.get(ref))
+            ratios.append(f"{r:.2f}" if r is not None else "–")
+        denied = f"{100 * s.denied_share:.1f}%"
+        check = "ok" if s.expectation_met else f"**expected {'denials' if s.expect == 'deny' else 'none denied'}**"
+        if s.socket_errors:
+            check += f" ({s.socket_errors} socket errors)"
+        label = s.label + (f" ({s.extra})" if s.extra else "")
+        lines.append(f"| {label} | {s.rps:,.0f} | {_us(s.p50_us)} | {_us(s.p99_us)} | "
+                     + " | ".join(ratios) + f" | {denied} | {check} |")
+    return lines
+
+
+def limiter_table(rows: dict[str, Summary]) -> list[str]:
+    lines = ["| service | checks/s | p50 | p99 | errors |", "| --- | --- | --- | --- | --- |"]
+    for s in rows.values():
+        errors = f"{100 * s.denied_share:.1f}% non-2xx" if s.denied_share else "none"
+        if s.socket_errors:
+            errors += f", {s.socket_errors} socket"
+        lines.append(f"| {s.label} | {s.rps:,.0f} | {_us(s.p50_us)} | {_us(s.p99_us)} | {errors} |")
+    return lines
+
+
+def markdown(meta: dict, by_conc: dict[int, dict[str, Summary]], limiter: dict[str, Summary],
+             goals: list[Target], core: list[dict] | None, notes: list[str]) -> str:
+    out = ["# Sluice benchmark results", ""]
+    out += [f"- {k}: {v}" for k, v in meta.items()]
+    out += ["", "Medians over the rounds; configurations interleaved (A B C A B C ...) so that "
+            "ratios hold on a noisy machine. `× no filter`, `× no-op wasm` and `× native` divide "
+            "the row's requests/s by those of Envoy without filter, with the no-op wasm filter, "
+            "and with its own `local_ratelimit` (one key). `denied` is the share of non-2xx "
+            "answers; `check` says whether rows meant to deny nothing denied nothing and flood "
+            "rows denied almost everything.", ""]
+    for c in sorted(by_conc):
+        out += [f"## Envoy `--concurrency {c}`", ""] + envoy_table(by_conc[c]) + [""]
+    if limiter:
+        out += ["## sluice-limiter alone", "",
+                "`POST /v1/check`, one GCRA key that never runs out, HTTP/1.1 keep-alive.", ""]
+        out += limiter_table(limiter) + [""]
+    out += ["## Targets", "", "| target | concurrency | measured | |", "| --- | --- | --- | --- |"]
+    for t in goals:
+        out.append(f"| {t.name} | {t.concurrency or '–'} | {t.measured} | {_mark(t.met)} |")
+    out.append("")
+    if core is not None:
+        out += ["## sluice-core decisions (criterion)", "",
+                "Nanoseconds per decision on a warm key, allowed path, decode and encode "
+                "included (`cargo bench -p sluice-core`).", "",
+                "| benchmark | ns per decision | decisions/s on one core |", "| --- | --- | --- |"]
+        for b in core:
+            per_s = 1e9 / b["ns"] if b["ns"] else 0
+            out.append(f"| {b['name']} | {b['ns']:.1f} | {per_s / 1e6:.1f} M |")
+        out.append("")
+    if notes:
+        out += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+    return "\n".join(out)

@@ -1,0 +1,292 @@
+#!/usr/bin/env python3
+"""Sluice measured side by side with Envoy's own rate limiting, in one run.
+
+Starts one Envoy per configuration (all of one concurrency at once, on their
+own loopback ports), then drives them with wrk in rounds, configurations
+interleaved, and reports medians. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+import criterion  # noqa: E402
+import load  # noqa: E402
+import report  # noqa: E402
+import setups  # noqa: E402
+
+ROOT = setups.ROOT
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--duration", type=float, default=5, help="seconds per wrk run (default 5)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds over all configurations (default 3)")
+    p.add_argument("--warmup", type=float, default=1, help="seconds of load per configuration before the rounds")
+    p.add_argument("--concurrency", default="1,2", help="Envoy --concurrency values, comma separated")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: 1 s runs, 1 round, concurrency 1, short criterion; output to a temp dir")
+    p.add_argument("--only", default="",
+                   help="comma-separated regular expressions: keep rows whose id matches one "
+                        "(the reference rows envoy, noop-wasm and native are always kept)")
+    p.add_argument("--list", action="store_true", help="list the rows and exit")
+    p.add_argument("--out", type=Path, help="where RESULTS.md, results.json and the SVGs go (default bench/)")
+    p.add_argument("--envoy", type=Path, default=Path(os.environ.get("SLUICE_ENVOY", ROOT / ".venv/bin/envoy")))
+    p.add_argument("--wrk", default=os.environ.get("WRK", shutil.which("wrk") or "wrk"))
+    p.add_argument("--limiter", type=Path, default=ROOT / "target/release/sluice-limiter")
+    p.add_argument("--sluice-wasm", type=Path, default=ROOT / "build/sluice.wasm")
+    p.add_argument("--noop-wasm", type=Path, default=ROOT / "build/noop.wasm")
+    p.add_argument("--cargo", default=os.environ.get("CARGO", "cargo"))
+    p.add_argument("--skip-criterion", action="store_true", help="do not run cargo bench -p sluice-core")
+    p.add_argument("--skip-charts", action="store_true", help="do not draw the SVGs")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.duration, a.rounds, a.warmup = 1, 1, 0.5
+        if a.concurrency == "1,2":
+            a.concurrency = "1"
+    a.concurrencies = [int(c) for c in a.concurrency.split(",") if c.strip()]
+    if a.out is None:
+        a.out = Path(tempfile.gettempdir()) / "sluice-bench-quick" if a.quick else BENCH
+    return a
+
+
+def select(rows, only: str):
+    if not only:
+        return rows
+    patterns = [re.compile(p) for p in only.split(",") if p]
+    keep = {"envoy", "noop-wasm", "native"}
+    return [r for r in rows if r.id in keep or any(p.search(r.id) for p in patterns)]
+
+
+def machine() -> str:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores, {cpu or platform.processor() or platform.machine()}, {platform.system()}"
+
+
+def commit() -> str:
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    head = git("rev-parse", "--short=12", "HEAD") or "unknown"
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return head + (" (with uncommitted changes)" if dirty else "")
+
+
+def envoy_version(envoy: Path) -> str:
+    out = subprocess.run([str(envoy), "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"version:\s*\S+?/([\d.]+)/", out)
+    return m.group(1) if m else out.strip()
+
+
+def check_inputs(a, rows):
+    missing = []
+    need = {"envoy": a.envoy, "sluice wasm": a.sluice_wasm, "no-op wasm": a.noop_wasm}
+    if any(r.store for r in rows):
+        need["limiter"] = a.limiter
+    for what, path in need.items():
+        if not Path(path).exists():
+            missing.append(f"{what}: {path}")
+    if not shutil.which(a.wrk):
+        missing.append(f"wrk: {a.wrk}")
+    if missing:
+        sys.exit("missing (run `make wasm limiter` and install wrk):\n  " + "\n  ".join(missing))
+
+
+def warm(env, a, row):
+    """Sends load for a moment (V8 compiles the filter, keys get their state,
+    the limiter connection opens); not measured."""
+    if a.warmup > 0:
+        load.run(a.wrk, f"http://127.0.0.1:{env.port}/", a.warmup, "keys.lua", [str(row.keys)])
+
+
+def limiter_decisions(limiter_procs, store: str) -> float:
+    for item in limiter_procs:
+        if isinstance(item, setups.harness.Limiter) and (item.store == "memory") == (store == "memory"):
+            return item.metric("sluice_limiter_decisions_total")
+    return 0.0
+
+
+def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, log):
+    """All rows at one concurrency: start every Envoy, warm each, then rounds."""
+    envoys = []
+    samples: dict[str, list] = {r.id: [] for r in rows}
+    decisions: dict[str, float] = {}
+    try:
+        for r in rows:
+            envoys.append(setups.start_envoy(r, concurrency, workdir, a.envoy, limiter_ports))
+        log(f"concurrency {concurrency}: {len(envoys)} Envoys up; warming")
+        for env in envoys:
+            warm(env, a, env.row)
+        for rnd in range(a.rounds):
+            for env in envoys:
+                before = limiter_decisions(limiter_procs, env.row.store) if env.row.store else 0.0
+                s = load.run(a.wrk, f"http://127.0.0.1:{env.port}/", a.duration, "keys.lua", [str(env.row.keys)])
+                if env.row.store:
+                    decisions[env.row.id] = decisions.get(env.row.id, 0.0) + \
+                        limiter_decisions(limiter_procs, env.row.store) - before
+                samples[env.row.id].append(s)
+                log(f"  c{concurrency} round {rnd + 1}/{a.rounds} {env.row.id:<24} {s.rps:>10,.0f} req/s "
+                    f"p50 {s.p50_us:>6.0f} µs p99 {s.p99_us:>6.0f} µs non-2xx {s.non_2xx}")
+    finally:
+        for env in envoys:
+            env.stop()
+    out = {}
+    for r in rows:
+        extra = ""
+        if r.id in decisions:
+            total = sum(s.requests for s in samples[r.id])
+            extra = f"{decisions[r.id] / max(1, total):.3f} limiter decisions per request"
+        out[r.id] = report.summarize(r, samples[r.id], extra)
+    return out, samples
+
+
+def run_limiter_rows(a, rows, limiter_ports, log):
+    samples: dict[str, list] = {r.id: [] for r in rows}
+    if not rows:
+        return {}, samples
+    env = {"SLUICE_CHECK_BODY": setups.LIMITER_CHECK_BODY}
+    for r in rows:
+        if a.warmup > 0:
+            load.run(a.wrk, f"http://127.0.0.1:{limiter_ports[r.store]}/v1/check", a.warmup, "check.lua", env=env)
+    for rnd in range(a.rounds):
+        for r in rows:
+            s = load.run(a.wrk, f"http://127.0.0.1:{limiter_ports[r.store]}/v1/check", a.duration,
+                         "check.lua", env=env)
+            samples[r.id].append(s)
+            log(f"  limiter round {rnd + 1}/{a.rounds} {r.id:<24} {s.rps:>10,.0f} checks/s "
+                f"p50 {s.p50_us:>6.0f} µs p99 {s.p99_us:>6.0f} µs non-2xx {s.non_2xx}")
+    return {r.id: report.summarize(r, samples[r.id]) for r in rows}, samples
+
+
+def trace_csv(a) -> str:
+    proc = subprocess.run([a.cargo, "run", "-q", "--release", "--manifest-path", str(BENCH / "trace/Cargo.toml")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(f"trace program failed:\n{proc.stderr[-4000:]}")
+    return proc.stdout
+
+
+def _interrupt(*_):
+    raise KeyboardInterrupt
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    all_rows = setups.rows(a.sluice_wasm, a.noop_wasm)
+    if a.list:
+        for r in all_rows:
+            print(f"{r.id:<24} {r.label}")
+        return 0
+    rows = select(all_rows, a.only)
+    envoy_rows = [r for r in rows if r.kind == "envoy"]
+    limiter_rows = [r for r in rows if r.kind == "limiter"]
+    check_inputs(a, rows)
+    a.out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+
+    def log(msg):
+        print(f"[{time.monotonic() - started:6.1f}s] {msg}", flush=True)
+
+    # SIGTERM (make interrupted, CI time-out) unwinds like Ctrl-C, so every
+    # process started below is stopped.
+    signal.signal(signal.SIGTERM, _interrupt)
+
+    meta = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit(),
+        "Envoy": envoy_version(a.envoy),
+        "load generator": f"{load.version(a.wrk)}, `wrk -t{load.THREADS} -c{load.CONNECTIONS} "
+                          f"-d{max(1, round(a.duration))}s --latency`, keep-alive, loopback",
+        "machine": machine(),
+        "load average at start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "rounds": f"{a.rounds} × {max(1, round(a.duration))} s per configuration, after {a.warmup:g} s of warm-up",
+    }
+
+    core = None
+    if not a.skip_criterion:
+        log("cargo bench -p sluice-core")
+        try:
+            core, raw = criterion.run(ROOT, a.cargo, quick=a.quick)
+            (a.out / "criterion.txt").write_text(raw)
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            log(f"criterion benchmark failed, left out: {e}")
+
+    by_conc: dict[int, dict] = {}
+    raw_samples: dict = {}
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp:
+        workdir = Path(tmp)
+        stores = {r.store for r in rows if r.store}
+        limiter_ports, limiter_procs = setups.start_limiters(workdir, a.limiter, stores) if stores else ({}, [])
+        try:
+            for c in a.concurrencies:
+                by_conc[c], raw_samples[f"c{c}"] = run_envoy_rows(
+                    a, envoy_rows, workdir, limiter_ports, limiter_procs, c, log)
+            limiter, raw_samples["limiter"] = run_limiter_rows(a, limiter_rows, limiter_ports, log)
+        finally:
+            for item in limiter_procs:
+                item.stop()
+    meta["load average at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+    goals = report.targets(by_conc, limiter)
+    notes = [
+        f"Allow rows use {setups.ALLOW_LIMIT['requests']} requests per {setups.ALLOW_LIMIT['window']} "
+        "per key (nothing is denied); the local flood row "
+        f"{setups.DENY_LIMIT['requests']} per {setups.DENY_LIMIT['window']}; the over-limit cache row "
+        f"{setups.CACHED_DENY_LIMIT['requests']} per {setups.CACHED_DENY_LIMIT['window']} in the limiter.",
+        "Every request carries one X-Forwarded-For address (one key, or 10,000 in turn); Sluice trusts "
+        "one hop (`xff_trusted_hops: 1`), Envoy's 10,000-key native row `xff_num_trusted_hops: 1`.",
+        "Sluice rows use the default `headers: ietf` (RateLimit headers on every answer) unless "
+        "the row says `headers none`.",
+        "wrk shares the machine's cores with Envoy (and the limiter, and Redis): on 2 cores, "
+        "`--concurrency 2` competes with the load generator.",
+    ]
+    text = report.markdown(meta, by_conc, limiter, goals, core, notes)
+    (a.out / "RESULTS.md").write_text(text)
+    (a.out / "results.json").write_text(json.dumps({
+        "meta": meta,
+        "summaries": {f"c{c}": {k: vars(v) for k, v in rows_.items()} for c, rows_ in by_conc.items()}
+        | {"limiter": {k: vars(v) for k, v in limiter.items()}},
+        "samples": {g: {k: [s.to_dict() for s in v] for k, v in d.items()} for g, d in raw_samples.items()},
+        "criterion": core,
+    }, indent=1))
+    if not a.skip_charts:
+        import charts  # matplotlib only when drawing
+        charts.throughput(by_conc, limiter, a.out / "throughput.svg",
+                          f"Sluice vs Envoy rate limiting — {meta['machine'].split(',')[0]}, Envoy {meta['Envoy']}, "
+                          f"{meta['commit'].split(' ')[0]}")
+        try:
+            charts.algorithms(trace_csv(a), a.out / "algorithms.svg")
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            log(f"algorithms chart left out: {e}")
+    print()
+    print(text)
+    log(f"written to {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,224 @@
+"""What is measured: one row per configuration, and how to start its server.
+
+Every Envoy row serves the same direct response ("ok\\n", 200) through the
+listener of tests/harness.py; rows differ only in the HTTP filters in front
+of it. Limits of the "allow" rows are far above what one machine can send, so
+nothing is denied; the "deny" rows are floods that are almost all denied.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+import harness  # noqa: E402  (tests/harness.py: configs and process helpers)
+
+ALGORITHMS = ["token_bucket", "leaky_bucket", "gcra", "fixed_window", "sliding_log", "sliding_window"]
+
+# Distinct client addresses for the "10,000 keys" rows.
+MANY_KEYS = 10_000
+
+# Nothing is denied: 100,000 requests/s per key, bursts of 1,000. A short
+# window keeps the sliding log's state (4 bytes per request in the window)
+# to the few hundred entries a busy client would really have, instead of a
+# whole second of a flood.
+ALLOW_LIMIT = {"requests": 1000, "window": "10ms"}
+# A flood of one key, almost all denied.
+DENY_LIMIT = {"requests": 100, "window": "1s"}
+# The limiter denies for an hour after 10 requests: the over-limit cache
+# answers nearly everything.
+CACHED_DENY_LIMIT = {"requests": 10, "window": "1h"}
+
+LIMITER_CLUSTER = "sluice_limiter"
+
+
+@dataclass
+class Row:
+    """One configuration measured in the same run as the others.
+
+    `kind` is "envoy" (wrk against Envoy) or "limiter" (wrk against
+    sluice-limiter's /v1/check). `expect` is "allow" (no request may be
+    denied) or "deny" (most requests must be).
+    """
+
+    id: str
+    label: str
+    kind: str = "envoy"
+    keys: int = 1
+    expect: str = "allow"
+    store: str | None = None  # limiter store a row needs: "memory" or "redis"
+    filters: list = field(default_factory=list)
+    hcm_extra: dict = field(default_factory=dict)
+
+
+def sluice_config(limit: dict, headers: str | None = None, global_scope: bool = False) -> dict:
+    """A Sluice filter configuration: one rule keyed by client address (from a
+    trusted X-Forwarded-For entry, as behind one proxy), one limit."""
+    cfg: dict = {
+        "domain": "bench",
+        "client_ip": {"xff_trusted_hops": 1},
+        "rules": [{"name": "per-ip", "key": ["client_ip"], "limits": [limit]}],
+    }
+    if headers:
+        cfg["headers"] = headers
+    if global_scope:
+        cfg["limiter"] = {"cluster": LIMITER_CLUSTER, "authority": "sluice-limiter", "timeout": "50ms"}
+    return cfg
+
+
+def native_local_ratelimit() -> dict:
+    """Envoy's own token bucket, one dynamic descriptor per client address.
+
+    The `remote_address` action yields the address Envoy trusts (the peer, or
+    with `xff_num_trusted_hops` the X-Forwarded-For entry), and the wildcard
+    descriptor value gives each address its own bucket, kept in an LRU of
+    `max_dynamic_descriptors`. Buckets refill far faster than wrk can send.
+    """
+    huge = {"max_tokens": 1_000_000_000, "tokens_per_fill": 1_000_000_000, "fill_interval": "1s"}
+    percent = {"default_value": {"numerator": 100, "denominator": "HUNDRED"}}
+    return {
+        "name": "envoy.filters.http.local_ratelimit",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit",
+            "stat_prefix": "bench",
+            "token_bucket": huge,
+            "filter_enabled": {**percent, "runtime_key": "bench_enabled"},
+            "filter_enforced": {**percent, "runtime_key": "bench_enforced"},
+            "always_consume_default_token_bucket": False,
+            "max_dynamic_descriptors": 2 * MANY_KEYS,
+            "rate_limits": [{"actions": [{"remote_address": {}}]}],
+            "descriptors": [{"entries": [{"key": "remote_address", "value": ""}], "token_bucket": huge}],
+        },
+    }
+
+
+def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
+    """Every row, in the order of the report."""
+
+    def sluice(cfg: dict) -> list:
+        return [harness.wasm_filter(cfg, sluice_wasm)]
+
+    out = [
+        Row("envoy", "Envoy, no rate-limit filter"),
+        Row("noop-wasm", "Envoy + no-op wasm filter",
+            filters=[harness.wasm_filter("{}", noop_wasm, vm_id="noop", name="noop")]),
+        Row("native", "Envoy local_ratelimit, one key", filters=[native_local_ratelimit()]),
+        Row("native-10k", "Envoy local_ratelimit, 10,000 keys", keys=MANY_KEYS,
+            filters=[native_local_ratelimit()], hcm_extra={"xff_num_trusted_hops": 1}),
+    ]
+    for algo in ALGORITHMS:
+        limit = {"algorithm": algo, **ALLOW_LIMIT}
+        out.append(Row(f"local-{algo}", f"Sluice local {algo}, one key", filters=sluice(sluice_config(limit))))
+        out.append(Row(f"local-{algo}-10k", f"Sluice local {algo}, 10,000 keys", keys=MANY_KEYS,
+                       filters=sluice(sluice_config(limit))))
+    gcra = {"algorithm": "gcra", **ALLOW_LIMIT}
+    out += [
+        Row("local-gcra-noheaders", "Sluice local gcra, one key, headers none",
+            filters=sluice(sluice_config(gcra, headers="none"))),
+        Row("local-deny", "Sluice local gcra, flood (429 path)", expect="deny",
+            filters=sluice(sluice_config({"algorithm": "gcra", **DENY_LIMIT}))),
+        Row("global-memory", "Sluice global gcra, limiter memory store", store="memory",
+            filters=sluice(sluice_config({**gcra, "scope": "global"}, global_scope=True))),
+        Row("global-redis", "Sluice global gcra, limiter Redis store", store="redis",
+            filters=sluice(sluice_config({**gcra, "scope": "global"}, global_scope=True))),
+        Row("global-cached", "Sluice global gcra, flood (over-limit cache)", expect="deny", store="memory",
+            filters=sluice(sluice_config({"algorithm": "gcra", **CACHED_DENY_LIMIT, "scope": "global"},
+                                         global_scope=True))),
+        Row("limiter-memory", "sluice-limiter /v1/check, memory store", kind="limiter", store="memory"),
+        Row("limiter-redis", "sluice-limiter /v1/check, Redis store", kind="limiter", store="redis"),
+    ]
+    return out
+
+
+# The body wrk posts to the limiter: one GCRA key that never runs out.
+LIMITER_CHECK_BODY = json.dumps({
+    "domain": "bench", "hits": 1,
+    "limits": [{"key": "per-ip/10.0.0.1", "algorithm": "gcra", "requests": 1000, "window_ms": 10}],
+}, separators=(",", ":"))
+
+
+@dataclass
+class BenchEnvoy:
+    """An Envoy started for one row at one concurrency."""
+
+    row: Row
+    port: int
+    admin_port: int
+    process: harness.Process
+
+    def stop(self):
+        self.process.stop()
+
+
+def start_envoy(row: Row, concurrency: int, workdir: Path, envoy_bin: Path,
+                limiter_ports: dict[str, int]) -> BenchEnvoy:
+    """Starts Envoy for `row` on fresh loopback ports (static listener, logs at
+    warning level so that logging costs nothing per request)."""
+    port, admin_port = harness.free_port(), harness.free_port()
+    listener = harness.listener(port, row.filters)
+    hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    hcm.update(row.hcm_extra)
+    clusters = []
+    if row.store:
+        clusters.append(harness.limiter_cluster(LIMITER_CLUSTER, [limiter_ports[row.store]]))
+    bootstrap = {
+        "node": {"id": "sluice-bench", "cluster": "sluice-bench"},
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
+        "static_resources": {"listeners": [listener], "clusters": clusters},
+    }
+    rundir = workdir / f"envoy-{row.id}-c{concurrency}"
+    rundir.mkdir(parents=True, exist_ok=True)
+    (rundir / "bootstrap.json").write_text(json.dumps(bootstrap, indent=1))
+    process = harness.Process(
+        [str(envoy_bin), "-c", str(rundir / "bootstrap.json"), "--concurrency", str(concurrency),
+         "--disable-hot-restart", "--log-level", "warn"],
+        rundir / "envoy.log",
+    )
+    env = BenchEnvoy(row, port, admin_port, process)
+
+    def ready():
+        if not process.alive():
+            raise RuntimeError(f"envoy for {row.id} exited:\n{process.log()[-4000:]}")
+        if harness.request(admin_port, "/ready", timeout=2).status != 200:
+            return False
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return True
+
+    try:
+        harness.wait_until(ready, what=f"envoy for {row.id}")
+    except BaseException:
+        env.stop()
+        raise
+    return env
+
+
+def start_limiters(workdir: Path, limiter_bin: Path, stores: set[str]) -> tuple[dict, list]:
+    """Starts the limiter (and Redis) for each store named; returns
+    ({store: port}, [things to stop, in stop order])."""
+    harness.LIMITER_BIN = limiter_bin
+    os.environ.setdefault("SLUICE_LOG", "warn")
+    ports: dict[str, int] = {}
+    started: list = []
+    try:
+        if "memory" in stores:
+            lim = harness.Limiter(workdir, store="memory")
+            started.append(lim)
+            ports["memory"] = lim.port
+        if "redis" in stores:
+            redis = harness.Redis(workdir)
+            started.append(redis)
+            lim = harness.Limiter(workdir, store=redis.url)
+            started.insert(0, lim)
+            ports["redis"] = lim.port
+    except BaseException:
+        for item in started:
+            item.stop()
+        raise
+    return ports, started
