@@ -41,6 +41,12 @@ pub(crate) fn decide(
     cost: u64,
     mode: Mode,
 ) -> Outcome {
+    if let Some(out) = state
+        .and_then(|s| decode3(s, tag::LEAKY_BUCKET))
+        .and_then(|words| decide_narrow(p, words, now, cost, mode))
+    {
+        return out;
+    }
     let (level, repaired) = match state.and_then(|s| decode(p, s)) {
         // The clock stepped back: no leak, and rebase on `now`.
         Some((last, level)) if now < last => (level, true),
@@ -66,6 +72,82 @@ pub(crate) fn decide(
         decision: j.decision(p),
         new_state,
     }
+}
+
+/// The common case in 64-bit arithmetic, keeping the whole level and the
+/// fraction apart so that no division is needed for `remaining`; `None`
+/// for the rare cases (a clock step, an out-of-range state, a capacity
+/// beyond 64 bits), which the general path decides.
+#[inline(always)]
+fn decide_narrow(
+    p: &Params,
+    (last, whole, frac): (u64, u64, u64),
+    now: Nanos,
+    cost: u64,
+    mode: Mode,
+) -> Option<Outcome> {
+    let w = p.window;
+    let cap_units = p.cap.checked_mul(w)?;
+    let queue = match p.max_delay {
+        Some(d) => d.checked_mul(p.rate)?,
+        None => 0,
+    };
+    let max_units = cap_units.checked_add(queue)?;
+    let level = whole.checked_mul(w)?.checked_add(frac)?;
+    if now < last || frac >= w || level > max_units {
+        return None;
+    }
+    let rate = p.rate.max(1);
+    // Leak `x` units, borrowing from the whole level.
+    let (mut whole, mut frac) = (whole, frac);
+    match (now - last).checked_mul(rate) {
+        Some(x) if x <= frac => frac -= x,
+        Some(x) if x < level && x - frac <= w => {
+            whole -= 1;
+            frac = w - (x - frac);
+        }
+        Some(x) if x < level => {
+            let left = level - x;
+            whole = left / w;
+            frac = left % w;
+        }
+        _ => {
+            whole = 0;
+            frac = 0;
+        }
+    }
+    let level = whole * w + frac;
+    let full = level.checked_add(cost.checked_mul(w)?)?;
+    let (allowed, delay, denial, retry_after) = if full <= cap_units {
+        (true, 0, None, 0)
+    } else {
+        let wait = (full - cap_units).div_ceil(rate);
+        match p.max_delay {
+            Some(max) if wait <= max => (true, wait, None, 0),
+            Some(_) => (false, 0, Some(crate::Denial::DelayTooLong), wait),
+            None => (false, 0, Some(crate::Denial::OverLimit), wait),
+        }
+    };
+    let consumed = allowed && mode == Mode::Commit;
+    let (after_whole, after) = if consumed {
+        (whole + cost, full)
+    } else {
+        (whole, level)
+    };
+    // Free room in whole requests: the capacity less the level rounded up.
+    let used = after_whole + u64::from(frac != 0);
+    Some(Outcome {
+        decision: crate::Decision {
+            allowed,
+            limit: p.requests,
+            remaining: p.report(p.cap.saturating_sub(used)),
+            reset: after.div_ceil(rate),
+            retry_after,
+            delay,
+            denial,
+        },
+        new_state: consumed.then(|| encode3(tag::LEAKY_BUCKET, now, after_whole, frac)),
+    })
 }
 
 pub(crate) fn refund(
