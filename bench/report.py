@@ -24,6 +24,7 @@ class Summary:
     rounds: int
     expect: str
     extra: str = ""
+    spread: float = 0.0  # (max - min) / median of requests/s over the rounds
 
     @property
     def expectation_met(self) -> bool:
@@ -45,7 +46,13 @@ def summarize(row, samples: list, extra: str = "") -> Summary:
         rounds=len(samples),
         expect=row.expect,
         extra=extra,
+        spread=_spread([s.rps for s in samples]),
     )
+
+
+def _spread(values: list[float]) -> float:
+    mid = statistics.median(values)
+    return (max(values) - min(values)) / mid if mid else 0.0
 
 
 @dataclass
@@ -105,7 +112,7 @@ def _mark(met: bool | None) -> str:
 
 
 def envoy_table(rows: dict[str, Summary]) -> list[str]:
-    head = "| configuration | req/s | p50 | p99 | " + " | ".join(h for _, h in REFERENCES) + \
+    head = "| configuration | req/s | spread | p50 | p99 | " + " | ".join(h for _, h in REFERENCES) + \
         " | denied | check |"
     lines = [head, "|" + " --- |" * (head.count("|") - 1)]
     for s in rows.values():
@@ -118,18 +125,18 @@ def envoy_table(rows: dict[str, Summary]) -> list[str]:
         if s.socket_errors:
             check += f" ({s.socket_errors} socket errors)"
         label = s.label + (f" ({s.extra})" if s.extra else "")
-        lines.append(f"| {label} | {s.rps:,.0f} | {_us(s.p50_us)} | {_us(s.p99_us)} | "
+        lines.append(f"| {label} | {s.rps:,.0f} | {100 * s.spread:.0f}% | {_us(s.p50_us)} | {_us(s.p99_us)} | "
                      + " | ".join(ratios) + f" | {denied} | {check} |")
     return lines
 
 
 def limiter_table(rows: dict[str, Summary]) -> list[str]:
-    lines = ["| service | checks/s | p50 | p99 | errors |", "| --- | --- | --- | --- | --- |"]
+    lines = ["| service | checks/s | spread | p50 | p99 | errors |", "| --- | --- | --- | --- | --- | --- |"]
     for s in rows.values():
         errors = f"{100 * s.denied_share:.1f}% non-2xx" if s.denied_share else "none"
         if s.socket_errors:
             errors += f", {s.socket_errors} socket"
-        lines.append(f"| {s.label} | {s.rps:,.0f} | {_us(s.p50_us)} | {_us(s.p99_us)} | {errors} |")
+        lines.append(f"| {s.label} | {s.rps:,.0f} | {100 * s.spread:.0f}% | {_us(s.p50_us)} | {_us(s.p99_us)} | {errors} |")
     return lines
 
 
@@ -142,7 +149,9 @@ def markdown(meta: dict, by_conc: dict[int, dict[str, Summary]], limiter: dict[s
             "the row's requests/s by those of Envoy without filter, with the no-op wasm filter, "
             "and with its own `local_ratelimit` (one key). `denied` is the share of non-2xx "
             "answers; `check` says whether rows meant to deny nothing denied nothing and flood "
-            "rows denied almost everything.", ""]
+            "rows denied almost everything. `spread` is (max − min) / median of requests/s over "
+            "the rounds: how much to trust a difference.", "",
+            "![requests per second](throughput.svg)", ""]
     for c in sorted(by_conc):
         out += [f"## Envoy `--concurrency {c}`", ""] + envoy_table(by_conc[c]) + [""]
     if limiter:
@@ -162,6 +171,9 @@ def markdown(meta: dict, by_conc: dict[int, dict[str, Summary]], limiter: dict[s
             per_s = 1e9 / b["ns"] if b["ns"] else 0
             out.append(f"| {b['name']} | {b['ns']:.1f} | {per_s / 1e6:.1f} M |")
         out.append("")
+    out += ["## The six algorithms on one bursty trace", "",
+            "10 requests per 10 s under every algorithm (decisions of sluice-core; see README.md).", "",
+            "![algorithms](algorithms.svg)", ""]
     if notes:
         out += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     return "\n".join(out)

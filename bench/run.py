@@ -113,13 +113,6 @@ def check_inputs(a, rows):
         sys.exit("missing (run `make wasm limiter` and install wrk):\n  " + "\n  ".join(missing))
 
 
-def warm(env, a, row):
-    """Sends load for a moment (V8 compiles the filter, keys get their state,
-    the limiter connection opens); not measured."""
-    if a.warmup > 0:
-        load.run(a.wrk, f"http://127.0.0.1:{env.port}/", a.warmup, "keys.lua", [str(row.keys)])
-
-
 def limiter_decisions(limiter_procs, store: str) -> float:
     for item in limiter_procs:
         if isinstance(item, setups.harness.Limiter) and (item.store == "memory") == (store == "memory"):
@@ -127,21 +120,45 @@ def limiter_decisions(limiter_procs, store: str) -> float:
     return 0.0
 
 
-def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, log):
-    """All rows at one concurrency: start every Envoy, warm each, then rounds."""
+def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, log, failures):
+    """All rows at one concurrency: start every Envoy, warm each, then rounds.
+
+    A row whose Envoy does not start, or whose runs fail, is left out of the
+    report and named in `failures`; the other rows go on.
+    """
     envoys = []
     samples: dict[str, list] = {r.id: [] for r in rows}
     decisions: dict[str, float] = {}
+
+    def measure(env, duration):
+        return load.run(a.wrk, f"http://127.0.0.1:{env.port}/", duration, "keys.lua", [str(env.row.keys)])
+
+    def failed(env_or_row, what, e):
+        row = getattr(env_or_row, "row", env_or_row)
+        failures.append(f"`{row.id}` at concurrency {concurrency}: {what} failed: {str(e).strip()[:300]}")
+        log(f"  {row.id}: {what} failed: {e}")
+
     try:
         for r in rows:
-            envoys.append(setups.start_envoy(r, concurrency, workdir, a.envoy, limiter_ports))
+            try:
+                envoys.append(setups.start_envoy(r, concurrency, workdir, a.envoy, limiter_ports))
+            except (RuntimeError, TimeoutError, OSError) as e:
+                failed(r, "start", e)
         log(f"concurrency {concurrency}: {len(envoys)} Envoys up; warming")
         for env in envoys:
-            warm(env, a, env.row)
+            if a.warmup > 0:
+                try:
+                    measure(env, a.warmup)
+                except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
+                    failed(env, "warm-up", e)
         for rnd in range(a.rounds):
             for env in envoys:
                 before = limiter_decisions(limiter_procs, env.row.store) if env.row.store else 0.0
-                s = load.run(a.wrk, f"http://127.0.0.1:{env.port}/", a.duration, "keys.lua", [str(env.row.keys)])
+                try:
+                    s = measure(env, a.duration)
+                except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
+                    failed(env, f"round {rnd + 1}", e)
+                    continue
                 if env.row.store:
                     decisions[env.row.id] = decisions.get(env.row.id, 0.0) + \
                         limiter_decisions(limiter_procs, env.row.store) - before
@@ -153,6 +170,8 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
             env.stop()
     out = {}
     for r in rows:
+        if not samples[r.id]:
+            continue
         extra = ""
         if r.id in decisions:
             total = sum(s.requests for s in samples[r.id])
@@ -161,22 +180,28 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
     return out, samples
 
 
-def run_limiter_rows(a, rows, limiter_ports, log):
+def run_limiter_rows(a, rows, limiter_ports, log, failures):
+    """The limiter alone, rows interleaved over the rounds."""
     samples: dict[str, list] = {r.id: [] for r in rows}
-    if not rows:
-        return {}, samples
     env = {"SLUICE_CHECK_BODY": setups.LIMITER_CHECK_BODY}
-    for r in rows:
-        if a.warmup > 0:
-            load.run(a.wrk, f"http://127.0.0.1:{limiter_ports[r.store]}/v1/check", a.warmup, "check.lua", env=env)
-    for rnd in range(a.rounds):
+
+    def measure(r, duration):
+        return load.run(a.wrk, f"http://127.0.0.1:{limiter_ports[r.store]}/v1/check", duration, "check.lua", env=env)
+
+    for rnd in range(-1 if a.warmup > 0 else 0, a.rounds):
         for r in rows:
-            s = load.run(a.wrk, f"http://127.0.0.1:{limiter_ports[r.store]}/v1/check", a.duration,
-                         "check.lua", env=env)
+            try:
+                s = measure(r, a.warmup if rnd < 0 else a.duration)
+            except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
+                failures.append(f"`{r.id}`: {'warm-up' if rnd < 0 else f'round {rnd + 1}'} failed: {e}")
+                log(f"  {r.id}: failed: {e}")
+                continue
+            if rnd < 0:
+                continue
             samples[r.id].append(s)
             log(f"  limiter round {rnd + 1}/{a.rounds} {r.id:<24} {s.rps:>10,.0f} checks/s "
                 f"p50 {s.p50_us:>6.0f} µs p99 {s.p99_us:>6.0f} µs non-2xx {s.non_2xx}")
-    return {r.id: report.summarize(r, samples[r.id]) for r in rows}, samples
+    return {r.id: report.summarize(r, samples[r.id]) for r in rows if samples[r.id]}, samples
 
 
 def trace_csv(a) -> str:
@@ -234,6 +259,7 @@ def main(argv=None) -> int:
 
     by_conc: dict[int, dict] = {}
     raw_samples: dict = {}
+    failures: list[str] = []
     with tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp:
         workdir = Path(tmp)
         stores = {r.store for r in rows if r.store}
@@ -241,8 +267,8 @@ def main(argv=None) -> int:
         try:
             for c in a.concurrencies:
                 by_conc[c], raw_samples[f"c{c}"] = run_envoy_rows(
-                    a, envoy_rows, workdir, limiter_ports, limiter_procs, c, log)
-            limiter, raw_samples["limiter"] = run_limiter_rows(a, limiter_rows, limiter_ports, log)
+                    a, envoy_rows, workdir, limiter_ports, limiter_procs, c, log, failures)
+            limiter, raw_samples["limiter"] = run_limiter_rows(a, limiter_rows, limiter_ports, log, failures)
         finally:
             for item in limiter_procs:
                 item.stop()
@@ -261,6 +287,7 @@ def main(argv=None) -> int:
         "wrk shares the machine's cores with Envoy (and the limiter, and Redis): on 2 cores, "
         "`--concurrency 2` competes with the load generator.",
     ]
+    notes += [f"Left out: {f}" for f in failures]
     text = report.markdown(meta, by_conc, limiter, goals, core, notes)
     (a.out / "RESULTS.md").write_text(text)
     (a.out / "results.json").write_text(json.dumps({
@@ -282,7 +309,7 @@ def main(argv=None) -> int:
     print()
     print(text)
     log(f"written to {a.out}")
-    return 0
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

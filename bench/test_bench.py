@@ -1,0 +1,97 @@
+"""Checks of the benchmark's parsing and reporting (no servers, no load)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import criterion  # noqa: E402
+import load  # noqa: E402
+import report  # noqa: E402
+import setups  # noqa: E402
+
+WRK = """Running 5s test @ http://127.0.0.1:40000/
+  1 threads and 16 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     1.97ms    4.75ms  44.50ms   95.12%
+    Req/Sec    17.75k     4.38k   27.96k    70.00%
+  Latency Distribution
+     50%  243.00us
+     75%    2.09ms
+     90%    4.26ms
+     99%   30.76ms
+  17974 requests in 1.02s, 3.75MB read
+  Socket errors: connect 0, read 2, write 0, timeout 1
+  Non-2xx or 3xx responses: 17000
+Requests/sec:  17648.77
+Transfer/sec:      3.69MB
+"""
+
+
+def test_wrk_output():
+    s = load.parse(WRK)
+    assert s.rps == 17648.77
+    assert s.p50_us == 243.0
+    assert s.p99_us == 30760.0
+    assert (s.requests, s.non_2xx, s.socket_errors) == (17974, 17000, 3)
+
+
+def test_wrk_output_without_errors():
+    text = WRK.replace("  Socket errors: connect 0, read 2, write 0, timeout 1\n", "").replace(
+        "  Non-2xx or 3xx responses: 17000\n", "")
+    s = load.parse(text)
+    assert (s.non_2xx, s.socket_errors) == (0, 0)
+
+
+def test_criterion_output():
+    text = """gcra                    time:   [45.691 ns 47.469 ns 49.267 ns]
+                        change: [+9.6839% +23.416% +39.366%] (p = 0.00 < 0.05)
+sliding_window/precision_1
+                        time:   [1.0204 µs 1.1 µs 1.3 µs]
+"""
+    assert criterion.parse(text) == [{"name": "gcra", "ns": 47.469},
+                                     {"name": "sliding_window/precision_1", "ns": 1100.0}]
+
+
+def _sample(rps, p99=500.0, non_2xx=0):
+    return load.Sample(rps=rps, p50_us=100.0, p99_us=p99, requests=1000, non_2xx=non_2xx, socket_errors=0)
+
+
+def test_medians_ratios_and_targets():
+    rows = {r.id: r for r in setups.rows(Path("s.wasm"), Path("n.wasm"))}
+
+    def summary(row_id, rps, p99=500.0, non_2xx=0):
+        return report.summarize(rows[row_id], [_sample(rps, p99, non_2xx), _sample(rps + 10, p99, non_2xx),
+                                               _sample(rps - 10, p99, non_2xx)])
+
+    c1 = {s.row_id: s for s in [
+        summary("envoy", 30000), summary("noop-wasm", 25000, p99=500), summary("native", 29000),
+        summary("local-gcra", 24000, p99=540), summary("local-gcra-10k", 20000),
+        summary("local-deny", 26000, non_2xx=990), summary("global-memory", 10000),
+        summary("global-cached", 23000, non_2xx=1000),
+    ]}
+    assert c1["envoy"].rps == 30000
+    assert c1["local-deny"].expectation_met and c1["local-gcra"].expectation_met
+    goals = {t.name: t for t in report.targets({1: c1}, {})}
+    assert goals["Sluice local GCRA, one key ≥ 0.95× no-op wasm"].met is True  # 0.96
+    assert goals["Sluice local GCRA p99 within 50 µs of no-op wasm"].met is True
+    assert goals["10,000 keys ≥ 0.9× one key (GCRA)"].met is False
+    assert goals["global, memory store ≥ 0.6× Sluice local"].met is False
+    assert goals["sluice-limiter memory store ≥ 50,000 checks/s"].met is None
+    text = report.markdown({"commit": "abc"}, {1: c1}, {}, list(goals.values()), None, [])
+    assert "| Sluice local gcra, one key | 24,000 | 0% | 100 µs | 540 µs | 0.80 | 0.96 | 0.83 | 0.0% | ok |" in text
+    assert "**missed**" in text
+
+
+def test_a_deny_row_that_denies_nothing_is_flagged():
+    row = next(r for r in setups.rows(Path("s"), Path("n")) if r.id == "local-deny")
+    assert not report.summarize(row, [_sample(1000)]).expectation_met
+
+
+def test_trace_csv():
+    try:
+        import charts
+    except ImportError:  # matplotlib not installed: nothing to draw with
+        return
+    requests, window, per_algo = charts.read_trace("# limit,10,10000\nt_ms,algorithm,admitted\n0,gcra,1\n5,gcra,0\n")
+    assert (requests, window, per_algo) == (10, 10000, {"gcra": [(0, 1), (5, 0)]})
