@@ -68,21 +68,7 @@ pub(crate) fn decide(
         });
     let (level, repaired) = match near {
         Some(level) => (level, false),
-        None => match state.and_then(|s| decode(p, s)) {
-            Some(tat) => {
-                let max = meter::max_level(p);
-                let level = tat.saturating_sub(u128::from(now) * p.rate());
-                // More ahead than any valid state can be: the clock stepped
-                // back. Treat the bucket as full from now, so it recovers
-                // within a window.
-                if level > max {
-                    (max, true)
-                } else {
-                    (level, false)
-                }
-            }
-            None => (0, false),
-        },
+        None => level_wide(p, state, now),
     };
     let j = meter::judge(p, level, cost, mode);
     // TAT = now * rate + after: its whole part is now + after / rate, the
@@ -99,6 +85,27 @@ pub(crate) fn decide(
     Outcome {
         decision: j.decision(p),
         new_state,
+    }
+}
+
+/// The level in the general case, in 128-bit arithmetic, and whether the
+/// state had to be repaired after a clock step.
+#[inline(never)]
+fn level_wide(p: &Params, state: Option<&[u8]>, now: Nanos) -> (u128, bool) {
+    match state.and_then(|s| decode(p, s)) {
+        Some(tat) => {
+            let max = meter::max_level(p);
+            let level = tat.saturating_sub(u128::from(now) * p.rate());
+            // More ahead than any valid state can be: the clock stepped
+            // back. Treat the bucket as full from now, so it recovers
+            // within a window.
+            if level > max {
+                (max, true)
+            } else {
+                (level, false)
+            }
+        }
+        None => (0, false),
     }
 }
 

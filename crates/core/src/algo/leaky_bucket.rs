@@ -41,12 +41,19 @@ pub(crate) fn decide(
     cost: u64,
     mode: Mode,
 ) -> Outcome {
-    if let Some(out) = state
+    match state
         .and_then(|s| decode3(s, tag::LEAKY_BUCKET))
         .and_then(|words| decide_narrow(p, words, now, cost, mode))
     {
-        return out;
+        Some(out) => out,
+        None => decide_wide(p, state, now, cost, mode),
     }
+}
+
+/// The general case, in 128-bit arithmetic: fresh keys, clock steps, states
+/// out of range, capacities beyond 64 bits.
+#[inline(never)]
+fn decide_wide(p: &Params, state: Option<&[u8]>, now: Nanos, cost: u64, mode: Mode) -> Outcome {
     let (level, repaired) = match state.and_then(|s| decode(p, s)) {
         // The clock stepped back: no leak, and rebase on `now`.
         Some((last, level)) if now < last => (level, true),
