@@ -58,7 +58,7 @@ def throughput(by_conc: dict, limiter: dict, path: Path, title: str):
         lx.grid(axis="x", alpha=0.3)
         lx.xaxis.set_major_formatter(_thousands)
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, metadata={"Date": None})
     plt.close(fig)
 
 
@@ -110,5 +110,5 @@ def algorithms(trace_csv: str, path: Path):
     axes[-1].set_xlabel("time (s); vertical lines: fixed-window boundaries")
     fig.suptitle("One bursty trace through each algorithm (sluice-core decisions)", fontsize=10, y=0.995)
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, metadata={"Date": None})
     plt.close(fig)

@@ -227,6 +227,12 @@ def main(argv=None) -> int:
     envoy_rows = [r for r in rows if r.kind == "envoy"]
     limiter_rows = [r for r in rows if r.kind == "limiter"]
     check_inputs(a, rows)
+    charts = None
+    if not a.skip_charts:
+        try:
+            import charts  # matplotlib: checked before the long run, not after
+        except ImportError as e:
+            sys.exit(f"{e}: install bench/requirements.txt, or pass --skip-charts")
     a.out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
 
@@ -297,8 +303,7 @@ def main(argv=None) -> int:
         "samples": {g: {k: [s.to_dict() for s in v] for k, v in d.items()} for g, d in raw_samples.items()},
         "criterion": core,
     }, indent=1))
-    if not a.skip_charts:
-        import charts  # matplotlib only when drawing
+    if charts is not None:
         charts.throughput(by_conc, limiter, a.out / "throughput.svg",
                           f"Sluice vs Envoy rate limiting — {meta['machine'].split(',')[0]}, Envoy {meta['Envoy']}, "
                           f"{meta['commit'].split(' ')[0]}")
