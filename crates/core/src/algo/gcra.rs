@@ -42,34 +42,76 @@ pub(crate) fn decide(
     cost: u64,
     mode: Mode,
 ) -> Outcome {
-    // The common case: the TAT is near now, and its distance fits in 64 bits.
-    let near = state
+    match state
         .and_then(|s| decode2(s, tag::GCRA))
-        .and_then(|(whole, frac)| {
-            if frac >= p.rate {
-                return None;
-            }
-            let level = match whole.checked_sub(now) {
-                Some(ahead) => ahead.checked_mul(p.rate)?.checked_add(frac)?,
-                None => 0,
-            };
-            let queue = match p.max_delay {
-                Some(d) => d.checked_mul(p.rate),
-                None => Some(0),
-            };
-            let max = p
-                .cap
-                .checked_mul(p.window)
-                .zip(queue)
-                .and_then(|(c, q)| c.checked_add(q));
-            // `None`: the largest valid level is beyond 64 bits, so above this one.
-            max.map_or(true, |m| level <= m)
-                .then_some(u128::from(level))
-        });
-    let (level, repaired) = match near {
-        Some(level) => (level, false),
-        None => level_wide(p, state, now),
+        .and_then(|words| decide_narrow(p, words, now, cost, mode))
+    {
+        Some(out) => out,
+        None => decide_wide(p, state, now, cost, mode),
+    }
+}
+
+/// The common case, in 64-bit arithmetic: the TAT is near now and the
+/// capacity fits in 64 bits. `None` for the rest, which the general path
+/// decides.
+#[inline(always)]
+fn decide_narrow(
+    p: &Params,
+    (whole, frac): (u64, u64),
+    now: Nanos,
+    cost: u64,
+    mode: Mode,
+) -> Option<Outcome> {
+    let (rate, w) = (p.rate.max(1), p.window);
+    let cap_units = p.cap.checked_mul(w)?;
+    let queue = match p.max_delay {
+        Some(d) => d.checked_mul(rate)?,
+        None => 0,
     };
+    let max_units = cap_units.checked_add(queue)?;
+    let level = match whole.checked_sub(now) {
+        Some(ahead) => ahead.checked_mul(rate)?.checked_add(frac)?,
+        None => 0,
+    };
+    if frac >= rate || level > max_units {
+        return None;
+    }
+    let full = level.checked_add(cost.checked_mul(w)?)?;
+    let (allowed, delay, denial, retry_after) = if full <= cap_units {
+        (true, 0, None, 0)
+    } else {
+        // Rounded up so that waiting exactly this long conforms.
+        let wait = (full - cap_units).div_ceil(rate);
+        match p.max_delay {
+            Some(max) if wait <= max => (true, wait, None, 0),
+            Some(_) => (false, 0, Some(crate::Denial::DelayTooLong), wait),
+            None => (false, 0, Some(crate::Denial::OverLimit), wait),
+        }
+    };
+    let consumed = allowed && mode == Mode::Commit;
+    let after = if consumed { full } else { level };
+    // The new TAT is now + after / rate, in whole ns and a fraction.
+    let (ahead, part) = (after / rate, after % rate);
+    let tat = now.checked_add(ahead)?;
+    Some(Outcome {
+        decision: crate::Decision {
+            allowed,
+            limit: p.requests,
+            remaining: p.report((cap_units - after.min(cap_units)) / w),
+            reset: ahead + u64::from(part != 0),
+            retry_after,
+            delay,
+            denial,
+        },
+        new_state: consumed.then(|| encode2(tag::GCRA, tat, part)),
+    })
+}
+
+/// The general case, in 128-bit arithmetic: fresh keys, clock steps, states
+/// out of range, capacities beyond 64 bits.
+#[inline(never)]
+fn decide_wide(p: &Params, state: Option<&[u8]>, now: Nanos, cost: u64, mode: Mode) -> Outcome {
+    let (level, repaired) = level_wide(p, state, now);
     let j = meter::judge(p, level, cost, mode);
     // TAT = now * rate + after: its whole part is now + after / rate, the
     // division already done for `reset`.
