@@ -293,6 +293,10 @@ def main(argv=None) -> int:
         "wrk shares the machine's cores with Envoy (and the limiter, and Redis): on 2 cores, "
         "`--concurrency 2` competes with the load generator.",
     ]
+    load_at_start = os.getloadavg()[0]
+    if load_at_start > (os.cpu_count() or 1) / 2:
+        notes.insert(0, f"The machine was busy when the run started (load average {load_at_start:.1f}): "
+                        "trust the ratios, and the absolute numbers less.")
     notes += [f"Left out: {f}" for f in failures]
     text = report.markdown(meta, by_conc, limiter, goals, core, notes)
     (a.out / "RESULTS.md").write_text(text)
