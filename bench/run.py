@@ -243,6 +243,7 @@ def main(argv=None) -> int:
     # process started below is stopped.
     signal.signal(signal.SIGTERM, _interrupt)
 
+    load_at_start = os.getloadavg()[0]
     meta = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": commit(),
@@ -293,7 +294,6 @@ def main(argv=None) -> int:
         "wrk shares the machine's cores with Envoy (and the limiter, and Redis): on 2 cores, "
         "`--concurrency 2` competes with the load generator.",
     ]
-    load_at_start = os.getloadavg()[0]
     if load_at_start > (os.cpu_count() or 1) / 2:
         notes.insert(0, f"The machine was busy when the run started (load average {load_at_start:.1f}): "
                         "trust the ratios, and the absolute numbers less.")
