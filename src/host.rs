@@ -1,12 +1,12 @@
 //! The Envoy side: proxy-wasm contexts that adapt host calls to the pure
 //! request path in [`crate::engine`].
 
-use crate::config::{self, Plan};
+use crate::config::{self, Plan, Rule};
 use crate::engine::{self, Admitted, Denied, PendingCheck, Verdict};
 use crate::headers::Reported;
 use crate::key::RequestView;
 use crate::local::{self, SetError, SharedStore};
-use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
+use crate::metrics::{Batch, GlobalEvent, MetricSink, RuleEvent, FLUSH_PERIOD};
 use crate::response;
 use crate::slots::SlotHasher;
 use proxy_wasm::hostcalls;
@@ -43,51 +43,71 @@ impl SharedStore for HostStore {
     }
 }
 
-/// Metric ids, defined when a configuration is accepted.
+/// Metric ids, defined when a configuration is accepted, and the counts
+/// not yet handed to Envoy.
 #[derive(Default)]
 struct Metrics {
-    global: Vec<u32>,
-    /// Per rule, one id per [`RuleEvent`].
-    rules: Vec<[u32; 4]>,
+    /// Host metric id per [`Batch`] position.
+    ids: Vec<u32>,
+    batch: Batch,
 }
 
 impl Metrics {
-    fn define_global() -> Metrics {
+    /// Defines every counter of `rules` rules (none before a plan exists).
+    fn define(rules: &[Rule]) -> Metrics {
+        let mut ids: Vec<u32> = GlobalEvent::ALL
+            .iter()
+            .map(|e| define(e.metric_name()))
+            .collect();
+        for rule in rules {
+            ids.extend(RuleEvent::ALL.map(|e| define(&e.metric_name(&rule.name))));
+        }
         Metrics {
-            global: GlobalEvent::ALL
-                .iter()
-                .map(|e| define(e.metric_name()))
-                .collect(),
-            rules: Vec::new(),
+            ids,
+            batch: Batch::new(rules.len()),
         }
     }
 
-    fn define_rules(&mut self, plan: &Plan) {
-        self.rules = plan
-            .rules
-            .iter()
-            .map(|rule| RuleEvent::ALL.map(|e| define(&e.metric_name(&rule.name))))
-            .collect();
+    fn add(&self, position: usize) {
+        if self.batch.add(position) {
+            self.flush();
+        }
     }
+
+    /// Hands the batched counts to Envoy.
+    fn flush(&self) {
+        self.batch.drain(|position, count| {
+            if let (Some(&id), Ok(count)) = (self.ids.get(position), i64::try_from(count)) {
+                let _ = hostcalls::increment_metric(id, count);
+            }
+        });
+    }
+}
+
+impl Drop for Metrics {
+    // A replaced configuration (or a rejected one) still reports what it counted.
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// Counts a rejected configuration, at once.
+fn config_error() {
+    // Dropping the metrics flushes them.
+    Metrics::define(&[]).global(GlobalEvent::ConfigErrors);
 }
 
 fn define(name: &str) -> u32 {
     hostcalls::define_metric(MetricType::Counter, name).unwrap_or(u32::MAX)
 }
 
-fn increment(id: Option<&u32>) {
-    if let Some(&id) = id {
-        let _ = hostcalls::increment_metric(id, 1);
-    }
-}
-
 impl MetricSink for Metrics {
     fn rule(&self, rule: usize, event: RuleEvent) {
-        increment(self.rules.get(rule).and_then(|ids| ids.get(event.index())));
+        self.add(Batch::rule_position(rule, event));
     }
 
     fn global(&self, event: GlobalEvent) {
-        increment(self.global.get(event.index()));
+        self.add(Batch::global_position(event));
     }
 }
 
@@ -101,6 +121,8 @@ struct Runtime {
 #[derive(Default)]
 struct Root {
     runtime: Option<Rc<Runtime>>,
+    /// Whether the flush timer is set.
+    ticking: bool,
 }
 
 fn now() -> Nanos {
@@ -114,8 +136,18 @@ fn now() -> Nanos {
 impl Context for Root {}
 
 impl RootContext for Root {
+    fn on_tick(&mut self) {
+        if let Some(runtime) = &self.runtime {
+            runtime.metrics.flush();
+        }
+    }
+
     fn on_configure(&mut self, size: usize) -> bool {
-        let mut metrics = Metrics::define_global();
+        if !self.ticking {
+            // Each worker's VM flushes its own counts.
+            let _ = hostcalls::set_tick_period(FLUSH_PERIOD);
+            self.ticking = true;
+        }
         let bytes = hostcalls::get_buffer(BufferType::PluginConfiguration, 0, size)
             .ok()
             .flatten()
@@ -124,7 +156,7 @@ impl RootContext for Root {
             Ok(plan) => plan,
             Err(e) => {
                 log::error!("sluice: invalid configuration: {e}");
-                metrics.global(GlobalEvent::ConfigErrors);
+                config_error();
                 return false;
             }
         };
@@ -137,10 +169,10 @@ impl RootContext for Root {
                 "sluice: cannot read or create the seed at {}",
                 plan.seed_key
             );
-            metrics.global(GlobalEvent::ConfigErrors);
+            config_error();
             return false;
         };
-        metrics.define_rules(&plan);
+        let metrics = Metrics::define(&plan.rules);
         log::info!(
             "sluice: configured domain {:?} with {} rule(s)",
             plan.domain,

@@ -1,5 +1,19 @@
 //! Sluice's counters. Envoy shows them in `/stats` under the `wasmcustom.`
 //! prefix, e.g. `wasmcustom.sluice.per-ip.denied`.
+//!
+//! Counting is batched: each worker's VM adds events up in a [`Batch`] and
+//! hands them to Envoy on a timer (and whenever [`FLUSH_EVERY`] events are
+//! waiting), so that a request costs no metric host call. `/stats` therefore
+//! lags the requests by up to the flush period.
+
+use std::cell::Cell;
+use std::time::Duration;
+
+/// How often a worker hands its batched counts to Envoy.
+pub const FLUSH_PERIOD: Duration = Duration::from_millis(500);
+
+/// Waiting events that make a worker flush before the next tick.
+pub const FLUSH_EVERY: u64 = 1024;
 
 /// Per-rule counters (`sluice.<rule>.<event>`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +104,66 @@ pub trait MetricSink {
     fn global(&self, event: GlobalEvent);
 }
 
+/// Counts waiting to be handed to the host, one per counter position.
+///
+/// Positions are [`GlobalEvent::ALL`] first, then [`RuleEvent::ALL`] for each
+/// rule in order (see [`Batch::rule_position`]).
+#[derive(Debug, Default)]
+pub struct Batch {
+    counts: Vec<Cell<u64>>,
+    waiting: Cell<u64>,
+}
+
+impl Batch {
+    /// A batch for a plan of `rules` rules, every count zero.
+    pub fn new(rules: usize) -> Batch {
+        let len = rules
+            .saturating_mul(RuleEvent::ALL.len())
+            .saturating_add(GlobalEvent::ALL.len());
+        Batch {
+            counts: (0..len).map(|_| Cell::new(0)).collect(),
+            waiting: Cell::new(0),
+        }
+    }
+
+    /// The position of `event` of rule `rule`.
+    pub fn rule_position(rule: usize, event: RuleEvent) -> usize {
+        rule.saturating_mul(RuleEvent::ALL.len())
+            .saturating_add(GlobalEvent::ALL.len())
+            .saturating_add(event.index())
+    }
+
+    /// The position of a filter-wide `event`.
+    pub fn global_position(event: GlobalEvent) -> usize {
+        event.index()
+    }
+
+    /// Counts one event at `position`; returns true when [`FLUSH_EVERY`]
+    /// events are waiting. Unknown positions are ignored.
+    pub fn add(&self, position: usize) -> bool {
+        let Some(count) = self.counts.get(position) else {
+            return false;
+        };
+        count.set(count.get().saturating_add(1));
+        let waiting = self.waiting.get().saturating_add(1);
+        self.waiting.set(waiting);
+        waiting >= FLUSH_EVERY
+    }
+
+    /// Calls `emit(position, count)` for every non-zero count and zeroes them.
+    pub fn drain(&self, mut emit: impl FnMut(usize, u64)) {
+        if self.waiting.replace(0) == 0 {
+            return;
+        }
+        for (position, count) in self.counts.iter().enumerate() {
+            let n = count.replace(0);
+            if n > 0 {
+                emit(position, n);
+            }
+        }
+    }
+}
+
 /// A sink that remembers every event, for tests.
 #[cfg(test)]
 #[derive(Debug, Default)]
@@ -152,5 +226,36 @@ mod tests {
             GlobalEvent::CasExhausted.metric_name(),
             "sluice.cas_exhausted"
         );
+    }
+
+    #[test]
+    fn batch_counts_until_drained() {
+        let batch = Batch::new(2);
+        let denied = Batch::rule_position(1, RuleEvent::Denied);
+        let cas = Batch::global_position(GlobalEvent::CasExhausted);
+        assert_ne!(denied, cas);
+        assert!(!batch.add(denied));
+        assert!(!batch.add(denied));
+        assert!(!batch.add(cas));
+        assert!(!batch.add(999));
+        let mut seen = Vec::new();
+        batch.drain(|p, n| seen.push((p, n)));
+        seen.sort_unstable();
+        assert_eq!(seen, vec![(cas, 1), (denied, 2)]);
+        let mut again = 0;
+        batch.drain(|_, _| again += 1);
+        assert_eq!(again, 0);
+    }
+
+    #[test]
+    fn batch_asks_for_a_flush_at_the_threshold() {
+        let batch = Batch::new(1);
+        let allowed = Batch::rule_position(0, RuleEvent::Allowed);
+        let asked = (0..FLUSH_EVERY).filter(|_| batch.add(allowed)).count();
+        assert_eq!(asked, 1);
+        let mut total = 0;
+        batch.drain(|_, n| total += n);
+        assert_eq!(total, FLUSH_EVERY);
+        assert!(!batch.add(allowed));
     }
 }

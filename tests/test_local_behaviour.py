@@ -1,6 +1,6 @@
 """Shadow mode, several rules, responses, header modes, metrics and reconfiguration."""
 
-from harness import request, sluice_config
+from harness import request, sluice_config, wait_until
 
 
 def statuses(port, n, headers=None, path="/"):
@@ -15,8 +15,9 @@ def test_shadow_mode_counts_but_never_blocks(envoy):
     responses = [request(e.port, "/", headers={"x-user": "a"}) for _ in range(5)]
     assert [r.status for r in responses] == [200] * 5
     assert [r.header("x-sluice-shadow-denied") for r in responses] == [None, None, "trial", "trial", "trial"]
-    assert e.sluice_stat("sluice.trial.allowed") == 2
-    assert e.sluice_stat("sluice.trial.shadow_denied") == 3
+    # counters reach /stats on the filter's next flush
+    wait_until(lambda: e.sluice_stat("sluice.trial.allowed") == 2, what="sluice.trial.allowed == 2")
+    wait_until(lambda: e.sluice_stat("sluice.trial.shadow_denied") == 3, what="sluice.trial.shadow_denied == 3")
     assert e.sluice_stat("sluice.trial.denied") == 0
 
 
@@ -30,8 +31,8 @@ def test_denied_request_consumes_nothing_from_other_rules(envoy):
     # alice: one admitted, then three denied by "user"; "site" must have spent only one
     assert statuses(e.port, 4, {"x-user": "alice"}) == [200, 429, 429, 429]
     assert [request(e.port, "/", headers={"x-user": u}).status for u in ("b", "c", "d", "e")] == [200, 200, 200, 429]
-    assert e.sluice_stat("sluice.user.denied") == 3
-    assert e.sluice_stat("sluice.site.denied") == 1
+    wait_until(lambda: e.sluice_stat("sluice.user.denied") == 3, what="sluice.user.denied == 3")
+    wait_until(lambda: e.sluice_stat("sluice.site.denied") == 1, what="sluice.site.denied == 1")
 
 
 def test_several_limits_in_one_rule_report_the_closest_to_exhaustion(envoy):
@@ -93,9 +94,9 @@ def test_metrics_in_envoy_stats(envoy):
     }]))
     statuses(e.port, 5, {"x-user": "a"})
     statuses(e.port, 1)  # no key: skipped
-    assert e.sluice_stat("sluice.m.allowed") == 2
-    assert e.sluice_stat("sluice.m.denied") == 3
-    assert e.sluice_stat("sluice.m.skipped") == 1
+    wait_until(lambda: e.sluice_stat("sluice.m.allowed") == 2, what="sluice.m.allowed == 2")
+    wait_until(lambda: e.sluice_stat("sluice.m.denied") == 3, what="sluice.m.denied == 3")
+    wait_until(lambda: e.sluice_stat("sluice.m.skipped") == 1, what="sluice.m.skipped == 1")
     assert e.sluice_stat("sluice.cas_exhausted") == 0
     names = request(e.admin_port, "/stats").body.decode()
     assert "sluice.m.allowed" in names and "sluice.cas_exhausted" in names

@@ -1,6 +1,6 @@
 """Keys end to end: client IPs (XFF, masking), composite keys, overrides, matching."""
 
-from harness import request, sluice_config
+from harness import request, sluice_config, wait_until
 
 
 def ip_rule(requests=2, **top):
@@ -86,7 +86,7 @@ def test_missing_key_part_is_not_counted(envoy):
         r = request(e.port, "/")
         assert r.status == 200
         assert r.header("ratelimit") is None and r.header("x-ratelimit-limit") is None
-    assert e.sluice_stat("sluice.per-user.skipped") == 3
+    wait_until(lambda: e.sluice_stat("sluice.per-user.skipped") == 3, what="sluice.per-user.skipped == 3")
     assert e.sluice_stat("sluice.per-user.allowed") == 0
 
 
