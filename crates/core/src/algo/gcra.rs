@@ -63,6 +63,7 @@ fn decide_narrow(
     mode: Mode,
 ) -> Option<Outcome> {
     let (rate, w) = (p.rate.max(1), p.window);
+    let (interval, interval_frac) = (w / rate, w % rate);
     let cap_units = p.cap.checked_mul(w)?;
     let queue = match p.max_delay {
         Some(d) => d.checked_mul(rate)?,
@@ -90,20 +91,41 @@ fn decide_narrow(
     };
     let consumed = allowed && mode == Mode::Commit;
     let after = if consumed { full } else { level };
-    // The new TAT is now + after / rate, in whole ns and a fraction.
-    let (ahead, part) = (after / rate, after % rate);
-    let tat = now.checked_add(ahead)?;
+    // The new TAT is max(TAT, now) plus `cost` emission intervals, in whole
+    // ns and a fraction; the interval does not depend on the state, so its
+    // division overlaps the decoding instead of following it.
+    let (base, base_frac) = if whole >= now {
+        (whole, frac)
+    } else {
+        (now, 0)
+    };
+    let (tat, tat_frac) = if consumed {
+        let sum = base_frac.checked_add(cost.checked_mul(interval_frac)?)?;
+        let carry = if sum < rate {
+            0
+        } else if sum - rate < rate {
+            1
+        } else {
+            sum / rate
+        };
+        let tat = base
+            .checked_add(cost.checked_mul(interval)?)?
+            .checked_add(carry)?;
+        (tat, sum - carry * rate)
+    } else {
+        (base, base_frac)
+    };
     Some(Outcome {
         decision: crate::Decision {
             allowed,
             limit: p.requests,
             remaining: p.report((cap_units - after.min(cap_units)) / w),
-            reset: ahead + u64::from(part != 0),
+            reset: (tat - now) + u64::from(tat_frac != 0),
             retry_after,
             delay,
             denial,
         },
-        new_state: consumed.then(|| encode2(tag::GCRA, tat, part)),
+        new_state: consumed.then(|| encode2(tag::GCRA, tat, tat_frac)),
     })
 }
 
