@@ -5,7 +5,7 @@
 //! does not count it.
 
 use crate::client_ip::{self, ClientIpPolicy};
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -69,10 +69,13 @@ fn unknown(text: &str) -> String {
     )
 }
 
-/// A request with the values several rules may need read once.
+/// A request with the values several rules may need read once: each read is
+/// a host call, and one rule's match and key often name the same header.
 pub struct Request<'a, V: RequestView> {
     view: &'a V,
     policy: &'a ClientIpPolicy,
+    /// Headers read so far, by name.
+    headers: RefCell<Vec<(String, Option<String>)>>,
     path: OnceCell<Option<String>>,
     method: OnceCell<Option<String>>,
     client_ip: OnceCell<Option<IpAddr>>,
@@ -84,6 +87,7 @@ impl<'a, V: RequestView> Request<'a, V> {
         Request {
             view,
             policy,
+            headers: RefCell::new(Vec::new()),
             path: OnceCell::new(),
             method: OnceCell::new(),
             client_ip: OnceCell::new(),
@@ -119,9 +123,16 @@ impl<'a, V: RequestView> Request<'a, V> {
             .as_deref()
     }
 
-    /// A header's value.
+    /// A header's value, read from the view at most once.
     pub fn header(&self, name: &str) -> Option<String> {
-        self.view.header(name)
+        if let Some((_, value)) = self.headers.borrow().iter().find(|(n, _)| n == name) {
+            return value.clone();
+        }
+        let value = self.view.header(name);
+        self.headers
+            .borrow_mut()
+            .push((name.to_string(), value.clone()));
+        value
     }
 
     /// The client address before masking.
@@ -268,6 +279,38 @@ mod tests {
             key(&req, &["query:id", "query:flag", "const:v1"]).as_deref(),
             Some("7||v1")
         );
+    }
+
+    /// A view that counts header reads.
+    struct Counting(FakeRequest, std::cell::Cell<usize>);
+
+    impl RequestView for Counting {
+        fn header(&self, name: &str) -> Option<String> {
+            self.1.set(self.1.get() + 1);
+            self.0.header(name)
+        }
+
+        fn source_address(&self) -> Option<String> {
+            self.0.source_address()
+        }
+    }
+
+    #[test]
+    fn reads_each_header_once() {
+        let view = Counting(
+            FakeRequest::get("/").with("x-user", "alice"),
+            Default::default(),
+        );
+        let policy = ClientIpPolicy::default();
+        let request = Request::new(&view, &policy);
+        let parts = [KeyPart::Header("x-user".into()), KeyPart::Authority];
+        let mut out = String::new();
+        for _ in 0..3 {
+            assert!(request.write_key(&parts, &mut out));
+            assert_eq!(request.header("x-absent"), None);
+        }
+        assert_eq!(out, "alice|example.com");
+        assert_eq!(view.1.get(), 3);
     }
 
     #[test]
