@@ -5,7 +5,8 @@
 //! does not count it.
 
 use crate::client_ip::{self, ClientIpPolicy};
-use std::cell::{OnceCell, RefCell};
+use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -69,13 +70,16 @@ fn unknown(text: &str) -> String {
     )
 }
 
+/// Distinct headers a [`Request`] remembers.
+pub const CACHED_HEADERS: usize = 8;
+
 /// A request with the values several rules may need read once: each read is
 /// a host call, and one rule's match and key often name the same header.
 pub struct Request<'a, V: RequestView> {
     view: &'a V,
     policy: &'a ClientIpPolicy,
-    /// Headers read so far, by name.
-    headers: RefCell<Vec<(String, Option<String>)>>,
+    /// Headers read so far, by name; more distinct names are read uncached.
+    headers: [OnceCell<(&'a str, Option<String>)>; CACHED_HEADERS],
     path: OnceCell<Option<String>>,
     method: OnceCell<Option<String>>,
     client_ip: OnceCell<Option<IpAddr>>,
@@ -87,7 +91,7 @@ impl<'a, V: RequestView> Request<'a, V> {
         Request {
             view,
             policy,
-            headers: RefCell::new(Vec::new()),
+            headers: Default::default(),
             path: OnceCell::new(),
             method: OnceCell::new(),
             client_ip: OnceCell::new(),
@@ -123,16 +127,20 @@ impl<'a, V: RequestView> Request<'a, V> {
             .as_deref()
     }
 
-    /// A header's value, read from the view at most once.
-    pub fn header(&self, name: &str) -> Option<String> {
-        if let Some((_, value)) = self.headers.borrow().iter().find(|(n, _)| n == name) {
-            return value.clone();
+    /// A header's value, read from the view at most once (for the first
+    /// [`CACHED_HEADERS`] distinct names).
+    pub fn header(&self, name: &'a str) -> Option<Cow<'_, str>> {
+        for cell in &self.headers {
+            if let Some((cached, value)) = cell.get() {
+                if *cached == name {
+                    return value.as_deref().map(Cow::Borrowed);
+                }
+                continue;
+            }
+            let (_, value) = cell.get_or_init(|| (name, self.view.header(name)));
+            return value.as_deref().map(Cow::Borrowed);
         }
-        let value = self.view.header(name);
-        self.headers
-            .borrow_mut()
-            .push((name.to_string(), value.clone()));
-        value
+        self.view.header(name).map(Cow::Owned)
     }
 
     /// The client address before masking.
@@ -158,7 +166,7 @@ impl<'a, V: RequestView> Request<'a, V> {
 
     /// Writes the key made of `parts` into `out` (cleared first). Returns
     /// false, leaving `out` unspecified, when some part is missing.
-    pub fn write_key(&self, parts: &[KeyPart], out: &mut String) -> bool {
+    pub fn write_key(&self, parts: &'a [KeyPart], out: &mut String) -> bool {
         out.clear();
         for (i, part) in parts.iter().enumerate() {
             if i > 0 {
@@ -311,6 +319,24 @@ mod tests {
         }
         assert_eq!(out, "alice|example.com");
         assert_eq!(view.1.get(), 3);
+    }
+
+    #[test]
+    fn reads_beyond_the_cache_uncached() {
+        let names: Vec<String> = (0..CACHED_HEADERS + 2).map(|i| format!("x-h{i}")).collect();
+        let mut req = FakeRequest::get("/");
+        for name in &names {
+            req = req.with(name, name);
+        }
+        let view = Counting(req, Default::default());
+        let policy = ClientIpPolicy::default();
+        let request = Request::new(&view, &policy);
+        for _ in 0..2 {
+            for name in &names {
+                assert_eq!(request.header(name).as_deref(), Some(name.as_str()));
+            }
+        }
+        assert_eq!(view.1.get(), CACHED_HEADERS + 2 * 2);
     }
 
     #[test]

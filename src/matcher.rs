@@ -55,7 +55,7 @@ impl Matcher {
     }
 
     /// Whether `request` satisfies every condition.
-    pub fn matches<V: RequestView>(&self, request: &Request<'_, V>) -> bool {
+    pub fn matches<'a, V: RequestView>(&'a self, request: &Request<'a, V>) -> bool {
         let path_ok = match &self.path {
             PathMatch::Any => true,
             PathMatch::Prefix(prefix) => request
