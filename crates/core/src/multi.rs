@@ -26,7 +26,9 @@ pub struct MultiOutcome {
 }
 
 impl MultiOutcome {
-    /// Delay mode: how long to hold the request, the longest of the limits' delays.
+    /// Delay mode: how long to hold the request, the longest of the limits'
+    /// delays (each limit's state is updated as if the request arrived after
+    /// its own delay).
     pub fn delay(&self) -> Nanos {
         self.decisions.iter().map(|d| d.delay).max().unwrap_or(0)
     }

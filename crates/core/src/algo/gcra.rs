@@ -2,9 +2,10 @@
 //! requests` per unit of cost; a request conforms when the new TAT is at
 //! most `burst * window / requests` ahead of now.
 //!
-//! The TAT is kept exactly, in units of `1 / requests_ns`: state (18 bytes)
-//! is version, tag, then two little-endian `u64`: the TAT in whole
-//! nanoseconds and its fraction in units of `1 / rate` nanosecond.
+//! The TAT is kept exactly, whatever `window / requests` is: state (18
+//! bytes) is version, tag, then two little-endian `u64`: the TAT in whole
+//! nanoseconds since the epoch and its fraction in units of `1 / rate`
+//! nanosecond (`rate` being `requests` plus the soft allowance).
 
 use super::meter;
 use super::Mode;

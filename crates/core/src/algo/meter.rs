@@ -5,6 +5,9 @@
 //! every quantity is an exact integer (no rounding of `window / requests`).
 //! The capacity is `cap * window` units. A request of cost `c` conforms when
 //! `level + c * window <= capacity`.
+//!
+//! Each of the three decides its common case in 64-bit arithmetic in its own
+//! module; [`judge`] is the general case (128-bit) they fall back to.
 
 use super::Mode;
 use crate::limit::Params;
