@@ -62,8 +62,8 @@ use limit::Params;
 pub use algorithm::{Algorithm, UnknownAlgorithm};
 pub use decision::{Decision, Denial};
 pub use limit::{
-    Limit, LimitError, MAX_LOG_ENTRIES, MAX_PRECISION, MAX_REQUESTS, MAX_SOFT_PERCENT, MAX_WINDOW,
-    MIN_WINDOW,
+    Limit, LimitError, MAX_DRAIN, MAX_LOG_ENTRIES, MAX_PRECISION, MAX_REQUESTS, MAX_SOFT_PERCENT,
+    MAX_WINDOW, MIN_WINDOW,
 };
 pub use multi::{decide_all, most_restrictive, Check, MultiOutcome};
 pub use state::{Encoded, VERSION};

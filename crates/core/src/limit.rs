@@ -7,6 +7,9 @@ pub const MAX_REQUESTS: u64 = 1_000_000_000_000;
 pub const MIN_WINDOW: Nanos = MILLISECOND;
 /// The longest accepted window, and the longest `max_delay` (366 days).
 pub const MAX_WINDOW: Nanos = 366 * 24 * 3600 * SECOND;
+/// The longest a bucket may take to drain (token bucket, leaky bucket,
+/// GCRA): `burst * window / requests` is at most 100 years (of 365.25 days).
+pub const MAX_DRAIN: Nanos = 3_155_760_000 * SECOND;
 /// The largest sliding window precision (sub-windows per window).
 pub const MAX_PRECISION: u32 = 1000;
 /// The largest soft throttling allowance, in percent.
@@ -158,6 +161,24 @@ impl Limit {
                 "window",
                 format!("must be between 1ms and 366d, got {}ns", self.window),
             );
+        }
+        if matches!(
+            self.algorithm,
+            Algorithm::TokenBucket | Algorithm::LeakyBucket | Algorithm::Gcra
+        ) {
+            // GCRA keeps an instant in nanoseconds since the epoch: a bucket
+            // draining over centuries would not fit.
+            let drain =
+                u128::from(self.burst) * u128::from(self.window) / u128::from(self.requests);
+            if drain > u128::from(MAX_DRAIN) {
+                return invalid(
+                    "burst",
+                    format!(
+                        "a bucket of {} requests refilled at {} per {}ns takes more than 100 years to drain",
+                        self.burst, self.requests, self.window
+                    ),
+                );
+            }
         }
         if self.algorithm == Algorithm::SlidingWindow {
             if self.precision == 0 || self.precision > MAX_PRECISION {

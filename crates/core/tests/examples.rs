@@ -305,6 +305,26 @@ fn validation_names_the_field() {
         .with_max_delay(Some(SECOND))
         .validate()
         .is_ok());
+    // A bucket may take at most a century to drain.
+    let day = 24 * HOUR;
+    assert_eq!(
+        field(
+            Limit::new(Algorithm::Gcra, 1, day)
+                .unwrap()
+                .with_burst(36_525)
+        ),
+        "burst"
+    );
+    assert!(Limit::new(Algorithm::Gcra, 1, day)
+        .unwrap()
+        .with_burst(36_524)
+        .validate()
+        .is_ok());
+    assert!(Limit::new(Algorithm::FixedWindow, 1, day)
+        .unwrap()
+        .with_burst(1_000_000)
+        .validate()
+        .is_ok());
     let e = Limit::new(Algorithm::Gcra, 0, SECOND).unwrap_err();
     assert!(e.to_string().starts_with("requests: "));
 }

@@ -14,8 +14,9 @@ pub struct Verdict {
     pub delay: Nanos,
 }
 
+/// `a / b` rounded up, saturating like the decisions' durations.
 fn ceil(a: u128, b: u128) -> u64 {
-    u64::try_from(a.div_ceil(b)).unwrap()
+    u64::try_from(a.div_ceil(b)).unwrap_or(u64::MAX)
 }
 
 /// Token bucket, leaky bucket and GCRA by the closed-form conformance
