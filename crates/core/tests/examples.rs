@@ -311,13 +311,13 @@ fn validation_names_the_field() {
         field(
             Limit::new(Algorithm::Gcra, 1, day)
                 .unwrap()
-                .with_burst(36_525)
+                .with_burst(36_526)
         ),
         "burst"
     );
     assert!(Limit::new(Algorithm::Gcra, 1, day)
         .unwrap()
-        .with_burst(36_524)
+        .with_burst(36_525)
         .validate()
         .is_ok());
     assert!(Limit::new(Algorithm::FixedWindow, 1, day)
