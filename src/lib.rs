@@ -122,6 +122,18 @@
 //! counters of rules and limits with the same name, position, algorithm and
 //! window (see [`layout`]).
 //!
+//! # Cost per request
+//!
+//! Host calls, not wasm code, dominate the filter's cost in Envoy, so the
+//! request path makes as few as its decisions need. An admitted request on
+//! the local path reads the clock once (only when some rule applies), each
+//! request header (of up to eight names) and the `source.address` property
+//! at most once and only when a matching rule's conditions or key use it,
+//! reads and writes shared data once per local limit (compare-and-swap: more
+//! only under contention), and adds one response header per rate-limit header
+//! of the `headers` mode.
+//! Counting makes no call per request (see below).
+//!
 //! # Metrics
 //!
 //! Counters, as Envoy lists them in `/stats`: per rule
