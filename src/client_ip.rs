@@ -8,6 +8,7 @@
 //! plain address. IPv4-mapped IPv6 addresses (`::ffff:1.2.3.4`) count as IPv4.
 //! Overrides must be written in this form.
 
+use crate::decimal::push_u64;
 use std::fmt::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -39,21 +40,46 @@ pub fn parse_address(text: &str) -> Option<IpAddr> {
     parse_socket_address(text).map(|(ip, _)| ip)
 }
 
+/// A downstream address as Envoy reports it, parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    /// The address.
+    pub ip: IpAddr,
+    /// The port, when the text had one.
+    pub port: Option<u16>,
+}
+
+impl Peer {
+    /// Parses `1.2.3.4:5678`, `[::1]:5678`, or a bare address.
+    pub fn parse(text: &str) -> Option<Peer> {
+        parse_socket_address(text).map(|(ip, port)| Peer { ip, port })
+    }
+
+    /// Whether Envoy took this address from `x-forwarded-for` (port 0), so
+    /// that the true peer is hidden from filters.
+    pub fn is_forwarded(&self) -> bool {
+        self.port == Some(0)
+    }
+}
+
 /// Parses an address and its port, if any.
 fn parse_socket_address(text: &str) -> Option<(IpAddr, Option<u16>)> {
     let text = text.trim();
+    // Envoy's usual form first: an IPv4 address before the last colon is
+    // never part of a bare IPv6 address.
+    if let Some((host, port)) = text.rsplit_once(':') {
+        if let Ok(ip) = host.parse::<Ipv4Addr>() {
+            return Some((IpAddr::V4(ip), port.parse().ok()));
+        }
+    }
     if let Ok(ip) = text.parse::<IpAddr>() {
         return Some((ip, None));
     }
-    if let Some(rest) = text.strip_prefix('[') {
-        let (host, port) = rest.split_once(']')?;
-        let ip = host.parse::<Ipv6Addr>().ok()?;
-        let port = port.strip_prefix(':').and_then(|p| p.parse().ok());
-        return Some((IpAddr::V6(ip), port));
-    }
-    let (host, port) = text.rsplit_once(':')?;
-    let ip = host.parse::<Ipv4Addr>().ok()?;
-    Some((IpAddr::V4(ip), port.parse().ok()))
+    let rest = text.strip_prefix('[')?;
+    let (host, port) = rest.split_once(']')?;
+    let ip = host.parse::<Ipv6Addr>().ok()?;
+    let port = port.strip_prefix(':').and_then(|p| p.parse().ok());
+    Some((IpAddr::V6(ip), port))
 }
 
 /// The client address under `policy`, from the downstream address Envoy
@@ -79,10 +105,18 @@ pub fn client_ip(
     source: Option<&str>,
     xff: Option<&str>,
 ) -> Option<IpAddr> {
-    let peer = source.and_then(parse_socket_address);
+    client_ip_of(policy, source.and_then(Peer::parse), xff)
+}
+
+/// [`client_ip`] for a downstream address already parsed.
+pub fn client_ip_of(
+    policy: &ClientIpPolicy,
+    peer: Option<Peer>,
+    xff: Option<&str>,
+) -> Option<IpAddr> {
     if policy.trusted_hops > 0 {
         if let Some(xff) = xff {
-            let envoy_appended = peer.is_some_and(|(_, port)| port.is_some_and(|p| p != 0));
+            let envoy_appended = peer.is_some_and(|p| p.port.is_some_and(|port| port != 0));
             let skip = usize::try_from(policy.trusted_hops)
                 .ok()
                 .and_then(|n| n.checked_sub(usize::from(!envoy_appended)));
@@ -94,13 +128,13 @@ pub fn client_ip(
             }
         }
     }
-    peer.map(|(ip, _)| ip)
+    peer.map(|p| p.ip)
 }
 
 /// Whether Envoy took the downstream address from `x-forwarded-for` (its
 /// port is 0), so that the true peer is hidden from filters.
 pub fn is_forwarded_source(source: &str) -> bool {
-    matches!(parse_socket_address(source), Some((_, Some(0))))
+    Peer::parse(source).is_some_and(|p| p.is_forwarded())
 }
 
 /// Writes the key text of `ip` masked under `policy` into `out`.
@@ -117,11 +151,17 @@ pub fn write_masked(policy: &ClientIpPolicy, ip: IpAddr, out: &mut String) {
         IpAddr::V4(v4) => {
             let len = policy.ipv4_prefix.min(32);
             let masked = Ipv4Addr::from(u32::from(v4) & mask32(len));
-            if len == 32 {
-                write!(out, "{masked}")
-            } else {
-                write!(out, "{masked}/{len}")
+            for (i, octet) in masked.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push('.');
+                }
+                push_u64(out, u64::from(octet));
             }
+            if len != 32 {
+                out.push('/');
+                push_u64(out, u64::from(len));
+            }
+            Ok(())
         }
         IpAddr::V6(v6) => {
             let len = policy.ipv6_prefix.min(128);
@@ -172,6 +212,23 @@ mod tests {
             Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)))
         );
         assert_eq!(parse_address("2001:db8::1"), "2001:db8::1".parse().ok());
+        assert_eq!(
+            parse_address("::ffff:1.2.3.4"),
+            "::ffff:1.2.3.4".parse().ok()
+        );
+        assert_eq!(parse_address("::1.2.3.4"), "::1.2.3.4".parse().ok());
+        assert_eq!(
+            Peer::parse("1.2.3.4:x"),
+            Some(Peer {
+                ip: IpAddr::V4(Ipv4Addr::new(1, 2, 3, 4)),
+                port: None
+            })
+        );
+        assert_eq!(
+            Peer::parse("1.2.3.4:0").map(|p| p.is_forwarded()),
+            Some(true)
+        );
+        assert_eq!(parse_address("01.2.3.4:5"), None);
         assert_eq!(parse_address("not-an-ip"), None);
         assert_eq!(parse_address("[::1"), None);
         assert_eq!(parse_address(""), None);

@@ -10,8 +10,8 @@
 //!   `ratelimit: "<rule>";r=<remaining>;t=<seconds until reset>`.
 
 use crate::config::HeadersMode;
+use crate::decimal::push_u64;
 use sluice_core::{Decision, Nanos, SECOND};
-use std::fmt::Write;
 
 /// One limit's decision as the headers report it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,28 +61,35 @@ pub fn push_rate_limit_headers(
 ) {
     let d = &reported.decision;
     if matches!(mode, HeadersMode::Legacy | HeadersMode::Both) {
-        out.push(("x-ratelimit-limit", d.limit.to_string()));
-        out.push(("x-ratelimit-remaining", d.remaining.to_string()));
-        out.push(("x-ratelimit-reset", ceil_seconds(d.reset).to_string()));
+        out.push(("x-ratelimit-limit", decimal(d.limit)));
+        out.push(("x-ratelimit-remaining", decimal(d.remaining)));
+        out.push(("x-ratelimit-reset", decimal(ceil_seconds(d.reset))));
     }
     if matches!(mode, HeadersMode::Ietf | HeadersMode::Both) {
-        let mut policy = String::with_capacity(rule.len() + 24);
-        let _ = write!(
-            policy,
-            "\"{rule}\";q={};w={}",
-            d.limit,
-            ceil_seconds(reported.window)
-        );
-        let mut state = String::with_capacity(rule.len() + 24);
-        let _ = write!(
-            state,
-            "\"{rule}\";r={};t={}",
-            d.remaining,
-            ceil_seconds(d.reset)
-        );
+        let policy = item(rule, ";q=", d.limit, ";w=", ceil_seconds(reported.window));
+        let state = item(rule, ";r=", d.remaining, ";t=", ceil_seconds(d.reset));
         out.push(("ratelimit-policy", policy));
         out.push(("ratelimit", state));
     }
+}
+
+fn decimal(n: u64) -> String {
+    let mut out = String::with_capacity(20);
+    push_u64(&mut out, n);
+    out
+}
+
+/// `"<rule>"<k1><v1><k2><v2>`, one item of the IETF headers.
+fn item(rule: &str, k1: &str, v1: u64, k2: &str, v2: u64) -> String {
+    let mut out = String::with_capacity(rule.len().saturating_add(48));
+    out.push('"');
+    out.push_str(rule);
+    out.push('"');
+    out.push_str(k1);
+    push_u64(&mut out, v1);
+    out.push_str(k2);
+    push_u64(&mut out, v2);
+    out
 }
 
 #[cfg(test)]

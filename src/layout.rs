@@ -11,8 +11,8 @@
 //! | `sluice/<domain>/<rule>/<limit>/<algorithm>/<window ms>/=<key>` | local limit state of an override key |
 //! | `sluice/<domain>/<rule>/<limit>/deny/<slot>` | over-limit cache of a global limit |
 
+use crate::decimal::push_u64;
 use sluice_core::{Limit, MILLISECOND};
-use std::fmt::Write;
 
 /// The key of the domain's slot-hashing seed.
 pub fn seed_key(domain: &str) -> String {
@@ -45,8 +45,7 @@ pub fn deny_prefix(domain: &str, rule: &str, index: usize) -> String {
 pub fn slot_key(out: &mut String, prefix: &str, slot: u64) {
     out.clear();
     out.push_str(prefix);
-    // Writing to a String cannot fail.
-    let _ = write!(out, "{slot}");
+    push_u64(out, slot);
 }
 
 #[cfg(test)]

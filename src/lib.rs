@@ -148,6 +148,7 @@
 
 pub mod client_ip;
 pub mod config;
+pub mod decimal;
 pub mod engine;
 pub mod global;
 pub mod headers;
