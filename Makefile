@@ -21,13 +21,13 @@ ADMIN_PORT ?= 9901
 LIMITER_PORT ?= 8081
 
 .PHONY: help run test test-rust test-e2e wasm limiter lint fmt bench clean \
-        setup venv wasm-target redis validate
+        setup venv wasm-target redis wrk validate
 
 help:
 	@echo "make run    start Envoy with the Sluice filter and an in-memory limiter"
 	@echo "make test   install what tests need, then run every test"
 	@echo "make lint   rustfmt and clippy (native and wasm32), warnings denied"
-	@echo "make bench  benchmarks"
+	@echo "make bench  Sluice against Envoy's own rate limiting (BENCH_ARGS=--quick for a smoke run)"
 	@echo "make clean  remove build outputs and the local virtualenv"
 
 # ------------------------------------------------------------------ set-up
@@ -90,8 +90,18 @@ lint: wasm-target
 fmt:
 	$(CARGO) fmt --all
 
-bench: setup redis wasm limiter
-	$(CARGO) bench -p sluice-core
+wrk:
+	@command -v wrk >/dev/null || { \
+		echo "installing wrk"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
+
+$(VENV)/.bench-installed: bench/requirements.txt $(VENV)/.installed-$(ENVOY_VERSION)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r bench/requirements.txt
+	touch $@
+
+# Sluice against Envoy's own rate limiting, side by side; writes bench/RESULTS.md and charts.
+bench: setup redis wrk $(VENV)/.bench-installed wasm limiter
+	$(PY) bench/run.py $(BENCH_ARGS)
 
 clean:
 	$(CARGO) clean
