@@ -80,7 +80,7 @@ def targets(by_conc: dict[int, dict[str, Summary]], limiter: dict[str, Summary])
         if r is None:
             out.append(Target(name, c, "not measured", None))
         else:
-            out.append(Target(name, c, f"{r:.2f}× (target ≥ {at_least:.2f}×)", r >= at_least))
+            out.append(Target(name, c, f"{r:.3f}× (target ≥ {at_least:.2f}×)", r >= at_least))
 
     for c in sorted(by_conc):
         rows = by_conc[c]
