@@ -202,19 +202,18 @@ def start_envoy(row: Row, concurrency: int, workdir: Path, envoy_bin: Path,
 def start_limiters(workdir: Path, limiter_bin: Path, stores: set[str]) -> tuple[dict, list]:
     """Starts the limiter (and Redis) for each store named; returns
     ({store: port}, [things to stop, in stop order])."""
-    harness.LIMITER_BIN = limiter_bin
     os.environ.setdefault("SLUICE_LOG", "warn")
     ports: dict[str, int] = {}
     started: list = []
     try:
         if "memory" in stores:
-            lim = harness.Limiter(workdir, store="memory")
+            lim = harness.Limiter(workdir, store="memory", binary=limiter_bin)
             started.append(lim)
             ports["memory"] = lim.port
         if "redis" in stores:
             redis = harness.Redis(workdir)
             started.append(redis)
-            lim = harness.Limiter(workdir, store=redis.url)
+            lim = harness.Limiter(workdir, store=redis.url, binary=limiter_bin)
             started.insert(0, lim)
             ports["redis"] = lim.port
     except BaseException:

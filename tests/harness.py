@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -244,7 +244,6 @@ class Envoy:
     admin_port: int
     process: Process
     listener_version: int = 0
-    extra_filters_before: list = field(default_factory=list)
 
     @property
     def lds_path(self) -> Path:
@@ -274,7 +273,7 @@ class Envoy:
         return 0
 
     def write_listener(self, filter_config: dict | str, wasm_path: Path = SLUICE_WASM):
-        filters = self.extra_filters_before + [wasm_filter(filter_config, wasm_path)]
+        filters = [wasm_filter(filter_config, wasm_path)]
         self.listener_version += 1
         resources = {
             "version_info": str(self.listener_version),
@@ -431,9 +430,10 @@ class Limiter:
     """A running sluice-limiter."""
 
     def __init__(self, workdir: Path, store: str = "memory", port: int | None = None,
-                 extra_args: list[str] | None = None):
+                 extra_args: list[str] | None = None, binary: Path = LIMITER_BIN):
         self.port = port or free_port()
         self.workdir = workdir
+        self.binary = binary
         self.store = store
         self.extra_args = extra_args or []
         self.process: Process | None = None
@@ -441,7 +441,7 @@ class Limiter:
 
     def start(self):
         self.process = Process(
-            [str(LIMITER_BIN), "--listen", f"127.0.0.1:{self.port}", "--store", self.store, *self.extra_args],
+            [str(self.binary), "--listen", f"127.0.0.1:{self.port}", "--store", self.store, *self.extra_args],
             self.workdir / f"limiter-{self.port}.log",
             env={**os.environ, "SLUICE_LOG": os.environ.get("SLUICE_LOG", "info")},
         )
