@@ -9,7 +9,7 @@
 use super::meter;
 use super::Mode;
 use crate::limit::Params;
-use crate::math::{floor_div, sat64};
+use crate::math::{divrem, sat64};
 use crate::state::{decode3, encode3, tag};
 use crate::{Nanos, Outcome};
 
@@ -28,8 +28,7 @@ pub(crate) fn decode(p: &Params, bytes: &[u8]) -> Option<(Nanos, u128)> {
 
 /// Encodes `(last update, level in scaled units)`.
 pub(crate) fn encode(p: &Params, last: Nanos, level: u128) -> crate::Encoded {
-    let whole = floor_div(level, p.window());
-    let frac = level - whole * p.window();
+    let (whole, frac) = divrem(level, p.window());
     encode3(tag::LEAKY_BUCKET, last, sat64(whole), sat64(frac))
 }
 

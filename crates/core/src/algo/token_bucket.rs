@@ -8,7 +8,7 @@
 use super::meter;
 use super::Mode;
 use crate::limit::Params;
-use crate::math::{floor_div, sat64};
+use crate::math::{divrem, sat64};
 use crate::state::{decode3, encode3, tag};
 use crate::{Nanos, Outcome};
 
@@ -24,8 +24,7 @@ pub(crate) fn decode(p: &Params, bytes: &[u8]) -> Option<(Nanos, u128)> {
 
 /// Encodes `(last update, tokens in scaled units)`.
 pub(crate) fn encode(p: &Params, last: Nanos, tokens: u128) -> crate::Encoded {
-    let whole = floor_div(tokens, p.window());
-    let frac = tokens - whole * p.window();
+    let (whole, frac) = divrem(tokens, p.window());
     encode3(tag::TOKEN_BUCKET, last, sat64(whole), sat64(frac))
 }
 
