@@ -15,7 +15,7 @@ use sluice_limiter::store::memory::{MemoryConfig, MemoryStore};
 use sluice_limiter::store::redis::{RedisStore, Target};
 use sluice_limiter::store::Store;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tower::ServiceExt;
 
 struct Client {
@@ -142,13 +142,7 @@ async fn suite(state: AppState, store: &str) {
 }
 
 async fn connected(target: Target) -> Arc<RedisStore> {
-    let store = RedisStore::start(target, Duration::from_millis(500));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !store.ping().await {
-        assert!(Instant::now() < deadline, "no connection to redis");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    store
+    support::connected(target, Duration::from_millis(500)).await
 }
 
 #[tokio::test]

@@ -35,13 +35,7 @@ fn check(limits: Value) -> Value {
 }
 
 async fn connected(target: Target) -> Arc<RedisStore> {
-    let store = RedisStore::start(target, Duration::from_millis(200));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !store.ping().await {
-        assert!(Instant::now() < deadline, "no connection to redis");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    store
+    support::connected(target, Duration::from_millis(200)).await
 }
 
 #[tokio::test]

@@ -156,3 +156,17 @@ pub fn start_cluster() -> Option<Vec<RedisServer>> {
 pub fn cluster_seeds(nodes: &[RedisServer]) -> Vec<String> {
     nodes.iter().map(RedisServer::url).collect()
 }
+
+/// A Redis store that has answered a ping, with `timeout` as its store timeout.
+pub async fn connected(
+    target: sluice_limiter::store::redis::Target,
+    timeout: Duration,
+) -> std::sync::Arc<sluice_limiter::store::redis::RedisStore> {
+    let store = sluice_limiter::store::redis::RedisStore::start(target, timeout);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !store.ping().await {
+        assert!(Instant::now() < deadline, "no connection to redis");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    store
+}
