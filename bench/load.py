@@ -27,6 +27,10 @@ class Sample:
     requests: int
     non_2xx: int
     socket_errors: int
+    # CPU time (user + system, all threads) per request, microseconds: of
+    # Envoy, and of the limiter and Redis for the rows that call them.
+    envoy_cpu_us: float = 0.0
+    limiter_cpu_us: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -57,18 +61,40 @@ def parse(text: str) -> Sample:
     )
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` (all its threads), seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pinned(cmd: list[str], cpus: str | None) -> list[str]:
+    """`cmd` run on the CPUs `cpus` (a taskset list such as "1"), or as is."""
+    return ["taskset", "-c", cpus, *cmd] if cpus else cmd
+
+
 def run(wrk: str, url: str, duration: float, script: str, args: list[str] | None = None,
-        env: dict | None = None) -> Sample:
-    """Runs wrk for `duration` seconds against `url` with a Lua script of lua/."""
+        env: dict | None = None, cpus: str | None = None, envoy_pid: int | None = None,
+        limiter_pids: list[int] | None = None) -> Sample:
+    """Runs wrk for `duration` seconds against `url` with a Lua script of lua/,
+    on `cpus` if given, and charges the CPU time Envoy (`envoy_pid`) and the
+    limiter (`limiter_pids`) spent meanwhile to the requests wrk made."""
     cmd = [wrk, f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{max(1, round(duration))}s", "--latency",
            "-s", str(LUA / script), url]
     if args:
         cmd += ["--", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60,
+    watched = ([envoy_pid] if envoy_pid else []) + list(limiter_pids or [])
+    before = [cpu_seconds(p) for p in watched]
+    proc = subprocess.run(pinned(cmd, cpus), capture_output=True, text=True, timeout=duration + 60,
                           env={**os.environ, **(env or {})})
+    spent = [cpu_seconds(p) - b for p, b in zip(watched, before)]
     if proc.returncode != 0:
         raise RuntimeError(f"wrk failed ({proc.returncode}): {proc.stderr}{proc.stdout}")
-    return parse(proc.stdout)
+    sample = parse(proc.stdout)
+    per_request = 1e6 / max(1, sample.requests)
+    if envoy_pid:
+        sample.envoy_cpu_us = spent.pop(0) * per_request
+    sample.limiter_cpu_us = sum(spent) * per_request
+    return sample
 
 
 def version(wrk: str) -> str:

@@ -52,6 +52,8 @@ def parse_args(argv=None):
     p.add_argument("--sluice-wasm", type=Path, default=ROOT / "build/sluice.wasm")
     p.add_argument("--noop-wasm", type=Path, default=ROOT / "build/noop.wasm")
     p.add_argument("--cargo", default=os.environ.get("CARGO", "cargo"))
+    p.add_argument("--no-pin", action="store_true",
+                   help="at --concurrency 1, do not give Envoy a CPU of its own (see README)")
     p.add_argument("--skip-criterion", action="store_true", help="do not run cargo bench -p sluice-core")
     p.add_argument("--skip-charts", action="store_true", help="do not draw the SVGs")
     a = p.parse_args(argv)
@@ -113,6 +115,26 @@ def check_inputs(a, rows):
         sys.exit("missing (run `make wasm limiter` and install wrk):\n  " + "\n  ".join(missing))
 
 
+def placement(a, concurrency: int) -> tuple[str | None, str | None]:
+    """(Envoy's CPUs, everyone else's) for one concurrency, as taskset lists.
+
+    With one worker, Envoy gets CPU 0 to itself and wrk, the limiter and
+    Redis share the others: the request path measured is Envoy's alone, not
+    whatever the scheduler made of four busy processes on two cores. With
+    more workers than that leaves, nothing is pinned."""
+    cores = os.cpu_count() or 1
+    if a.no_pin or cores < 2 or concurrency >= cores or not shutil.which("taskset"):
+        return None, None
+    return ",".join(str(c) for c in range(concurrency)), ",".join(str(c) for c in range(concurrency, cores))
+
+
+def repin(pids: list[int], cpus: str | None):
+    """Moves every thread of the running processes `pids` to `cpus` (all CPUs if None)."""
+    cpus = cpus or f"0-{(os.cpu_count() or 1) - 1}"
+    for pid in pids:
+        subprocess.run(["taskset", "-a", "-p", "-c", cpus, str(pid)], capture_output=True)
+
+
 def limiter_decisions(limiter_procs, store: str) -> float:
     for item in limiter_procs:
         if isinstance(item, setups.harness.Limiter) and (item.store == "memory") == (store == "memory"):
@@ -130,8 +152,13 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
     samples: dict[str, list] = {r.id: [] for r in rows}
     decisions: dict[str, float] = {}
 
+    envoy_cpus, other_cpus = placement(a, concurrency)
+    repin(setups.store_pids(limiter_procs, "memory") + setups.store_pids(limiter_procs, "redis"), other_cpus)
+
     def measure(env, duration):
-        return load.run(a.wrk, f"http://127.0.0.1:{env.port}/", duration, "keys.lua", [str(env.row.keys)])
+        return load.run(a.wrk, f"http://127.0.0.1:{env.port}/", duration, "keys.lua", [str(env.row.keys)],
+                        cpus=other_cpus, envoy_pid=env.process.proc.pid,
+                        limiter_pids=setups.store_pids(limiter_procs, env.row.store))
 
     def failed(env_or_row, what, e):
         row = getattr(env_or_row, "row", env_or_row)
@@ -141,7 +168,7 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
     try:
         for r in rows:
             try:
-                envoys.append(setups.start_envoy(r, concurrency, workdir, a.envoy, limiter_ports))
+                envoys.append(setups.start_envoy(r, concurrency, workdir, a.envoy, limiter_ports, envoy_cpus))
             except (RuntimeError, TimeoutError, OSError) as e:
                 failed(r, "start", e)
         log(f"concurrency {concurrency}: {len(envoys)} Envoys up; warming")
@@ -164,7 +191,8 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
                         limiter_decisions(limiter_procs, env.row.store) - before
                 samples[env.row.id].append(s)
                 log(f"  c{concurrency} round {rnd + 1}/{a.rounds} {env.row.id:<24} {s.rps:>10,.0f} req/s "
-                    f"p50 {s.p50_us:>6.0f} µs p99 {s.p99_us:>6.0f} µs non-2xx {s.non_2xx}")
+                    f"p50 {s.p50_us:>6.0f} µs p99 {s.p99_us:>6.0f} µs non-2xx {s.non_2xx} "
+                    f"Envoy CPU {s.envoy_cpu_us:5.1f} µs/req")
     finally:
         for env in envoys:
             env.stop()
@@ -180,13 +208,16 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
     return out, samples
 
 
-def run_limiter_rows(a, rows, limiter_ports, log, failures):
+def run_limiter_rows(a, rows, limiter_ports, limiter_procs, log, failures):
     """The limiter alone, rows interleaved over the rounds."""
     samples: dict[str, list] = {r.id: [] for r in rows}
     env = {"SLUICE_CHECK_BODY": setups.LIMITER_CHECK_BODY}
 
+    repin(setups.store_pids(limiter_procs, "memory") + setups.store_pids(limiter_procs, "redis"), None)
+
     def measure(r, duration):
-        return load.run(a.wrk, f"http://127.0.0.1:{limiter_ports[r.store]}/v1/check", duration, "check.lua", env=env)
+        return load.run(a.wrk, f"http://127.0.0.1:{limiter_ports[r.store]}/v1/check", duration, "check.lua",
+                        env=env, limiter_pids=setups.store_pids(limiter_procs, r.store))
 
     for rnd in range(-1 if a.warmup > 0 else 0, a.rounds):
         for r in rows:
@@ -275,7 +306,7 @@ def main(argv=None) -> int:
             for c in a.concurrencies:
                 by_conc[c], raw_samples[f"c{c}"] = run_envoy_rows(
                     a, envoy_rows, workdir, limiter_ports, limiter_procs, c, log, failures)
-            limiter, raw_samples["limiter"] = run_limiter_rows(a, limiter_rows, limiter_ports, log, failures)
+            limiter, raw_samples["limiter"] = run_limiter_rows(a, limiter_rows, limiter_ports, limiter_procs, log, failures)
         finally:
             for item in limiter_procs:
                 item.stop()

@@ -17,8 +17,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
 
 import harness  # noqa: E402  (tests/harness.py: configs and process helpers)
+import load  # noqa: E402
 
 ALGORITHMS = ["token_bucket", "leaky_bucket", "gcra", "fixed_window", "sliding_log", "sliding_window"]
 
@@ -109,6 +111,8 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
         Row("envoy", "Envoy, no rate-limit filter"),
         Row("noop-wasm", "Envoy + no-op wasm filter",
             filters=[harness.wasm_filter("{}", noop_wasm, vm_id="noop", name="noop")]),
+        Row("host-calls", "wasm filter making Sluice's host calls, no logic",
+            filters=[harness.wasm_filter({"mode": "host_calls"}, noop_wasm, vm_id="host-calls", name="host-calls")]),
         Row("native", "Envoy local_ratelimit, one key", filters=[native_local_ratelimit()]),
         Row("native-10k", "Envoy local_ratelimit, 10,000 keys", keys=MANY_KEYS,
             filters=[native_local_ratelimit()], hcm_extra={"xff_num_trusted_hops": 1}),
@@ -126,6 +130,10 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
             filters=sluice(sluice_config({"algorithm": "gcra", **DENY_LIMIT}))),
         Row("global-memory", "Sluice global gcra, limiter memory store", store="memory",
             filters=sluice(sluice_config({**gcra, "scope": "global"}, global_scope=True))),
+        Row("call-out", "wasm filter making one bare limiter call per request", store="memory",
+            filters=[harness.wasm_filter({"mode": "call_out", "cluster": LIMITER_CLUSTER,
+                                          "authority": "sluice-limiter"},
+                                         noop_wasm, vm_id="call-out", name="call-out")]),
         Row("global-redis", "Sluice global gcra, limiter Redis store", store="redis",
             filters=sluice(sluice_config({**gcra, "scope": "global"}, global_scope=True))),
         Row("global-cached", "Sluice global gcra, flood (over-limit cache)", expect="deny", store="memory",
@@ -158,9 +166,10 @@ class BenchEnvoy:
 
 
 def start_envoy(row: Row, concurrency: int, workdir: Path, envoy_bin: Path,
-                limiter_ports: dict[str, int]) -> BenchEnvoy:
+                limiter_ports: dict[str, int], cpus: str | None = None) -> BenchEnvoy:
     """Starts Envoy for `row` on fresh loopback ports (static listener, logs at
-    warning level so that logging costs nothing per request)."""
+    warning level so that logging costs nothing per request), on the CPUs
+    `cpus` (a taskset list) if given."""
     port, admin_port = harness.free_port(), harness.free_port()
     listener = harness.listener(port, row.filters)
     hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
@@ -177,8 +186,8 @@ def start_envoy(row: Row, concurrency: int, workdir: Path, envoy_bin: Path,
     rundir.mkdir(parents=True, exist_ok=True)
     (rundir / "bootstrap.json").write_text(json.dumps(bootstrap, indent=1))
     process = harness.Process(
-        [str(envoy_bin), "-c", str(rundir / "bootstrap.json"), "--concurrency", str(concurrency),
-         "--disable-hot-restart", "--log-level", "warn"],
+        load.pinned([str(envoy_bin), "-c", str(rundir / "bootstrap.json"), "--concurrency", str(concurrency),
+                     "--disable-hot-restart", "--log-level", "warn"], cpus),
         rundir / "envoy.log",
     )
     env = BenchEnvoy(row, port, admin_port, process)
@@ -197,6 +206,23 @@ def start_envoy(row: Row, concurrency: int, workdir: Path, envoy_bin: Path,
         env.stop()
         raise
     return env
+
+
+def store_pids(started: list, store: str | None) -> list[int]:
+    """Process ids serving `store` among what `start_limiters` started: the
+    memory limiter, or the Redis limiter and Redis."""
+    if store is None:
+        return []
+    out = []
+    for item in started:
+        if isinstance(item, harness.Limiter):
+            if (item.store == "memory") != (store == "memory"):
+                continue
+        elif store == "memory":
+            continue
+        if item.process is not None:
+            out.append(item.process.proc.pid)
+    return out
 
 
 def start_limiters(workdir: Path, limiter_bin: Path, stores: set[str]) -> tuple[dict, list]:

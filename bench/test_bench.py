@@ -68,7 +68,7 @@ def test_medians_ratios_and_targets():
         summary("envoy", 30000), summary("noop-wasm", 25000, p99=500), summary("native", 29000),
         summary("local-gcra", 24000, p99=540), summary("local-gcra-10k", 20000),
         summary("local-deny", 26000, non_2xx=990), summary("global-memory", 10000),
-        summary("global-cached", 23000, non_2xx=1000),
+        summary("global-cached", 23000, non_2xx=1000), summary("call-out", 12000),
     ]}
     assert c1["envoy"].rps == 30000
     assert c1["local-deny"].expectation_met and c1["local-gcra"].expectation_met
@@ -77,10 +77,33 @@ def test_medians_ratios_and_targets():
     assert goals["Sluice local GCRA p99 within 50 µs of no-op wasm"].met is True
     assert goals["10,000 keys ≥ 0.9× one key (GCRA)"].met is False
     assert goals["global, memory store ≥ 0.6× Sluice local"].met is False
+    assert goals["global, memory store ≥ 0.6× Sluice local"].bound == "0.500× for a bare call-out"
     assert goals["sluice-limiter memory store ≥ 50,000 checks/s"].met is None
     text = report.markdown({"commit": "abc"}, {1: c1}, {}, list(goals.values()), None, [])
-    assert "| Sluice local gcra, one key | 24,000 | 0% | 100 µs | 540 µs | 0.80 | 0.96 | 0.83 | 0.0% | ok |" in text
+    assert "| Sluice local gcra, one key | 24,000 | 0% | 100 µs | 540 µs | 0.80 | 0.96 | 0.83 | 0.0 µs | 0.0% | ok |" \
+        in text
+    assert goals["Sluice local GCRA, one key ≥ 0.95× no-op wasm"].bound == ""  # host-calls not measured
     assert "**missed**" in text
+
+
+def test_cpu_time_per_request_is_charged_to_the_run():
+    s = _sample(1000)
+    s.envoy_cpu_us, s.limiter_cpu_us = 20.0, 7.5
+    row = next(r for r in setups.rows(Path("s"), Path("n")) if r.id == "global-memory")
+    summary = report.summarize(row, [s])
+    assert (summary.envoy_cpu_us, summary.limiter_cpu_us) == (20.0, 7.5)
+    line = report.envoy_table({"global-memory": summary})[-1]
+    assert "limiter CPU 7.5 µs/req" in line and "| 20.0 µs |" in line
+
+
+def test_placement_gives_envoy_a_cpu_of_its_own_at_concurrency_1():
+    import os
+    import run
+    a = run.parse_args([])
+    if (os.cpu_count() or 1) >= 2:
+        assert run.placement(a, 1)[0] == "0"
+    assert run.placement(a, os.cpu_count() or 1) == (None, None)
+    assert run.placement(run.parse_args(["--no-pin"]), 1) == (None, None)
 
 
 def test_a_deny_row_that_denies_nothing_is_flagged():

@@ -1,25 +1,96 @@
-//! A proxy-wasm HTTP filter that reads the request headers' count and passes
-//! every request: the baseline cost of running any wasm filter in Envoy.
+//! Reference proxy-wasm filters for the benchmark, chosen by the plugin
+//! configuration's `mode`. None of them limits anything; each measures a
+//! floor that Sluice's rows are compared with.
+//!
+//! - `{}` or `{"mode":"noop"}`: passes every request. What any wasm filter
+//!   pays for being there at all.
+//! - `{"mode":"host_calls"}`: makes, per request, the host calls Sluice makes
+//!   for an admitted request with a `client_ip` key and `ietf` headers (clock,
+//!   `x-forwarded-for`, shared-data read and compare-and-swap write of one key,
+//!   two response headers), without any of Sluice's logic. The best any filter
+//!   that keeps an exact shared count per client can do.
+//! - `{"mode":"call_out","cluster":C,"authority":A}`: one `POST /v1/check`
+//!   to cluster `C` per request, with a fixed body; the request continues
+//!   when the answer arrives, whatever it says. The best any filter that asks
+//!   a remote limiter per request can do.
 
+use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{Action, ContextType, LogLevel};
+use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType};
+use serde::Deserialize;
+use std::rc::Rc;
+use std::time::Duration;
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Warn);
-    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(NoopRoot) });
+    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> {
+        Box::new(Root { mode: Rc::new(Mode::Noop) })
+    });
 }}
 
-struct NoopRoot;
+/// The plugin configuration.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    cluster: Option<String>,
+    #[serde(default)]
+    authority: Option<String>,
+}
 
-impl Context for NoopRoot {}
+enum Mode {
+    Noop,
+    HostCalls,
+    CallOut { cluster: String, authority: String },
+}
 
-impl RootContext for NoopRoot {
-    fn on_configure(&mut self, _: usize) -> bool {
-        true
+fn mode_of(bytes: &[u8]) -> Result<Mode, String> {
+    let config: Config = if bytes.iter().all(u8::is_ascii_whitespace) {
+        Config::default()
+    } else {
+        serde_json::from_slice(bytes).map_err(|e| e.to_string())?
+    };
+    match config.mode.as_deref().unwrap_or("noop") {
+        "noop" => Ok(Mode::Noop),
+        "host_calls" => Ok(Mode::HostCalls),
+        "call_out" => Ok(Mode::CallOut {
+            cluster: config.cluster.ok_or("call_out needs \"cluster\"")?,
+            authority: config.authority.ok_or("call_out needs \"authority\"")?,
+        }),
+        other => Err(format!("unknown mode {other:?}")),
+    }
+}
+
+struct Root {
+    mode: Rc<Mode>,
+}
+
+impl Context for Root {}
+
+impl RootContext for Root {
+    fn on_configure(&mut self, size: usize) -> bool {
+        let bytes = hostcalls::get_buffer(BufferType::PluginConfiguration, 0, size)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        match mode_of(&bytes) {
+            Ok(mode) => {
+                self.mode = Rc::new(mode);
+                true
+            }
+            Err(e) => {
+                log::error!("bench filter: {e}");
+                false
+            }
+        }
     }
 
     fn create_http_context(&self, _: u32) -> Option<Box<dyn HttpContext>> {
-        Some(Box::new(NoopHttp))
+        Some(Box::new(Http {
+            mode: Rc::clone(&self.mode),
+        }))
     }
 
     fn get_type(&self) -> Option<ContextType> {
@@ -27,12 +98,87 @@ impl RootContext for NoopRoot {
     }
 }
 
-struct NoopHttp;
+struct Http {
+    mode: Rc<Mode>,
+}
 
-impl Context for NoopHttp {}
+/// The shared-data key of the `host_calls` mode, and a value of the size of
+/// a GCRA state.
+const KEY: &str = "sluice-bench/host-calls";
+const VALUE: [u8; 18] = [1; 18];
 
-impl HttpContext for NoopHttp {
+/// The body of every `call_out` check: one GCRA key that never runs out.
+const CHECK: &[u8] = br#"{"domain":"bench","hits":1,"limits":[{"key":"bench/10.0.0.1","algorithm":"gcra","requests":1000,"window_ms":10}]}"#;
+
+impl Context for Http {
+    fn on_http_call_response(&mut self, _: u32, _: usize, _: usize, _: usize) {
+        let _ = hostcalls::resume_http_request();
+    }
+}
+
+impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _: usize, _: bool) -> Action {
+        match self.mode.as_ref() {
+            Mode::Noop => Action::Continue,
+            Mode::HostCalls => {
+                let _ = hostcalls::get_current_time();
+                let _ = hostcalls::get_map_value(MapType::HttpRequestHeaders, "x-forwarded-for");
+                let (_, cas) = hostcalls::get_shared_data(KEY).unwrap_or((None, None));
+                let _ = hostcalls::set_shared_data(KEY, Some(&VALUE), cas.or(Some(u32::MAX)));
+                Action::Continue
+            }
+            Mode::CallOut { cluster, authority } => {
+                let headers = vec![
+                    (":method", "POST"),
+                    (":path", "/v1/check"),
+                    (":authority", authority.as_str()),
+                    ("content-type", "application/json"),
+                ];
+                let timeout = Duration::from_millis(50);
+                match hostcalls::dispatch_http_call(cluster, headers, Some(CHECK), vec![], timeout)
+                {
+                    Ok(_) => Action::Pause,
+                    Err(_) => Action::Continue,
+                }
+            }
+        }
+    }
+
+    fn on_http_response_headers(&mut self, _: usize, _: bool) -> Action {
+        if let Mode::HostCalls = self.mode.as_ref() {
+            let headers = [
+                ("ratelimit-policy", "\"per-ip\";q=1000;w=1"),
+                ("ratelimit", "\"per-ip\";r=999;t=1"),
+            ];
+            for (name, value) in headers {
+                let _ = hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value);
+            }
+        }
         Action::Continue
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_from_configuration() {
+        assert!(matches!(mode_of(b"").unwrap(), Mode::Noop));
+        assert!(matches!(mode_of(b"{}").unwrap(), Mode::Noop));
+        assert!(matches!(
+            mode_of(br#"{"mode":"host_calls"}"#).unwrap(),
+            Mode::HostCalls
+        ));
+        match mode_of(br#"{"mode":"call_out","cluster":"c","authority":"a"}"#).unwrap() {
+            Mode::CallOut { cluster, authority } => {
+                assert_eq!((cluster, authority), ("c".into(), "a".into()))
+            }
+            _ => panic!("not call_out"),
+        }
+        assert!(mode_of(br#"{"mode":"call_out"}"#).is_err());
+        assert!(mode_of(br#"{"mode":"other"}"#).is_err());
+        assert!(mode_of(br#"{"mdoe":"noop"}"#).is_err());
     }
 }
