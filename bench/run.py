@@ -35,8 +35,8 @@ ROOT = setups.ROOT
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--duration", type=float, default=5, help="seconds per wrk run (default 5)")
-    p.add_argument("--rounds", type=int, default=3, help="rounds over all configurations (default 3)")
+    p.add_argument("--duration", type=float, default=4, help="seconds per wrk run (default 4)")
+    p.add_argument("--rounds", type=int, default=5, help="rounds over all configurations (default 5)")
     p.add_argument("--warmup", type=float, default=1, help="seconds of load per configuration before the rounds")
     p.add_argument("--concurrency", default="1,2", help="Envoy --concurrency values, comma separated")
     p.add_argument("--quick", action="store_true",
@@ -128,10 +128,20 @@ def placement(a, concurrency: int) -> tuple[str | None, str | None]:
     return ",".join(str(c) for c in range(concurrency)), ",".join(str(c) for c in range(concurrency, cores))
 
 
-def repin(pids: list[int], cpus: str | None):
-    """Moves every thread of the running processes `pids` to `cpus` (all CPUs if None)."""
+def place_limiters(limiter_procs: list, cpus: str | None):
+    """Restarts the limiters with one thread per CPU of `cpus` (their default
+    when None), then moves them and Redis, every thread, onto `cpus` (all
+    CPUs when None)."""
+    threads = len(cpus.split(",")) if cpus else 0
+    for item in limiter_procs:
+        if isinstance(item, setups.harness.Limiter):
+            item.stop()
+            item.extra_args = ["--threads", str(threads)]
+            item.start()
+    if not shutil.which("taskset"):
+        return
     cpus = cpus or f"0-{(os.cpu_count() or 1) - 1}"
-    for pid in pids:
+    for pid in setups.store_pids(limiter_procs, "memory") + setups.store_pids(limiter_procs, "redis"):
         subprocess.run(["taskset", "-a", "-p", "-c", cpus, str(pid)], capture_output=True)
 
 
@@ -153,7 +163,7 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
     decisions: dict[str, float] = {}
 
     envoy_cpus, other_cpus = placement(a, concurrency)
-    repin(setups.store_pids(limiter_procs, "memory") + setups.store_pids(limiter_procs, "redis"), other_cpus)
+    place_limiters(limiter_procs, other_cpus)
 
     def measure(env, duration):
         return load.run(a.wrk, f"http://127.0.0.1:{env.port}/", duration, "keys.lua", [str(env.row.keys)],
@@ -213,7 +223,7 @@ def run_limiter_rows(a, rows, limiter_ports, limiter_procs, log, failures):
     samples: dict[str, list] = {r.id: [] for r in rows}
     env = {"SLUICE_CHECK_BODY": setups.LIMITER_CHECK_BODY}
 
-    repin(setups.store_pids(limiter_procs, "memory") + setups.store_pids(limiter_procs, "redis"), None)
+    place_limiters(limiter_procs, None)
 
     def measure(r, duration):
         return load.run(a.wrk, f"http://127.0.0.1:{limiter_ports[r.store]}/v1/check", duration, "check.lua",

@@ -4,6 +4,7 @@ import json
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -93,3 +94,12 @@ def test_memory_bound_denies_new_keys(processes):
     assert json.loads(lim.check(one("c")).body)["allowed"] is False
     assert json.loads(lim.check(one("a")).body)["allowed"] is True
     assert lim.metric("sluice_limiter_capacity_denials_total") == 1
+
+
+def test_threads_flag_sizes_the_runtime(processes):
+    lim = processes.limiter(extra_args=["--threads", "1"])
+    assert lim.check(CHECK).status == 200
+    # one request-serving thread besides the main thread
+    workers = [t for t in (Path(f"/proc/{lim.process.proc.pid}/task").iterdir())
+               if (t / "comm").read_text().strip() == "sluice-worker"]
+    assert len(workers) == 1

@@ -1,5 +1,6 @@
 //! `sluice-limiter`: parses flags, builds the store and serves until SIGTERM/SIGINT.
 
+use axum::serve::ListenerExt;
 use clap::Parser;
 use sluice_limiter::api::{app, AppState};
 use sluice_limiter::cli::Args;
@@ -17,15 +18,26 @@ use tracing_subscriber::EnvFilter;
 /// How often the memory store drops keys that are back to full.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let args = Args::parse();
     let filter = EnvFilter::try_new(&args.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
-    match run(args).await {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all().thread_name("sluice-worker");
+    if args.threads > 0 {
+        builder.worker_threads(args.threads);
+    }
+    let runtime = match builder.build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            tracing::error!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
@@ -76,7 +88,14 @@ async fn run(args: Args) -> Result<(), String> {
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
-        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?
+        // Answers are small and latency-bound: Nagle's algorithm would hold
+        // a write back until the peer's delayed ACK (tens of ms).
+        .tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!("cannot set TCP_NODELAY: {e}");
+            }
+        });
     tracing::info!(listen = %args.listen, store = ?args.store, "sluice-limiter serving");
     axum::serve(listener, app(state))
         .with_graceful_shutdown(shutdown_signal())
