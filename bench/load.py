@@ -74,11 +74,11 @@ def pinned(cmd: list[str], cpus: str | None) -> list[str]:
 
 def run(wrk: str, url: str, duration: float, script: str, args: list[str] | None = None,
         env: dict | None = None, cpus: str | None = None, envoy_pid: int | None = None,
-        limiter_pids: list[int] | None = None) -> Sample:
+        limiter_pids: list[int] | None = None, connections: int = CONNECTIONS) -> Sample:
     """Runs wrk for `duration` seconds against `url` with a Lua script of lua/,
     on `cpus` if given, and charges the CPU time Envoy (`envoy_pid`) and the
     limiter (`limiter_pids`) spent meanwhile to the requests wrk made."""
-    cmd = [wrk, f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{max(1, round(duration))}s", "--latency",
+    cmd = [wrk, f"-t{THREADS}", f"-c{connections}", f"-d{max(1, round(duration))}s", "--latency",
            "-s", str(LUA / script), url]
     if args:
         cmd += ["--", *args]

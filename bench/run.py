@@ -37,6 +37,9 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--duration", type=float, default=4, help="seconds per wrk run (default 4)")
     p.add_argument("--rounds", type=int, default=5, help="rounds over all configurations (default 5)")
+    p.add_argument("--solo", type=float, default=1,
+                   help="seconds of a one-connection run per row and round, for latency without "
+                        "queueing (0: none)")
     p.add_argument("--warmup", type=float, default=1, help="seconds of load per configuration before the rounds")
     p.add_argument("--concurrency", default="1,2", help="Envoy --concurrency values, comma separated")
     p.add_argument("--quick", action="store_true",
@@ -58,7 +61,7 @@ def parse_args(argv=None):
     p.add_argument("--skip-charts", action="store_true", help="do not draw the SVGs")
     a = p.parse_args(argv)
     if a.quick:
-        a.duration, a.rounds, a.warmup = 1, 1, 0.5
+        a.duration, a.rounds, a.warmup, a.solo = 1, 1, 0.5, min(a.solo, 1)
         if a.concurrency == "1,2":
             a.concurrency = "1"
     a.concurrencies = [int(c) for c in a.concurrency.split(",") if c.strip()]
@@ -160,15 +163,16 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
     """
     envoys = []
     samples: dict[str, list] = {r.id: [] for r in rows}
+    solo: dict[str, list] = {r.id: [] for r in rows}
     decisions: dict[str, float] = {}
 
     envoy_cpus, other_cpus = placement(a, concurrency)
     place_limiters(limiter_procs, other_cpus)
 
-    def measure(env, duration):
+    def measure(env, duration, connections=load.CONNECTIONS):
         return load.run(a.wrk, f"http://127.0.0.1:{env.port}/", duration, "keys.lua", [str(env.row.keys)],
                         cpus=other_cpus, envoy_pid=env.process.proc.pid,
-                        limiter_pids=setups.store_pids(limiter_procs, env.row.store))
+                        limiter_pids=setups.store_pids(limiter_procs, env.row.store), connections=connections)
 
     def failed(env_or_row, what, e):
         row = getattr(env_or_row, "row", env_or_row)
@@ -200,9 +204,17 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
                     decisions[env.row.id] = decisions.get(env.row.id, 0.0) + \
                         limiter_decisions(limiter_procs, env.row.store) - before
                 samples[env.row.id].append(s)
-                log(f"  c{concurrency} round {rnd + 1}/{a.rounds} {env.row.id:<24} {s.rps:>10,.0f} req/s "
-                    f"p50 {s.p50_us:>6.0f} µs p99 {s.p99_us:>6.0f} µs non-2xx {s.non_2xx} "
-                    f"Envoy CPU {s.envoy_cpu_us:5.1f} µs/req")
+                line = (f"  c{concurrency} round {rnd + 1}/{a.rounds} {env.row.id:<24} {s.rps:>10,.0f} req/s "
+                        f"p50 {s.p50_us:>6.0f} µs p99 {s.p99_us:>6.0f} µs non-2xx {s.non_2xx} "
+                        f"Envoy CPU {s.envoy_cpu_us:5.1f} µs/req")
+                if a.solo > 0:
+                    try:
+                        one = measure(env, a.solo, connections=1)
+                        solo[env.row.id].append(one)
+                        line += f"; 1 conn p50 {one.p50_us:.0f} µs p99 {one.p99_us:.0f} µs"
+                    except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
+                        failed(env, f"round {rnd + 1}, one connection", e)
+                log(line)
     finally:
         for env in envoys:
             env.stop()
@@ -214,7 +226,7 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
         if r.id in decisions:
             total = sum(s.requests for s in samples[r.id])
             extra = f"{decisions[r.id] / max(1, total):.3f} limiter decisions per request"
-        out[r.id] = report.summarize(r, samples[r.id], extra)
+        out[r.id] = report.summarize(r, samples[r.id], extra, solo[r.id])
     return out, samples
 
 
