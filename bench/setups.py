@@ -128,6 +128,8 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
             filters=sluice(sluice_config(gcra, headers="none"))),
         Row("local-deny", "Sluice local gcra, flood (429 path)", expect="deny",
             filters=sluice(sluice_config({"algorithm": "gcra", **DENY_LIMIT}))),
+        Row("deny-reply", "wasm filter making Sluice's host calls and 429 of a denial, no logic", expect="deny",
+            filters=[harness.wasm_filter({"mode": "deny"}, noop_wasm, vm_id="deny-reply", name="deny-reply")]),
         Row("global-memory", "Sluice global gcra, limiter memory store", store="memory",
             filters=sluice(sluice_config({**gcra, "scope": "global"}, global_scope=True))),
         Row("call-out", "wasm filter making one bare limiter call per request", store="memory",

@@ -69,6 +69,7 @@ def test_medians_ratios_and_targets():
         summary("local-gcra", 24000, p99=540), summary("local-gcra-10k", 20000),
         summary("local-deny", 26000, non_2xx=990), summary("global-memory", 10000),
         summary("global-cached", 23000, non_2xx=1000), summary("call-out", 12000),
+        summary("host-calls", 24000), summary("deny-reply", 22000, non_2xx=1000),
     ]}
     assert c1["envoy"].rps == 30000
     assert c1["local-deny"].expectation_met and c1["local-gcra"].expectation_met
@@ -78,11 +79,12 @@ def test_medians_ratios_and_targets():
     assert goals["10,000 keys ≥ 0.9× one key (GCRA)"].met is False
     assert goals["global, memory store ≥ 0.6× Sluice local"].met is False
     assert goals["global, memory store ≥ 0.6× Sluice local"].bound == "0.500× for a bare call-out"
+    assert goals["deny path ≥ allow path (GCRA)"].bound == "0.917× for the two paths' host calls alone"
     assert goals["sluice-limiter memory store ≥ 50,000 checks/s"].met is None
     text = report.markdown({"commit": "abc"}, {1: c1}, {}, list(goals.values()), None, [])
     assert "| Sluice local gcra, one key | 24,000 | 0% | 100 µs | 540 µs | 0.80 | 0.96 | 0.83 | 0.0 µs | 0.0% | ok |" \
         in text
-    assert goals["Sluice local GCRA, one key ≥ 0.95× no-op wasm"].bound == ""  # host-calls not measured
+    assert goals["Sluice local GCRA, one key ≥ 0.95× no-op wasm"].bound == "0.960× for Sluice's host calls alone"
     assert "**missed**" in text
 
 

@@ -9,6 +9,11 @@
 //!   `x-forwarded-for`, shared-data read and compare-and-swap write of one key,
 //!   two response headers), without any of Sluice's logic. The best any filter
 //!   that keeps an exact shared count per client can do.
+//! - `{"mode":"deny"}`: the host calls Sluice makes for a denied request
+//!   (clock, `x-forwarded-for`, shared-data read) and the same local reply:
+//!   429 with `content-type`, `retry-after`, the two `RateLimit` headers,
+//!   `x-sluice-rule` and a 13-byte body. The best any filter answering a
+//!   flood from a shared count can do.
 //! - `{"mode":"call_out","cluster":C,"authority":A}`: one `POST /v1/check`
 //!   to cluster `C` per request, with a fixed body; the request continues
 //!   when the answer arrives, whatever it says. The best any filter that asks
@@ -43,6 +48,7 @@ struct Config {
 enum Mode {
     Noop,
     HostCalls,
+    Deny,
     CallOut { cluster: String, authority: String },
 }
 
@@ -55,6 +61,7 @@ fn mode_of(bytes: &[u8]) -> Result<Mode, String> {
     match config.mode.as_deref().unwrap_or("noop") {
         "noop" => Ok(Mode::Noop),
         "host_calls" => Ok(Mode::HostCalls),
+        "deny" => Ok(Mode::Deny),
         "call_out" => Ok(Mode::CallOut {
             cluster: config.cluster.ok_or("call_out needs \"cluster\"")?,
             authority: config.authority.ok_or("call_out needs \"authority\"")?,
@@ -127,6 +134,20 @@ impl HttpContext for Http {
                 let _ = hostcalls::set_shared_data(KEY, Some(&VALUE), cas.or(Some(u32::MAX)));
                 Action::Continue
             }
+            Mode::Deny => {
+                let _ = hostcalls::get_current_time();
+                let _ = hostcalls::get_map_value(MapType::HttpRequestHeaders, "x-forwarded-for");
+                let _ = hostcalls::get_shared_data(KEY);
+                let headers = vec![
+                    ("content-type", "text/plain"),
+                    ("retry-after", "1"),
+                    ("ratelimit-policy", "\"per-ip\";q=100;w=1"),
+                    ("ratelimit", "\"per-ip\";r=0;t=1"),
+                    ("x-sluice-rule", "per-ip"),
+                ];
+                let _ = hostcalls::send_http_response(429, headers, Some(b"rate limited\n"));
+                Action::Pause
+            }
             Mode::CallOut { cluster, authority } => {
                 let headers = vec![
                     (":method", "POST"),
@@ -170,6 +191,10 @@ mod tests {
         assert!(matches!(
             mode_of(br#"{"mode":"host_calls"}"#).unwrap(),
             Mode::HostCalls
+        ));
+        assert!(matches!(
+            mode_of(br#"{"mode":"deny"}"#).unwrap(),
+            Mode::Deny
         ));
         match mode_of(br#"{"mode":"call_out","cluster":"c","authority":"a"}"#).unwrap() {
             Mode::CallOut { cluster, authority } => {
