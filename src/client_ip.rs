@@ -83,7 +83,7 @@ fn parse_socket_address(text: &str) -> Option<(IpAddr, Option<u16>)> {
 }
 
 /// The client address under `policy`, from the downstream address Envoy
-/// reports (`source`) and the `x-forwarded-for` header.
+/// reports (`peer`, parsed by [`Peer::parse`]) and the `x-forwarded-for` header.
 ///
 /// With `N` trusted hops the client is the `N`th entry from the right of
 /// `x-forwarded-for` as the trusted proxies sent it; when the header has fewer
@@ -100,20 +100,7 @@ fn parse_socket_address(text: &str) -> Option<(IpAddr, Option<u16>)> {
 ///
 /// (A non-zero port on the downstream address alongside `x-forwarded-for`
 /// tells the first case from the second; `skip_xff_append` is not supported.)
-pub fn client_ip(
-    policy: &ClientIpPolicy,
-    source: Option<&str>,
-    xff: Option<&str>,
-) -> Option<IpAddr> {
-    client_ip_of(policy, source.and_then(Peer::parse), xff)
-}
-
-/// [`client_ip`] for a downstream address already parsed.
-pub fn client_ip_of(
-    policy: &ClientIpPolicy,
-    peer: Option<Peer>,
-    xff: Option<&str>,
-) -> Option<IpAddr> {
+pub fn client_ip(policy: &ClientIpPolicy, peer: Option<Peer>, xff: Option<&str>) -> Option<IpAddr> {
     if policy.trusted_hops > 0 {
         if let Some(xff) = xff {
             let envoy_appended = peer.is_some_and(|p| p.port.is_some_and(|port| port != 0));
@@ -129,12 +116,6 @@ pub fn client_ip_of(
         }
     }
     peer.map(|p| p.ip)
-}
-
-/// Whether Envoy took the downstream address from `x-forwarded-for` (its
-/// port is 0), so that the true peer is hidden from filters.
-pub fn is_forwarded_source(source: &str) -> bool {
-    Peer::parse(source).is_some_and(|p| p.is_forwarded())
 }
 
 /// Writes the key text of `ip` masked under `policy` into `out`.
@@ -256,6 +237,19 @@ mod tests {
         assert_eq!(masked(&zero, "2001:db8::1"), "::/0");
     }
 
+    /// The client address for the downstream address as Envoy writes it.
+    fn client_ip_from(
+        policy: &ClientIpPolicy,
+        source: Option<&str>,
+        xff: Option<&str>,
+    ) -> Option<IpAddr> {
+        client_ip(policy, source.and_then(Peer::parse), xff)
+    }
+
+    fn is_forwarded_source(source: &str) -> bool {
+        Peer::parse(source).is_some_and(|p| p.is_forwarded())
+    }
+
     #[test]
     fn picks_forwarded_entry_from_the_right() {
         // use_remote_address: false — Envoy reports the last entry, port 0.
@@ -266,19 +260,19 @@ mod tests {
             ..ClientIpPolicy::default()
         };
         let ip = |s: &str| s.parse::<IpAddr>().ok();
-        assert_eq!(client_ip(&hops(0), src, xff), ip("192.0.2.5"));
-        assert_eq!(client_ip(&hops(1), src, xff), ip("192.0.2.5"));
-        assert_eq!(client_ip(&hops(2), src, xff), ip("203.0.113.7"));
-        assert_eq!(client_ip(&hops(3), src, xff), ip("198.51.100.1"));
+        assert_eq!(client_ip_from(&hops(0), src, xff), ip("192.0.2.5"));
+        assert_eq!(client_ip_from(&hops(1), src, xff), ip("192.0.2.5"));
+        assert_eq!(client_ip_from(&hops(2), src, xff), ip("203.0.113.7"));
+        assert_eq!(client_ip_from(&hops(3), src, xff), ip("198.51.100.1"));
         // Fewer entries than hops, a missing header, or garbage: the downstream address.
-        assert_eq!(client_ip(&hops(4), src, xff), ip("192.0.2.5"));
+        assert_eq!(client_ip_from(&hops(4), src, xff), ip("192.0.2.5"));
         let peer = Some("10.0.0.9:1234");
-        assert_eq!(client_ip(&hops(1), peer, None), ip("10.0.0.9"));
+        assert_eq!(client_ip_from(&hops(1), peer, None), ip("10.0.0.9"));
         assert_eq!(
-            client_ip(&hops(1), peer, Some("garbage,10.0.0.1")),
+            client_ip_from(&hops(1), peer, Some("garbage,10.0.0.1")),
             ip("10.0.0.9")
         );
-        assert_eq!(client_ip(&hops(1), None, Some("garbage")), None);
+        assert_eq!(client_ip_from(&hops(1), None, Some("garbage")), None);
     }
 
     #[test]
@@ -291,10 +285,10 @@ mod tests {
         let ip = |s: &str| s.parse::<IpAddr>().ok();
         let src = Some("127.0.0.1:1234");
         let xff = Some("198.51.100.1, 203.0.113.7,192.0.2.2");
-        assert_eq!(client_ip(&hops(0), src, xff), ip("127.0.0.1"));
-        assert_eq!(client_ip(&hops(1), src, xff), ip("203.0.113.7"));
-        assert_eq!(client_ip(&hops(2), src, xff), ip("198.51.100.1"));
-        assert_eq!(client_ip(&hops(3), src, xff), ip("127.0.0.1"));
+        assert_eq!(client_ip_from(&hops(0), src, xff), ip("127.0.0.1"));
+        assert_eq!(client_ip_from(&hops(1), src, xff), ip("203.0.113.7"));
+        assert_eq!(client_ip_from(&hops(2), src, xff), ip("198.51.100.1"));
+        assert_eq!(client_ip_from(&hops(3), src, xff), ip("127.0.0.1"));
         assert!(is_forwarded_source("10.0.0.9:0"));
         assert!(!is_forwarded_source("10.0.0.9:1234"));
         assert!(!is_forwarded_source("[::1]:5"));

@@ -161,7 +161,7 @@ impl<'a, V: RequestView> Request<'a, V> {
                     "sluice: Envoy takes the downstream address from x-forwarded-for, so clients choose their client_ip key; set use_remote_address: true on the HTTP connection manager"
                 );
             }
-            client_ip::client_ip_of(self.policy, peer, xff.as_deref())
+            client_ip::client_ip(self.policy, peer, xff.as_deref())
         })
     }
 
