@@ -150,7 +150,7 @@ def place_limiters(limiter_procs: list, cpus: str | None):
 
 def limiter_decisions(limiter_procs, store: str) -> float:
     for item in limiter_procs:
-        if isinstance(item, setups.harness.Limiter) and (item.store == "memory") == (store == "memory"):
+        if isinstance(item, setups.harness.Limiter) and setups.serves(item, store):
             return item.metric("sluice_limiter_decisions_total")
     return 0.0
 

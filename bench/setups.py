@@ -210,21 +210,19 @@ def start_envoy(row: Row, concurrency: int, workdir: Path, envoy_bin: Path,
     return env
 
 
-def store_pids(started: list, store: str | None) -> list[int]:
-    """Process ids serving `store` among what `start_limiters` started: the
-    memory limiter, or the Redis limiter and Redis."""
+def serves(item, store: str | None) -> bool:
+    """Whether `item`, something `start_limiters` started, serves `store`
+    ("memory": the memory limiter; "redis": the Redis limiter and Redis)."""
     if store is None:
-        return []
-    out = []
-    for item in started:
-        if isinstance(item, harness.Limiter):
-            if (item.store == "memory") != (store == "memory"):
-                continue
-        elif store == "memory":
-            continue
-        if item.process is not None:
-            out.append(item.process.proc.pid)
-    return out
+        return False
+    if isinstance(item, harness.Limiter):
+        return (item.store == "memory") == (store == "memory")
+    return store != "memory"
+
+
+def store_pids(started: list, store: str | None) -> list[int]:
+    """Process ids of what serves `store` among what `start_limiters` started."""
+    return [item.process.proc.pid for item in started if serves(item, store) and item.process is not None]
 
 
 def start_limiters(workdir: Path, limiter_bin: Path, stores: set[str]) -> tuple[dict, list]:
