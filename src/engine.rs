@@ -15,7 +15,7 @@ use crate::layout;
 use crate::local::{self, Contended, SharedStore};
 use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
 use crate::slots::SlotHasher;
-use sluice_core::{Decision, Denial, Limit, Nanos, SECOND};
+use sluice_core::{Decision, Limit, Nanos, SECOND};
 
 /// Every request costs one hit.
 const COST: u64 = 1;
@@ -137,15 +137,7 @@ pub enum Verdict {
 /// The decision reported when contention or a failure prevents deciding:
 /// deny, and suggest retrying in a second.
 fn undecided(requests: u64) -> Decision {
-    Decision {
-        allowed: false,
-        limit: requests,
-        remaining: 0,
-        reset: SECOND,
-        retry_after: SECOND,
-        delay: 0,
-        denial: Some(Denial::OverLimit),
-    }
+    Decision::over_limit(requests, SECOND)
 }
 
 /// The override of limit `index` for the request's key, if any.

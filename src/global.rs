@@ -142,15 +142,7 @@ pub fn decode_deny(bytes: &[u8], fingerprint: u64) -> Option<Nanos> {
 
 /// The denial reported while a key is in the over-limit cache.
 pub fn cached_denial(limit: &Limit, remaining_time: Nanos) -> Decision {
-    Decision {
-        allowed: false,
-        limit: limit.requests,
-        remaining: 0,
-        reset: remaining_time,
-        retry_after: remaining_time,
-        delay: 0,
-        denial: Some(Denial::OverLimit),
-    }
+    Decision::over_limit(limit.requests, remaining_time)
 }
 
 #[cfg(test)]

@@ -1,35 +1,34 @@
 //! Checking a raw configuration and turning it into a [`Plan`].
 
 use super::duration::parse_duration;
-use super::error::ConfigError;
 use super::plan::{DenyResponse, LimiterTarget, OverrideLimit, Plan, Rule, RuleLimit};
 use super::raw::{Mode, RawConfig, RawLimit, RawMatch, RawOverride, RawRule, Scope};
 use crate::client_ip::ClientIpPolicy;
 use crate::key::KeyPart;
 use crate::layout;
 use crate::matcher::{HeaderCondition, HeaderTest, Matcher, PathMatch};
-use sluice_core::{Algorithm, Limit, Nanos, MILLISECOND};
+use sluice_core::{Algorithm, FieldError, Limit, Nanos, MILLISECOND};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Largest `local_max_keys`.
 pub const MAX_LOCAL_KEYS: u64 = 10_000_000;
 
 /// Parses and checks the JSON configuration.
-pub fn parse(json: &[u8]) -> Result<Plan, ConfigError> {
+pub fn parse(json: &[u8]) -> Result<Plan, FieldError> {
     let mut de = serde_json::Deserializer::from_slice(json);
     let raw: RawConfig = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let path = if path == "." { String::new() } else { path };
-        ConfigError::at(path, e.into_inner().to_string())
+        FieldError::at(path, e.into_inner().to_string())
     })?;
-    de.end().map_err(|e| ConfigError::at("", e.to_string()))?;
+    de.end().map_err(|e| FieldError::at("", e.to_string()))?;
     compile(raw)
 }
 
 /// Checks `raw` and compiles it.
-pub fn compile(raw: RawConfig) -> Result<Plan, ConfigError> {
+pub fn compile(raw: RawConfig) -> Result<Plan, FieldError> {
     if !valid_name(&raw.domain) {
-        return Err(ConfigError::at(
+        return Err(FieldError::at(
             "domain",
             format!(
                 "{:?} must be 1 to {MAX_NAME_LEN} bytes of A-Z, a-z, 0-9, '_', '.', '-'",
@@ -57,7 +56,7 @@ pub fn compile(raw: RawConfig) -> Result<Plan, ConfigError> {
             .into_iter()
             .map(|(name, value)| {
                 if name.is_empty() {
-                    Err(ConfigError::at(
+                    Err(FieldError::at(
                         "response.headers",
                         "header names must not be empty",
                     ))
@@ -71,15 +70,15 @@ pub fn compile(raw: RawConfig) -> Result<Plan, ConfigError> {
         None => None,
         Some(l) => {
             if l.cluster.is_empty() {
-                return Err(ConfigError::at("limiter.cluster", "must not be empty"));
+                return Err(FieldError::at("limiter.cluster", "must not be empty"));
             }
             if l.authority.is_empty() {
-                return Err(ConfigError::at("limiter.authority", "must not be empty"));
+                return Err(FieldError::at("limiter.authority", "must not be empty"));
             }
             let timeout =
-                parse_duration(&l.timeout).map_err(|m| ConfigError::at("limiter.timeout", m))?;
+                parse_duration(&l.timeout).map_err(|m| FieldError::at("limiter.timeout", m))?;
             if timeout < MILLISECOND {
-                return Err(ConfigError::at("limiter.timeout", "must be at least 1ms"));
+                return Err(FieldError::at("limiter.timeout", "must be at least 1ms"));
             }
             Some(LimiterTarget {
                 cluster: l.cluster,
@@ -95,7 +94,7 @@ pub fn compile(raw: RawConfig) -> Result<Plan, ConfigError> {
     for (i, rule) in raw.rules.into_iter().enumerate() {
         let path = format!("rules[{i}]");
         if !names.insert(rule.name.clone()) {
-            return Err(ConfigError::at(
+            return Err(FieldError::at(
                 format!("{path}.name"),
                 format!("duplicate rule name {:?}", rule.name),
             ));
@@ -103,7 +102,7 @@ pub fn compile(raw: RawConfig) -> Result<Plan, ConfigError> {
         let compiled = compile_rule(&raw.domain, &path, rule)?;
         if limiter.is_none() {
             if let Some(j) = compiled.limits.iter().position(|l| l.global) {
-                return Err(ConfigError::at(
+                return Err(FieldError::at(
                     "limiter",
                     format!("required because {path}.limits[{j}] has scope global"),
                 ));
@@ -124,14 +123,14 @@ pub fn compile(raw: RawConfig) -> Result<Plan, ConfigError> {
     })
 }
 
-fn in_range<T: TryFrom<u64>>(value: u64, min: u64, max: u64, path: &str) -> Result<T, ConfigError> {
+fn in_range<T: TryFrom<u64>>(value: u64, min: u64, max: u64, path: &str) -> Result<T, FieldError> {
     if value < min || value > max {
-        return Err(ConfigError::at(
+        return Err(FieldError::at(
             path,
             format!("must be between {min} and {max}, got {value}"),
         ));
     }
-    T::try_from(value).map_err(|_| ConfigError::at(path, format!("out of range: {value}")))
+    T::try_from(value).map_err(|_| FieldError::at(path, format!("out of range: {value}")))
 }
 
 /// Longest domain or rule name (the limiter accepts domains up to this length).
@@ -145,9 +144,9 @@ fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
-fn compile_rule(domain: &str, path: &str, rule: RawRule) -> Result<Rule, ConfigError> {
+fn compile_rule(domain: &str, path: &str, rule: RawRule) -> Result<Rule, FieldError> {
     if !valid_name(&rule.name) {
-        return Err(ConfigError::at(
+        return Err(FieldError::at(
             format!("{path}.name"),
             format!(
                 "{:?} must be 1 to {MAX_NAME_LEN} bytes of A-Z, a-z, 0-9, '_', '.', '-'",
@@ -157,7 +156,7 @@ fn compile_rule(domain: &str, path: &str, rule: RawRule) -> Result<Rule, ConfigE
     }
     let matcher = compile_match(&format!("{path}.match"), rule.matcher)?;
     if rule.key.is_empty() {
-        return Err(ConfigError::at(
+        return Err(FieldError::at(
             format!("{path}.key"),
             "must list at least one part",
         ));
@@ -167,11 +166,11 @@ fn compile_rule(domain: &str, path: &str, rule: RawRule) -> Result<Rule, ConfigE
         .iter()
         .enumerate()
         .map(|(j, part)| {
-            KeyPart::parse(part).map_err(|m| ConfigError::at(format!("{path}.key[{j}]"), m))
+            KeyPart::parse(part).map_err(|m| FieldError::at(format!("{path}.key[{j}]"), m))
         })
         .collect::<Result<Vec<_>, _>>()?;
     if rule.limits.is_empty() {
-        return Err(ConfigError::at(
+        return Err(FieldError::at(
             format!("{path}.limits"),
             "must list at least one limit",
         ));
@@ -197,7 +196,7 @@ fn compile_rule(domain: &str, path: &str, rule: RawRule) -> Result<Rule, ConfigE
     for (k, raw_override) in rule.overrides.iter().enumerate() {
         let override_path = format!("{path}.overrides[{k}]");
         if overrides.insert(raw_override.key.clone(), k).is_some() {
-            return Err(ConfigError::at(
+            return Err(FieldError::at(
                 format!("{override_path}.key"),
                 format!("duplicate override key {:?}", raw_override.key),
             ));
@@ -221,10 +220,10 @@ fn compile_rule(domain: &str, path: &str, rule: RawRule) -> Result<Rule, ConfigE
     })
 }
 
-fn compile_match(path: &str, raw: RawMatch) -> Result<Matcher, ConfigError> {
+fn compile_match(path: &str, raw: RawMatch) -> Result<Matcher, FieldError> {
     let path_match = match (raw.path_prefix, raw.path) {
         (Some(_), Some(_)) => {
-            return Err(ConfigError::at(
+            return Err(FieldError::at(
                 path,
                 "set at most one of path_prefix and path",
             ));
@@ -236,7 +235,7 @@ fn compile_match(path: &str, raw: RawMatch) -> Result<Matcher, ConfigError> {
     let mut methods = Vec::with_capacity(raw.methods.len());
     for (j, method) in raw.methods.into_iter().enumerate() {
         if method.is_empty() {
-            return Err(ConfigError::at(
+            return Err(FieldError::at(
                 format!("{path}.methods[{j}]"),
                 "must not be empty",
             ));
@@ -247,7 +246,7 @@ fn compile_match(path: &str, raw: RawMatch) -> Result<Matcher, ConfigError> {
     for (j, h) in raw.headers.into_iter().enumerate() {
         let header_path = format!("{path}.headers[{j}]");
         if h.name.is_empty() {
-            return Err(ConfigError::at(
+            return Err(FieldError::at(
                 format!("{header_path}.name"),
                 "must not be empty",
             ));
@@ -257,7 +256,7 @@ fn compile_match(path: &str, raw: RawMatch) -> Result<Matcher, ConfigError> {
             (None, Some(true)) => HeaderTest::Present,
             (None, Some(false)) => HeaderTest::Absent,
             _ => {
-                return Err(ConfigError::at(
+                return Err(FieldError::at(
                     header_path,
                     "set exactly one of exact and present",
                 ));
@@ -275,37 +274,35 @@ fn compile_match(path: &str, raw: RawMatch) -> Result<Matcher, ConfigError> {
     })
 }
 
-fn window(path: &str, text: &str) -> Result<Nanos, ConfigError> {
-    let window = parse_duration(text).map_err(|m| ConfigError::at(path, m))?;
+fn window(path: &str, text: &str) -> Result<Nanos, FieldError> {
+    let window = parse_duration(text).map_err(|m| FieldError::at(path, m))?;
     if window < MILLISECOND {
-        return Err(ConfigError::at(path, "must be at least 1ms"));
+        return Err(FieldError::at(path, "must be at least 1ms"));
     }
     Ok(window)
 }
 
-fn validated(path: &str, limit: Limit) -> Result<Limit, ConfigError> {
-    limit
-        .validate()
-        .map_err(|e| ConfigError::at(format!("{path}.{}", e.field), e.message))?;
+fn validated(path: &str, limit: Limit) -> Result<Limit, FieldError> {
+    limit.validate().map_err(|e| e.under(path))?;
     Ok(limit)
 }
 
-fn compile_limit(path: &str, raw: &RawLimit) -> Result<Limit, ConfigError> {
+fn compile_limit(path: &str, raw: &RawLimit) -> Result<Limit, FieldError> {
     let algorithm = raw
         .algorithm
         .parse::<Algorithm>()
-        .map_err(|e| ConfigError::at(format!("{path}.algorithm"), e.to_string()))?;
+        .map_err(|e| FieldError::at(format!("{path}.algorithm"), e.to_string()))?;
     let window = window(&format!("{path}.window"), &raw.window)?;
     let precision = match raw.precision {
         None => 1,
         Some(_) if algorithm != Algorithm::SlidingWindow => {
-            return Err(ConfigError::at(
+            return Err(FieldError::at(
                 format!("{path}.precision"),
                 "only applies to the sliding_window algorithm",
             ));
         }
         Some(p) => u32::try_from(p).map_err(|_| {
-            ConfigError::at(format!("{path}.precision"), format!("out of range: {p}"))
+            FieldError::at(format!("{path}.precision"), format!("out of range: {p}"))
         })?,
     };
     validated(
@@ -328,7 +325,7 @@ fn compile_override(
     path: &str,
     raw: &RawOverride,
     limits: &[RuleLimit],
-) -> Result<Vec<Option<OverrideLimit>>, ConfigError> {
+) -> Result<Vec<Option<OverrideLimit>>, FieldError> {
     let only = match raw.limit {
         None => None,
         Some(index) => {
@@ -336,7 +333,7 @@ fn compile_override(
                 .ok()
                 .filter(|&i| i < limits.len())
                 .ok_or_else(|| {
-                    ConfigError::at(
+                    FieldError::at(
                         format!("{path}.limit"),
                         format!("no limit {index} in this rule (it has {})", limits.len()),
                     )

@@ -3,15 +3,14 @@
 
 mod compile;
 mod duration;
-mod error;
 mod plan;
 mod raw;
 
 pub use compile::{compile, parse, MAX_LOCAL_KEYS, MAX_NAME_LEN};
 pub use duration::parse_duration;
-pub use error::ConfigError;
 pub use plan::{DenyResponse, LimiterTarget, OverrideLimit, Plan, Rule, RuleLimit};
 pub use raw::{FailureMode, HeadersMode, Mode, RawConfig, Scope};
+pub use sluice_core::FieldError;
 
 #[cfg(test)]
 mod tests;

@@ -27,7 +27,7 @@ const FULL: &str = r#"{
   ]
 }"#;
 
-fn err(json: &str) -> ConfigError {
+fn err(json: &str) -> FieldError {
     match parse(json.as_bytes()) {
         Ok(_) => panic!("accepted: {json}"),
         Err(e) => e,

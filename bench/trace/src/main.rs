@@ -39,8 +39,7 @@ fn run(out: &mut impl Write) -> Result<(), String> {
     writeln!(out, "# limit,{REQUESTS},{}", WINDOW / MILLISECOND).map_err(|e| e.to_string())?;
     writeln!(out, "t_ms,algorithm,admitted").map_err(|e| e.to_string())?;
     for algorithm in Algorithm::ALL {
-        let limit = Limit::new(algorithm, REQUESTS, WINDOW)
-            .map_err(|e| format!("{}: {}", e.field, e.message))?;
+        let limit = Limit::new(algorithm, REQUESTS, WINDOW).map_err(|e| e.to_string())?;
         let mut state: Option<Encoded> = None;
         for &t in &arrivals {
             let now = T0.saturating_add(t);

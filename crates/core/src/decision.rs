@@ -49,6 +49,21 @@ fn ceil_to(n: Nanos, unit: Nanos) -> u64 {
 }
 
 impl Decision {
+    /// A denial decided without an algorithm's state (a cached denial, or
+    /// one made because the state could not be read or written): nothing
+    /// remains, and both `reset` and `retry_after` are `retry_after`.
+    pub fn over_limit(limit: u64, retry_after: Nanos) -> Decision {
+        Decision {
+            allowed: false,
+            limit,
+            remaining: 0,
+            reset: retry_after,
+            retry_after,
+            delay: 0,
+            denial: Some(Denial::OverLimit),
+        }
+    }
+
     /// `retry_after` in milliseconds, rounded up.
     pub fn retry_after_ms(&self) -> u64 {
         ceil_to(self.retry_after, MILLISECOND)

@@ -51,6 +51,7 @@
 mod algo;
 mod algorithm;
 mod decision;
+mod error;
 mod limit;
 mod math;
 mod multi;
@@ -61,9 +62,10 @@ use limit::Params;
 
 pub use algorithm::{Algorithm, UnknownAlgorithm};
 pub use decision::{Decision, Denial};
+pub use error::FieldError;
 pub use limit::{
-    Limit, LimitError, MAX_DRAIN, MAX_LOG_ENTRIES, MAX_PRECISION, MAX_REQUESTS, MAX_SOFT_PERCENT,
-    MAX_WINDOW, MIN_WINDOW,
+    Limit, MAX_DRAIN, MAX_LOG_ENTRIES, MAX_PRECISION, MAX_REQUESTS, MAX_SOFT_PERCENT, MAX_WINDOW,
+    MIN_WINDOW,
 };
 pub use multi::{decide_all, most_restrictive, Check, MultiOutcome};
 pub use state::{Encoded, VERSION};

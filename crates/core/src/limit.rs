@@ -1,5 +1,4 @@
-use crate::{Algorithm, Nanos, MILLISECOND, SECOND};
-use std::fmt;
+use crate::{Algorithm, FieldError, Nanos, MILLISECOND, SECOND};
 
 /// The largest accepted `requests` and `burst` (10^12).
 pub const MAX_REQUESTS: u64 = 1_000_000_000_000;
@@ -67,30 +66,13 @@ pub struct Limit {
     pub max_delay: Option<Nanos>,
 }
 
-/// Why a limit is invalid; `field` names the offending field.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LimitError {
-    /// The field at fault (`requests`, `window`, `burst`, ...).
-    pub field: &'static str,
-    /// What is wrong with it.
-    pub message: String,
-}
-
-impl fmt::Display for LimitError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.field, self.message)
-    }
-}
-
-impl std::error::Error for LimitError {}
-
-fn invalid(field: &'static str, message: String) -> Result<(), LimitError> {
-    Err(LimitError { field, message })
+fn invalid(field: &str, message: String) -> Result<(), FieldError> {
+    Err(FieldError::at(field, message))
 }
 
 impl Limit {
     /// A limit of `requests` per `window` with `burst = requests` and no extras.
-    pub fn new(algorithm: Algorithm, requests: u64, window: Nanos) -> Result<Limit, LimitError> {
+    pub fn new(algorithm: Algorithm, requests: u64, window: Nanos) -> Result<Limit, FieldError> {
         let limit = Limit {
             algorithm,
             requests,
@@ -140,7 +122,7 @@ impl Limit {
 
     /// Checks every field's range. [`decide`](crate::decide) never panics on
     /// an invalid limit, but it then clamps the fields into range.
-    pub fn validate(&self) -> Result<(), LimitError> {
+    pub fn validate(&self) -> Result<(), FieldError> {
         if self.requests == 0 || self.requests > MAX_REQUESTS {
             return invalid(
                 "requests",

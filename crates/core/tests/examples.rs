@@ -239,22 +239,22 @@ fn delay_mode() {
 
 #[test]
 fn validation_names_the_field() {
-    let field = |l: Limit| l.validate().unwrap_err().field;
+    let field = |l: Limit| l.validate().unwrap_err().path;
     let base = |a| Limit::new(a, 10, SECOND).unwrap();
     assert_eq!(
-        Limit::new(Algorithm::Gcra, 0, SECOND).unwrap_err().field,
+        Limit::new(Algorithm::Gcra, 0, SECOND).unwrap_err().path,
         "requests"
     );
     assert_eq!(
         Limit::new(Algorithm::Gcra, 1, MILLISECOND - 1)
             .unwrap_err()
-            .field,
+            .path,
         "window"
     );
     assert_eq!(
         Limit::new(Algorithm::Gcra, 1, 367 * 24 * HOUR)
             .unwrap_err()
-            .field,
+            .path,
         "window"
     );
     assert!(Limit::new(Algorithm::Gcra, 1, 366 * 24 * HOUR).is_ok());

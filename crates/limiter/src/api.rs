@@ -3,7 +3,7 @@
 use crate::metrics::Metrics;
 use crate::overrides::Overrides;
 use crate::store::{Store, StoreItem};
-use crate::wire::{parse_check, CheckResponse, ErrorBody, LimitResult, WireError, MAX_BODY_BYTES};
+use crate::wire::{parse_check, CheckResponse, ErrorBody, LimitResult, MAX_BODY_BYTES};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
@@ -11,6 +11,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use sluice_core::FieldError;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -118,13 +119,13 @@ async fn decide(st: &AppState, body: Result<Bytes, BytesRejection>) -> Response 
 fn store_items(
     domain: &str,
     limits: Vec<crate::wire::KeyedLimit>,
-) -> Result<Vec<StoreItem>, WireError> {
+) -> Result<Vec<StoreItem>, FieldError> {
     let mut items: Vec<StoreItem> = Vec::with_capacity(limits.len());
     for (i, kl) in limits.into_iter().enumerate() {
         let id = kl.state_id(domain);
         // At most 64 limits: a scan is cheaper than hashing.
         if let Some(first) = items.iter().position(|it| it.id == id) {
-            return Err(WireError::new(
+            return Err(FieldError::at(
                 format!("limits[{i}].key"),
                 format!("same key, algorithm and window as limits[{first}]"),
             ));

@@ -4,8 +4,7 @@
 //! [`ValidCheck`] before any store is touched; every error names its field.
 
 use serde::{Deserialize, Serialize};
-use sluice_core::{Algorithm, Decision, Limit, MILLISECOND};
-use std::fmt;
+use sluice_core::{Algorithm, Decision, FieldError, Limit, MILLISECOND};
 
 /// Largest accepted request body.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -104,37 +103,6 @@ pub struct ErrorBody {
     pub error: String,
 }
 
-/// A request that failed validation; `field` is a path such as `limits[2].burst`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WireError {
-    /// Path of the offending field (empty when the body as a whole is bad).
-    pub field: String,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl WireError {
-    /// An error about `field`.
-    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        WireError {
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for WireError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.field.is_empty() {
-            f.write_str(&self.message)
-        } else {
-            write!(f, "{}: {}", self.field, self.message)
-        }
-    }
-}
-
-impl std::error::Error for WireError {}
-
 /// A validated limit with its key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyedLimit {
@@ -170,9 +138,9 @@ pub struct ValidCheck {
 }
 
 /// Parses and validates a `/v1/check` body.
-pub fn parse_check(body: &[u8]) -> Result<ValidCheck, WireError> {
+pub fn parse_check(body: &[u8]) -> Result<ValidCheck, FieldError> {
     if body.len() > MAX_BODY_BYTES {
-        return Err(WireError::new(
+        return Err(FieldError::at(
             "",
             format!("body exceeds {MAX_BODY_BYTES} bytes"),
         ));
@@ -186,9 +154,9 @@ pub fn parse_check(body: &[u8]) -> Result<ValidCheck, WireError> {
                 Err(e) => {
                     let path = e.path().to_string();
                     let field = if path == "." { String::new() } else { path };
-                    Err(WireError::new(field, e.into_inner().to_string()))
+                    Err(FieldError::at(field, e.into_inner().to_string()))
                 }
-                Ok(_) => Err(WireError::new("", plain.to_string())),
+                Ok(_) => Err(FieldError::at("", plain.to_string())),
             }
         }
     }
@@ -213,19 +181,19 @@ pub fn validate_domain(domain: &str) -> Result<(), String> {
 
 impl CheckRequest {
     /// Validates every field, naming the first bad one.
-    pub fn validate(self) -> Result<ValidCheck, WireError> {
-        validate_domain(&self.domain).map_err(|m| WireError::new("domain", m))?;
+    pub fn validate(self) -> Result<ValidCheck, FieldError> {
+        validate_domain(&self.domain).map_err(|m| FieldError::at("domain", m))?;
         if self.hits == 0 || self.hits > MAX_COUNT {
-            return Err(WireError::new(
+            return Err(FieldError::at(
                 "hits",
                 format!("must be between 1 and {MAX_COUNT}"),
             ));
         }
         if self.limits.is_empty() {
-            return Err(WireError::new("limits", "must hold at least one limit"));
+            return Err(FieldError::at("limits", "must hold at least one limit"));
         }
         if self.limits.len() > MAX_LIMITS {
-            return Err(WireError::new(
+            return Err(FieldError::at(
                 "limits",
                 format!("at most {MAX_LIMITS} limits per check"),
             ));
@@ -233,8 +201,7 @@ impl CheckRequest {
         let mut limits = Vec::with_capacity(self.limits.len());
         for (i, spec) in self.limits.into_iter().enumerate() {
             let prefix = format!("limits[{i}]");
-            let keyed = KeyedLimit::try_from(spec)
-                .map_err(|e| WireError::new(format!("{prefix}.{}", e.field), e.message))?;
+            let keyed = KeyedLimit::try_from(spec).map_err(|e| e.under(&prefix))?;
             limits.push(keyed);
         }
         Ok(ValidCheck {
@@ -254,10 +221,10 @@ pub fn build_limit(
     burst: Option<u64>,
     precision: Option<u32>,
     soft_percent: Option<u32>,
-) -> Result<Limit, WireError> {
+) -> Result<Limit, FieldError> {
     let range = |field: &str, v: u64, max: u64| {
         if v == 0 || v > max {
-            Err(WireError::new(
+            Err(FieldError::at(
                 field,
                 format!("must be between 1 and {max}"),
             ))
@@ -271,7 +238,7 @@ pub fn build_limit(
     range("burst", burst, MAX_COUNT)?;
     let window = window_ms
         .checked_mul(MILLISECOND)
-        .ok_or_else(|| WireError::new("window_ms", "too large"))?;
+        .ok_or_else(|| FieldError::at("window_ms", "too large"))?;
     let limit = Limit {
         algorithm,
         requests,
@@ -281,26 +248,21 @@ pub fn build_limit(
         soft_percent: soft_percent.unwrap_or(0),
         max_delay: None,
     };
-    limit.validate().map_err(|e| {
-        let field = if e.field == "window" {
-            "window_ms"
-        } else {
-            e.field
-        };
-        WireError::new(field, e.message)
-    })?;
+    limit
+        .validate()
+        .map_err(|e| e.renamed("window", "window_ms"))?;
     Ok(limit)
 }
 
 impl TryFrom<LimitSpec> for KeyedLimit {
-    type Error = WireError;
+    type Error = FieldError;
 
     fn try_from(spec: LimitSpec) -> Result<Self, Self::Error> {
         if spec.key.is_empty() {
-            return Err(WireError::new("key", "must not be empty"));
+            return Err(FieldError::at("key", "must not be empty"));
         }
         if spec.key.len() > MAX_KEY_BYTES {
-            return Err(WireError::new(
+            return Err(FieldError::at(
                 "key",
                 format!("longer than {MAX_KEY_BYTES} bytes"),
             ));
@@ -308,7 +270,7 @@ impl TryFrom<LimitSpec> for KeyedLimit {
         let algorithm = spec
             .algorithm
             .parse::<Algorithm>()
-            .map_err(|e| WireError::new("algorithm", e.to_string()))?;
+            .map_err(|e| FieldError::at("algorithm", e.to_string()))?;
         let limit = build_limit(
             algorithm,
             spec.requests,
