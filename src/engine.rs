@@ -8,7 +8,7 @@
 //! is reported, and never blocks the request.
 
 use crate::config::{FailureMode, Plan, Rule};
-use crate::global::{self, CheckLimit, CheckRequest, CheckResponse};
+use crate::global;
 use crate::headers::{more_restrictive, Reported};
 use crate::key::{Request, RequestView};
 use crate::layout;
@@ -16,6 +16,7 @@ use crate::local::{self, Contended, SharedStore};
 use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
 use crate::slots::SlotHasher;
 use sluice_core::{Decision, Limit, Nanos, SECOND};
+use sluice_wire::{limiter_key, CheckRequest, CheckResponse, LimitSpec};
 
 /// Every request costs one hit.
 const COST: u64 = 1;
@@ -99,7 +100,7 @@ impl PendingCheck {
     pub fn record(&mut self, call: usize, body: Option<&[u8]>) -> bool {
         if let Some(c) = self.calls.get_mut(call) {
             let limits = c.limits;
-            c.answer = Some(body.and_then(|b| global::parse_response(b, limits)));
+            c.answer = Some(body.and_then(|b| CheckResponse::parse(b, limits)));
         }
         self.calls.iter().all(|c| c.answer.is_some())
     }
@@ -175,7 +176,7 @@ where
         consumed: Vec::new(),
     };
     let mut items: Vec<GlobalItem> = Vec::new();
-    let mut limits: Vec<CheckLimit> = Vec::new();
+    let mut limits: Vec<LimitSpec> = Vec::new();
 
     for (r, rule) in plan.rules.iter().enumerate() {
         if !rule.matcher.matches(&request) {
@@ -224,7 +225,7 @@ where
                     call: 0,
                     position: 0,
                 });
-                limits.push(CheckLimit::new(&rule.name, l, &key, limit));
+                limits.push(LimitSpec::new(limiter_key(&rule.name, l, &key), limit));
                 continue;
             }
             let target = match via_override {
@@ -316,7 +317,7 @@ where
         .map(|limits| {
             let count = limits.len();
             let request = CheckRequest {
-                domain: &plan.domain,
+                domain: plan.domain.as_str().into(),
                 hits: COST,
                 limits,
             };

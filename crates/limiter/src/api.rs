@@ -3,7 +3,6 @@
 use crate::metrics::Metrics;
 use crate::overrides::Overrides;
 use crate::store::{Store, StoreItem};
-use crate::wire::{parse_check, CheckResponse, ErrorBody, LimitResult, MAX_BODY_BYTES};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
@@ -11,7 +10,8 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use sluice_core::FieldError;
+use sluice_core::{FieldError, MILLISECOND};
+use sluice_wire::{parse_check, CheckResponse, ErrorBody, KeyedLimit, LimitResult, MAX_BODY_BYTES};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -113,16 +113,25 @@ async fn decide(st: &AppState, body: Result<Bytes, BytesRejection>) -> Response 
     }
 }
 
+/// The store's identity for a limit's state: domain, key, algorithm and
+/// window, so that two limits on one key (say 10/s and 1000/h) keep separate
+/// state, and a key's state never meets another algorithm.
+pub fn state_id(domain: &str, keyed: &KeyedLimit) -> String {
+    format!(
+        "{domain}/{}|{}|{}",
+        keyed.key,
+        keyed.limit.algorithm.name(),
+        keyed.limit.window / MILLISECOND
+    )
+}
+
 /// Gives each limit its state identity; two limits with one identity (same
 /// key, algorithm and window) in one check are an error, since they would
 /// share one state.
-fn store_items(
-    domain: &str,
-    limits: Vec<crate::wire::KeyedLimit>,
-) -> Result<Vec<StoreItem>, FieldError> {
+fn store_items(domain: &str, limits: Vec<KeyedLimit>) -> Result<Vec<StoreItem>, FieldError> {
     let mut items: Vec<StoreItem> = Vec::with_capacity(limits.len());
     for (i, kl) in limits.into_iter().enumerate() {
-        let id = kl.state_id(domain);
+        let id = state_id(domain, &kl);
         // At most 64 limits: a scan is cheaper than hashing.
         if let Some(first) = items.iter().position(|it| it.id == id) {
             return Err(FieldError::at(

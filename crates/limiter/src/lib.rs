@@ -12,4 +12,3 @@ pub mod clock;
 pub mod metrics;
 pub mod overrides;
 pub mod store;
-pub mod wire;

@@ -8,9 +8,9 @@
 //! request's. A file entry wins over a Redis entry for the same key.
 
 use crate::store::{Store, StoreError};
-use crate::wire::{build_limit, validate_domain, ValidCheck};
 use serde::Deserialize;
 use sluice_core::Algorithm;
+use sluice_wire::{build_limit, validate_domain, ValidCheck};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

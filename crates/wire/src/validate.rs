@@ -1,107 +1,19 @@
-//! The JSON wire format of `/v1/check`, kept apart from sluice-core's types.
-//!
-//! Requests are parsed strictly (unknown fields are errors) and validated into
-//! [`ValidCheck`] before any store is touched; every error names its field.
+//! The limiter's side: a check body parsed strictly and validated into core
+//! limits before any store is touched; every error names its field.
 
-use serde::{Deserialize, Serialize};
-use sluice_core::{Algorithm, Decision, FieldError, Limit, MILLISECOND};
+use crate::{CheckRequest, LimitSpec, MAX_KEY_BYTES};
+use sluice_core::{Algorithm, FieldError, Limit, MILLISECOND};
 
 /// Largest accepted request body.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Most limits one check may carry.
 pub const MAX_LIMITS: usize = 64;
-/// Longest accepted limit key, in bytes.
-pub const MAX_KEY_BYTES: usize = 512;
 /// Longest accepted domain, in bytes.
 pub const MAX_DOMAIN_BYTES: usize = 128;
 /// Longest window: 366 days, as sluice-core accepts.
 pub const MAX_WINDOW_MS: u64 = sluice_core::MAX_WINDOW / MILLISECOND;
 /// Largest `requests`, `burst` and `hits`, as sluice-core accepts.
 pub const MAX_COUNT: u64 = sluice_core::MAX_REQUESTS;
-
-/// `POST /v1/check` body.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CheckRequest {
-    /// Namespace of the keys; letters, digits, `_`, `-` and `.`.
-    pub domain: String,
-    /// Weight of the request; defaults to 1.
-    #[serde(default = "one")]
-    pub hits: u64,
-    /// The limits the request falls under, decided together.
-    pub limits: Vec<LimitSpec>,
-}
-
-fn one() -> u64 {
-    1
-}
-
-/// One limit of a check as sent on the wire.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LimitSpec {
-    /// The client's key for this limit (e.g. `per-ip/203.0.113.7`).
-    pub key: String,
-    /// One of the six algorithm names (`gcra`, `token_bucket`, ...).
-    pub algorithm: String,
-    /// Requests per window.
-    pub requests: u64,
-    /// The window in milliseconds.
-    pub window_ms: u64,
-    /// Requests a fresh key admits at once; defaults to `requests`.
-    #[serde(default)]
-    pub burst: Option<u64>,
-    /// Sliding window: sub-windows per window; defaults to 1.
-    #[serde(default)]
-    pub precision: Option<u32>,
-    /// Soft throttling: percent admitted above the quota; defaults to 0.
-    #[serde(default)]
-    pub soft_percent: Option<u32>,
-}
-
-/// `POST /v1/check` answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CheckResponse {
-    /// True when every limit allowed.
-    pub allowed: bool,
-    /// One result per requested limit, in request order.
-    pub limits: Vec<LimitResult>,
-}
-
-/// What one limit decided, in whole milliseconds rounded up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LimitResult {
-    /// Whether this limit allowed the request.
-    pub allowed: bool,
-    /// The quota: requests per window.
-    pub limit: u64,
-    /// Requests of weight 1 that would pass now.
-    pub remaining: u64,
-    /// Time until the quota is entirely available again.
-    pub reset_ms: u64,
-    /// Time until a request of this weight can pass; 0 when allowed.
-    pub retry_after_ms: u64,
-}
-
-impl From<&Decision> for LimitResult {
-    fn from(d: &Decision) -> Self {
-        LimitResult {
-            allowed: d.allowed,
-            limit: d.limit,
-            remaining: d.remaining,
-            // Rounded up so a client never retries too early.
-            reset_ms: d.reset.div_ceil(MILLISECOND),
-            retry_after_ms: d.retry_after.div_ceil(MILLISECOND),
-        }
-    }
-}
-
-/// An error body: `{"error": "..."}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ErrorBody {
-    /// What went wrong, starting with the field at fault when there is one.
-    pub error: String,
-}
 
 /// A validated limit with its key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,20 +22,6 @@ pub struct KeyedLimit {
     pub key: String,
     /// The limit to enforce.
     pub limit: Limit,
-}
-
-impl KeyedLimit {
-    /// The store's identity for this limit's state: domain, key, algorithm and
-    /// window, so that two limits on one key (say 10/s and 1000/h) keep
-    /// separate state, and a key's state never meets another algorithm.
-    pub fn state_id(&self, domain: &str) -> String {
-        format!(
-            "{domain}/{}|{}|{}",
-            self.key,
-            self.limit.algorithm.name(),
-            self.limit.window / MILLISECOND
-        )
-    }
 }
 
 /// A check that passed validation.
@@ -145,12 +43,12 @@ pub fn parse_check(body: &[u8]) -> Result<ValidCheck, FieldError> {
             format!("body exceeds {MAX_BODY_BYTES} bytes"),
         ));
     }
-    match serde_json::from_slice::<CheckRequest>(body) {
+    match serde_json::from_slice::<CheckRequest<'_>>(body) {
         Ok(req) => req.validate(),
         // Parse again, slower, only to name the field at fault.
         Err(plain) => {
             let de = &mut serde_json::Deserializer::from_slice(body);
-            match serde_path_to_error::deserialize::<_, CheckRequest>(de) {
+            match serde_path_to_error::deserialize::<_, CheckRequest<'_>>(de) {
                 Err(e) => {
                     let path = e.path().to_string();
                     let field = if path == "." { String::new() } else { path };
@@ -162,7 +60,17 @@ pub fn parse_check(body: &[u8]) -> Result<ValidCheck, FieldError> {
     }
 }
 
-/// Checks a domain name: 1 to 128 bytes of letters, digits, `_`, `-`, `.`.
+/// Whether `name` is a valid domain: 1 to [`MAX_DOMAIN_BYTES`] bytes of
+/// letters, digits, `_`, `-` and `.`.
+pub fn valid_domain(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_DOMAIN_BYTES
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+/// Checks a domain name as [`valid_domain`] does, saying what is wrong.
 pub fn validate_domain(domain: &str) -> Result<(), String> {
     if domain.is_empty() {
         return Err("must not be empty".into());
@@ -170,16 +78,13 @@ pub fn validate_domain(domain: &str) -> Result<(), String> {
     if domain.len() > MAX_DOMAIN_BYTES {
         return Err(format!("longer than {MAX_DOMAIN_BYTES} bytes"));
     }
-    if !domain
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
-    {
+    if !valid_domain(domain) {
         return Err("may hold only letters, digits, '_', '-' and '.'".into());
     }
     Ok(())
 }
 
-impl CheckRequest {
+impl CheckRequest<'_> {
     /// Validates every field, naming the first bad one.
     pub fn validate(self) -> Result<ValidCheck, FieldError> {
         validate_domain(&self.domain).map_err(|m| FieldError::at("domain", m))?;
@@ -200,12 +105,11 @@ impl CheckRequest {
         }
         let mut limits = Vec::with_capacity(self.limits.len());
         for (i, spec) in self.limits.into_iter().enumerate() {
-            let prefix = format!("limits[{i}]");
-            let keyed = KeyedLimit::try_from(spec).map_err(|e| e.under(&prefix))?;
+            let keyed = KeyedLimit::try_from(spec).map_err(|e| e.under(&format!("limits[{i}]")))?;
             limits.push(keyed);
         }
         Ok(ValidCheck {
-            domain: self.domain,
+            domain: self.domain.into_owned(),
             hits: self.hits,
             limits,
         })
@@ -254,10 +158,10 @@ pub fn build_limit(
     Ok(limit)
 }
 
-impl TryFrom<LimitSpec> for KeyedLimit {
+impl TryFrom<LimitSpec<'_>> for KeyedLimit {
     type Error = FieldError;
 
-    fn try_from(spec: LimitSpec) -> Result<Self, Self::Error> {
+    fn try_from(spec: LimitSpec<'_>) -> Result<Self, Self::Error> {
         if spec.key.is_empty() {
             return Err(FieldError::at("key", "must not be empty"));
         }
@@ -280,8 +184,42 @@ impl TryFrom<LimitSpec> for KeyedLimit {
             spec.soft_percent,
         )?;
         Ok(KeyedLimit {
-            key: spec.key,
+            key: spec.key.into_owned(),
             limit,
         })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_the_field() {
+        let err = |body: &str| parse_check(body.as_bytes()).unwrap_err().to_string();
+        assert!(err(
+            r#"{"domain":"d","limits":[{"key":"k","algorithm":"gcra","requests":0,"window_ms":1}]}"#
+        )
+        .starts_with("limits[0].requests: "));
+        assert!(err(
+            r#"{"domain":"d","limits":[{"key":"k","algorithm":"gcra","requests":1,"window_ms":0}]}"#
+        )
+        .starts_with("limits[0].window_ms: "));
+        assert!(err(
+            r#"{"domain":"d","limits":[{"key":"k","algorithm":"nope","requests":1,"window_ms":1}]}"#
+        )
+        .starts_with("limits[0].algorithm: unknown algorithm"));
+        assert!(err(r#"{"domain":"d","limits":[],"extra":1}"#).contains("extra"));
+        assert!(err(r#"{"domain":"a b","limits":[]}"#).starts_with("domain: "));
+    }
+
+    #[test]
+    fn domains() {
+        assert!(valid_domain("demo.v1_a-b"));
+        assert!(!valid_domain(""));
+        assert!(!valid_domain("a/b"));
+        assert!(!valid_domain(&"a".repeat(MAX_DOMAIN_BYTES + 1)));
+        assert!(valid_domain(&"a".repeat(MAX_DOMAIN_BYTES)));
     }
 }

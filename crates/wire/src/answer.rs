@@ -1,0 +1,124 @@
+//! The limiter's answers.
+
+use serde::{Deserialize, Serialize};
+use sluice_core::{Decision, Denial, MILLISECOND};
+
+/// `POST /v1/check` answer. Readers ignore fields they do not know, so
+/// that the limiter can add some.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckResponse {
+    /// True when every limit allowed (and then every limit consumed).
+    pub allowed: bool,
+    /// One result per requested limit, in request order.
+    pub limits: Vec<LimitResult>,
+}
+
+impl CheckResponse {
+    /// Reads the answer to a check of `expected` limits; `None` for anything
+    /// malformed, including an answer with another number of limits.
+    #[inline]
+    pub fn parse(body: &[u8], expected: usize) -> Option<CheckResponse> {
+        let response: CheckResponse = serde_json::from_slice(body).ok()?;
+        (response.limits.len() == expected).then_some(response)
+    }
+}
+
+/// What one limit decided, in whole milliseconds rounded up (a client that
+/// waits the time given and retries is never early).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitResult {
+    /// Whether this limit allowed the request.
+    pub allowed: bool,
+    /// The quota: requests per window.
+    pub limit: u64,
+    /// Requests of weight 1 that would pass now.
+    pub remaining: u64,
+    /// Time until the quota is entirely available again.
+    pub reset_ms: u64,
+    /// Time until a request of this weight can pass; 0 when allowed.
+    pub retry_after_ms: u64,
+}
+
+impl From<&Decision> for LimitResult {
+    fn from(d: &Decision) -> Self {
+        LimitResult {
+            allowed: d.allowed,
+            limit: d.limit,
+            remaining: d.remaining,
+            reset_ms: d.reset.div_ceil(MILLISECOND),
+            retry_after_ms: d.retry_after.div_ceil(MILLISECOND),
+        }
+    }
+}
+
+impl LimitResult {
+    /// As a core decision (a denial is [`Denial::OverLimit`]).
+    #[inline]
+    pub fn decision(&self) -> Decision {
+        Decision {
+            allowed: self.allowed,
+            limit: self.limit,
+            remaining: self.remaining,
+            reset: self.reset_ms.saturating_mul(MILLISECOND),
+            retry_after: self.retry_after_ms.saturating_mul(MILLISECOND),
+            delay: 0,
+            denial: (!self.allowed).then_some(Denial::OverLimit),
+        }
+    }
+}
+
+/// An error body: `{"error": "..."}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// What went wrong, starting with the field at fault when there is one.
+    pub error: String,
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_answers() {
+        let body = br#"{"allowed":false,"limits":[{"allowed":false,"limit":100,"remaining":0,"reset_ms":540,"retry_after_ms":600,"extra":1}]}"#;
+        let r = CheckResponse::parse(body, 1).unwrap();
+        assert!(!r.allowed);
+        let d = r.limits[0].decision();
+        assert_eq!(
+            (d.reset, d.retry_after, d.denial),
+            (
+                540 * MILLISECOND,
+                600 * MILLISECOND,
+                Some(Denial::OverLimit)
+            )
+        );
+        assert!(CheckResponse::parse(body, 2).is_none());
+        assert!(CheckResponse::parse(b"garbage", 1).is_none());
+        assert!(CheckResponse::parse(br#"{"allowed":true}"#, 0).is_none());
+    }
+
+    #[test]
+    fn answers_round_up_and_read_back() {
+        let d = Decision {
+            allowed: false,
+            limit: 10,
+            remaining: 0,
+            reset: 1_500_001,
+            retry_after: 999_999,
+            delay: 0,
+            denial: Some(Denial::OverLimit),
+        };
+        let r = LimitResult::from(&d);
+        assert_eq!((r.reset_ms, r.retry_after_ms), (2, 1));
+        let back = r.decision();
+        assert_eq!(
+            (back.reset, back.retry_after),
+            (2 * MILLISECOND, MILLISECOND)
+        );
+        assert_eq!(
+            (back.allowed, back.limit, back.denial),
+            (false, 10, d.denial)
+        );
+    }
+}

@@ -1,0 +1,49 @@
+//! Limiter keys: how the filter names a limit's counter, within what the
+//! limiter accepts.
+
+use std::fmt::Write;
+use std::hash::Hasher;
+
+/// Longest limit key the limiter accepts, in bytes.
+pub const MAX_KEY_BYTES: usize = 512;
+
+/// The limiter key of `key` for limit `index` of `rule`: `<rule>/<index>/<key>`,
+/// or, when that would be longer than [`MAX_KEY_BYTES`] (a long header
+/// value), `<rule>/<index>/#<hash of key>` with a hash every Envoy computes
+/// alike. Keys that share a hash share a counter, which errs on the side of
+/// limiting.
+#[inline]
+pub fn limiter_key(rule: &str, index: usize, key: &str) -> String {
+    let mut out = format!("{rule}/{index}/");
+    if out.len().saturating_add(key.len()) <= MAX_KEY_BYTES {
+        out.push_str(key);
+    } else {
+        // Fixed keys: the hash must agree across Envoys (unlike slot seeds).
+        #[allow(deprecated)]
+        let mut hasher = std::hash::SipHasher::new_with_keys(0x736c_7569_6365, 0x676c_6f62_616c);
+        hasher.write(key.as_bytes());
+        let _ = write!(out, "#{:016x}", hasher.finish());
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_keys_are_hashed() {
+        assert_eq!(limiter_key("r", 0, "alice"), "r/0/alice");
+        let long = "x".repeat(600);
+        let hashed = limiter_key("r", 0, &long);
+        assert!(
+            hashed.starts_with("r/0/#") && hashed.len() == 5 + 16,
+            "{hashed}"
+        );
+        assert_eq!(hashed, limiter_key("r", 0, &long));
+        assert_ne!(hashed, limiter_key("r", 0, &"y".repeat(600)));
+        let fits = "x".repeat(MAX_KEY_BYTES - 4);
+        assert_eq!(limiter_key("r", 0, &fits).len(), MAX_KEY_BYTES);
+    }
+}

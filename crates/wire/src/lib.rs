@@ -1,0 +1,30 @@
+//! The limiter API's JSON, written once for both sides of the wire: the
+//! filter builds [`CheckRequest`]s and reads [`CheckResponse`]s; the
+//! limiter reads requests with [`parse_check`] (strict: unknown fields are
+//! errors, every error names its field) and answers with the same
+//! [`CheckResponse`].
+//!
+//! ```text
+//! POST /v1/check
+//! {"domain":"demo","hits":1,"limits":[{"key":"per-ip/0/203.0.113.7","algorithm":"gcra",
+//!   "requests":100,"window_ms":60000,"burst":20}]}
+//! 200 {"allowed":false,"limits":[{"allowed":false,"limit":100,"remaining":0,
+//!   "reset_ms":540,"retry_after_ms":600}]}
+//! ```
+//!
+//! All limits of one check are decided together: a check denied by one
+//! limit consumes nothing from the others. A malformed check is answered
+//! with a 4xx and an [`ErrorBody`] naming the field (`limits[2].burst: ...`).
+
+mod answer;
+mod key;
+mod request;
+mod validate;
+
+pub use answer::{CheckResponse, ErrorBody, LimitResult};
+pub use key::{limiter_key, MAX_KEY_BYTES};
+pub use request::{CheckRequest, LimitSpec};
+pub use validate::{
+    build_limit, parse_check, valid_domain, validate_domain, KeyedLimit, ValidCheck,
+    MAX_BODY_BYTES, MAX_COUNT, MAX_DOMAIN_BYTES, MAX_LIMITS, MAX_WINDOW_MS,
+};

@@ -1,0 +1,122 @@
+//! The body of `POST /v1/check`.
+
+use serde::{Deserialize, Serialize};
+use sluice_core::{Algorithm, Limit, MILLISECOND};
+use std::borrow::Cow;
+
+/// `POST /v1/check` body: the limits one request falls under.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckRequest<'a> {
+    /// Namespace of the keys; 1 to 128 bytes of letters, digits, `_`, `-`
+    /// and `.`.
+    #[serde(borrow)]
+    pub domain: Cow<'a, str>,
+    /// Weight of the request, taken from every limit; defaults to 1.
+    #[serde(default = "one")]
+    pub hits: u64,
+    /// The limits, decided together.
+    pub limits: Vec<LimitSpec<'a>>,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// One limit of a check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitSpec<'a> {
+    /// The client's key for this limit, at most [`MAX_KEY_BYTES`](crate::MAX_KEY_BYTES)
+    /// (the filter sends `<rule>/<limit index>/<key text>`, see [`limiter_key`](crate::limiter_key)).
+    #[serde(borrow)]
+    pub key: Cow<'a, str>,
+    /// One of the algorithm names (`gcra`, `token_bucket`, ...).
+    #[serde(borrow)]
+    pub algorithm: Cow<'a, str>,
+    /// Requests per window.
+    pub requests: u64,
+    /// The window in milliseconds.
+    pub window_ms: u64,
+    /// Requests a fresh key admits at once; defaults to `requests`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u64>,
+    /// Sliding window: sub-windows per window; defaults to 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<u32>,
+    /// Soft throttling: percent admitted above the quota; defaults to 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soft_percent: Option<u32>,
+}
+
+impl LimitSpec<'static> {
+    /// The wire form of `limit` under the limiter key `key`. Fields at
+    /// their default (precision 1, no soft allowance) are left out.
+    #[inline]
+    pub fn new(key: String, limit: &Limit) -> Self {
+        LimitSpec {
+            key: Cow::Owned(key),
+            algorithm: Cow::Borrowed(limit.algorithm.name()),
+            requests: limit.requests,
+            window_ms: limit.window / MILLISECOND,
+            burst: Some(limit.burst),
+            precision: (limit.algorithm == Algorithm::SlidingWindow && limit.precision != 1)
+                .then_some(limit.precision),
+            soft_percent: (limit.soft_percent != 0).then_some(limit.soft_percent),
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::limiter_key;
+    use sluice_core::SECOND;
+
+    fn gcra() -> Limit {
+        Limit::new(Algorithm::Gcra, 100, 60 * SECOND)
+            .unwrap()
+            .with_burst(20)
+    }
+
+    #[test]
+    fn request_matches_the_contract() {
+        let body = CheckRequest {
+            domain: "demo".into(),
+            hits: 1,
+            limits: vec![LimitSpec::new(
+                limiter_key("per-ip", 1, "203.0.113.7"),
+                &gcra(),
+            )],
+        };
+        assert_eq!(
+            serde_json::to_string(&body).unwrap(),
+            r#"{"domain":"demo","hits":1,"limits":[{"key":"per-ip/1/203.0.113.7","algorithm":"gcra","requests":100,"window_ms":60000,"burst":20}]}"#
+        );
+        let sliding = Limit {
+            algorithm: Algorithm::SlidingWindow,
+            precision: 4,
+            ..gcra()
+        };
+        let wire = serde_json::to_string(&LimitSpec::new("r/0/k".into(), &sliding)).unwrap();
+        assert!(wire.ends_with(r#""burst":20,"precision":4}"#), "{wire}");
+        let soft = gcra().with_soft_percent(50);
+        let wire = serde_json::to_string(&LimitSpec::new("r/0/k".into(), &soft)).unwrap();
+        assert!(wire.ends_with(r#""burst":20,"soft_percent":50}"#), "{wire}");
+    }
+
+    #[test]
+    fn what_the_filter_sends_the_limiter_reads_back() {
+        let sent = CheckRequest {
+            domain: "demo".into(),
+            hits: 3,
+            limits: vec![LimitSpec::new("r/0/alice".into(), &gcra())],
+        };
+        let bytes = serde_json::to_vec(&sent).unwrap();
+        let check = crate::parse_check(&bytes).unwrap();
+        assert_eq!((check.domain.as_str(), check.hits), ("demo", 3));
+        assert_eq!(check.limits[0].key, "r/0/alice");
+        assert_eq!(check.limits[0].limit, gcra());
+    }
+}
