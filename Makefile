@@ -85,7 +85,7 @@ validate: setup wasm
 lint: wasm-target
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(CARGO) clippy --target $(WASM_TARGET) -p sluice -p sluice-core -p sluice-bench-noop -- -D warnings
+	$(CARGO) clippy --target $(WASM_TARGET) -p sluice -p sluice-core -p sluice-wire -p sluice-bench-noop -- -D warnings
 
 fmt:
 	$(CARGO) fmt --all
