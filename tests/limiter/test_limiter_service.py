@@ -66,6 +66,22 @@ def test_overrides_file(processes, tmp_path):
     assert results == [True, True, False]
 
 
+def test_redis_override_hashes_serve_the_memory_store(processes):
+    redis = processes.redis()
+    harness.redis_command(redis.port, "HSET", "sluice:overrides:demo", "per-ip/203.0.113.7",
+                          '{"requests": 2, "window_ms": 60000}')
+    lim = processes.limiter(extra_args=["--overrides-redis", redis.url])
+    results = [json.loads(lim.check(CHECK).body)["allowed"] for _ in range(3)]
+    assert results == [True, True, False]
+
+
+def test_redis_overrides_without_a_redis_are_ignored_with_a_warning(processes):
+    lim = processes.limiter(extra_args=["--redis-overrides"])
+    for _ in range(20):
+        assert json.loads(lim.check(CHECK).body)["allowed"] is True
+    assert "--overrides-redis" in lim.process.log_path.read_text()
+
+
 def test_a_bad_overrides_file_stops_startup(tmp_path):
     path = tmp_path / "overrides.json"
     path.write_text('{"no-slash": {"requests": 1, "window_ms": 1000}}')

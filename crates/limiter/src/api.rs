@@ -1,4 +1,5 @@
-//! The HTTP surface: `POST /v1/check`, `GET /healthz`, `GET /metrics`.
+//! The HTTP surface: `POST /v1/check`, `GET /healthz`, `GET /metrics`, over
+//! any [`Store`].
 
 use crate::metrics::Metrics;
 use crate::overrides::Overrides;
@@ -17,18 +18,18 @@ use std::time::Instant;
 
 /// What every handler shares.
 #[derive(Debug, Clone)]
-pub struct AppState {
+pub struct AppState<S> {
     /// Where key states live.
-    pub store: Store,
+    pub store: S,
     /// Counters served at `/metrics`.
     pub metrics: Arc<Metrics>,
     /// Per-key limits replacing the request's.
     pub overrides: Arc<Overrides>,
 }
 
-impl AppState {
+impl<S: Store> AppState<S> {
     /// State over `store` with fresh metrics and no overrides.
-    pub fn new(store: Store) -> Self {
+    pub fn new(store: S) -> Self {
         AppState {
             store,
             metrics: Arc::new(Metrics::default()),
@@ -38,11 +39,11 @@ impl AppState {
 }
 
 /// The service's router.
-pub fn app(state: AppState) -> Router {
+pub fn app<S: Store + Clone>(state: AppState<S>) -> Router {
     Router::new()
-        .route("/v1/check", post(check))
-        .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics))
+        .route("/v1/check", post(check::<S>))
+        .route("/healthz", get(healthz::<S>))
+        .route("/metrics", get(metrics::<S>))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
@@ -56,7 +57,10 @@ fn error(status: StatusCode, message: String) -> Response {
     json(status, body)
 }
 
-async fn check(State(st): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
+async fn check<S: Store>(
+    State(st): State<AppState<S>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     st.metrics.inc_checks();
     let started = Instant::now();
     let response = decide(&st, body).await;
@@ -64,7 +68,7 @@ async fn check(State(st): State<AppState>, body: Result<Bytes, BytesRejection>) 
     response
 }
 
-async fn decide(st: &AppState, body: Result<Bytes, BytesRejection>) -> Response {
+async fn decide<S: Store>(st: &AppState<S>, body: Result<Bytes, BytesRejection>) -> Response {
     let body = match body {
         Ok(b) => b,
         Err(e) => {
@@ -81,7 +85,7 @@ async fn decide(st: &AppState, body: Result<Bytes, BytesRejection>) -> Response 
         Ok(c) => c,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    if let Err(e) = st.overrides.apply(&mut check, &st.store).await {
+    if let Err(e) = st.overrides.apply(&mut check).await {
         st.metrics.inc_store_errors();
         tracing::warn!(error = %e, "override lookup failed");
         return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
@@ -105,6 +109,8 @@ async fn decide(st: &AppState, body: Result<Bytes, BytesRejection>) -> Response 
                 serde_json::to_vec(&resp).unwrap_or_default(),
             )
         }
+        // No decision (see the `Store` contract): the filter applies its
+        // failure mode.
         Err(e) => {
             st.metrics.inc_store_errors();
             tracing::warn!(error = %e, "check failed");
@@ -147,7 +153,7 @@ fn store_items(domain: &str, limits: Vec<KeyedLimit>) -> Result<Vec<StoreItem>, 
     Ok(items)
 }
 
-async fn healthz(State(st): State<AppState>) -> Response {
+async fn healthz<S: Store>(State(st): State<AppState<S>>) -> Response {
     if st.store.healthy().await {
         (StatusCode::OK, "ok\n").into_response()
     } else {
@@ -155,7 +161,7 @@ async fn healthz(State(st): State<AppState>) -> Response {
     }
 }
 
-async fn metrics(State(st): State<AppState>) -> Response {
+async fn metrics<S: Store>(State(st): State<AppState<S>>) -> Response {
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

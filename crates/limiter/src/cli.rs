@@ -26,9 +26,16 @@ pub struct Args {
     #[arg(long, env = "SLUICE_OVERRIDES")]
     pub overrides: Option<PathBuf>,
 
-    /// Also read per-key limits from Redis hashes `sluice:overrides:<domain>`.
+    /// Also read per-key limits from Redis hashes `sluice:overrides:<domain>`
+    /// on the store's Redis.
     #[arg(long = "redis-overrides", env = "SLUICE_REDIS_OVERRIDES")]
     pub redis_overrides: bool,
+
+    /// Read the override hashes from this Redis (`redis://host:port[/db]`)
+    /// or Redis Cluster (`redis-cluster://host:port,...`) instead, whatever
+    /// the store; implies `--redis-overrides`.
+    #[arg(long = "overrides-redis", env = "SLUICE_OVERRIDES_REDIS")]
+    pub overrides_redis: Option<StoreSpec>,
 
     /// How long an answer from the Redis override hash is reused, in ms.
     #[arg(

@@ -8,8 +8,8 @@ use sluice_limiter::clock::SystemClock;
 use sluice_limiter::metrics::Metrics;
 use sluice_limiter::overrides::Overrides;
 use sluice_limiter::store::memory::{MemoryConfig, MemoryStore};
-use sluice_limiter::store::redis::{RedisStore, Target};
-use sluice_limiter::store::{Store, StoreSpec};
+use sluice_limiter::store::redis::RedisStore;
+use sluice_limiter::store::AnyStore;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,8 +48,8 @@ fn main() -> ExitCode {
 
 async fn run(args: Args) -> Result<(), String> {
     let timeout = Duration::from_millis(args.store_timeout_ms.max(1));
-    let store = match &args.store {
-        StoreSpec::Memory => {
+    let store = match args.store.redis_target() {
+        None => {
             let config = MemoryConfig {
                 shards: args.shards,
                 max_keys: args.max_keys,
@@ -65,21 +65,33 @@ async fn run(args: Args) -> Result<(), String> {
                     tracing::trace!(dropped, "swept memory store");
                 }
             });
-            Store::Memory(mem)
+            AnyStore::Memory(mem)
         }
-        StoreSpec::Redis(url) => {
-            Store::Redis(RedisStore::start(Target::Single(url.clone()), timeout))
-        }
-        StoreSpec::RedisCluster(nodes) => {
-            Store::Redis(RedisStore::start(Target::Cluster(nodes.clone()), timeout))
-        }
+        Some(target) => AnyStore::Redis(RedisStore::start(target, timeout)),
     };
     let mut overrides = match &args.overrides {
         Some(path) => Overrides::load(path)?,
         None => Overrides::default(),
     };
-    if args.redis_overrides {
-        overrides = overrides.with_redis(Duration::from_millis(args.overrides_ttl_ms));
+    let ttl = Duration::from_millis(args.overrides_ttl_ms);
+    match (&args.overrides_redis, &store) {
+        (Some(spec), _) => {
+            let target = spec.redis_target().ok_or_else(|| {
+                "--overrides-redis: expected redis://host:port or redis-cluster://host:port,..."
+                    .to_string()
+            })?;
+            overrides = overrides.with_redis(RedisStore::start(target, timeout), ttl);
+        }
+        (None, AnyStore::Redis(redis)) if args.redis_overrides => {
+            overrides = overrides.with_redis(Arc::clone(redis), ttl);
+        }
+        (None, AnyStore::Memory(_)) if args.redis_overrides => {
+            tracing::warn!(
+                "--redis-overrides reads the store's Redis, and the store is memory: \
+                 ignored (give --overrides-redis to read a Redis)"
+            );
+        }
+        (None, _) => {}
     }
     let state = AppState {
         store,

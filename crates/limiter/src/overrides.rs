@@ -1,18 +1,24 @@
-//! Per-key limits that replace the request's limit for that key: from a JSON
-//! file (`--overrides FILE`) and, optionally, from Redis hashes
-//! `sluice:overrides:<domain>` (field = key, value = the same JSON object),
-//! for tables too large to ship in filter configuration.
+//! Per-key limits that replace the request's limit for that key, resolved
+//! before the store decides and the same way whichever store decides.
+//!
+//! Two sources, consulted in this order: a JSON file (`--overrides FILE`),
+//! and Redis hashes `sluice:overrides:<domain>` (field = key, value = the same
+//! JSON object), for tables too large to ship in filter configuration. The
+//! hashes are read from the store's Redis (`--redis-overrides`) or from any
+//! Redis or Redis Cluster (`--overrides-redis`), also when the memory store
+//! decides.
 //!
 //! An override replaces `requests`, `window_ms` and `burst` (which defaults
 //! to the override's `requests`); the algorithm and its extras stay the
 //! request's. A file entry wins over a Redis entry for the same key.
 
-use crate::store::{Store, StoreError};
+use crate::store::redis::RedisStore;
+use crate::store::StoreError;
 use serde::Deserialize;
 use sluice_core::Algorithm;
 use sluice_wire::{build_limit, validate_domain, ValidCheck};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Most Redis answers cached at once; the cache is emptied when it is full.
@@ -33,13 +39,21 @@ pub struct OverrideSpec {
 
 type Cached = (Instant, Option<OverrideSpec>);
 
-/// The override tables in force.
+/// The override sources in force.
 #[derive(Debug, Default)]
 pub struct Overrides {
     /// `"domain/key"` -> limit, from the file.
     file: HashMap<String, OverrideSpec>,
-    /// How long a Redis answer is reused; `None` when Redis is not consulted.
-    redis_ttl: Option<Duration>,
+    /// The Redis hashes, when consulted.
+    redis: Option<RedisHashes>,
+}
+
+/// Overrides read from Redis hashes, each answer (including "none") reused
+/// for a while.
+#[derive(Debug)]
+struct RedisHashes {
+    redis: Arc<RedisStore>,
+    ttl: Duration,
     cache: Mutex<HashMap<String, Cached>>,
 }
 
@@ -64,10 +78,7 @@ impl Overrides {
             }
             check_spec(spec).map_err(|m| format!("{name:?}: {m}"))?;
         }
-        Ok(Overrides {
-            file,
-            ..Overrides::default()
-        })
+        Ok(Overrides { file, redis: None })
     }
 
     /// Reads and parses an overrides file.
@@ -77,9 +88,15 @@ impl Overrides {
         Overrides::from_json(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 
-    /// Also consults Redis hashes, reusing each answer for `ttl`.
-    pub fn with_redis(mut self, ttl: Duration) -> Self {
-        self.redis_ttl = Some(ttl);
+    /// Also consults the hashes `sluice:overrides:<domain>` on `redis` (any
+    /// Redis or Redis Cluster, whichever store decides), reusing each answer
+    /// for `ttl`.
+    pub fn with_redis(mut self, redis: Arc<RedisStore>, ttl: Duration) -> Self {
+        self.redis = Some(RedisHashes {
+            redis,
+            ttl,
+            cache: Mutex::new(HashMap::new()),
+        });
         self
     }
 
@@ -93,9 +110,10 @@ impl Overrides {
         self.file.is_empty()
     }
 
-    /// Replaces the limits of `check` that have an override.
-    pub async fn apply(&self, check: &mut ValidCheck, store: &Store) -> Result<(), StoreError> {
-        if self.file.is_empty() && self.redis_ttl.is_none() {
+    /// Replaces the limits of `check` that have an override. Fails only when
+    /// the Redis hashes cannot be read; then nothing is decided.
+    pub async fn apply(&self, check: &mut ValidCheck) -> Result<(), StoreError> {
+        if self.file.is_empty() && self.redis.is_none() {
             return Ok(());
         }
         let mut missing: Vec<usize> = Vec::new();
@@ -106,24 +124,31 @@ impl Overrides {
                 None => missing.push(i),
             }
         }
-        let (Some(ttl), Some(redis)) = (self.redis_ttl, store.redis()) else {
-            return Ok(());
-        };
-        if missing.is_empty() {
-            return Ok(());
+        match &self.redis {
+            Some(redis) if !missing.is_empty() => redis.apply(check, &missing).await,
+            _ => Ok(()),
         }
+    }
+}
+
+impl RedisHashes {
+    /// Replaces the limits at `missing` (positions in `check.limits`) that
+    /// have an override in the domain's hash.
+    async fn apply(&self, check: &mut ValidCheck, missing: &[usize]) -> Result<(), StoreError> {
         let now = Instant::now();
         let mut found: Vec<(usize, Option<OverrideSpec>)> = Vec::new();
         let mut ask: Vec<usize> = Vec::new();
         {
             let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-            for &i in &missing {
+            for &i in missing {
                 let Some(kl) = check.limits.get(i) else {
                     continue;
                 };
                 let name = format!("{}/{}", check.domain, kl.key);
                 match cache.get(&name) {
-                    Some((at, spec)) if now.duration_since(*at) < ttl => found.push((i, *spec)),
+                    Some((at, spec)) if now.duration_since(*at) < self.ttl => {
+                        found.push((i, *spec))
+                    }
                     _ => ask.push(i),
                 }
             }
@@ -133,7 +158,7 @@ impl Overrides {
                 .iter()
                 .filter_map(|&i| check.limits.get(i).map(|kl| kl.key.as_str()))
                 .collect();
-            let values = redis.hmget(&redis_hash(&check.domain), &keys).await?;
+            let values = self.redis.hmget(&redis_hash(&check.domain), &keys).await?;
             let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
             if cache.len() >= MAX_CACHED {
                 cache.clear();

@@ -1,40 +1,45 @@
-//! One suite, every store: the same scenarios against the memory store, one
-//! Redis server and a Redis Cluster, through the HTTP router.
+//! The store contract ([`Store`]), one suite for every store: the same
+//! clauses against the memory store, one Redis server and a Redis Cluster,
+//! through the HTTP router and through the trait.
+//!
+//! What only one store does is tested with it: the memory bound and sweeping
+//! in `memory_store.rs`; key expiry, reconnection and cluster refunds in
+//! `redis_store.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
-use http_body_util::BodyExt;
+use axum::http::StatusCode;
 use serde_json::{json, Value};
-use sluice_core::Algorithm;
-use sluice_limiter::api::{app, AppState};
-use sluice_limiter::clock::SystemClock;
+use sluice_core::{Algorithm, Limit, MILLISECOND, SECOND};
+use sluice_limiter::api::AppState;
+use sluice_limiter::clock::ManualClock;
 use sluice_limiter::store::memory::{MemoryConfig, MemoryStore};
 use sluice_limiter::store::redis::{RedisStore, Target};
-use sluice_limiter::store::Store;
+use sluice_limiter::store::{Store, StoreItem};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tower::ServiceExt;
 
-struct Client {
-    state: AppState,
+/// A store under test.
+struct Subject<S> {
+    name: &'static str,
+    store: S,
+    /// The store's clock, when the suite moves it (memory); Redis reads the
+    /// server's clock, so clauses that wait run only where this is set.
+    clock: Option<Arc<ManualClock>>,
+}
+
+/// Checks in one domain of their own, so one store serves every clause.
+struct Client<S> {
+    state: AppState<S>,
     domain: String,
 }
 
-impl Client {
+impl<S: Store + Clone> Client<S> {
     async fn post(&self, limits: Value, hits: u64) -> (StatusCode, Value) {
         let body = json!({"domain": self.domain, "hits": hits, "limits": limits});
-        let req = Request::builder()
-            .method("POST")
-            .uri("/v1/check")
-            .body(Body::from(serde_json::to_vec(&body).unwrap()))
-            .unwrap();
-        let resp = app(self.state.clone()).oneshot(req).await.unwrap();
-        let status = resp.status();
-        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-        (status, serde_json::from_slice(&bytes).unwrap())
+        support::send_json(&self.state, "POST", "/v1/check", &body).await
     }
 
     async fn check(&self, limits: Value, hits: u64) -> Value {
@@ -44,57 +49,104 @@ impl Client {
     }
 }
 
-/// Every scenario, each in a domain of its own (so one store serves all).
-async fn suite(state: AppState, store: &str) {
-    let client = |name: &str| Client {
-        state: state.clone(),
-        domain: format!("{store}-{name}"),
-    };
-
-    // Exact admits for every algorithm; the next one waits.
-    for alg in Algorithm::ALL {
-        let c = client(alg.name());
-        let limit = json!([{"key":"k","algorithm":alg.name(),"requests":5,"window_ms":60000}]);
-        for i in 0..5 {
-            let v = c.check(limit.clone(), 1).await;
-            assert_eq!(v["allowed"], json!(true), "{store} {alg} #{i}: {v}");
-            assert_eq!(
-                v["limits"][0]["remaining"],
-                json!(4 - i),
-                "{store} {alg}: {v}"
-            );
+impl<S: Store + Clone> Subject<S> {
+    fn client(&self, name: &str) -> Client<S> {
+        Client {
+            state: AppState::new(self.store.clone()),
+            domain: format!("{}-{name}", self.name),
         }
-        let v = c.check(limit, 1).await;
-        assert_eq!(v["allowed"], json!(false), "{store} {alg}: {v}");
-        assert_eq!(v["limits"][0]["remaining"], json!(0));
-        assert!(v["limits"][0]["retry_after_ms"].as_u64().unwrap() > 0);
-        assert!(v["limits"][0]["reset_ms"].as_u64().unwrap() > 0);
     }
+}
 
-    // A denied check consumes nothing from its other limits.
-    let c = client("multi");
-    let both = json!([
-        {"key":"wide","algorithm":"sliding_window","requests":10,"window_ms":60000,"precision":6},
-        {"key":"narrow","algorithm":"sliding_log","requests":2,"window_ms":60000}
-    ]);
-    for _ in 0..2 {
-        assert_eq!(c.check(both.clone(), 1).await["allowed"], json!(true));
-    }
-    for _ in 0..3 {
-        let v = c.check(both.clone(), 1).await;
-        assert_eq!(v["allowed"], json!(false), "{store}: {v}");
-        assert_eq!(v["limits"][0]["allowed"], json!(true));
-        assert_eq!(v["limits"][0]["remaining"], json!(8), "{store}: {v}");
-        assert_eq!(v["limits"][1]["allowed"], json!(false));
-    }
-    let wide = json!([both[0].clone()]);
-    for _ in 0..8 {
-        assert_eq!(c.check(wide.clone(), 1).await["allowed"], json!(true));
-    }
-    assert_eq!(c.check(wide, 1).await["allowed"], json!(false));
+async fn suite<S: Store + Clone>(s: Subject<S>) {
+    every_algorithm_admits_exactly_its_quota(&s).await;
+    a_denied_check_consumes_nothing(&s).await;
+    hits_weigh_requests(&s).await;
+    soft_throttling_admits_above_the_quota(&s).await;
+    gcra_burst_and_spacing(&s).await;
+    state_is_kept_per_domain_key_algorithm_and_window(&s).await;
+    bad_input_touches_nothing(&s).await;
+    concurrent_checks_never_admit_more_than_the_limit(&s).await;
+    a_working_store_is_healthy(&s).await;
+}
 
-    // Weights: hits count against the quota; too heavy never fits.
-    let c = client("hits");
+/// Exact admits for every algorithm; the next one waits, and (where the
+/// suite moves the clock) waiting the advertised time admits again.
+async fn every_algorithm_admits_exactly_its_quota<S: Store + Clone>(s: &Subject<S>) {
+    let windows: &[u64] = if s.clock.is_some() {
+        &[1000, 60000]
+    } else {
+        &[60000]
+    };
+    for &window_ms in windows {
+        for alg in Algorithm::ALL {
+            let store = s.name;
+            let c = s.client(&format!("quota-{window_ms}-{}", alg.name()));
+            let limit =
+                json!([{"key":"k","algorithm":alg.name(),"requests":5,"window_ms":window_ms}]);
+            for i in 0..5 {
+                let v = c.check(limit.clone(), 1).await;
+                assert_eq!(v["allowed"], json!(true), "{store} {alg} #{i}: {v}");
+                assert_eq!(
+                    v["limits"][0]["remaining"],
+                    json!(4 - i),
+                    "{store} {alg}: {v}"
+                );
+            }
+            let v = c.check(limit.clone(), 1).await;
+            assert_eq!(v["allowed"], json!(false), "{store} {alg}: {v}");
+            assert_eq!(v["limits"][0]["remaining"], json!(0));
+            let retry = v["limits"][0]["retry_after_ms"].as_u64().unwrap();
+            assert!(retry > 0, "{store} {alg}: {v}");
+            assert!(v["limits"][0]["reset_ms"].as_u64().unwrap() > 0);
+            // The sliding window estimate can wait into the next window.
+            assert!(retry <= 2 * window_ms, "{store} {alg}: retry {retry}");
+            if let Some(clock) = &s.clock {
+                clock.advance(retry * MILLISECOND);
+                let v = c.check(limit, 1).await;
+                assert_eq!(v["allowed"], json!(true), "{store} {alg} after retry_after");
+            }
+        }
+    }
+}
+
+/// A denied check consumes nothing from its other limits, which report what
+/// remains without it.
+async fn a_denied_check_consumes_nothing<S: Store + Clone>(s: &Subject<S>) {
+    let store = s.name;
+    let wides = [
+        json!({"key":"wide","algorithm":"sliding_window","requests":10,"window_ms":60000,"precision":6}),
+        json!({"key":"wide","algorithm":"fixed_window","requests":10,"window_ms":60000}),
+    ];
+    for wide in wides {
+        let c = s.client(&format!("multi-{}", wide["algorithm"].as_str().unwrap()));
+        let both = json!([
+            wide,
+            {"key":"narrow","algorithm":"sliding_log","requests":2,"window_ms":60000}
+        ]);
+        for _ in 0..2 {
+            assert_eq!(c.check(both.clone(), 1).await["allowed"], json!(true));
+        }
+        for _ in 0..5 {
+            let v = c.check(both.clone(), 1).await;
+            assert_eq!(v["allowed"], json!(false), "{store}: {v}");
+            assert_eq!(v["limits"][0]["allowed"], json!(true));
+            assert_eq!(v["limits"][0]["remaining"], json!(8), "{store}: {v}");
+            assert_eq!(v["limits"][1]["allowed"], json!(false));
+        }
+        // The wide limit still has exactly 8 left.
+        let wide = json!([both[0].clone()]);
+        for _ in 0..8 {
+            assert_eq!(c.check(wide.clone(), 1).await["allowed"], json!(true));
+        }
+        assert_eq!(c.check(wide, 1).await["allowed"], json!(false));
+    }
+}
+
+/// Hits count against the quota; a weight larger than the limit never fits,
+/// so waiting does not help.
+async fn hits_weigh_requests<S: Store + Clone>(s: &Subject<S>) {
+    let c = s.client("hits");
     let bucket = json!([{"key":"k","algorithm":"token_bucket","requests":10,"window_ms":60000}]);
     assert_eq!(c.check(bucket.clone(), 4).await["allowed"], json!(true));
     assert_eq!(c.check(bucket.clone(), 4).await["allowed"], json!(true));
@@ -104,9 +156,12 @@ async fn suite(state: AppState, store: &str) {
     let v = c.check(bucket, 11).await;
     assert_eq!(v["allowed"], json!(false));
     assert_eq!(v["limits"][0]["retry_after_ms"], json!(0));
+}
 
-    // Soft throttling admits above the quota; remaining counts the hard part.
-    let c = client("soft");
+/// Soft throttling admits above the quota; `limit` stays the quota.
+async fn soft_throttling_admits_above_the_quota<S: Store + Clone>(s: &Subject<S>) {
+    let store = s.name;
+    let c = s.client("soft");
     let soft = json!([{"key":"k","algorithm":"fixed_window","requests":10,"window_ms":60000,"soft_percent":50}]);
     for i in 0..15 {
         let v = c.check(soft.clone(), 1).await;
@@ -115,20 +170,51 @@ async fn suite(state: AppState, store: &str) {
     let v = c.check(soft, 1).await;
     assert_eq!(v["allowed"], json!(false));
     assert_eq!(v["limits"][0]["limit"], json!(10));
+}
 
-    // GCRA's burst and spacing, the contract's example.
-    let c = client("gcra");
+/// GCRA's burst and spacing, the API's example: 20 at once, then one every
+/// 600 ms.
+async fn gcra_burst_and_spacing<S: Store + Clone>(s: &Subject<S>) {
+    let store = s.name;
+    let c = s.client("gcra");
     let gcra = json!([{"key":"per-ip/203.0.113.7","algorithm":"gcra","requests":100,"window_ms":60000,"burst":20}]);
     for _ in 0..20 {
         assert_eq!(c.check(gcra.clone(), 1).await["allowed"], json!(true));
     }
     let v = c.check(gcra, 1).await;
     assert_eq!(v["allowed"], json!(false));
-    let retry = v["limits"][0]["retry_after_ms"].as_u64().unwrap();
-    assert!(retry > 500 && retry <= 600, "{store}: retry {retry}");
+    let l = &v["limits"][0];
+    assert_eq!(l["allowed"], json!(false));
+    assert_eq!(l["limit"], json!(100));
+    assert_eq!(l["remaining"], json!(0));
+    assert!(l["reset_ms"].as_u64().unwrap() > 0);
+    let retry = l["retry_after_ms"].as_u64().unwrap();
+    if s.clock.is_some() {
+        // One request every 600 ms.
+        assert_eq!(retry, 600, "{store}");
+    } else {
+        // Less the time the 20 admits took.
+        assert!(retry > 500 && retry <= 600, "{store}: retry {retry}");
+    }
+}
 
-    // Bad input touches nothing.
-    let c = client("bad");
+/// Domains namespace keys, and two limits on one key with different windows
+/// keep separate state.
+async fn state_is_kept_per_domain_key_algorithm_and_window<S: Store + Clone>(s: &Subject<S>) {
+    let a = s.client("state");
+    let b = s.client("state-other");
+    let minute = json!([{"key":"k","algorithm":"fixed_window","requests":1,"window_ms":60000}]);
+    assert_eq!(a.check(minute.clone(), 1).await["allowed"], json!(true));
+    assert_eq!(a.check(minute.clone(), 1).await["allowed"], json!(false));
+    assert_eq!(b.check(minute, 1).await["allowed"], json!(true));
+    // Same key, other window: its own state.
+    let half = json!([{"key":"k","algorithm":"fixed_window","requests":1,"window_ms":30000}]);
+    assert_eq!(a.check(half, 1).await["allowed"], json!(true));
+}
+
+/// A rejected check decides and stores nothing, not even for its valid limits.
+async fn bad_input_touches_nothing<S: Store + Clone>(s: &Subject<S>) {
+    let c = s.client("bad");
     let limit = json!([{"key":"k","algorithm":"fixed_window","requests":1,"window_ms":60000}]);
     let bad = json!([limit[0].clone(), {"key":"k2","algorithm":"fixed_window","requests":0,"window_ms":60000}]);
     let (status, v) = c.post(bad, 1).await;
@@ -141,30 +227,90 @@ async fn suite(state: AppState, store: &str) {
     assert_eq!(c.check(limit, 1).await["allowed"], json!(false));
 }
 
+/// Many callers on one key never admit more than its limit.
+async fn concurrent_checks_never_admit_more_than_the_limit<S: Store + Clone>(s: &Subject<S>) {
+    for alg in Algorithm::ALL {
+        // A day's window: real clocks refill nothing while this runs.
+        let items = Arc::new([StoreItem {
+            id: format!("{}-hot/k|{}|86400000", s.name, alg.name()),
+            limit: Limit::new(alg, 500, 86_400 * SECOND).unwrap(),
+        }]);
+        let admitted = Arc::new(AtomicU64::new(0));
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let store = s.store.clone();
+                let items = items.clone();
+                let admitted = admitted.clone();
+                tokio::spawn(async move {
+                    for _ in 0..200 {
+                        if store.check(&items[..], 1).await.unwrap().allowed {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(admitted.load(Ordering::Relaxed), 500, "{} {alg}", s.name);
+    }
+}
+
+/// A store that answers says so.
+async fn a_working_store_is_healthy<S: Store + Clone>(s: &Subject<S>) {
+    assert!(s.store.healthy().await, "{}", s.name);
+    let (status, _) = support::send(
+        &AppState::new(s.store.clone()),
+        "GET",
+        "/healthz",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{}", s.name);
+}
+
 async fn connected(target: Target) -> Arc<RedisStore> {
     support::connected(target, Duration::from_millis(500)).await
 }
 
-#[tokio::test]
+// Several worker threads, so concurrent checks contend for real.
+#[tokio::test(flavor = "multi_thread", worker_threads = 8)]
 async fn memory_store() {
-    let mem = MemoryStore::new(MemoryConfig::default(), Arc::new(SystemClock));
-    suite(AppState::new(Store::Memory(Arc::new(mem))), "memory").await;
+    let clock = Arc::new(ManualClock::new(1_700_000_000 * SECOND));
+    let store = Arc::new(MemoryStore::new(MemoryConfig::default(), clock.clone()));
+    suite(Subject {
+        name: "memory",
+        store,
+        clock: Some(clock),
+    })
+    .await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 8)]
 async fn redis_store() {
     let Some(server) = support::RedisServer::start(&[]) else {
         return;
     };
     let store = connected(Target::Single(server.url())).await;
-    suite(AppState::new(Store::Redis(store)), "redis").await;
+    suite(Subject {
+        name: "redis",
+        store,
+        clock: None,
+    })
+    .await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 8)]
 async fn redis_cluster_store() {
     let Some(nodes) = support::start_cluster() else {
         return;
     };
     let store = connected(Target::Cluster(support::cluster_seeds(&nodes))).await;
-    suite(AppState::new(Store::Redis(store)), "cluster").await;
+    suite(Subject {
+        name: "cluster",
+        store,
+        clock: None,
+    })
+    .await;
 }

@@ -1,33 +1,21 @@
-//! The service over a real Redis: admits, refunds across cluster slots,
-//! overrides from a Redis hash, 503 when Redis is down, and reconnection.
+//! What only the Redis store does: keys expiring in Redis, 503 when Redis is
+//! down and reconnection, refunds across cluster slots. The contract every
+//! store keeps is tested in `conformance.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
-use http_body_util::BodyExt;
+use axum::http::StatusCode;
 use serde_json::{json, Value};
-use sluice_core::Algorithm;
-use sluice_limiter::api::{app, AppState};
-use sluice_limiter::overrides::Overrides;
+use sluice_limiter::api::AppState;
 use sluice_limiter::store::redis::{hash_slot, redis_key, RedisStore, Target};
-use sluice_limiter::store::Store;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tower::ServiceExt;
 
-async fn call(state: &AppState, method: &str, uri: &str, body: Value) -> (StatusCode, Value) {
-    let req = Request::builder()
-        .method(method)
-        .uri(uri)
-        .body(Body::from(serde_json::to_vec(&body).unwrap()))
-        .unwrap();
-    let resp = app(state.clone()).oneshot(req).await.unwrap();
-    let status = resp.status();
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    (status, v)
+type State = AppState<Arc<RedisStore>>;
+
+async fn call(state: &State, method: &str, uri: &str, body: Value) -> (StatusCode, Value) {
+    support::send_json(state, method, uri, &body).await
 }
 
 fn check(limits: Value) -> Value {
@@ -39,33 +27,12 @@ async fn connected(target: Target) -> Arc<RedisStore> {
 }
 
 #[tokio::test]
-async fn every_algorithm_admits_exactly_its_quota_on_redis() {
-    let Some(server) = support::RedisServer::start(&[]) else {
-        return;
-    };
-    let store = connected(Target::Single(server.url())).await;
-    let state = AppState::new(Store::Redis(store));
-    for alg in Algorithm::ALL {
-        let body =
-            check(json!([{"key":"k","algorithm":alg.name(),"requests":5,"window_ms":60000}]));
-        for i in 0..5 {
-            let (status, v) = call(&state, "POST", "/v1/check", body.clone()).await;
-            assert_eq!(status, StatusCode::OK);
-            assert_eq!(v["allowed"], json!(true), "{alg} request {i}: {v}");
-        }
-        let (_, v) = call(&state, "POST", "/v1/check", body).await;
-        assert_eq!(v["allowed"], json!(false), "{alg}: {v}");
-        assert!(v["limits"][0]["retry_after_ms"].as_u64().unwrap() > 0);
-    }
-}
-
-#[tokio::test]
 async fn keys_expire_when_back_to_full() {
     let Some(server) = support::RedisServer::start(&[]) else {
         return;
     };
     let store = connected(Target::Single(server.url())).await;
-    let state = AppState::new(Store::Redis(store));
+    let state = AppState::new(store);
     let body =
         check(json!([{"key":"ttl","algorithm":"token_bucket","requests":10,"window_ms":1000}]));
     let (_, v) = call(&state, "POST", "/v1/check", body).await;
@@ -83,42 +50,6 @@ async fn keys_expire_when_back_to_full() {
 }
 
 #[tokio::test]
-async fn overrides_from_a_redis_hash() {
-    let Some(server) = support::RedisServer::start(&[]) else {
-        return;
-    };
-    let store = connected(Target::Single(server.url())).await;
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let _: () = redis::cmd("HSET")
-        .arg("sluice:overrides:demo")
-        .arg("per-user/vip")
-        .arg(r#"{"requests": 3, "window_ms": 60000}"#)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let mut state = AppState::new(Store::Redis(store));
-    state.overrides = Arc::new(Overrides::default().with_redis(Duration::from_secs(10)));
-    let vip = check(
-        json!([{"key":"per-user/vip","algorithm":"fixed_window","requests":1,"window_ms":60000}]),
-    );
-    for _ in 0..3 {
-        let (_, v) = call(&state, "POST", "/v1/check", vip.clone()).await;
-        assert_eq!(v["allowed"], json!(true), "{v}");
-    }
-    let (_, v) = call(&state, "POST", "/v1/check", vip).await;
-    assert_eq!(v["allowed"], json!(false));
-    assert_eq!(v["limits"][0]["limit"], json!(3));
-    let plain = check(
-        json!([{"key":"per-user/joe","algorithm":"fixed_window","requests":1,"window_ms":60000}]),
-    );
-    let (_, v) = call(&state, "POST", "/v1/check", plain.clone()).await;
-    assert_eq!(v["allowed"], json!(true));
-    let (_, v) = call(&state, "POST", "/v1/check", plain).await;
-    assert_eq!(v["allowed"], json!(false));
-}
-
-#[tokio::test]
 async fn unreachable_redis_answers_503_quickly_and_reconnects() {
     let Some(bin) = support::binary() else {
         eprintln!("SKIPPED: no redis-server binary found");
@@ -127,10 +58,7 @@ async fn unreachable_redis_answers_503_quickly_and_reconnects() {
     let port = support::free_port();
     let target = Target::Single(format!("redis://127.0.0.1:{port}"));
     // Nothing listens yet.
-    let state = AppState::new(Store::Redis(RedisStore::start(
-        target,
-        Duration::from_millis(100),
-    )));
+    let state = AppState::new(RedisStore::start(target, Duration::from_millis(100)));
     let body = check(json!([{"key":"k","algorithm":"gcra","requests":100,"window_ms":1000}]));
     let started = Instant::now();
     let (status, v) = call(&state, "POST", "/v1/check", body.clone()).await;
@@ -157,11 +85,11 @@ async fn unreachable_redis_answers_503_quickly_and_reconnects() {
     );
     let _server = support::RedisServer::start_on(&bin, port, &[]);
     assert!(wait_for_ok(&state, &body).await, "no reconnection");
-    let (_, text) = call_text(&state, "/metrics").await;
+    let text = support::metrics(&state).await;
     assert!(!text.contains("sluice_limiter_store_errors_total 0"));
 }
 
-async fn wait_for_ok(state: &AppState, body: &Value) -> bool {
+async fn wait_for_ok(state: &State, body: &Value) -> bool {
     let deadline = Instant::now() + Duration::from_secs(15);
     while Instant::now() < deadline {
         let (status, _) = call(state, "POST", "/v1/check", body.clone()).await;
@@ -173,14 +101,6 @@ async fn wait_for_ok(state: &AppState, body: &Value) -> bool {
     false
 }
 
-async fn call_text(state: &AppState, uri: &str) -> (StatusCode, String) {
-    let req = Request::builder().uri(uri).body(Body::empty()).unwrap();
-    let resp = app(state.clone()).oneshot(req).await.unwrap();
-    let status = resp.status();
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8(bytes.to_vec()).unwrap())
-}
-
 #[tokio::test]
 async fn cluster_refunds_slots_that_admitted_when_another_denies() {
     let Some(nodes) = support::start_cluster() else {
@@ -188,7 +108,7 @@ async fn cluster_refunds_slots_that_admitted_when_another_denies() {
     };
     let seeds = support::cluster_seeds(&nodes);
     let store = connected(Target::Cluster(seeds)).await;
-    let state = AppState::new(Store::Redis(store));
+    let state = AppState::new(store);
 
     let wide = json!({"key":"wide","algorithm":"token_bucket","requests":10,"window_ms":60000});
     let narrow = json!({"key":"narrow","algorithm":"fixed_window","requests":1,"window_ms":60000});

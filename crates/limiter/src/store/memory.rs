@@ -10,7 +10,7 @@
 //! **denied** (nothing is consumed; `retry_after` is [`FULL_RETRY_AFTER`]): the
 //! store errs on the side of limiting and never admits a key it cannot track.
 
-use super::{StoreItem, Verdict};
+use super::{Store, StoreError, StoreItem, Verdict};
 use crate::clock::Clock;
 use sluice_core::{decide_all, Check, Decision, Denial, Nanos, MILLISECOND, SECOND};
 use std::collections::HashMap;
@@ -122,8 +122,9 @@ impl MemoryStore {
         self.shards.iter().map(|s| lock(s).sweep(now)).sum()
     }
 
-    /// Decides `items` together for a request of weight `hits`.
-    pub fn check(&self, items: &[StoreItem], hits: u64) -> Verdict {
+    /// Decides `items` together for a request of weight `hits`; never waits
+    /// for anything but the shard locks.
+    fn decide(&self, items: &[StoreItem], hits: u64) -> Verdict {
         let now = self.clock.now();
         let shard_ids: Vec<usize> = items.iter().map(|i| self.shard_of(&i.id)).collect();
         let mut order = shard_ids.clone();
@@ -257,6 +258,16 @@ impl MemoryStore {
                 .map(|(&p, &new)| new && lacking.get(p).copied().unwrap_or(true))
                 .collect(),
         )
+    }
+}
+
+impl Store for MemoryStore {
+    async fn check(&self, items: &[StoreItem], hits: u64) -> Result<Verdict, StoreError> {
+        Ok(self.decide(items, hits))
+    }
+
+    async fn healthy(&self) -> bool {
+        true
     }
 }
 

@@ -1,12 +1,102 @@
-//! Where key states live: [`memory::MemoryStore`] (one instance) or
-//! [`redis::RedisStore`] (Redis or Redis Cluster, many instances).
+//! Where key states live, behind one contract: [`Store`].
+//!
+//! [`memory::MemoryStore`] keeps them in this process (one instance);
+//! [`redis::RedisStore`] keeps them in Redis or a Redis Cluster (any number of
+//! instances). `--store` picks one as an [`AnyStore`]. `tests/conformance.rs`
+//! holds the one suite every store passes.
 
 pub mod memory;
 pub mod redis;
 
 use sluice_core::{Decision, Limit};
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
+
+/// The contract of a store: how it decides a check, reads time, forgets
+/// state, bounds memory and fails.
+///
+/// # Deciding
+///
+/// * **All limits of a check are decided together**, with sluice-core's
+///   algorithms: the check is allowed only when every limit allows it, and
+///   the [`Verdict`] carries one decision per item, in order.
+/// * **A denied check consumes nothing** from any of its limits; when a
+///   limit denies, the limits that would admit report what remains without
+///   this request. (A state that an algorithm rebases after the clock
+///   stepped back is written either way; that consumes nothing.)
+/// * Each key's state is read and written atomically: however many callers
+///   and limiter instances share a store, no limit admits more than its
+///   quota. (On a Redis Cluster a check whose keys span slots is decided slot
+///   by slot; the [`redis`] module describes the refund race, which can only
+///   deny too much.)
+///
+/// # Time
+///
+/// Each check reads the clock once and decides every limit at that instant.
+/// The memory store reads its [`Clock`](crate::clock::Clock) (the system
+/// clock in production). Redis reads the server's `TIME` inside the script,
+/// so every limiter sharing a Redis agrees on "now"; on a Redis Cluster a
+/// check whose keys span slots reads it once per slot, on each slot's node.
+///
+/// # Expiry
+///
+/// A key's state goes once it would be back to full (its `reset` has
+/// passed), which reads the same as no state. The memory store drops such
+/// entries by sweeping (every second, and a full shard before refusing a
+/// key); Redis expires each key with `PX` set to its `reset`.
+///
+/// # Capacity
+///
+/// The memory store holds at most `--max-keys` keys. A check that needs a
+/// new key in a full shard is **denied** (nothing consumed, `retry_after`
+/// [`memory::FULL_RETRY_AFTER`], [`Verdict::capacity_denied`] set): a key is
+/// never admitted uncounted. Redis has no bound of its own; its `maxmemory`
+/// policy decides: with `noeviction` a full Redis fails the writes (an
+/// error, below), while an evicting policy drops states, and a key whose
+/// state was dropped starts from a full quota again.
+///
+/// # Errors and timeouts
+///
+/// `Err` means **no decision**: the service answers `503 {"error": "store
+/// ..."}` and the filter applies its `failure_mode`, as for any failed
+/// call. An error never admits a request, but it may have consumed quota:
+///
+/// * The memory store never fails.
+/// * Redis: a call that fails before it is sent (not connected yet,
+///   connection refused) decided nothing. After a [`StoreError::Timeout`]
+///   (no answer within `--store-timeout-ms`), or a connection lost once the
+///   call was sent, whether the script ran is unknown; if it did, it applied
+///   whole (the script is atomic) and its limits keep what it consumed. The
+///   Redis Cluster client resends a call once after a connection error or
+///   its own response timeout, so such a call may have applied twice.
+/// * Redis Cluster: when one slot of a check fails or denies, the slots that
+///   admitted are refunded; only the failing slot's outcome stays unknown.
+pub trait Store: Send + Sync + 'static {
+    /// Decides `items` together for a request of weight `hits`.
+    fn check(
+        &self,
+        items: &[StoreItem],
+        hits: u64,
+    ) -> impl Future<Output = Result<Verdict, StoreError>> + Send;
+
+    /// True when the store answers (Redis: `PING` within the timeout).
+    fn healthy(&self) -> impl Future<Output = bool> + Send;
+}
+
+impl<S: Store> Store for Arc<S> {
+    fn check(
+        &self,
+        items: &[StoreItem],
+        hits: u64,
+    ) -> impl Future<Output = Result<Verdict, StoreError>> + Send {
+        S::check(self, items, hits)
+    }
+
+    fn healthy(&self) -> impl Future<Output = bool> + Send {
+        S::healthy(self)
+    }
+}
 
 /// One limit to decide, with the identity of its stored state.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,37 +179,38 @@ impl std::str::FromStr for StoreSpec {
     }
 }
 
-/// The store the service decides against.
+impl StoreSpec {
+    /// Where to connect for a Redis spec; `None` for `memory`.
+    pub fn redis_target(&self) -> Option<redis::Target> {
+        match self {
+            StoreSpec::Memory => None,
+            StoreSpec::Redis(url) => Some(redis::Target::Single(url.clone())),
+            StoreSpec::RedisCluster(nodes) => Some(redis::Target::Cluster(nodes.clone())),
+        }
+    }
+}
+
+/// The store chosen by `--store`.
 #[derive(Debug, Clone)]
-pub enum Store {
+pub enum AnyStore {
     /// The embedded store.
     Memory(Arc<memory::MemoryStore>),
     /// Redis or Redis Cluster.
     Redis(Arc<redis::RedisStore>),
 }
 
-impl Store {
-    /// Decides `items` together for a request of weight `hits`.
-    pub async fn check(&self, items: &[StoreItem], hits: u64) -> Result<Verdict, StoreError> {
+impl Store for AnyStore {
+    async fn check(&self, items: &[StoreItem], hits: u64) -> Result<Verdict, StoreError> {
         match self {
-            Store::Memory(m) => Ok(m.check(items, hits)),
-            Store::Redis(r) => r.check(items, hits).await,
+            AnyStore::Memory(m) => m.check(items, hits).await,
+            AnyStore::Redis(r) => r.check(items, hits).await,
         }
     }
 
-    /// True when the store answers.
-    pub async fn healthy(&self) -> bool {
+    async fn healthy(&self) -> bool {
         match self {
-            Store::Memory(_) => true,
-            Store::Redis(r) => r.ping().await,
-        }
-    }
-
-    /// The Redis store, when that is the one in use.
-    pub fn redis(&self) -> Option<&Arc<redis::RedisStore>> {
-        match self {
-            Store::Memory(_) => None,
-            Store::Redis(r) => Some(r),
+            AnyStore::Memory(m) => m.healthy().await,
+            AnyStore::Redis(r) => r.healthy().await,
         }
     }
 }

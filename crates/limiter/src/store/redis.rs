@@ -14,7 +14,7 @@
 //! another request may see the briefly consumed quota and be denied: a refund
 //! race errs on the side of limiting, never of admitting too much.
 
-use super::{StoreError, StoreItem, Verdict};
+use super::{Store, StoreError, StoreItem, Verdict};
 use futures_util::future::join_all;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
@@ -428,9 +428,10 @@ impl RedisStore {
         let reply = self.bounded(self.call(&keys, &args)).await?;
         parse_reply(&reply, items.len())
     }
+}
 
-    /// Decides `items` together for a request of weight `hits`.
-    pub async fn check(&self, items: &[StoreItem], hits: u64) -> Result<Verdict, StoreError> {
+impl Store for RedisStore {
+    async fn check(&self, items: &[StoreItem], hits: u64) -> Result<Verdict, StoreError> {
         if !self.cluster {
             let refs: Vec<&StoreItem> = items.iter().collect();
             let out = self.run_check(&refs, hits, None).await?;
@@ -503,6 +504,10 @@ impl RedisStore {
             decisions,
             capacity_denied: false,
         })
+    }
+
+    async fn healthy(&self) -> bool {
+        self.ping().await
     }
 }
 

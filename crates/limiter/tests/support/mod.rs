@@ -1,10 +1,59 @@
-//! A throwaway redis-server for tests.
+//! Shared by the tests: the router driven in-process, and throwaway
+//! redis-servers.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code)]
 
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::Value;
+use sluice_limiter::api::{app, AppState};
+use sluice_limiter::store::Store;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use tower::ServiceExt;
+
+/// Sends one request to the router over `state`, without a socket; returns
+/// the status and the body.
+pub async fn send<S: Store + Clone>(
+    state: &AppState<S>,
+    method: &str,
+    uri: &str,
+    body: Vec<u8>,
+) -> (StatusCode, Vec<u8>) {
+    let req = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("content-type", "application/json")
+        .body(Body::from(body))
+        .unwrap();
+    let resp = app(state.clone()).oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, bytes.to_vec())
+}
+
+/// Sends `body` as JSON; the answer as JSON (`Null` when it is not JSON).
+pub async fn send_json<S: Store + Clone>(
+    state: &AppState<S>,
+    method: &str,
+    uri: &str,
+    body: &Value,
+) -> (StatusCode, Value) {
+    let (status, bytes) = send(state, method, uri, serde_json::to_vec(body).unwrap()).await;
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+/// The text of `/metrics`.
+pub async fn metrics<S: Store + Clone>(state: &AppState<S>) -> String {
+    let (status, bytes) = send(state, "GET", "/metrics", Vec::new()).await;
+    assert_eq!(status, StatusCode::OK);
+    String::from_utf8(bytes).unwrap()
+}
 
 /// A redis-server on a free port, killed on drop.
 pub struct RedisServer {

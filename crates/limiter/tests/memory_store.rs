@@ -1,0 +1,140 @@
+//! What only the memory store does: its bound on keys, sweeping the keys that
+//! are back to full, and locking shards without deadlock. The contract every
+//! store keeps is tested in `conformance.rs`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use axum::http::StatusCode;
+use serde_json::{json, Value};
+use sluice_core::{Algorithm, Limit, MILLISECOND, SECOND};
+use sluice_limiter::api::AppState;
+use sluice_limiter::clock::ManualClock;
+use sluice_limiter::store::memory::{MemoryConfig, MemoryStore};
+use sluice_limiter::store::{Store, StoreItem};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+const T0: u64 = 1_700_000_000 * SECOND;
+
+struct Harness {
+    state: AppState<Arc<MemoryStore>>,
+    clock: Arc<ManualClock>,
+    mem: Arc<MemoryStore>,
+}
+
+impl Harness {
+    fn with_config(config: MemoryConfig) -> Self {
+        let clock = Arc::new(ManualClock::new(T0));
+        let mem = Arc::new(MemoryStore::new(config, clock.clone()));
+        Harness {
+            state: AppState::new(mem.clone()),
+            clock,
+            mem,
+        }
+    }
+
+    async fn check(&self, body: Value) -> (StatusCode, Value) {
+        support::send_json(&self.state, "POST", "/v1/check", &body).await
+    }
+
+    async fn allowed(&self, body: &Value) -> bool {
+        let (status, v) = self.check(body.clone()).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        v["allowed"].as_bool().unwrap()
+    }
+}
+
+fn one(key: &str, algorithm: &str, requests: u64, window_ms: u64) -> Value {
+    json!({"domain": "demo", "limits": [
+        {"key": key, "algorithm": algorithm, "requests": requests, "window_ms": window_ms}
+    ]})
+}
+
+#[tokio::test]
+async fn entries_are_dropped_once_full_again() {
+    let h = Harness::with_config(MemoryConfig::default());
+    assert!(h.allowed(&one("a", "token_bucket", 10, 1000)).await);
+    assert!(h.allowed(&one("b", "sliding_window", 10, 1000)).await);
+    assert_eq!(h.mem.len(), 2);
+    assert_eq!(h.mem.sweep(), 0);
+    h.clock.advance(2 * SECOND);
+    assert_eq!(h.mem.sweep(), 2);
+    assert!(h.mem.is_empty());
+}
+
+#[tokio::test]
+async fn a_full_store_denies_new_keys_and_keeps_serving_known_ones() {
+    let h = Harness::with_config(MemoryConfig {
+        shards: 1,
+        max_keys: 3,
+    });
+    for k in ["a", "b", "c"] {
+        assert!(h.allowed(&one(k, "fixed_window", 5, 1000)).await);
+    }
+    let (_, v) = h.check(one("d", "fixed_window", 5, 1000)).await;
+    assert_eq!(v["allowed"], json!(false));
+    assert_eq!(v["limits"][0]["retry_after_ms"], json!(1000));
+    assert!(h.allowed(&one("a", "fixed_window", 5, 1000)).await);
+    // Once the known keys are back to full, there is room again.
+    h.clock.advance(1100 * MILLISECOND);
+    assert!(h.allowed(&one("d", "fixed_window", 5, 1000)).await);
+    assert!(support::metrics(&h.state)
+        .await
+        .contains("sluice_limiter_capacity_denials_total 1"));
+}
+
+fn item(id: &str, algorithm: Algorithm, requests: u64) -> StoreItem {
+    StoreItem {
+        id: id.to_string(),
+        limit: Limit::new(algorithm, requests, 3600 * SECOND).unwrap(),
+    }
+}
+
+#[test]
+fn checks_over_many_shards_in_any_order_do_not_deadlock() {
+    let store = Arc::new(MemoryStore::new(
+        MemoryConfig {
+            shards: 4,
+            max_keys: 10_000,
+        },
+        Arc::new(ManualClock::new(T0)),
+    ));
+    let shared = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..8u64)
+        .map(|t| {
+            let store = store.clone();
+            let shared = shared.clone();
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap();
+                for i in 0..300u64 {
+                    // Keys in varying order, so shard locks are requested in
+                    // every order; one limit shared by all threads.
+                    let mut items: Vec<StoreItem> = (0..5)
+                        .map(|k| {
+                            item(
+                                &format!("k{}", (i + k * t) % 17),
+                                Algorithm::FixedWindow,
+                                1_000_000,
+                            )
+                        })
+                        .collect();
+                    items.dedup_by(|a, b| a.id == b.id);
+                    items.push(item("shared", Algorithm::TokenBucket, 1000));
+                    if t % 2 == 0 {
+                        items.reverse();
+                    }
+                    if runtime.block_on(store.check(&items, 1)).unwrap().allowed {
+                        shared.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(shared.load(Ordering::Relaxed), 1000);
+}
