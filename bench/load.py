@@ -1,4 +1,8 @@
-"""The load generator: one wrk run and what it printed."""
+"""The load generator: one wrk run and what it printed.
+
+wrk drives the benchmark's load; the end-to-end tests count answers with
+their own helpers instead (`tests/support/client.py`).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,8 @@ import re
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from support import pinned
 
 LUA = Path(__file__).resolve().parent / "lua"
 
@@ -65,11 +71,6 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of process `pid` (all its threads), seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def pinned(cmd: list[str], cpus: str | None) -> list[str]:
-    """`cmd` run on the CPUs `cpus` (a taskset list such as "1"), or as is."""
-    return ["taskset", "-c", cpus, *cmd] if cpus else cmd
 
 
 def run(wrk: str, url: str, duration: float, script: str, args: list[str] | None = None,

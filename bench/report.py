@@ -212,8 +212,9 @@ def markdown(meta: dict, by_conc: dict[int, dict[str, Summary]], limiter: dict[s
             per_s = 1e9 / b["ns"] if b["ns"] else 0
             out.append(f"| {b['name']} | {b['ns']:.1f} | {per_s / 1e6:.1f} M |")
         out.append("")
-    out += ["## The six algorithms on one bursty trace", "",
-            "10 requests per 10 s under every algorithm (decisions of sluice-core; see README.md).", "",
+    out += ["## The algorithms on one bursty trace", "",
+            "10 requests per 10 s under every algorithm (decisions of sluice-core; see README.md, "
+            "*The algorithms chart*).", "",
             "![algorithms](algorithms.svg)", ""]
     if notes:
         out += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]

@@ -24,13 +24,16 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
+# tests/support: paths, processes and Envoy, shared with the end-to-end tests
+sys.path.insert(0, str(BENCH.parent / "tests"))
 
 import criterion  # noqa: E402
 import load  # noqa: E402
 import report  # noqa: E402
 import setups  # noqa: E402
+import support  # noqa: E402
 
-ROOT = setups.ROOT
+ROOT = support.ROOT
 
 
 def parse_args(argv=None):
@@ -49,11 +52,11 @@ def parse_args(argv=None):
                         "(the reference rows envoy, noop-wasm and native are always kept)")
     p.add_argument("--list", action="store_true", help="list the rows and exit")
     p.add_argument("--out", type=Path, help="where RESULTS.md, results.json and the SVGs go (default bench/)")
-    p.add_argument("--envoy", type=Path, default=Path(os.environ.get("SLUICE_ENVOY", ROOT / ".venv/bin/envoy")))
+    p.add_argument("--envoy", type=Path, default=support.ENVOY_BIN)
     p.add_argument("--wrk", default=os.environ.get("WRK", shutil.which("wrk") or "wrk"))
-    p.add_argument("--limiter", type=Path, default=ROOT / "target/release/sluice-limiter")
-    p.add_argument("--sluice-wasm", type=Path, default=ROOT / "build/sluice.wasm")
-    p.add_argument("--noop-wasm", type=Path, default=ROOT / "build/noop.wasm")
+    p.add_argument("--limiter", type=Path, default=support.LIMITER_BIN)
+    p.add_argument("--sluice-wasm", type=Path, default=support.SLUICE_WASM)
+    p.add_argument("--noop-wasm", type=Path, default=support.NOOP_WASM)
     p.add_argument("--cargo", default=os.environ.get("CARGO", "cargo"))
     p.add_argument("--no-pin", action="store_true",
                    help="at --concurrency 1, do not give Envoy a CPU of its own (see README)")
@@ -137,7 +140,7 @@ def place_limiters(limiter_procs: list, cpus: str | None):
     CPUs when None)."""
     threads = len(cpus.split(",")) if cpus else 0
     for item in limiter_procs:
-        if isinstance(item, setups.harness.Limiter):
+        if isinstance(item, support.Limiter):
             item.stop()
             item.extra_args = ["--threads", str(threads)]
             item.start()
@@ -150,7 +153,7 @@ def place_limiters(limiter_procs: list, cpus: str | None):
 
 def limiter_decisions(limiter_procs, store: str) -> float:
     for item in limiter_procs:
-        if isinstance(item, setups.harness.Limiter) and setups.serves(item, store):
+        if isinstance(item, support.Limiter) and setups.serves(item, store):
             return item.metric("sluice_limiter_decisions_total")
     return 0.0
 
@@ -171,7 +174,7 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
 
     def measure(env, duration, connections=load.CONNECTIONS):
         return load.run(a.wrk, f"http://127.0.0.1:{env.port}/", duration, "keys.lua", [str(env.row.keys)],
-                        cpus=other_cpus, envoy_pid=env.process.proc.pid,
+                        cpus=other_cpus, envoy_pid=env.pid,
                         limiter_pids=setups.store_pids(limiter_procs, env.row.store), connections=connections)
 
     def failed(env_or_row, what, e):

@@ -1,28 +1,25 @@
 """What is measured: one row per configuration, and how to start its server.
 
 Every Envoy row serves the same direct response ("ok\\n", 200) through the
-listener of tests/harness.py; rows differ only in the HTTP filters in front
-of it. Limits of the "allow" rows are far above what one machine can send, so
-nothing is denied; the "deny" rows are floods that are almost all denied.
+listener the end-to-end tests use (tests/support); rows differ only in the
+HTTP filters in front of it. Limits of the "allow" rows are far above what
+one machine can send, so nothing is denied; the "deny" rows are floods that
+are almost all denied.
 """
 
 from __future__ import annotations
 
 import json
-import socket
 import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "bench"))
+# tests/support: the algorithm list, Envoy, process and HTTP helpers shared with the tests
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-import harness  # noqa: E402  (tests/harness.py: configs and process helpers)
-import load  # noqa: E402
-
-ALGORITHMS = ["token_bucket", "leaky_bucket", "gcra", "fixed_window", "sliding_log", "sliding_window"]
+import support  # noqa: E402
+from support import ALGORITHMS  # noqa: E402
 
 # Distinct client addresses for the "10,000 keys" rows.
 MANY_KEYS = 10_000
@@ -62,17 +59,13 @@ class Row:
 
 def sluice_config(limit: dict, headers: str | None = None, global_scope: bool = False) -> dict:
     """A Sluice filter configuration: one rule keyed by client address (from a
-    trusted X-Forwarded-For entry, as behind one proxy), one limit."""
-    cfg: dict = {
-        "domain": "bench",
-        "client_ip": {"xff_trusted_hops": 1},
-        "rules": [{"name": "per-ip", "key": ["client_ip"], "limits": [limit]}],
-    }
-    if headers:
-        cfg["headers"] = headers
+    trusted X-Forwarded-For entry, as behind one proxy), one limit; the
+    default headers unless `headers` is given."""
+    top: dict = {"client_ip": {"xff_trusted_hops": 1}}
     if global_scope:
-        cfg["limiter"] = {"cluster": LIMITER_CLUSTER, "authority": "sluice-limiter", "timeout": "50ms"}
-    return cfg
+        top["limiter"] = {"cluster": LIMITER_CLUSTER, "authority": "sluice-limiter", "timeout": "50ms"}
+    return support.sluice_config([{"name": "per-ip", "key": ["client_ip"], "limits": [limit]}],
+                                 domain="bench", headers=headers, **top)
 
 
 def native_local_ratelimit() -> dict:
@@ -105,14 +98,14 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
     """Every row, in the order of the report."""
 
     def sluice(cfg: dict) -> list:
-        return [harness.wasm_filter(cfg, sluice_wasm)]
+        return [support.wasm_filter(cfg, sluice_wasm)]
 
     out = [
         Row("envoy", "Envoy, no rate-limit filter"),
         Row("noop-wasm", "Envoy + no-op wasm filter",
-            filters=[harness.wasm_filter("{}", noop_wasm, vm_id="noop", name="noop")]),
+            filters=[support.wasm_filter("{}", noop_wasm, vm_id="noop", name="noop")]),
         Row("host-calls", "wasm filter making Sluice's host calls, no logic",
-            filters=[harness.wasm_filter({"mode": "host_calls"}, noop_wasm, vm_id="host-calls", name="host-calls")]),
+            filters=[support.wasm_filter({"mode": "host_calls"}, noop_wasm, vm_id="host-calls", name="host-calls")]),
         Row("native", "Envoy local_ratelimit, one key", filters=[native_local_ratelimit()]),
         Row("native-10k", "Envoy local_ratelimit, 10,000 keys", keys=MANY_KEYS,
             filters=[native_local_ratelimit()], hcm_extra={"xff_num_trusted_hops": 1}),
@@ -129,11 +122,11 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
         Row("local-deny", "Sluice local gcra, flood (429 path)", expect="deny",
             filters=sluice(sluice_config({"algorithm": "gcra", **DENY_LIMIT}))),
         Row("deny-reply", "wasm filter making Sluice's host calls and 429 of a denial, no logic", expect="deny",
-            filters=[harness.wasm_filter({"mode": "deny"}, noop_wasm, vm_id="deny-reply", name="deny-reply")]),
+            filters=[support.wasm_filter({"mode": "deny"}, noop_wasm, vm_id="deny-reply", name="deny-reply")]),
         Row("global-memory", "Sluice global gcra, limiter memory store", store="memory",
             filters=sluice(sluice_config({**gcra, "scope": "global"}, global_scope=True))),
         Row("call-out", "wasm filter making one bare limiter call per request", store="memory",
-            filters=[harness.wasm_filter({"mode": "call_out", "cluster": LIMITER_CLUSTER,
+            filters=[support.wasm_filter({"mode": "call_out", "cluster": LIMITER_CLUSTER,
                                           "authority": "sluice-limiter"},
                                          noop_wasm, vm_id="call-out", name="call-out")]),
         Row("global-redis", "Sluice global gcra, limiter Redis store", store="redis",
@@ -159,12 +152,18 @@ class BenchEnvoy:
     """An Envoy started for one row at one concurrency."""
 
     row: Row
-    port: int
-    admin_port: int
-    process: harness.Process
+    envoy: support.Envoy
+
+    @property
+    def port(self) -> int:
+        return self.envoy.port
+
+    @property
+    def pid(self) -> int:
+        return self.envoy.process.proc.pid
 
     def stop(self):
-        self.process.stop()
+        self.envoy.stop()
 
 
 def start_envoy(row: Row, concurrency: int, workdir: Path, envoy_bin: Path,
@@ -172,42 +171,14 @@ def start_envoy(row: Row, concurrency: int, workdir: Path, envoy_bin: Path,
     """Starts Envoy for `row` on fresh loopback ports (static listener, logs at
     warning level so that logging costs nothing per request), on the CPUs
     `cpus` (a taskset list) if given."""
-    port, admin_port = harness.free_port(), harness.free_port()
-    listener = harness.listener(port, row.filters)
-    hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
-    hcm.update(row.hcm_extra)
     clusters = []
     if row.store:
-        clusters.append(harness.limiter_cluster(LIMITER_CLUSTER, [limiter_ports[row.store]]))
-    bootstrap = {
-        "node": {"id": "sluice-bench", "cluster": "sluice-bench"},
-        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
-        "static_resources": {"listeners": [listener], "clusters": clusters},
-    }
-    rundir = workdir / f"envoy-{row.id}-c{concurrency}"
-    rundir.mkdir(parents=True, exist_ok=True)
-    (rundir / "bootstrap.json").write_text(json.dumps(bootstrap, indent=1))
-    process = harness.Process(
-        load.pinned([str(envoy_bin), "-c", str(rundir / "bootstrap.json"), "--concurrency", str(concurrency),
-                     "--disable-hot-restart", "--log-level", "warn"], cpus),
-        rundir / "envoy.log",
-    )
-    env = BenchEnvoy(row, port, admin_port, process)
-
-    def ready():
-        if not process.alive():
-            raise RuntimeError(f"envoy for {row.id} exited:\n{process.log()[-4000:]}")
-        if harness.request(admin_port, "/ready", timeout=2).status != 200:
-            return False
-        with socket.create_connection(("127.0.0.1", port), timeout=2):
-            return True
-
-    try:
-        harness.wait_until(ready, what=f"envoy for {row.id}")
-    except BaseException:
-        env.stop()
-        raise
-    return env
+        clusters.append(support.limiter_cluster(LIMITER_CLUSTER, [limiter_ports[row.store]]))
+    envoy = support.start_envoy(workdir, row.filters, concurrency=concurrency, clusters=clusters, lds=False,
+                                hcm_extra=row.hcm_extra, envoy_bin=envoy_bin, cpus=cpus, log_level="warn",
+                                component_log_level=None, drain_time_s=None,
+                                name=f"envoy-{row.id}-c{concurrency}")
+    return BenchEnvoy(row, envoy)
 
 
 def serves(item, store: str | None) -> bool:
@@ -215,7 +186,7 @@ def serves(item, store: str | None) -> bool:
     ("memory": the memory limiter; "redis": the Redis limiter and Redis)."""
     if store is None:
         return False
-    if isinstance(item, harness.Limiter):
+    if isinstance(item, support.Limiter):
         return (item.store == "memory") == (store == "memory")
     return store != "memory"
 
@@ -233,13 +204,13 @@ def start_limiters(workdir: Path, limiter_bin: Path, stores: set[str]) -> tuple[
     started: list = []
     try:
         if "memory" in stores:
-            lim = harness.Limiter(workdir, store="memory", binary=limiter_bin)
+            lim = support.Limiter(workdir, store="memory", binary=limiter_bin)
             started.append(lim)
             ports["memory"] = lim.port
         if "redis" in stores:
-            redis = harness.Redis(workdir)
+            redis = support.Redis(workdir)
             started.append(redis)
-            lim = harness.Limiter(workdir, store=redis.url, binary=limiter_bin)
+            lim = support.Limiter(workdir, store=redis.url, binary=limiter_bin)
             started.insert(0, lim)
             ports["redis"] = lim.port
     except BaseException:

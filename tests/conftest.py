@@ -2,7 +2,7 @@
 
 import pytest
 
-import harness
+import support
 
 
 @pytest.fixture
@@ -11,7 +11,7 @@ def envoy_factory(tmp_path):
     started = []
 
     def start(filter_config, **kwargs):
-        env = harness.start_envoy(filter_config, tmp_path, **kwargs)
+        env = support.start_envoy(tmp_path, [support.wasm_filter(filter_config)], **kwargs)
         started.append(env)
         return env
 
@@ -35,17 +35,17 @@ def processes(tmp_path):
             self.items = []
 
         def redis(self, **kwargs):
-            r = harness.Redis(tmp_path, **kwargs)
+            r = support.Redis(tmp_path, **kwargs)
             self.items.append(r)
             return r
 
         def redis_cluster(self, nodes=3):
-            servers = harness.start_redis_cluster(tmp_path, nodes)
+            servers = support.start_redis_cluster(tmp_path, nodes)
             self.items.extend(servers)
             return servers
 
         def limiter(self, **kwargs):
-            lim = harness.Limiter(tmp_path, **kwargs)
+            lim = support.Limiter(tmp_path, **kwargs)
             self.items.append(lim)
             return lim
 

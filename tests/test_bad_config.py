@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from harness import request, sluice_config
+from support import request, sluice_config
 
 GOOD_RULE = {"name": "r", "key": ["const:x"], "limits": [{"algorithm": "gcra", "requests": 1, "window": "1h"}]}
 

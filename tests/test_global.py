@@ -1,14 +1,11 @@
 """Global limits end to end: Envoys calling sluice-limiter, memory and Redis stores."""
 
 import socket
-import threading
 import time
 
 import pytest
 
-from harness import concurrent_requests, limiter_cluster, request, sluice_config, wait_until
-
-ALGORITHMS = ["token_bucket", "leaky_bucket", "gcra", "fixed_window", "sliding_log", "sliding_window"]
+from support import ALGORITHMS, limiter_cluster, load_through, request, sluice_config, wait_until
 
 
 def global_config(rules, failure_mode="allow", timeout="250ms", **top):
@@ -35,30 +32,6 @@ def assert_exact(counts, admitted, total, envoys):
 
 def clusters(*limiters):
     return [limiter_cluster("sluice_limiter", [lim.port for lim in limiters])]
-
-
-def load_through(envoys, per_envoy, connections=16, headers=None):
-    """Sends `per_envoy` requests through each Envoy at the same time; merged status counts."""
-    results, errors = [], []
-
-    def run(e):
-        try:
-            results.append(concurrent_requests(e.port, connections, per_envoy, headers=headers))
-        except BaseException as err:  # noqa: BLE001
-            errors.append(err)
-
-    threads = [threading.Thread(target=run, args=(e,)) for e in envoys]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    merged = {}
-    for r in results:
-        for k, v in r.items():
-            merged[k] = merged.get(k, 0) + v
-    return merged
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

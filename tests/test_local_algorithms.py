@@ -5,9 +5,8 @@ import time
 
 import pytest
 
-from harness import concurrent_requests, request, sluice_config
+from support import ALGORITHMS, concurrent_requests, request, sluice_config
 
-ALGORITHMS = ["token_bucket", "leaky_bucket", "gcra", "fixed_window", "sliding_log", "sliding_window"]
 # Algorithms whose windows are aligned to the epoch: a test must not straddle a boundary.
 ALIGNED = {"fixed_window", "sliding_window"}
 

@@ -1,6 +1,6 @@
 """Shadow mode, several rules, responses, header modes, metrics and reconfiguration."""
 
-from harness import request, sluice_config, wait_until
+from support import request, sluice_config, wait_until
 
 
 def statuses(port, n, headers=None, path="/"):

@@ -1,6 +1,6 @@
 """Keys end to end: client IPs (XFF, masking), composite keys, overrides, matching."""
 
-from harness import request, sluice_config, wait_until
+from support import request, sluice_config, wait_until
 
 
 def ip_rule(requests=2, **top):

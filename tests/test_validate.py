@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from harness import ENVOY_BIN, ROOT, SLUICE_WASM
+from support import ENVOY_BIN, ROOT, SLUICE_WASM
 
 CONFIGS = sorted(p for p in (ROOT / "envoy").glob("envoy*.yaml"))
 

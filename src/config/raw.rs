@@ -1,5 +1,10 @@
 //! The configuration as written: serde types mirroring the JSON contract.
 //!
+//! The reference of every field (default, range, meaning) is the
+//! *Configuration* section of the repository's `README.md`; the field docs
+//! here give a one-line meaning, and `tests/test_docs.py` checks that the
+//! reference lists exactly the fields of these types.
+//!
 //! Every struct denies unknown fields so that a typo is an error rather than a
 //! silently ignored setting. Values are checked and converted by
 //! [`compile`](super::compile).

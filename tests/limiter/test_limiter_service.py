@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-import harness
-from harness import request
+import support
+from support import request
 
 CHECK = {"domain": "demo", "limits": [
     {"key": "per-ip/203.0.113.7", "algorithm": "gcra", "requests": 100, "window_ms": 60000, "burst": 20}]}
@@ -85,7 +85,7 @@ def test_redis_overrides_without_a_redis_are_ignored_with_a_warning(processes):
 def test_a_bad_overrides_file_stops_startup(tmp_path):
     path = tmp_path / "overrides.json"
     path.write_text('{"no-slash": {"requests": 1, "window_ms": 1000}}')
-    proc = subprocess.run([str(harness.LIMITER_BIN), "--listen", f"127.0.0.1:{harness.free_port()}",
+    proc = subprocess.run([str(support.LIMITER_BIN), "--listen", f"127.0.0.1:{support.free_port()}",
                            "--overrides", str(path)], capture_output=True, text=True, timeout=10)
     assert proc.returncode != 0
     assert "no-slash" in proc.stdout + proc.stderr

@@ -24,19 +24,9 @@
 //!
 //! # State sizes
 //! Every state is version byte, algorithm tag, then little-endian integers
-//! (the layouts are documented in each algorithm's module). Bytes per key,
-//! against the estimates of the reference document on memory per user
-//! (seed 003, which counts an 8-byte user id and 20 bytes of hash overhead
-//! besides the value):
-//!
-//! | algorithm | Sluice's state | seed 003 |
-//! | --- | --- | --- |
-//! | token bucket | 26 | — |
-//! | leaky bucket | 26 | — |
-//! | GCRA | 18 | — |
-//! | fixed window | 18 | 36 per user (10 of value: count, start, lock) |
-//! | sliding log | 15 + 4 per request in the window (27 at 3/min, 2 015 at 500/h) | 88 per user at 3/min (20 per timestamp), 12 KB at 500/h |
-//! | sliding window | 13 + 4 × (precision + 1) (21 at precision 1, 257 at 60) | 1.6 KB at 500/h with 60 counters |
+//! (the layouts are documented in each algorithm's module). The bytes per key
+//! of each algorithm are compared in the crate's `README.md` (*The algorithms
+//! compared*).
 //!
 //! ```
 //! use sluice_core::{decide, Algorithm, Limit, SECOND};

@@ -1,5 +1,4 @@
-//! Worked examples from the reference documents, and edge cases, for every
-//! algorithm.
+//! Worked examples and edge cases for every algorithm.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -19,7 +18,7 @@ fn limit(a: Algorithm, requests: u64, window: u64) -> Limit {
     Limit::new(a, requests, window).unwrap()
 }
 
-/// Seed 000: fixed window of 10 requests per hour. A request at 12:40 finds
+/// A fixed window of 10 requests per hour. A request at 12:40 finds
 /// 7 in the 12:00-1:00 window and passes (8); at 1:40 one finds 9 and passes
 /// (10), after which the 1:00-2:00 window admits nothing more.
 #[test]
@@ -47,7 +46,7 @@ fn fixed_window_ten_per_hour() {
     assert!(key.hit(&l, noon + 2 * HOUR, 1).allowed);
 }
 
-/// Seed 003: 3 requests per minute per user. Every algorithm admits three at
+/// 3 requests per minute per user. Every algorithm admits three at
 /// once, denies the fourth, and says when to come back.
 #[test]
 fn three_per_minute_every_algorithm() {
@@ -78,9 +77,9 @@ fn three_per_minute_every_algorithm() {
     }
 }
 
-/// Seed 000's GCRA with L > 1: L = 10 per P = 60 s. Requests bunch up to L at
-/// once; then one passes every P/L = 6 s; the seed's rule "limit when TAT - t
-/// > P - P/L" holds.
+/// GCRA with L > 1: L = 10 per P = 60 s. Requests bunch up to L at once;
+/// then one passes every P/L = 6 s; the rule "limit when TAT - t > P - P/L"
+/// holds.
 #[test]
 fn gcra_with_l_above_one() {
     let l = limit(Algorithm::Gcra, 10, MINUTE);
@@ -192,7 +191,7 @@ fn cost_zero_is_a_query() {
     }
 }
 
-/// Seed 003's soft throttling: 10 per minute with 20 % admits 12, reports a
+/// Soft throttling: 10 per minute with 20 % admits 12, reports a
 /// limit of 10, and `remaining` counts the hard quota only.
 #[test]
 fn soft_throttling() {

@@ -1,0 +1,23 @@
+"""Helpers shared by the end-to-end tests (`tests/`) and the benchmark (`bench/`).
+
+- `paths`: the repository and the programs under test.
+- `algorithms`: the algorithm names, read from `sluice-core`.
+- `processes`: ports, readiness waits, child processes, Redis, sluice-limiter.
+- `envoy`: Envoy configuration pieces and the one Envoy starter.
+- `client`: one HTTP request, and concurrent load that counts every answer.
+
+The names most callers need are importable from the package itself.
+"""
+
+from .algorithms import ALGORITHMS
+from .client import Response, concurrent_requests, load_through, request
+from .envoy import Envoy, limiter_cluster, listener, sluice_config, start_envoy, wasm_filter
+from .paths import BUILD, ENVOY_BIN, LIMITER_BIN, NOOP_WASM, REDIS_BIN, ROOT, SLUICE_WASM
+from .processes import Limiter, Process, Redis, free_port, pinned, start_redis_cluster, wait_until
+
+__all__ = [
+    "ALGORITHMS", "BUILD", "ENVOY_BIN", "Envoy", "LIMITER_BIN", "Limiter", "NOOP_WASM", "Process", "REDIS_BIN",
+    "ROOT", "Redis", "Response", "SLUICE_WASM", "concurrent_requests", "free_port", "limiter_cluster", "listener",
+    "load_through", "pinned", "request", "sluice_config", "start_envoy", "start_redis_cluster", "wait_until",
+    "wasm_filter",
+]

@@ -1,0 +1,258 @@
+"""Envoy on loopback: the configuration pieces and one starter.
+
+Every Envoy serves the same direct response (200, "ok\\n") behind its HTTP
+filters, with `use_remote_address: true`. Its listener is either read from a
+file (LDS: `push_config` replaces the filter configuration of a running
+Envoy, as the tests need) or static in the bootstrap (the benchmark's choice:
+nothing watches a file while it measures).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+from pathlib import Path
+
+from .client import request
+from .paths import ENVOY_BIN, SLUICE_WASM
+from .processes import Process, free_port, wait_until
+
+
+def wasm_filter(config: dict | str, wasm_path: Path = SLUICE_WASM, vm_id: str = "sluice",
+                name: str = "sluice") -> dict:
+    """The HTTP filter entry that loads a proxy-wasm module with a JSON configuration."""
+    value = config if isinstance(config, str) else json.dumps(config)
+    return {
+        "name": name,
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+            "config": {
+                "name": name,
+                "root_id": name,
+                "vm_config": {
+                    "vm_id": vm_id,
+                    "runtime": "envoy.wasm.runtime.v8",
+                    "code": {"local": {"filename": str(wasm_path)}},
+                },
+                "configuration": {
+                    "@type": "type.googleapis.com/google.protobuf.StringValue",
+                    "value": value,
+                },
+            },
+        },
+    }
+
+
+def sluice_config(rules: list[dict], domain: str = "test", headers: str | None = "both", **top) -> dict:
+    """A Sluice filter configuration; `headers=None` leaves the default."""
+    cfg: dict = {"domain": domain}
+    if headers is not None:
+        cfg["headers"] = headers
+    cfg["rules"] = rules
+    cfg.update(top)
+    return cfg
+
+
+def listener(port: int, http_filters: list[dict], name: str = "main", hcm_extra: dict | None = None) -> dict:
+    """A loopback listener whose routes answer 200 "ok" directly, after the filters.
+
+    `hcm_extra` adds settings to the HTTP connection manager."""
+    return {
+        "name": name,
+        "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
+        "filter_chains": [{
+            "filters": [{
+                "name": "envoy.filters.network.http_connection_manager",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                    "stat_prefix": "ingress",
+                    "codec_type": "AUTO",
+                    # the downstream address is the true peer; Sluice reads XFF itself
+                    "use_remote_address": True,
+                    "route_config": {
+                        "name": "local",
+                        "virtual_hosts": [{
+                            "name": "all",
+                            "domains": ["*"],
+                            "routes": [{"match": {"prefix": "/"},
+                                        "direct_response": {"status": 200, "body": {"inline_string": "ok\n"}}}],
+                        }],
+                    },
+                    "http_filters": http_filters + [{
+                        "name": "envoy.filters.http.router",
+                        "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
+                    }],
+                    **(hcm_extra or {}),
+                },
+            }],
+        }],
+    }
+
+
+def limiter_cluster(name: str, ports: list[int]) -> dict:
+    """A cluster of sluice-limiters on loopback, spoken to in HTTP/2."""
+    return {
+        "name": name,
+        "type": "STATIC",
+        "connect_timeout": "0.25s",
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": {"http2_protocol_options": {}},
+            }
+        },
+        "load_assignment": {
+            "cluster_name": name,
+            "endpoints": [{"lb_endpoints": [
+                {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": p}}}}
+                for p in ports
+            ]}],
+        },
+    }
+
+
+class Envoy:
+    """A running Envoy (see `start_envoy`)."""
+
+    def __init__(self, workdir: Path, port: int, admin_port: int, hcm_extra: dict | None = None):
+        self.workdir = workdir
+        self.port = port
+        self.admin_port = admin_port
+        self.hcm_extra = hcm_extra
+        self.process: Process | None = None
+        self.listener_version = 0
+
+    @property
+    def lds_path(self) -> Path:
+        return self.workdir / "lds.json"
+
+    def stats(self) -> dict:
+        """Counters and gauges from the admin /stats endpoint."""
+        resp = request(self.admin_port, "/stats")
+        out = {}
+        for line in resp.body.decode().splitlines():
+            name, _, value = line.partition(": ")
+            try:
+                out[name] = int(value)
+            except ValueError:
+                continue
+        return out
+
+    def stat(self, name: str, default: int = 0) -> int:
+        return self.stats().get(name, default)
+
+    def sluice_stat(self, name: str) -> int:
+        """A Sluice counter, whatever prefix Envoy gives custom wasm metrics."""
+        stats = self.stats()
+        for prefix in ("wasmcustom.", ""):
+            if prefix + name in stats:
+                return stats[prefix + name]
+        return 0
+
+    def write_listener(self, http_filters: list[dict]):
+        """Writes the listener file Envoy watches (LDS)."""
+        self.listener_version += 1
+        resources = {
+            "version_info": str(self.listener_version),
+            "resources": [{"@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
+                           **listener(self.port, http_filters, hcm_extra=self.hcm_extra)}],
+        }
+        tmp = self.workdir / "lds.tmp.json"
+        tmp.write_text(json.dumps(resources))
+        os.replace(tmp, self.lds_path)
+
+    def push_config(self, filter_config: dict | str) -> bool:
+        """Pushes a new Sluice filter configuration; True if Envoy took it, False if it refused it."""
+        before_ok = self.stat("listener_manager.lds.update_success")
+        before_rejected = self.stat("listener_manager.lds.update_rejected")
+        self.write_listener([wasm_filter(filter_config)])
+
+        def settled():
+            s = self.stats()
+            if s.get("listener_manager.lds.update_rejected", 0) > before_rejected:
+                return "rejected"
+            if s.get("listener_manager.lds.update_success", 0) > before_ok:
+                return "accepted"
+            return None
+
+        result = wait_until(settled, what="listener update")
+        if result == "accepted":
+            self.wait_listener_ready()
+        return result == "accepted"
+
+    def _alive(self):
+        if self.process is not None and not self.process.alive():
+            raise RuntimeError(f"envoy exited:\n{self.log()[-4000:]}")
+
+    def wait_listener_ready(self):
+        def ready():
+            self._alive()
+            s = self.stats()
+            if not (s.get("listener_manager.total_listeners_warming", 1) == 0
+                    and s.get("listener_manager.total_listeners_active", 0) >= 1):
+                return False
+            # A TCP connect only: an HTTP request would count against the limits under test.
+            with socket.create_connection(("127.0.0.1", self.port), timeout=2):
+                return True
+        wait_until(ready, what="envoy listener")
+
+    def log(self) -> str:
+        return self.process.log() if self.process else ""
+
+    def stop(self):
+        return self.process.stop() if self.process else None
+
+
+def start_envoy(workdir: Path, http_filters: list[dict], *, concurrency: int = 2,
+                clusters: list[dict] | None = None, lds: bool = True, hcm_extra: dict | None = None,
+                envoy_bin: Path = ENVOY_BIN, cpus: str | None = None, log_level: str = "info",
+                component_log_level: str | None = "wasm:debug", drain_time_s: int | None = 1,
+                name: str = "envoy") -> Envoy:
+    """Starts Envoy with `http_filters` on fresh loopback ports, in a new
+    directory under `workdir`, and waits until its listener accepts connections.
+
+    `lds`: the listener comes from a file the Envoy watches (see
+    `Envoy.push_config`); otherwise it is static in the bootstrap. `cpus`: a
+    taskset CPU list to run on. The log settings and `drain_time_s` (None:
+    Envoy's own default) go to Envoy's command line.
+    """
+    rundir = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=workdir))
+    env = Envoy(rundir, free_port(), free_port(), hcm_extra)
+    bootstrap: dict = {
+        "node": {"id": "sluice", "cluster": "sluice"},
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": env.admin_port}}},
+        "static_resources": {"clusters": clusters or []},
+    }
+    if lds:
+        bootstrap["dynamic_resources"] = {
+            "lds_config": {
+                "resource_api_version": "V3",
+                "path_config_source": {"path": str(env.lds_path), "watched_directory": {"path": str(rundir)}},
+            }
+        }
+        env.write_listener(http_filters)
+    else:
+        bootstrap["static_resources"]["listeners"] = [listener(env.port, http_filters, hcm_extra=hcm_extra)]
+    (rundir / "bootstrap.json").write_text(json.dumps(bootstrap, indent=1))
+
+    args = [str(envoy_bin), "-c", str(rundir / "bootstrap.json"), "--concurrency", str(concurrency),
+            "--disable-hot-restart", "--log-level", log_level]
+    if drain_time_s is not None:
+        args += ["--drain-time-s", str(drain_time_s)]
+    if component_log_level:
+        args += ["--component-log-level", component_log_level]
+    env.process = Process(args, rundir / "envoy.log", cpus=cpus)
+
+    def admin_up():
+        env._alive()
+        return request(env.admin_port, "/ready", timeout=2).status in (200, 503)
+
+    try:
+        wait_until(admin_up, what=f"{name} admin")
+        env.wait_listener_ready()
+    except BaseException:
+        env.stop()
+        raise
+    return env
