@@ -68,7 +68,7 @@ def test_overrides_file(processes, tmp_path):
 
 def test_redis_override_hashes_serve_the_memory_store(processes):
     redis = processes.redis()
-    harness.redis_command(redis.port, "HSET", "sluice:overrides:demo", "per-ip/203.0.113.7",
+    support.processes.redis_command(redis.port, "HSET", "sluice:overrides:demo", "per-ip/203.0.113.7",
                           '{"requests": 2, "window_ms": 60000}')
     lim = processes.limiter(extra_args=["--overrides-redis", redis.url])
     results = [json.loads(lim.check(CHECK).body)["allowed"] for _ in range(3)]
