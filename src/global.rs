@@ -30,7 +30,6 @@ pub fn cached_denial(limit: &Limit, remaining_time: Nanos) -> Decision {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
 

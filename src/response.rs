@@ -62,7 +62,6 @@ fn push_shadow(plan: &Plan, shadow_denied: &[usize], out: &mut Vec<(&'static str
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
     use crate::config::parse;

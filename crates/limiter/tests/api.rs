@@ -2,7 +2,7 @@
 //! rounding, health, metrics, and what a failing store gives. The memory store
 //! with a manual clock stands in for any store; what every store does is
 //! tested in `conformance.rs`.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![cfg(test)]
 
 mod support;
 

@@ -5,7 +5,7 @@
 //! What only one store does is tested with it: the memory bound and sweeping
 //! in `memory_store.rs`; key expiry, reconnection and cluster refunds in
 //! `redis_store.rs`.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![cfg(test)]
 
 mod support;
 

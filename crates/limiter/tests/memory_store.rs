@@ -1,7 +1,7 @@
 //! What only the memory store does: its bound on keys, sweeping the keys that
 //! are back to full, and locking shards without deadlock. The contract every
 //! store keeps is tested in `conformance.rs`.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![cfg(test)]
 
 mod support;
 

@@ -1,7 +1,7 @@
 //! What only the Redis store does: keys expiring in Redis, 503 when Redis is
 //! down and reconnection, refunds across cluster slots. The contract every
 //! store keeps is tested in `conformance.rs`.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![cfg(test)]
 
 mod support;
 

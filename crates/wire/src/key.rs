@@ -28,7 +28,6 @@ pub fn limiter_key(rule: &str, index: usize, key: &str) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
 

@@ -68,7 +68,6 @@ impl LimitSpec<'static> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
     use crate::limiter_key;

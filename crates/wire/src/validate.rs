@@ -191,7 +191,6 @@ impl TryFrom<LimitSpec<'_>> for KeyedLimit {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
 

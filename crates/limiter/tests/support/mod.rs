@@ -1,6 +1,6 @@
 //! Shared by the tests: the router driven in-process, and throwaway
 //! redis-servers.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code)]
+#![allow(dead_code)]
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
