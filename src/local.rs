@@ -118,12 +118,9 @@ where
         let Some(write) = write else {
             return Ok(result);
         };
-        // A key seen missing is created with CREATE_CAS (see the module doc).
-        let cas = match (&value, cas) {
-            (Some(_), Some(cas)) => cas,
-            _ => CREATE_CAS,
-        };
-        match store.set(key, write.bytes(), Some(cas)) {
+        // A key seen missing has no cas: it is created with CREATE_CAS (see
+        // the module doc).
+        match store.set(key, write.bytes(), Some(cas.unwrap_or(CREATE_CAS))) {
             Ok(()) => return Ok(result),
             Err(SetError::CasMismatch) => continue,
             Err(SetError::Failed) => return Err(Contended),
