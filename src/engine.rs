@@ -319,15 +319,9 @@ where
         let limit = rule_limit.limit_for(applied.key);
         let now = self.tally.now;
         layout::slot_key(&mut self.scratch, deny_prefix, applied.slot);
-        let cached = self
-            .env
-            .store
-            .get(&self.scratch)
-            .0
-            .and_then(|bytes| global::decode_deny(&bytes, applied.fingerprint))
-            .filter(|&deadline| deadline > now);
+        let cached = deny_cache::lookup(self.env.store, &self.scratch, applied.fingerprint, now);
         if let Some(deadline) = cached {
-            let denial = global::cached_denial(limit, deadline.saturating_sub(now));
+            let denial = Decision::over_limit(limit.requests, deadline.saturating_sub(now));
             return Err(applied.reported(limit, denial));
         }
         let batch = if applied.rule.shadow {
@@ -408,10 +402,7 @@ where
         return;
     };
     layout::slot_key(key, deny_prefix, slot(env.plan, item.fingerprint));
-    // A cache, not a counter: last writer wins.
-    let _ = env
-        .store
-        .set(key, &global::encode_deny(deadline, item.fingerprint), None);
+    deny_cache::remember(env.store, key, item.fingerprint, deadline);
 }
 
 /// What has happened to a request so far.
@@ -627,6 +618,8 @@ fn undecided(requests: u64) -> Decision {
 fn slot(plan: &Plan, fingerprint: u64) -> u64 {
     fingerprint.checked_rem(plan.local_max_keys).unwrap_or(0)
 }
+
+mod deny_cache;
 
 #[cfg(test)]
 mod tests;

@@ -1,13 +1,10 @@
-//! Global limits: the limiter call-out's wire format and the over-limit cache.
+//! Global limits: the limiter call-out's wire format.
 //!
 //! The request body follows the limiter API:
 //! `{"domain":..,"hits":1,"limits":[{"key":"<rule>/<limit index>/<key>","algorithm":..,"requests":..,"window_ms":..,"burst":..}]}`.
-//! When the limiter denies a key with a retry time, the deadline is cached in
-//! shared data (one bounded slot table per limit, like local state) and the
-//! key is denied locally until then without calling out.
 
 use serde::{Deserialize, Serialize};
-use sluice_core::{Algorithm, Decision, Denial, Limit, Nanos, MILLISECOND};
+use sluice_core::{Algorithm, Decision, Denial, Limit, MILLISECOND};
 use std::fmt::Write;
 use std::hash::Hasher;
 
@@ -123,28 +120,6 @@ pub fn parse_response(body: &[u8], expected: usize) -> Option<CheckResponse> {
     (response.limits.len() == expected).then_some(response)
 }
 
-/// The stored form of an over-limit cache entry: the deadline and the key's
-/// fingerprint (so a colliding key in the same slot is not denied).
-pub fn encode_deny(deadline: Nanos, fingerprint: u64) -> [u8; 16] {
-    let mut out = [0; 16];
-    let (a, b) = out.split_at_mut(8);
-    a.copy_from_slice(&deadline.to_le_bytes());
-    b.copy_from_slice(&fingerprint.to_le_bytes());
-    out
-}
-
-/// The deadline of a cache entry if it belongs to `fingerprint`.
-pub fn decode_deny(bytes: &[u8], fingerprint: u64) -> Option<Nanos> {
-    let deadline = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
-    let owner = u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?);
-    (owner == fingerprint).then_some(deadline)
-}
-
-/// The denial reported while a key is in the over-limit cache.
-pub fn cached_denial(limit: &Limit, remaining_time: Nanos) -> Decision {
-    Decision::over_limit(limit.requests, remaining_time)
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
@@ -212,13 +187,5 @@ mod tests {
         assert!(parse_response(body, 2).is_none());
         assert!(parse_response(b"garbage", 1).is_none());
         assert!(parse_response(br#"{"allowed":true}"#, 0).is_none());
-    }
-
-    #[test]
-    fn deny_cache_entries() {
-        let e = encode_deny(123, 456);
-        assert_eq!(decode_deny(&e, 456), Some(123));
-        assert_eq!(decode_deny(&e, 457), None);
-        assert_eq!(decode_deny(&e[..8], 456), None);
     }
 }
