@@ -348,13 +348,9 @@ where
             return self.tally.admit(self.env.metrics);
         }
         let domain = &self.env.plan.domain;
-        let calls: Vec<Call> = [
-            self.enforcing.into_call(domain, false),
-            self.shadow.into_call(domain, true),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
+        let mut calls = Vec::with_capacity(2);
+        calls.extend(self.enforcing.into_call(domain, false));
+        calls.extend(self.shadow.into_call(domain, true));
         Verdict::Check(PendingCheck {
             calls,
             tally: self.tally,

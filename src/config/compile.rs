@@ -210,9 +210,6 @@ fn compile_rule(domain: &str, path: &str, rule: RawRule) -> Result<Rule, FieldEr
             &mut limits,
         )?;
     }
-    for limit in &mut limits {
-        limit.overrides.sort_by(|a, b| a.key.cmp(&b.key));
-    }
     Ok(Rule {
         name: rule.name,
         matcher,
@@ -366,11 +363,16 @@ fn add_override(
             LimitScope::Local { .. } => layout::override_key(domain, rule, j, &limit, &raw.key),
             LimitScope::Global { .. } => String::new(),
         };
-        base.overrides.push(OverrideLimit {
-            key: raw.key.clone(),
-            limit,
-            state_key,
-        });
+        // Kept sorted by key for the lookup.
+        let at = base.overrides.partition_point(|o| o.key < raw.key);
+        base.overrides.insert(
+            at,
+            OverrideLimit {
+                key: raw.key.clone(),
+                limit,
+                state_key,
+            },
+        );
     }
     Ok(())
 }

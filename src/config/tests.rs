@@ -321,3 +321,31 @@ fn serde_errors_carry_position() {
     assert!(parse(b"{").is_err());
     assert!(parse(br#"{"rules":[]}"#).is_err());
 }
+
+#[test]
+fn each_limit_finds_its_overrides_in_any_order() {
+    let plan = parse(
+        with_rule(&format!(
+            r#"{{"name":"r","key":["path"],"limits":[{LIMIT},{LIMIT}],"overrides":[
+                {{"key":"m","requests":1}},{{"key":"z","requests":2,"limit":1}},{{"key":"a","requests":3}},{{"key":"b","requests":4,"limit":0}}]}}"#
+        ))
+        .as_bytes(),
+    )
+    .unwrap();
+    let requests = |limit: &RuleLimit, key: &str| {
+        limit
+            .override_index(key)
+            .map(|i| limit.overrides[i].limit.requests)
+    };
+    let (first, second) = (&plan.rules[0].limits[0], &plan.rules[0].limits[1]);
+    assert_eq!(
+        ["a", "b", "m", "z", "x"].map(|k| requests(first, k)),
+        [Some(3), Some(4), Some(1), None, None]
+    );
+    assert_eq!(
+        ["a", "b", "m", "z", "x"].map(|k| requests(second, k)),
+        [Some(3), None, Some(1), Some(2), None]
+    );
+    assert_eq!(first.limit_for("b").requests, 4);
+    assert_eq!(first.limit_for("x").requests, 10);
+}
