@@ -118,8 +118,8 @@ where
         let Some(write) = write else {
             return Ok(result);
         };
-        // A key seen missing has no cas: it is created with CREATE_CAS (see
-        // the module doc).
+        // A missing key has no cas: it is created with CREATE_CAS (see the
+        // module doc).
         match store.set(key, write.bytes(), Some(cas.unwrap_or(CREATE_CAS))) {
             Ok(()) => return Ok(result),
             Err(SetError::CasMismatch) => continue,
