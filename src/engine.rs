@@ -6,9 +6,13 @@
 //! consumed for this request is refunded, so a denied request consumes
 //! nothing. A shadow rule that would deny gives back its own consumption,
 //! is reported, and never blocks the request.
+//!
+//! Each limit of a rule that applies takes one of two steps: a local limit is
+//! consumed in shared data; a global limit is denied at once if the
+//! over-limit cache holds its key, or else joins the call of its kind
+//! (enforcing or shadow) to the limiter, which [`finish`] completes.
 
-use crate::config::{FailureMode, Plan, Rule};
-use crate::global;
+use crate::config::{FailureMode, LimitScope, Plan, Rule, RuleLimit};
 use crate::headers::{more_restrictive, Reported};
 use crate::key::{Request, RequestView};
 use crate::layout;
@@ -21,89 +25,15 @@ use sluice_wire::{limiter_key, CheckRequest, CheckResponse, LimitSpec};
 /// Every request costs one hit.
 const COST: u64 = 1;
 
-/// Where a consumed local limit's state lives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Target {
-    /// A hashed slot.
-    Slot(u64),
-    /// An override's dedicated key.
-    Override(usize),
-}
-
-/// A local limit this request consumed, to refund if the request is denied.
-#[derive(Debug, Clone, Copy)]
-struct Consumed {
-    rule: usize,
-    limit: usize,
-    target: Target,
-}
-
-/// What has happened to a request so far.
+/// What to do with a request.
 #[derive(Debug)]
-struct Tally {
-    now: Nanos,
-    report: Option<Reported>,
-    /// Rules that admitted the request (counted `allowed` if it passes).
-    admitted: Vec<usize>,
-    shadow_denied: Vec<usize>,
-    consumed: Vec<Consumed>,
-}
-
-/// A global limit to check for this request.
-#[derive(Debug, Clone)]
-struct GlobalItem {
-    rule: usize,
-    limit: usize,
-    shadow: bool,
-    window: Nanos,
-    requests: u64,
-    fingerprint: u64,
-    /// Index of the call that checks this item, and its position in it.
-    call: usize,
-    position: usize,
-}
-
-/// One `POST /v1/check` of a request.
-#[derive(Debug)]
-struct Call {
-    body: Vec<u8>,
-    limits: usize,
-    /// The call's answer once received (`Some(None)`: it failed).
-    answer: Option<Option<CheckResponse>>,
-}
-
-/// A request waiting for the limiter.
-///
-/// Enforcing and shadow limits go in separate calls: the limiter decides the
-/// limits of one call together (a denial consumes nothing), and a shadow
-/// denial must not stop the enforcing limits from being counted.
-#[derive(Debug)]
-pub struct PendingCheck {
-    calls: Vec<Call>,
-    items: Vec<GlobalItem>,
-    tally: Tally,
-}
-
-impl PendingCheck {
-    /// Number of calls to make (one or two).
-    pub fn call_count(&self) -> usize {
-        self.calls.len()
-    }
-
-    /// The JSON body of call `call`.
-    pub fn body(&self, call: usize) -> &[u8] {
-        self.calls.get(call).map_or(&[], |c| c.body.as_slice())
-    }
-
-    /// Records the answer body of call `call` (`None`: error, timeout or
-    /// non-200 status). Returns true once every call has an answer.
-    pub fn record(&mut self, call: usize, body: Option<&[u8]>) -> bool {
-        if let Some(c) = self.calls.get_mut(call) {
-            let limits = c.limits;
-            c.answer = Some(body.and_then(|b| CheckResponse::parse(b, limits)));
-        }
-        self.calls.iter().all(|c| c.answer.is_some())
-    }
+pub enum Verdict {
+    /// Let it through.
+    Allow(Admitted),
+    /// Answer with the denial response.
+    Deny(Denied),
+    /// Ask the limiter, then call [`finish`].
+    Check(PendingCheck),
 }
 
 /// An admitted request and what its response reports.
@@ -124,28 +54,38 @@ pub struct Denied {
     pub shadow_denied: Vec<usize>,
 }
 
-/// What to do with a request.
+/// A request waiting for the limiter.
+///
+/// Enforcing and shadow limits go in separate calls: the limiter decides the
+/// limits of one call together (a denial consumes nothing), and a shadow
+/// denial must not stop the enforcing limits from being counted.
 #[derive(Debug)]
-pub enum Verdict {
-    /// Let it through.
-    Allow(Admitted),
-    /// Answer with the denial response.
-    Deny(Denied),
-    /// Ask the limiter, then call [`finish`].
-    Check(PendingCheck),
+pub struct PendingCheck {
+    /// The enforcing call first, if any.
+    calls: Vec<Call>,
+    tally: Tally,
 }
 
-/// The decision reported when contention or a failure prevents deciding:
-/// deny, and suggest retrying in a second.
-fn undecided(requests: u64) -> Decision {
-    Decision::over_limit(requests, SECOND)
-}
+impl PendingCheck {
+    /// Number of calls to make (one or two).
+    pub fn call_count(&self) -> usize {
+        self.calls.len()
+    }
 
-/// The override of limit `index` for the request's key, if any.
-fn override_of(rule: &Rule, index: usize, override_set: Option<usize>) -> Option<(usize, &Limit)> {
-    let o = override_set?;
-    let ov = rule.override_sets.get(o)?.get(index)?.as_ref()?;
-    Some((o, &ov.limit))
+    /// The JSON body of call `call`.
+    pub fn body(&self, call: usize) -> &[u8] {
+        self.calls.get(call).map_or(&[], |c| c.body.as_slice())
+    }
+
+    /// Records the answer body of call `call` (`None`: error, timeout or
+    /// non-200 status). Returns true once every call has an answer.
+    pub fn record(&mut self, call: usize, body: Option<&[u8]>) -> bool {
+        if let Some(c) = self.calls.get_mut(call) {
+            let limits = c.items.len();
+            c.answer = Some(body.and_then(|b| CheckResponse::parse(b, limits)));
+        }
+        self.calls.iter().all(|c| c.answer.is_some())
+    }
 }
 
 /// Decides a request's local limits and prepares its global check. `clock`
@@ -164,177 +104,48 @@ where
     M: MetricSink + ?Sized,
     C: Fn() -> Nanos,
 {
-    let mut clock_read: Option<Nanos> = None;
     let request = Request::new(view, &plan.client_ip);
-    let mut key = String::new();
-    let mut store_key = String::new();
-    let mut tally = Tally {
-        now: 0,
-        report: None,
-        admitted: Vec::new(),
-        shadow_denied: Vec::new(),
-        consumed: Vec::new(),
+    let mut walk = Walk {
+        env: Env {
+            plan,
+            store,
+            metrics,
+        },
+        tally: Tally {
+            now: 0,
+            report: None,
+            admitted: Vec::new(),
+            shadow_denied: Vec::new(),
+            consumed: Vec::new(),
+        },
+        enforcing: Batch::default(),
+        shadow: Batch::default(),
+        scratch: String::new(),
     };
-    let mut items: Vec<GlobalItem> = Vec::new();
-    let mut limits: Vec<LimitSpec> = Vec::new();
-
-    for (r, rule) in plan.rules.iter().enumerate() {
+    let mut clock_read: Option<Nanos> = None;
+    let mut key = String::new();
+    for (index, rule) in plan.rules.iter().enumerate() {
         if !rule.matcher.matches(&request) {
             continue;
         }
         if !request.write_key(&rule.key, &mut key) {
-            metrics.rule(r, RuleEvent::Skipped);
+            metrics.rule(index, RuleEvent::Skipped);
             continue;
         }
-        let now = *clock_read.get_or_insert_with(&clock);
-        tally.now = now;
-        let override_set = rule.overrides.get(key.as_str()).copied();
-        let consumed_mark = tally.consumed.len();
-        let items_mark = items.len();
-        let mut fingerprint = None;
-        let mut denied: Option<Reported> = None;
-
-        for (l, rule_limit) in rule.limits.iter().enumerate() {
-            let via_override = override_of(rule, l, override_set);
-            let limit = via_override.map_or(&rule_limit.limit, |(_, limit)| limit);
-            let fp = *fingerprint.get_or_insert_with(|| hasher.fingerprint(&key));
-            let slot = fp.checked_rem(plan.local_max_keys).unwrap_or(0);
-            if rule_limit.global {
-                layout::slot_key(&mut store_key, &rule_limit.store_prefix, slot);
-                let cached = store
-                    .get(&store_key)
-                    .0
-                    .and_then(|bytes| global::decode_deny(&bytes, fp))
-                    .filter(|&deadline| deadline > now);
-                if let Some(deadline) = cached {
-                    let remaining_time = deadline.saturating_sub(now);
-                    denied = Some(Reported {
-                        rule: r,
-                        window: limit.window,
-                        decision: global::cached_denial(limit, remaining_time),
-                    });
-                    break;
-                }
-                items.push(GlobalItem {
-                    rule: r,
-                    limit: l,
-                    shadow: rule.shadow,
-                    window: limit.window,
-                    requests: limit.requests,
-                    fingerprint: fp,
-                    call: 0,
-                    position: 0,
-                });
-                limits.push(LimitSpec::new(limiter_key(&rule.name, l, &key), limit));
-                continue;
-            }
-            let target = match via_override {
-                Some((o, _)) => Target::Override(o),
-                None => Target::Slot(slot),
-            };
-            let Some(target_key) = local_key(plan, r, l, target, &mut store_key) else {
-                continue;
-            };
-            match local::consume(store, target_key, limit, now, COST) {
-                Ok(decision) if decision.allowed => {
-                    tally.consumed.push(Consumed {
-                        rule: r,
-                        limit: l,
-                        target,
-                    });
-                    if !rule.shadow {
-                        tally.report = Some(more_restrictive(
-                            tally.report,
-                            Reported {
-                                rule: r,
-                                window: limit.window,
-                                decision,
-                            },
-                        ));
-                    }
-                }
-                Ok(decision) => {
-                    denied = Some(Reported {
-                        rule: r,
-                        window: limit.window,
-                        decision,
-                    });
-                    break;
-                }
-                Err(Contended) => {
-                    metrics.global(GlobalEvent::CasExhausted);
-                    denied = Some(Reported {
-                        rule: r,
-                        window: limit.window,
-                        decision: undecided(limit.requests),
-                    });
-                    break;
-                }
-            }
-        }
-
-        match denied {
-            None => tally.admitted.push(r),
-            Some(_) if rule.shadow => {
-                refund_from(plan, store, metrics, &mut tally, consumed_mark);
-                items.truncate(items_mark);
-                limits.truncate(items_mark);
-                metrics.rule(r, RuleEvent::ShadowDenied);
-                tally.shadow_denied.push(r);
-            }
-            Some(report) => {
-                refund_from(plan, store, metrics, &mut tally, 0);
-                metrics.rule(r, RuleEvent::Denied);
-                return Verdict::Deny(Denied {
-                    report,
-                    shadow_denied: tally.shadow_denied,
-                });
-            }
-        }
-    }
-
-    if items.is_empty() {
-        return admit(metrics, tally);
-    }
-    let (mut enforcing, mut shadow) = (Vec::new(), Vec::new());
-    for (item, limit) in items.iter_mut().zip(limits) {
-        let group = if item.shadow {
-            &mut shadow
-        } else {
-            &mut enforcing
+        walk.tally.now = *clock_read.get_or_insert_with(&clock);
+        let fingerprint = hasher.fingerprint(&key);
+        let applied = Applied {
+            index,
+            rule,
+            key: &key,
+            fingerprint,
+            slot: slot(plan, fingerprint),
         };
-        item.position = group.len();
-        group.push(limit);
+        if let Err(report) = walk.rule(&applied) {
+            return walk.tally.deny(report, &walk.env);
+        }
     }
-    let enforcing_call = if enforcing.is_empty() { None } else { Some(0) };
-    let shadow_call = usize::from(enforcing_call.is_some());
-    for item in &mut items {
-        item.call = if item.shadow { shadow_call } else { 0 };
-    }
-    let calls = [enforcing, shadow]
-        .into_iter()
-        .filter(|limits| !limits.is_empty())
-        .map(|limits| {
-            let count = limits.len();
-            let request = CheckRequest {
-                domain: plan.domain.as_str().into(),
-                hits: COST,
-                limits,
-            };
-            Call {
-                // Serializing plain structs does not fail; an empty body would
-                // make the limiter answer 4xx, handled as a failure.
-                body: serde_json::to_vec(&request).unwrap_or_default(),
-                limits: count,
-                answer: None,
-            }
-        })
-        .collect();
-    Verdict::Check(PendingCheck {
-        calls,
-        items,
-        tally,
-    })
+    walk.into_verdict()
 }
 
 /// Completes a request once every call of `pending` has an answer (see
@@ -345,192 +156,466 @@ where
     S: SharedStore + ?Sized,
     M: MetricSink + ?Sized,
 {
-    let PendingCheck {
-        calls,
-        items,
-        mut tally,
-    } = pending;
+    let env = Env {
+        plan,
+        store,
+        metrics,
+    };
+    let PendingCheck { calls, mut tally } = pending;
     let mut denied: Option<Reported> = None;
     let mut failed: Option<&GlobalItem> = None;
     let mut key = String::new();
-    for item in &items {
-        let answer = calls
-            .get(item.call)
-            .and_then(|c| c.answer.as_ref())
-            .and_then(Option::as_ref)
-            .and_then(|a| a.limits.get(item.position));
-        let Some(answer) = answer else {
-            if !item.shadow && failed.is_none() {
-                failed = Some(item);
+    for call in &calls {
+        let Some(response) = call.answered() else {
+            if !call.shadow && failed.is_none() {
+                failed = call.items.first();
             }
             continue;
         };
-        let decision = answer.decision();
-        let reported = Reported {
-            rule: item.rule,
-            window: item.window,
-            decision,
-        };
-        if !decision.allowed {
-            if decision.retry_after > 0 {
-                remember_denial(
-                    plan,
-                    store,
-                    item,
-                    tally.now.saturating_add(decision.retry_after),
-                    &mut key,
-                );
+        for (item, answer) in call.items.iter().zip(&response.limits) {
+            let decision = answer.decision();
+            if decision.allowed {
+                if !call.shadow {
+                    tally.report = Some(more_restrictive(tally.report, item.reported(decision)));
+                }
+                continue;
             }
-            if item.shadow {
+            if decision.retry_after > 0 {
+                let deadline = tally.now.saturating_add(decision.retry_after);
+                remember_denial(&env, item, deadline, &mut key);
+            }
+            if call.shadow {
                 if !tally.shadow_denied.contains(&item.rule) {
                     metrics.rule(item.rule, RuleEvent::ShadowDenied);
                     tally.shadow_denied.push(item.rule);
                 }
             } else if denied.is_none() {
-                denied = Some(reported);
+                denied = Some(item.reported(decision));
             }
-        } else if !item.shadow {
-            tally.report = Some(more_restrictive(tally.report, reported));
         }
     }
     if let Some(item) = failed {
-        return on_failure(plan, item, tally, store, metrics);
+        return on_failure(&env, item, tally);
     }
-    if let Some(report) = denied {
-        refund_from(plan, store, metrics, &mut tally, 0);
-        metrics.rule(report.rule, RuleEvent::Denied);
-        return Verdict::Deny(Denied {
-            report,
-            shadow_denied: tally.shadow_denied,
-        });
+    match denied {
+        Some(report) => tally.deny(report, &env),
+        None => tally.admit(metrics),
     }
-    admit(metrics, tally)
 }
 
-/// Applies `failure_mode` after the call of enforcing limits failed; `item`
-/// is its first limit.
-fn on_failure<S, M>(
-    plan: &Plan,
-    item: &GlobalItem,
-    mut tally: Tally,
-    store: &S,
-    metrics: &M,
-) -> Verdict
+/// A rule that applies to the request, and the request's key for it.
+struct Applied<'a> {
+    index: usize,
+    rule: &'a Rule,
+    key: &'a str,
+    fingerprint: u64,
+    slot: u64,
+}
+
+impl Applied<'_> {
+    fn reported(&self, limit: &Limit, decision: Decision) -> Reported {
+        Reported {
+            rule: self.index,
+            window: limit.window,
+            decision,
+        }
+    }
+}
+
+/// A request being decided, rule after rule.
+struct Walk<'a, S: ?Sized, M: ?Sized> {
+    env: Env<'a, S, M>,
+    tally: Tally,
+    /// The global limits of enforcing rules, and of shadow rules.
+    enforcing: Batch,
+    shadow: Batch,
+    /// Reused for shared-data keys.
+    scratch: String,
+}
+
+impl<S, M> Walk<'_, S, M>
 where
     S: SharedStore + ?Sized,
     M: MetricSink + ?Sized,
 {
-    let failure_mode = plan
+    /// Decides the limits of `applied` in order. A shadow rule that would
+    /// deny gives back its own consumption and drops its global limits;
+    /// an enforcing rule's denial is returned.
+    fn rule(&mut self, applied: &Applied<'_>) -> Result<(), Reported> {
+        let consumed_mark = self.tally.consumed.len();
+        let shadow_mark = self.shadow.len();
+        let Err(report) = self.limits(applied) else {
+            self.tally.admitted.push(applied.index);
+            return Ok(());
+        };
+        if !applied.rule.shadow {
+            return Err(report);
+        }
+        self.tally.refund_since(consumed_mark, &self.env);
+        self.shadow.truncate(shadow_mark);
+        self.env
+            .metrics
+            .rule(applied.index, RuleEvent::ShadowDenied);
+        self.tally.shadow_denied.push(applied.index);
+        Ok(())
+    }
+
+    /// The first denial among the limits of `applied`.
+    fn limits(&mut self, applied: &Applied<'_>) -> Result<(), Reported> {
+        for (l, rule_limit) in applied.rule.limits.iter().enumerate() {
+            match &rule_limit.scope {
+                LimitScope::Local { .. } => self.local(applied, l, rule_limit)?,
+                LimitScope::Global { deny_prefix } => {
+                    self.global(applied, l, rule_limit, deny_prefix)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Consumes local limit `l` of `applied`.
+    fn local(
+        &mut self,
+        applied: &Applied<'_>,
+        l: usize,
+        rule_limit: &RuleLimit,
+    ) -> Result<(), Reported> {
+        let target = rule_limit
+            .override_index(applied.key)
+            .map_or(Target::Slot(applied.slot), Target::Override);
+        let Some((limit, key)) = target.locate(rule_limit, &mut self.scratch) else {
+            return Ok(());
+        };
+        match local::consume(self.env.store, key, limit, self.tally.now, COST) {
+            Ok(decision) if decision.allowed => {
+                self.tally.consumed.push(Consumed {
+                    rule: applied.index,
+                    limit: l,
+                    target,
+                });
+                if !applied.rule.shadow {
+                    let reported = applied.reported(limit, decision);
+                    self.tally.report = Some(more_restrictive(self.tally.report, reported));
+                }
+                Ok(())
+            }
+            Ok(decision) => Err(applied.reported(limit, decision)),
+            Err(Contended) => {
+                self.env.metrics.global(GlobalEvent::CasExhausted);
+                Err(applied.reported(limit, undecided(limit.requests)))
+            }
+        }
+    }
+
+    /// Denies global limit `l` of `applied` if the over-limit cache holds
+    /// its key, or adds it to the call it belongs to.
+    fn global(
+        &mut self,
+        applied: &Applied<'_>,
+        l: usize,
+        rule_limit: &RuleLimit,
+        deny_prefix: &str,
+    ) -> Result<(), Reported> {
+        let limit = rule_limit.limit_for(applied.key);
+        let now = self.tally.now;
+        layout::slot_key(&mut self.scratch, deny_prefix, applied.slot);
+        let cached = deny_cache::lookup(self.env.store, &self.scratch, applied.fingerprint, now);
+        if let Some(deadline) = cached {
+            let denial = Decision::over_limit(limit.requests, deadline.saturating_sub(now));
+            return Err(applied.reported(limit, denial));
+        }
+        let batch = if applied.rule.shadow {
+            &mut self.shadow
+        } else {
+            &mut self.enforcing
+        };
+        batch.push(
+            GlobalItem {
+                rule: applied.index,
+                limit: l,
+                window: limit.window,
+                requests: limit.requests,
+                fingerprint: applied.fingerprint,
+            },
+            LimitSpec::new(limiter_key(&applied.rule.name, l, applied.key), limit),
+        );
+        Ok(())
+    }
+
+    /// Admits the request, or asks the limiter about its global limits.
+    fn into_verdict(self) -> Verdict {
+        if self.enforcing.is_empty() && self.shadow.is_empty() {
+            return self.tally.admit(self.env.metrics);
+        }
+        let domain = &self.env.plan.domain;
+        let mut calls = Vec::with_capacity(2);
+        calls.extend(self.enforcing.into_call(domain, false));
+        calls.extend(self.shadow.into_call(domain, true));
+        Verdict::Check(PendingCheck {
+            calls,
+            tally: self.tally,
+        })
+    }
+}
+
+/// Applies `failure_mode` after the call of enforcing limits failed; `item`
+/// is its first limit.
+fn on_failure<S, M>(env: &Env<'_, S, M>, item: &GlobalItem, tally: Tally) -> Verdict
+where
+    S: SharedStore + ?Sized,
+    M: MetricSink + ?Sized,
+{
+    let failure_mode = env
+        .plan
         .limiter
         .as_ref()
         .map_or(FailureMode::Allow, |l| l.failure_mode);
     match failure_mode {
         FailureMode::Deny => {
-            metrics.global(GlobalEvent::LimiterErrors);
-            let report = Reported {
-                rule: item.rule,
-                window: item.window,
-                decision: undecided(item.requests),
-            };
-            refund_from(plan, store, metrics, &mut tally, 0);
-            metrics.rule(item.rule, RuleEvent::Denied);
-            Verdict::Deny(Denied {
-                report,
-                shadow_denied: tally.shadow_denied,
-            })
+            env.metrics.global(GlobalEvent::LimiterErrors);
+            tally.deny(item.reported(undecided(item.requests)), env)
         }
         FailureMode::Allow => {
-            metrics.global(GlobalEvent::FailureModeAllowed);
-            admit(metrics, tally)
-        }
-    }
-}
-
-fn admit<M: MetricSink + ?Sized>(metrics: &M, tally: Tally) -> Verdict {
-    for &rule in &tally.admitted {
-        if !tally.shadow_denied.contains(&rule) {
-            metrics.rule(rule, RuleEvent::Allowed);
-        }
-    }
-    Verdict::Allow(Admitted {
-        report: tally.report,
-        shadow_denied: tally.shadow_denied,
-    })
-}
-
-/// Writes the shared-data key of a local limit's state into `out`.
-fn local_key<'k>(
-    plan: &Plan,
-    rule: usize,
-    limit: usize,
-    target: Target,
-    out: &'k mut String,
-) -> Option<&'k str> {
-    let rule = plan.rules.get(rule)?;
-    match target {
-        Target::Slot(slot) => {
-            layout::slot_key(out, &rule.limits.get(limit)?.store_prefix, slot);
-        }
-        Target::Override(o) => {
-            let ov = rule.override_sets.get(o)?.get(limit)?.as_ref()?;
-            out.clear();
-            out.push_str(&ov.store_key);
-        }
-    }
-    Some(out.as_str())
-}
-
-/// Refunds, newest first, the local limits consumed since `mark`.
-fn refund_from<S, M>(plan: &Plan, store: &S, metrics: &M, tally: &mut Tally, mark: usize)
-where
-    S: SharedStore + ?Sized,
-    M: MetricSink + ?Sized,
-{
-    let mut key = String::new();
-    while tally.consumed.len() > mark {
-        let Some(c) = tally.consumed.pop() else { break };
-        let Some(rule) = plan.rules.get(c.rule) else {
-            continue;
-        };
-        let limit = match c.target {
-            Target::Override(o) => override_of(rule, c.limit, Some(o)).map(|(_, l)| l),
-            Target::Slot(_) => rule.limits.get(c.limit).map(|l| &l.limit),
-        };
-        let (Some(limit), Some(target_key)) =
-            (limit, local_key(plan, c.rule, c.limit, c.target, &mut key))
-        else {
-            continue;
-        };
-        if local::refund(store, target_key, limit, tally.now, COST).is_err() {
-            metrics.global(GlobalEvent::CasExhausted);
+            env.metrics.global(GlobalEvent::FailureModeAllowed);
+            tally.admit(env.metrics)
         }
     }
 }
 
 /// Caches the limiter's denial of `item` until `deadline`.
-fn remember_denial<S: SharedStore + ?Sized>(
-    plan: &Plan,
-    store: &S,
-    item: &GlobalItem,
-    deadline: Nanos,
-    key: &mut String,
-) {
-    let Some(prefix) = plan
+fn remember_denial<S, M>(env: &Env<'_, S, M>, item: &GlobalItem, deadline: Nanos, key: &mut String)
+where
+    S: SharedStore + ?Sized,
+    M: ?Sized,
+{
+    let scope = env
+        .plan
         .rules
         .get(item.rule)
         .and_then(|r| r.limits.get(item.limit))
-        .map(|l| l.store_prefix.as_str())
-    else {
+        .map(|l| &l.scope);
+    let Some(LimitScope::Global { deny_prefix }) = scope else {
         return;
     };
-    let slot = item
-        .fingerprint
-        .checked_rem(plan.local_max_keys)
-        .unwrap_or(0);
-    layout::slot_key(key, prefix, slot);
-    // A cache, not a counter: last writer wins.
-    let _ = store.set(key, &global::encode_deny(deadline, item.fingerprint), None);
+    layout::slot_key(key, deny_prefix, slot(env.plan, item.fingerprint));
+    deny_cache::remember(env.store, key, item.fingerprint, deadline);
 }
+
+/// What has happened to a request so far.
+#[derive(Debug)]
+struct Tally {
+    now: Nanos,
+    report: Option<Reported>,
+    /// Rules that admitted the request (counted `allowed` if it passes).
+    admitted: Vec<usize>,
+    shadow_denied: Vec<usize>,
+    consumed: Vec<Consumed>,
+}
+
+impl Tally {
+    /// Refunds, newest first, the local limits consumed since `mark`.
+    fn refund_since<S, M>(&mut self, mark: usize, env: &Env<'_, S, M>)
+    where
+        S: SharedStore + ?Sized,
+        M: MetricSink + ?Sized,
+    {
+        let mut key = String::new();
+        while self.consumed.len() > mark {
+            let Some(c) = self.consumed.pop() else { break };
+            let rule_limit = env
+                .plan
+                .rules
+                .get(c.rule)
+                .and_then(|r| r.limits.get(c.limit));
+            let Some((limit, state_key)) = rule_limit.and_then(|l| c.target.locate(l, &mut key))
+            else {
+                continue;
+            };
+            if local::refund(env.store, state_key, limit, self.now, COST).is_err() {
+                env.metrics.global(GlobalEvent::CasExhausted);
+            }
+        }
+    }
+
+    /// Denies the request for `report`, refunding everything it consumed.
+    fn deny<S, M>(mut self, report: Reported, env: &Env<'_, S, M>) -> Verdict
+    where
+        S: SharedStore + ?Sized,
+        M: MetricSink + ?Sized,
+    {
+        self.refund_since(0, env);
+        env.metrics.rule(report.rule, RuleEvent::Denied);
+        Verdict::Deny(Denied {
+            report,
+            shadow_denied: self.shadow_denied,
+        })
+    }
+
+    /// Lets the request through.
+    fn admit<M: MetricSink + ?Sized>(self, metrics: &M) -> Verdict {
+        for &rule in &self.admitted {
+            if !self.shadow_denied.contains(&rule) {
+                metrics.rule(rule, RuleEvent::Allowed);
+            }
+        }
+        Verdict::Allow(Admitted {
+            report: self.report,
+            shadow_denied: self.shadow_denied,
+        })
+    }
+}
+
+/// A local limit this request consumed, to refund if the request is denied.
+#[derive(Debug, Clone, Copy)]
+struct Consumed {
+    rule: usize,
+    limit: usize,
+    target: Target,
+}
+
+/// Where a consumed local limit's state lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    /// A hashed slot.
+    Slot(u64),
+    /// The dedicated key of the limit's override at this position.
+    Override(usize),
+}
+
+impl Target {
+    /// The limit deciding `rule_limit` at this target, and the shared-data
+    /// key of its state (written into `out` for a slot); `None` for a global
+    /// limit.
+    fn locate<'a>(
+        self,
+        rule_limit: &'a RuleLimit,
+        out: &'a mut String,
+    ) -> Option<(&'a Limit, &'a str)> {
+        let LimitScope::Local { state_prefix } = &rule_limit.scope else {
+            return None;
+        };
+        match self {
+            Target::Slot(slot) => {
+                layout::slot_key(out, state_prefix, slot);
+                Some((&rule_limit.limit, out.as_str()))
+            }
+            Target::Override(i) => {
+                let o = rule_limit.overrides.get(i)?;
+                Some((&o.limit, o.state_key.as_str()))
+            }
+        }
+    }
+}
+
+/// A global limit to check for this request.
+#[derive(Debug, Clone)]
+struct GlobalItem {
+    rule: usize,
+    limit: usize,
+    window: Nanos,
+    requests: u64,
+    fingerprint: u64,
+}
+
+impl GlobalItem {
+    fn reported(&self, decision: Decision) -> Reported {
+        Reported {
+            rule: self.rule,
+            window: self.window,
+            decision,
+        }
+    }
+}
+
+/// The global limits bound for one call, added as the rules are decided.
+#[derive(Debug, Default)]
+struct Batch {
+    items: Vec<GlobalItem>,
+    /// The wire form of each item, in the same order.
+    limits: Vec<LimitSpec<'static>>,
+}
+
+impl Batch {
+    fn push(&mut self, item: GlobalItem, limit: LimitSpec<'static>) {
+        self.items.push(item);
+        self.limits.push(limit);
+    }
+
+    fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    fn truncate(&mut self, len: usize) {
+        self.items.truncate(len);
+        self.limits.truncate(len);
+    }
+
+    /// The call checking these limits; `None` when there are none.
+    fn into_call(self, domain: &str, shadow: bool) -> Option<Call> {
+        if self.is_empty() {
+            return None;
+        }
+        let request = CheckRequest {
+            domain: domain.into(),
+            hits: COST,
+            limits: self.limits,
+        };
+        Some(Call {
+            shadow,
+            items: self.items,
+            // Serializing plain structs does not fail; an empty body would
+            // make the limiter answer 4xx, handled as a failure.
+            body: serde_json::to_vec(&request).unwrap_or_default(),
+            answer: None,
+        })
+    }
+}
+
+/// One `POST /v1/check` of a request: the global limits of the enforcing
+/// rules, or those of the shadow rules.
+#[derive(Debug)]
+struct Call {
+    shadow: bool,
+    /// The limits checked, in the order of the answer's decisions.
+    items: Vec<GlobalItem>,
+    body: Vec<u8>,
+    /// The call's answer once received (`Some(None)`: it failed).
+    answer: Option<Option<CheckResponse>>,
+}
+
+impl Call {
+    /// The answer, if the call succeeded.
+    fn answered(&self) -> Option<&CheckResponse> {
+        self.answer
+            .as_ref()
+            .and_then(Option::as_ref)
+            .filter(|a| a.limits.len() == self.items.len())
+    }
+}
+
+/// The plan, shared data and metrics a request is decided with.
+struct Env<'a, S: ?Sized, M: ?Sized> {
+    plan: &'a Plan,
+    store: &'a S,
+    metrics: &'a M,
+}
+
+/// The decision reported when contention or a failure prevents deciding:
+/// deny, and suggest retrying in a second.
+fn undecided(requests: u64) -> Decision {
+    Decision::over_limit(requests, SECOND)
+}
+
+/// The slot of a key with `fingerprint` in a limit's slot table.
+fn slot(plan: &Plan, fingerprint: u64) -> u64 {
+    fingerprint.checked_rem(plan.local_max_keys).unwrap_or(0)
+}
+
+mod deny_cache;
 
 #[cfg(test)]
 mod tests;

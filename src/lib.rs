@@ -29,7 +29,6 @@ pub mod client_ip;
 pub mod config;
 pub mod decimal;
 pub mod engine;
-pub mod global;
 pub mod headers;
 pub mod key;
 pub mod layout;

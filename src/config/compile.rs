@@ -1,14 +1,14 @@
 //! Checking a raw configuration and turning it into a [`Plan`].
 
 use super::duration::parse_duration;
-use super::plan::{DenyResponse, LimiterTarget, OverrideLimit, Plan, Rule, RuleLimit};
+use super::plan::{DenyResponse, LimitScope, LimiterTarget, OverrideLimit, Plan, Rule, RuleLimit};
 use super::raw::{Mode, RawConfig, RawLimit, RawMatch, RawOverride, RawRule, Scope};
 use crate::client_ip::ClientIpPolicy;
 use crate::key::KeyPart;
 use crate::layout;
 use crate::matcher::{HeaderCondition, HeaderTest, Matcher, PathMatch};
 use sluice_core::{Algorithm, FieldError, Limit, Nanos, MILLISECOND};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 /// Largest `local_max_keys`.
 pub const MAX_LOCAL_KEYS: u64 = 10_000_000;
@@ -101,7 +101,8 @@ pub fn compile(raw: RawConfig) -> Result<Plan, FieldError> {
         }
         let compiled = compile_rule(&raw.domain, &path, rule)?;
         if limiter.is_none() {
-            if let Some(j) = compiled.limits.iter().position(|l| l.global) {
+            let global = |l: &RuleLimit| matches!(l.scope, LimitScope::Global { .. });
+            if let Some(j) = compiled.limits.iter().position(global) {
                 return Err(FieldError::at(
                     "limiter",
                     format!("required because {path}.limits[{j}] has scope global"),
@@ -133,15 +134,13 @@ fn in_range<T: TryFrom<u64>>(value: u64, min: u64, max: u64, path: &str) -> Resu
     T::try_from(value).map_err(|_| FieldError::at(path, format!("out of range: {value}")))
 }
 
-/// Longest domain or rule name (the limiter accepts domains up to this length).
-pub const MAX_NAME_LEN: usize = 128;
+/// Longest domain or rule name: the limiter's longest domain.
+pub const MAX_NAME_LEN: usize = sluice_wire::MAX_DOMAIN_BYTES;
 
+/// Domains and rule names follow the limiter's rule for domains (a rule name
+/// is part of every limiter key).
 fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_NAME_LEN
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+    sluice_wire::valid_domain(name)
 }
 
 fn compile_rule(domain: &str, path: &str, rule: RawRule) -> Result<Rule, FieldError> {
@@ -177,45 +176,43 @@ fn compile_rule(domain: &str, path: &str, rule: RawRule) -> Result<Rule, FieldEr
     }
     let mut limits = Vec::with_capacity(rule.limits.len());
     for (j, raw_limit) in rule.limits.iter().enumerate() {
-        let limit_path = format!("{path}.limits[{j}]");
-        let limit = compile_limit(&limit_path, raw_limit)?;
-        let global = raw_limit.scope == Scope::Global;
-        let store_prefix = if global {
-            layout::deny_prefix(domain, &rule.name, j)
-        } else {
-            layout::limit_prefix(domain, &rule.name, j, &limit)
+        let limit = compile_limit(&format!("{path}.limits[{j}]"), raw_limit)?;
+        let scope = match raw_limit.scope {
+            Scope::Local => LimitScope::Local {
+                state_prefix: layout::limit_prefix(domain, &rule.name, j, &limit),
+            },
+            Scope::Global => LimitScope::Global {
+                deny_prefix: layout::deny_prefix(domain, &rule.name, j),
+            },
         };
         limits.push(RuleLimit {
             limit,
-            global,
-            store_prefix,
+            scope,
+            overrides: Vec::new(),
         });
     }
-    let mut overrides = BTreeMap::new();
-    let mut override_sets = Vec::with_capacity(rule.overrides.len());
+    let mut override_keys = BTreeSet::new();
     for (k, raw_override) in rule.overrides.iter().enumerate() {
         let override_path = format!("{path}.overrides[{k}]");
-        if overrides.insert(raw_override.key.clone(), k).is_some() {
+        if !override_keys.insert(raw_override.key.as_str()) {
             return Err(FieldError::at(
                 format!("{override_path}.key"),
                 format!("duplicate override key {:?}", raw_override.key),
             ));
         }
-        override_sets.push(compile_override(
+        add_override(
             domain,
             &rule.name,
             &override_path,
             raw_override,
-            &limits,
-        )?);
+            &mut limits,
+        )?;
     }
     Ok(Rule {
         name: rule.name,
         matcher,
         key,
         limits,
-        overrides,
-        override_sets,
         shadow: rule.mode == Mode::Shadow,
     })
 }
@@ -319,13 +316,14 @@ fn compile_limit(path: &str, raw: &RawLimit) -> Result<Limit, FieldError> {
     )
 }
 
-fn compile_override(
+/// Adds `raw` to the overrides of the limits it replaces.
+fn add_override(
     domain: &str,
     rule: &str,
     path: &str,
     raw: &RawOverride,
-    limits: &[RuleLimit],
-) -> Result<Vec<Option<OverrideLimit>>, FieldError> {
+    limits: &mut [RuleLimit],
+) -> Result<(), FieldError> {
     let only = match raw.limit {
         None => None,
         Some(index) => {
@@ -346,28 +344,33 @@ fn compile_override(
         .as_deref()
         .map(|w| window(&format!("{path}.window"), w))
         .transpose()?;
-    limits
-        .iter()
-        .enumerate()
-        .map(|(j, base)| {
-            if only.is_some_and(|o| o != j) {
-                return Ok(None);
-            }
-            let limit = validated(
-                path,
-                Limit {
-                    requests: raw.requests,
-                    window: window.unwrap_or(base.limit.window),
-                    burst: raw.burst.unwrap_or(raw.requests),
-                    ..base.limit.clone()
-                },
-            )?;
-            let store_key = if base.global {
-                String::new()
-            } else {
-                layout::override_key(domain, rule, j, &limit, &raw.key)
-            };
-            Ok(Some(OverrideLimit { limit, store_key }))
-        })
-        .collect()
+    for (j, base) in limits.iter_mut().enumerate() {
+        if only.is_some_and(|o| o != j) {
+            continue;
+        }
+        let limit = validated(
+            path,
+            Limit {
+                requests: raw.requests,
+                window: window.unwrap_or(base.limit.window),
+                burst: raw.burst.unwrap_or(raw.requests),
+                ..base.limit.clone()
+            },
+        )?;
+        let state_key = match base.scope {
+            LimitScope::Local { .. } => layout::override_key(domain, rule, j, &limit, &raw.key),
+            LimitScope::Global { .. } => String::new(),
+        };
+        // Kept sorted by key for the lookup.
+        let at = base.overrides.partition_point(|o| o.key < raw.key);
+        base.overrides.insert(
+            at,
+            OverrideLimit {
+                key: raw.key.clone(),
+                limit,
+                state_key,
+            },
+        );
+    }
+    Ok(())
 }

@@ -1,12 +1,11 @@
 //! The compiled configuration: immutable, validated, with every per-request
-//! constant (store key prefixes, override tables) computed once.
+//! constant (shared-data key prefixes, overrides) computed once.
 
 use crate::client_ip::ClientIpPolicy;
 use crate::config::raw::{FailureMode, HeadersMode};
 use crate::key::KeyPart;
 use crate::matcher::Matcher;
 use sluice_core::{Limit, Nanos};
-use std::collections::BTreeMap;
 
 /// A validated configuration, shared read-only by every request.
 #[derive(Debug)]
@@ -64,10 +63,6 @@ pub struct Rule {
     pub key: Vec<KeyPart>,
     /// The limits in configuration order.
     pub limits: Vec<RuleLimit>,
-    /// Override key text -> index in `override_sets`.
-    pub overrides: BTreeMap<String, usize>,
-    /// Per override, the replacement of each limit (`None`: not overridden).
-    pub override_sets: Vec<Vec<Option<OverrideLimit>>>,
     /// Shadow mode: count but never deny.
     pub shadow: bool,
 }
@@ -77,18 +72,59 @@ pub struct Rule {
 pub struct RuleLimit {
     /// The limit.
     pub limit: Limit,
-    /// Decided by the limiter cluster rather than locally.
-    pub global: bool,
-    /// Local: shared-data key prefix; the slot number is appended.
-    /// Global: prefix of the over-limit cache keys; the slot number is appended.
-    pub store_prefix: String,
+    /// Who decides it, and where its shared data lives.
+    pub scope: LimitScope,
+    /// Replacements of the limit for some keys, sorted by key.
+    pub overrides: Vec<OverrideLimit>,
+}
+
+impl RuleLimit {
+    /// The position in [`overrides`](Self::overrides) of the override for
+    /// the request key `key`, if any.
+    pub fn override_index(&self, key: &str) -> Option<usize> {
+        if self.overrides.is_empty() {
+            return None;
+        }
+        self.overrides
+            .binary_search_by(|o| o.key.as_str().cmp(key))
+            .ok()
+    }
+
+    /// The limit that applies to the request key `key`: its override's, or
+    /// this one.
+    pub fn limit_for(&self, key: &str) -> &Limit {
+        self.override_index(key)
+            .and_then(|i| self.overrides.get(i))
+            .map_or(&self.limit, |o| &o.limit)
+    }
+}
+
+/// Who decides a limit, and where its shared data lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LimitScope {
+    /// Decided by this filter; the state of a key lives in shared data under
+    /// `state_prefix` followed by the key's slot number (or, for an override
+    /// key, under the override's `state_key`).
+    Local {
+        /// Prefix of the slot keys.
+        state_prefix: String,
+    },
+    /// Decided by the limiter; shared data holds only the over-limit cache,
+    /// under `deny_prefix` followed by the key's slot number.
+    Global {
+        /// Prefix of the over-limit cache keys.
+        deny_prefix: String,
+    },
 }
 
 /// A limit replaced for one key.
 #[derive(Debug)]
 pub struct OverrideLimit {
+    /// The request key text it applies to.
+    pub key: String,
     /// The replacement limit.
     pub limit: Limit,
-    /// Local: the dedicated shared-data key of this key's state.
-    pub store_key: String,
+    /// For a local limit, the dedicated shared-data key of this key's state
+    /// (empty for a global limit: the limiter keeps its state).
+    pub state_key: String,
 }

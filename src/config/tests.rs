@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use super::*;
 use crate::key::KeyPart;
 use crate::matcher::{HeaderTest, PathMatch};
@@ -74,26 +72,32 @@ fn compiles_the_full_example() {
         (Algorithm::Gcra, 100, 20)
     );
     assert_eq!(gcra.limit.window, 60 * SECOND);
-    assert!(!gcra.global);
-    assert_eq!(gcra.store_prefix, "sluice/demo/per-ip/0/gcra/60000/");
+    assert_eq!(
+        gcra.scope,
+        LimitScope::Local {
+            state_prefix: "sluice/demo/per-ip/0/gcra/60000/".into()
+        }
+    );
     let sw = &rule.limits[1];
-    assert!(sw.global);
     assert_eq!(sw.limit.precision, 4);
     assert_eq!(sw.limit.burst, 1000);
-    assert_eq!(sw.store_prefix, "sluice/demo/per-ip/1/deny/");
+    assert_eq!(
+        sw.scope,
+        LimitScope::Global {
+            deny_prefix: "sluice/demo/per-ip/1/deny/".into()
+        }
+    );
     // The first override replaces both limits, burst following its requests.
-    let first = &rule.override_sets[rule.overrides["203.0.113.7"]];
-    let o0 = first[0].as_ref().unwrap();
+    let o0 = &gcra.overrides[gcra.override_index("203.0.113.7").unwrap()];
     assert_eq!(
         (o0.limit.requests, o0.limit.burst, o0.limit.window),
         (1000, 1000, 60 * SECOND)
     );
-    assert_eq!(o0.store_key, "sluice/demo/per-ip/0/gcra/60000/=203.0.113.7");
-    assert!(first[1].is_some());
+    assert_eq!(o0.state_key, "sluice/demo/per-ip/0/gcra/60000/=203.0.113.7");
+    assert!(sw.override_index("203.0.113.7").is_some());
     // The second replaces only limit 1.
-    let second = &rule.override_sets[rule.overrides["vip"]];
-    assert!(second[0].is_none());
-    let o1 = second[1].as_ref().unwrap();
+    assert!(gcra.override_index("vip").is_none());
+    let o1 = &sw.overrides[sw.override_index("vip").unwrap()];
     assert_eq!(
         (o1.limit.requests, o1.limit.burst, o1.limit.window),
         (5, 7, SECOND)
@@ -314,4 +318,32 @@ fn serde_errors_carry_position() {
     assert!(parse(b"").is_err());
     assert!(parse(b"{").is_err());
     assert!(parse(br#"{"rules":[]}"#).is_err());
+}
+
+#[test]
+fn each_limit_finds_its_overrides_in_any_order() {
+    let plan = parse(
+        with_rule(&format!(
+            r#"{{"name":"r","key":["path"],"limits":[{LIMIT},{LIMIT}],"overrides":[
+                {{"key":"m","requests":1}},{{"key":"z","requests":2,"limit":1}},{{"key":"a","requests":3}},{{"key":"b","requests":4,"limit":0}}]}}"#
+        ))
+        .as_bytes(),
+    )
+    .unwrap();
+    let requests = |limit: &RuleLimit, key: &str| {
+        limit
+            .override_index(key)
+            .map(|i| limit.overrides[i].limit.requests)
+    };
+    let (first, second) = (&plan.rules[0].limits[0], &plan.rules[0].limits[1]);
+    assert_eq!(
+        ["a", "b", "m", "z", "x"].map(|k| requests(first, k)),
+        [Some(3), Some(4), Some(1), None, None]
+    );
+    assert_eq!(
+        ["a", "b", "m", "z", "x"].map(|k| requests(second, k)),
+        [Some(3), None, Some(1), Some(2), None]
+    );
+    assert_eq!(first.limit_for("b").requests, 4);
+    assert_eq!(first.limit_for("x").requests, 10);
 }

@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use super::*;
 use crate::config::parse;
 use crate::key::FakeRequest;
@@ -131,8 +129,11 @@ fn several_limits_of_one_rule_refund_in_order() {
     }
     // gcra was refunded each time: 9 of its 10 remain.
     let slot = w.hasher.slot("203.0.113.7", w.plan.local_max_keys);
+    let LimitScope::Local { state_prefix } = &w.plan.rules[0].limits[0].scope else {
+        panic!("local")
+    };
     let mut key = String::new();
-    layout::slot_key(&mut key, &w.plan.rules[0].limits[0].store_prefix, slot);
+    layout::slot_key(&mut key, state_prefix, slot);
     let state = w.store.value(&key).unwrap();
     let probe = sluice_core::decide(&w.plan.rules[0].limits[0].limit, Some(&state), NOW, 1);
     assert_eq!(probe.decision.remaining, 8);
@@ -466,4 +467,98 @@ fn time_the_request_path() {
         acc ^= w.hasher.fingerprint(&out);
     }
     println!("hash: {:?} {acc}", start.elapsed() / n as u32);
+}
+
+#[test]
+fn override_consumption_is_refunded_on_denial() {
+    let w = World::new(&rules(
+        r#"{"name":"u","key":["header:x-user"],"limits":[{"algorithm":"fixed_window","requests":1,"window":"1m"}],
+            "overrides":[{"key":"vip","requests":3}]},
+           {"name":"b","match":{"headers":[{"name":"x-b","present":true}]},"key":["const:all"],"limits":[{"algorithm":"fixed_window","requests":1,"window":"1m"}]}"#,
+    ));
+    let with_b = FakeRequest::get("/").with("x-user", "vip").with("x-b", "1");
+    assert!(allowed(&w.eval(&with_b)));
+    for _ in 0..5 {
+        match w.eval(&with_b) {
+            Verdict::Deny(d) => assert_eq!(d.report.rule, 1),
+            other => panic!("{other:?}"),
+        }
+    }
+    // The override's dedicated counter was given back each time: 2 of 3 remain.
+    let vip = FakeRequest::get("/").with("x-user", "vip");
+    assert_eq!((0..5).filter(|_| allowed(&w.eval(&vip))).count(), 2);
+}
+
+#[test]
+fn overrides_apply_per_limit() {
+    let w = World::new(&rules(
+        r#"{"name":"u","key":["header:x-user"],"limits":[
+            {"algorithm":"fixed_window","requests":1,"window":"1m"},
+            {"algorithm":"gcra","requests":100,"window":"1h","scope":"global"}],
+            "overrides":[{"key":"vip","requests":7,"limit":1}]}"#,
+    ));
+    // Only the global limit is replaced: its check carries the override, and
+    // the local limit still admits one request.
+    let vip = FakeRequest::get("/").with("x-user", "vip");
+    let p = pending(w.eval(&vip));
+    assert_eq!(
+        String::from_utf8(p.body(0).to_vec()).unwrap(),
+        r#"{"domain":"t","hits":1,"limits":[{"key":"u/1/vip","algorithm":"gcra","requests":7,"window_ms":3600000,"burst":7}]}"#
+    );
+    assert!(allowed(&w.finish(p, answer(true, 0))));
+    assert!(matches!(w.eval(&vip), Verdict::Deny(_)));
+}
+
+#[test]
+fn shadow_denial_drops_the_rules_global_limits() {
+    let w = World::new(&rules(
+        r#"{"name":"enf","key":["client_ip"],"limits":[{"algorithm":"gcra","requests":100,"window":"1h","scope":"global"}]},
+           {"name":"sh","mode":"shadow","key":["client_ip"],"limits":[
+             {"algorithm":"fixed_window","requests":1,"window":"1m"},
+             {"algorithm":"gcra","requests":100,"window":"1h","scope":"global"}]}"#,
+    ));
+    let p = pending(w.eval(&FakeRequest::get("/")));
+    assert_eq!(p.call_count(), 2);
+    assert!(allowed(&w.finish(p, answer(true, 0))));
+    // The shadow rule's local limit now denies: its global limit is not
+    // checked, and the enforcing call alone remains.
+    let p = pending(w.eval(&FakeRequest::get("/")));
+    assert_eq!(p.call_count(), 1);
+    assert!(String::from_utf8_lossy(p.body(0)).contains(r#""key":"enf/0/203.0.113.7""#));
+    match w.finish(p, answer(true, 0)) {
+        Verdict::Allow(a) => assert_eq!(a.shadow_denied, vec![1]),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn answers_are_matched_by_position_within_each_call() {
+    let w = World::new(&rules(
+        r#"{"name":"a","key":["client_ip"],"limits":[{"algorithm":"gcra","requests":100,"window":"1h","scope":"global"}]},
+           {"name":"s","mode":"shadow","key":["client_ip"],"limits":[{"algorithm":"gcra","requests":100,"window":"1h","scope":"global"}]},
+           {"name":"c","key":["client_ip"],"limits":[{"algorithm":"gcra","requests":100,"window":"1h","scope":"global"}]}"#,
+    ));
+    let mut p = pending(w.eval(&FakeRequest::get("/")));
+    assert_eq!(p.call_count(), 2);
+    let enforcing = String::from_utf8(p.body(0).to_vec()).unwrap();
+    assert!(
+        enforcing.contains(r#""key":"a/0/203.0.113.7""#)
+            && enforcing.contains(r#""key":"c/0/203.0.113.7""#),
+        "{enforcing}"
+    );
+    // The second enforcing limit (rule c) denies; the shadow one allows.
+    let two = r#"{"allowed":false,"limits":[
+        {"allowed":true,"limit":100,"remaining":50,"reset_ms":1000,"retry_after_ms":0},
+        {"allowed":false,"limit":100,"remaining":0,"reset_ms":1000,"retry_after_ms":3000}]}"#;
+    assert!(!p.record(0, Some(two.as_bytes())));
+    assert!(p.record(1, answer(true, 0).as_deref().map(str::as_bytes)));
+    match finish(&w.plan, p, &w.store, &w.metrics) {
+        Verdict::Deny(d) => {
+            assert_eq!(d.report.rule, 2);
+            assert_eq!(d.report.decision.retry_after, 3 * SECOND);
+            assert!(d.shadow_denied.is_empty());
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(w.metrics.count(2, RuleEvent::Denied), 1);
 }

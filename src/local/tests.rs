@@ -1,0 +1,141 @@
+use super::fake::MemoryStore;
+use super::*;
+use sluice_core::{Algorithm, SECOND};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+fn limit(algorithm: Algorithm, requests: u64) -> Limit {
+    Limit::new(algorithm, requests, 60 * SECOND).unwrap()
+}
+
+#[test]
+fn admits_exactly_the_limit() {
+    let store = MemoryStore::default();
+    for algorithm in Algorithm::ALL {
+        let l = limit(algorithm, 5);
+        let key = format!("k/{algorithm}");
+        let allowed = (0..8)
+            .filter(|_| {
+                consume(&store, &key, &l, 1_000 * SECOND, 1)
+                    .unwrap()
+                    .allowed
+            })
+            .count();
+        assert_eq!(allowed, 5, "{algorithm}");
+    }
+}
+
+#[test]
+fn retries_after_cas_mismatch() {
+    let store = MemoryStore::default();
+    let l = limit(Algorithm::FixedWindow, 3);
+    store.inject_mismatches.store(5, Ordering::SeqCst);
+    assert!(consume(&store, "k", &l, SECOND, 1).unwrap().allowed);
+    assert_eq!(store.inject_mismatches.load(Ordering::SeqCst), 0);
+    // Two more fit, then the limit holds: the retried write was applied once.
+    assert!(consume(&store, "k", &l, SECOND, 1).unwrap().allowed);
+    assert!(consume(&store, "k", &l, SECOND, 1).unwrap().allowed);
+    assert!(!consume(&store, "k", &l, SECOND, 1).unwrap().allowed);
+}
+
+#[test]
+fn gives_up_after_max_attempts() {
+    let store = MemoryStore::default();
+    let l = limit(Algorithm::TokenBucket, 3);
+    store
+        .inject_mismatches
+        .store(MAX_ATTEMPTS, Ordering::SeqCst);
+    assert_eq!(consume(&store, "k", &l, SECOND, 1), Err(Contended));
+    assert_eq!(store.value("k"), None);
+    assert!(consume(&store, "k", &l, SECOND, 1).unwrap().allowed);
+}
+
+#[test]
+fn creation_race_loses_no_update() {
+    // A worker that saw the key missing must not overwrite a key another
+    // worker created meanwhile.
+    let store = MemoryStore::default();
+    let l = limit(Algorithm::FixedWindow, 10);
+    assert!(consume(&store, "k", &l, SECOND, 1).unwrap().allowed);
+    let stale = sluice_core::decide(&l, None, SECOND, 1).new_state.unwrap();
+    assert_eq!(
+        store.set("k", stale.as_bytes(), Some(CREATE_CAS)),
+        Err(SetError::CasMismatch)
+    );
+}
+
+#[test]
+fn refund_restores_quota() {
+    let store = MemoryStore::default();
+    for algorithm in Algorithm::ALL {
+        let l = limit(algorithm, 2);
+        let key = format!("r/{algorithm}");
+        assert!(consume(&store, &key, &l, SECOND, 1).unwrap().allowed);
+        assert!(consume(&store, &key, &l, SECOND, 1).unwrap().allowed);
+        assert!(!consume(&store, &key, &l, SECOND, 1).unwrap().allowed);
+        refund(&store, &key, &l, SECOND, 1).unwrap();
+        assert!(
+            consume(&store, &key, &l, SECOND, 1).unwrap().allowed,
+            "{algorithm}"
+        );
+    }
+    refund(&store, "missing", &limit(Algorithm::Gcra, 1), SECOND, 1).unwrap();
+}
+
+#[test]
+fn many_threads_admit_exact_counts() {
+    for algorithm in Algorithm::ALL {
+        let store = Arc::new(MemoryStore::default());
+        let l = Arc::new(limit(algorithm, 1_000));
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                let (store, l) = (Arc::clone(&store), Arc::clone(&l));
+                std::thread::spawn(move || {
+                    (0..500)
+                        .filter(|_| match consume(&*store, "hot", &l, 5 * SECOND, 1) {
+                            Ok(d) => d.allowed,
+                            Err(Contended) => false,
+                        })
+                        .count()
+                })
+            })
+            .collect();
+        let allowed: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+        assert_eq!(allowed, 1_000, "{algorithm}");
+    }
+}
+
+#[test]
+fn seed_is_created_once() {
+    let store = MemoryStore::default();
+    assert_eq!(load_or_create(&store, "seed", b"first").unwrap(), b"first");
+    assert_eq!(load_or_create(&store, "seed", b"second").unwrap(), b"first");
+    assert_eq!(store.key_count(), 1);
+}
+
+#[test]
+fn every_step_retries_and_gives_up_alike() {
+    // consume, refund and load_or_create share one loop: a mismatch rereads,
+    // and MAX_ATTEMPTS mismatches give up without writing.
+    let store = MemoryStore::default();
+    let l = limit(Algorithm::Gcra, 2);
+    assert!(consume(&store, "k", &l, SECOND, 1).unwrap().allowed);
+    assert!(consume(&store, "k", &l, SECOND, 1).unwrap().allowed);
+    store.inject_mismatches.store(3, Ordering::SeqCst);
+    refund(&store, "k", &l, SECOND, 1).unwrap();
+    assert_eq!(store.inject_mismatches.load(Ordering::SeqCst), 0);
+    assert!(consume(&store, "k", &l, SECOND, 1).unwrap().allowed);
+    store
+        .inject_mismatches
+        .store(MAX_ATTEMPTS, Ordering::SeqCst);
+    assert_eq!(refund(&store, "k", &l, SECOND, 1), Err(Contended));
+    assert!(!consume(&store, "k", &l, SECOND, 1).unwrap().allowed);
+
+    store.inject_mismatches.store(2, Ordering::SeqCst);
+    assert_eq!(load_or_create(&store, "seed", b"first").unwrap(), b"first");
+    store
+        .inject_mismatches
+        .store(MAX_ATTEMPTS, Ordering::SeqCst);
+    assert_eq!(load_or_create(&store, "other", b"x"), Err(Contended));
+    assert_eq!(store.value("other"), None);
+}
