@@ -18,7 +18,7 @@ use crate::key::{Request, RequestView};
 use crate::layout;
 use crate::local::{self, Contended, SharedStore};
 use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
-use crate::slots::SlotHasher;
+use crate::slots::{self, SlotHasher};
 use sluice_core::{Decision, Limit, Nanos, SECOND};
 use sluice_wire::{limiter_key, CheckRequest, CheckResponse, LimitSpec};
 
@@ -612,7 +612,7 @@ fn undecided(requests: u64) -> Decision {
 
 /// The slot of a key with `fingerprint` in a limit's slot table.
 fn slot(plan: &Plan, fingerprint: u64) -> u64 {
-    fingerprint.checked_rem(plan.local_max_keys).unwrap_or(0)
+    slots::slot_of(fingerprint, plan.local_max_keys)
 }
 
 mod deny_cache;

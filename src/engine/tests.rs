@@ -128,7 +128,7 @@ fn several_limits_of_one_rule_refund_in_order() {
         assert!(!allowed(&w.eval(&req)));
     }
     // gcra was refunded each time: 9 of its 10 remain.
-    let slot = w.hasher.slot("203.0.113.7", w.plan.local_max_keys);
+    let slot = slots::slot_of(w.hasher.fingerprint("203.0.113.7"), w.plan.local_max_keys);
     let LimitScope::Local { state_prefix } = &w.plan.rules[0].limits[0].scope else {
         panic!("local")
     };
