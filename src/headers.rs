@@ -60,12 +60,19 @@ pub fn push_rate_limit_headers(
     out: &mut Vec<(&'static str, String)>,
 ) {
     let d = &reported.decision;
-    if matches!(mode, HeadersMode::Legacy | HeadersMode::Both) {
+    // Exhaustive, so that a new mode is decided here.
+    let (legacy, ietf) = match mode {
+        HeadersMode::None => (false, false),
+        HeadersMode::Legacy => (true, false),
+        HeadersMode::Ietf => (false, true),
+        HeadersMode::Both => (true, true),
+    };
+    if legacy {
         out.push(("x-ratelimit-limit", decimal(d.limit)));
         out.push(("x-ratelimit-remaining", decimal(d.remaining)));
         out.push(("x-ratelimit-reset", decimal(ceil_seconds(d.reset))));
     }
-    if matches!(mode, HeadersMode::Ietf | HeadersMode::Both) {
+    if ietf {
         let policy = item(rule, ";q=", d.limit, ";w=", ceil_seconds(reported.window));
         let state = item(rule, ";r=", d.remaining, ";t=", ceil_seconds(d.reset));
         out.push(("ratelimit-policy", policy));
