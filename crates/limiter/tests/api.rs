@@ -6,6 +6,8 @@
 
 mod support;
 
+use support::one;
+
 use axum::http::StatusCode;
 use serde_json::{json, Value};
 use sluice_core::SECOND;
@@ -44,16 +46,8 @@ impl Harness {
     }
 
     async fn allowed(&self, body: &Value) -> bool {
-        let (status, v) = self.check(body.clone()).await;
-        assert_eq!(status, StatusCode::OK, "{v}");
-        v["allowed"].as_bool().unwrap()
+        support::allowed(&self.state, body).await
     }
-}
-
-fn one(key: &str, algorithm: &str, requests: u64, window_ms: u64) -> Value {
-    json!({"domain": "demo", "limits": [
-        {"key": key, "algorithm": algorithm, "requests": requests, "window_ms": window_ms}
-    ]})
 }
 
 #[tokio::test]

@@ -4,6 +4,8 @@
 
 mod support;
 
+use support::{allowed, one};
+
 use axum::http::StatusCode;
 use serde_json::{json, Value};
 use sluice_core::SECOND;
@@ -23,20 +25,10 @@ fn memory() -> Arc<MemoryStore> {
     ))
 }
 
-fn one(key: &str, algorithm: &str, requests: u64, window_ms: u64) -> Value {
-    json!({"domain": "demo", "limits": [
-        {"key": key, "algorithm": algorithm, "requests": requests, "window_ms": window_ms}
-    ]})
-}
-
 async fn check<S: Store + Clone>(state: &AppState<S>, body: &Value) -> Value {
     let (status, v) = support::send_json(state, "POST", "/v1/check", body).await;
     assert_eq!(status, StatusCode::OK, "{v}");
     v
-}
-
-async fn allowed<S: Store + Clone>(state: &AppState<S>, body: &Value) -> bool {
-    check(state, body).await["allowed"].as_bool().unwrap()
 }
 
 async fn connected(target: Target) -> Arc<RedisStore> {

@@ -48,6 +48,20 @@ pub async fn send_json<S: Store + Clone>(
     )
 }
 
+/// A check of one limit (default burst) in the domain `demo`.
+pub fn one(key: &str, algorithm: &str, requests: u64, window_ms: u64) -> Value {
+    serde_json::json!({"domain": "demo", "limits": [
+        {"key": key, "algorithm": algorithm, "requests": requests, "window_ms": window_ms}
+    ]})
+}
+
+/// Whether the check `body` is admitted; the answer must be a 200.
+pub async fn allowed<S: Store + Clone>(state: &AppState<S>, body: &Value) -> bool {
+    let (status, v) = send_json(state, "POST", "/v1/check", body).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    v["allowed"].as_bool().unwrap()
+}
+
 /// The text of `/metrics`.
 pub async fn metrics<S: Store + Clone>(state: &AppState<S>) -> String {
     let (status, bytes) = send(state, "GET", "/metrics", Vec::new()).await;
