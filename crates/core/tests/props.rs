@@ -453,7 +453,7 @@ proptest! {
         now in any::<u64>(),
         cost in any::<u64>(),
     ) {
-        let tag = Algorithm::ALL.iter().position(|&a| a == l.algorithm).unwrap() as u8 + 1;
+        let tag = l.algorithm.code();
         let bytes = if raw { tail } else { [vec![1, tag], tail].concat() };
         let out = decide(&l, Some(&bytes), now, cost);
         if let Some(s) = out.new_state {
