@@ -1,48 +1,76 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// The six rate-limiting algorithms.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Algorithm {
+/// Declares [`Algorithm`] from one table: each variant with its code and its
+/// name, so that `ALL`, `code` and `name` cannot disagree.
+macro_rules! algorithms {
+    ($($(#[$doc:meta])* $variant:ident = $code:literal, $name:literal;)+) => {
+        /// The rate-limiting algorithms.
+        ///
+        /// Each has a name (configuration and the limiter's API spell it) and
+        /// a code (it tags every stored state, and numbers the algorithm in
+        /// the limiter's Redis script), declared together.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Algorithm {
+            $($(#[$doc])* $variant,)+
+        }
+
+        impl Algorithm {
+            /// Every algorithm, in a stable order (that of their codes).
+            pub const ALL: [Algorithm; [$($code),+].len()] = [$(Algorithm::$variant),+];
+
+            /// The algorithm's code: the second byte of its stored states
+            /// (after the format version) and its number in the limiter's
+            /// Redis script. Stored states carry it, so it never changes.
+            pub const fn code(self) -> u8 {
+                match self {
+                    $(Algorithm::$variant => $code,)+
+                }
+            }
+
+            /// The name used in configuration and on the wire (`token_bucket`, ...).
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Algorithm::$variant => $name,)+
+                }
+            }
+        }
+    };
+}
+
+algorithms! {
     /// Tokens refill at `requests` per `window` into a bucket of `burst`.
-    TokenBucket,
+    TokenBucket = 1, "token_bucket";
     /// A meter: each request pours `cost` into a bucket of `burst` that
     /// leaks `requests` per `window`.
-    LeakyBucket,
+    LeakyBucket = 2, "leaky_bucket";
     /// Generic cell rate algorithm: a theoretical arrival time advancing by
     /// `window / requests` per request, with `burst` requests of tolerance.
-    Gcra,
+    Gcra = 3, "gcra";
     /// A counter per window aligned to the Unix epoch.
-    FixedWindow,
+    FixedWindow = 4, "fixed_window";
     /// The exact trailing window: one timestamp per admitted request.
-    SlidingLog,
+    SlidingLog = 5, "sliding_log";
     /// The trailing window estimated from sub-window counters.
-    SlidingWindow,
+    SlidingWindow = 6, "sliding_window";
 }
 
-impl Algorithm {
-    /// Every algorithm, in a stable order.
-    pub const ALL: [Algorithm; 6] = [
-        Algorithm::TokenBucket,
-        Algorithm::LeakyBucket,
-        Algorithm::Gcra,
-        Algorithm::FixedWindow,
-        Algorithm::SlidingLog,
-        Algorithm::SlidingWindow,
-    ];
-
-    /// The name used in configuration and on the wire (`token_bucket`, ...).
-    pub fn name(self) -> &'static str {
-        match self {
-            Algorithm::TokenBucket => "token_bucket",
-            Algorithm::LeakyBucket => "leaky_bucket",
-            Algorithm::Gcra => "gcra",
-            Algorithm::FixedWindow => "fixed_window",
-            Algorithm::SlidingLog => "sliding_log",
-            Algorithm::SlidingWindow => "sliding_window",
+// Codes tag stored states: two algorithms must never share one.
+const _: () = {
+    let all = Algorithm::ALL;
+    let mut i = 0;
+    while i < all.len() {
+        let mut j = i + 1;
+        while j < all.len() {
+            assert!(
+                all[i].code() != all[j].code(),
+                "two algorithms share a code"
+            );
+            j += 1;
         }
+        i += 1;
     }
-}
+};
 
 impl fmt::Display for Algorithm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -50,17 +78,20 @@ impl fmt::Display for Algorithm {
     }
 }
 
-/// The error for a name that is not one of the six algorithms.
+/// The error for a name that is not one of the algorithms.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnknownAlgorithm(pub String);
 
 impl fmt::Display for UnknownAlgorithm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "unknown algorithm {:?} (expected one of token_bucket, leaky_bucket, gcra, fixed_window, sliding_log, sliding_window)",
-            self.0
-        )
+        write!(f, "unknown algorithm {:?} (expected one of ", self.0)?;
+        for (i, a) in Algorithm::ALL.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(a.name())?;
+        }
+        f.write_str(")")
     }
 }
 

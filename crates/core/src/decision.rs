@@ -1,4 +1,4 @@
-use crate::{Nanos, MILLISECOND};
+use crate::Nanos;
 
 /// Why a request was denied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,9 +17,9 @@ pub enum Denial {
 ///
 /// All durations are exact nanoseconds, rounded up where they come from a
 /// division, so that a client waiting exactly `retry_after` and retrying is
-/// admitted if nobody else spent the quota meanwhile. For headers in whole
-/// milliseconds or seconds use the rounding-up helpers
-/// ([`Decision::retry_after_ms`], [`Decision::retry_after_secs`], ...).
+/// admitted if nobody else spent the quota meanwhile. Round them up again
+/// when converting to coarser units (milliseconds on the wire, seconds in
+/// headers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decision {
     /// Whether the request passes this limit.
@@ -44,10 +44,6 @@ pub struct Decision {
     pub denial: Option<Denial>,
 }
 
-fn ceil_to(n: Nanos, unit: Nanos) -> u64 {
-    n / unit + u64::from(n % unit != 0)
-}
-
 impl Decision {
     /// A denial decided without an algorithm's state (a cached denial, or
     /// one made because the state could not be read or written): nothing
@@ -62,30 +58,5 @@ impl Decision {
             delay: 0,
             denial: Some(Denial::OverLimit),
         }
-    }
-
-    /// `retry_after` in milliseconds, rounded up.
-    pub fn retry_after_ms(&self) -> u64 {
-        ceil_to(self.retry_after, MILLISECOND)
-    }
-
-    /// `retry_after` in seconds, rounded up (for `Retry-After`).
-    pub fn retry_after_secs(&self) -> u64 {
-        ceil_to(self.retry_after, crate::SECOND)
-    }
-
-    /// `reset` in milliseconds, rounded up.
-    pub fn reset_ms(&self) -> u64 {
-        ceil_to(self.reset, MILLISECOND)
-    }
-
-    /// `reset` in seconds, rounded up.
-    pub fn reset_secs(&self) -> u64 {
-        ceil_to(self.reset, crate::SECOND)
-    }
-
-    /// `delay` in milliseconds, rounded up.
-    pub fn delay_ms(&self) -> u64 {
-        ceil_to(self.delay, MILLISECOND)
     }
 }

@@ -23,10 +23,10 @@
 //! writes a state even on a denial or a query; see [`Outcome::new_state`].
 //!
 //! # State sizes
-//! Every state is version byte, algorithm tag, then little-endian integers
-//! (the layouts are documented in each algorithm's module). The bytes per key
-//! of each algorithm are compared in the crate's `README.md` (*The algorithms
-//! compared*).
+//! Every state is version byte, the algorithm's code ([`Algorithm::code`]),
+//! then little-endian integers (the layouts are documented in each
+//! algorithm's module). The bytes per key of each algorithm are compared in
+//! the crate's `README.md` (*The algorithms compared*).
 //!
 //! ```
 //! use sluice_core::{decide, Algorithm, Limit, SECOND};
@@ -47,7 +47,10 @@ mod math;
 mod multi;
 mod state;
 
-use algo::{fixed_window, gcra, leaky_bucket, sliding_log, sliding_window, token_bucket, Mode};
+use algo::gcra::Gcra;
+use algo::leaky_bucket::LeakyBucket;
+use algo::token_bucket::TokenBucket;
+use algo::{fixed_window, meter, sliding_log, sliding_window, Mode};
 use limit::Params;
 
 pub use algorithm::{Algorithm, UnknownAlgorithm};
@@ -131,9 +134,9 @@ fn run(
     mode: Mode,
 ) -> Outcome {
     match algorithm {
-        Algorithm::TokenBucket => token_bucket::decide(p, state, now, cost, mode),
-        Algorithm::LeakyBucket => leaky_bucket::decide(p, state, now, cost, mode),
-        Algorithm::Gcra => gcra::decide(p, state, now, cost, mode),
+        Algorithm::TokenBucket => meter::decide::<TokenBucket>(p, state, now, cost, mode),
+        Algorithm::LeakyBucket => meter::decide::<LeakyBucket>(p, state, now, cost, mode),
+        Algorithm::Gcra => meter::decide::<Gcra>(p, state, now, cost, mode),
         Algorithm::FixedWindow => fixed_window::decide(p, state, now, cost, mode),
         Algorithm::SlidingLog => sliding_log::decide(p, state, now, cost, mode),
         Algorithm::SlidingWindow => sliding_window::decide(p, state, now, cost, mode),
@@ -175,9 +178,9 @@ pub fn refund_at(
     }
     let p = Params::of(limit);
     match limit.algorithm {
-        Algorithm::TokenBucket => token_bucket::refund(&p, state, admitted_at, now, cost),
-        Algorithm::LeakyBucket => leaky_bucket::refund(&p, state, admitted_at, now, cost),
-        Algorithm::Gcra => gcra::refund(&p, state, admitted_at, now, cost),
+        Algorithm::TokenBucket => meter::refund::<TokenBucket>(&p, state, admitted_at, now, cost),
+        Algorithm::LeakyBucket => meter::refund::<LeakyBucket>(&p, state, admitted_at, now, cost),
+        Algorithm::Gcra => meter::refund::<Gcra>(&p, state, admitted_at, now, cost),
         Algorithm::FixedWindow => fixed_window::refund(&p, state, admitted_at, cost),
         Algorithm::SlidingLog => sliding_log::refund(&p, state, admitted_at, cost),
         Algorithm::SlidingWindow => sliding_window::refund(&p, state, admitted_at, cost),

@@ -1,10 +1,11 @@
 //! The stored form of a key's state.
 //!
 //! Every state starts with two bytes: a format version ([`VERSION`]) and the
-//! algorithm's tag. Integers are little-endian. Bytes that do not start with
-//! this version and the deciding algorithm's tag, or that are too short, are
-//! treated as no state (a fresh key).
+//! algorithm's code ([`Algorithm::code`], its tag). Integers are little-endian. Bytes
+//! that do not start with this version and the deciding algorithm's code, or
+//! that are too short, are treated as no state (a fresh key).
 
+use crate::Algorithm;
 use std::fmt;
 
 /// The state format version, the first byte of every state.
@@ -113,28 +114,19 @@ impl fmt::Debug for Encoded {
     }
 }
 
-/// Algorithm tags, the second byte of every state.
-pub(crate) mod tag {
-    pub const TOKEN_BUCKET: u8 = 1;
-    pub const LEAKY_BUCKET: u8 = 2;
-    pub const GCRA: u8 = 3;
-    pub const FIXED_WINDOW: u8 = 4;
-    pub const SLIDING_LOG: u8 = 5;
-    pub const SLIDING_WINDOW: u8 = 6;
-}
-
-/// The payload of `bytes` when they carry this version and `tag`.
-pub(crate) fn payload(bytes: &[u8], tag: u8) -> Option<&[u8]> {
+/// The payload of `bytes` when they carry this version and the code of
+/// `algorithm`.
+pub(crate) fn payload(bytes: &[u8], algorithm: Algorithm) -> Option<&[u8]> {
     match bytes {
-        [VERSION, t, rest @ ..] if *t == tag => Some(rest),
+        [VERSION, t, rest @ ..] if *t == algorithm.code() => Some(rest),
         _ => None,
     }
 }
 
-/// The fixed-size payload of `bytes` when they carry this version and `tag`
-/// and exactly `N` payload bytes.
-pub(crate) fn fixed<const N: usize>(bytes: &[u8], tag: u8) -> Option<[u8; N]> {
-    payload(bytes, tag).and_then(|p| <[u8; N]>::try_from(p).ok())
+/// The fixed-size payload of `bytes` when they carry this version, the code
+/// of `algorithm` and exactly `N` payload bytes.
+pub(crate) fn fixed<const N: usize>(bytes: &[u8], algorithm: Algorithm) -> Option<[u8; N]> {
+    payload(bytes, algorithm).and_then(|p| <[u8; N]>::try_from(p).ok())
 }
 
 /// Reads the little-endian `u64` at `at`.
@@ -153,10 +145,10 @@ pub(crate) fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
 
 /// Two `u64` words behind the header: 18 bytes.
 #[inline]
-pub(crate) fn encode2(tag: u8, a: u64, b: u64) -> Encoded {
+pub(crate) fn encode2(algorithm: Algorithm, a: u64, b: u64) -> Encoded {
     let mut out = [0u8; INLINE];
     out[0] = VERSION;
-    out[1] = tag;
+    out[1] = algorithm.code();
     out[2..10].copy_from_slice(&a.to_le_bytes());
     out[10..18].copy_from_slice(&b.to_le_bytes());
     Encoded::inline(18, out)
@@ -164,17 +156,17 @@ pub(crate) fn encode2(tag: u8, a: u64, b: u64) -> Encoded {
 
 /// Decodes what [`encode2`] wrote.
 #[inline]
-pub(crate) fn decode2(bytes: &[u8], tag: u8) -> Option<(u64, u64)> {
-    let p: [u8; 16] = fixed(bytes, tag)?;
+pub(crate) fn decode2(bytes: &[u8], algorithm: Algorithm) -> Option<(u64, u64)> {
+    let p: [u8; 16] = fixed(bytes, algorithm)?;
     Some((u64_at(&p, 0)?, u64_at(&p, 8)?))
 }
 
 /// Three `u64` words behind the header: 26 bytes.
 #[inline]
-pub(crate) fn encode3(tag: u8, a: u64, b: u64, c: u64) -> Encoded {
+pub(crate) fn encode3(algorithm: Algorithm, a: u64, b: u64, c: u64) -> Encoded {
     let mut out = [0u8; INLINE];
     out[0] = VERSION;
-    out[1] = tag;
+    out[1] = algorithm.code();
     out[2..10].copy_from_slice(&a.to_le_bytes());
     out[10..18].copy_from_slice(&b.to_le_bytes());
     out[18..26].copy_from_slice(&c.to_le_bytes());
@@ -183,7 +175,7 @@ pub(crate) fn encode3(tag: u8, a: u64, b: u64, c: u64) -> Encoded {
 
 /// Decodes what [`encode3`] wrote.
 #[inline]
-pub(crate) fn decode3(bytes: &[u8], tag: u8) -> Option<(u64, u64, u64)> {
-    let p: [u8; 24] = fixed(bytes, tag)?;
+pub(crate) fn decode3(bytes: &[u8], algorithm: Algorithm) -> Option<(u64, u64, u64)> {
+    let p: [u8; 24] = fixed(bytes, algorithm)?;
     Some((u64_at(&p, 0)?, u64_at(&p, 8)?, u64_at(&p, 16)?))
 }

@@ -1,5 +1,5 @@
 //! Worked examples and edge cases for every algorithm.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![cfg(test)]
 
 mod common;
 

@@ -1,12 +1,13 @@
 //! The Lua script against sluice-core on random traces: identical decisions
-//! and states for every algorithm. Times are microseconds on both sides (the
-//! script's unit; sluice-core is run with microsecond windows and instants).
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! and states for every algorithm the core knows ([`Algorithm::ALL`]). Times
+//! are microseconds on both sides (the script's unit; sluice-core is run with
+//! microsecond windows and instants).
+#![cfg(test)]
 
 mod support;
 
 use sluice_core::{decide, decide_all, refund_at, Algorithm, Check, Decision, Limit};
-use sluice_limiter::store::redis::{RedisStore, Target};
+use sluice_limiter::store::redis::{RedisStore, Target, DECIDE_LUA};
 use sluice_limiter::store::StoreItem;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -123,6 +124,7 @@ struct Trace<'a> {
 }
 
 impl Trace<'_> {
+    /// Decides `chosen` in both; returns whether the check was admitted.
     async fn step(&mut self, chosen: &[usize], now: u64, cost: u64, ctx: &str) -> bool {
         let items: Vec<&StoreItem> = chosen.iter().map(|&i| &self.items[i]).collect();
         let lua = self.store.run_check(&items, cost, Some(now)).await.unwrap();
@@ -171,13 +173,28 @@ impl Trace<'_> {
     }
 }
 
-async fn run_traces(store: &RedisStore, seed: u64, traces: usize, steps: usize, large: bool) {
+/// Runs `traces` random traces; returns how many decisions each algorithm
+/// of [`Algorithm::ALL`] took, in that order.
+async fn run_traces(
+    store: &RedisStore,
+    seed: u64,
+    traces: usize,
+    steps: usize,
+    large: bool,
+) -> Vec<usize> {
     let mut rng = Rng(seed);
+    let mut decided = vec![0; Algorithm::ALL.len()];
     for t in 0..traces {
         let n = rng.range(1, 3) as usize;
+        // The first limit takes every algorithm in turn, the others any.
         let limits: Vec<Limit> = (0..n)
-            .map(|_| {
-                let a = Algorithm::ALL[rng.below(6) as usize];
+            .map(|i| {
+                let pick = if i == 0 {
+                    t
+                } else {
+                    rng.below(Algorithm::ALL.len() as u64) as usize
+                };
+                let a = Algorithm::ALL[pick % Algorithm::ALL.len()];
                 random_limit(&mut rng, a, large)
             })
             .collect();
@@ -222,6 +239,12 @@ async fn run_traces(store: &RedisStore, seed: u64, traces: usize, steps: usize, 
             };
             let ctx =
                 format!("seed {seed} trace {t} step {s} now {now} cost {cost} chosen {chosen:?}");
+            for &i in &chosen {
+                let a = trace.limits[i].algorithm;
+                if let Some(k) = Algorithm::ALL.iter().position(|&x| x == a) {
+                    decided[k] += 1;
+                }
+            }
             if trace.step(&chosen, now, cost, &ctx).await && cost > 0 {
                 last_admit = Some((chosen, now, cost));
             }
@@ -233,6 +256,27 @@ async fn run_traces(store: &RedisStore, seed: u64, traces: usize, steps: usize, 
                 }
             }
         }
+    }
+    decided
+}
+
+/// Fails unless every algorithm of [`Algorithm::ALL`] was decided.
+fn every_algorithm_decided(decided: &[usize]) {
+    for (a, n) in Algorithm::ALL.iter().zip(decided) {
+        assert!(*n > 0, "no decision of {a} was compared");
+    }
+}
+
+/// Every algorithm the core knows has an implementation in the script (the
+/// script also refuses to run without one); checked without Redis.
+#[test]
+fn the_script_implements_every_algorithm() {
+    for a in Algorithm::ALL {
+        let entry = format!("\n  {} = {{decide = ", a.name());
+        assert!(
+            DECIDE_LUA.contains(&entry),
+            "decide.lua has no entry for {a} in ALGORITHMS"
+        );
     }
 }
 
@@ -249,7 +293,8 @@ async fn lua_matches_core_on_random_traces() {
     };
     let store = store(&server).await;
     for seed in 1..=12u64 {
-        run_traces(&store, seed * 7919, 25, 80, false).await;
+        let decided = run_traces(&store, seed * 7919, 25, 80, false).await;
+        every_algorithm_decided(&decided);
     }
 }
 
@@ -260,7 +305,8 @@ async fn lua_matches_core_with_wide_integers() {
     };
     let store = store(&server).await;
     for seed in 1..=4u64 {
-        run_traces(&store, seed * 104_729, 20, 40, true).await;
+        let decided = run_traces(&store, seed * 104_729, 20, 40, true).await;
+        every_algorithm_decided(&decided);
     }
 }
 
@@ -271,5 +317,6 @@ async fn the_eval_form_decides_the_same() {
     };
     let store = store(&server).await;
     store.use_eval_only();
-    run_traces(&store, 31, 10, 40, false).await;
+    let decided = run_traces(&store, 31, 10, 40, false).await;
+    every_algorithm_decided(&decided);
 }

@@ -4,18 +4,18 @@
 //! State (18 bytes): version, tag, then two little-endian `u64`: the start of
 //! the counted window (ns since the epoch) and the count in it.
 
-use super::Mode;
+use super::{Mode, Verdict};
 use crate::limit::Params;
-use crate::state::{decode2, encode2, tag};
-use crate::{Decision, Denial, Nanos, Outcome};
+use crate::state::{decode2, encode2};
+use crate::{Algorithm, Nanos, Outcome};
 
 #[inline]
 pub(crate) fn decode(bytes: &[u8]) -> Option<(Nanos, u64)> {
-    decode2(bytes, tag::FIXED_WINDOW)
+    decode2(bytes, Algorithm::FixedWindow)
 }
 
 pub(crate) fn encode(start: Nanos, count: u64) -> crate::Encoded {
-    encode2(tag::FIXED_WINDOW, start, count)
+    encode2(Algorithm::FixedWindow, start, count)
 }
 
 /// The start of the window holding `now`, and the time left in it.
@@ -41,18 +41,15 @@ pub(crate) fn decide(
         Some((at, count)) if at > start => (count, true),
         _ => (0, false),
     };
-    let allowed = count.saturating_add(cost) <= p.cap;
-    let consumed = allowed && mode == Mode::Commit;
-    let after = if consumed { count + cost } else { count };
-    let decision = Decision {
-        allowed,
-        limit: p.requests,
-        remaining: p.report(p.cap.saturating_sub(after)),
-        reset: if after > 0 { left } else { 0 },
-        retry_after: if allowed { 0 } else { left },
-        delay: 0,
-        denial: (!allowed).then_some(Denial::OverLimit),
+    let verdict = if count.saturating_add(cost) <= p.cap {
+        Verdict::ADMIT
+    } else {
+        Verdict::over_limit(left)
     };
+    let consumed = verdict.allowed && mode == Mode::Commit;
+    let after = if consumed { count + cost } else { count };
+    let reset = if after > 0 { left } else { 0 };
+    let decision = verdict.decision(p, p.cap.saturating_sub(after), reset);
     let new_state = (consumed || repaired).then(|| encode(start, after));
     Outcome {
         decision,

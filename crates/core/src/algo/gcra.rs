@@ -6,187 +6,146 @@
 //! bytes) is version, tag, then two little-endian `u64`: the TAT in whole
 //! nanoseconds since the epoch and its fraction in units of `1 / rate`
 //! nanosecond (`rate` being `requests` plus the soft allowance).
+//!
+//! As a meter, the level at `now` is how far the TAT is ahead of now, in
+//! scaled units (`(tat - now) * rate`).
 
-use super::meter;
-use super::Mode;
+use super::meter::{self, Judged, Meter, RefundView, Round};
+use super::{Mode, Verdict};
 use crate::limit::Params;
-use crate::math::{floor_div, sat64};
-use crate::state::{decode2, encode2, tag};
-use crate::{Nanos, Outcome};
+use crate::math::sat64;
+use crate::state::{decode2, encode2};
+use crate::{Algorithm, Encoded, Nanos, Outcome};
 
-/// Decoded state: the TAT in scaled units (`ns * rate`).
-#[inline]
-pub(crate) fn decode(p: &Params, bytes: &[u8]) -> Option<u128> {
-    let (whole, frac) = decode2(bytes, tag::GCRA)?;
-    // A fraction out of range (another rate) is rounded up: a later TAT.
-    Some(if u128::from(frac) >= p.rate() {
-        (u128::from(whole) + 1) * p.rate()
-    } else {
-        u128::from(whole) * p.rate() + u128::from(frac)
-    })
-}
+pub(crate) struct Gcra;
 
-/// Encodes a TAT in scaled units.
-pub(crate) fn encode(p: &Params, tat: u128) -> crate::Encoded {
-    let whole = floor_div(tat, p.rate());
-    if whole > u128::from(u64::MAX) {
-        return encode2(tag::GCRA, u64::MAX, 0);
-    }
-    encode2(tag::GCRA, sat64(whole), sat64(tat - whole * p.rate()))
-}
-
-#[inline(always)]
-pub(crate) fn decide(
-    p: &Params,
-    state: Option<&[u8]>,
-    now: Nanos,
-    cost: u64,
-    mode: Mode,
-) -> Outcome {
-    match state
-        .and_then(|s| decode2(s, tag::GCRA))
-        .and_then(|words| decide_narrow(p, words, now, cost, mode))
-    {
-        Some(out) => out,
-        None => decide_wide(p, state, now, cost, mode),
+impl Gcra {
+    /// The level at `at`: how far the TAT is ahead, zero when it is past.
+    #[inline]
+    fn ahead(p: &Params, whole: u64, frac: u64, at: Nanos) -> u128 {
+        // A fraction out of range (another rate) is rounded up: a later TAT.
+        let tat = meter::join(whole, frac, p.rate(), Round::Up);
+        tat.saturating_sub(u128::from(at) * p.rate())
     }
 }
 
-/// The common case, in 64-bit arithmetic: the TAT is near now and the
-/// capacity fits in 64 bits. `None` for the rest, which the general path
-/// decides.
-#[inline(always)]
-fn decide_narrow(
-    p: &Params,
-    (whole, frac): (u64, u64),
-    now: Nanos,
-    cost: u64,
-    mode: Mode,
-) -> Option<Outcome> {
-    let (rate, w) = (p.rate.max(1), p.window);
-    let (interval, interval_frac) = (w / rate, w % rate);
-    let cap_units = p.cap.checked_mul(w)?;
-    let queue = match p.max_delay {
-        Some(d) => d.checked_mul(rate)?,
-        None => 0,
-    };
-    let max_units = cap_units.checked_add(queue)?;
-    let level = match whole.checked_sub(now) {
-        Some(ahead) => ahead.checked_mul(rate)?.checked_add(frac)?,
-        None => 0,
-    };
-    if frac >= rate || level > max_units {
-        return None;
+impl Meter for Gcra {
+    /// `(TAT in whole ns, fraction)`.
+    type Words = (u64, u64);
+
+    #[inline]
+    fn words(bytes: &[u8]) -> Option<Self::Words> {
+        decode2(bytes, Algorithm::Gcra)
     }
-    let full = level.checked_add(cost.checked_mul(w)?)?;
-    let (allowed, delay, denial, retry_after) = if full <= cap_units {
-        (true, 0, None, 0)
-    } else {
-        // Rounded up so that waiting exactly this long conforms.
-        let wait = (full - cap_units).div_ceil(rate);
-        match p.max_delay {
-            Some(max) if wait <= max => (true, wait, None, 0),
-            Some(_) => (false, 0, Some(crate::Denial::DelayTooLong), wait),
-            None => (false, 0, Some(crate::Denial::OverLimit), wait),
-        }
-    };
-    let consumed = allowed && mode == Mode::Commit;
-    let after = if consumed { full } else { level };
-    // The new TAT is max(TAT, now) plus `cost` emission intervals, in whole
-    // ns and a fraction; the interval does not depend on the state, so its
-    // division overlaps the decoding instead of following it.
-    let (base, base_frac) = if whole >= now {
-        (whole, frac)
-    } else {
-        (now, 0)
-    };
-    let (tat, tat_frac) = if consumed {
-        let sum = base_frac.checked_add(cost.checked_mul(interval_frac)?)?;
-        let carry = if sum < rate {
-            0
-        } else if sum - rate < rate {
-            1
+
+    fn level(p: &Params, (whole, frac): Self::Words, now: Nanos) -> (u128, bool) {
+        let max = meter::max_level(p);
+        let level = Gcra::ahead(p, whole, frac, now);
+        // More ahead than any valid state can be: the clock stepped back.
+        // Treat the bucket as full from now, so it recovers within a window.
+        if level > max {
+            (max, true)
         } else {
-            sum / rate
-        };
-        let tat = base
-            .checked_add(cost.checked_mul(interval)?)?
-            .checked_add(carry)?;
-        (tat, sum - carry * rate)
-    } else {
-        (base, base_frac)
-    };
-    Some(Outcome {
-        decision: crate::Decision {
-            allowed,
-            limit: p.requests,
-            remaining: p.report((cap_units - after.min(cap_units)) / w),
-            reset: (tat - now) + u64::from(tat_frac != 0),
-            retry_after,
-            delay,
-            denial,
-        },
-        new_state: consumed.then(|| encode2(tag::GCRA, tat, tat_frac)),
-    })
-}
+            (level, false)
+        }
+    }
 
-/// The general case, in 128-bit arithmetic: fresh keys, clock steps, states
-/// out of range, capacities beyond 64 bits.
-#[inline(never)]
-fn decide_wide(p: &Params, state: Option<&[u8]>, now: Nanos, cost: u64, mode: Mode) -> Outcome {
-    let (level, repaired) = level_wide(p, state, now);
-    let j = meter::judge(p, level, cost, mode);
-    // TAT = now * rate + after: its whole part is now + after / rate, the
-    // division already done for `reset`.
-    let new_state = (j.consumed || repaired).then(|| {
+    /// The TAT kept as whole ns and a fraction, so that `reset` needs no
+    /// division, and the emission interval's division does not depend on
+    /// the state, so it overlaps the decoding instead of following it.
+    #[inline(always)]
+    fn decide_narrow(
+        p: &Params,
+        (whole, frac): Self::Words,
+        now: Nanos,
+        cost: u64,
+        mode: Mode,
+    ) -> Option<Outcome> {
+        let (rate, w) = (p.rate.max(1), p.window);
+        let (interval, interval_frac) = (w / rate, w % rate);
+        let cap = p.cap.checked_mul(w)?;
+        let queue = match p.max_delay {
+            Some(d) => d.checked_mul(rate)?,
+            None => 0,
+        };
+        let max = cap.checked_add(queue)?;
+        let level = match whole.checked_sub(now) {
+            Some(ahead) => ahead.checked_mul(rate)?.checked_add(frac)?,
+            None => 0,
+        };
+        if frac >= rate || level > max {
+            return None;
+        }
+        let full = level.checked_add(cost.checked_mul(w)?)?;
+        let verdict = if full <= cap {
+            Verdict::ADMIT
+        } else {
+            // Rounded up so that waiting exactly this long conforms.
+            Verdict::after((full - cap).div_ceil(rate), p.max_delay)
+        };
+        let consumed = verdict.allowed && mode == Mode::Commit;
+        let after = if consumed { full } else { level };
+        // The new TAT is max(TAT, now) plus `cost` emission intervals.
+        let (base, base_frac) = if whole >= now {
+            (whole, frac)
+        } else {
+            (now, 0)
+        };
+        let (tat, tat_frac) = if consumed {
+            let sum = base_frac.checked_add(cost.checked_mul(interval_frac)?)?;
+            let carry = if sum < rate {
+                0
+            } else if sum - rate < rate {
+                1
+            } else {
+                sum / rate
+            };
+            let tat = base
+                .checked_add(cost.checked_mul(interval)?)?
+                .checked_add(carry)?;
+            (tat, sum - carry * rate)
+        } else {
+            (base, base_frac)
+        };
+        let free = (cap - after.min(cap)) / w;
+        let reset = (tat - now) + u64::from(tat_frac != 0);
+        Some(Outcome {
+            decision: verdict.decision(p, free, reset),
+            new_state: consumed.then(|| encode2(Algorithm::Gcra, tat, tat_frac)),
+        })
+    }
+
+    fn encode(p: &Params, at: Nanos, level: u128) -> Encoded {
+        let (whole, frac) = meter::split(u128::from(at) * p.rate() + level, p.rate());
+        encode2(Algorithm::Gcra, whole, frac)
+    }
+
+    #[inline(always)]
+    fn store(p: &Params, now: Nanos, j: &Judged) -> Encoded {
+        // TAT = now * rate + after: its whole part is now + after / rate, the
+        // division already done for `reset`.
         match u64::try_from(j.drain.0)
             .ok()
             .and_then(|q| now.checked_add(q))
         {
-            Some(whole) => encode2(tag::GCRA, whole, sat64(j.drain.1)),
-            None => encode(p, u128::from(now) * p.rate() + j.after),
+            Some(whole) => encode2(Algorithm::Gcra, whole, sat64(j.drain.1)),
+            None => Gcra::encode(p, now, j.after),
         }
-    });
-    Outcome {
-        decision: j.decision(p),
-        new_state,
     }
-}
 
-/// The level in the general case, in 128-bit arithmetic, and whether the
-/// state had to be repaired after a clock step.
-#[inline(never)]
-fn level_wide(p: &Params, state: Option<&[u8]>, now: Nanos) -> (u128, bool) {
-    match state.and_then(|s| decode(p, s)) {
-        Some(tat) => {
-            let max = meter::max_level(p);
-            let level = tat.saturating_sub(u128::from(now) * p.rate());
-            // More ahead than any valid state can be: the clock stepped
-            // back. Treat the bucket as full from now, so it recovers
-            // within a window.
-            if level > max {
-                (max, true)
-            } else {
-                (level, false)
-            }
+    fn refund_view(
+        p: &Params,
+        (whole, frac): Self::Words,
+        admitted_at: Nanos,
+        now: Nanos,
+    ) -> RefundView {
+        // No time is stored: the level is read as of the refund, and the
+        // state written back from then.
+        let at = now.max(admitted_at);
+        RefundView {
+            level: Gcra::ahead(p, whole, frac, at),
+            stamp: at,
+            until: at,
         }
-        None => (0, false),
     }
-}
-
-pub(crate) fn refund(
-    p: &Params,
-    state: &[u8],
-    admitted_at: Nanos,
-    now: Nanos,
-    cost: u64,
-) -> Option<crate::Encoded> {
-    let tat = decode(p, state)?;
-    let at = now.max(admitted_at);
-    let back = meter::refundable(p, cost, admitted_at, at);
-    let floor = u128::from(at) * p.rate();
-    if back == 0 || tat <= floor {
-        return None;
-    }
-    Some(encode(p, tat.saturating_sub(back).max(floor)))
 }

@@ -6,13 +6,104 @@
 //! The capacity is `cap * window` units. A request of cost `c` conforms when
 //! `level + c * window <= capacity`.
 //!
-//! Each of the three decides its common case in 64-bit arithmetic in its own
-//! module; [`judge`] is the general case (128-bit) they fall back to.
+//! The three differ only in what they store (tokens and a time, a level and
+//! a time, a theoretical arrival time), so in how a state reads as a level
+//! and how a level is written back: each implements [`Meter`] for that. The
+//! rest is written once here: the codec of a quantity kept as whole units
+//! and a fraction ([`join`], [`split`]), the decision ([`decide`]) and the
+//! refund ([`refund`]).
+//!
+//! A decision runs in 64-bit arithmetic when the numbers fit (the common
+//! case, [`Meter::decide_narrow`]), in 128-bit arithmetic otherwise. The two
+//! buckets share one 64-bit path that keeps the level as whole requests and
+//! a fraction ([`bucket_narrow`]); GCRA keeps its own, which advances the
+//! arrival time by whole and fractional emission intervals. Each saves a
+//! division or two over judging one 64-bit level.
 
-use super::Mode;
+use super::{Mode, Verdict};
 use crate::limit::Params;
 use crate::math::{ceil_div, divrem, sat64};
-use crate::{Decision, Denial, Nanos};
+use crate::{Decision, Encoded, Nanos, Outcome};
+
+/// What makes a meter one of the three: its stored words, and how they read
+/// as a level.
+pub(crate) trait Meter {
+    /// The words behind the state's header.
+    type Words: Copy;
+
+    /// The words of `bytes` when they are this meter's state.
+    fn words(bytes: &[u8]) -> Option<Self::Words>;
+
+    /// The level at `now`, and whether the state must be rebased on `now`
+    /// because the clock stepped back behind it.
+    fn level(p: &Params, words: Self::Words, now: Nanos) -> (u128, bool);
+
+    /// The decision in 64-bit arithmetic, `None` when the general case must
+    /// decide: a clock step, a state out of range (written under another
+    /// limit), a number beyond 64 bits. Whenever it answers, it answers as
+    /// the general case ([`Meter::level`], then [`Meter::store`]) would.
+    fn decide_narrow(
+        p: &Params,
+        words: Self::Words,
+        now: Nanos,
+        cost: u64,
+        mode: Mode,
+    ) -> Option<Outcome>;
+
+    /// The state holding `level` as of `at`.
+    fn encode(p: &Params, at: Nanos, level: u128) -> Encoded;
+
+    /// The state after `j` decided at `now`: [`Meter::encode`] of `j.after`,
+    /// reusing the divisions `j` made.
+    fn store(p: &Params, now: Nanos, j: &Judged) -> Encoded;
+
+    /// What a refund at `now` of a request admitted at `admitted_at` works on.
+    fn refund_view(p: &Params, words: Self::Words, admitted_at: Nanos, now: Nanos) -> RefundView;
+}
+
+/// What a refund works on: the level it gives back from, as of `stamp` (the
+/// state is written back at that time), and the instant `until` up to which
+/// the refunded request's units may have drained.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RefundView {
+    pub level: u128,
+    pub stamp: Nanos,
+    pub until: Nanos,
+}
+
+/// Which way [`join`] reads a fraction out of range (a state written under
+/// another limit): towards the stricter side for the meter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Round {
+    /// Just below the next whole unit (fewer tokens).
+    Down,
+    /// The next whole unit (a fuller bucket, a later arrival time).
+    Up,
+}
+
+/// A quantity stored as `whole` units of `unit` and a fraction `frac` of
+/// one, in scaled units; a fraction of `unit` or more is rounded as `round`
+/// says.
+#[inline]
+pub(crate) fn join(whole: u64, frac: u64, unit: u128, round: Round) -> u128 {
+    let (whole, frac) = (u128::from(whole), u128::from(frac));
+    match round {
+        _ if frac < unit => whole * unit + frac,
+        Round::Down => whole * unit + unit.saturating_sub(1),
+        Round::Up => (whole + 1) * unit,
+    }
+}
+
+/// `value` as whole units of `unit` and the fraction, the inverse of
+/// [`join`]; a whole part beyond 64 bits saturates to `(u64::MAX, 0)`.
+#[inline]
+pub(crate) fn split(value: u128, unit: u128) -> (u64, u64) {
+    let (whole, frac) = divrem(value, unit);
+    match u64::try_from(whole) {
+        Ok(whole) => (whole, sat64(frac)),
+        Err(_) => (u64::MAX, 0),
+    }
+}
 
 /// The capacity in scaled units.
 pub(crate) fn capacity(p: &Params) -> u128 {
@@ -26,19 +117,164 @@ pub(crate) fn max_level(p: &Params) -> u128 {
 }
 
 /// The level after draining for `elapsed` nanoseconds.
-pub(crate) fn drain(p: &Params, level: u128, elapsed: Nanos) -> u128 {
+fn drain(p: &Params, level: u128, elapsed: Nanos) -> u128 {
     level.saturating_sub(u128::from(elapsed) * p.rate())
+}
+
+/// A bucket's level at `now` (token and leaky bucket) from its level at
+/// `last`: drained in between; when the clock stepped back, not drained and
+/// to be rebased on `now`, so that it drains from here rather than from a
+/// time still to come.
+#[inline]
+pub(crate) fn bucket_level(p: &Params, last: Nanos, level: u128, now: Nanos) -> (u128, bool) {
+    if now < last {
+        (level, true)
+    } else {
+        (drain(p, level, now - last), false)
+    }
+}
+
+/// The buckets' common case in 64-bit arithmetic (token and leaky bucket),
+/// from the level at `last` as whole requests and a fraction (in units of
+/// `1 / window`): kept apart, they give `remaining` without a division.
+/// Returns the decision and, when the request consumed, the level after it
+/// in the same form; `None` for a clock step, a level out of range or a
+/// capacity beyond 64 bits.
+#[inline(always)]
+pub(crate) fn bucket_narrow(
+    p: &Params,
+    last: Nanos,
+    (whole, frac): (u64, u64),
+    now: Nanos,
+    cost: u64,
+    mode: Mode,
+) -> Option<(Decision, Option<(u64, u64)>)> {
+    let w = p.window;
+    let cap = p.cap.checked_mul(w)?;
+    let queue = match p.max_delay {
+        Some(d) => d.checked_mul(p.rate)?,
+        None => 0,
+    };
+    let max = cap.checked_add(queue)?;
+    let level = whole.checked_mul(w)?.checked_add(frac)?;
+    if now < last || frac >= w || level > max {
+        return None;
+    }
+    let rate = p.rate.max(1);
+    // Drain `x` units, borrowing from the whole level.
+    let (mut whole, mut frac) = (whole, frac);
+    match (now - last).checked_mul(rate) {
+        Some(x) if x <= frac => frac -= x,
+        Some(x) if x < level && x - frac <= w => {
+            whole -= 1;
+            frac = w - (x - frac);
+        }
+        Some(x) if x < level => {
+            let left = level - x;
+            whole = left / w;
+            frac = left % w;
+        }
+        _ => {
+            whole = 0;
+            frac = 0;
+        }
+    }
+    let level = whole * w + frac;
+    let full = level.checked_add(cost.checked_mul(w)?)?;
+    let verdict = if full <= cap {
+        Verdict::ADMIT
+    } else {
+        // Rounded up so that waiting exactly this long conforms.
+        Verdict::after((full - cap).div_ceil(rate), p.max_delay)
+    };
+    let consumed = verdict.allowed && mode == Mode::Commit;
+    let (after_whole, after) = if consumed {
+        (whole + cost, full)
+    } else {
+        (whole, level)
+    };
+    // Free room in whole requests: the capacity less the level rounded up.
+    let used = after_whole + u64::from(frac != 0);
+    let decision = verdict.decision(p, p.cap.saturating_sub(used), after.div_ceil(rate));
+    Some((decision, consumed.then_some((after_whole, frac))))
+}
+
+/// A bucket's refund (token and leaky bucket): from the level at `last`,
+/// kept at `last`; the request's units drain until now, and not before the
+/// request or the state.
+pub(crate) fn bucket_refund_view(
+    last: Nanos,
+    level: u128,
+    admitted_at: Nanos,
+    now: Nanos,
+) -> RefundView {
+    RefundView {
+        level,
+        stamp: last,
+        until: now.max(admitted_at).max(last),
+    }
+}
+
+/// Decides `cost` (1..=cap) at `now` against a meter's stored state.
+#[inline(always)]
+pub(crate) fn decide<M: Meter>(
+    p: &Params,
+    state: Option<&[u8]>,
+    now: Nanos,
+    cost: u64,
+    mode: Mode,
+) -> Outcome {
+    let words = state.and_then(M::words);
+    match words.and_then(|w| M::decide_narrow(p, w, now, cost, mode)) {
+        Some(out) => out,
+        None => decide_wide::<M>(p, words, now, cost, mode),
+    }
+}
+
+/// The general case, in 128-bit arithmetic: fresh keys, clock steps, states
+/// out of range, capacities beyond 64 bits.
+#[inline(never)]
+fn decide_wide<M: Meter>(
+    p: &Params,
+    words: Option<M::Words>,
+    now: Nanos,
+    cost: u64,
+    mode: Mode,
+) -> Outcome {
+    let (level, rebased) = words.map_or((0, false), |w| M::level(p, w, now));
+    let j = judge(p, level, cost, mode);
+    Outcome {
+        decision: j.decision(p),
+        new_state: (j.consumed || rebased).then(|| M::store(p, now, &j)),
+    }
+}
+
+/// Gives back `cost` admitted at `admitted_at`: what of the request can
+/// still be in the bucket at the view's `until` (its units drain at most
+/// `rate` per nanosecond, so `cost * window - rate * (until - admitted_at)`
+/// of them remain). `None` when nothing is given back.
+pub(crate) fn refund<M: Meter>(
+    p: &Params,
+    state: &[u8],
+    admitted_at: Nanos,
+    now: Nanos,
+    cost: u64,
+) -> Option<Encoded> {
+    let view = M::refund_view(p, M::words(state)?, admitted_at, now);
+    let need = u128::from(cost).min(u128::from(p.cap)) * p.window();
+    let drained = u128::from(view.until.saturating_sub(admitted_at)) * p.rate();
+    let back = need.saturating_sub(drained);
+    if back == 0 || view.level == 0 {
+        return None;
+    }
+    Some(M::encode(p, view.stamp, view.level.saturating_sub(back)))
 }
 
 /// A judged request, with the divisions the states reuse for encoding.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Judged {
-    pub allowed: bool,
-    pub remaining: u64,
+    pub verdict: Verdict,
     pub reset: Nanos,
-    pub retry_after: Nanos,
-    pub delay: Nanos,
-    pub denial: Option<Denial>,
     /// The level after the decision (with the request when it consumed).
     pub after: u128,
     /// Whether the request consumed.
@@ -53,21 +289,13 @@ impl Judged {
     /// The decision to report.
     #[inline(always)]
     pub(crate) fn decision(&self, p: &Params) -> Decision {
-        Decision {
-            allowed: self.allowed,
-            limit: p.requests,
-            remaining: self.remaining,
-            reset: self.reset,
-            retry_after: self.retry_after,
-            delay: self.delay,
-            denial: self.denial,
-        }
+        self.verdict.decision(p, sat64(self.free.0), self.reset)
     }
 }
 
 /// Decides `cost` (1..=cap) against `level`.
 #[inline(always)]
-pub(crate) fn judge(p: &Params, level: u128, cost: u64, mode: Mode) -> Judged {
+fn judge(p: &Params, level: u128, cost: u64, mode: Mode) -> Judged {
     match judge_narrow(p, level, cost, mode) {
         Some(j) => j,
         None => judge_wide(p, level, cost, mode),
@@ -83,30 +311,21 @@ fn judge_narrow(p: &Params, level: u128, cost: u64, mode: Mode) -> Option<Judged
     let need = cost.checked_mul(p.window)?;
     let full = level.checked_add(need)?;
     let rate = p.rate.max(1);
-    let (allowed, delay, denial, retry_after) = if full <= cap {
-        (true, 0, None, 0)
+    let verdict = if full <= cap {
+        Verdict::ADMIT
     } else {
         // Rounded up so that waiting exactly this long conforms.
-        let wait = (full - cap).div_ceil(rate);
-        match p.max_delay {
-            Some(max) if wait <= max => (true, wait, None, 0),
-            Some(_) => (false, 0, Some(Denial::DelayTooLong), wait),
-            None => (false, 0, Some(Denial::OverLimit), wait),
-        }
+        Verdict::after((full - cap).div_ceil(rate), p.max_delay)
     };
-    let consumed = allowed && mode == Mode::Commit;
+    let consumed = verdict.allowed && mode == Mode::Commit;
     let after = if consumed { full } else { level };
     let room = cap.saturating_sub(after);
     let window = p.window.max(1);
     let free = (room / window, room % window);
     let drain = (after / rate, after % rate);
     Some(Judged {
-        allowed,
-        remaining: p.report(free.0),
+        verdict,
         reset: drain.0 + u64::from(drain.1 != 0),
-        retry_after,
-        delay,
-        denial,
         after: u128::from(after),
         consumed,
         free: (u128::from(free.0), u128::from(free.1)),
@@ -116,31 +335,22 @@ fn judge_narrow(p: &Params, level: u128, cost: u64, mode: Mode) -> Option<Judged
 
 /// [`judge`] in 128-bit arithmetic, for any limit.
 #[inline(never)]
-pub(crate) fn judge_wide(p: &Params, level: u128, cost: u64, mode: Mode) -> Judged {
+fn judge_wide(p: &Params, level: u128, cost: u64, mode: Mode) -> Judged {
     let cap = capacity(p);
     let need = u128::from(cost) * p.window();
     let full = level + need;
-    let (allowed, delay, denial, retry_after) = if full <= cap {
-        (true, 0, None, 0)
+    let verdict = if full <= cap {
+        Verdict::ADMIT
     } else {
-        let wait = sat64(ceil_div(full - cap, p.rate()));
-        match p.max_delay {
-            Some(max) if wait <= max => (true, wait, None, 0),
-            Some(_) => (false, 0, Some(Denial::DelayTooLong), wait),
-            None => (false, 0, Some(Denial::OverLimit), wait),
-        }
+        Verdict::after(sat64(ceil_div(full - cap, p.rate())), p.max_delay)
     };
-    let consumed = allowed && mode == Mode::Commit;
+    let consumed = verdict.allowed && mode == Mode::Commit;
     let after = if consumed { full } else { level };
     let free = divrem(cap.saturating_sub(after), p.window());
     let drain = divrem(after, p.rate());
     Judged {
-        allowed,
-        remaining: p.report(sat64(free.0)),
+        verdict,
         reset: sat64(drain.0.saturating_add(u128::from(drain.1 != 0))),
-        retry_after,
-        delay,
-        denial,
         after,
         consumed,
         free,
@@ -148,22 +358,71 @@ pub(crate) fn judge_wide(p: &Params, level: u128, cost: u64, mode: Mode) -> Judg
     }
 }
 
-/// How much of a refund of `cost` admitted at `admitted_at` is certainly
-/// still in the bucket at `at`: the request's units drain at most `rate` per
-/// nanosecond, so `cost * window - rate * (at - admitted_at)` of them remain.
-pub(crate) fn refundable(p: &Params, cost: u64, admitted_at: Nanos, at: Nanos) -> u128 {
-    let need = u128::from(cost).min(u128::from(p.cap)) * p.window();
-    need.saturating_sub(u128::from(at.saturating_sub(admitted_at)) * p.rate())
-}
-
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+    use crate::algo::{gcra::Gcra, leaky_bucket::LeakyBucket, token_bucket::TokenBucket};
     use crate::{Algorithm, Limit};
     use proptest::prelude::*;
 
+    /// Whenever the 64-bit path of meter `M` answers, the general case
+    /// answers the same.
+    fn narrow_as_wide<M: Meter>(
+        p: &Params,
+        words: M::Words,
+        now: Nanos,
+        cost: u64,
+        mode: Mode,
+    ) -> Result<(), TestCaseError> {
+        if let Some(n) = M::decide_narrow(p, words, now, cost, mode) {
+            prop_assert_eq!(n, decide_wide::<M>(p, Some(words), now, cost, mode));
+        }
+        Ok(())
+    }
+
     proptest! {
+        /// Each meter's 64-bit path decides as its 128-bit one, on states
+        /// near and out of range (a state written under another limit).
+        #[test]
+        fn meters_narrow_equal_wide(
+            requests in prop_oneof![1u64..=100, 1u64..=2_000_000],
+            burst in prop_oneof![1u64..=100, 1u64..=2_000_000],
+            window in prop_oneof![crate::MIN_WINDOW..=100 * crate::SECOND, crate::MIN_WINDOW..=crate::MAX_WINDOW],
+            soft in prop_oneof![Just(0u32), 0u32..=1000],
+            delay in proptest::option::of(0u64..=crate::MAX_WINDOW),
+            now in 0u64..=u64::MAX / 2,
+            back: u32,
+            whole in prop_oneof![0u64..=120, 0u64..=2_000_100],
+            frac: u64,
+            cost in 1u64..=4_000_000,
+            peek: bool,
+        ) {
+            let mode = if peek { Mode::Peek } else { Mode::Commit };
+            for algorithm in [Algorithm::TokenBucket, Algorithm::LeakyBucket, Algorithm::Gcra] {
+                let l = Limit { algorithm, requests, window, burst, precision: 1, soft_percent: soft, max_delay: delay };
+                let p = Params::of(&l);
+                let cost = cost.min(p.cap);
+                let last = now - u64::from(back);
+                match algorithm {
+                    Algorithm::TokenBucket => {
+                        let frac = frac % (p.window + 2);
+                        narrow_as_wide::<TokenBucket>(&p, (last, whole, frac), now, cost, mode)?;
+                    }
+                    Algorithm::LeakyBucket => {
+                        let frac = frac % (p.window + 2);
+                        narrow_as_wide::<LeakyBucket>(&p, (last, whole, frac), now, cost, mode)?;
+                    }
+                    _ => {
+                        let ahead = whole.saturating_mul(p.window) / p.rate;
+                        let tat = (now + ahead).saturating_sub(u64::from(back));
+                        let frac = frac % (p.rate + 2);
+                        narrow_as_wide::<Gcra>(&p, (tat, frac), now, cost, mode)?;
+                    }
+                }
+            }
+        }
+
+
         /// The 64-bit path decides exactly as the 128-bit one.
         #[test]
         fn narrow_equals_wide(

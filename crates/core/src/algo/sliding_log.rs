@@ -13,11 +13,11 @@
 //! binary search over the offsets and writes the live offsets (copied as
 //! they are while the base can stay, which is the common case) and the new ones.
 
-use super::Mode;
+use super::{Mode, Verdict};
 use crate::limit::Params;
 use crate::math::sat64;
-use crate::state::{payload, tag, u32_at, u64_at, VERSION};
-use crate::{Decision, Denial, Nanos, Outcome};
+use crate::state::{payload, u32_at, u64_at, VERSION};
+use crate::{Algorithm, Nanos, Outcome};
 
 const HEADER: usize = 15;
 
@@ -42,7 +42,7 @@ pub(crate) struct Log<'a> {
 
 impl<'a> Log<'a> {
     pub(crate) fn decode(p: &Params, bytes: &'a [u8]) -> Option<Log<'a>> {
-        let rest = payload(bytes, tag::SLIDING_LOG)?;
+        let rest = payload(bytes, Algorithm::SlidingLog)?;
         let shift = u32::from(*rest.first()?);
         if shift != shift_for(p.window()) {
             return None;
@@ -96,7 +96,7 @@ fn write(
     let count = (offsets.len() / 4).saturating_add(extra);
     let mut out = Vec::with_capacity(HEADER + count.saturating_mul(4));
     out.push(VERSION);
-    out.push(tag::SLIDING_LOG);
+    out.push(Algorithm::SlidingLog.code());
     out.push(shift as u8);
     out.extend_from_slice(&u32::try_from(count).unwrap_or(u32::MAX).to_le_bytes());
     out.extend_from_slice(&base.to_le_bytes());
@@ -117,18 +117,13 @@ fn write(
 }
 
 /// Writes a log of `ticks` (sorted) followed by `extra` copies of `last`.
-fn encode(shift: u32, ticks: &[u64], last: u64, extra: u64) -> crate::Encoded {
+pub(crate) fn encode(shift: u32, ticks: &[u64], last: u64, extra: u64) -> crate::Encoded {
     let base = ticks.first().copied().unwrap_or(last).min(last);
     let offsets: Vec<u8> = ticks
         .iter()
         .flat_map(|&t| offset(t, base).to_le_bytes())
         .collect();
     write(shift, base, &offsets, 0, offset(last, base), extra)
-}
-
-#[cfg(test)]
-pub(crate) fn encode_for_tests(shift: u32, ticks: &[u64], last: u64, extra: u64) -> crate::Encoded {
-    encode(shift, ticks, last, extra)
 }
 
 fn offset(t: u64, base: u64) -> u32 {
@@ -184,8 +179,8 @@ pub(crate) fn decide(
         newest.saturating_sub(back)
     };
     let now128 = u128::from(now);
-    let retry_after = if allowed {
-        0
+    let verdict = if allowed {
+        Verdict::ADMIT
     } else {
         // The entry whose expiry makes room for `cost`.
         let drop = usize::try_from(live64.saturating_add(cost) - p.cap).unwrap_or(usize::MAX);
@@ -193,21 +188,16 @@ pub(crate) fn decide(
             .saturating_add(drop)
             .saturating_sub(1)
             .min(n.saturating_sub(1));
-        sat64(expiry(tick(at), shift, p.window()).saturating_sub(now128))
+        Verdict::over_limit(sat64(
+            expiry(tick(at), shift, p.window()).saturating_sub(now128),
+        ))
     };
-    let decision = Decision {
-        allowed,
-        limit: p.requests,
-        remaining: p.report(p.cap.saturating_sub(after)),
-        reset: if after > 0 {
-            sat64(expiry(newest_after, shift, p.window()).saturating_sub(now128))
-        } else {
-            0
-        },
-        retry_after,
-        delay: 0,
-        denial: (!allowed).then_some(Denial::OverLimit),
+    let reset = if after > 0 {
+        sat64(expiry(newest_after, shift, p.window()).saturating_sub(now128))
+    } else {
+        0
     };
+    let decision = verdict.decision(p, p.cap.saturating_sub(after), reset);
     let new_state = (consumed || back > 0).then(|| {
         let kept = log.offsets.get(first * 4..).unwrap_or(&[]);
         // Keep the base while the new offsets fit (the live offsets are then

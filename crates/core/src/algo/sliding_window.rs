@@ -20,11 +20,11 @@
 //! (u64), then `precision + 1` counters, oldest first: 13 + 4 × (P + 1)
 //! bytes, 21 bytes for `precision = 1`.
 
-use super::Mode;
+use super::{Mode, Verdict};
 use crate::limit::Params;
 use crate::math::{ceil_div, floor_div, sat64};
-use crate::state::{payload, tag, u64_at, INLINE, VERSION};
-use crate::{Decision, Denial, Nanos, Outcome};
+use crate::state::{payload, u64_at, INLINE, VERSION};
+use crate::{Algorithm, Nanos, Outcome};
 use smallvec::SmallVec;
 
 /// Counters, inline up to precision 7.
@@ -41,7 +41,7 @@ pub(crate) struct Counters {
 
 impl Counters {
     pub(crate) fn decode(p: &Params, bytes: &[u8]) -> Option<Counters> {
-        let rest = payload(bytes, tag::SLIDING_WINDOW)?;
+        let rest = payload(bytes, Algorithm::SlidingWindow)?;
         let width = usize::from(*rest.first()?);
         let precision = u16::from_le_bytes([*rest.get(1)?, *rest.get(2)?]);
         if u32::from(precision) != p.precision() || !(width == 4 || width == 8) {
@@ -86,7 +86,7 @@ impl Counters {
         let (header, body) = out.split_at_mut(HEADER.min(out.len()));
         let mut h = [0u8; HEADER];
         h[0] = VERSION;
-        h[1] = tag::SLIDING_WINDOW;
+        h[1] = Algorithm::SlidingWindow.code();
         h[2] = width as u8;
         h[3..5].copy_from_slice(&(p.precision() as u16).to_le_bytes());
         h[5..13].copy_from_slice(&self.index.to_le_bytes());
@@ -166,19 +166,18 @@ pub(crate) fn decide(
     let cap = u128::from(p.cap) * p.window();
     let need = u128::from(cost) * p.window();
     let est = estimate(p, &c.counts, into);
-    let allowed = est.saturating_add(need) <= cap;
-    let consumed = allowed && mode == Mode::Commit;
+    let verdict = if est.saturating_add(need) <= cap {
+        Verdict::ADMIT
+    } else {
+        Verdict::over_limit(retry(p, &c.counts, index, into, cost, now))
+    };
+    let consumed = verdict.allowed && mode == Mode::Commit;
     if consumed {
         if let Some(last) = c.counts.last_mut() {
             *last = last.saturating_add(cost);
         }
     }
     let after = if consumed { est + need } else { est };
-    let retry_after = if allowed {
-        0
-    } else {
-        retry(p, &c.counts, index, into, cost, now)
-    };
     let reset = match c.counts.iter().rposition(|&n| n > 0) {
         Some(i) => {
             let clear = (u128::from(index) + i as u128 + 1) * p.window();
@@ -186,15 +185,8 @@ pub(crate) fn decide(
         }
         None => 0,
     };
-    let decision = Decision {
-        allowed,
-        limit: p.requests,
-        remaining: p.report(sat64(floor_div(cap.saturating_sub(after), p.window()))),
-        reset,
-        retry_after,
-        delay: 0,
-        denial: (!allowed).then_some(Denial::OverLimit),
-    };
+    let free = sat64(floor_div(cap.saturating_sub(after), p.window()));
+    let decision = verdict.decision(p, free, reset);
     let new_state = (consumed || repaired).then(|| c.encode(p));
     Outcome {
         decision,

@@ -11,12 +11,12 @@
 -- with wide integers (arrays of 24-bit limbs), so the decisions are those of
 -- sluice-core run on microsecond times.
 --
+-- CODE: each algorithm's name mapped to its code (sluice-core's
+--       `Algorithm::code`), defined by the service before this chunk.
 -- KEYS: one state key per limit.
 -- ARGV: mode ("check" or "refund"), now in microseconds ("" = server TIME),
 --       cost, admitted_at in microseconds (refund only), then per limit:
---       algorithm code (1 token_bucket, 2 leaky_bucket, 3 gcra,
---       4 fixed_window, 5 sliding_log, 6 sliding_window), requests,
---       window_us, burst, precision, soft_percent.
+--       algorithm code, requests, window_us, burst, precision, soft_percent.
 -- Check reply: allowed, now, then per limit: allowed, limit, remaining,
 --       reset_us, retry_after_us, denial (0 none, 1 over limit, 2 cost
 --       exceeds capacity).
@@ -24,6 +24,10 @@
 --       refund without consuming.
 --
 -- States are msgpack arrays whose first element is the algorithm code.
+
+local TOKEN_BUCKET, LEAKY_BUCKET, GCRA = CODE.token_bucket, CODE.leaky_bucket, CODE.gcra
+local FIXED_WINDOW, SLIDING_LOG = CODE.fixed_window, CODE.sliding_log
+local SLIDING_WINDOW = CODE.sliding_window
 
 local SAFE = 9007199254740992 -- 2^53
 local LIMB = 16777216 -- 2^24
@@ -232,7 +236,7 @@ local function params(alg, requests, window, burst, precision, soft)
   soft = min(soft, MAX_SOFT_PERCENT)
   window = clamp(window, MIN_WINDOW, MAX_WINDOW)
   local cap = with_soft(burst, soft)
-  if alg == 5 then cap = min(cap, MAX_LOG_ENTRIES) end
+  if alg == SLIDING_LOG then cap = min(cap, MAX_LOG_ENTRIES) end
   local p = {
     alg = alg,
     requests = requests,
@@ -293,10 +297,10 @@ local function refundable(p, cost, admitted_at, at)
   return sub(need, mul(max(at - admitted_at, 0), p.rate))
 end
 
--- Token bucket: {1, last, whole tokens, fraction in 1/window}.
+-- Token bucket: {TOKEN_BUCKET, last, whole tokens, fraction in 1/window}.
 
 local function tb_decode(p, st)
-  if not st or st[1] ~= 1 then return nil end
+  if not st or st[1] ~= TOKEN_BUCKET then return nil end
   local frac = min(st[4], p.window - 1)
   local tokens = wmin(add(mul(st[3], p.window), frac), p.capacity)
   return st[2], tokens
@@ -304,7 +308,7 @@ end
 
 local function tb_encode(p, last, tokens)
   local whole, frac = divmod(tokens, p.window)
-  return {1, last, sat(whole), frac}
+  return {TOKEN_BUCKET, last, sat(whole), frac}
 end
 
 local function tb_decide(p, st, now, cost, commit)
@@ -329,14 +333,14 @@ local function tb_refund(p, st, admitted_at, now, cost)
   if last == nil then return nil end
   local at = max(now, admitted_at, last)
   local back = refundable(p, cost, admitted_at, at)
-  if cmp(back, 0) == 0 then return nil end
+  if cmp(back, 0) == 0 or cmp(tokens, p.capacity) == 0 then return nil end
   return tb_encode(p, last, wmin(add(tokens, back), p.capacity))
 end
 
--- Leaky bucket: {2, last, whole level, fraction in 1/window}.
+-- Leaky bucket: {LEAKY_BUCKET, last, whole level, fraction in 1/window}.
 
 local function lb_decode(p, st)
-  if not st or st[1] ~= 2 then return nil end
+  if not st or st[1] ~= LEAKY_BUCKET then return nil end
   local level
   if st[4] >= p.window then
     level = mul(st[3] + 1, p.window)
@@ -348,7 +352,7 @@ end
 
 local function lb_encode(p, last, level)
   local whole, frac = divmod(level, p.window)
-  return {2, last, sat(whole), frac}
+  return {LEAKY_BUCKET, last, sat(whole), frac}
 end
 
 local function lb_decide(p, st, now, cost, commit)
@@ -376,14 +380,14 @@ local function lb_refund(p, st, admitted_at, now, cost)
   return lb_encode(p, last, sub(level, back))
 end
 
--- GCRA: {3, TAT whole microseconds, fraction in 1/rate}. sluice-core keeps
+-- GCRA: {GCRA, TAT whole microseconds, fraction in 1/rate}. sluice-core keeps
 -- the TAT scaled by the rate (`tat * rate`, past 2^53 for any real clock);
 -- here it is taken relative to an instant `t`: `tat * rate - t * rate` =
 -- `(whole - t) * rate + frac`, which is the same integer whenever it is
 -- positive, and the TAT is never below `t` when the result is zero.
 
 local function gcra_decode(p, st)
-  if not st or st[1] ~= 3 then return nil end
+  if not st or st[1] ~= GCRA then return nil end
   if st[3] >= p.rate then return st[2] + 1, 0 end
   return st[2], st[3]
 end
@@ -397,7 +401,7 @@ end
 -- The state for a scaled TAT of `t * rate + ahead`.
 local function gcra_encode(p, t, ahead)
   local q, r = divmod(ahead, p.rate)
-  return {3, sat(add(t, q)), r}
+  return {GCRA, sat(add(t, q)), r}
 end
 
 local function gcra_decide(p, st, now, cost, commit)
@@ -425,7 +429,7 @@ local function gcra_refund(p, st, admitted_at, now, cost)
   return gcra_encode(p, at, sub(ahead, back))
 end
 
--- Fixed window: {4, window start, count}.
+-- Fixed window: {FIXED_WINDOW, window start, count}.
 
 local function window_of(p, now)
   local into = fmod(now, p.window)
@@ -435,7 +439,7 @@ end
 local function fw_decide(p, st, now, cost, commit)
   local start, left = window_of(p, now)
   local count, repaired = 0, false
-  if st and st[1] == 4 then
+  if st and st[1] == FIXED_WINDOW then
     if st[2] == start then
       count = st[3]
     elseif st[2] > start then
@@ -450,18 +454,18 @@ local function fw_decide(p, st, now, cost, commit)
   if after > 0 then reset = left end
   if not allowed then retry, denial = left, 1 end
   local d = decision(allowed, p, max(p.cap - after, 0), reset, retry, denial)
-  if consumed or repaired then return d, {4, start, after} end
+  if consumed or repaired then return d, {FIXED_WINDOW, start, after} end
   return d, nil
 end
 
-local function fw_refund(p, st, admitted_at, cost)
-  if not st or st[1] ~= 4 then return nil end
+local function fw_refund(p, st, admitted_at, _, cost)
+  if not st or st[1] ~= FIXED_WINDOW then return nil end
   local start = window_of(p, admitted_at)
   if st[2] ~= start or st[3] == 0 or cost == 0 then return nil end
-  return {4, st[2], max(st[3] - cost, 0)}
+  return {FIXED_WINDOW, st[2], max(st[3] - cost, 0)}
 end
 
--- Sliding log: {5, shift, base, tick, tick, ...}, ticks of 2^shift
+-- Sliding log: {SLIDING_LOG, shift, base, tick, tick, ...}, ticks of 2^shift
 -- microseconds, sorted, rounded up.
 
 local function shift_for(window)
@@ -489,7 +493,7 @@ local function partition(n, pred)
 end
 
 local function sl_log(p, st)
-  if not st or st[1] ~= 5 or st[2] ~= shift_for(p.window) then return nil end
+  if not st or st[1] ~= SLIDING_LOG or st[2] ~= shift_for(p.window) then return nil end
   return st
 end
 
@@ -504,7 +508,7 @@ end
 local function sl_encode(shift, ticks, last, extra)
   local base = last
   if ticks[1] ~= nil then base = min(ticks[1], last) end
-  local out = {5, shift, base}
+  local out = {SLIDING_LOG, shift, base}
   for _, t in ipairs(ticks) do out[#out + 1] = t end
   for _ = 1, extra do out[#out + 1] = last end
   return out
@@ -547,7 +551,7 @@ local function sl_decide(p, st, now, cost, commit)
   return d, nil
 end
 
-local function sl_refund(p, st, admitted_at, cost)
+local function sl_refund(p, st, admitted_at, _, cost)
   local log = sl_log(p, st)
   if not log then return nil end
   local at = tick_of(admitted_at, log[2])
@@ -564,7 +568,7 @@ local function sl_refund(p, st, admitted_at, cost)
   return sl_encode(log[2], kept, last, 0)
 end
 
--- Sliding window: {6, precision, index, count oldest, ..., count newest}.
+-- Sliding window: {SLIDING_WINDOW, precision, index, count oldest, ..., count newest}.
 
 -- floor(now * P / window) and its remainder, without forming now * P
 -- (past 2^53 for P > 5): now = a * window + b.
@@ -583,14 +587,16 @@ local function sw_time(p, m, extra, now)
 end
 
 local function sw_decode(p, st)
-  if not st or st[1] ~= 6 or st[2] ~= p.precision or #st ~= p.precision + 4 then return nil end
+  if not st or st[1] ~= SLIDING_WINDOW or st[2] ~= p.precision or #st ~= p.precision + 4 then
+    return nil
+  end
   local counts = {}
   for i = 4, #st do counts[#counts + 1] = st[i] end
   return st[3], counts
 end
 
 local function sw_encode(p, index, counts)
-  local out = {6, p.precision, index}
+  local out = {SLIDING_WINDOW, p.precision, index}
   for _, c in ipairs(counts) do out[#out + 1] = c end
   return out
 end
@@ -680,7 +686,7 @@ local function sw_decide(p, st, now, cost, commit)
   return d, nil
 end
 
-local function sw_refund(p, st, admitted_at, cost)
+local function sw_refund(p, st, admitted_at, _, cost)
   local cindex, counts = sw_decode(p, st)
   if cindex == nil then return nil end
   local at = sw_position(p, admitted_at)
@@ -694,27 +700,39 @@ end
 
 -- Dispatch, as sluice-core's decide_in and refund_at.
 
-local DECIDE = {tb_decide, lb_decide, gcra_decide, fw_decide, sl_decide, sw_decide}
+-- Every algorithm by name. Each one sluice-core knows (CODE) must be here:
+-- the first call fails otherwise, naming the algorithm.
+local ALGORITHMS = {
+  token_bucket = {decide = tb_decide, refund = tb_refund},
+  leaky_bucket = {decide = lb_decide, refund = lb_refund},
+  gcra = {decide = gcra_decide, refund = gcra_refund},
+  fixed_window = {decide = fw_decide, refund = fw_refund},
+  sliding_log = {decide = sl_decide, refund = sl_refund},
+  sliding_window = {decide = sw_decide, refund = sw_refund},
+}
+
+local BY_CODE = {}
+for name, code in pairs(CODE) do
+  BY_CODE[code] = ALGORITHMS[name] or error('decide.lua has no implementation of ' .. name)
+end
+for name in pairs(ALGORITHMS) do
+  if not CODE[name] then error('decide.lua implements ' .. name .. ', unknown to sluice-core') end
+end
 
 local function decide_in(p, st, now, cost, commit)
+  local decide = BY_CODE[p.alg].decide
   local probe = max(cost, 1)
   if probe > p.cap then
-    local d, new = DECIDE[p.alg](p, st, now, 1, false)
+    local d, new = decide(p, st, now, 1, false)
     d.allowed, d.retry, d.denial = false, 0, 2
     return d, new
   end
-  return DECIDE[p.alg](p, st, now, probe, commit)
+  return decide(p, st, now, probe, commit)
 end
 
 local function refund_at(p, st, admitted_at, now, cost)
   if cost == 0 then return nil end
-  local a = p.alg
-  if a == 1 then return tb_refund(p, st, admitted_at, now, cost) end
-  if a == 2 then return lb_refund(p, st, admitted_at, now, cost) end
-  if a == 3 then return gcra_refund(p, st, admitted_at, now, cost) end
-  if a == 4 then return fw_refund(p, st, admitted_at, cost) end
-  if a == 5 then return sl_refund(p, st, admitted_at, cost) end
-  return sw_refund(p, st, admitted_at, cost)
+  return BY_CODE[p.alg].refund(p, st, admitted_at, now, cost)
 end
 
 -- Main: decides or refunds one call.

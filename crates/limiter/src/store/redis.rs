@@ -26,8 +26,20 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 /// The decision code: a Lua chunk returning `main(KEYS, ARGV)`; see the
-/// module documentation.
+/// module documentation. The store runs it after defining `CODE`, each
+/// algorithm's name mapped to its [`Algorithm::code`].
 pub const DECIDE_LUA: &str = include_str!("decide.lua");
+
+/// The decision code as it runs: [`DECIDE_LUA`] after `CODE`, a table of
+/// every algorithm's name and [`Algorithm::code`], so that the script and
+/// sluice-core number the algorithms alike.
+fn lua_source() -> String {
+    let codes: Vec<String> = Algorithm::ALL
+        .iter()
+        .map(|a| format!("{} = {}", a.name(), a.code()))
+        .collect();
+    format!("local CODE = {{{}}}\n{DECIDE_LUA}", codes.join(", "))
+}
 
 /// The decision code packaged for Redis: as a function library (Redis 7+;
 /// its closures are built once, not on every call) and as an EVAL script
@@ -45,15 +57,16 @@ struct Packaged {
 
 impl Packaged {
     fn new() -> Packaged {
+        let source = lua_source();
         // FNV-1a: only to tell versions of the code apart.
-        let hash = DECIDE_LUA.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        let hash = source.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
         });
         let function = format!("sluice_{hash:016x}");
         // Libraries may not touch globals such as `math` while loading, so
         // the code is built on the first call and kept.
         let library = format!(
-            "#!lua name={function}\nlocal function build()\n{DECIDE_LUA}\nend\n\
+            "#!lua name={function}\nlocal function build()\n{source}\nend\n\
              local main\n\
              redis.register_function('{function}', function(keys, args)\n\
              if not main then main = build() end\n\
@@ -61,7 +74,7 @@ impl Packaged {
              end)\n"
         );
         let script = Script::new(&format!(
-            "local function build()\n{DECIDE_LUA}\nend\nreturn build()(KEYS, ARGV)\n"
+            "local function build()\n{source}\nend\nreturn build()(KEYS, ARGV)\n"
         ));
         Packaged {
             library,
@@ -150,22 +163,10 @@ pub fn hash_slot(key: &[u8]) -> u16 {
     crc16::State::<crc16::XMODEM>::calculate(tagged) % 16384
 }
 
-/// The script's code for an algorithm.
-pub fn algorithm_code(a: Algorithm) -> u8 {
-    match a {
-        Algorithm::TokenBucket => 1,
-        Algorithm::LeakyBucket => 2,
-        Algorithm::Gcra => 3,
-        Algorithm::FixedWindow => 4,
-        Algorithm::SlidingLog => 5,
-        Algorithm::SlidingWindow => 6,
-    }
-}
-
 /// Appends one limit's script arguments (times in microseconds).
 fn push_limit_args(args: &mut Vec<String>, limit: &Limit) {
     args.extend([
-        algorithm_code(limit.algorithm).to_string(),
+        limit.algorithm.code().to_string(),
         limit.requests.to_string(),
         (limit.window / MICROS).to_string(),
         limit.burst.to_string(),
@@ -550,7 +551,6 @@ async fn connect(target: &Target, timeout: Duration) -> Result<Conn, StoreError>
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
 
