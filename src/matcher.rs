@@ -89,7 +89,7 @@ impl Matcher {
 mod tests {
     use super::*;
     use crate::client_ip::ClientIpPolicy;
-    use crate::key::FakeRequest;
+    use crate::key::fake::FakeRequest;
 
     fn check(matcher: &Matcher, req: &FakeRequest) -> bool {
         let policy = ClientIpPolicy::default();

@@ -1,9 +1,9 @@
 use super::*;
 use crate::config::parse;
-use crate::key::FakeRequest;
+use crate::key::fake::FakeRequest;
 use crate::local::fake::MemoryStore;
 use crate::local::MAX_ATTEMPTS;
-use crate::metrics::RecordingSink;
+use crate::metrics::fake::RecordingSink;
 use sluice_core::MILLISECOND;
 use std::sync::atomic::Ordering;
 

@@ -58,6 +58,17 @@ def test_bad_input_is_a_4xx_with_a_json_error(processes):
         assert json.loads(lim.check(CHECK).body)["allowed"] is True
 
 
+def test_the_tests_know_every_algorithm_the_limiter_knows(processes):
+    """support.ALGORITHMS is read from sluice-core's source; the built limiter
+    lists the algorithms it knows when it refuses an unknown one."""
+    lim = processes.limiter()
+    r = lim.check({"domain": "demo", "limits": [dict(CHECK["limits"][0], algorithm="nope")]})
+    assert r.status == 400
+    error = json.loads(r.body)["error"]
+    known = error.split("expected one of ", 1)[1].rstrip(")").split(", ")
+    assert known == support.ALGORITHMS, error
+
+
 def test_overrides_file(processes, tmp_path):
     path = tmp_path / "overrides.json"
     path.write_text(json.dumps({"demo/per-ip/203.0.113.7": {"requests": 2, "window_ms": 60000}}))

@@ -1,0 +1,45 @@
+//! A request built in memory, for tests.
+
+use super::RequestView;
+
+/// A request built in memory, for tests.
+#[derive(Debug, Default, Clone)]
+pub struct FakeRequest {
+    /// Headers, lowercase names, pseudo-headers included.
+    pub headers: Vec<(String, String)>,
+    /// The downstream peer address.
+    pub source: Option<String>,
+}
+
+impl FakeRequest {
+    /// A request with `:method`, `:path`, `:authority` and a peer address.
+    pub fn get(path: &str) -> FakeRequest {
+        FakeRequest {
+            headers: vec![
+                (":method".into(), "GET".into()),
+                (":path".into(), path.into()),
+                (":authority".into(), "example.com".into()),
+            ],
+            source: Some("203.0.113.7:40000".into()),
+        }
+    }
+
+    /// Adds a header.
+    pub fn with(mut self, name: &str, value: &str) -> FakeRequest {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+}
+
+impl RequestView for FakeRequest {
+    fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    }
+
+    fn source_address(&self) -> Option<String> {
+        self.source.clone()
+    }
+}
