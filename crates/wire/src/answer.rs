@@ -37,6 +37,14 @@ pub struct LimitResult {
     pub reset_ms: u64,
     /// Time until a request of this weight can pass; 0 when allowed.
     pub retry_after_ms: u64,
+    /// Delay mode: how long to hold the admitted request before it
+    /// conforms; absent when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub delay_ms: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl From<&Decision> for LimitResult {
@@ -47,6 +55,7 @@ impl From<&Decision> for LimitResult {
             remaining: d.remaining,
             reset_ms: d.reset.div_ceil(MILLISECOND),
             retry_after_ms: d.retry_after.div_ceil(MILLISECOND),
+            delay_ms: d.delay.div_ceil(MILLISECOND),
         }
     }
 }
@@ -61,7 +70,7 @@ impl LimitResult {
             remaining: self.remaining,
             reset: self.reset_ms.saturating_mul(MILLISECOND),
             retry_after: self.retry_after_ms.saturating_mul(MILLISECOND),
-            delay: 0,
+            delay: self.delay_ms.saturating_mul(MILLISECOND),
             denial: (!self.allowed).then_some(Denial::OverLimit),
         }
     }
@@ -110,6 +119,8 @@ mod tests {
         };
         let r = LimitResult::from(&d);
         assert_eq!((r.reset_ms, r.retry_after_ms), (2, 1));
+        // No delay: the answer has no delay_ms field.
+        assert!(!serde_json::to_string(&r).unwrap().contains("delay_ms"));
         let back = r.decision();
         assert_eq!(
             (back.reset, back.retry_after),

@@ -47,11 +47,22 @@ pub struct LimitSpec<'a> {
     /// Soft throttling: percent admitted above the quota; defaults to 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub soft_percent: Option<u32>,
+    /// This limit's weight when it differs from the check's `hits` (rules
+    /// of one request may weigh it differently); defaults to `hits`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hits: Option<u64>,
+    /// Delay mode (`gcra`, `leaky_bucket`): a request that would conform
+    /// within this many milliseconds is admitted, with the wait in the
+    /// answer's `delay_ms`; later than that it is denied. Absent: denied at
+    /// once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_delay_ms: Option<u64>,
 }
 
 impl LimitSpec<'static> {
-    /// The wire form of `limit` under the limiter key `key`. Fields at
-    /// their default (precision 1, no soft allowance) are left out.
+    /// The wire form of `limit` under the limiter key `key`, weighing the
+    /// check's `hits`. Fields at their default (precision 1, no soft
+    /// allowance, no delay) are left out.
     #[inline]
     pub fn new(key: String, limit: &Limit) -> Self {
         LimitSpec {
@@ -63,6 +74,8 @@ impl LimitSpec<'static> {
             precision: (limit.algorithm == Algorithm::SlidingWindow && limit.precision != 1)
                 .then_some(limit.precision),
             soft_percent: (limit.soft_percent != 0).then_some(limit.soft_percent),
+            hits: None,
+            max_delay_ms: limit.max_delay.map(|d| d / MILLISECOND),
         }
     }
 }
@@ -100,6 +113,18 @@ mod tests {
         };
         let wire = serde_json::to_string(&LimitSpec::new("r/0/k".into(), &sliding)).unwrap();
         assert!(wire.ends_with(r#""burst":20,"precision":4}"#), "{wire}");
+        let delayed = gcra().with_max_delay(Some(1500 * MILLISECOND));
+        let wire = serde_json::to_string(&LimitSpec::new("r/0/k".into(), &delayed)).unwrap();
+        assert!(
+            wire.ends_with(r#""burst":20,"max_delay_ms":1500}"#),
+            "{wire}"
+        );
+        let weighed = LimitSpec {
+            hits: Some(3),
+            ..LimitSpec::new("r/0/k".into(), &gcra())
+        };
+        let wire = serde_json::to_string(&weighed).unwrap();
+        assert!(wire.ends_with(r#""burst":20,"hits":3}"#), "{wire}");
         let soft = gcra().with_soft_percent(50);
         let wire = serde_json::to_string(&LimitSpec::new("r/0/k".into(), &soft)).unwrap();
         assert!(wire.ends_with(r#""burst":20,"soft_percent":50}"#), "{wire}");

@@ -171,6 +171,16 @@ impl TryFrom<LimitSpec<'_>> for KeyedLimit {
                 format!("longer than {MAX_KEY_BYTES} bytes"),
             ));
         }
+        // Per-limit weights and delay mode are not decided by the stores yet.
+        if spec.hits.is_some() {
+            return Err(FieldError::at("hits", "per-limit hits are not supported"));
+        }
+        if spec.max_delay_ms.is_some() {
+            return Err(FieldError::at(
+                "max_delay_ms",
+                "delay mode is not supported",
+            ));
+        }
         let algorithm = spec
             .algorithm
             .parse::<Algorithm>()
@@ -211,6 +221,10 @@ mod tests {
         .starts_with("limits[0].algorithm: unknown algorithm"));
         assert!(err(r#"{"domain":"d","limits":[],"extra":1}"#).contains("extra"));
         assert!(err(r#"{"domain":"a b","limits":[]}"#).starts_with("domain: "));
+        assert!(err(r#"{"domain":"d","limits":[{"key":"k","algorithm":"gcra","requests":1,"window_ms":1,"hits":2}]}"#)
+            .starts_with("limits[0].hits: "));
+        assert!(err(r#"{"domain":"d","limits":[{"key":"k","algorithm":"gcra","requests":1,"window_ms":1,"max_delay_ms":5}]}"#)
+            .starts_with("limits[0].max_delay_ms: "));
     }
 
     #[test]
