@@ -2,7 +2,7 @@
 
 use super::duration::parse_duration;
 use super::plan::{DenyResponse, LimitScope, LimiterTarget, OverrideLimit, Plan, Rule, RuleLimit};
-use super::raw::{Mode, RawConfig, RawLimit, RawMatch, RawOverride, RawRule, Scope};
+use super::raw::{Mode, OnExceed, RawConfig, RawLimit, RawMatch, RawOverride, RawRule, Scope};
 use crate::client_ip::ClientIpPolicy;
 use crate::key::KeyPart;
 use crate::layout;
@@ -12,6 +12,9 @@ use std::collections::BTreeSet;
 
 /// Largest `local_max_keys`.
 pub const MAX_LOCAL_KEYS: u64 = 10_000_000;
+
+/// Largest `max_queued` of a rule.
+pub const MAX_QUEUED: u64 = 100_000;
 
 /// Parses and checks the JSON configuration.
 pub fn parse(json: &[u8]) -> Result<Plan, FieldError> {
@@ -208,12 +211,19 @@ fn compile_rule(domain: &str, path: &str, rule: RawRule) -> Result<Rule, FieldEr
             &mut limits,
         )?;
     }
+    let max_queued = in_range(
+        rule.max_queued,
+        1,
+        MAX_QUEUED,
+        &format!("{path}.max_queued"),
+    )?;
     Ok(Rule {
         name: rule.name,
         matcher,
         key,
         limits,
         shadow: rule.mode == Mode::Shadow,
+        max_queued,
     })
 }
 
@@ -311,9 +321,44 @@ fn compile_limit(path: &str, raw: &RawLimit) -> Result<Limit, FieldError> {
             burst: raw.burst.unwrap_or(raw.requests),
             precision,
             soft_percent: 0,
-            max_delay: None,
+            max_delay: max_delay(path, raw, algorithm)?,
         },
     )
+}
+
+/// The hold bound of a limit in delay mode; `None` in deny mode.
+fn max_delay(
+    path: &str,
+    raw: &RawLimit,
+    algorithm: Algorithm,
+) -> Result<Option<Nanos>, FieldError> {
+    match (raw.on_exceed, raw.max_delay.as_deref()) {
+        (OnExceed::Deny, None) => Ok(None),
+        (OnExceed::Deny, Some(_)) => Err(FieldError::at(
+            format!("{path}.max_delay"),
+            "only applies with on_exceed: delay",
+        )),
+        (OnExceed::Delay, None) => Err(FieldError::at(
+            format!("{path}.max_delay"),
+            "required with on_exceed: delay",
+        )),
+        (OnExceed::Delay, Some(_))
+            if !matches!(algorithm, Algorithm::Gcra | Algorithm::LeakyBucket) =>
+        {
+            Err(FieldError::at(
+                format!("{path}.on_exceed"),
+                format!("delay is for gcra and leaky_bucket only, not {algorithm}"),
+            ))
+        }
+        (OnExceed::Delay, Some(text)) => {
+            let field = format!("{path}.max_delay");
+            let delay = parse_duration(text).map_err(|m| FieldError::at(&field, m))?;
+            if delay < MILLISECOND {
+                return Err(FieldError::at(field, "must be at least 1ms"));
+            }
+            Ok(Some(delay))
+        }
+    }
 }
 
 /// Adds `raw` to the overrides of the limits it replaces.

@@ -65,6 +65,8 @@ pub struct Rule {
     pub limits: Vec<RuleLimit>,
     /// Shadow mode: count but never deny.
     pub shadow: bool,
+    /// Requests of this rule held in delay mode at once, per worker.
+    pub max_queued: usize,
 }
 
 /// One limit of a rule.

@@ -174,6 +174,13 @@ pub struct RawRule {
     /// Enforce or only observe.
     #[serde(default)]
     pub mode: Mode,
+    /// Requests of this rule held in delay mode at once, per worker.
+    #[serde(default = "default_max_queued")]
+    pub max_queued: u64,
+}
+
+fn default_max_queued() -> u64 {
+    1000
 }
 
 /// Whether a rule blocks requests.
@@ -249,6 +256,24 @@ pub struct RawLimit {
     /// Sub-windows per window (`sliding_window` only).
     #[serde(default)]
     pub precision: Option<u64>,
+    /// What a request over the limit gets: denied, or held until it conforms.
+    #[serde(default)]
+    pub on_exceed: OnExceed,
+    /// Longest hold in delay mode (required with `on_exceed: delay`).
+    #[serde(default)]
+    pub max_delay: Option<String>,
+}
+
+/// What happens to a request over a limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnExceed {
+    /// Deny it at once.
+    #[default]
+    Deny,
+    /// Hold it until it conforms, when that is within `max_delay`; deny it
+    /// otherwise.
+    Delay,
 }
 
 /// A per-key exception.

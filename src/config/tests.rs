@@ -347,3 +347,108 @@ fn each_limit_finds_its_overrides_in_any_order() {
     assert_eq!(first.limit_for("b").requests, 4);
     assert_eq!(first.limit_for("x").requests, 10);
 }
+
+fn delay_limit(algorithm: &str, extra: &str) -> String {
+    with_rule(&format!(
+        r#"{{"name":"r","key":["path"],"limits":[{LIMIT},{{"algorithm":"{algorithm}","requests":10,"window":"1s"{extra}}}]}}"#
+    ))
+}
+
+#[test]
+fn delay_mode_sets_the_limits_max_delay() {
+    for algorithm in ["gcra", "leaky_bucket"] {
+        let json = delay_limit(algorithm, r#","on_exceed":"delay","max_delay":"750ms""#);
+        let plan = parse(json.as_bytes()).unwrap();
+        let rule = &plan.rules[0];
+        assert_eq!(rule.limits[0].limit.max_delay, None);
+        assert_eq!(rule.limits[1].limit.max_delay, Some(750 * MILLISECOND));
+        assert_eq!(rule.max_queued, 1000);
+    }
+    let json = delay_limit("gcra", r#","on_exceed":"deny""#);
+    assert_eq!(
+        parse(json.as_bytes()).unwrap().rules[0].limits[1]
+            .limit
+            .max_delay,
+        None
+    );
+}
+
+#[test]
+fn overrides_keep_the_delay_mode() {
+    let json = with_rule(
+        r#"{"name":"r","key":["path"],"limits":[{"algorithm":"gcra","requests":10,"window":"1s","on_exceed":"delay","max_delay":"2s"}],"overrides":[{"key":"/vip","requests":100}]}"#,
+    );
+    let plan = parse(json.as_bytes()).unwrap();
+    assert_eq!(
+        plan.rules[0].limits[0].overrides[0].limit.max_delay,
+        Some(2 * SECOND)
+    );
+}
+
+#[test]
+fn refuses_bad_delay_settings_naming_the_field() {
+    let cases = [
+        (
+            delay_limit("fixed_window", r#","on_exceed":"delay","max_delay":"1s""#),
+            "rules[0].limits[1].on_exceed",
+            "gcra and leaky_bucket only",
+        ),
+        (
+            delay_limit("token_bucket", r#","on_exceed":"delay","max_delay":"1s""#),
+            "rules[0].limits[1].on_exceed",
+            "not token_bucket",
+        ),
+        (
+            delay_limit("gcra", r#","on_exceed":"delay""#),
+            "rules[0].limits[1].max_delay",
+            "required with on_exceed: delay",
+        ),
+        (
+            delay_limit("gcra", r#","max_delay":"1s""#),
+            "rules[0].limits[1].max_delay",
+            "only applies with on_exceed: delay",
+        ),
+        (
+            delay_limit("gcra", r#","on_exceed":"delay","max_delay":"0ms""#),
+            "rules[0].limits[1].max_delay",
+            "at least 1ms",
+        ),
+        (
+            delay_limit("gcra", r#","on_exceed":"delay","max_delay":"soon""#),
+            "rules[0].limits[1].max_delay",
+            "",
+        ),
+        (
+            delay_limit("gcra", r#","on_exceed":"later""#),
+            "rules[0].limits[1].on_exceed",
+            "unknown variant `later`",
+        ),
+        (
+            with_rule(&format!(
+                r#"{{"name":"r","key":["path"],"limits":[{LIMIT}],"max_queued":0}}"#
+            )),
+            "rules[0].max_queued",
+            "between 1 and 100000",
+        ),
+        (
+            with_rule(&format!(
+                r#"{{"name":"r","key":["path"],"limits":[{LIMIT}],"max_queued":100001}}"#
+            )),
+            "rules[0].max_queued",
+            "between 1 and 100000",
+        ),
+    ];
+    for (json, path, message) in cases {
+        let e = err(&json);
+        assert_eq!(e.path, path, "{json}: {e}");
+        assert!(e.message.contains(message), "{json}: {e}");
+    }
+}
+
+#[test]
+fn max_queued_is_read() {
+    let json = with_rule(&format!(
+        r#"{{"name":"r","key":["path"],"limits":[{LIMIT}],"max_queued":7}}"#
+    ));
+    assert_eq!(parse(json.as_bytes()).unwrap().rules[0].max_queued, 7);
+}
