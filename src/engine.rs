@@ -11,6 +11,12 @@
 //! consumed in shared data; a global limit is denied at once if the
 //! over-limit cache holds its key, or else joins the call of its kind
 //! (enforcing or shadow) to the limiter, which [`finish`] completes.
+//!
+//! A limit in delay mode admits a request over its quota with a delay (the
+//! core counts it as admitted at the time it conforms). An admitted request
+//! with some delay from an enforcing rule is [`Verdict::Delay`]: the host
+//! holds it for the longest of its delays, or, when it cannot hold it,
+//! refuses it with [`Delayed::refuse`]. Shadow rules never hold a request.
 
 use crate::config::{FailureMode, LimitScope, Plan, Rule, RuleLimit};
 use crate::headers::{more_restrictive, Reported};
@@ -19,7 +25,7 @@ use crate::layout;
 use crate::local::{self, Contended, SharedStore};
 use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
 use crate::slots::{self, SlotHasher};
-use sluice_core::{Decision, Limit, Nanos, SECOND};
+use sluice_core::{Decision, Denial, Limit, Nanos, SECOND};
 use sluice_wire::{limiter_key, CheckRequest, CheckResponse, LimitSpec};
 
 /// Every request costs one hit.
@@ -30,6 +36,8 @@ const COST: u64 = 1;
 pub enum Verdict {
     /// Let it through.
     Allow(Admitted),
+    /// Let it through once it has been held for [`Delayed::delay`].
+    Delay(Delayed),
     /// Answer with the denial response.
     Deny(Denied),
     /// Ask the limiter, then call [`finish`].
@@ -52,6 +60,92 @@ pub struct Denied {
     pub report: Reported,
     /// Shadow rules that would have denied.
     pub shadow_denied: Vec<usize>,
+}
+
+/// An admitted request that conforms only after a delay.
+///
+/// Its limits are already consumed as of the time it conforms; the host
+/// calls [`accept`](Self::accept) once it holds the request,
+/// [`refuse`](Self::refuse) if it cannot hold it, and
+/// [`give_back`](Self::give_back) if the client leaves while it waits.
+#[derive(Debug)]
+pub struct Delayed {
+    /// How long to hold the request: the longest delay of its limits.
+    pub delay: Nanos,
+    /// The rule of the limit with that delay (its `max_queued` bounds the
+    /// waiting requests, its metrics count the delay).
+    pub rule: usize,
+    /// The decision of that limit.
+    limit: Reported,
+    tally: Tally,
+}
+
+impl Delayed {
+    /// When the request conforms: the decision time plus its delay (for a
+    /// global limit, the filter's clock before the call).
+    pub fn resume_at(&self) -> Nanos {
+        self.tally.now.saturating_add(self.delay)
+    }
+
+    /// What the response reports once the request goes through.
+    pub fn admitted(&self) -> Admitted {
+        Admitted {
+            report: self.tally.report,
+            shadow_denied: self.tally.shadow_denied.clone(),
+        }
+    }
+
+    /// Counts the request as admitted and delayed, once it is held.
+    pub fn accept<M: MetricSink + ?Sized>(&self, metrics: &M) {
+        self.tally.count_allowed(metrics);
+        metrics.delayed(self.rule, self.delay);
+    }
+
+    /// Denies the request instead of holding it (its rule's queue is full):
+    /// what it consumed is refunded, and `retry-after` is its delay.
+    pub fn refuse<S, M>(self, plan: &Plan, store: &S, metrics: &M) -> Denied
+    where
+        S: SharedStore + ?Sized,
+        M: MetricSink + ?Sized,
+    {
+        let env = Env {
+            plan,
+            store,
+            metrics,
+        };
+        let mut report = self.limit;
+        report.decision = Decision {
+            allowed: false,
+            remaining: 0,
+            retry_after: self.delay,
+            delay: 0,
+            denial: Some(Denial::OverLimit),
+            ..report.decision
+        };
+        match self.tally.deny(report, &env) {
+            Verdict::Deny(denied) => denied,
+            _ => Denied {
+                report,
+                shadow_denied: Vec::new(),
+            },
+        }
+    }
+
+    /// Gives back at `now` what the request consumed locally, as admitted at
+    /// the time it would have conformed: its client left while it waited.
+    /// Global limits keep the consumption (the limiter has no refund).
+    pub fn give_back<S, M>(mut self, plan: &Plan, store: &S, metrics: &M, now: Nanos)
+    where
+        S: SharedStore + ?Sized,
+        M: MetricSink + ?Sized,
+    {
+        let env = Env {
+            plan,
+            store,
+            metrics,
+        };
+        self.tally.refund_at(0, &env, now);
+    }
 }
 
 /// A request waiting for the limiter.
@@ -114,6 +208,7 @@ where
         tally: Tally {
             now: 0,
             report: None,
+            delayed: None,
             admitted: Vec::new(),
             shadow_denied: Vec::new(),
             consumed: Vec::new(),
@@ -176,7 +271,9 @@ where
             let decision = answer.decision();
             if decision.allowed {
                 if !call.shadow {
-                    tally.report = Some(more_restrictive(tally.report, item.reported(decision)));
+                    let reported = item.reported(decision);
+                    tally.report = Some(more_restrictive(tally.report, reported));
+                    tally.note_delay(reported);
                 }
                 continue;
             }
@@ -292,10 +389,12 @@ where
                     rule: applied.index,
                     limit: l,
                     target,
+                    delay: decision.delay,
                 });
                 if !applied.rule.shadow {
                     let reported = applied.reported(limit, decision);
                     self.tally.report = Some(more_restrictive(self.tally.report, reported));
+                    self.tally.note_delay(reported);
                 }
                 Ok(())
             }
@@ -406,6 +505,8 @@ where
 struct Tally {
     now: Nanos,
     report: Option<Reported>,
+    /// The enforcing limit with the longest delay, if any delays.
+    delayed: Option<Reported>,
     /// Rules that admitted the request (counted `allowed` if it passes).
     admitted: Vec<usize>,
     shadow_denied: Vec<usize>,
@@ -413,8 +514,28 @@ struct Tally {
 }
 
 impl Tally {
+    /// Keeps `reported` as the delaying limit if it delays longest so far.
+    fn note_delay(&mut self, reported: Reported) {
+        let longest = self.delayed.map_or(0, |d| d.decision.delay);
+        if reported.decision.delay > longest {
+            self.delayed = Some(reported);
+        }
+    }
+
     /// Refunds, newest first, the local limits consumed since `mark`.
     fn refund_since<S, M>(&mut self, mark: usize, env: &Env<'_, S, M>)
+    where
+        S: SharedStore + ?Sized,
+        M: MetricSink + ?Sized,
+    {
+        let now = self.now;
+        self.refund_at(mark, env, now);
+    }
+
+    /// Refunds at `now`, newest first, the local limits consumed since
+    /// `mark`; each was admitted when it conformed (the decision time plus
+    /// its delay).
+    fn refund_at<S, M>(&mut self, mark: usize, env: &Env<'_, S, M>, now: Nanos)
     where
         S: SharedStore + ?Sized,
         M: MetricSink + ?Sized,
@@ -431,7 +552,8 @@ impl Tally {
             else {
                 continue;
             };
-            if local::refund(env.store, state_key, limit, self.now, COST).is_err() {
+            let admitted_at = self.now.saturating_add(c.delay);
+            if local::refund_at(env.store, state_key, limit, admitted_at, now, COST).is_err() {
                 env.metrics.global(GlobalEvent::CasExhausted);
             }
         }
@@ -451,17 +573,31 @@ impl Tally {
         })
     }
 
-    /// Lets the request through.
+    /// Lets the request through, or holds it when some limit delays it
+    /// (counted once the host holds it: [`Delayed::accept`]).
     fn admit<M: MetricSink + ?Sized>(self, metrics: &M) -> Verdict {
+        if let Some(limit) = self.delayed {
+            return Verdict::Delay(Delayed {
+                delay: limit.decision.delay,
+                rule: limit.rule,
+                limit,
+                tally: self,
+            });
+        }
+        self.count_allowed(metrics);
+        Verdict::Allow(Admitted {
+            report: self.report,
+            shadow_denied: self.shadow_denied,
+        })
+    }
+
+    /// Counts the rules that admitted the request.
+    fn count_allowed<M: MetricSink + ?Sized>(&self, metrics: &M) {
         for &rule in &self.admitted {
             if !self.shadow_denied.contains(&rule) {
                 metrics.rule(rule, RuleEvent::Allowed);
             }
         }
-        Verdict::Allow(Admitted {
-            report: self.report,
-            shadow_denied: self.shadow_denied,
-        })
     }
 }
 
@@ -471,6 +607,9 @@ struct Consumed {
     rule: usize,
     limit: usize,
     target: Target,
+    /// The limit's delay: the request counts as admitted this long after
+    /// the decision.
+    delay: Nanos,
 }
 
 /// Where a consumed local limit's state lives.

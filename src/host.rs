@@ -1,18 +1,29 @@
 //! The Envoy side: proxy-wasm contexts that adapt host calls to the pure
 //! request path in [`crate::engine`].
+//!
+//! Requests held in delay mode wait in one [`Queue`] per VM (a worker
+//! thread), shared by the root context and the HTTP contexts of that thread.
+//! Every root context ticks at [`FLUSH_PERIOD`] to flush metrics, and at
+//! [`HOLD_TICK`] while requests wait, resuming those that are due; any root
+//! of the VM serves the queue, so requests held under a replaced
+//! configuration are still resumed.
 
 use crate::config::{self, Plan, Rule};
-use crate::engine::{self, Admitted, Denied, PendingCheck, Verdict};
+use crate::engine::{self, Admitted, Delayed, Denied, PendingCheck, Verdict};
 use crate::headers::Reported;
 use crate::key::RequestView;
 use crate::local::{self, SetError, SharedStore};
-use crate::metrics::{Batch, GlobalEvent, MetricSink, RuleEvent, FLUSH_PERIOD};
+use crate::metrics::{
+    ceil_millis, Batch, GlobalEvent, MetricSink, RuleEvent, DELAY_HISTOGRAM, FLUSH_PERIOD,
+};
+use crate::queue::Queue;
 use crate::response;
 use crate::slots::SlotHasher;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, MetricType, Status};
 use sluice_core::{Nanos, MILLISECOND};
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, UNIX_EPOCH};
@@ -23,8 +34,20 @@ proxy_wasm::main! {{
     std::panic::set_hook(Box::new(|info| {
         let _ = hostcalls::log(LogLevel::Critical, &format!("sluice: panic: {info}"));
     }));
-    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root::default()) });
+    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root::new()) });
 }}
+
+/// The root's tick period while requests wait: their resume times are kept
+/// to within about this.
+const HOLD_TICK: Duration = Duration::from_millis(1);
+
+thread_local! {
+    /// The requests this VM holds in delay mode.
+    static WAITING: RefCell<Queue> = RefCell::new(Queue::default());
+    /// Root contexts alive in this VM: the last one to go resumes every
+    /// waiting request rather than leave it stuck.
+    static ROOTS: Cell<usize> = const { Cell::new(0) };
+}
 
 /// Shared data through host calls.
 struct HostStore;
@@ -50,6 +73,8 @@ struct Metrics {
     /// Host metric id per [`Batch`] position.
     ids: Vec<u32>,
     batch: Batch,
+    /// Host metric id of [`DELAY_HISTOGRAM`].
+    delay_histogram: u32,
 }
 
 impl Metrics {
@@ -65,11 +90,17 @@ impl Metrics {
         Metrics {
             ids,
             batch: Batch::new(rules.len()),
+            delay_histogram: hostcalls::define_metric(MetricType::Histogram, DELAY_HISTOGRAM)
+                .unwrap_or(u32::MAX),
         }
     }
 
     fn add(&self, position: usize) {
-        if self.batch.add(position) {
+        self.add_n(position, 1);
+    }
+
+    fn add_n(&self, position: usize, n: u64) {
+        if self.batch.add_n(position, n) {
             self.flush();
         }
     }
@@ -109,6 +140,14 @@ impl MetricSink for Metrics {
     fn global(&self, event: GlobalEvent) {
         self.add(Batch::global_position(event));
     }
+
+    fn delayed(&self, rule: usize, delay: Nanos) {
+        let ms = ceil_millis(delay);
+        self.add(Batch::rule_position(rule, RuleEvent::Delayed));
+        self.add_n(Batch::rule_position(rule, RuleEvent::DelayedMs), ms);
+        // A histogram sample is one host call, made only for held requests.
+        let _ = hostcalls::record_metric(self.delay_histogram, ms);
+    }
 }
 
 /// Everything a request needs, replaced as a whole on reconfiguration.
@@ -118,11 +157,42 @@ struct Runtime {
     metrics: Metrics,
 }
 
-#[derive(Default)]
 struct Root {
     runtime: Option<Rc<Runtime>>,
     /// Whether the flush timer is set.
     ticking: bool,
+    /// When this root last ticked, and last flushed its metrics.
+    last_tick: Nanos,
+    last_flush: Nanos,
+}
+
+impl Root {
+    fn new() -> Root {
+        ROOTS.with(|r| r.set(r.get().saturating_add(1)));
+        Root {
+            runtime: None,
+            ticking: false,
+            last_tick: 0,
+            last_flush: 0,
+        }
+    }
+}
+
+/// Resumes the held requests due at `now` (every one when `now` is
+/// `Nanos::MAX`); returns whether some still wait.
+fn resume_due(now: Nanos) -> bool {
+    let (due, waiting) = WAITING.with(|q| {
+        let mut q = q.borrow_mut();
+        (q.take_due(now), !q.is_empty())
+    });
+    for context in due {
+        // A context gone meanwhile has left the queue in on_done; an error
+        // here means the host no longer knows it.
+        if hostcalls::set_effective_context(context).is_ok() {
+            let _ = hostcalls::resume_http_request();
+        }
+    }
+    waiting
 }
 
 fn now() -> Nanos {
@@ -133,12 +203,37 @@ fn now() -> Nanos {
         .unwrap_or(0)
 }
 
-impl Context for Root {}
+impl Context for Root {
+    fn on_done(&mut self) -> bool {
+        let last = ROOTS.with(|r| {
+            r.set(r.get().saturating_sub(1));
+            r.get() == 0
+        });
+        if last {
+            resume_due(Nanos::MAX);
+        }
+        true
+    }
+}
 
 impl RootContext for Root {
     fn on_tick(&mut self) {
-        if let Some(runtime) = &self.runtime {
-            runtime.metrics.flush();
+        let now = now();
+        let waiting = resume_due(now);
+        // The period follows the queue whoever set it last (an HTTP context
+        // of this root starts the fine ticks): a gap shorter than half the
+        // flush period means fine ticks.
+        let fine = now.saturating_sub(self.last_tick) < nanos(FLUSH_PERIOD) / 2;
+        self.last_tick = now;
+        if waiting != fine {
+            let period = if waiting { HOLD_TICK } else { FLUSH_PERIOD };
+            let _ = hostcalls::set_tick_period(period);
+        }
+        if now.saturating_sub(self.last_flush) >= nanos(FLUSH_PERIOD) {
+            self.last_flush = now;
+            if let Some(runtime) = &self.runtime {
+                runtime.metrics.flush();
+            }
         }
     }
 
@@ -186,12 +281,14 @@ impl RootContext for Root {
         true
     }
 
-    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
         Some(Box::new(Filter {
+            context_id,
             runtime: self.runtime.clone(),
             pending: None,
             tokens: Vec::new(),
             admitted: None,
+            held: None,
         }))
     }
 
@@ -219,11 +316,15 @@ impl RequestView for HostRequest {
 }
 
 struct Filter {
+    context_id: u32,
     runtime: Option<Rc<Runtime>>,
     pending: Option<PendingCheck>,
     /// Outstanding limiter calls: (token, call index).
     tokens: Vec<(u32, usize)>,
     admitted: Option<Admitted>,
+    /// A request held in delay mode: what to give back if its client leaves
+    /// while it waits; kept for the `x-sluice-delayed-ms` header after.
+    held: Option<Delayed>,
 }
 
 impl Filter {
@@ -236,11 +337,55 @@ impl Filter {
                 }
                 Action::Continue
             }
+            Verdict::Delay(delayed) => self.hold(runtime, delayed),
             Verdict::Deny(denied) => {
                 deny(&runtime.plan, &denied);
                 Action::Pause
             }
             Verdict::Check(pending) => self.call_limiter(runtime, pending),
+        }
+    }
+
+    /// Queues a delayed request until it conforms, or denies it when its
+    /// rule's queue is full.
+    fn hold(&mut self, runtime: &Runtime, delayed: Delayed) -> Action {
+        let (rule, max_queued) = runtime
+            .plan
+            .rules
+            .get(delayed.rule)
+            .map_or(("", 0), |r| (r.name.as_str(), r.max_queued));
+        let resume_at = delayed.resume_at();
+        let queued = WAITING.with(|q| {
+            let mut q = q.borrow_mut();
+            let was_empty = q.is_empty();
+            q.push(self.context_id, rule, resume_at, max_queued)
+                .map(|()| was_empty)
+        });
+        match queued {
+            Ok(first) => {
+                if first {
+                    // This root ticks finely until the queue is empty again.
+                    let _ = hostcalls::set_tick_period(HOLD_TICK);
+                }
+                delayed.accept(&runtime.metrics);
+                self.admitted = Some(delayed.admitted());
+                self.held = Some(delayed);
+            }
+            Err(_) => {
+                let denied = delayed.refuse(&runtime.plan, &HostStore, &runtime.metrics);
+                deny(&runtime.plan, &denied);
+            }
+        }
+        Action::Pause
+    }
+
+    /// Takes the request out of the queue if it still waits (its client
+    /// left) and gives back what it consumed.
+    fn leave(&mut self) {
+        let waited = WAITING.with(|q| q.borrow_mut().remove(self.context_id));
+        let held = self.held.take();
+        if let (true, Some(held), Some(runtime)) = (waited, held, self.runtime.as_ref()) {
+            held.give_back(&runtime.plan, &HostStore, &runtime.metrics, now());
         }
     }
 
@@ -315,6 +460,11 @@ fn add_response_headers(plan: &Plan, report: Option<&Reported>, shadow_denied: &
 }
 
 impl Context for Filter {
+    fn on_done(&mut self) -> bool {
+        self.leave();
+        true
+    }
+
     fn on_http_call_response(
         &mut self,
         token: u32,
@@ -381,6 +531,18 @@ impl HttpContext for Filter {
                 &admitted.shadow_denied,
             );
         }
+        if let Some(held) = self.held.take() {
+            let (name, value) = response::delayed_header(held.delay);
+            let _ = hostcalls::add_map_value(MapType::HttpResponseHeaders, name, &value);
+        }
         Action::Continue
     }
+
+    fn on_log(&mut self) {
+        self.leave();
+    }
+}
+
+fn nanos(d: Duration) -> Nanos {
+    u64::try_from(d.as_nanos()).unwrap_or(Nanos::MAX)
 }

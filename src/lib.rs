@@ -35,6 +35,7 @@ pub mod layout;
 pub mod local;
 pub mod matcher;
 pub mod metrics;
+pub mod queue;
 pub mod response;
 pub mod slots;
 

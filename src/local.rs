@@ -62,8 +62,21 @@ pub fn refund<S: SharedStore + ?Sized>(
     admitted_at: Nanos,
     cost: u64,
 ) -> Result<(), Contended> {
+    refund_at(store, key, limit, admitted_at, admitted_at, cost)
+}
+
+/// Gives back, at `now`, `cost` consumed at `admitted_at` (for a request
+/// held in delay mode, the time it conforms) from the state at `key`.
+pub fn refund_at<S: SharedStore + ?Sized>(
+    store: &S,
+    key: &str,
+    limit: &Limit,
+    admitted_at: Nanos,
+    now: Nanos,
+    cost: u64,
+) -> Result<(), Contended> {
     measure_and_replace(store, key, |value| {
-        let state = value.and_then(|v| sluice_core::refund(limit, v, admitted_at, cost));
+        let state = value.and_then(|v| sluice_core::refund_at(limit, v, admitted_at, now, cost));
         (state, ())
     })
 }

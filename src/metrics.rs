@@ -6,6 +6,7 @@
 //! waiting), so that a request costs no metric host call. `/stats` therefore
 //! lags the requests by up to the flush period.
 
+use sluice_core::{Nanos, MILLISECOND};
 use std::cell::Cell;
 use std::time::Duration;
 
@@ -26,15 +27,22 @@ pub enum RuleEvent {
     ShadowDenied,
     /// The rule matched but its key could not be built (a key part was missing).
     Skipped,
+    /// The rule's limit in delay mode held the request (the longest delay
+    /// of the request's limits was this rule's).
+    Delayed,
+    /// The total time, in milliseconds, requests were held for this rule.
+    DelayedMs,
 }
 
 impl RuleEvent {
     /// Every per-rule event, in the order of their metric ids.
-    pub const ALL: [RuleEvent; 4] = [
+    pub const ALL: [RuleEvent; 6] = [
         RuleEvent::Allowed,
         RuleEvent::Denied,
         RuleEvent::ShadowDenied,
         RuleEvent::Skipped,
+        RuleEvent::Delayed,
+        RuleEvent::DelayedMs,
     ];
 
     /// The metric name's last component.
@@ -44,6 +52,8 @@ impl RuleEvent {
             RuleEvent::Denied => "denied",
             RuleEvent::ShadowDenied => "shadow_denied",
             RuleEvent::Skipped => "skipped",
+            RuleEvent::Delayed => "delayed",
+            RuleEvent::DelayedMs => "delayed_ms",
         }
     }
 
@@ -96,12 +106,25 @@ impl GlobalEvent {
     }
 }
 
+/// The histogram of the time delayed requests are held, in milliseconds
+/// (its `P100` is the longest hold).
+pub const DELAY_HISTOGRAM: &str = "sluice.delay_ms";
+
 /// Where the request path reports what happened.
 pub trait MetricSink {
     /// Counts `event` for the rule at index `rule`.
     fn rule(&self, rule: usize, event: RuleEvent);
     /// Counts a filter-wide `event`.
     fn global(&self, event: GlobalEvent);
+    /// Counts a request held `delay` for the rule at index `rule`:
+    /// [`RuleEvent::Delayed`], [`RuleEvent::DelayedMs`] and
+    /// [`DELAY_HISTOGRAM`].
+    fn delayed(&self, rule: usize, delay: Nanos);
+}
+
+/// `nanos` in whole milliseconds, rounded up (the delay header and metrics).
+pub fn ceil_millis(nanos: Nanos) -> u64 {
+    nanos.div_ceil(MILLISECOND)
 }
 
 /// Counts waiting to be handed to the host, one per counter position.
@@ -141,10 +164,16 @@ impl Batch {
     /// Counts one event at `position`; returns true when [`FLUSH_EVERY`]
     /// events are waiting. Unknown positions are ignored.
     pub fn add(&self, position: usize) -> bool {
+        self.add_n(position, 1)
+    }
+
+    /// Adds `n` at `position` (one waiting event); returns true when
+    /// [`FLUSH_EVERY`] events are waiting. Unknown positions are ignored.
+    pub fn add_n(&self, position: usize, n: u64) -> bool {
         let Some(count) = self.counts.get(position) else {
             return false;
         };
-        count.set(count.get().saturating_add(1));
+        count.set(count.get().saturating_add(n));
         let waiting = self.waiting.get().saturating_add(1);
         self.waiting.set(waiting);
         waiting >= FLUSH_EVERY
@@ -206,6 +235,19 @@ mod tests {
         let mut again = 0;
         batch.drain(|_, _| again += 1);
         assert_eq!(again, 0);
+    }
+
+    #[test]
+    fn batch_adds_amounts() {
+        let batch = Batch::new(1);
+        let ms = Batch::rule_position(0, RuleEvent::DelayedMs);
+        assert!(!batch.add_n(ms, 250));
+        assert!(!batch.add_n(ms, 101));
+        let mut seen = Vec::new();
+        batch.drain(|p, n| seen.push((p, n)));
+        assert_eq!(seen, vec![(ms, 351)]);
+        assert_eq!(ceil_millis(MILLISECOND + 1), 2);
+        assert_eq!(ceil_millis(100 * MILLISECOND), 100);
     }
 
     #[test]

@@ -3,11 +3,21 @@
 
 use crate::config::Plan;
 use crate::headers::{push_rate_limit_headers, retry_after_seconds, Reported};
+use crate::metrics::ceil_millis;
+use sluice_core::Nanos;
 
 /// Header naming the rule that denied a request.
 pub const RULE_HEADER: &str = "x-sluice-rule";
 /// Header listing the shadow rules that would have denied a request.
 pub const SHADOW_HEADER: &str = "x-sluice-shadow-denied";
+/// Header of a response whose request was held in delay mode: the hold in
+/// milliseconds, rounded up.
+pub const DELAYED_HEADER: &str = "x-sluice-delayed-ms";
+
+/// The `x-sluice-delayed-ms` header of a request held `delay`.
+pub fn delayed_header(delay: Nanos) -> (&'static str, String) {
+    (DELAYED_HEADER, ceil_millis(delay).to_string())
+}
 
 /// The extra headers of a denial: `retry-after`, the rate-limit headers of the
 /// denying limit, `x-sluice-rule`, and `x-sluice-shadow-denied` when some
@@ -114,6 +124,18 @@ mod tests {
                 ("retry-after", "2".to_string()),
                 (RULE_HEADER, "a".to_string())
             ]
+        );
+    }
+
+    #[test]
+    fn delayed_header_in_whole_milliseconds_rounded_up() {
+        assert_eq!(
+            delayed_header(100 * MILLISECOND),
+            (DELAYED_HEADER, "100".to_string())
+        );
+        assert_eq!(
+            delayed_header(99_000_001),
+            (DELAYED_HEADER, "100".to_string())
         );
     }
 

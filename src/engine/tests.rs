@@ -4,7 +4,7 @@ use crate::key::fake::FakeRequest;
 use crate::local::fake::MemoryStore;
 use crate::local::MAX_ATTEMPTS;
 use crate::metrics::fake::RecordingSink;
-use sluice_core::MILLISECOND;
+use sluice_core::{Denial, MILLISECOND};
 use std::sync::atomic::Ordering;
 
 const NOW: Nanos = 1_700_000_000 * SECOND;
@@ -27,13 +27,17 @@ impl World {
     }
 
     fn eval(&self, req: &FakeRequest) -> Verdict {
+        self.eval_at(req, NOW)
+    }
+
+    fn eval_at(&self, req: &FakeRequest, now: Nanos) -> Verdict {
         evaluate(
             &self.plan,
             &self.hasher,
             req,
             &self.store,
             &self.metrics,
-            || NOW,
+            || now,
         )
     }
 
@@ -561,4 +565,158 @@ fn answers_are_matched_by_position_within_each_call() {
         other => panic!("{other:?}"),
     }
     assert_eq!(w.metrics.count(2, RuleEvent::Denied), 1);
+}
+
+/// GCRA 10/s, burst 1, in delay mode up to 1s: one request per 100ms.
+const PACED: &str = r#"{"name":"paced","key":["client_ip"],"limits":[
+    {"algorithm":"gcra","requests":10,"window":"1s","burst":1,"on_exceed":"delay","max_delay":"1s"}]}"#;
+
+fn delayed(v: Verdict) -> Delayed {
+    match v {
+        Verdict::Delay(d) => d,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The delay of a verdict: zero for an admitted request, `None` for a denial.
+fn delay_of(v: &Verdict) -> Option<Nanos> {
+    match v {
+        Verdict::Allow(_) => Some(0),
+        Verdict::Delay(d) => Some(d.delay),
+        _ => None,
+    }
+}
+
+#[test]
+fn delay_mode_holds_each_request_until_it_conforms() {
+    let w = World::new(&rules(PACED));
+    let req = FakeRequest::get("/");
+    let delays: Vec<Option<Nanos>> = (0..12).map(|_| delay_of(&w.eval(&req))).collect();
+    let expected: Vec<Option<Nanos>> = (0..11)
+        .map(|k| Some(k * 100 * MILLISECOND))
+        .chain([None])
+        .collect();
+    assert_eq!(delays, expected);
+    // Beyond max_delay: denied as in deny mode, with the time it would conform.
+    match w.eval(&req) {
+        Verdict::Deny(d) => {
+            assert_eq!(d.report.decision.denial, Some(Denial::DelayTooLong));
+            assert_eq!(d.report.decision.retry_after, 1_100 * MILLISECOND);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(w.metrics.count(0, RuleEvent::Denied), 2);
+    // Allowed is counted for the first now; the delayed ones once held.
+    assert_eq!(w.metrics.count(0, RuleEvent::Allowed), 1);
+}
+
+#[test]
+fn a_delayed_request_counts_when_it_conforms() {
+    let w = World::new(&rules(PACED));
+    let req = FakeRequest::get("/");
+    for _ in 0..5 {
+        w.eval(&req);
+    }
+    // The fifth conforms at +400ms; the next one at +500ms.
+    let d = delayed(w.eval_at(&req, NOW + 400 * MILLISECOND));
+    assert_eq!((d.delay, d.rule), (100 * MILLISECOND, 0));
+    let a = d.admitted();
+    let report = a.report.unwrap();
+    assert_eq!(
+        (report.decision.limit, report.decision.delay),
+        (10, 100 * MILLISECOND)
+    );
+}
+
+#[test]
+fn accept_counts_the_rule_and_the_delay() {
+    let w = World::new(&rules(PACED));
+    let req = FakeRequest::get("/");
+    w.eval(&req);
+    let d = delayed(w.eval(&req));
+    d.accept(&w.metrics);
+    assert_eq!(w.metrics.count(0, RuleEvent::Allowed), 2);
+    assert_eq!(*w.metrics.delays.borrow(), vec![(0, 100 * MILLISECOND)]);
+}
+
+#[test]
+fn a_refused_delay_consumes_nothing_and_retries_after_its_delay() {
+    let w = World::new(&rules(PACED));
+    let req = FakeRequest::get("/");
+    w.eval(&req);
+    let d = delayed(w.eval(&req));
+    let denied = d.refuse(&w.plan, &w.store, &w.metrics);
+    assert_eq!(denied.report.rule, 0);
+    assert!(!denied.report.decision.allowed);
+    assert_eq!(denied.report.decision.retry_after, 100 * MILLISECOND);
+    assert_eq!(w.metrics.count(0, RuleEvent::Denied), 1);
+    assert!(w.metrics.delays.borrow().is_empty());
+    // The quota is back: the next request waits what the refused one would have.
+    assert_eq!(delay_of(&w.eval(&req)), Some(100 * MILLISECOND));
+}
+
+#[test]
+fn a_client_leaving_while_held_gives_its_quota_back() {
+    let w = World::new(&rules(PACED));
+    let req = FakeRequest::get("/");
+    w.eval(&req);
+    w.eval(&req);
+    let third = delayed(w.eval(&req));
+    assert_eq!(third.delay, 200 * MILLISECOND);
+    let left_at = NOW + 50 * MILLISECOND;
+    third.give_back(&w.plan, &w.store, &w.metrics, left_at);
+    // Conforming at +200ms instead of +300ms: 150ms from +50ms.
+    assert_eq!(delay_of(&w.eval_at(&req, left_at)), Some(150 * MILLISECOND));
+}
+
+#[test]
+fn the_longest_delay_holds_and_a_later_denial_refunds_the_delayed() {
+    let w = World::new(&rules(
+        r#"{"name":"fast","key":["client_ip"],"limits":[
+            {"algorithm":"gcra","requests":10,"window":"1s","burst":1,"on_exceed":"delay","max_delay":"1s"}]},
+           {"name":"slow","key":["client_ip"],"limits":[
+            {"algorithm":"leaky_bucket","requests":5,"window":"1s","burst":1,"on_exceed":"delay","max_delay":"1s"}]},
+           {"name":"cap","key":["header:x-cap"],"limits":[
+            {"algorithm":"fixed_window","requests":1,"window":"1h"}]}"#,
+    ));
+    let plain = FakeRequest::get("/");
+    assert!(allowed(&w.eval(&plain)));
+    let d = delayed(w.eval(&plain));
+    assert_eq!((d.delay, d.rule), (200 * MILLISECOND, 1));
+    // "cap" admits one request with the header, then denies: the delays
+    // consumed by "fast" and "slow" are given back.
+    let capped = FakeRequest::get("/").with("x-cap", "1");
+    assert_eq!(delay_of(&w.eval(&capped)), Some(400 * MILLISECOND));
+    assert!(matches!(w.eval(&capped), Verdict::Deny(_)));
+    assert_eq!(delay_of(&w.eval(&plain)), Some(600 * MILLISECOND));
+}
+
+#[test]
+fn shadow_rules_never_hold() {
+    let w = World::new(&rules(
+        &PACED.replace(r#""key""#, r#""mode":"shadow","key""#),
+    ));
+    let req = FakeRequest::get("/");
+    assert!(allowed(&w.eval(&req)));
+    assert!(allowed(&w.eval(&req)));
+}
+
+#[test]
+fn a_global_limit_in_delay_mode_holds_for_the_limiters_delay() {
+    let w = World::new(&rules(
+        r#"{"name":"g","key":["client_ip"],"limits":[
+            {"algorithm":"gcra","requests":10,"window":"1s","burst":1,"scope":"global","on_exceed":"delay","max_delay":"1s"}]}"#,
+    ));
+    let p = pending(w.eval(&FakeRequest::get("/")));
+    let body = String::from_utf8(p.body(0).to_vec()).unwrap();
+    assert!(
+        body.ends_with(r#""burst":1,"max_delay_ms":1000}]}"#),
+        "{body}"
+    );
+    let answer = r#"{"allowed":true,"limits":[{"allowed":true,"limit":10,"remaining":0,"reset_ms":400,"retry_after_ms":0,"delay_ms":300}]}"#;
+    let d = delayed(w.finish(p, Some(answer.to_string())));
+    assert_eq!((d.delay, d.rule), (300 * MILLISECOND, 0));
+    d.accept(&w.metrics);
+    assert_eq!(w.metrics.count(0, RuleEvent::Allowed), 1);
+    assert_eq!(*w.metrics.delays.borrow(), vec![(0, 300 * MILLISECOND)]);
 }

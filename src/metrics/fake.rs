@@ -1,6 +1,7 @@
 //! A metric sink that remembers every event, for tests.
 
 use super::{GlobalEvent, MetricSink, RuleEvent};
+use sluice_core::Nanos;
 
 /// A sink that remembers every event, for tests.
 #[derive(Debug, Default)]
@@ -9,6 +10,8 @@ pub struct RecordingSink {
     pub rules: std::cell::RefCell<Vec<(usize, RuleEvent)>>,
     /// Global events in order.
     pub globals: std::cell::RefCell<Vec<GlobalEvent>>,
+    /// Delays in order: (rule, delay).
+    pub delays: std::cell::RefCell<Vec<(usize, Nanos)>>,
 }
 
 impl RecordingSink {
@@ -38,5 +41,9 @@ impl MetricSink for RecordingSink {
 
     fn global(&self, event: GlobalEvent) {
         self.globals.borrow_mut().push(event);
+    }
+
+    fn delayed(&self, rule: usize, delay: Nanos) {
+        self.delays.borrow_mut().push((rule, delay));
     }
 }
