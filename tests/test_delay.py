@@ -1,0 +1,204 @@
+"""Delay mode: requests over a gcra or leaky_bucket limit are held until they conform.
+
+Times are measured on the client side from the moment the requests are sent
+together; the issue's tolerance is ±25 ms around each computed time.
+"""
+
+import http.client
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from support import request, sluice_config, wait_until
+
+TOLERANCE = 0.025
+STEP = 0.1  # GCRA 10/s: one request every 100 ms
+
+
+def paced(max_queued=None, **limit):
+    """One rule on a constant key: GCRA 10/s, burst 1, held up to 1s."""
+    rule = {"name": "paced", "key": ["const:k"],
+            "limits": [dict({"algorithm": "gcra", "requests": 10, "window": "1s", "burst": 1,
+                             "on_exceed": "delay", "max_delay": "1s"}, **limit)]}
+    if max_queued is not None:
+        rule["max_queued"] = max_queued
+    return sluice_config([rule])
+
+
+def fire(port, n):
+    """Sends `n` requests at once, one connection each (opened beforehand).
+
+    Returns [(seconds from the first send to the response, response)], by
+    completion time."""
+    conns = [http.client.HTTPConnection("127.0.0.1", port, timeout=30) for _ in range(n)]
+    for c in conns:
+        c.connect()
+    barrier = threading.Barrier(n)
+    sent, done = [0.0] * n, [None] * n
+    errors = []
+
+    def one(i):
+        try:
+            barrier.wait(timeout=10)
+            sent[i] = time.monotonic()
+            conns[i].request("GET", "/")
+            resp = conns[i].getresponse()
+            body = resp.read()
+            done[i] = (time.monotonic(), resp.status, {k.lower(): v for k, v in resp.getheaders()}, body)
+        except BaseException as e:  # noqa: BLE001 - re-raised below
+            errors.append(e)
+        finally:
+            conns[i].close()
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    start = min(sent)
+    return sorted((at - start, status, headers) for at, status, headers, _ in done)
+
+
+def delayed_ms(headers):
+    value = headers.get("x-sluice-delayed-ms")
+    return None if value is None else int(value)
+
+
+def assert_paced(results):
+    """The k-th response completes k*100 ms after the first send, ±25 ms."""
+    for k, (elapsed, status, headers) in enumerate(results):
+        assert status == 200, results
+        assert abs(elapsed - k * STEP) <= TOLERANCE, f"response {k} at {elapsed * 1000:.0f} ms: {results}"
+        if k == 0:
+            assert delayed_ms(headers) is None
+        else:
+            assert abs(delayed_ms(headers) - k * 100) <= TOLERANCE * 1000, results
+
+
+def test_concurrent_requests_complete_one_step_apart(envoy):
+    e = envoy(paced())
+    assert_paced(fire(e.port, 5))
+    wait_until(lambda: e.sluice_stat("sluice.paced.delayed") == 4, what="sluice.paced.delayed == 4")
+    assert e.sluice_stat("sluice.paced.allowed") == 5
+    # total held time: about 100 + 200 + 300 + 400 ms
+    assert abs(e.sluice_stat("sluice.paced.delayed_ms") - 1000) <= 4 * 25
+    assert e.sluice_stat("sluice.paced.denied") == 0
+
+
+def test_requests_beyond_max_delay_are_denied_with_retry_after(envoy):
+    e = envoy(paced())
+    results = fire(e.port, 15)
+    passed = [r for r in results if r[1] == 200]
+    denied = [r for r in results if r[1] == 429]
+    # 0, 100, ..., 1000 ms fit within max_delay; 1100 ms and later do not
+    assert (len(passed), len(denied)) == (11, 4), results
+    assert_paced(passed)
+    for elapsed, _, headers in denied:
+        assert elapsed < STEP, results  # answered at once, not held
+        # they would conform after 1.1 to 1.4 s: retry-after rounds up to 2
+        assert headers["retry-after"] == "2"
+        assert headers["x-sluice-rule"] == "paced"
+        assert delayed_ms(headers) is None
+    wait_until(lambda: e.sluice_stat("sluice.paced.denied") == 4, what="sluice.paced.denied == 4")
+
+
+def worker_connections(e):
+    """Connections accepted by each worker of the test listener."""
+    stats = e.stats()
+    prefix = f"listener.127.0.0.1_{e.port}.worker_"
+    return {name: v for name, v in stats.items() if name.startswith(prefix) and name.endswith(".downstream_cx_total")}
+
+
+def test_a_full_queue_denies(envoy):
+    e = envoy(paced(max_queued=2))
+    assert request(e.port, "/").status == 200
+    before = worker_connections(e)
+    results = fire(e.port, 8)
+    after = worker_connections(e)
+    per_worker = [after[name] - before.get(name, 0) for name in after]
+    assert sum(per_worker) == 8, after
+    # each worker holds at most 2 requests of the rule; the others are denied
+    held = sum(min(2, n) for n in per_worker)
+    statuses = [status for _, status, _ in results]
+    assert statuses.count(200) == held, (per_worker, results)
+    assert statuses.count(429) == 8 - held
+    for _, status, headers in results:
+        if status == 200:
+            assert delayed_ms(headers) > 0
+        else:
+            # its delay (at most 500 ms here) in whole seconds, rounded up
+            assert headers["retry-after"] == "1"
+            assert headers["x-sluice-rule"] == "paced"
+    wait_until(lambda: e.sluice_stat("sluice.paced.delayed") == held, what=f"sluice.paced.delayed == {held}")
+    assert e.sluice_stat("sluice.paced.denied") == 8 - held
+
+
+def test_a_client_leaving_while_held_gives_its_quota_back(envoy):
+    e = envoy(paced())
+    t0 = time.monotonic()
+    assert request(e.port, "/").status == 200
+    # the second request is held for about 100 ms; its client leaves at once
+    s = socket.create_connection(("127.0.0.1", e.port))
+    s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    time.sleep(0.03)
+    s.close()
+    time.sleep(0.03)
+    # with its quota back, the next request conforms at +100 ms, not +200 ms
+    r = request(e.port, "/")
+    waited = time.monotonic() - t0
+    assert r.status == 200
+    assert delayed_ms(r.headers) is not None and delayed_ms(r.headers) <= 100 - 60 + 25, r.headers
+    assert waited <= STEP + TOLERANCE
+    # nothing stuck, nothing broken
+    assert e.process.alive()
+    assert "panic" not in e.log()
+    wait_until(lambda: e.sluice_stat("sluice.paced.delayed") == 2, what="sluice.paced.delayed == 2")
+
+
+def test_requests_held_during_a_configuration_push_complete(envoy):
+    e = envoy(paced())
+    results = []
+    thread = threading.Thread(target=lambda: results.extend(fire(e.port, 5)))
+    thread.start()
+    time.sleep(0.05)
+    assert e.push_config(paced(requests=20))
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert [status for _, status, _ in results] == [200] * 5
+    assert all(delayed_ms(h) for _, _, h in results[1:]), results
+    # the held ones were not released early, nor long after their time
+    assert abs(results[-1][0] - 4 * STEP) <= TOLERANCE, results
+    assert request(e.port, "/").status == 200
+
+
+GOOD = {"name": "r", "key": ["const:x"], "limits": [{"algorithm": "gcra", "requests": 1, "window": "1h"}]}
+
+
+def with_limit(**changes):
+    return json.dumps(sluice_config([dict(GOOD, limits=[dict(GOOD["limits"][0], **changes)])]))
+
+
+BAD = {
+    "delay on fixed_window": (with_limit(algorithm="fixed_window", on_exceed="delay", max_delay="1s"),
+                              "rules[0].limits[0].on_exceed"),
+    "delay without max_delay": (with_limit(on_exceed="delay"), "rules[0].limits[0].max_delay"),
+    "max_delay without delay": (with_limit(max_delay="1s"), "rules[0].limits[0].max_delay"),
+    "max_queued out of range": (json.dumps(sluice_config([dict(GOOD, max_queued=0)])), "rules[0].max_queued"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_delay_configuration_is_refused_with_the_field_named(envoy, case):
+    e = envoy(sluice_config([GOOD]))
+    assert request(e.port, "/").status == 200
+    config, field = BAD[case]
+    assert not e.push_config(config)
+    lines = [line for line in e.log().splitlines() if "sluice: invalid configuration" in line]
+    assert lines and f"{field}:" in lines[-1], lines
+    # still serving the previous configuration and its counters
+    assert request(e.port, "/").status == 429
