@@ -122,13 +122,7 @@ impl Delayed {
             denial: Some(Denial::OverLimit),
             ..report.decision
         };
-        match self.tally.deny(report, &env) {
-            Verdict::Deny(denied) => denied,
-            _ => Denied {
-                report,
-                shadow_denied: Vec::new(),
-            },
-        }
+        self.tally.denied(report, &env)
     }
 
     /// Gives back at `now` what the request consumed locally, as admitted at
@@ -560,17 +554,26 @@ impl Tally {
     }
 
     /// Denies the request for `report`, refunding everything it consumed.
-    fn deny<S, M>(mut self, report: Reported, env: &Env<'_, S, M>) -> Verdict
+    fn deny<S, M>(self, report: Reported, env: &Env<'_, S, M>) -> Verdict
+    where
+        S: SharedStore + ?Sized,
+        M: MetricSink + ?Sized,
+    {
+        Verdict::Deny(self.denied(report, env))
+    }
+
+    /// [`deny`](Self::deny)'s denial.
+    fn denied<S, M>(mut self, report: Reported, env: &Env<'_, S, M>) -> Denied
     where
         S: SharedStore + ?Sized,
         M: MetricSink + ?Sized,
     {
         self.refund_since(0, env);
         env.metrics.rule(report.rule, RuleEvent::Denied);
-        Verdict::Deny(Denied {
+        Denied {
             report,
             shadow_denied: self.shadow_denied,
-        })
+        }
     }
 
     /// Lets the request through, or holds it when some limit delays it

@@ -229,7 +229,8 @@ impl RootContext for Root {
             let period = if waiting { HOLD_TICK } else { FLUSH_PERIOD };
             let _ = hostcalls::set_tick_period(period);
         }
-        if now.saturating_sub(self.last_flush) >= nanos(FLUSH_PERIOD) {
+        // Every slow tick flushes, as do fine ticks a flush period apart.
+        if !fine || now.saturating_sub(self.last_flush) >= nanos(FLUSH_PERIOD) {
             self.last_flush = now;
             if let Some(runtime) = &self.runtime {
                 runtime.metrics.flush();
