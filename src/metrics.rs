@@ -26,15 +26,19 @@ pub enum RuleEvent {
     ShadowDenied,
     /// The rule matched but its key could not be built (a key part was missing).
     Skipped,
+    /// The rule weighs requests by a header that was missing or not a
+    /// non-negative integer; the request weighed 1.
+    CostInvalid,
 }
 
 impl RuleEvent {
     /// Every per-rule event, in the order of their metric ids.
-    pub const ALL: [RuleEvent; 4] = [
+    pub const ALL: [RuleEvent; 5] = [
         RuleEvent::Allowed,
         RuleEvent::Denied,
         RuleEvent::ShadowDenied,
         RuleEvent::Skipped,
+        RuleEvent::CostInvalid,
     ];
 
     /// The metric name's last component.
@@ -44,6 +48,7 @@ impl RuleEvent {
             RuleEvent::Denied => "denied",
             RuleEvent::ShadowDenied => "shadow_denied",
             RuleEvent::Skipped => "skipped",
+            RuleEvent::CostInvalid => "cost_invalid",
         }
     }
 

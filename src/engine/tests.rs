@@ -562,3 +562,154 @@ fn answers_are_matched_by_position_within_each_call() {
     }
     assert_eq!(w.metrics.count(2, RuleEvent::Denied), 1);
 }
+
+/// Admitted requests of `req` before the first denial (at most 100).
+fn admitted_in_a_row(w: &World, req: &FakeRequest) -> usize {
+    (0..100).take_while(|_| allowed(&w.eval(req))).count()
+}
+
+#[test]
+fn soft_limit_admits_above_the_quota_and_reports_the_quota() {
+    let w = World::new(&rules(
+        r#"{"name":"s","key":["client_ip"],"limits":[{"algorithm":"token_bucket","requests":10,"window":"1h","soft_percent":20}]}"#,
+    ));
+    let req = FakeRequest::get("/");
+    let mut remaining = Vec::new();
+    for _ in 0..12 {
+        match w.eval(&req) {
+            Verdict::Allow(a) => {
+                let d = a.report.unwrap().decision;
+                assert_eq!(d.limit, 10);
+                remaining.push(d.remaining);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(remaining, [9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 0, 0]);
+    assert!(matches!(w.eval(&req), Verdict::Deny(_)));
+}
+
+#[test]
+fn fixed_cost_consumes_and_refunds_its_weight() {
+    let w = World::new(&rules(
+        r#"{"name":"a","key":["client_ip"],"cost":3,"limits":[{"algorithm":"fixed_window","requests":20,"window":"1h"}]},
+           {"name":"b","match":{"headers":[{"name":"x-b","present":true}]},"key":["client_ip"],"limits":[{"algorithm":"fixed_window","requests":1,"window":"1h"}]}"#,
+    ));
+    // Rule b admits one request, then denies: rule a gets its 3 units back
+    // each time.
+    let with_b = FakeRequest::get("/").with("x-b", "1");
+    assert!(allowed(&w.eval(&with_b)));
+    for _ in 0..5 {
+        match w.eval(&with_b) {
+            Verdict::Deny(d) => assert_eq!(d.report.rule, 1),
+            other => panic!("{other:?}"),
+        }
+    }
+    // 20 units: 6 requests of 3, one of them already admitted.
+    assert_eq!(admitted_in_a_row(&w, &FakeRequest::get("/")), 5);
+    assert_eq!(w.metrics.count(0, RuleEvent::Allowed), 6);
+}
+
+#[test]
+fn header_cost_weighs_each_request() {
+    let w = World::new(&rules(
+        r#"{"name":"h","key":["client_ip"],"cost":"header:x-cost","limits":[{"algorithm":"fixed_window","requests":10,"window":"1h"}]}"#,
+    ));
+    let with_cost = |c: &str| FakeRequest::get("/").with("x-cost", c);
+    let remaining = |v: Verdict| match v {
+        Verdict::Allow(a) => a.report.unwrap().decision.remaining,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(remaining(w.eval(&with_cost("4"))), 6);
+    assert_eq!(remaining(w.eval(&with_cost(" 2 "))), 4);
+    // Missing or malformed: weight 1, counted.
+    assert_eq!(remaining(w.eval(&FakeRequest::get("/"))), 3);
+    for bad in ["", "-1", "1.5", "+2", "0x3", "two"] {
+        w.eval(&with_cost(bad));
+    }
+    assert_eq!(w.metrics.count(0, RuleEvent::CostInvalid), 7);
+    // The 3 units left went to 3 of the 6 malformed ones; the rest were denied.
+    assert_eq!(w.metrics.count(0, RuleEvent::Allowed), 6);
+    assert_eq!(w.metrics.count(0, RuleEvent::Denied), 3);
+    // Zero: the rule does not count the request.
+    match w.eval(&with_cost("0")) {
+        Verdict::Allow(a) => assert_eq!(a.report, None),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(w.metrics.count(0, RuleEvent::Allowed), 6);
+}
+
+#[test]
+fn a_cost_above_capacity_is_denied_for_good_and_consumes_nothing() {
+    let w = World::new(&rules(
+        r#"{"name":"site","key":["const:s"],"limits":[{"algorithm":"fixed_window","requests":100,"window":"1h"}]},
+           {"name":"h","key":["client_ip"],"cost":"header:x-cost","limits":[
+             {"algorithm":"gcra","requests":10,"window":"1h","soft_percent":50},
+             {"algorithm":"gcra","requests":100,"window":"1h","scope":"global"}]}"#,
+    ));
+    for (cost, rule_limit) in [("16", 10), ("99999999999999999999999", 10)] {
+        match w.eval(&FakeRequest::get("/").with("x-cost", cost)) {
+            Verdict::Deny(d) => {
+                assert_eq!(d.report.rule, 1);
+                assert_eq!(d.report.decision.limit, rule_limit);
+                assert_eq!(d.report.decision.retry_after, 0);
+                assert_eq!(d.report.decision.denial, Some(Denial::CostExceedsCapacity));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // The global limit (capacity 100) denies at once, without a call.
+    let w2 = World::new(&rules(
+        r#"{"name":"h","key":["client_ip"],"cost":"header:x-cost","limits":[{"algorithm":"gcra","requests":100,"window":"1h","scope":"global"}]}"#,
+    ));
+    match w2.eval(&FakeRequest::get("/").with("x-cost", "101")) {
+        Verdict::Deny(d) => {
+            assert_eq!(d.report.decision.denial, Some(Denial::CostExceedsCapacity));
+        }
+        other => panic!("{other:?}"),
+    }
+    // Rule site was refunded: 100 requests of weight 1 still pass it (and
+    // 15 of them fit h's local limit, 10 + 50%).
+    let one = FakeRequest::get("/").with("x-cost", "1");
+    let mut passed = 0;
+    for _ in 0..15 {
+        let p = pending(w.eval(&one));
+        passed += usize::from(allowed(&w.finish(p, answer(true, 0))));
+    }
+    assert_eq!(passed, 15);
+    assert_eq!(w.metrics.count(0, RuleEvent::Denied), 0);
+}
+
+#[test]
+fn global_checks_carry_the_weight() {
+    let w = World::new(&rules(
+        r#"{"name":"a","key":["client_ip"],"cost":3,"limits":[{"algorithm":"gcra","requests":100,"window":"1h","scope":"global"}]},
+           {"name":"b","key":["client_ip"],"limits":[{"algorithm":"gcra","requests":100,"window":"1h","scope":"global"}]},
+           {"name":"c","key":["client_ip"],"cost":"header:x-cost","limits":[{"algorithm":"gcra","requests":100,"window":"1h","scope":"global"}]}"#,
+    ));
+    let p = pending(w.eval(&FakeRequest::get("/").with("x-cost", "3")));
+    let body: serde_json::Value = serde_json::from_slice(p.body(0)).unwrap();
+    assert_eq!(body["hits"], 3);
+    let hits: Vec<_> = body["limits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.get("hits").cloned())
+        .collect();
+    // Only the limit weighing otherwise than the call names its own.
+    assert_eq!(hits, [None, Some(serde_json::json!(1)), None]);
+}
+
+#[test]
+fn only_fixed_cost_global_denials_are_cached() {
+    let w = World::new(&rules(
+        r#"{"name":"h","key":["client_ip"],"cost":"header:x-cost","limits":[{"algorithm":"gcra","requests":100,"window":"1h","scope":"global"}]}"#,
+    ));
+    let req = FakeRequest::get("/").with("x-cost", "50");
+    let p = pending(w.eval(&req));
+    assert!(!allowed(&w.finish(p, answer(false, 2_000))));
+    // A lighter request may still pass: it is asked about, not denied from
+    // the cache.
+    let light = FakeRequest::get("/").with("x-cost", "1");
+    assert!(matches!(w.eval(&light), Verdict::Check(_)));
+}
