@@ -94,7 +94,7 @@ async fn decide<S: Store>(st: &AppState<S>, body: Result<Bytes, BytesRejection>)
         Ok(items) => items,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    match st.store.check(&items, check.hits).await {
+    match st.store.check(&items).await {
         Ok(verdict) => {
             st.metrics.record_decision(&check.domain, verdict.allowed);
             if verdict.capacity_denied {
@@ -148,6 +148,7 @@ fn store_items(domain: &str, limits: Vec<KeyedLimit>) -> Result<Vec<StoreItem>, 
         items.push(StoreItem {
             id,
             limit: kl.limit,
+            hits: kl.hits,
         });
     }
     Ok(items)

@@ -228,7 +228,7 @@ async fn healthz_and_metrics() {
 struct Down;
 
 impl Store for Down {
-    async fn check(&self, _: &[StoreItem], _: u64) -> Result<Verdict, StoreError> {
+    async fn check(&self, _: &[StoreItem]) -> Result<Verdict, StoreError> {
         Err(StoreError::Timeout)
     }
 

@@ -234,6 +234,7 @@ async fn concurrent_checks_never_admit_more_than_the_limit<S: Store + Clone>(s: 
         let items = Arc::new([StoreItem {
             id: format!("{}-hot/k|{}|86400000", s.name, alg.name()),
             limit: Limit::new(alg, 500, 86_400 * SECOND).unwrap(),
+            hits: 1,
         }]);
         let admitted = Arc::new(AtomicU64::new(0));
         let tasks: Vec<_> = (0..8)
@@ -243,7 +244,7 @@ async fn concurrent_checks_never_admit_more_than_the_limit<S: Store + Clone>(s: 
                 let admitted = admitted.clone();
                 tokio::spawn(async move {
                     for _ in 0..200 {
-                        if store.check(&items[..], 1).await.unwrap().allowed {
+                        if store.check(&items[..]).await.unwrap().allowed {
                             admitted.fetch_add(1, Ordering::Relaxed);
                         }
                     }
