@@ -100,6 +100,11 @@ async fn decide<S: Store>(st: &AppState<S>, body: Result<Bytes, BytesRejection>)
             if verdict.capacity_denied {
                 st.metrics.inc_capacity_denials();
             }
+            // The request waits for its longest delay.
+            let delay = verdict.decisions.iter().map(|d| d.delay).max().unwrap_or(0);
+            if verdict.allowed && delay > 0 {
+                st.metrics.record_delay(delay);
+            }
             let resp = CheckResponse {
                 allowed: verdict.allowed,
                 limits: verdict.decisions.iter().map(LimitResult::from).collect(),

@@ -10,7 +10,8 @@
 //!
 //! An override replaces `requests`, `window_ms` and `burst` (which defaults
 //! to the override's `requests`); the algorithm, its extras (precision, soft
-//! allowance, delay mode) and the request's weights stay the request's. A file entry wins over a Redis entry for the same key.
+//! allowance, delay mode) and the request's weights stay the request's. A
+//! file entry wins over a Redis entry for the same key.
 
 use crate::store::redis::RedisStore;
 use crate::store::StoreError;

@@ -3,14 +3,15 @@
 //! The script (`decide.lua`) runs the six algorithms with sluice-core's integer
 //! arithmetic, in **microseconds** (Lua numbers are doubles; nanoseconds since
 //! the epoch do not fit in 53 bits, microseconds do), and reads the clock from
-//! the server's `TIME`, so every limiter instance agrees on "now". Each key
-//! expires when its state is back to full.
+//! the server's `TIME`, so every limiter instance agrees on "now" (and, in
+//! delay mode, on each request's wait). Each key expires when its state is
+//! back to full.
 //!
 //! Every limit key gets its own hash tag (`sluice:{domain/key|algorithm|window}`),
 //! so load spreads over a cluster's slots. On a single server a check is one
 //! script call. On a cluster a check is one script call per slot, run
 //! concurrently; when one slot denies, the slots that admitted are refunded
-//! (`refund` mode of the same script). Between the admit and the refund
+//! (`refund` mode of the same script, each limit its own weight). Between the admit and the refund
 //! another request may see the briefly consumed quota and be denied: a refund
 //! race errs on the side of limiting, never of admitting too much.
 
