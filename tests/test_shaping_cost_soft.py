@@ -237,7 +237,6 @@ def test_global_header_cost_and_capacity(envoy, memory_limiter):
     assert e.sluice_stat("sluice.limiter_errors") == 0
 
 
-@pytest.mark.xfail(strict=True, reason="needs the limiter's per-limit hits (LimitSpec.hits): it answers 400 until then")
 def test_global_limits_of_rules_with_different_weights_are_checked_in_one_call(envoy, memory_limiter):
     cfg = global_config([
         global_rule("fixed_window", 20, name="heavy", cost=3),
