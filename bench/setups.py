@@ -119,6 +119,8 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
     out += [
         Row("local-gcra-noheaders", "Sluice local gcra, one key, headers none",
             filters=sluice(sluice_config(gcra, headers="none"))),
+        Row("local-gcra-soft", "Sluice local gcra, one key, soft_percent 20",
+            filters=sluice(sluice_config({**gcra, "soft_percent": 20}))),
         Row("local-deny", "Sluice local gcra, flood (429 path)", expect="deny",
             filters=sluice(sluice_config({"algorithm": "gcra", **DENY_LIMIT}))),
         Row("deny-reply", "wasm filter making Sluice's host calls and 429 of a denial, no logic", expect="deny",

@@ -17,8 +17,13 @@
 //! with some delay from an enforcing rule is [`Verdict::Delay`]: the host
 //! holds it for the longest of its delays, or, when it cannot hold it,
 //! refuses it with [`Delayed::refuse`]. Shadow rules never hold a request.
+//!
+//! A request weighs its rule's [`Cost`] in each limit of the rule: that many
+//! units are consumed (and refunded), and a global limit is checked with that
+//! many hits. A weight above what a limit can ever admit is denied with
+//! [`Denial::CostExceedsCapacity`].
 
-use crate::config::{FailureMode, LimitScope, Plan, Rule, RuleLimit};
+use crate::config::{Cost, FailureMode, LimitScope, Plan, Rule, RuleLimit};
 use crate::headers::{more_restrictive, Reported};
 use crate::key::{Request, RequestView};
 use crate::layout;
@@ -27,9 +32,6 @@ use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
 use crate::slots::{self, SlotHasher};
 use sluice_core::{Decision, Denial, Limit, Nanos, SECOND};
 use sluice_wire::{limiter_key, CheckRequest, CheckResponse, LimitSpec};
-
-/// Every request costs one hit.
-const COST: u64 = 1;
 
 /// What to do with a request.
 #[derive(Debug)]
@@ -221,6 +223,14 @@ where
             metrics.rule(index, RuleEvent::Skipped);
             continue;
         }
+        let weight = match weight(&rule.cost, &request) {
+            Ok(0) => continue,
+            Ok(weight) => weight,
+            Err(Malformed) => {
+                metrics.rule(index, RuleEvent::CostInvalid);
+                1
+            }
+        };
         walk.tally.now = *clock_read.get_or_insert_with(&clock);
         let fingerprint = hasher.fingerprint(&key);
         let applied = Applied {
@@ -229,6 +239,7 @@ where
             key: &key,
             fingerprint,
             slot: slot(plan, fingerprint),
+            weight,
         };
         if let Err(report) = walk.rule(&applied) {
             return walk.tally.deny(report, &walk.env);
@@ -271,7 +282,7 @@ where
                 }
                 continue;
             }
-            if decision.retry_after > 0 {
+            if decision.retry_after > 0 && item.cacheable {
                 let deadline = tally.now.saturating_add(decision.retry_after);
                 remember_denial(&env, item, deadline, &mut key);
             }
@@ -294,6 +305,27 @@ where
     }
 }
 
+/// The cost header was missing or not a non-negative integer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Malformed;
+
+/// What the request weighs in a rule of `cost`; 0 means the rule does not
+/// count it. A header value of only digits too large for `u64` weighs
+/// `u64::MAX` (more than any limit admits).
+fn weight<'a, V: RequestView>(cost: &'a Cost, request: &Request<'a, V>) -> Result<u64, Malformed> {
+    let name = match cost {
+        Cost::Fixed(weight) => return Ok(*weight),
+        Cost::Header(name) => name,
+    };
+    let value = request.header(name).ok_or(Malformed)?;
+    let digits = value.trim_matches(|c: char| c == ' ' || c == '\t');
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(Malformed);
+    }
+    // Only digits: parsing fails only on overflow.
+    Ok(digits.parse().unwrap_or(u64::MAX))
+}
+
 /// A rule that applies to the request, and the request's key for it.
 struct Applied<'a> {
     index: usize,
@@ -301,6 +333,8 @@ struct Applied<'a> {
     key: &'a str,
     fingerprint: u64,
     slot: u64,
+    /// What the request weighs in this rule's limits (at least 1).
+    weight: u64,
 }
 
 impl Applied<'_> {
@@ -377,13 +411,14 @@ where
         let Some((limit, key)) = target.locate(rule_limit, &mut self.scratch) else {
             return Ok(());
         };
-        match local::consume(self.env.store, key, limit, self.tally.now, COST) {
+        match local::consume(self.env.store, key, limit, self.tally.now, applied.weight) {
             Ok(decision) if decision.allowed => {
                 self.tally.consumed.push(Consumed {
                     rule: applied.index,
                     limit: l,
                     target,
                     delay: decision.delay,
+                    weight: applied.weight,
                 });
                 if !applied.rule.shadow {
                     let reported = applied.reported(limit, decision);
@@ -410,6 +445,9 @@ where
         deny_prefix: &str,
     ) -> Result<(), Reported> {
         let limit = rule_limit.limit_for(applied.key);
+        if applied.weight > limit.soft_burst() {
+            return Err(applied.reported(limit, too_costly(limit)));
+        }
         let now = self.tally.now;
         layout::slot_key(&mut self.scratch, deny_prefix, applied.slot);
         let cached = deny_cache::lookup(self.env.store, &self.scratch, applied.fingerprint, now);
@@ -429,8 +467,10 @@ where
                 window: limit.window,
                 requests: limit.requests,
                 fingerprint: applied.fingerprint,
+                cacheable: matches!(applied.rule.cost, Cost::Fixed(_)),
             },
             LimitSpec::new(limiter_key(&applied.rule.name, l, applied.key), limit),
+            applied.weight,
         );
         Ok(())
     }
@@ -547,7 +587,7 @@ impl Tally {
                 continue;
             };
             let admitted_at = self.now.saturating_add(c.delay);
-            if local::refund_at(env.store, state_key, limit, admitted_at, now, COST).is_err() {
+            if local::refund_at(env.store, state_key, limit, admitted_at, now, c.weight).is_err() {
                 env.metrics.global(GlobalEvent::CasExhausted);
             }
         }
@@ -610,6 +650,8 @@ struct Consumed {
     rule: usize,
     limit: usize,
     target: Target,
+    /// The units consumed.
+    weight: u64,
     /// The limit's delay: the request counts as admitted this long after
     /// the decision.
     delay: Nanos,
@@ -657,6 +699,10 @@ struct GlobalItem {
     window: Nanos,
     requests: u64,
     fingerprint: u64,
+    /// Whether a denial may be cached for the key: every request of the
+    /// rule weighs the same (a fixed cost), so one denied until a deadline
+    /// means all are.
+    cacheable: bool,
 }
 
 impl GlobalItem {
@@ -675,10 +721,16 @@ struct Batch {
     items: Vec<GlobalItem>,
     /// The wire form of each item, in the same order.
     limits: Vec<LimitSpec<'static>>,
+    /// The call's `hits`: the weight of its first limit. A limit weighing
+    /// otherwise carries its own `hits`.
+    hits: Option<u64>,
 }
 
 impl Batch {
-    fn push(&mut self, item: GlobalItem, limit: LimitSpec<'static>) {
+    fn push(&mut self, item: GlobalItem, mut limit: LimitSpec<'static>, weight: u64) {
+        if *self.hits.get_or_insert(weight) != weight {
+            limit.hits = Some(weight);
+        }
         self.items.push(item);
         self.limits.push(limit);
     }
@@ -694,6 +746,9 @@ impl Batch {
     fn truncate(&mut self, len: usize) {
         self.items.truncate(len);
         self.limits.truncate(len);
+        if self.items.is_empty() {
+            self.hits = None;
+        }
     }
 
     /// The call checking these limits; `None` when there are none.
@@ -703,7 +758,7 @@ impl Batch {
         }
         let request = CheckRequest {
             domain: domain.into(),
-            hits: COST,
+            hits: self.hits.unwrap_or(1),
             limits: self.limits,
         };
         Some(Call {
@@ -750,6 +805,21 @@ struct Env<'a, S: ?Sized, M: ?Sized> {
 /// deny, and suggest retrying in a second.
 fn undecided(requests: u64) -> Decision {
     Decision::over_limit(requests, SECOND)
+}
+
+/// The denial of a weight above what `limit` can ever admit: retrying does
+/// not help. Decided without the key's state, so nothing is reported
+/// remaining.
+fn too_costly(limit: &Limit) -> Decision {
+    Decision {
+        allowed: false,
+        limit: limit.requests,
+        remaining: 0,
+        reset: 0,
+        retry_after: 0,
+        delay: 0,
+        denial: Some(Denial::CostExceedsCapacity),
+    }
 }
 
 /// The slot of a key with `fingerprint` in a limit's slot table.

@@ -27,6 +27,9 @@ pub enum RuleEvent {
     ShadowDenied,
     /// The rule matched but its key could not be built (a key part was missing).
     Skipped,
+    /// The rule weighs requests by a header that was missing or not a
+    /// non-negative integer; the request weighed 1.
+    CostInvalid,
     /// The rule's limit in delay mode held the request (the longest delay
     /// of the request's limits was this rule's).
     Delayed,
@@ -36,11 +39,12 @@ pub enum RuleEvent {
 
 impl RuleEvent {
     /// Every per-rule event, in the order of their metric ids.
-    pub const ALL: [RuleEvent; 6] = [
+    pub const ALL: [RuleEvent; 7] = [
         RuleEvent::Allowed,
         RuleEvent::Denied,
         RuleEvent::ShadowDenied,
         RuleEvent::Skipped,
+        RuleEvent::CostInvalid,
         RuleEvent::Delayed,
         RuleEvent::DelayedMs,
     ];
@@ -52,6 +56,7 @@ impl RuleEvent {
             RuleEvent::Denied => "denied",
             RuleEvent::ShadowDenied => "shadow_denied",
             RuleEvent::Skipped => "skipped",
+            RuleEvent::CostInvalid => "cost_invalid",
             RuleEvent::Delayed => "delayed",
             RuleEvent::DelayedMs => "delayed_ms",
         }

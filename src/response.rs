@@ -4,7 +4,7 @@
 use crate::config::Plan;
 use crate::headers::{push_rate_limit_headers, retry_after_seconds, Reported};
 use crate::metrics::ceil_millis;
-use sluice_core::Nanos;
+use sluice_core::{Denial, Nanos};
 
 /// Header naming the rule that denied a request.
 pub const RULE_HEADER: &str = "x-sluice-rule";
@@ -18,11 +18,18 @@ pub const DELAYED_HEADER: &str = "x-sluice-delayed-ms";
 pub fn delayed_header(delay: Nanos) -> (&'static str, String) {
     (DELAYED_HEADER, ceil_millis(delay).to_string())
 }
+/// Header giving a denial's reason when retrying cannot help.
+pub const REASON_HEADER: &str = "x-sluice-reason";
+/// [`REASON_HEADER`]'s value for a request weighing more than the denying
+/// limit can ever admit.
+pub const COST_EXCEEDS_CAPACITY: &str = "cost-exceeds-capacity";
 
 /// The extra headers of a denial: `retry-after`, the rate-limit headers of the
-/// denying limit, `x-sluice-rule`, and `x-sluice-shadow-denied` when some
-/// shadow rule would have denied too. The configured response headers come
-/// from the plan.
+/// denying limit, `x-sluice-rule`, `x-sluice-reason: cost-exceeds-capacity`
+/// when the request weighs more than the limit can ever admit (then
+/// `retry-after` is the limit's window), and `x-sluice-shadow-denied` when
+/// some shadow rule would have denied too. The configured response headers
+/// come from the plan.
 pub fn denial_headers(
     plan: &Plan,
     denied: &Reported,
@@ -33,6 +40,9 @@ pub fn denial_headers(
     let name = rule_name(plan, denied.rule);
     push_rate_limit_headers(plan.headers, name, denied, &mut out);
     out.push((RULE_HEADER, name.to_string()));
+    if denied.decision.denial == Some(Denial::CostExceedsCapacity) {
+        out.push((REASON_HEADER, COST_EXCEEDS_CAPACITY.to_string()));
+    }
     push_shadow(plan, shadow_denied, &mut out);
     out
 }
@@ -75,7 +85,7 @@ fn push_shadow(plan: &Plan, shadow_denied: &[usize], out: &mut Vec<(&'static str
 mod tests {
     use super::*;
     use crate::config::parse;
-    use sluice_core::{Decision, Denial, MILLISECOND, SECOND};
+    use sluice_core::{Decision, MILLISECOND, SECOND};
 
     fn plan(headers: &str) -> Plan {
         parse(
@@ -136,6 +146,22 @@ mod tests {
         assert_eq!(
             delayed_header(99_000_001),
             (DELAYED_HEADER, "100".to_string())
+        );
+    }
+
+    #[test]
+    fn a_hopeless_cost_says_why_and_advertises_the_window() {
+        let mut hopeless = denied();
+        hopeless.decision.retry_after = 0;
+        hopeless.decision.denial = Some(Denial::CostExceedsCapacity);
+        let headers = denial_headers(&plan("none"), &hopeless, &[]);
+        assert_eq!(
+            headers,
+            vec![
+                ("retry-after", "10".to_string()),
+                (RULE_HEADER, "a".to_string()),
+                (REASON_HEADER, COST_EXCEEDS_CAPACITY.to_string()),
+            ]
         );
     }
 

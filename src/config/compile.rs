@@ -1,13 +1,20 @@
 //! Checking a raw configuration and turning it into a [`Plan`].
 
 use super::duration::parse_duration;
-use super::plan::{DenyResponse, LimitScope, LimiterTarget, OverrideLimit, Plan, Rule, RuleLimit};
-use super::raw::{Mode, OnExceed, RawConfig, RawLimit, RawMatch, RawOverride, RawRule, Scope};
+use super::plan::{
+    Cost, DenyResponse, LimitScope, LimiterTarget, OverrideLimit, Plan, Rule, RuleLimit,
+};
+use super::raw::{
+    Mode, OnExceed, RawConfig, RawCost, RawLimit, RawMatch, RawOverride, RawRule, Scope,
+    COST_EXPECTED,
+};
 use crate::client_ip::ClientIpPolicy;
 use crate::key::KeyPart;
 use crate::layout;
 use crate::matcher::{HeaderCondition, HeaderTest, Matcher, PathMatch};
-use sluice_core::{Algorithm, FieldError, Limit, Nanos, MILLISECOND};
+use sluice_core::{
+    Algorithm, FieldError, Limit, Nanos, MAX_REQUESTS, MAX_SOFT_PERCENT, MILLISECOND,
+};
 use std::collections::BTreeSet;
 
 /// Largest `local_max_keys`.
@@ -217,6 +224,10 @@ fn compile_rule(domain: &str, path: &str, rule: RawRule) -> Result<Rule, FieldEr
         MAX_QUEUED,
         &format!("{path}.max_queued"),
     )?;
+    let cost = compile_cost(&format!("{path}.cost"), &rule.cost)?;
+    if let Cost::Fixed(weight) = cost {
+        check_capacity(path, &rule.overrides, &limits, weight)?;
+    }
     Ok(Rule {
         name: rule.name,
         matcher,
@@ -224,7 +235,66 @@ fn compile_rule(domain: &str, path: &str, rule: RawRule) -> Result<Rule, FieldEr
         limits,
         shadow: rule.mode == Mode::Shadow,
         max_queued,
+        cost,
     })
+}
+
+/// Checks a rule's `cost`: an integer from 1 to the largest `requests`, or
+/// `header:NAME`.
+fn compile_cost(path: &str, raw: &RawCost) -> Result<Cost, FieldError> {
+    match raw {
+        RawCost::Fixed(n) if (1..=MAX_REQUESTS).contains(n) => Ok(Cost::Fixed(*n)),
+        RawCost::Fixed(n) => Err(FieldError::at(
+            path,
+            format!("must be between 1 and {MAX_REQUESTS}, got {n}"),
+        )),
+        RawCost::Text(text) => match text.split_once(':') {
+            Some(("header", name)) if !name.is_empty() => {
+                Ok(Cost::Header(name.to_ascii_lowercase()))
+            }
+            _ => Err(FieldError::at(
+                path,
+                format!("{COST_EXPECTED}, got {text:?}"),
+            )),
+        },
+    }
+}
+
+/// Refuses a fixed `weight` that some limit of the rule (or an override of
+/// one) can never admit: every request would be denied.
+fn check_capacity(
+    path: &str,
+    overrides: &[RawOverride],
+    limits: &[RuleLimit],
+    weight: u64,
+) -> Result<(), FieldError> {
+    for (j, rule_limit) in limits.iter().enumerate() {
+        let over = |limit: &Limit| weight > limit.soft_burst();
+        let culprit = if over(&rule_limit.limit) {
+            Some((format!("{path}.limits[{j}]"), rule_limit.limit.soft_burst()))
+        } else {
+            rule_limit
+                .overrides
+                .iter()
+                .find(|o| over(&o.limit))
+                .map(|o| {
+                    let k = overrides
+                        .iter()
+                        .position(|r| r.key == o.key)
+                        .unwrap_or_default();
+                    (format!("{path}.overrides[{k}]"), o.limit.soft_burst())
+                })
+        };
+        if let Some((at, capacity)) = culprit {
+            return Err(FieldError::at(
+                format!("{path}.cost"),
+                format!(
+                    "{weight} is more than {at} can ever admit ({capacity}: its burst with the soft allowance)"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn compile_match(path: &str, raw: RawMatch) -> Result<Matcher, FieldError> {
@@ -312,6 +382,12 @@ fn compile_limit(path: &str, raw: &RawLimit) -> Result<Limit, FieldError> {
             FieldError::at(format!("{path}.precision"), format!("out of range: {p}"))
         })?,
     };
+    let soft_percent = in_range(
+        raw.soft_percent,
+        0,
+        u64::from(MAX_SOFT_PERCENT),
+        &format!("{path}.soft_percent"),
+    )?;
     validated(
         path,
         Limit {
@@ -320,7 +396,7 @@ fn compile_limit(path: &str, raw: &RawLimit) -> Result<Limit, FieldError> {
             window,
             burst: raw.burst.unwrap_or(raw.requests),
             precision,
-            soft_percent: 0,
+            soft_percent,
             max_delay: max_delay(path, raw, algorithm)?,
         },
     )

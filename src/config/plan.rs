@@ -67,6 +67,21 @@ pub struct Rule {
     pub shadow: bool,
     /// Requests of this rule held in delay mode at once, per worker.
     pub max_queued: usize,
+    /// What one request weighs in every limit of the rule.
+    pub cost: Cost,
+}
+
+/// What a request weighs in a rule's limits: the units it consumes, and the
+/// check's `hits` for a global limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cost {
+    /// Every request weighs this much (1 or more; no more than any limit of
+    /// the rule can admit).
+    Fixed(u64),
+    /// The weight is the non-negative integer in this request header
+    /// (lowercase name). Missing or malformed: weight 1, counted as
+    /// `cost_invalid`. Zero: the rule does not count the request.
+    Header(String),
 }
 
 /// One limit of a rule.

@@ -174,6 +174,9 @@ pub struct RawRule {
     /// Enforce or only observe.
     #[serde(default)]
     pub mode: Mode,
+    /// What one request weighs: a fixed integer or `header:NAME`.
+    #[serde(default)]
+    pub cost: RawCost,
     /// Requests of this rule held in delay mode at once, per worker.
     #[serde(default = "default_max_queued")]
     pub max_queued: u64,
@@ -182,6 +185,54 @@ pub struct RawRule {
 fn default_max_queued() -> u64 {
     1000
 }
+
+/// A rule's request weight as written: `5` or `"header:x-cost"`.
+///
+/// Read by hand so that a negative, fractional or otherwise wrong value gets
+/// a message saying what is expected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RawCost {
+    /// A fixed weight (checked by `compile`).
+    Fixed(u64),
+    /// The text form, `header:NAME` (checked by `compile`).
+    Text(String),
+}
+
+impl Default for RawCost {
+    fn default() -> Self {
+        RawCost::Fixed(1)
+    }
+}
+
+impl<'de> Deserialize<'de> for RawCost {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = RawCost;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(COST_EXPECTED)
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<RawCost, E> {
+                Ok(RawCost::Fixed(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<RawCost, E> {
+                u64::try_from(v)
+                    .map(RawCost::Fixed)
+                    .map_err(|_| E::custom(format!("{COST_EXPECTED}, got {v}")))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<RawCost, E> {
+                Err(E::custom(format!("{COST_EXPECTED}, got {v}")))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawCost, E> {
+                Ok(RawCost::Text(v.to_string()))
+            }
+        }
+        de.deserialize_any(Visitor)
+    }
+}
+
+/// What a `cost` must be, for error messages.
+pub const COST_EXPECTED: &str = "must be an integer of at least 1 or \"header:NAME\"";
 
 /// Whether a rule blocks requests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -256,6 +307,9 @@ pub struct RawLimit {
     /// Sub-windows per window (`sliding_window` only).
     #[serde(default)]
     pub precision: Option<u64>,
+    /// Percent admitted above `requests`/`burst` (0 to 1000).
+    #[serde(default)]
+    pub soft_percent: u64,
     /// What a request over the limit gets: denied, or held until it conforms.
     #[serde(default)]
     pub on_exceed: OnExceed,

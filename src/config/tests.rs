@@ -452,3 +452,122 @@ fn max_queued_is_read() {
     ));
     assert_eq!(parse(json.as_bytes()).unwrap().rules[0].max_queued, 7);
 }
+
+#[test]
+fn soft_percent_is_checked_and_kept_by_overrides() {
+    let plan = parse(with_rule(
+        r#"{"name":"r","key":["path"],"limits":[{"algorithm":"gcra","requests":10,"window":"1s","soft_percent":20}],
+            "overrides":[{"key":"vip","requests":50}]}"#,
+    ).as_bytes())
+    .unwrap();
+    let rule_limit = &plan.rules[0].limits[0];
+    assert_eq!(rule_limit.limit.soft_percent, 20);
+    assert_eq!(rule_limit.limit.soft_burst(), 12);
+    assert_eq!(rule_limit.overrides[0].limit.soft_percent, 20);
+    assert_eq!(rule_limit.overrides[0].limit.soft_burst(), 60);
+    let default = parse(
+        with_rule(&format!(
+            r#"{{"name":"r","key":["path"],"limits":[{LIMIT}]}}"#
+        ))
+        .as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(default.rules[0].limits[0].limit.soft_percent, 0);
+    let e = err(&with_rule(&format!(
+        r#"{{"name":"r","key":["path"],"limits":[{LIMIT},{{"algorithm":"gcra","requests":1,"window":"1s","soft_percent":1001}}]}}"#
+    )));
+    assert_eq!(
+        e.to_string(),
+        "rules[0].limits[1].soft_percent: must be between 0 and 1000, got 1001"
+    );
+    let e = err(&with_rule(
+        r#"{"name":"r","key":["path"],"limits":[{"algorithm":"gcra","requests":1,"window":"1s","soft_percent":-5}]}"#,
+    ));
+    assert_eq!(e.path, "rules[0].limits[0].soft_percent", "{e}");
+}
+
+#[test]
+fn cost_forms() {
+    let cost = |cost: &str| {
+        let json = with_rule(&format!(
+            r#"{{"name":"r","key":["path"],"limits":[{LIMIT}],"cost":{cost}}}"#
+        ));
+        parse(json.as_bytes()).map(|p| p.rules[0].cost.clone())
+    };
+    assert_eq!(cost("3").unwrap(), Cost::Fixed(3));
+    assert_eq!(cost("10").unwrap(), Cost::Fixed(10));
+    assert_eq!(
+        cost(r#""header:X-Cost""#).unwrap(),
+        Cost::Header("x-cost".into())
+    );
+    let default = parse(
+        with_rule(&format!(
+            r#"{{"name":"r","key":["path"],"limits":[{LIMIT}]}}"#
+        ))
+        .as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(default.rules[0].cost, Cost::Fixed(1));
+    let message = |c: &str| cost(c).unwrap_err().to_string();
+    assert_eq!(
+        message("0"),
+        "rules[0].cost: must be between 1 and 1000000000000, got 0"
+    );
+    assert_eq!(
+        message("1000000000001"),
+        "rules[0].cost: must be between 1 and 1000000000000, got 1000000000001"
+    );
+    for bad in [
+        "-3",
+        "2.5",
+        r#""header:""#,
+        r#""x-cost""#,
+        r#""query:c""#,
+        "true",
+        "[1]",
+    ] {
+        let e = cost(bad).unwrap_err();
+        assert_eq!(e.path, "rules[0].cost", "{bad}: {e}");
+    }
+    assert!(
+        message("-3").contains(r#"must be an integer of at least 1 or "header:NAME", got -3"#),
+        "{}",
+        message("-3")
+    );
+    assert!(message(r#""x-cost""#).contains(r#"got "x-cost""#));
+}
+
+#[test]
+fn a_fixed_cost_above_some_limits_capacity_is_refused() {
+    // Capacity: burst with the soft allowance (20 + 10% = 22 for the second limit).
+    let rule = |cost: u64, overrides: &str| {
+        with_rule(&format!(
+            r#"{{"name":"r","key":["path"],"cost":{cost},"limits":[
+                {{"algorithm":"gcra","requests":100,"window":"1s"}},
+                {{"algorithm":"token_bucket","requests":5,"window":"1s","burst":20,"soft_percent":10}}],
+                "overrides":[{overrides}]}}"#
+        ))
+    };
+    assert!(parse(rule(22, "").as_bytes()).is_ok());
+    assert_eq!(
+        err(&rule(23, "")).to_string(),
+        "rules[0].cost: 23 is more than rules[0].limits[1] can ever admit (22: its burst with the soft allowance)"
+    );
+    // An override is a limit too.
+    assert_eq!(
+        err(&rule(
+            5,
+            r#"{"key":"a","requests":50},{"key":"b","requests":4,"limit":1}"#
+        ))
+        .to_string(),
+        "rules[0].cost: 5 is more than rules[0].overrides[1] can ever admit (4: its burst with the soft allowance)"
+    );
+    // The header form is decided per request.
+    assert!(parse(
+        with_rule(
+            r#"{"name":"r","key":["path"],"cost":"header:x-cost","limits":[{"algorithm":"gcra","requests":1,"window":"1s"}]}"#
+        )
+        .as_bytes()
+    )
+    .is_ok());
+}

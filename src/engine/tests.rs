@@ -720,3 +720,218 @@ fn a_global_limit_in_delay_mode_holds_for_the_limiters_delay() {
     assert_eq!(w.metrics.count(0, RuleEvent::Allowed), 1);
     assert_eq!(*w.metrics.delays.borrow(), vec![(0, 300 * MILLISECOND)]);
 }
+
+/// Admitted requests of `req` before the first denial (at most 100).
+fn admitted_in_a_row(w: &World, req: &FakeRequest) -> usize {
+    (0..100).take_while(|_| allowed(&w.eval(req))).count()
+}
+
+#[test]
+fn soft_limit_admits_above_the_quota_and_reports_the_quota() {
+    let w = World::new(&rules(
+        r#"{"name":"s","key":["client_ip"],"limits":[{"algorithm":"token_bucket","requests":10,"window":"1h","soft_percent":20}]}"#,
+    ));
+    let req = FakeRequest::get("/");
+    let mut remaining = Vec::new();
+    for _ in 0..12 {
+        match w.eval(&req) {
+            Verdict::Allow(a) => {
+                let d = a.report.unwrap().decision;
+                assert_eq!(d.limit, 10);
+                remaining.push(d.remaining);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(remaining, [9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 0, 0]);
+    assert!(matches!(w.eval(&req), Verdict::Deny(_)));
+}
+
+#[test]
+fn fixed_cost_consumes_and_refunds_its_weight() {
+    let w = World::new(&rules(
+        r#"{"name":"a","key":["client_ip"],"cost":3,"limits":[{"algorithm":"fixed_window","requests":20,"window":"1h"}]},
+           {"name":"b","match":{"headers":[{"name":"x-b","present":true}]},"key":["client_ip"],"limits":[{"algorithm":"fixed_window","requests":1,"window":"1h"}]}"#,
+    ));
+    // Rule b admits one request, then denies: rule a gets its 3 units back
+    // each time.
+    let with_b = FakeRequest::get("/").with("x-b", "1");
+    assert!(allowed(&w.eval(&with_b)));
+    for _ in 0..5 {
+        match w.eval(&with_b) {
+            Verdict::Deny(d) => assert_eq!(d.report.rule, 1),
+            other => panic!("{other:?}"),
+        }
+    }
+    // 20 units: 6 requests of 3, one of them already admitted.
+    assert_eq!(admitted_in_a_row(&w, &FakeRequest::get("/")), 5);
+    assert_eq!(w.metrics.count(0, RuleEvent::Allowed), 6);
+}
+
+#[test]
+fn header_cost_weighs_each_request() {
+    let w = World::new(&rules(
+        r#"{"name":"h","key":["client_ip"],"cost":"header:x-cost","limits":[{"algorithm":"fixed_window","requests":10,"window":"1h"}]}"#,
+    ));
+    let with_cost = |c: &str| FakeRequest::get("/").with("x-cost", c);
+    let remaining = |v: Verdict| match v {
+        Verdict::Allow(a) => a.report.unwrap().decision.remaining,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(remaining(w.eval(&with_cost("4"))), 6);
+    assert_eq!(remaining(w.eval(&with_cost(" 2 "))), 4);
+    // Missing or malformed: weight 1, counted.
+    assert_eq!(remaining(w.eval(&FakeRequest::get("/"))), 3);
+    for bad in ["", "-1", "1.5", "+2", "0x3", "two"] {
+        w.eval(&with_cost(bad));
+    }
+    assert_eq!(w.metrics.count(0, RuleEvent::CostInvalid), 7);
+    // The 3 units left went to 3 of the 6 malformed ones; the rest were denied.
+    assert_eq!(w.metrics.count(0, RuleEvent::Allowed), 6);
+    assert_eq!(w.metrics.count(0, RuleEvent::Denied), 3);
+    // Zero: the rule does not count the request.
+    match w.eval(&with_cost("0")) {
+        Verdict::Allow(a) => assert_eq!(a.report, None),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(w.metrics.count(0, RuleEvent::Allowed), 6);
+}
+
+#[test]
+fn a_cost_above_capacity_is_denied_for_good_and_consumes_nothing() {
+    let w = World::new(&rules(
+        r#"{"name":"site","key":["const:s"],"limits":[{"algorithm":"fixed_window","requests":100,"window":"1h"}]},
+           {"name":"h","key":["client_ip"],"cost":"header:x-cost","limits":[
+             {"algorithm":"gcra","requests":10,"window":"1h","soft_percent":50},
+             {"algorithm":"gcra","requests":100,"window":"1h","scope":"global"}]}"#,
+    ));
+    for (cost, rule_limit) in [("16", 10), ("99999999999999999999999", 10)] {
+        match w.eval(&FakeRequest::get("/").with("x-cost", cost)) {
+            Verdict::Deny(d) => {
+                assert_eq!(d.report.rule, 1);
+                assert_eq!(d.report.decision.limit, rule_limit);
+                assert_eq!(d.report.decision.retry_after, 0);
+                assert_eq!(d.report.decision.denial, Some(Denial::CostExceedsCapacity));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // The global limit (capacity 100) denies at once, without a call.
+    let w2 = World::new(&rules(
+        r#"{"name":"h","key":["client_ip"],"cost":"header:x-cost","limits":[{"algorithm":"gcra","requests":100,"window":"1h","scope":"global"}]}"#,
+    ));
+    match w2.eval(&FakeRequest::get("/").with("x-cost", "101")) {
+        Verdict::Deny(d) => {
+            assert_eq!(d.report.decision.denial, Some(Denial::CostExceedsCapacity));
+        }
+        other => panic!("{other:?}"),
+    }
+    // Rule site was refunded: 100 requests of weight 1 still pass it (and
+    // 15 of them fit h's local limit, 10 + 50%).
+    let one = FakeRequest::get("/").with("x-cost", "1");
+    let mut passed = 0;
+    for _ in 0..15 {
+        let p = pending(w.eval(&one));
+        passed += usize::from(allowed(&w.finish(p, answer(true, 0))));
+    }
+    assert_eq!(passed, 15);
+    assert_eq!(w.metrics.count(0, RuleEvent::Denied), 0);
+}
+
+#[test]
+fn global_checks_carry_the_weight() {
+    let w = World::new(&rules(
+        r#"{"name":"a","key":["client_ip"],"cost":3,"limits":[{"algorithm":"gcra","requests":100,"window":"1h","scope":"global"}]},
+           {"name":"b","key":["client_ip"],"limits":[{"algorithm":"gcra","requests":100,"window":"1h","scope":"global"}]},
+           {"name":"c","key":["client_ip"],"cost":"header:x-cost","limits":[{"algorithm":"gcra","requests":100,"window":"1h","scope":"global"}]}"#,
+    ));
+    let p = pending(w.eval(&FakeRequest::get("/").with("x-cost", "3")));
+    let body: serde_json::Value = serde_json::from_slice(p.body(0)).unwrap();
+    assert_eq!(body["hits"], 3);
+    let hits: Vec<_> = body["limits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.get("hits").cloned())
+        .collect();
+    // Only the limit weighing otherwise than the call names its own.
+    assert_eq!(hits, [None, Some(serde_json::json!(1)), None]);
+}
+
+#[test]
+fn only_fixed_cost_global_denials_are_cached() {
+    let w = World::new(&rules(
+        r#"{"name":"h","key":["client_ip"],"cost":"header:x-cost","limits":[{"algorithm":"gcra","requests":100,"window":"1h","scope":"global"}]}"#,
+    ));
+    let req = FakeRequest::get("/").with("x-cost", "50");
+    let p = pending(w.eval(&req));
+    assert!(!allowed(&w.finish(p, answer(false, 2_000))));
+    // A lighter request may still pass: it is asked about, not denied from
+    // the cache.
+    let light = FakeRequest::get("/").with("x-cost", "1");
+    assert!(matches!(w.eval(&light), Verdict::Check(_)));
+}
+
+/// [`PACED`] with a cost of 3: one request per 300ms.
+const PACED_COST_3: &str = r#"{"name":"paced","key":["client_ip"],"cost":3,"limits":[
+    {"algorithm":"gcra","requests":10,"window":"1s","burst":3,"on_exceed":"delay","max_delay":"1s"}]}"#;
+
+#[test]
+fn a_weighted_request_is_held_until_its_whole_weight_conforms() {
+    let w = World::new(&rules(PACED_COST_3));
+    let req = FakeRequest::get("/");
+    let delays: Vec<Option<Nanos>> = (0..6).map(|_| delay_of(&w.eval(&req))).collect();
+    assert_eq!(
+        delays,
+        [
+            Some(0),
+            Some(300 * MILLISECOND),
+            Some(600 * MILLISECOND),
+            Some(900 * MILLISECOND),
+            None,
+            None
+        ]
+    );
+}
+
+#[test]
+fn a_refused_weighted_delay_refunds_its_weight() {
+    let w = World::new(&rules(PACED_COST_3));
+    let req = FakeRequest::get("/");
+    w.eval(&req);
+    let d = delayed(w.eval(&req));
+    assert_eq!(d.delay, 300 * MILLISECOND);
+    d.refuse(&w.plan, &w.store, &w.metrics);
+    // All three units are back: the next request waits the same 300ms.
+    assert_eq!(delay_of(&w.eval(&req)), Some(300 * MILLISECOND));
+}
+
+#[test]
+fn a_weighted_client_leaving_while_held_gives_its_weight_back() {
+    let w = World::new(&rules(PACED_COST_3));
+    let req = FakeRequest::get("/");
+    w.eval(&req);
+    w.eval(&req);
+    let third = delayed(w.eval(&req));
+    assert_eq!(third.delay, 600 * MILLISECOND);
+    let left_at = NOW + 100 * MILLISECOND;
+    third.give_back(&w.plan, &w.store, &w.metrics, left_at);
+    // The key's schedule goes back by the third request's 300ms: the next
+    // conforms at +600ms, 500ms from +100ms.
+    assert_eq!(delay_of(&w.eval_at(&req, left_at)), Some(500 * MILLISECOND));
+}
+
+#[test]
+fn a_global_weighted_limit_in_delay_mode_sends_both() {
+    let w = World::new(&rules(
+        r#"{"name":"g","key":["client_ip"],"cost":3,"limits":[
+            {"algorithm":"gcra","requests":10,"window":"1s","burst":3,"scope":"global","on_exceed":"delay","max_delay":"1s"}]}"#,
+    ));
+    let p = pending(w.eval(&FakeRequest::get("/")));
+    let body: serde_json::Value = serde_json::from_slice(p.body(0)).unwrap();
+    assert_eq!(body["hits"], 3);
+    assert_eq!(body["limits"][0]["max_delay_ms"], 1000);
+    let answer = r#"{"allowed":true,"limits":[{"allowed":true,"limit":10,"remaining":0,"reset_ms":900,"retry_after_ms":0,"delay_ms":600}]}"#;
+    let d = delayed(w.finish(p, Some(answer.to_string())));
+    assert_eq!((d.delay, d.rule), (600 * MILLISECOND, 0));
+}

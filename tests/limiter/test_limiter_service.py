@@ -130,3 +130,52 @@ def test_threads_flag_sizes_the_runtime(processes):
     workers = [t for t in (Path(f"/proc/{lim.process.proc.pid}/task").iterdir())
                if (t / "comm").read_text().strip() == "sluice-worker"]
     assert len(workers) == 1
+
+
+def test_two_limiters_sharing_redis_give_waits_from_one_clock(processes):
+    """Delay mode through two limiters on one Redis: the waits follow one
+    queue, timed by Redis's clock, whichever limiter answers."""
+    redis = processes.redis()
+    lims = [processes.limiter(store=redis.url), processes.limiter(store=redis.url)]
+    check = {"domain": "demo", "limits": [
+        {"key": "shaped", "algorithm": "gcra", "requests": 10, "window_ms": 1000, "burst": 1,
+         "max_delay_ms": 1000}]}
+    started = time.monotonic()
+    delays = []
+    while True:
+        r = lims[len(delays) % 2].check(check)
+        assert r.status == 200, r.body
+        body = json.loads(r.body)
+        if not body["allowed"]:
+            break
+        delays.append(body["limits"][0].get("delay_ms", 0))
+        assert len(delays) <= 30, delays
+    elapsed_ms = (time.monotonic() - started) * 1000
+    # One request per 100 ms from the first: each waits its turn, less the
+    # time the checks before it took.
+    for k, delay in enumerate(delays):
+        assert 100 * k - elapsed_ms - 1 <= delay <= 100 * k, (k, delays)
+    # 1000 ms of queue: 11 admitted at once, plus what drained meanwhile.
+    assert 11 <= len(delays) <= 11 + elapsed_ms // 100 + 1, delays
+    denied = body["limits"][0]
+    assert "delay_ms" not in denied
+    assert 1000 < denied["retry_after_ms"] <= 1100, body
+    delayed = sum(lim.metric("sluice_limiter_delayed_total") for lim in lims)
+    assert delayed == len(delays) - 1
+
+
+def test_delay_mode_and_weights_are_refused_where_they_do_not_apply(processes):
+    lim = processes.limiter()
+    fixed = {"key": "k", "algorithm": "fixed_window", "requests": 5, "window_ms": 60000}
+    r = lim.check({"domain": "demo", "limits": [fixed, dict(fixed, key="k2", max_delay_ms=500)]})
+    assert r.status == 400
+    assert json.loads(r.body)["error"] == (
+        "limits[1].max_delay_ms: delay mode is for gcra and leaky_bucket only, not fixed_window")
+    r = lim.check({"domain": "demo", "limits": [dict(fixed, hits=0)]})
+    assert r.status == 400
+    assert json.loads(r.body)["error"].startswith("limits[0].hits: ")
+    # Nothing was consumed; a weight of its own counts under its limit only.
+    body = json.loads(lim.check({"domain": "demo", "hits": 2, "limits": [
+        dict(fixed, hits=5), dict(fixed, key="k2")]}).body)
+    assert body["allowed"] is True
+    assert [l["remaining"] for l in body["limits"]] == [0, 3]

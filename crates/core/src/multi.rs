@@ -1,13 +1,17 @@
 use crate::algo::Mode;
 use crate::{decide_in, Decision, Encoded, Limit, Nanos};
 
-/// One limit of a multi-limit check, with its key's stored state.
+/// One limit of a multi-limit check, with its key's stored state and the
+/// request's weight under this limit.
 #[derive(Debug, Clone, Copy)]
 pub struct Check<'a> {
     /// The limit.
     pub limit: &'a Limit,
     /// The key's stored state, if any.
     pub state: Option<&'a [u8]>,
+    /// The request's weight under this limit (rules may weigh one request
+    /// differently); 0 asks without consuming, as in [`decide`](crate::decide).
+    pub cost: u64,
 }
 
 /// The result of deciding several limits together.
@@ -34,19 +38,20 @@ impl MultiOutcome {
     }
 }
 
-/// Decides `checks` together: the request passes only if every limit allows it.
-pub fn decide_all(checks: &[Check<'_>], now: Nanos, cost: u64) -> MultiOutcome {
-    let mode = if cost == 0 { Mode::Peek } else { Mode::Commit };
+/// Decides `checks` together, each at its own cost: the request passes only
+/// if every limit allows it, and a denied request consumes nothing.
+pub fn decide_all(checks: &[Check<'_>], now: Nanos) -> MultiOutcome {
+    let mode = |cost: u64| if cost == 0 { Mode::Peek } else { Mode::Commit };
     let mut outcomes: Vec<_> = checks
         .iter()
-        .map(|c| decide_in(c.limit, c.state, now, cost, mode))
+        .map(|c| decide_in(c.limit, c.state, now, c.cost, mode(c.cost)))
         .collect();
     let allowed = outcomes.iter().all(|o| o.decision.allowed);
-    if !allowed && mode == Mode::Commit {
+    if !allowed {
         for (o, c) in outcomes.iter_mut().zip(checks) {
-            if o.decision.allowed {
+            if o.decision.allowed && c.cost != 0 {
                 // Decide again without consuming: what remains is unchanged.
-                *o = decide_in(c.limit, c.state, now, cost, Mode::Peek);
+                *o = decide_in(c.limit, c.state, now, c.cost, Mode::Peek);
             }
         }
     }

@@ -476,14 +476,15 @@ fn several_limits_together() {
             Check {
                 limit: &per_second,
                 state: None,
+                cost: 1,
             },
             Check {
                 limit: &per_minute,
                 state: None,
+                cost: 1,
             },
         ],
         t,
-        1,
     );
     assert!(first.allowed);
     assert!(first.new_states.iter().all(Option::is_some));
@@ -494,14 +495,15 @@ fn several_limits_together() {
             Check {
                 limit: &per_second,
                 state: Some(s0.as_bytes()),
+                cost: 1,
             },
             Check {
                 limit: &per_minute,
                 state: Some(s1.as_bytes()),
+                cost: 1,
             },
         ],
         t,
-        1,
     );
     assert!(!second.allowed);
     assert!(second.new_states.iter().all(Option::is_none));
@@ -539,4 +541,56 @@ fn refund_gives_back_exactly() {
             assert!(refund_at(&l, &after, t, t + HOUR, 2).is_none(), "{a}");
         }
     }
+}
+
+#[test]
+fn several_limits_weigh_the_request_each_their_own_way() {
+    let ten = limit(Algorithm::FixedWindow, 10, MINUTE);
+    let five = limit(Algorithm::TokenBucket, 5, MINUTE);
+    let t = MIDNIGHT;
+    // Weighs 3 under the first limit, 2 under the second.
+    let first = decide_all(
+        &[
+            Check {
+                limit: &ten,
+                state: None,
+                cost: 3,
+            },
+            Check {
+                limit: &five,
+                state: None,
+                cost: 2,
+            },
+        ],
+        t,
+    );
+    assert!(first.allowed);
+    assert_eq!(
+        (first.decisions[0].remaining, first.decisions[1].remaining),
+        (7, 3)
+    );
+    let s0 = first.new_states[0].clone().unwrap();
+    let s1 = first.new_states[1].clone().unwrap();
+    // 4 more under the second limit do not fit its 3: nothing is consumed
+    // from the first either.
+    let denied = decide_all(
+        &[
+            Check {
+                limit: &ten,
+                state: Some(s0.as_bytes()),
+                cost: 3,
+            },
+            Check {
+                limit: &five,
+                state: Some(s1.as_bytes()),
+                cost: 4,
+            },
+        ],
+        t,
+    );
+    assert!(!denied.allowed);
+    assert!(denied.new_states.iter().all(Option::is_none));
+    assert!(denied.decisions[0].allowed);
+    assert_eq!(denied.decisions[0].remaining, 7);
+    assert_eq!(denied.decisions[1].retry_after, MINUTE / 5);
 }

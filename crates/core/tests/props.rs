@@ -340,9 +340,9 @@ proptest! {
             let checks: Vec<Check<'_>> = limits
                 .iter()
                 .zip(&keys)
-                .map(|(limit, k)| Check { limit, state: k.state.as_deref() })
+                .map(|(limit, k)| Check { limit, state: k.state.as_deref(), cost })
                 .collect();
-            let all = decide_all(&checks, t, cost);
+            let all = decide_all(&checks, t);
             let alone: Vec<_> = checks.iter().map(|ch| decide(ch.limit, ch.state, t, cost)).collect();
             prop_assert_eq!(all.allowed, alone.iter().all(|o| o.decision.allowed));
             if all.allowed {

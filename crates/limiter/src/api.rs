@@ -94,11 +94,16 @@ async fn decide<S: Store>(st: &AppState<S>, body: Result<Bytes, BytesRejection>)
         Ok(items) => items,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    match st.store.check(&items, check.hits).await {
+    match st.store.check(&items).await {
         Ok(verdict) => {
             st.metrics.record_decision(&check.domain, verdict.allowed);
             if verdict.capacity_denied {
                 st.metrics.inc_capacity_denials();
+            }
+            // The request waits for its longest delay.
+            let delay = verdict.decisions.iter().map(|d| d.delay).max().unwrap_or(0);
+            if verdict.allowed && delay > 0 {
+                st.metrics.record_delay(delay);
             }
             let resp = CheckResponse {
                 allowed: verdict.allowed,
@@ -148,6 +153,7 @@ fn store_items(domain: &str, limits: Vec<KeyedLimit>) -> Result<Vec<StoreItem>, 
         items.push(StoreItem {
             id,
             limit: kl.limit,
+            hits: kl.hits,
         });
     }
     Ok(items)

@@ -27,6 +27,8 @@ pub struct Metrics {
     checks: AtomicU64,
     store_errors: AtomicU64,
     capacity_denials: AtomicU64,
+    delayed: AtomicU64,
+    delay_sum_ns: AtomicU64,
     domains: RwLock<HashMap<String, Arc<DomainCounters>>>,
     other: Arc<DomainCounters>,
     bucket_counts: [AtomicU64; BUCKETS.len()],
@@ -40,6 +42,8 @@ impl Default for Metrics {
             checks: AtomicU64::new(0),
             store_errors: AtomicU64::new(0),
             capacity_denials: AtomicU64::new(0),
+            delayed: AtomicU64::new(0),
+            delay_sum_ns: AtomicU64::new(0),
             domains: RwLock::new(HashMap::new()),
             other: Arc::new(DomainCounters::default()),
             bucket_counts: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -63,6 +67,13 @@ impl Metrics {
     /// Counts checks denied because the memory store was full.
     pub fn inc_capacity_denials(&self) {
         self.capacity_denials.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one check admitted in delay mode, to be held for `delay`
+    /// (more than zero) before it conforms.
+    pub fn record_delay(&self, delay: u64) {
+        self.delayed.fetch_add(1, Ordering::Relaxed);
+        self.delay_sum_ns.fetch_add(delay, Ordering::Relaxed);
     }
 
     /// Counts one decided check for `domain`.
@@ -144,6 +155,16 @@ impl Metrics {
             out,
             "# HELP sluice_limiter_capacity_denials_total Checks denied because the memory store held its maximum of keys.\n# TYPE sluice_limiter_capacity_denials_total counter\nsluice_limiter_capacity_denials_total {}",
             load(&self.capacity_denials)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP sluice_limiter_delayed_total Checks admitted in delay mode with a wait.\n# TYPE sluice_limiter_delayed_total counter\nsluice_limiter_delayed_total {}",
+            load(&self.delayed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP sluice_limiter_delay_seconds_total Waits given to delayed checks, summed.\n# TYPE sluice_limiter_delay_seconds_total counter\nsluice_limiter_delay_seconds_total {}",
+            Duration::from_nanos(load(&self.delay_sum_ns)).as_secs_f64()
         );
         let _ = writeln!(
             out,

@@ -9,8 +9,9 @@
 //! decides.
 //!
 //! An override replaces `requests`, `window_ms` and `burst` (which defaults
-//! to the override's `requests`); the algorithm and its extras stay the
-//! request's. A file entry wins over a Redis entry for the same key.
+//! to the override's `requests`); the algorithm, its extras (precision, soft
+//! allowance, delay mode) and the request's weights stay the request's. A
+//! file entry wins over a Redis entry for the same key.
 
 use crate::store::redis::RedisStore;
 use crate::store::StoreError;
@@ -189,6 +190,7 @@ fn check_spec(spec: &OverrideSpec) -> Result<(), String> {
         spec.burst,
         None,
         None,
+        None,
     )
     .map(|_| ())
     .map_err(|e| e.to_string())
@@ -215,8 +217,15 @@ fn replace(limit: &mut sluice_core::Limit, spec: &OverrideSpec) {
         spec.burst,
         Some(limit.precision),
         Some(limit.soft_percent),
+        None,
     ) {
-        Ok(l) => *limit = l,
+        // Delay mode is the request's: valid for this algorithm whatever the quota.
+        Ok(l) => {
+            *limit = sluice_core::Limit {
+                max_delay: limit.max_delay,
+                ..l
+            }
+        }
         Err(e) => {
             tracing::warn!(error = %e, "override does not fit this limit; keeping the request's")
         }

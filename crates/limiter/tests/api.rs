@@ -60,6 +60,33 @@ async fn times_are_rounded_up_to_milliseconds() {
     assert_eq!(v["limits"][0]["retry_after_ms"], json!(334));
 }
 
+/// A delayed admission: allowed, its wait rounded up to milliseconds in
+/// `delay_ms`, counted in the delay metrics.
+#[tokio::test]
+async fn delayed_answers_carry_the_wait() {
+    let h = Harness::new();
+    // One request per 333.33... ms, waits up to a second.
+    let body = json!({"domain":"demo","limits":[{"key":"k","algorithm":"gcra","requests":3,"window_ms":1000,"burst":1,"max_delay_ms":1000}]});
+    let (_, v) = h.check(body.clone()).await;
+    assert_eq!(v["allowed"], json!(true));
+    assert!(v["limits"][0].get("delay_ms").is_none(), "{v}");
+    for expected in [334, 667, 1000] {
+        let (_, v) = h.check(body.clone()).await;
+        assert_eq!(v["allowed"], json!(true), "{v}");
+        assert_eq!(v["limits"][0]["delay_ms"], json!(expected), "{v}");
+    }
+    let (_, v) = h.check(body).await;
+    assert_eq!(v["allowed"], json!(false), "{v}");
+    assert_eq!(v["limits"][0]["retry_after_ms"], json!(1334), "{v}");
+    let text = support::metrics(&h.state).await;
+    assert!(text.contains("sluice_limiter_delayed_total 3"), "{text}");
+    // 333.333334 ms + 666.666667 ms + 1 s.
+    assert!(
+        text.contains("sluice_limiter_delay_seconds_total 2.000000001"),
+        "{text}"
+    );
+}
+
 async fn assert_bad(h: &Harness, body: Vec<u8>, status: StatusCode, field: &str) {
     let (got, bytes) = h.raw("POST", "/v1/check", body).await;
     assert_eq!(got, status, "{}", String::from_utf8_lossy(&bytes));
@@ -228,7 +255,7 @@ async fn healthz_and_metrics() {
 struct Down;
 
 impl Store for Down {
-    async fn check(&self, _: &[StoreItem], _: u64) -> Result<Verdict, StoreError> {
+    async fn check(&self, _: &[StoreItem]) -> Result<Verdict, StoreError> {
         Err(StoreError::Timeout)
     }
 

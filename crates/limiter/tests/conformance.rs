@@ -19,7 +19,7 @@ use sluice_limiter::store::redis::{RedisStore, Target};
 use sluice_limiter::store::{Store, StoreItem};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A store under test.
 struct Subject<S> {
@@ -62,6 +62,9 @@ async fn suite<S: Store + Clone>(s: Subject<S>) {
     every_algorithm_admits_exactly_its_quota(&s).await;
     a_denied_check_consumes_nothing(&s).await;
     hits_weigh_requests(&s).await;
+    per_limit_weights_are_decided_together(&s).await;
+    delay_mode_admits_with_the_wait_until_max_delay(&s).await;
+    delay_mode_is_refused_where_it_does_not_apply(&s).await;
     soft_throttling_admits_above_the_quota(&s).await;
     gcra_burst_and_spacing(&s).await;
     state_is_kept_per_domain_key_algorithm_and_window(&s).await;
@@ -158,6 +161,134 @@ async fn hits_weigh_requests<S: Store + Clone>(s: &Subject<S>) {
     assert_eq!(v["limits"][0]["retry_after_ms"], json!(0));
 }
 
+/// Each limit weighs the request as its `hits` says (else the check's), all
+/// decided together: a denial consumes nothing from either (on a cluster the
+/// keys sit in different slots, so the admitting slot is refunded its own
+/// weight).
+async fn per_limit_weights_are_decided_together<S: Store + Clone>(s: &Subject<S>) {
+    let store = s.name;
+    let c = s.client("weights");
+    let a = json!({"key":"a","algorithm":"fixed_window","requests":10,"window_ms":60000,"hits":3});
+    let b = json!({"key":"b","algorithm":"sliding_log","requests":5,"window_ms":60000});
+    // Weighs 3 under `a` and the check's 2 under `b`.
+    let first = json!([a, b]);
+    let v = c.check(first, 2).await;
+    assert_eq!(v["allowed"], json!(true), "{store}: {v}");
+    assert_eq!(v["limits"][0]["remaining"], json!(7), "{store}: {v}");
+    assert_eq!(v["limits"][1]["remaining"], json!(3), "{store}: {v}");
+    // 4 under `b` do not fit its 3: denied, and nothing taken from `a`.
+    for _ in 0..3 {
+        let mut heavy = b.clone();
+        heavy["hits"] = json!(4);
+        let v = c.check(json!([a, heavy]), 1).await;
+        assert_eq!(v["allowed"], json!(false), "{store}: {v}");
+        assert_eq!(v["limits"][0]["allowed"], json!(true), "{store}: {v}");
+        assert_eq!(v["limits"][0]["remaining"], json!(7), "{store}: {v}");
+        assert_eq!(v["limits"][1]["allowed"], json!(false), "{store}: {v}");
+        assert_eq!(v["limits"][1]["remaining"], json!(3), "{store}: {v}");
+    }
+    // Exactly what is left: 7 under `a`, 3 under `b`.
+    let a = json!([{"key":"a","algorithm":"fixed_window","requests":10,"window_ms":60000}]);
+    let b = json!([{"key":"b","algorithm":"sliding_log","requests":5,"window_ms":60000}]);
+    assert_eq!(
+        c.check(a.clone(), 7).await["allowed"],
+        json!(true),
+        "{store}"
+    );
+    assert_eq!(c.check(a, 1).await["allowed"], json!(false), "{store}");
+    assert_eq!(
+        c.check(b.clone(), 3).await["allowed"],
+        json!(true),
+        "{store}"
+    );
+    assert_eq!(c.check(b, 1).await["allowed"], json!(false), "{store}");
+}
+
+/// Delay mode, the API's example: GCRA (and leaky bucket) 10 per second,
+/// burst 1, `max_delay_ms` 1000. Checks at one instant are admitted with
+/// `delay_ms` 0, 100, 200, ... 1000 (each counted at the time it conforms);
+/// the next would wait 1100 ms and is denied with that `retry_after_ms`.
+async fn delay_mode_admits_with_the_wait_until_max_delay<S: Store + Clone>(s: &Subject<S>) {
+    let store = s.name;
+    for alg in ["gcra", "leaky_bucket"] {
+        let c = s.client(&format!("delay-{alg}"));
+        let limit = json!([{"key":"k","algorithm":alg,"requests":10,"window_ms":1000,"burst":1,"max_delay_ms":1000}]);
+        let start = Instant::now();
+        let mut admitted = 0u64;
+        let denied = loop {
+            let v = c.check(limit.clone(), 1).await;
+            if v["allowed"] == json!(false) {
+                break v;
+            }
+            let l = &v["limits"][0];
+            let delay = l["delay_ms"].as_u64().unwrap_or(0);
+            // Redis reads its own clock: the checks so far took some time.
+            let expected = admitted * 100;
+            let slack = if s.clock.is_some() {
+                0
+            } else {
+                start.elapsed().as_millis() as u64 + 1
+            };
+            assert!(
+                delay <= expected && delay + slack >= expected,
+                "{store} {alg} #{admitted}: delay {delay}, expected {expected}: {v}"
+            );
+            assert_eq!(l["allowed"], json!(true), "{store} {alg}: {v}");
+            assert_eq!(l["remaining"], json!(0), "{store} {alg}: {v}");
+            admitted += 1;
+            assert!(admitted <= 20, "{store} {alg}: never denied");
+        };
+        let l = &denied["limits"][0];
+        assert!(l.get("delay_ms").is_none(), "{store} {alg}: {denied}");
+        let retry = l["retry_after_ms"].as_u64().unwrap();
+        if let Some(clock) = &s.clock {
+            assert_eq!(admitted, 11, "{store} {alg}");
+            assert_eq!(retry, 1100, "{store} {alg}: {denied}");
+            // The delayed requests were counted: half a second on, a request
+            // waits for the last of them (at 1000 ms) and its own 100 ms.
+            clock.advance(500 * MILLISECOND);
+            let v = c.check(limit.clone(), 1).await;
+            assert_eq!(v["allowed"], json!(true), "{store} {alg}: {v}");
+            assert_eq!(v["limits"][0]["delay_ms"], json!(600), "{store} {alg}: {v}");
+        } else {
+            assert!(admitted >= 11, "{store} {alg}: {admitted} admitted");
+            assert!(retry > 1000 && retry <= 1100, "{store} {alg}: {denied}");
+        }
+    }
+}
+
+/// `max_delay_ms` on an algorithm without delay mode, or beyond its range,
+/// is refused naming the field, and the check touches nothing.
+async fn delay_mode_is_refused_where_it_does_not_apply<S: Store + Clone>(s: &Subject<S>) {
+    let c = s.client("bad-delay");
+    let limit = json!({"key":"k","algorithm":"fixed_window","requests":1,"window_ms":60000});
+    let bad = json!([limit, {"key":"k2","algorithm":"fixed_window","requests":1,"window_ms":60000,"max_delay_ms":500}]);
+    let (status, v) = c.post(bad, 1).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(
+        v["error"],
+        json!("limits[1].max_delay_ms: delay mode is for gcra and leaky_bucket only, not fixed_window")
+    );
+    let long = json!([{"key":"k","algorithm":"gcra","requests":1,"window_ms":60000,"max_delay_ms":31_622_400_001u64}]);
+    let (status, v) = c.post(long, 1).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
+    assert!(v["error"]
+        .as_str()
+        .unwrap()
+        .starts_with("limits[0].max_delay_ms: must be between 0 and 31622400000"));
+    let (status, v) = c
+        .post(
+            json!([{"key":"k","algorithm":"gcra","requests":1,"window_ms":60000,"hits":0}]),
+            1,
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
+    assert!(v["error"].as_str().unwrap().starts_with("limits[0].hits: "));
+    let one = json!([limit]);
+    assert_eq!(c.check(one.clone(), 1).await["allowed"], json!(true));
+    assert_eq!(c.check(one, 1).await["allowed"], json!(false));
+}
+
 /// Soft throttling admits above the quota; `limit` stays the quota.
 async fn soft_throttling_admits_above_the_quota<S: Store + Clone>(s: &Subject<S>) {
     let store = s.name;
@@ -234,6 +365,7 @@ async fn concurrent_checks_never_admit_more_than_the_limit<S: Store + Clone>(s: 
         let items = Arc::new([StoreItem {
             id: format!("{}-hot/k|{}|86400000", s.name, alg.name()),
             limit: Limit::new(alg, 500, 86_400 * SECOND).unwrap(),
+            hits: 1,
         }]);
         let admitted = Arc::new(AtomicU64::new(0));
         let tasks: Vec<_> = (0..8)
@@ -243,7 +375,7 @@ async fn concurrent_checks_never_admit_more_than_the_limit<S: Store + Clone>(s: 
                 let admitted = admitted.clone();
                 tokio::spawn(async move {
                     for _ in 0..200 {
-                        if store.check(&items[..], 1).await.unwrap().allowed {
+                        if store.check(&items[..]).await.unwrap().allowed {
                             admitted.fetch_add(1, Ordering::Relaxed);
                         }
                     }

@@ -82,6 +82,7 @@ fn item(id: &str, algorithm: Algorithm, requests: u64) -> StoreItem {
     StoreItem {
         id: id.to_string(),
         limit: Limit::new(algorithm, requests, 3600 * SECOND).unwrap(),
+        hits: 1,
     }
 }
 
@@ -120,7 +121,7 @@ fn checks_over_many_shards_in_any_order_do_not_deadlock() {
                     if t % 2 == 0 {
                         items.reverse();
                     }
-                    if runtime.block_on(store.check(&items, 1)).unwrap().allowed {
+                    if runtime.block_on(store.check(&items)).unwrap().allowed {
                         shared.fetch_add(1, Ordering::Relaxed);
                     }
                 }

@@ -67,6 +67,37 @@ async fn file_overrides_replace_the_requested_limit() {
     assert!(!allowed(&state, &other).await);
 }
 
+/// An override replaces the quota (`requests`, `window`, `burst`) and keeps
+/// what the check says about the request: its delay mode and its weight.
+#[tokio::test]
+async fn overrides_keep_the_delay_mode_and_the_weight() {
+    let mut state = AppState::new(memory());
+    let overrides =
+        Overrides::from_json(r#"{"demo/vip": {"requests": 10, "window_ms": 1000, "burst": 2}}"#)
+            .unwrap();
+    state.overrides = Arc::new(overrides);
+    // Without the override a weight of 2 would never fit a burst of 1.
+    let body = json!({"domain": "demo", "hits": 1, "limits": [
+        {"key": "vip", "algorithm": "gcra", "requests": 1, "window_ms": 60000,
+         "hits": 2, "max_delay_ms": 1000}
+    ]});
+    // 10 per second, 2 at once, each request weighing 2: every one after
+    // the first waits 200 ms more, up to the 1000 ms allowed.
+    for expected in [0, 200, 400, 600, 800, 1000] {
+        let v = check(&state, &body).await;
+        assert_eq!(v["allowed"], json!(true), "{v}");
+        assert_eq!(v["limits"][0]["limit"], json!(10), "{v}");
+        assert_eq!(
+            v["limits"][0]["delay_ms"].as_u64().unwrap_or(0),
+            expected,
+            "{v}"
+        );
+    }
+    let v = check(&state, &body).await;
+    assert_eq!(v["allowed"], json!(false), "{v}");
+    assert_eq!(v["limits"][0]["retry_after_ms"], json!(1200), "{v}");
+}
+
 #[test]
 fn bad_override_files_are_refused() {
     assert!(Overrides::from_json("{").is_err());

@@ -1,12 +1,13 @@
 //! The Lua script against sluice-core on random traces: identical decisions
-//! and states for every algorithm the core knows ([`Algorithm::ALL`]). Times
+//! and states for every algorithm the core knows ([`Algorithm::ALL`]), with
+//! delay mode on the meters that have it and per-limit weights. Times
 //! are microseconds on both sides (the script's unit; sluice-core is run with
 //! microsecond windows and instants).
 #![cfg(test)]
 
 mod support;
 
-use sluice_core::{decide, decide_all, refund_at, Algorithm, Check, Decision, Limit};
+use sluice_core::{decide_all, refund_at, Algorithm, Check, Decision, Denial, Limit};
 use sluice_limiter::store::redis::{RedisStore, Target, DECIDE_LUA};
 use sluice_limiter::store::StoreItem;
 use std::collections::HashMap;
@@ -70,6 +71,21 @@ fn random_limit(rng: &mut Rng, algorithm: Algorithm, large: bool) -> Limit {
     } else {
         0
     };
+    // Delay mode on half the meters that have it: none, a few emission
+    // intervals, up to a window or two.
+    let delayed =
+        matches!(algorithm, Algorithm::Gcra | Algorithm::LeakyBucket) && rng.below(2) == 0;
+    let max_delay = delayed.then(|| match rng.below(4) {
+        0 => 0,
+        1 => rng.range(1, 3 * (window / requests).max(1)),
+        2 => rng.range(1, window),
+        _ => rng.range(window, 2 * window),
+    });
+    // Delay mode is mostly used with a small burst: a queue forms sooner.
+    let burst = match max_delay {
+        Some(_) if !large && rng.below(2) == 0 => rng.range(1, 4),
+        _ => burst,
+    };
     Limit {
         algorithm,
         requests,
@@ -77,35 +93,33 @@ fn random_limit(rng: &mut Rng, algorithm: Algorithm, large: bool) -> Limit {
         burst,
         precision,
         soft_percent,
-        max_delay: None,
+        max_delay,
     }
 }
 
 /// sluice-core's decision for `cost` without consuming, as a denied check
 /// reports its admitting limits.
 fn peek(limit: &Limit, state: Option<&[u8]>, now: u64, cost: u64) -> Decision {
-    if cost <= 1 {
-        return decide(limit, state, now, 0).decision;
-    }
-    // A companion limit that can never admit `cost` denies the check, so
+    // A companion limit that can never admit its cost denies the check, so
     // `limit` is decided for `cost` without consuming.
     let never = Limit {
         algorithm: Algorithm::FixedWindow,
         requests: 1,
         window: 1_000_000,
-        burst: cost - 1,
+        burst: 1,
         precision: 1,
         soft_percent: 0,
         max_delay: None,
     };
     let checks = [
-        Check { limit, state },
+        Check { limit, state, cost },
         Check {
             limit: &never,
             state: None,
+            cost: 2,
         },
     ];
-    decide_all(&checks, now, cost).decisions[0]
+    decide_all(&checks, now).decisions[0]
 }
 
 fn same(lua: &Decision, core: &Decision, ctx: &str) {
@@ -113,7 +127,35 @@ fn same(lua: &Decision, core: &Decision, ctx: &str) {
     // The script reports microseconds; the store turns them into ns.
     core_us.reset = core.reset * 1_000;
     core_us.retry_after = core.retry_after * 1_000;
+    core_us.delay = core.delay * 1_000;
     assert_eq!(*lua, core_us, "{ctx}");
+}
+
+/// What the traces compared, so a test can insist that each case was met.
+#[derive(Debug, Default)]
+struct Coverage {
+    /// Decisions per algorithm of [`Algorithm::ALL`], in that order.
+    decided: Vec<usize>,
+    /// Admissions with a delay.
+    delayed: usize,
+    /// Denials for a delay beyond `max_delay`.
+    too_long: usize,
+    /// Checks whose limits weighed the request differently.
+    weighed: usize,
+}
+
+impl Coverage {
+    fn add(&mut self, other: Coverage) {
+        if self.decided.is_empty() {
+            self.decided = vec![0; other.decided.len()];
+        }
+        for (a, b) in self.decided.iter_mut().zip(other.decided) {
+            *a += b;
+        }
+        self.delayed += other.delayed;
+        self.too_long += other.too_long;
+        self.weighed += other.weighed;
+    }
 }
 
 struct Trace<'a> {
@@ -124,24 +166,46 @@ struct Trace<'a> {
 }
 
 impl Trace<'_> {
-    /// Decides `chosen` in both; returns whether the check was admitted.
-    async fn step(&mut self, chosen: &[usize], now: u64, cost: u64, ctx: &str) -> bool {
-        let items: Vec<&StoreItem> = chosen.iter().map(|&i| &self.items[i]).collect();
-        let lua = self.store.run_check(&items, cost, Some(now)).await.unwrap();
+    /// The store items of `chosen` (limit index, weight).
+    fn items(&self, chosen: &[(usize, u64)]) -> Vec<StoreItem> {
+        chosen
+            .iter()
+            .map(|&(i, hits)| StoreItem {
+                hits,
+                ..self.items[i].clone()
+            })
+            .collect()
+    }
+
+    /// Decides `chosen` (limit index, weight) in both; returns whether the
+    /// check was admitted.
+    async fn step(
+        &mut self,
+        chosen: &[(usize, u64)],
+        now: u64,
+        ctx: &str,
+        seen: &mut Coverage,
+    ) -> bool {
+        let items = self.items(chosen);
+        let refs: Vec<&StoreItem> = items.iter().collect();
+        let lua = self.store.run_check(&refs, Some(now)).await.unwrap();
         let checks: Vec<Check<'_>> = chosen
             .iter()
-            .map(|&i| Check {
+            .map(|&(i, cost)| Check {
                 limit: &self.limits[i],
                 state: self.states.get(&i).map(Vec::as_slice),
+                cost,
             })
             .collect();
-        let core = decide_all(&checks, now, cost);
+        let core = decide_all(&checks, now);
         assert_eq!(lua.allowed, core.allowed, "{ctx}: allowed");
         assert_eq!(lua.now_us, now);
-        for ((l, c), &i) in lua.decisions.iter().zip(&core.decisions).zip(chosen) {
+        for ((l, c), &(i, _)) in lua.decisions.iter().zip(&core.decisions).zip(chosen) {
             same(l, c, &format!("{ctx}: limit {i} {:?}", self.limits[i]));
+            seen.delayed += usize::from(c.allowed && c.delay > 0);
+            seen.too_long += usize::from(c.denial == Some(Denial::DelayTooLong));
         }
-        for (s, &i) in core.new_states.into_iter().zip(chosen) {
+        for (s, &(i, _)) in core.new_states.into_iter().zip(chosen) {
             if let Some(s) = s {
                 self.states.insert(i, s.as_bytes().to_vec());
             }
@@ -149,14 +213,15 @@ impl Trace<'_> {
         core.allowed
     }
 
-    async fn refund(&mut self, chosen: &[usize], admitted: u64, now: u64, cost: u64, ctx: &str) {
-        let items: Vec<&StoreItem> = chosen.iter().map(|&i| &self.items[i]).collect();
+    async fn refund(&mut self, chosen: &[(usize, u64)], admitted: u64, now: u64, ctx: &str) {
+        let items = self.items(chosen);
+        let refs: Vec<&StoreItem> = items.iter().collect();
         let lua = self
             .store
-            .run_refund(&items, cost, admitted, Some(now))
+            .run_refund(&refs, admitted, Some(now))
             .await
             .unwrap();
-        for (&i, l) in chosen.iter().zip(&lua.decisions) {
+        for (&(i, cost), l) in chosen.iter().zip(&lua.decisions) {
             if let Some(state) = self.states.get(&i) {
                 if let Some(s) = refund_at(&self.limits[i], state, admitted, now, cost) {
                     self.states.insert(i, s.as_bytes().to_vec());
@@ -173,17 +238,19 @@ impl Trace<'_> {
     }
 }
 
-/// Runs `traces` random traces; returns how many decisions each algorithm
-/// of [`Algorithm::ALL`] took, in that order.
+/// Runs `traces` random traces; returns what they compared.
 async fn run_traces(
     store: &RedisStore,
     seed: u64,
     traces: usize,
     steps: usize,
     large: bool,
-) -> Vec<usize> {
+) -> Coverage {
     let mut rng = Rng(seed);
-    let mut decided = vec![0; Algorithm::ALL.len()];
+    let mut seen = Coverage {
+        decided: vec![0; Algorithm::ALL.len()],
+        ..Coverage::default()
+    };
     for t in 0..traces {
         let n = rng.range(1, 3) as usize;
         // The first limit takes every algorithm in turn, the others any.
@@ -206,8 +273,10 @@ async fn run_traces(
                 // The store takes nanoseconds and hands the script microseconds.
                 limit: Limit {
                     window: l.window * 1_000,
+                    max_delay: l.max_delay.map(|d| d * 1_000),
                     ..l.clone()
                 },
+                hits: 1,
             })
             .collect();
         let max_window = limits.iter().map(|l| l.window).max().unwrap_or(1);
@@ -218,7 +287,7 @@ async fn run_traces(
             states: HashMap::new(),
         };
         let mut now: u64 = 1_763_700_000_000_000 + rng.below(1_000_000_000);
-        let mut last_admit: Option<(Vec<usize>, u64, u64)> = None;
+        let mut last_admit: Option<(Vec<(usize, u64)>, u64)> = None;
         for s in 0..steps {
             match rng.below(20) {
                 0 => now = now.saturating_sub(rng.below(max_window / 2 + 1)), // clock step back
@@ -227,44 +296,59 @@ async fn run_traces(
                 6..=11 => now += rng.below(max_window / 8 + 2),
                 _ => now += rng.below(max_window / 64 + 2),
             }
-            let mut chosen: Vec<usize> = (0..n).filter(|_| rng.below(3) != 0).collect();
-            if chosen.is_empty() {
-                chosen.push(0);
+            let mut picked: Vec<usize> = (0..n).filter(|_| rng.below(3) != 0).collect();
+            if picked.is_empty() {
+                picked.push(0);
             }
-            let cost = match rng.below(12) {
+            let cost = |rng: &mut Rng| match rng.below(12) {
                 0 => 0,
                 1 => rng.range(2, 60),
                 2 | 3 => rng.range(2, 5),
                 _ => 1,
             };
-            let ctx =
-                format!("seed {seed} trace {t} step {s} now {now} cost {cost} chosen {chosen:?}");
-            for &i in &chosen {
+            let base = cost(&mut rng);
+            // A quarter of the checks weigh the request differently per limit.
+            let weighed = rng.below(4) == 0;
+            let chosen: Vec<(usize, u64)> = picked
+                .into_iter()
+                .map(|i| (i, if weighed { cost(&mut rng) } else { base }))
+                .collect();
+            seen.weighed += usize::from(chosen.windows(2).any(|w| w[0].1 != w[1].1));
+            let ctx = format!("seed {seed} trace {t} step {s} now {now} chosen {chosen:?}");
+            for &(i, _) in &chosen {
                 let a = trace.limits[i].algorithm;
                 if let Some(k) = Algorithm::ALL.iter().position(|&x| x == a) {
-                    decided[k] += 1;
+                    seen.decided[k] += 1;
                 }
             }
-            if trace.step(&chosen, now, cost, &ctx).await && cost > 0 {
-                last_admit = Some((chosen, now, cost));
+            if trace.step(&chosen, now, &ctx, &mut seen).await && chosen.iter().any(|&(_, c)| c > 0)
+            {
+                last_admit = Some((chosen, now));
             }
             if rng.below(6) == 0 {
-                if let Some((chosen, at, cost)) = last_admit.take() {
+                if let Some((chosen, at)) = last_admit.take() {
                     let later = now + rng.below(max_window / 4 + 1);
                     let ctx = format!("seed {seed} trace {t} step {s} refund at {later}");
-                    trace.refund(&chosen, at, later, cost, &ctx).await;
+                    trace.refund(&chosen, at, later, &ctx).await;
                 }
             }
         }
     }
-    decided
+    seen
 }
 
-/// Fails unless every algorithm of [`Algorithm::ALL`] was decided.
-fn every_algorithm_decided(decided: &[usize]) {
-    for (a, n) in Algorithm::ALL.iter().zip(decided) {
+/// Fails unless every algorithm of [`Algorithm::ALL`] was decided, and
+/// delay mode and per-limit weights were met.
+fn every_case_met(seen: &Coverage) {
+    for (a, n) in Algorithm::ALL.iter().zip(&seen.decided) {
         assert!(*n > 0, "no decision of {a} was compared");
     }
+    assert!(seen.delayed > 0, "no delayed admission was compared");
+    assert!(seen.too_long > 0, "no delay beyond max_delay was compared");
+    assert!(
+        seen.weighed > 0,
+        "no check with per-limit weights was compared"
+    );
 }
 
 /// Every algorithm the core knows has an implementation in the script (the
@@ -292,10 +376,11 @@ async fn lua_matches_core_on_random_traces() {
         return;
     };
     let store = store(&server).await;
+    let mut seen = Coverage::default();
     for seed in 1..=12u64 {
-        let decided = run_traces(&store, seed * 7919, 25, 80, false).await;
-        every_algorithm_decided(&decided);
+        seen.add(run_traces(&store, seed * 7919, 25, 80, false).await);
     }
+    every_case_met(&seen);
 }
 
 #[tokio::test]
@@ -304,10 +389,11 @@ async fn lua_matches_core_with_wide_integers() {
         return;
     };
     let store = store(&server).await;
+    let mut seen = Coverage::default();
     for seed in 1..=4u64 {
-        let decided = run_traces(&store, seed * 104_729, 20, 40, true).await;
-        every_algorithm_decided(&decided);
+        seen.add(run_traces(&store, seed * 104_729, 20, 40, true).await);
     }
+    every_case_met(&seen);
 }
 
 #[tokio::test]
@@ -317,6 +403,6 @@ async fn the_eval_form_decides_the_same() {
     };
     let store = store(&server).await;
     store.use_eval_only();
-    let decided = run_traces(&store, 31, 10, 40, false).await;
-    every_algorithm_decided(&decided);
+    let seen = run_traces(&store, 31, 10, 40, false).await;
+    every_case_met(&seen);
 }

@@ -132,15 +132,26 @@ mod tests {
 
     #[test]
     fn what_the_filter_sends_the_limiter_reads_back() {
+        let delayed = gcra().with_max_delay(Some(250 * MILLISECOND));
         let sent = CheckRequest {
             domain: "demo".into(),
             hits: 3,
-            limits: vec![LimitSpec::new("r/0/alice".into(), &gcra())],
+            limits: vec![
+                LimitSpec::new("r/0/alice".into(), &gcra()),
+                LimitSpec {
+                    hits: Some(5),
+                    ..LimitSpec::new("r/1/alice".into(), &delayed)
+                },
+            ],
         };
         let bytes = serde_json::to_vec(&sent).unwrap();
         let check = crate::parse_check(&bytes).unwrap();
         assert_eq!((check.domain.as_str(), check.hits), ("demo", 3));
         assert_eq!(check.limits[0].key, "r/0/alice");
-        assert_eq!(check.limits[0].limit, gcra());
+        assert_eq!((&check.limits[0].limit, check.limits[0].hits), (&gcra(), 3));
+        assert_eq!(
+            (&check.limits[1].limit, check.limits[1].hits),
+            (&delayed, 5)
+        );
     }
 }

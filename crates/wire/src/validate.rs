@@ -22,6 +22,9 @@ pub struct KeyedLimit {
     pub key: String,
     /// The limit to enforce.
     pub limit: Limit,
+    /// The request's weight under this limit: the limit's `hits` when
+    /// given, else the check's.
+    pub hits: u64,
 }
 
 /// A check that passed validation.
@@ -29,7 +32,8 @@ pub struct KeyedLimit {
 pub struct ValidCheck {
     /// The domain.
     pub domain: String,
-    /// The weight of the request.
+    /// The weight of the request under the limits that give none of their
+    /// own (each [`KeyedLimit::hits`] holds the weight in force).
     pub hits: u64,
     /// The limits, in request order.
     pub limits: Vec<KeyedLimit>,
@@ -105,7 +109,8 @@ impl CheckRequest<'_> {
         }
         let mut limits = Vec::with_capacity(self.limits.len());
         for (i, spec) in self.limits.into_iter().enumerate() {
-            let keyed = KeyedLimit::try_from(spec).map_err(|e| e.under(&format!("limits[{i}]")))?;
+            let keyed = KeyedLimit::from_spec(spec, self.hits)
+                .map_err(|e| e.under(&format!("limits[{i}]")))?;
             limits.push(keyed);
         }
         Ok(ValidCheck {
@@ -117,7 +122,8 @@ impl CheckRequest<'_> {
 }
 
 /// Builds a core [`Limit`] from wire numbers, naming the field at fault
-/// (`requests`, `window_ms`, `burst`, `precision`, `soft_percent`).
+/// (`requests`, `window_ms`, `burst`, `precision`, `soft_percent`,
+/// `max_delay_ms`).
 pub fn build_limit(
     algorithm: Algorithm,
     requests: u64,
@@ -125,6 +131,7 @@ pub fn build_limit(
     burst: Option<u64>,
     precision: Option<u32>,
     soft_percent: Option<u32>,
+    max_delay_ms: Option<u64>,
 ) -> Result<Limit, FieldError> {
     let range = |field: &str, v: u64, max: u64| {
         if v == 0 || v > max {
@@ -143,6 +150,16 @@ pub fn build_limit(
     let window = window_ms
         .checked_mul(MILLISECOND)
         .ok_or_else(|| FieldError::at("window_ms", "too large"))?;
+    let max_delay = match max_delay_ms {
+        Some(ms) if ms > MAX_WINDOW_MS => {
+            return Err(FieldError::at(
+                "max_delay_ms",
+                format!("must be between 0 and {MAX_WINDOW_MS}"),
+            ))
+        }
+        Some(ms) => Some(ms.saturating_mul(MILLISECOND)),
+        None => None,
+    };
     let limit = Limit {
         algorithm,
         requests,
@@ -150,18 +167,18 @@ pub fn build_limit(
         burst,
         precision: precision.unwrap_or(1),
         soft_percent: soft_percent.unwrap_or(0),
-        max_delay: None,
+        max_delay,
     };
-    limit
-        .validate()
-        .map_err(|e| e.renamed("window", "window_ms"))?;
+    limit.validate().map_err(|e| {
+        e.renamed("window", "window_ms")
+            .renamed("max_delay", "max_delay_ms")
+    })?;
     Ok(limit)
 }
 
-impl TryFrom<LimitSpec<'_>> for KeyedLimit {
-    type Error = FieldError;
-
-    fn try_from(spec: LimitSpec<'_>) -> Result<Self, Self::Error> {
+impl KeyedLimit {
+    /// Validates one limit of a check whose weight is `check_hits`.
+    pub fn from_spec(spec: LimitSpec<'_>, check_hits: u64) -> Result<Self, FieldError> {
         if spec.key.is_empty() {
             return Err(FieldError::at("key", "must not be empty"));
         }
@@ -171,14 +188,11 @@ impl TryFrom<LimitSpec<'_>> for KeyedLimit {
                 format!("longer than {MAX_KEY_BYTES} bytes"),
             ));
         }
-        // Per-limit weights and delay mode are not decided by the stores yet.
-        if spec.hits.is_some() {
-            return Err(FieldError::at("hits", "per-limit hits are not supported"));
-        }
-        if spec.max_delay_ms.is_some() {
+        let hits = spec.hits.unwrap_or(check_hits);
+        if hits == 0 || hits > MAX_COUNT {
             return Err(FieldError::at(
-                "max_delay_ms",
-                "delay mode is not supported",
+                "hits",
+                format!("must be between 1 and {MAX_COUNT}"),
             ));
         }
         let algorithm = spec
@@ -192,10 +206,12 @@ impl TryFrom<LimitSpec<'_>> for KeyedLimit {
             spec.burst,
             spec.precision,
             spec.soft_percent,
+            spec.max_delay_ms,
         )?;
         Ok(KeyedLimit {
             key: spec.key.into_owned(),
             limit,
+            hits,
         })
     }
 }
@@ -221,10 +237,56 @@ mod tests {
         .starts_with("limits[0].algorithm: unknown algorithm"));
         assert!(err(r#"{"domain":"d","limits":[],"extra":1}"#).contains("extra"));
         assert!(err(r#"{"domain":"a b","limits":[]}"#).starts_with("domain: "));
-        assert!(err(r#"{"domain":"d","limits":[{"key":"k","algorithm":"gcra","requests":1,"window_ms":1,"hits":2}]}"#)
-            .starts_with("limits[0].hits: "));
-        assert!(err(r#"{"domain":"d","limits":[{"key":"k","algorithm":"gcra","requests":1,"window_ms":1,"max_delay_ms":5}]}"#)
+        assert_eq!(
+            err(
+                r#"{"domain":"d","limits":[{"key":"k","algorithm":"gcra","requests":1,"window_ms":1,"hits":0}]}"#
+            ),
+            format!("limits[0].hits: must be between 1 and {MAX_COUNT}")
+        );
+        assert_eq!(
+            err(
+                r#"{"domain":"d","limits":[{"key":"k","algorithm":"gcra","requests":1,"window_ms":1},{"key":"k","algorithm":"gcra","requests":1,"window_ms":1,"hits":1000000000001}]}"#
+            ),
+            format!("limits[1].hits: must be between 1 and {MAX_COUNT}")
+        );
+        assert_eq!(
+            err(r#"{"domain":"d","limits":[{"key":"k","algorithm":"fixed_window","requests":1,"window_ms":1,"max_delay_ms":5}]}"#),
+            "limits[0].max_delay_ms: delay mode is for gcra and leaky_bucket only, not fixed_window"
+        );
+        for algorithm in ["token_bucket", "sliding_log", "sliding_window"] {
+            assert!(err(&format!(r#"{{"domain":"d","limits":[{{"key":"k","algorithm":"{algorithm}","requests":1,"window_ms":1,"max_delay_ms":5}}]}}"#))
+                .starts_with("limits[0].max_delay_ms: delay mode is for gcra and leaky_bucket only"));
+        }
+        assert_eq!(
+            err(&format!(
+                r#"{{"domain":"d","limits":[{{"key":"k","algorithm":"gcra","requests":1,"window_ms":1,"max_delay_ms":{}}}]}}"#,
+                MAX_WINDOW_MS + 1
+            )),
+            format!("limits[0].max_delay_ms: must be between 0 and {MAX_WINDOW_MS}")
+        );
+        assert!(err(r#"{"domain":"d","limits":[{"key":"k","algorithm":"gcra","requests":1,"window_ms":1,"max_delay_ms":-1}]}"#)
             .starts_with("limits[0].max_delay_ms: "));
+    }
+
+    #[test]
+    fn weights_and_delay_mode() {
+        let check = parse_check(
+            br#"{"domain":"d","hits":2,"limits":[
+                {"key":"a","algorithm":"gcra","requests":10,"window_ms":1000,"burst":1,"max_delay_ms":1000},
+                {"key":"b","algorithm":"leaky_bucket","requests":10,"window_ms":1000,"hits":5,"max_delay_ms":0},
+                {"key":"c","algorithm":"fixed_window","requests":10,"window_ms":1000}]}"#,
+        )
+        .unwrap();
+        let hits: Vec<u64> = check.limits.iter().map(|l| l.hits).collect();
+        assert_eq!(hits, [2, 5, 2]);
+        let delays: Vec<_> = check.limits.iter().map(|l| l.limit.max_delay).collect();
+        assert_eq!(delays, [Some(1000 * MILLISECOND), Some(0), None]);
+        let max = parse_check(
+            format!(r#"{{"domain":"d","limits":[{{"key":"k","algorithm":"gcra","requests":1,"window_ms":1,"max_delay_ms":{MAX_WINDOW_MS}}}]}}"#)
+                .as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(max.limits[0].limit.max_delay, Some(sluice_core::MAX_WINDOW));
     }
 
     #[test]

@@ -15,11 +15,14 @@
 --       `Algorithm::code`), defined by the service before this chunk.
 -- KEYS: one state key per limit.
 -- ARGV: mode ("check" or "refund"), now in microseconds ("" = server TIME),
---       cost, admitted_at in microseconds (refund only), then per limit:
---       algorithm code, requests, window_us, burst, precision, soft_percent.
+--       admitted_at in microseconds (refund only), then per limit:
+--       algorithm code, requests, window_us, burst, precision, soft_percent,
+--       cost (the request's weight under this limit), max_delay_us (delay
+--       mode, gcra and leaky_bucket; "" = none).
 -- Check reply: allowed, now, then per limit: allowed, limit, remaining,
 --       reset_us, retry_after_us, denial (0 none, 1 over limit, 2 cost
---       exceeds capacity).
+--       exceeds capacity, 3 delay too long), delay_us (delay mode: how long
+--       the admitted request waits until it conforms).
 -- Refund reply: as a check's, with each limit decided again after the
 --       refund without consuming.
 --
@@ -230,7 +233,7 @@ local function with_soft(n, percent)
   return n + floor_div(n * percent, 100)
 end
 
-local function params(alg, requests, window, burst, precision, soft)
+local function params(alg, requests, window, burst, precision, soft, max_delay)
   requests = clamp(requests, 1, MAX_REQUESTS)
   burst = clamp(burst, 1, MAX_REQUESTS)
   soft = min(soft, MAX_SOFT_PERCENT)
@@ -247,6 +250,12 @@ local function params(alg, requests, window, burst, precision, soft)
     precision = clamp(precision, 1, MAX_PRECISION),
   }
   p.capacity = mul(cap, window)
+  -- Delay mode: the level may pass the capacity by what waits.
+  p.max_level = p.capacity
+  if max_delay then
+    p.max_delay = min(max_delay, MAX_WINDOW)
+    p.max_level = add(p.capacity, mul(p.max_delay, p.rate))
+  end
   return p
 end
 
@@ -254,7 +263,7 @@ local function report(p, remaining)
   return max(remaining - p.soft_extra, 0)
 end
 
-local function decision(allowed, p, remaining, reset, retry, denial)
+local function decision(allowed, p, remaining, reset, retry, denial, delay)
   return {
     allowed = allowed,
     limit = p.requests,
@@ -262,6 +271,7 @@ local function decision(allowed, p, remaining, reset, retry, denial)
     reset = reset,
     retry = retry,
     denial = denial,
+    delay = delay or 0,
   }
 end
 
@@ -278,16 +288,23 @@ end
 local function judge(p, level, cost, commit)
   local cap = p.capacity
   local full = add(level, mul(cost, p.window))
-  local allowed, retry, denial = true, 0, 0
+  local allowed, retry, denial, delay = true, 0, 0, 0
   if cmp(full, cap) > 0 then
-    allowed, denial = false, 1
-    retry = sat(ceil_div(sub(full, cap), p.rate))
+    -- Rounded up so that waiting exactly this long conforms.
+    local wait = sat(ceil_div(sub(full, cap), p.rate))
+    if p.max_delay == nil then
+      allowed, denial, retry = false, 1, wait
+    elseif wait <= p.max_delay then
+      delay = wait
+    else
+      allowed, denial, retry = false, 3, wait
+    end
   end
   local consumed = allowed and commit
   local after = level
   if consumed then after = full end
   local d = decision(allowed, p, sat(floor_div(sub(cap, after), p.window)),
-    sat(ceil_div(after, p.rate)), retry, denial)
+    sat(ceil_div(after, p.rate)), retry, denial, delay)
   if consumed then return d, after end
   return d, nil
 end
@@ -347,7 +364,7 @@ local function lb_decode(p, st)
   else
     level = add(mul(st[3], p.window), st[4])
   end
-  return st[2], wmin(level, p.capacity)
+  return st[2], wmin(level, p.max_level)
 end
 
 local function lb_encode(p, last, level)
@@ -409,8 +426,9 @@ local function gcra_decide(p, st, now, cost, commit)
   local level, repaired = 0, false
   if whole ~= nil then
     level = gcra_ahead(p, whole, frac, now)
-    if cmp(level, p.capacity) > 0 then
-      level, repaired = p.capacity, true
+    -- More ahead than any valid state can be: the clock stepped back.
+    if cmp(level, p.max_level) > 0 then
+      level, repaired = p.max_level, true
     end
   end
   local d, after = judge(p, level, cost, commit)
@@ -724,7 +742,7 @@ local function decide_in(p, st, now, cost, commit)
   local probe = max(cost, 1)
   if probe > p.cap then
     local d, new = decide(p, st, now, 1, false)
-    d.allowed, d.retry, d.denial = false, 0, 2
+    d.allowed, d.retry, d.denial, d.delay = false, 0, 2, 0
     return d, new
   end
   return decide(p, st, now, probe, commit)
@@ -749,6 +767,7 @@ local function reply_of(allowed, now, decisions)
     reply[#reply + 1] = d.reset
     reply[#reply + 1] = d.retry
     reply[#reply + 1] = d.denial
+    reply[#reply + 1] = d.delay
   end
   return reply
 end
@@ -764,13 +783,13 @@ local function main(KEYS, ARGV)
     local t = redis.call('TIME')
     now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
-  local cost = tonumber(ARGV[3])
 
-  local limits, states = {}, {}
+  local limits, costs, states = {}, {}, {}
   for i = 1, #KEYS do
-    local a = 4 + (i - 1) * 6
+    local a = 3 + (i - 1) * 8
     limits[i] = params(tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
-      tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]))
+      tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 8]))
+    costs[i] = tonumber(ARGV[a + 7])
     local raw = redis.call('GET', KEYS[i])
     if raw then
       local ok, st = pcall(cmsgpack.unpack, raw)
@@ -784,31 +803,30 @@ local function main(KEYS, ARGV)
   if mode == 'refund' then
     -- Give the cost back, then report each limit as a denied check reports
     -- its admitting limits: decided again without consuming.
-    local admitted_at = tonumber(ARGV[4])
+    local admitted_at = tonumber(ARGV[3])
     for i = 1, #KEYS do
       if states[i] then
-        local new = refund_at(limits[i], states[i], admitted_at, now, cost)
+        local new = refund_at(limits[i], states[i], admitted_at, now, costs[i])
         if new then
           redis.call('SET', KEYS[i], cmsgpack.pack(new), 'KEEPTTL')
           states[i] = new
         end
       end
-      decisions[i] = decide_in(limits[i], states[i], now, cost, false)
+      decisions[i] = decide_in(limits[i], states[i], now, costs[i], false)
     end
     return reply_of(true, now, decisions)
   end
 
-  local commit = cost ~= 0
   for i = 1, #KEYS do
-    decisions[i], news[i] = decide_in(limits[i], states[i], now, cost, commit)
+    decisions[i], news[i] = decide_in(limits[i], states[i], now, costs[i], costs[i] ~= 0)
     if not decisions[i].allowed then allowed = false end
   end
-  if not allowed and commit then
+  if not allowed then
     -- A denied check consumes nothing: decide the admitting limits again
     -- without consuming.
     for i = 1, #KEYS do
-      if decisions[i].allowed then
-        decisions[i], news[i] = decide_in(limits[i], states[i], now, cost, false)
+      if decisions[i].allowed and costs[i] ~= 0 then
+        decisions[i], news[i] = decide_in(limits[i], states[i], now, costs[i], false)
       end
     end
   end

@@ -122,9 +122,9 @@ impl MemoryStore {
         self.shards.iter().map(|s| lock(s).sweep(now)).sum()
     }
 
-    /// Decides `items` together for a request of weight `hits`; never waits
-    /// for anything but the shard locks.
-    fn decide(&self, items: &[StoreItem], hits: u64) -> Verdict {
+    /// Decides `items` together, each at its own weight; never waits for
+    /// anything but the shard locks.
+    fn decide(&self, items: &[StoreItem]) -> Verdict {
         let now = self.clock.now();
         let shard_ids: Vec<usize> = items.iter().map(|i| self.shard_of(&i.id)).collect();
         let mut order = shard_ids.clone();
@@ -152,9 +152,10 @@ impl MemoryStore {
                         .get(p)
                         .and_then(|g| g.map.get(item.id.as_str()))
                         .map(|e| e.state.as_slice()),
+                    cost: item.hits,
                 })
                 .collect();
-            decide_all(&checks, now, hits)
+            decide_all(&checks, now)
         };
 
         if let Some(full) = full {
@@ -262,8 +263,8 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
-    async fn check(&self, items: &[StoreItem], hits: u64) -> Result<Verdict, StoreError> {
-        Ok(self.decide(items, hits))
+    async fn check(&self, items: &[StoreItem]) -> Result<Verdict, StoreError> {
+        Ok(self.decide(items))
     }
 
     async fn healthy(&self) -> bool {

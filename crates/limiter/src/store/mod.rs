@@ -19,8 +19,15 @@ use std::sync::Arc;
 /// # Deciding
 ///
 /// * **All limits of a check are decided together**, with sluice-core's
-///   algorithms: the check is allowed only when every limit allows it, and
-///   the [`Verdict`] carries one decision per item, in order.
+///   algorithms, each at its item's weight ([`StoreItem::hits`]): the check
+///   is allowed only when every limit allows it, and the [`Verdict`] carries
+///   one decision per item, in order.
+/// * **Delay mode** (a limit with `max_delay`, GCRA and leaky bucket): a
+///   request that conforms within `max_delay` is admitted with the wait in
+///   its decision's `delay`, and its state is written as sluice-core writes
+///   it (counted as admitted at the time it conforms); one that would wait
+///   longer is denied ([`Denial::DelayTooLong`](sluice_core::Denial)). The
+///   wait is measured on the store's clock (below).
 /// * **A denied check consumes nothing** from any of its limits; when a
 ///   limit denies, the limits that would admit report what remains without
 ///   this request. (A state that an algorithm rebases after the clock
@@ -73,11 +80,10 @@ use std::sync::Arc;
 /// * Redis Cluster: when one slot of a check fails or denies, the slots that
 ///   admitted are refunded; only the failing slot's outcome stays unknown.
 pub trait Store: Send + Sync + 'static {
-    /// Decides `items` together for a request of weight `hits`.
+    /// Decides `items` together, each at its own weight.
     fn check(
         &self,
         items: &[StoreItem],
-        hits: u64,
     ) -> impl Future<Output = Result<Verdict, StoreError>> + Send;
 
     /// True when the store answers (Redis: `PING` within the timeout).
@@ -88,9 +94,8 @@ impl<S: Store> Store for Arc<S> {
     fn check(
         &self,
         items: &[StoreItem],
-        hits: u64,
     ) -> impl Future<Output = Result<Verdict, StoreError>> + Send {
-        S::check(self, items, hits)
+        S::check(self, items)
     }
 
     fn healthy(&self) -> impl Future<Output = bool> + Send {
@@ -105,6 +110,8 @@ pub struct StoreItem {
     pub id: String,
     /// The limit.
     pub limit: Limit,
+    /// The request's weight under this limit.
+    pub hits: u64,
 }
 
 /// The result of one check against a store.
@@ -200,10 +207,10 @@ pub enum AnyStore {
 }
 
 impl Store for AnyStore {
-    async fn check(&self, items: &[StoreItem], hits: u64) -> Result<Verdict, StoreError> {
+    async fn check(&self, items: &[StoreItem]) -> Result<Verdict, StoreError> {
         match self {
-            AnyStore::Memory(m) => m.check(items, hits).await,
-            AnyStore::Redis(r) => r.check(items, hits).await,
+            AnyStore::Memory(m) => m.check(items).await,
+            AnyStore::Redis(r) => r.check(items).await,
         }
     }
 

@@ -3,14 +3,15 @@
 //! The script (`decide.lua`) runs the six algorithms with sluice-core's integer
 //! arithmetic, in **microseconds** (Lua numbers are doubles; nanoseconds since
 //! the epoch do not fit in 53 bits, microseconds do), and reads the clock from
-//! the server's `TIME`, so every limiter instance agrees on "now". Each key
-//! expires when its state is back to full.
+//! the server's `TIME`, so every limiter instance agrees on "now" (and, in
+//! delay mode, on each request's wait). Each key expires when its state is
+//! back to full.
 //!
 //! Every limit key gets its own hash tag (`sluice:{domain/key|algorithm|window}`),
 //! so load spreads over a cluster's slots. On a single server a check is one
 //! script call. On a cluster a check is one script call per slot, run
 //! concurrently; when one slot denies, the slots that admitted are refunded
-//! (`refund` mode of the same script). Between the admit and the refund
+//! (`refund` mode of the same script, each limit its own weight). Between the admit and the refund
 //! another request may see the briefly consumed quota and be denied: a refund
 //! race errs on the side of limiting, never of admitting too much.
 
@@ -19,7 +20,7 @@ use futures_util::future::join_all;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::Script;
-use sluice_core::{Algorithm, Decision, Denial, Limit};
+use sluice_core::{Algorithm, Decision, Denial};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
@@ -88,7 +89,7 @@ impl Packaged {
 const MICROS: u64 = 1_000;
 
 /// Values the script returns per limit.
-const FIELDS_PER_LIMIT: usize = 6;
+const FIELDS_PER_LIMIT: usize = 7;
 
 /// A connection to Redis or to a Redis Cluster; both reconnect by themselves.
 #[derive(Clone)]
@@ -163,8 +164,9 @@ pub fn hash_slot(key: &[u8]) -> u16 {
     crc16::State::<crc16::XMODEM>::calculate(tagged) % 16384
 }
 
-/// Appends one limit's script arguments (times in microseconds).
-fn push_limit_args(args: &mut Vec<String>, limit: &Limit) {
+/// Appends one item's script arguments (times in microseconds).
+fn push_item_args(args: &mut Vec<String>, item: &StoreItem) {
+    let limit = &item.limit;
     args.extend([
         limit.algorithm.code().to_string(),
         limit.requests.to_string(),
@@ -172,6 +174,12 @@ fn push_limit_args(args: &mut Vec<String>, limit: &Limit) {
         limit.burst.to_string(),
         limit.precision.to_string(),
         limit.soft_percent.to_string(),
+        item.hits.to_string(),
+        // Rounded up, so that a delay never ends before the request conforms.
+        limit
+            .max_delay
+            .map(|d| d.div_ceil(MICROS).to_string())
+            .unwrap_or_default(),
     ]);
 }
 
@@ -205,7 +213,7 @@ fn to_u64(v: i64) -> u64 {
 }
 
 /// Reads the script's reply: `allowed, now_us`, then per limit
-/// `allowed, limit, remaining, reset_us, retry_after_us, denial`.
+/// `allowed, limit, remaining, reset_us, retry_after_us, denial, delay_us`.
 pub fn parse_reply(reply: &[i64], n: usize) -> Result<ScriptOutcome, StoreError> {
     let expected = n.saturating_mul(FIELDS_PER_LIMIT).saturating_add(2);
     if reply.len() != expected {
@@ -221,13 +229,13 @@ pub fn parse_reply(reply: &[i64], n: usize) -> Result<ScriptOutcome, StoreError>
     let decisions = rest
         .chunks_exact(FIELDS_PER_LIMIT)
         .map(|c| match c {
-            [a, l, rem, reset, retry, denial] => Decision {
+            [a, l, rem, reset, retry, denial, delay] => Decision {
                 allowed: *a == 1,
                 limit: to_u64(*l),
                 remaining: to_u64(*rem),
                 reset: to_u64(*reset).saturating_mul(MICROS),
                 retry_after: to_u64(*retry).saturating_mul(MICROS),
-                delay: 0,
+                delay: to_u64(*delay).saturating_mul(MICROS),
                 denial: denial_from_code(*denial),
             },
             _ => Decision {
@@ -388,31 +396,28 @@ impl RedisStore {
     pub async fn run_check(
         &self,
         items: &[&StoreItem],
-        hits: u64,
         now_us: Option<u64>,
     ) -> Result<ScriptOutcome, StoreError> {
         let keys: Vec<String> = items.iter().map(|i| redis_key(&i.id)).collect();
         let mut args = vec![
             "check".to_string(),
             now_us.map(|t| t.to_string()).unwrap_or_default(),
-            hits.to_string(),
             String::new(),
         ];
         for item in items {
-            push_limit_args(&mut args, &item.limit);
+            push_item_args(&mut args, item);
         }
         let reply = self.bounded(self.call(&keys, &args)).await?;
         parse_reply(&reply, items.len())
     }
 
-    /// Gives back `hits` that a check admitted at `admitted_us` took from
-    /// `items` (all in one slot), and decides them again without consuming
-    /// (what a denied check reports for its admitting limits). `now_us`
-    /// overrides the server clock (tests).
+    /// Gives back what a check admitted at `admitted_us` took from `items`
+    /// (all in one slot; each its own weight), and decides them again
+    /// without consuming (what a denied check reports for its admitting
+    /// limits). `now_us` overrides the server clock (tests).
     pub async fn run_refund(
         &self,
         items: &[&StoreItem],
-        hits: u64,
         admitted_us: u64,
         now_us: Option<u64>,
     ) -> Result<ScriptOutcome, StoreError> {
@@ -420,11 +425,10 @@ impl RedisStore {
         let mut args = vec![
             "refund".to_string(),
             now_us.map(|t| t.to_string()).unwrap_or_default(),
-            hits.to_string(),
             admitted_us.to_string(),
         ];
         for item in items {
-            push_limit_args(&mut args, &item.limit);
+            push_item_args(&mut args, item);
         }
         let reply = self.bounded(self.call(&keys, &args)).await?;
         parse_reply(&reply, items.len())
@@ -432,10 +436,10 @@ impl RedisStore {
 }
 
 impl Store for RedisStore {
-    async fn check(&self, items: &[StoreItem], hits: u64) -> Result<Verdict, StoreError> {
+    async fn check(&self, items: &[StoreItem]) -> Result<Verdict, StoreError> {
         if !self.cluster {
             let refs: Vec<&StoreItem> = items.iter().collect();
-            let out = self.run_check(&refs, hits, None).await?;
+            let out = self.run_check(&refs, None).await?;
             return Ok(Verdict {
                 allowed: out.allowed,
                 decisions: out.decisions,
@@ -454,7 +458,7 @@ impl Store for RedisStore {
             .into_values()
             .map(|idx| idx.iter().filter_map(|&i| items.get(i)).collect())
             .collect();
-        let mut outcomes = join_all(groups.iter().map(|g| self.run_check(g, hits, None))).await;
+        let mut outcomes = join_all(groups.iter().map(|g| self.run_check(g, None))).await;
         let allowed = outcomes.iter().all(|o| matches!(o, Ok(o) if o.allowed));
         if !allowed {
             // Give back what the admitting slots took, so a denied check
@@ -466,7 +470,7 @@ impl Store for RedisStore {
                     .enumerate()
                     .filter_map(|(i, (g, o))| match o {
                         Ok(o) if o.allowed => {
-                            Some(async move { (i, self.run_refund(g, hits, o.now_us, None).await) })
+                            Some(async move { (i, self.run_refund(g, o.now_us, None).await) })
                         }
                         _ => None,
                     });
@@ -582,12 +586,17 @@ mod tests {
     fn replies_are_checked() {
         assert!(parse_reply(&[], 0).is_err());
         assert!(parse_reply(&[1, 5], 1).is_err());
-        let out = parse_reply(&[0, 7, 0, 10, 0, 5, 6, 1], 1).unwrap();
+        let out = parse_reply(&[0, 7, 0, 10, 0, 5, 6, 1, 0], 1).unwrap();
         assert!(!out.allowed);
         assert_eq!(out.now_us, 7);
         let d = out.decisions[0];
         assert_eq!((d.limit, d.reset, d.retry_after), (10, 5_000, 6_000));
         assert_eq!(d.denial, Some(Denial::OverLimit));
+        let out = parse_reply(&[1, 7, 1, 10, 0, 300, 0, 0, 200], 1).unwrap();
+        let d = out.decisions[0];
+        assert_eq!((d.allowed, d.delay, d.denial), (true, 200_000, None));
+        let out = parse_reply(&[0, 7, 0, 10, 0, 5, 1_200, 3, 0], 1).unwrap();
+        assert_eq!(out.decisions[0].denial, Some(Denial::DelayTooLong));
     }
 
     #[test]
