@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from support import request, sluice_config, wait_until
+from support import limiter_cluster, request, sluice_config, wait_until
 
 TOLERANCE = 0.025
 STEP = 0.1  # GCRA 10/s: one request every 100 ms
@@ -33,7 +33,12 @@ def fire(port, n):
 
     Returns [(seconds from the first send to the response, response)], by
     completion time."""
-    conns = [http.client.HTTPConnection("127.0.0.1", port, timeout=30) for _ in range(n)]
+    return fire_through([port], n)
+
+
+def fire_through(ports, n):
+    """`fire` with the connections spread over `ports` in turn."""
+    conns = [http.client.HTTPConnection("127.0.0.1", ports[i % len(ports)], timeout=30) for i in range(n)]
     for c in conns:
         c.connect()
     barrier = threading.Barrier(n)
@@ -193,6 +198,35 @@ def test_requests_held_during_a_configuration_push_complete(envoy):
     # the held ones were not released early, nor long after their time
     assert abs(results[-1][0] - 4 * STEP) <= TOLERANCE, results
     assert request(e.port, "/").status == 200
+
+
+def test_a_global_limit_paces_two_envoys_from_one_clock(envoy, processes):
+    redis = processes.redis()
+    limiters = [processes.limiter(store=redis.url, extra_args=["--store-timeout-ms", "5000"]) for _ in range(2)]
+    rule = {"name": "paced", "key": ["const:k"],
+            "limits": [{"algorithm": "gcra", "requests": 10, "window": "1s", "burst": 1, "scope": "global",
+                        "on_exceed": "delay", "max_delay": "1s"}]}
+    # a limiter failure denies: it can only lower the count of 200s
+    cfg = sluice_config([rule], limiter={"cluster": "sluice_limiter", "authority": "sluice-limiter",
+                                         "timeout": "5s", "failure_mode": "deny"})
+    cluster = [limiter_cluster("sluice_limiter", [lim.port for lim in limiters])]
+    envoys = [envoy(cfg, clusters=cluster) for _ in range(2)]
+    results = fire_through([e.port for e in envoys], 16)
+    passed = [r for r in results if r[1] == 200]
+    denied = [r for r in results if r[1] == 429]
+    # one schedule for both Envoys, from Redis's clock: 0, 100, ..., 1000 ms
+    # fit within max_delay, one request each; nothing more is admitted
+    failures = sum(e.sluice_stat("sluice.limiter_errors") for e in envoys)
+    assert (len(passed), len(denied)) == (11, 5), (failures, results)
+    assert_paced(passed)
+    for elapsed, _, headers in denied:
+        assert elapsed < STEP, results  # answered at once, not held
+        assert headers["retry-after"] == "2"
+        assert delayed_ms(headers) is None
+    assert sum(lim.metric("sluice_limiter_delayed_total") for lim in limiters) == 10
+    # each Envoy counts the requests it held
+    wait_until(lambda: sum(e.sluice_stat("sluice.paced.delayed") for e in envoys) == 10,
+               what="sluice.paced.delayed == 10 over both Envoys")
 
 
 GOOD = {"name": "r", "key": ["const:x"], "limits": [{"algorithm": "gcra", "requests": 1, "window": "1h"}]}
