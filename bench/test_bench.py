@@ -3,6 +3,8 @@
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import criterion  # noqa: E402
@@ -133,3 +135,15 @@ def test_trace_csv():
         return
     requests, window, per_algo = charts.read_trace("# limit,10,10000\nt_ms,algorithm,admitted\n0,gcra,1\n5,gcra,0\n")
     assert (requests, window, per_algo) == (10, 10000, {"gcra": [(0, 1), (5, 0)]})
+
+
+def test_shaping_csv():
+    pytest.importorskip("matplotlib")
+    import charts
+
+    params, per_mode = charts.read_shaping(
+        "# limit,10,10000\n# soft_percent,50\n# max_delay_ms,2000\nt_ms,mode,outcome,served_ms\n"
+        "0,reject,admitted,0\n5,reject,denied,\n9500,delay,delayed,10001\n")
+    assert params == {"limit": 10, "window_ms": 10000, "soft_percent": 50, "max_delay_ms": 2000}
+    assert per_mode == {"reject": [(0, "admitted", 0), (5, "denied", None)],
+                        "delay": [(9500, "delayed", 10001)]}
