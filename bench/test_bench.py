@@ -1,5 +1,6 @@
 """Checks of the benchmark's parsing and reporting (no servers, no load)."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -126,6 +127,17 @@ def test_latency_target_uses_one_connection_runs_when_measured():
 def test_a_deny_row_that_denies_nothing_is_flagged():
     row = next(r for r in setups.rows(Path("s"), Path("n")) if r.id == "local-deny")
     assert not report.summarize(row, [_sample(1000)]).expectation_met
+
+
+def test_the_delay_row_keeps_its_queues_full():
+    row = next(r for r in setups.rows(Path("s"), Path("n")) if r.id == "local-gcra-delay")
+    cfg = json.loads(row.filters[0]["typed_config"]["config"]["configuration"]["value"])
+    rule = cfg["rules"][0]
+    assert rule["max_queued"] == setups.DELAY_MAX_QUEUED
+    assert rule["limits"][0] == {"algorithm": "gcra", "requests": 100, "window": "1s",
+                                "on_exceed": "delay", "max_delay": "1s"}
+    # fewer held than wrk's connections on each of two workers: the rest are denied
+    assert row.expect == "deny" and setups.DELAY_MAX_QUEUED < load.CONNECTIONS // 2
 
 
 def test_trace_csv():
