@@ -1,4 +1,4 @@
-"""The report's two pictures (SVG, matplotlib)."""
+"""The report's pictures (SVG, matplotlib)."""
 
 from __future__ import annotations
 
@@ -109,6 +109,86 @@ def algorithms(trace_csv: str, path: Path):
     axes[0].legend(loc="upper center", bbox_to_anchor=(0.5, 1.6), ncol=4, fontsize=8, frameon=False)
     axes[-1].set_xlabel("time (s); vertical lines: fixed-window boundaries")
     fig.suptitle("One bursty trace through each algorithm (sluice-core decisions)", fontsize=10, y=0.995)
+    fig.tight_layout()
+    fig.savefig(path, metadata={"Date": None})
+    plt.close(fig)
+
+
+def read_shaping(text: str) -> tuple[dict[str, int], dict[str, list[tuple[int, str, int | None]]]]:
+    """Parses the trace program's `shaping` CSV: ({"limit", "window_ms",
+    "soft_percent", "max_delay_ms"}, {mode: [(t_ms, outcome, served_ms or None)]})."""
+    params: dict[str, int] = {}
+    body = []
+    for line in text.splitlines():
+        if line.startswith("# limit,"):
+            _, r, w = line.split(",")
+            params["limit"], params["window_ms"] = int(r), int(w)
+        elif line.startswith("# "):
+            name, value = line[2:].split(",")
+            params[name] = int(value)
+        elif line:
+            body.append(line)
+    per_mode: dict[str, list[tuple[int, str, int | None]]] = {}
+    for rec in csv.DictReader(io.StringIO("\n".join(body))):
+        served = int(rec["served_ms"]) if rec["served_ms"] else None
+        per_mode.setdefault(rec["mode"], []).append((int(rec["t_ms"]), rec["outcome"], served))
+    return params, per_mode
+
+
+def shaping(shaping_csv: str, path: Path):
+    """One panel per mode of one GCRA limit (reject, soft, delay): every
+    arrival (admitted, delayed with a line to when it was served, or denied)
+    and the number served in the trailing window, against the limit."""
+    params, per_mode = read_shaping(shaping_csv)
+    requests, window_ms = params["limit"], params["window_ms"]
+    soft = params.get("soft_percent", 0)
+    max_delay_s = params.get("max_delay_ms", 0) / 1000
+    titles = {"reject": "reject (plain)", "soft": f"soft_percent: {soft}",
+              "delay": f"delay, max_delay: {max_delay_s:g} s"}
+    fig, axes = plt.subplots(len(per_mode), 1, figsize=(10, 1.9 * len(per_mode) + 0.8), sharex=True)
+    end_ms = max(max(t, s or 0) for rows in per_mode.values() for t, _, s in rows) + window_ms // 2
+    for ax, (mode, rows) in zip(axes, per_mode.items()):
+        served = sorted(s for _, _, s in rows if s is not None)
+        xs, ys = [], []
+        for t in range(0, end_ms, 10):
+            xs.append(t / 1000)
+            ys.append(sum(1 for s in served if t - window_ms < s <= t))
+        ax.plot(xs, ys, color="#4C72B0", linewidth=1.2, label=f"served in the last {window_ms / 1000:g} s")
+        ax.axhline(requests, color="#C44E52", linestyle="--", linewidth=1,
+                   label=f"limit: {requests} per {window_ms / 1000:g} s")
+        if mode == "soft" and soft:
+            ax.axhline(requests + requests * soft // 100, color="#C44E52", linestyle=":", linewidth=1,
+                       label=f"soft allowance: +{soft} %")
+        top = max(max(ys, default=0), requests) * 1.15 + 2
+        admitted = [t for t, o, _ in rows if o == "admitted"]
+        delayed = [(t, s) for t, o, s in rows if o == "delayed" and s is not None]
+        denied = [t for t, o, _ in rows if o == "denied"]
+        ax.scatter([t / 1000 for t in admitted], [top] * len(admitted), marker="|", color="#55A868", s=60,
+                   label="arrival, admitted")
+        if delayed:
+            for t, s in delayed:
+                ax.plot([t / 1000, s / 1000], [top + 2.5, top], color="#DD8452", linewidth=0.7, alpha=0.8)
+            ax.scatter([t / 1000 for t, _ in delayed], [top + 2.5] * len(delayed), marker="|", color="#DD8452",
+                       s=60, label="arrival, delayed")
+            ax.scatter([s / 1000 for _, s in delayed], [top] * len(delayed), marker="v", color="#DD8452", s=14,
+                       label="delayed arrival, served")
+        ax.scatter([t / 1000 for t in denied], [top + 5] * len(denied), marker="|", color="#8C8C8C", s=60,
+                   label="arrival, denied")
+        ax.set_ylim(0, top + 7.5)
+        ax.set_ylabel(titles.get(mode, mode), fontsize=9)
+        note = f"{len(admitted)} admitted"
+        if delayed:
+            note += f", {len(delayed)} delayed"
+        ax.text(0.995, 0.05, f"{note}, {len(denied)} denied of {len(rows)}", transform=ax.transAxes,
+                ha="right", fontsize=8)
+    handles = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    axes[0].legend(list(handles.values()), list(handles), loc="upper center", bbox_to_anchor=(0.5, 1.55),
+                   ncol=4, fontsize=8, frameon=False)
+    axes[-1].set_xlabel("time (s)")
+    fig.suptitle("One bursty trace through one gcra limit three ways (sluice-core decisions)", fontsize=10, y=0.995)
     fig.tight_layout()
     fig.savefig(path, metadata={"Date": None})
     plt.close(fig)

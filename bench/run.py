@@ -260,9 +260,9 @@ def run_limiter_rows(a, rows, limiter_ports, limiter_procs, log, failures):
     return {r.id: report.summarize(r, samples[r.id]) for r in rows if samples[r.id]}, samples
 
 
-def trace_csv(a) -> str:
-    proc = subprocess.run([a.cargo, "run", "-q", "--release", "--manifest-path", str(BENCH / "trace/Cargo.toml")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=1800)
+def trace_csv(a, *args: str) -> str:
+    proc = subprocess.run([a.cargo, "run", "-q", "--release", "--manifest-path", str(BENCH / "trace/Cargo.toml"),
+                           "--", *args], cwd=ROOT, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
         raise RuntimeError(f"trace program failed:\n{proc.stderr[-4000:]}")
     return proc.stdout
@@ -371,6 +371,10 @@ def main(argv=None) -> int:
             charts.algorithms(trace_csv(a), a.out / "algorithms.svg")
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             log(f"algorithms chart left out: {e}")
+        try:
+            charts.shaping(trace_csv(a, "shaping"), a.out / "shaping.svg")
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            log(f"shaping chart left out: {e}")
     print()
     print(text)
     log(f"written to {a.out}")

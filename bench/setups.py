@@ -31,6 +31,12 @@ MANY_KEYS = 10_000
 ALLOW_LIMIT = {"requests": 1000, "window": "10ms"}
 # A flood of one key, almost all denied.
 DENY_LIMIT = {"requests": 100, "window": "1s"}
+# A flood of one key in delay mode: the schedule could hold a second's worth
+# (100 requests), but each worker holds at most DELAY_MAX_QUEUED, fewer than
+# wrk's connections on it, so its queue stays full and the other connections
+# are denied at once (max_delay stays well under wrk's 2 s timeout).
+DELAY_LIMIT = {**DENY_LIMIT, "on_exceed": "delay", "max_delay": "1s"}
+DELAY_MAX_QUEUED = 4
 # The limiter denies for an hour after 10 requests: the over-limit cache
 # answers nearly everything.
 CACHED_DENY_LIMIT = {"requests": 10, "window": "1h"}
@@ -57,14 +63,15 @@ class Row:
     hcm_extra: dict = field(default_factory=dict)
 
 
-def sluice_config(limit: dict, headers: str | None = None, global_scope: bool = False) -> dict:
+def sluice_config(limit: dict, headers: str | None = None, global_scope: bool = False,
+                  rule: dict | None = None) -> dict:
     """A Sluice filter configuration: one rule keyed by client address (from a
     trusted X-Forwarded-For entry, as behind one proxy), one limit; the
-    default headers unless `headers` is given."""
+    default headers unless `headers` is given; `rule` adds rule fields."""
     top: dict = {"client_ip": {"xff_trusted_hops": 1}}
     if global_scope:
         top["limiter"] = {"cluster": LIMITER_CLUSTER, "authority": "sluice-limiter", "timeout": "50ms"}
-    return support.sluice_config([{"name": "per-ip", "key": ["client_ip"], "limits": [limit]}],
+    return support.sluice_config([{"name": "per-ip", "key": ["client_ip"], "limits": [limit], **(rule or {})}],
                                  domain="bench", headers=headers, **top)
 
 
@@ -123,6 +130,9 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
             filters=sluice(sluice_config({**gcra, "soft_percent": 20}))),
         Row("local-deny", "Sluice local gcra, flood (429 path)", expect="deny",
             filters=sluice(sluice_config({"algorithm": "gcra", **DENY_LIMIT}))),
+        Row("local-gcra-delay", f"Sluice local gcra, flood in delay mode ({DELAY_MAX_QUEUED} held per worker)",
+            expect="deny", filters=sluice(sluice_config({"algorithm": "gcra", **DELAY_LIMIT},
+                                                        rule={"max_queued": DELAY_MAX_QUEUED}))),
         Row("deny-reply", "wasm filter making Sluice's host calls and 429 of a denial, no logic", expect="deny",
             filters=[support.wasm_filter({"mode": "deny"}, noop_wasm, vm_id="deny-reply", name="deny-reply")]),
         Row("global-memory", "Sluice global gcra, limiter memory store", store="memory",

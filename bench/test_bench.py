@@ -1,7 +1,10 @@
 """Checks of the benchmark's parsing and reporting (no servers, no load)."""
 
+import json
 import sys
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -126,6 +129,17 @@ def test_a_deny_row_that_denies_nothing_is_flagged():
     assert not report.summarize(row, [_sample(1000)]).expectation_met
 
 
+def test_the_delay_row_keeps_its_queues_full():
+    row = next(r for r in setups.rows(Path("s"), Path("n")) if r.id == "local-gcra-delay")
+    cfg = json.loads(row.filters[0]["typed_config"]["config"]["configuration"]["value"])
+    rule = cfg["rules"][0]
+    assert rule["max_queued"] == setups.DELAY_MAX_QUEUED
+    assert rule["limits"][0] == {"algorithm": "gcra", "requests": 100, "window": "1s",
+                                "on_exceed": "delay", "max_delay": "1s"}
+    # fewer held than wrk's connections on each of two workers: the rest are denied
+    assert row.expect == "deny" and setups.DELAY_MAX_QUEUED < load.CONNECTIONS // 2
+
+
 def test_trace_csv():
     try:
         import charts
@@ -133,3 +147,15 @@ def test_trace_csv():
         return
     requests, window, per_algo = charts.read_trace("# limit,10,10000\nt_ms,algorithm,admitted\n0,gcra,1\n5,gcra,0\n")
     assert (requests, window, per_algo) == (10, 10000, {"gcra": [(0, 1), (5, 0)]})
+
+
+def test_shaping_csv():
+    pytest.importorskip("matplotlib")
+    import charts
+
+    params, per_mode = charts.read_shaping(
+        "# limit,10,10000\n# soft_percent,50\n# max_delay_ms,2000\nt_ms,mode,outcome,served_ms\n"
+        "0,reject,admitted,0\n5,reject,denied,\n9500,delay,delayed,10001\n")
+    assert params == {"limit": 10, "window_ms": 10000, "soft_percent": 50, "max_delay_ms": 2000}
+    assert per_mode == {"reject": [(0, "admitted", 0), (5, "denied", None)],
+                        "delay": [(9500, "delayed", 10001)]}

@@ -9,6 +9,21 @@
 //! The first lines, starting with `#`, give the limit (`# limit,10,10000` for
 //! 10 requests per 10 000 ms). Decisions come from `sluice-core` itself, with
 //! a simulated clock, so the chart shows what the filter and the limiter do.
+//!
+//! With the argument `shaping`, it runs the same trace through one GCRA limit
+//! three ways instead (plain reject, a soft limit, delay mode) and prints,
+//! for every arrival, what happened and when it was served:
+//!
+//! ```text
+//! # limit,10,10000
+//! # soft_percent,50
+//! # max_delay_ms,2000
+//! t_ms,mode,outcome,served_ms
+//! 9500,delay,delayed,10500
+//! ```
+//!
+//! `outcome` is `admitted`, `delayed` (held until `served_ms`, when the
+//! filter resumes it) or `denied` (`served_ms` empty).
 
 mod trace;
 
@@ -20,12 +35,28 @@ use std::process::ExitCode;
 const REQUESTS: u64 = 10;
 /// The window: long enough that its boundaries are visible on the chart.
 const WINDOW: Nanos = 10 * SECOND;
+/// The soft limit's allowance above the quota, in percent.
+const SOFT_PERCENT: u32 = 50;
+/// Delay mode's longest hold.
+const MAX_DELAY: Nanos = 2 * SECOND;
 /// Trace start: a whole number of windows since the epoch, so that fixed
 /// windows start at t = 0, 10 s, 20 s, ... on the chart.
 const T0: Nanos = 1_700_000_000 * SECOND;
 
 fn main() -> ExitCode {
-    match run(&mut io::stdout().lock()) {
+    let shaping = match std::env::args().nth(1).as_deref() {
+        None => false,
+        Some("shaping") => true,
+        Some(other) => {
+            eprintln!(
+                "sluice-bench-trace: unknown argument {other:?} (expected none or `shaping`)"
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let out = &mut io::stdout().lock();
+    let result = if shaping { run_shaping(out) } else { run(out) };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sluice-bench-trace: {e}");
@@ -58,4 +89,114 @@ fn run(out: &mut impl Write) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// What one arrival got in one mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Served {
+    /// Passed at once.
+    Admitted,
+    /// Held, then passed at this time.
+    Delayed(Nanos),
+    /// Refused.
+    Denied,
+}
+
+/// Runs `arrivals` through `limit` with a simulated clock.
+fn shape(limit: &Limit, arrivals: &[Nanos]) -> Vec<Served> {
+    let mut state: Option<Encoded> = None;
+    arrivals
+        .iter()
+        .map(|&t| {
+            let outcome = decide(
+                limit,
+                state.as_ref().map(Encoded::as_bytes),
+                T0.saturating_add(t),
+                1,
+            );
+            if outcome.new_state.is_some() {
+                state = outcome.new_state;
+            }
+            let d = outcome.decision;
+            match (d.allowed, d.delay) {
+                (false, _) => Served::Denied,
+                (true, 0) => Served::Admitted,
+                (true, delay) => Served::Delayed(t.saturating_add(delay)),
+            }
+        })
+        .collect()
+}
+
+/// The three ways the shaping chart compares, each a GCRA limit of
+/// `REQUESTS` per `WINDOW`.
+fn shaping_modes() -> Result<[(&'static str, Limit); 3], String> {
+    let plain = Limit::new(Algorithm::Gcra, REQUESTS, WINDOW).map_err(|e| e.to_string())?;
+    let soft = plain.clone().with_soft_percent(SOFT_PERCENT);
+    let delay = plain.clone().with_max_delay(Some(MAX_DELAY));
+    for limit in [&soft, &delay] {
+        limit.validate().map_err(|e| e.to_string())?;
+    }
+    Ok([("reject", plain), ("soft", soft), ("delay", delay)])
+}
+
+fn run_shaping(out: &mut impl Write) -> Result<(), String> {
+    let arrivals = trace::arrivals();
+    let w = |out: &mut dyn Write, line: String| writeln!(out, "{line}").map_err(|e| e.to_string());
+    w(out, format!("# limit,{REQUESTS},{}", WINDOW / MILLISECOND))?;
+    w(out, format!("# soft_percent,{SOFT_PERCENT}"))?;
+    w(out, format!("# max_delay_ms,{}", MAX_DELAY / MILLISECOND))?;
+    w(out, "t_ms,mode,outcome,served_ms".to_string())?;
+    for (mode, limit) in shaping_modes()? {
+        for (&t, served) in arrivals.iter().zip(shape(&limit, &arrivals)) {
+            let (outcome, at) = match served {
+                Served::Admitted => ("admitted", (t / MILLISECOND).to_string()),
+                Served::Delayed(at) => ("delayed", at.div_ceil(MILLISECOND).to_string()),
+                Served::Denied => ("denied", String::new()),
+            };
+            w(out, format!("{},{mode},{outcome},{at}", t / MILLISECOND))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(served: &[Served]) -> (usize, usize, usize) {
+        let admitted = served.iter().filter(|s| **s == Served::Admitted).count();
+        let delayed = served
+            .iter()
+            .filter(|s| matches!(s, Served::Delayed(_)))
+            .count();
+        (admitted, delayed, served.len() - admitted - delayed)
+    }
+
+    #[test]
+    fn a_fresh_burst_gets_the_burst_then_the_soft_allowance_then_the_delay_budget() {
+        let burst: Vec<Nanos> = vec![0; 20];
+        let [(_, plain), (_, soft), (_, delay)] = shaping_modes().unwrap();
+        assert_eq!(counts(&shape(&plain, &burst)), (10, 0, 10));
+        assert_eq!(counts(&shape(&soft, &burst)), (15, 0, 5));
+        // one request per second conforms; 2 s of delay holds two more
+        let served = shape(&delay, &burst);
+        assert_eq!(counts(&served), (10, 2, 8));
+        assert_eq!(served[10], Served::Delayed(SECOND));
+        assert_eq!(served[11], Served::Delayed(2 * SECOND));
+    }
+
+    #[test]
+    fn delayed_arrivals_are_served_in_order_within_max_delay() {
+        let arrivals = trace::arrivals();
+        let [_, _, (_, delay)] = shaping_modes().unwrap();
+        let mut last = 0;
+        for (&t, served) in arrivals.iter().zip(shape(&delay, &arrivals)) {
+            if let Served::Delayed(at) = served {
+                assert!(at > t && at - t <= MAX_DELAY, "arrival {t} served at {at}");
+                assert!(at >= last, "served out of order: {at} after {last}");
+                last = at;
+            }
+        }
+        assert!(last > 0, "the trace delays nothing");
+    }
 }
