@@ -4,7 +4,6 @@ import json
 import sys
 from pathlib import Path
 
-import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -12,6 +11,7 @@ import criterion  # noqa: E402
 import load  # noqa: E402
 import report  # noqa: E402
 import setups  # noqa: E402
+import tracecsv  # noqa: E402
 
 WRK = """Running 5s test @ http://127.0.0.1:40000/
   1 threads and 16 connections
@@ -141,19 +141,12 @@ def test_the_delay_row_keeps_its_queues_full():
 
 
 def test_trace_csv():
-    try:
-        import charts
-    except ImportError:  # matplotlib not installed: nothing to draw with
-        return
-    requests, window, per_algo = charts.read_trace("# limit,10,10000\nt_ms,algorithm,admitted\n0,gcra,1\n5,gcra,0\n")
+    requests, window, per_algo = tracecsv.read_trace("# limit,10,10000\nt_ms,algorithm,admitted\n0,gcra,1\n5,gcra,0\n")
     assert (requests, window, per_algo) == (10, 10000, {"gcra": [(0, 1), (5, 0)]})
 
 
 def test_shaping_csv():
-    pytest.importorskip("matplotlib")
-    import charts
-
-    params, per_mode = charts.read_shaping(
+    params, per_mode = tracecsv.read_shaping(
         "# limit,10,10000\n# soft_percent,50\n# max_delay_ms,2000\nt_ms,mode,outcome,served_ms\n"
         "0,reject,admitted,0\n5,reject,denied,\n9500,delay,delayed,10001\n")
     assert params == {"limit": 10, "window_ms": 10000, "soft_percent": 50, "max_delay_ms": 2000}

@@ -1,11 +1,12 @@
 """Soft limits and request cost end to end: local and global, exact under concurrent load."""
 
+import functools
 import json
 import threading
 
 import pytest
 
-from support import ALGORITHMS, limiter_cluster, load_through, request, sluice_config, wait_until
+from support import ALGORITHMS, limiter_cluster, load_through, request, run_all, sluice_config, wait_until
 
 YEAR = "365d"
 YEAR_S = 365 * 24 * 3600
@@ -16,26 +17,16 @@ def concurrent(port, total, headers, connections=16):
     responses = []
     lock = threading.Lock()
     barrier = threading.Barrier(connections)
-    errors = []
 
     def worker(n):
-        try:
-            barrier.wait(timeout=30)
-            for _ in range(n):
-                r = request(port, "/", headers=headers, timeout=30)
-                with lock:
-                    responses.append(r)
-        except BaseException as e:  # noqa: BLE001 - re-raised in the main thread
-            errors.append(e)
+        barrier.wait(timeout=30)
+        for _ in range(n):
+            r = request(port, "/", headers=headers, timeout=30)
+            with lock:
+                responses.append(r)
 
     shares = [total // connections + (1 if i < total % connections else 0) for i in range(connections)]
-    threads = [threading.Thread(target=worker, args=(n,)) for n in shares]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    run_all([functools.partial(worker, n) for n in shares])
     assert len(responses) == total
     return responses
 

@@ -10,7 +10,7 @@ The names most callers need are importable from the package itself.
 """
 
 from .algorithms import ALGORITHMS
-from .client import Response, concurrent_requests, load_through, request
+from .client import Response, concurrent_requests, load_through, request, run_all
 from .envoy import Envoy, limiter_cluster, listener, sluice_config, start_envoy, wasm_filter
 from .paths import BUILD, ENVOY_BIN, LIMITER_BIN, NOOP_WASM, REDIS_BIN, ROOT, SLUICE_WASM
 from .processes import Limiter, Process, Redis, free_port, pinned, start_redis_cluster, wait_until
@@ -18,6 +18,6 @@ from .processes import Limiter, Process, Redis, free_port, pinned, start_redis_c
 __all__ = [
     "ALGORITHMS", "BUILD", "ENVOY_BIN", "Envoy", "LIMITER_BIN", "Limiter", "NOOP_WASM", "Process", "REDIS_BIN",
     "ROOT", "Redis", "Response", "SLUICE_WASM", "concurrent_requests", "free_port", "limiter_cluster", "listener",
-    "load_through", "pinned", "request", "sluice_config", "start_envoy", "start_redis_cluster", "wait_until",
+    "load_through", "pinned", "request", "run_all", "sluice_config", "start_envoy", "start_redis_cluster", "wait_until",
     "wasm_filter",
 ]

@@ -41,7 +41,7 @@ def _merge(into: dict[int, int], counts: dict[int, int]):
         into[k] = into.get(k, 0) + v
 
 
-def _all(calls: list) -> None:
+def run_all(calls: list) -> None:
     """Runs every zero-argument callable on its own thread; re-raises the first error."""
     errors: list[BaseException] = []
 
@@ -90,7 +90,7 @@ def concurrent_requests(port: int, connections: int, total: int, path: str = "/"
             with lock:
                 _merge(counts, local)
 
-    _all([lambda n=n: worker(n) for n in per_conn])
+    run_all([lambda n=n: worker(n) for n in per_conn])
     return counts
 
 
@@ -105,5 +105,5 @@ def load_through(envoys, per_envoy: int, connections: int = 16, headers: dict | 
         with lock:
             _merge(merged, counts)
 
-    _all([lambda e=e: one(e) for e in envoys])
+    run_all([lambda e=e: one(e) for e in envoys])
     return merged
