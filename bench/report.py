@@ -215,7 +215,11 @@ def markdown(meta: dict, by_conc: dict[int, dict[str, Summary]], limiter: dict[s
     out += ["## The algorithms on one bursty trace", "",
             "10 requests per 10 s under every algorithm (decisions of sluice-core; see README.md, "
             "*The algorithms chart*).", "",
-            "![algorithms](algorithms.svg)", ""]
+            "![algorithms](algorithms.svg)", "",
+            "## Reject, soft and delay on one bursty trace", "",
+            "One GCRA limit that rejects, admits 50% above its quota, or holds requests up to 2 s "
+            "(decisions of sluice-core; see README.md, *The shaping chart*).", "",
+            "![shaping](shaping.svg)", ""]
     if notes:
         out += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     return "\n".join(out)
