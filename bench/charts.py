@@ -19,6 +19,15 @@ plt.rcParams["svg.hashsalt"] = "sluice-bench"
 _thousands = matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:,.0f}")
 
 
+def _trailing_counts(times_ms: list[int], window_ms: int, end_ms: int) -> tuple[list[float], list[int]]:
+    """Events in the trailing window, sampled every 10 ms: (seconds, counts)."""
+    xs, ys = [], []
+    for t in range(0, end_ms, 10):
+        xs.append(t / 1000)
+        ys.append(sum(1 for e in times_ms if t - window_ms < e <= t))
+    return xs, ys
+
+
 def throughput(by_conc: dict, limiter: dict, path: Path, title: str):
     """Requests/s of every row, one bar per concurrency, with the no-op wasm
     filter's level marked; the limiter alone in a panel of its own."""
@@ -72,11 +81,7 @@ def algorithms(trace_csv: str, path: Path):
     for ax, (algo, rows) in zip(axes, per_algo.items()):
         admitted = [t for t, a in rows if a]
         denied = [t for t, a in rows if not a]
-        # admitted in the trailing window, sampled every 10 ms
-        xs, ys = [], []
-        for t in range(0, end_ms, 10):
-            xs.append(t / 1000)
-            ys.append(sum(1 for a in admitted if t - window_ms < a <= t))
+        xs, ys = _trailing_counts(admitted, window_ms, end_ms)
         ax.plot(xs, ys, color="#4C72B0", linewidth=1.2, label=f"admitted in the last {window_ms / 1000:g} s")
         ax.axhline(requests, color="#C44E52", linestyle="--", linewidth=1,
                    label=f"limit: {requests} per {window_ms / 1000:g} s")
@@ -115,10 +120,7 @@ def shaping(shaping_csv: str, path: Path):
     end_ms = max(max(t, s or 0) for rows in per_mode.values() for t, _, s in rows) + window_ms // 2
     for ax, (mode, rows) in zip(axes, per_mode.items()):
         served = sorted(s for _, _, s in rows if s is not None)
-        xs, ys = [], []
-        for t in range(0, end_ms, 10):
-            xs.append(t / 1000)
-            ys.append(sum(1 for s in served if t - window_ms < s <= t))
+        xs, ys = _trailing_counts(served, window_ms, end_ms)
         ax.plot(xs, ys, color="#4C72B0", linewidth=1.2, label=f"served in the last {window_ms / 1000:g} s")
         ax.axhline(requests, color="#C44E52", linestyle="--", linewidth=1,
                    label=f"limit: {requests} per {window_ms / 1000:g} s")

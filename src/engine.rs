@@ -110,11 +110,7 @@ impl Delayed {
         S: SharedStore + ?Sized,
         M: MetricSink + ?Sized,
     {
-        let env = Env {
-            plan,
-            store,
-            metrics,
-        };
+        let env = Env::new(plan, store, metrics);
         let mut report = self.limit;
         report.decision = Decision {
             allowed: false,
@@ -135,11 +131,7 @@ impl Delayed {
         S: SharedStore + ?Sized,
         M: MetricSink + ?Sized,
     {
-        let env = Env {
-            plan,
-            store,
-            metrics,
-        };
+        let env = Env::new(plan, store, metrics);
         self.tally.refund_at(0, &env, now);
     }
 }
@@ -196,11 +188,7 @@ where
 {
     let request = Request::new(view, &plan.client_ip);
     let mut walk = Walk {
-        env: Env {
-            plan,
-            store,
-            metrics,
-        },
+        env: Env::new(plan, store, metrics),
         tally: Tally {
             now: 0,
             report: None,
@@ -256,11 +244,7 @@ where
     S: SharedStore + ?Sized,
     M: MetricSink + ?Sized,
 {
-    let env = Env {
-        plan,
-        store,
-        metrics,
-    };
+    let env = Env::new(plan, store, metrics);
     let PendingCheck { calls, mut tally } = pending;
     let mut denied: Option<Reported> = None;
     let mut failed: Option<&GlobalItem> = None;
@@ -799,6 +783,16 @@ struct Env<'a, S: ?Sized, M: ?Sized> {
     plan: &'a Plan,
     store: &'a S,
     metrics: &'a M,
+}
+
+impl<'a, S: ?Sized, M: ?Sized> Env<'a, S, M> {
+    fn new(plan: &'a Plan, store: &'a S, metrics: &'a M) -> Self {
+        Env {
+            plan,
+            store,
+            metrics,
+        }
+    }
 }
 
 /// The decision reported when contention or a failure prevents deciding:
