@@ -22,8 +22,16 @@
 //! units are consumed (and refunded), and a global limit is checked with that
 //! many hits. A weight above what a limit can ever admit is denied with
 //! [`Denial::CostExceedsCapacity`].
+//!
+//! An elastic limit that denies a request lends it its extra allowance if
+//! the pool rule has headroom: the request then consumes the key's extra
+//! allowance and every limit of the pool instead of the limit itself (all or
+//! nothing), and reports the limit with nothing remaining. Pool rules are
+//! never applied on their own. A global elastic limit borrows in a second
+//! call, made only when every enforcing denial of the first came from an
+//! elastic limit that can borrow (the first call, denied, consumed nothing).
 
-use crate::config::{Cost, FailureMode, LimitScope, Plan, Rule, RuleLimit};
+use crate::config::{Cost, Elastic, FailureMode, LimitScope, Plan, Rule, RuleLimit};
 use crate::headers::{more_restrictive, Reported};
 use crate::key::{Request, RequestView};
 use crate::layout;
@@ -146,6 +154,8 @@ pub struct PendingCheck {
     /// The enforcing call first, if any.
     calls: Vec<Call>,
     tally: Tally,
+    /// This is the second call, where elastic limits borrow.
+    borrowing: bool,
 }
 
 impl PendingCheck {
@@ -163,7 +173,7 @@ impl PendingCheck {
     /// non-200 status). Returns true once every call has an answer.
     pub fn record(&mut self, call: usize, body: Option<&[u8]>) -> bool {
         if let Some(c) = self.calls.get_mut(call) {
-            let limits = c.items.len();
+            let limits = c.batch.len();
             c.answer = Some(body.and_then(|b| CheckResponse::parse(b, limits)));
         }
         self.calls.iter().all(|c| c.answer.is_some())
@@ -189,11 +199,14 @@ where
     let request = Request::new(view, &plan.client_ip);
     let mut walk = Walk {
         env: Env::new(plan, store, metrics),
+        request: &request,
+        hasher,
         tally: Tally {
             now: 0,
             report: None,
             delayed: None,
             admitted: Vec::new(),
+            borrowed: Vec::new(),
             shadow_denied: Vec::new(),
             consumed: Vec::new(),
         },
@@ -204,7 +217,7 @@ where
     let mut clock_read: Option<Nanos> = None;
     let mut key = String::new();
     for (index, rule) in plan.rules.iter().enumerate() {
-        if !rule.matcher.matches(&request) {
+        if rule.pool || !rule.matcher.matches(&request) {
             continue;
         }
         if !request.write_key(&rule.key, &mut key) {
@@ -238,31 +251,37 @@ where
 
 /// Completes a request once every call of `pending` has an answer (see
 /// [`PendingCheck::record`]). A failed call of enforcing limits applies the
-/// limiter's `failure_mode`; a failed call of shadow limits is ignored.
+/// limiter's `failure_mode`; a failed call of shadow limits is ignored. When
+/// only elastic limits that can borrow denied, the answer is the second
+/// call, [`Verdict::Check`] again.
 pub fn finish<S, M>(plan: &Plan, pending: PendingCheck, store: &S, metrics: &M) -> Verdict
 where
     S: SharedStore + ?Sized,
     M: MetricSink + ?Sized,
 {
     let env = Env::new(plan, store, metrics);
-    let PendingCheck { calls, mut tally } = pending;
+    let PendingCheck {
+        calls,
+        mut tally,
+        borrowing,
+    } = pending;
     let mut denied: Option<Reported> = None;
+    // Every enforcing denial so far can be retried by borrowing.
+    let mut can_borrow = !borrowing;
     let mut failed: Option<&GlobalItem> = None;
     let mut key = String::new();
     for call in &calls {
         let Some(response) = call.answered() else {
             if !call.shadow && failed.is_none() {
-                failed = call.items.first();
+                failed = call.batch.items.first();
             }
             continue;
         };
-        for (item, answer) in call.items.iter().zip(&response.limits) {
+        for (item, answer) in call.batch.items.iter().zip(&response.limits) {
             let decision = answer.decision();
             if decision.allowed {
                 if !call.shadow {
-                    let reported = item.reported(decision);
-                    tally.report = Some(more_restrictive(tally.report, reported));
-                    tally.note_delay(reported);
+                    tally.note_allowed(item, decision);
                 }
                 continue;
             }
@@ -275,8 +294,14 @@ where
                     metrics.rule(item.rule, RuleEvent::ShadowDenied);
                     tally.shadow_denied.push(item.rule);
                 }
-            } else if denied.is_none() {
-                denied = Some(item.reported(decision));
+                continue;
+            }
+            can_borrow &= item.borrow.is_some();
+            if denied.is_none() {
+                denied = Some(match item.role {
+                    Role::Own => item.reported(decision),
+                    Role::Lent { own, .. } => own,
+                });
             }
         }
     }
@@ -284,9 +309,49 @@ where
         return on_failure(&env, item, tally);
     }
     match denied {
+        Some(_) if can_borrow => borrow_call(plan, calls, tally),
         Some(report) => tally.deny(report, &env),
         None => tally.admit(metrics),
     }
+}
+
+/// The second call of a request whose enforcing call was denied only by
+/// elastic limits that can borrow: the same limits, each denied elastic
+/// limit replaced by its extra allowance and its pool's limits.
+fn borrow_call(plan: &Plan, calls: Vec<Call>, tally: Tally) -> Verdict {
+    let mut batch = Batch::default();
+    for call in calls.into_iter().filter(|c| !c.shadow) {
+        let answers = call.answer.flatten().map(|a| a.limits).unwrap_or_default();
+        let Batch {
+            items,
+            limits,
+            hits,
+        } = call.batch;
+        let hits = hits.unwrap_or(1);
+        for ((mut item, spec), answer) in items.into_iter().zip(limits).zip(answers) {
+            let weight = spec.hits.unwrap_or(hits);
+            let lent = match item.borrow.take() {
+                Some(lent) if !answer.allowed => *lent,
+                _ => {
+                    batch.push(item, spec, weight);
+                    continue;
+                }
+            };
+            let own = item.reported(answer.decision());
+            let Lend { extra, pool } = lent;
+            let (extra_item, extra_spec) = extra;
+            batch.push(extra_item.lent(own, true), extra_spec, weight);
+            for (pool_item, pool_spec) in pool {
+                batch.push(pool_item.lent(own, false), pool_spec, weight);
+            }
+        }
+    }
+    let calls = batch.into_call(&plan.domain, false).into_iter().collect();
+    Verdict::Check(PendingCheck {
+        calls,
+        tally,
+        borrowing: true,
+    })
 }
 
 /// The cost header was missing or not a non-negative integer.
@@ -332,8 +397,11 @@ impl Applied<'_> {
 }
 
 /// A request being decided, rule after rule.
-struct Walk<'a, S: ?Sized, M: ?Sized> {
+struct Walk<'a, V: RequestView, S: ?Sized, M: ?Sized> {
     env: Env<'a, S, M>,
+    /// The request, for the keys of pool rules.
+    request: &'a Request<'a, V>,
+    hasher: &'a SlotHasher,
     tally: Tally,
     /// The global limits of enforcing rules, and of shadow rules.
     enforcing: Batch,
@@ -342,8 +410,9 @@ struct Walk<'a, S: ?Sized, M: ?Sized> {
     scratch: String,
 }
 
-impl<S, M> Walk<'_, S, M>
+impl<V, S, M> Walk<'_, V, S, M>
 where
+    V: RequestView,
     S: SharedStore + ?Sized,
     M: MetricSink + ?Sized,
 {
@@ -382,7 +451,8 @@ where
         Ok(())
     }
 
-    /// Consumes local limit `l` of `applied`.
+    /// Consumes local limit `l` of `applied`, or, for an elastic limit that
+    /// denies, borrows.
     fn local(
         &mut self,
         applied: &Applied<'_>,
@@ -392,31 +462,97 @@ where
         let target = rule_limit
             .override_index(applied.key)
             .map_or(Target::Slot(applied.slot), Target::Override);
-        let Some((limit, key)) = target.locate(rule_limit, &mut self.scratch) else {
+        let Some(limit) = target.limit(rule_limit) else {
             return Ok(());
         };
-        match local::consume(self.env.store, key, limit, self.tally.now, applied.weight) {
-            Ok(decision) if decision.allowed => {
-                self.tally.consumed.push(Consumed {
-                    rule: applied.index,
-                    limit: l,
-                    target,
-                    delay: decision.delay,
-                    weight: applied.weight,
-                });
-                if !applied.rule.shadow {
-                    let reported = applied.reported(limit, decision);
-                    self.tally.report = Some(more_restrictive(self.tally.report, reported));
-                    self.tally.note_delay(reported);
-                }
-                Ok(())
-            }
-            Ok(decision) => Err(applied.reported(limit, decision)),
+        let mut decision = match self.take(applied.index, l, rule_limit, target, applied.weight) {
+            Ok(decision) => decision,
             Err(Contended) => {
                 self.env.metrics.global(GlobalEvent::CasExhausted);
-                Err(applied.reported(limit, undecided(limit.requests)))
+                return Err(applied.reported(limit, undecided(limit.requests)));
+            }
+        };
+        if !decision.allowed {
+            match &rule_limit.elastic {
+                Some(elastic) if self.borrow_local(applied, l, rule_limit, elastic) => {
+                    decision = lent(decision);
+                }
+                _ => return Err(applied.reported(limit, decision)),
             }
         }
+        if !applied.rule.shadow {
+            let reported = applied.reported(limit, decision);
+            self.tally.report = Some(more_restrictive(self.tally.report, reported));
+            self.tally.note_delay(reported);
+        }
+        Ok(())
+    }
+
+    /// Consumes `weight` of local limit `l` of rule `rule` at `target`,
+    /// remembering it for a refund when admitted.
+    fn take(
+        &mut self,
+        rule: usize,
+        l: usize,
+        rule_limit: &RuleLimit,
+        target: Target,
+        weight: u64,
+    ) -> Result<Decision, Contended> {
+        let Some((limit, key)) = target.locate(rule_limit, &mut self.scratch) else {
+            return Ok(Decision::over_limit(0, 0));
+        };
+        let decision = local::consume(self.env.store, key, limit, self.tally.now, weight)?;
+        if decision.allowed {
+            self.tally.consumed.push(Consumed {
+                rule,
+                limit: l,
+                target,
+                delay: decision.delay,
+                weight,
+            });
+        }
+        Ok(decision)
+    }
+
+    /// Lends the request of `applied`, which local elastic limit `l` denied,
+    /// the key's extra allowance and the pool's headroom: consumes both, or
+    /// neither. Returns whether it borrowed.
+    fn borrow_local(
+        &mut self,
+        applied: &Applied<'_>,
+        l: usize,
+        rule_limit: &RuleLimit,
+        elastic: &Elastic,
+    ) -> bool {
+        let mark = self.tally.consumed.len();
+        let weight = applied.weight;
+        let extra = Target::Extra(applied.slot);
+        if !matches!(self.take(applied.index, l, rule_limit, extra, weight), Ok(d) if d.allowed) {
+            return false;
+        }
+        let plan = self.env.plan;
+        let mut pool_key = String::new();
+        let pool = plan
+            .rules
+            .get(elastic.pool)
+            .filter(|pool| self.request.write_key(&pool.key, &mut pool_key));
+        let Some(pool) = pool else {
+            self.tally.refund_since(mark, &self.env);
+            return false;
+        };
+        let pool_slot = slot(plan, self.hasher.fingerprint(&pool_key));
+        for (k, pool_limit) in pool.limits.iter().enumerate() {
+            let target = pool_limit
+                .override_index(&pool_key)
+                .map_or(Target::Slot(pool_slot), Target::Override);
+            if !matches!(self.take(elastic.pool, k, pool_limit, target, weight), Ok(d) if d.allowed)
+            {
+                self.tally.refund_since(mark, &self.env);
+                return false;
+            }
+        }
+        self.tally.borrowed.push(applied.index);
+        true
     }
 
     /// Denies global limit `l` of `applied` if the over-limit cache holds
@@ -439,6 +575,11 @@ where
             let denial = Decision::over_limit(limit.requests, deadline.saturating_sub(now));
             return Err(applied.reported(limit, denial));
         }
+        let borrow = rule_limit
+            .elastic
+            .as_ref()
+            .and_then(|elastic| self.lend_global(applied, l, elastic))
+            .map(Box::new);
         let batch = if applied.rule.shadow {
             &mut self.shadow
         } else {
@@ -451,12 +592,52 @@ where
                 window: limit.window,
                 requests: limit.requests,
                 fingerprint: applied.fingerprint,
-                cacheable: matches!(applied.rule.cost, Cost::Fixed(_)),
+                // A denial of an elastic limit may still borrow.
+                cacheable: matches!(applied.rule.cost, Cost::Fixed(_)) && borrow.is_none(),
+                role: Role::Own,
+                borrow,
             },
             LimitSpec::new(limiter_key(&applied.rule.name, l, applied.key), limit),
             applied.weight,
         );
         Ok(())
+    }
+
+    /// What global elastic limit `l` of `applied` checks in the second call
+    /// if it denies; `None` when the pool rule's key cannot be built.
+    fn lend_global(&self, applied: &Applied<'_>, l: usize, elastic: &Elastic) -> Option<Lend> {
+        let pool = self.env.plan.rules.get(elastic.pool)?;
+        let mut pool_key = String::new();
+        if !self.request.write_key(&pool.key, &mut pool_key) {
+            return None;
+        }
+        let item = |rule: usize, limit_index: usize, limit: &Limit| GlobalItem {
+            rule,
+            limit: limit_index,
+            window: limit.window,
+            requests: limit.requests,
+            fingerprint: applied.fingerprint,
+            cacheable: false,
+            role: Role::Own,
+            borrow: None,
+        };
+        let extra = (
+            item(applied.index, l, &elastic.extra),
+            LimitSpec::new(limiter_key(&elastic.place, l, applied.key), &elastic.extra),
+        );
+        let pool = pool
+            .limits
+            .iter()
+            .enumerate()
+            .map(|(k, pool_limit)| {
+                let limit = pool_limit.limit_for(&pool_key);
+                (
+                    item(elastic.pool, k, limit),
+                    LimitSpec::new(limiter_key(&pool.name, k, &pool_key), limit),
+                )
+            })
+            .collect();
+        Some(Lend { extra, pool })
     }
 
     /// Admits the request, or asks the limiter about its global limits.
@@ -471,6 +652,7 @@ where
         Verdict::Check(PendingCheck {
             calls,
             tally: self.tally,
+            borrowing: false,
         })
     }
 }
@@ -527,11 +709,32 @@ struct Tally {
     delayed: Option<Reported>,
     /// Rules that admitted the request (counted `allowed` if it passes).
     admitted: Vec<usize>,
+    /// Rules whose elastic limits lent the request their extra allowance
+    /// (counted `borrowed` if it passes).
+    borrowed: Vec<usize>,
     shadow_denied: Vec<usize>,
     consumed: Vec<Consumed>,
 }
 
 impl Tally {
+    /// Notes what an enforcing global limit that admitted reports.
+    fn note_allowed(&mut self, item: &GlobalItem, decision: Decision) {
+        let reported = match item.role {
+            Role::Own => item.reported(decision),
+            Role::Lent { own, extra: true } => {
+                self.borrowed.push(item.rule);
+                Reported {
+                    decision: lent(own.decision),
+                    ..own
+                }
+            }
+            // A pool is not reported.
+            Role::Lent { extra: false, .. } => return,
+        };
+        self.report = Some(more_restrictive(self.report, reported));
+        self.note_delay(reported);
+    }
+
     /// Keeps `reported` as the delaying limit if it delays longest so far.
     fn note_delay(&mut self, reported: Reported) {
         let longest = self.delayed.map_or(0, |d| d.decision.delay);
@@ -618,12 +821,16 @@ impl Tally {
         })
     }
 
-    /// Counts the rules that admitted the request.
+    /// Counts the rules that admitted the request, and those that lent it
+    /// their extra allowance.
     fn count_allowed<M: MetricSink + ?Sized>(&self, metrics: &M) {
         for &rule in &self.admitted {
             if !self.shadow_denied.contains(&rule) {
                 metrics.rule(rule, RuleEvent::Allowed);
             }
+        }
+        for &rule in &self.borrowed {
+            metrics.rule(rule, RuleEvent::Borrowed);
         }
     }
 }
@@ -648,6 +855,8 @@ enum Target {
     Slot(u64),
     /// The dedicated key of the limit's override at this position.
     Override(usize),
+    /// The extra allowance of an elastic limit, in this slot.
+    Extra(u64),
 }
 
 impl Target {
@@ -671,6 +880,24 @@ impl Target {
                 let o = rule_limit.overrides.get(i)?;
                 Some((&o.limit, o.state_key.as_str()))
             }
+            Target::Extra(slot) => {
+                let elastic = rule_limit.elastic.as_ref()?;
+                layout::slot_key(out, &elastic.place, slot);
+                Some((&elastic.extra, out.as_str()))
+            }
+        }
+    }
+
+    /// The limit deciding `rule_limit` at this target; `None` for a global
+    /// limit.
+    fn limit(self, rule_limit: &RuleLimit) -> Option<&Limit> {
+        if !matches!(rule_limit.scope, LimitScope::Local { .. }) {
+            return None;
+        }
+        match self {
+            Target::Slot(_) => Some(&rule_limit.limit),
+            Target::Override(i) => rule_limit.overrides.get(i).map(|o| &o.limit),
+            Target::Extra(_) => rule_limit.elastic.as_ref().map(|e| &e.extra),
         }
     }
 }
@@ -687,6 +914,9 @@ struct GlobalItem {
     /// rule weighs the same (a fixed cost), so one denied until a deadline
     /// means all are.
     cacheable: bool,
+    role: Role,
+    /// For an elastic limit: what it checks in the second call if it denies.
+    borrow: Option<Box<Lend>>,
 }
 
 impl GlobalItem {
@@ -697,6 +927,34 @@ impl GlobalItem {
             decision,
         }
     }
+
+    /// This item checked on behalf of an elastic limit that denied with
+    /// `own`: its extra allowance (`extra`) or a limit of its pool.
+    fn lent(self, own: Reported, extra: bool) -> GlobalItem {
+        GlobalItem {
+            role: Role::Lent { own, extra },
+            ..self
+        }
+    }
+}
+
+/// Why a global limit is in a call.
+#[derive(Debug, Clone, Copy)]
+enum Role {
+    /// A limit of a rule that applies to the request.
+    Own,
+    /// Borrowing for an elastic limit that denied with `own` (reported in
+    /// its place): its extra allowance, or a limit of its pool.
+    Lent { own: Reported, extra: bool },
+}
+
+/// What a global elastic limit checks in the second call instead of itself.
+#[derive(Debug, Clone)]
+struct Lend {
+    /// The key's extra allowance.
+    extra: (GlobalItem, LimitSpec<'static>),
+    /// Each limit of the pool rule, at the pool's key.
+    pool: Vec<(GlobalItem, LimitSpec<'static>)>,
 }
 
 /// The global limits bound for one call, added as the rules are decided.
@@ -736,21 +994,24 @@ impl Batch {
     }
 
     /// The call checking these limits; `None` when there are none.
-    fn into_call(self, domain: &str, shadow: bool) -> Option<Call> {
+    fn into_call(mut self, domain: &str, shadow: bool) -> Option<Call> {
         if self.is_empty() {
             return None;
         }
         let request = CheckRequest {
-            domain: domain.into(),
+            // Owned, so that the limits can be taken back after serializing.
+            domain: domain.to_owned().into(),
             hits: self.hits.unwrap_or(1),
-            limits: self.limits,
+            limits: std::mem::take(&mut self.limits),
         };
+        // Serializing plain structs does not fail; an empty body would make
+        // the limiter answer 4xx, handled as a failure.
+        let body = serde_json::to_vec(&request).unwrap_or_default();
+        self.limits = request.limits;
         Some(Call {
             shadow,
-            items: self.items,
-            // Serializing plain structs does not fail; an empty body would
-            // make the limiter answer 4xx, handled as a failure.
-            body: serde_json::to_vec(&request).unwrap_or_default(),
+            batch: self,
+            body,
             answer: None,
         })
     }
@@ -762,7 +1023,7 @@ impl Batch {
 struct Call {
     shadow: bool,
     /// The limits checked, in the order of the answer's decisions.
-    items: Vec<GlobalItem>,
+    batch: Batch,
     body: Vec<u8>,
     /// The call's answer once received (`Some(None)`: it failed).
     answer: Option<Option<CheckResponse>>,
@@ -774,7 +1035,7 @@ impl Call {
         self.answer
             .as_ref()
             .and_then(Option::as_ref)
-            .filter(|a| a.limits.len() == self.items.len())
+            .filter(|a| a.limits.len() == self.batch.len())
     }
 }
 
@@ -813,6 +1074,20 @@ fn too_costly(limit: &Limit) -> Decision {
         retry_after: 0,
         delay: 0,
         denial: Some(Denial::CostExceedsCapacity),
+    }
+}
+
+/// What an elastic limit that denied with `denial` reports once it lent the
+/// request its extra allowance: admitted, with nothing of its own quota
+/// remaining.
+fn lent(denial: Decision) -> Decision {
+    Decision {
+        allowed: true,
+        remaining: 0,
+        retry_after: 0,
+        delay: 0,
+        denial: None,
+        ..denial
     }
 }
 

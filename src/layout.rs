@@ -10,6 +10,7 @@
 //! | `sluice/<domain>/<rule>/<limit>/<algorithm>/<window ms>/<slot>` | local limit state of one slot |
 //! | `sluice/<domain>/<rule>/<limit>/<algorithm>/<window ms>/=<key>` | local limit state of an override key |
 //! | `sluice/<domain>/<rule>/<limit>/deny/<slot>` | over-limit cache of a global limit |
+//! | `sluice/<domain>/<rule>+elastic/<limit>/<algorithm>/<window ms>/<slot>` | extra allowance of a local elastic limit |
 
 use crate::decimal::push_u64;
 use sluice_core::{Limit, MILLISECOND};
@@ -26,6 +27,13 @@ pub fn limit_prefix(domain: &str, rule: &str, index: usize, limit: &Limit) -> St
         limit.algorithm.name(),
         limit.window / MILLISECOND
     )
+}
+
+/// The name under which an elastic limit of `rule` keeps its extra
+/// allowance, locally and in the limiter: `<rule>+elastic` (`+` cannot
+/// appear in a rule name, so it names no other rule's state).
+pub fn elastic_label(rule: &str) -> String {
+    format!("{rule}+elastic")
 }
 
 /// The dedicated key of an override's state.

@@ -35,11 +35,14 @@ pub enum RuleEvent {
     Delayed,
     /// The total time, in milliseconds, requests were held for this rule.
     DelayedMs,
+    /// An elastic limit of the rule admitted the request beyond its quota,
+    /// borrowing from its pool.
+    Borrowed,
 }
 
 impl RuleEvent {
     /// Every per-rule event, in the order of their metric ids.
-    pub const ALL: [RuleEvent; 7] = [
+    pub const ALL: [RuleEvent; 8] = [
         RuleEvent::Allowed,
         RuleEvent::Denied,
         RuleEvent::ShadowDenied,
@@ -47,6 +50,7 @@ impl RuleEvent {
         RuleEvent::CostInvalid,
         RuleEvent::Delayed,
         RuleEvent::DelayedMs,
+        RuleEvent::Borrowed,
     ];
 
     /// The metric name's last component.
@@ -59,6 +63,7 @@ impl RuleEvent {
             RuleEvent::CostInvalid => "cost_invalid",
             RuleEvent::Delayed => "delayed",
             RuleEvent::DelayedMs => "delayed_ms",
+            RuleEvent::Borrowed => "borrowed",
         }
     }
 

@@ -2,11 +2,11 @@
 
 use super::duration::parse_duration;
 use super::plan::{
-    Cost, DenyResponse, LimitScope, LimiterTarget, OverrideLimit, Plan, Rule, RuleLimit,
+    Cost, DenyResponse, Elastic, LimitScope, LimiterTarget, OverrideLimit, Plan, Rule, RuleLimit,
 };
 use super::raw::{
-    Mode, OnExceed, RawConfig, RawCost, RawLimit, RawMatch, RawOverride, RawRule, Scope,
-    COST_EXPECTED,
+    Mode, OnExceed, RawConfig, RawCost, RawElastic, RawLimit, RawMatch, RawOverride, RawRule,
+    Scope, COST_EXPECTED,
 };
 use crate::client_ip::ClientIpPolicy;
 use crate::key::KeyPart;
@@ -99,6 +99,13 @@ pub fn compile(raw: RawConfig) -> Result<Plan, FieldError> {
         }
     };
 
+    // Rules named as an elastic limit's pool, by name.
+    let pool_names: BTreeSet<String> = raw
+        .rules
+        .iter()
+        .flat_map(|r| r.limits.iter().filter_map(|l| l.elastic.as_ref()))
+        .map(|e| e.pool.clone())
+        .collect();
     let mut names = BTreeSet::new();
     let mut rules = Vec::with_capacity(raw.rules.len());
     for (i, rule) in raw.rules.into_iter().enumerate() {
@@ -109,7 +116,12 @@ pub fn compile(raw: RawConfig) -> Result<Plan, FieldError> {
                 format!("duplicate rule name {:?}", rule.name),
             ));
         }
-        let compiled = compile_rule(&raw.domain, &path, rule)?;
+        let pool = pool_names.contains(&rule.name);
+        if pool {
+            check_pool_rule(&path, &rule)?;
+        }
+        let mut compiled = compile_rule(&raw.domain, &path, rule)?;
+        compiled.pool = pool;
         if limiter.is_none() {
             let global = |l: &RuleLimit| matches!(l.scope, LimitScope::Global { .. });
             if let Some(j) = compiled.limits.iter().position(global) {
@@ -121,6 +133,7 @@ pub fn compile(raw: RawConfig) -> Result<Plan, FieldError> {
         }
         rules.push(compiled);
     }
+    resolve_pools(&mut rules)?;
 
     Ok(Plan {
         seed_key: layout::seed_key(&raw.domain),
@@ -186,7 +199,8 @@ fn compile_rule(domain: &str, path: &str, rule: RawRule) -> Result<Rule, FieldEr
     }
     let mut limits = Vec::with_capacity(rule.limits.len());
     for (j, raw_limit) in rule.limits.iter().enumerate() {
-        let limit = compile_limit(&format!("{path}.limits[{j}]"), raw_limit)?;
+        let limit_path = format!("{path}.limits[{j}]");
+        let limit = compile_limit(&limit_path, raw_limit)?;
         let scope = match raw_limit.scope {
             Scope::Local => LimitScope::Local {
                 state_prefix: layout::limit_prefix(domain, &rule.name, j, &limit),
@@ -195,10 +209,42 @@ fn compile_rule(domain: &str, path: &str, rule: RawRule) -> Result<Rule, FieldEr
                 deny_prefix: layout::deny_prefix(domain, &rule.name, j),
             },
         };
+        let elastic = match &raw_limit.elastic {
+            None => None,
+            Some(raw_elastic) => {
+                let elastic_path = format!("{limit_path}.elastic");
+                if rule.mode == Mode::Shadow {
+                    return Err(FieldError::at(
+                        elastic_path,
+                        "not available in a rule with mode shadow",
+                    ));
+                }
+                if raw_limit.on_exceed == OnExceed::Delay {
+                    return Err(FieldError::at(
+                        elastic_path,
+                        "cannot be combined with on_exceed: delay",
+                    ));
+                }
+                let extra = extra_allowance(&elastic_path, &limit, raw_elastic)?;
+                let label = layout::elastic_label(&rule.name);
+                let place = match raw_limit.scope {
+                    Scope::Local => layout::limit_prefix(domain, &label, j, &extra),
+                    Scope::Global => label,
+                };
+                // The pool's index is set once every rule is known.
+                Some(Elastic {
+                    extra,
+                    pool: usize::MAX,
+                    pool_name: raw_elastic.pool.clone(),
+                    place,
+                })
+            }
+        };
         limits.push(RuleLimit {
             limit,
             scope,
             overrides: Vec::new(),
+            elastic,
         });
     }
     let mut override_keys = BTreeSet::new();
@@ -236,7 +282,129 @@ fn compile_rule(domain: &str, path: &str, rule: RawRule) -> Result<Rule, FieldEr
         shadow: rule.mode == Mode::Shadow,
         max_queued,
         cost,
+        pool: false,
     })
+}
+
+/// The extra allowance of an elastic limit: `ceiling - requests` per window,
+/// the burst scaled by the same ratio (at least 1).
+fn extra_allowance(path: &str, limit: &Limit, raw: &RawElastic) -> Result<Limit, FieldError> {
+    let field = format!("{path}.ceiling");
+    if raw.ceiling <= limit.requests || raw.ceiling > MAX_REQUESTS {
+        return Err(FieldError::at(
+            field,
+            format!(
+                "must be above the limit's requests ({}) and at most {MAX_REQUESTS}, got {}",
+                limit.requests, raw.ceiling
+            ),
+        ));
+    }
+    let requests = raw.ceiling - limit.requests;
+    let scaled = u128::from(limit.burst) * u128::from(requests) / u128::from(limit.requests);
+    let extra = Limit {
+        requests,
+        burst: u64::try_from(scaled).unwrap_or(u64::MAX).max(1),
+        soft_percent: 0,
+        max_delay: None,
+        ..limit.clone()
+    };
+    extra
+        .validate()
+        .map_err(|e| FieldError::at(field, format!("the extra allowance {}", e.message)))?;
+    Ok(extra)
+}
+
+/// Refuses settings of a pool rule that would have no effect: a pool is
+/// consulted only by elastic limits, with the borrowing request's weight.
+fn check_pool_rule(path: &str, rule: &RawRule) -> Result<(), FieldError> {
+    let m = &rule.matcher;
+    if m.path_prefix.is_some() || m.path.is_some() || !m.methods.is_empty() || !m.headers.is_empty()
+    {
+        return Err(FieldError::at(
+            format!("{path}.match"),
+            "a pool rule is consulted only by elastic limits, never matched on its own: remove match",
+        ));
+    }
+    if rule.cost != RawCost::default() {
+        return Err(FieldError::at(
+            format!("{path}.cost"),
+            "a pool rule is consumed with the borrowing request's weight: remove cost",
+        ));
+    }
+    if rule.mode == Mode::Shadow {
+        return Err(FieldError::at(
+            format!("{path}.mode"),
+            "a pool rule cannot be in shadow mode",
+        ));
+    }
+    Ok(())
+}
+
+/// Points every elastic limit at its pool rule, and checks the pool: it
+/// exists, is another rule, has no elastic limits and no delay mode, and
+/// its limits are decided where the elastic limit is (all local or all
+/// global).
+fn resolve_pools(rules: &mut [Rule]) -> Result<(), FieldError> {
+    let index: std::collections::BTreeMap<String, usize> = rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.name.clone(), i))
+        .collect();
+    let mut resolved = Vec::new();
+    for (i, rule) in rules.iter().enumerate() {
+        for (j, rule_limit) in rule.limits.iter().enumerate() {
+            let Some(elastic) = &rule_limit.elastic else {
+                continue;
+            };
+            let field = format!("rules[{i}].limits[{j}].elastic.pool");
+            let name = &elastic.pool_name;
+            let &p = index
+                .get(name)
+                .ok_or_else(|| FieldError::at(&field, format!("no rule is named {name:?}")))?;
+            let pool = rules
+                .get(p)
+                .ok_or_else(|| FieldError::at(&field, "no such rule"))?;
+            if p == i {
+                return Err(FieldError::at(field, "a rule cannot be its own pool"));
+            }
+            let local = matches!(rule_limit.scope, LimitScope::Local { .. });
+            for (k, pool_limit) in pool.limits.iter().enumerate() {
+                let problem = if pool_limit.elastic.is_some() {
+                    Some("is itself elastic; a pool cannot be".to_string())
+                } else if pool_limit.limit.max_delay.is_some() {
+                    Some("is in delay mode; a pool cannot be".to_string())
+                } else if matches!(pool_limit.scope, LimitScope::Local { .. }) != local {
+                    let (this, that) = if local {
+                        ("local", "global")
+                    } else {
+                        ("global", "local")
+                    };
+                    Some(format!(
+                        "is {that}; a {this} elastic limit needs a {this} pool"
+                    ))
+                } else {
+                    None
+                };
+                if let Some(problem) = problem {
+                    return Err(FieldError::at(
+                        field,
+                        format!("rule {name:?}: its limits[{k}] {problem}"),
+                    ));
+                }
+            }
+            resolved.push((i, j, p));
+        }
+    }
+    for (i, j, p) in resolved {
+        if let Some(elastic) = rules
+            .get_mut(i)
+            .and_then(|r| r.limits.get_mut(j))
+            .and_then(|l| l.elastic.as_mut())
+        {
+            elastic.pool = p;
+        }
+    }
+    Ok(())
 }
 
 /// Checks a rule's `cost`: an integer from 1 to the largest `requests`, or
@@ -468,6 +636,12 @@ fn add_override(
     for (j, base) in limits.iter_mut().enumerate() {
         if only.is_some_and(|o| o != j) {
             continue;
+        }
+        if base.elastic.is_some() {
+            return Err(FieldError::at(
+                path,
+                format!("limit {j} is elastic, and elastic limits take no overrides"),
+            ));
         }
         let limit = validated(
             path,

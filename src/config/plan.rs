@@ -69,6 +69,9 @@ pub struct Rule {
     pub max_queued: usize,
     /// What one request weighs in every limit of the rule.
     pub cost: Cost,
+    /// Some elastic limit borrows from this rule: it is not applied to
+    /// requests on its own, only consulted by the borrowing.
+    pub pool: bool,
 }
 
 /// What a request weighs in a rule's limits: the units it consumes, and the
@@ -93,6 +96,25 @@ pub struct RuleLimit {
     pub scope: LimitScope,
     /// Replacements of the limit for some keys, sorted by key.
     pub overrides: Vec<OverrideLimit>,
+    /// Admission beyond the quota while a pool has headroom.
+    pub elastic: Option<Elastic>,
+}
+
+/// An elastic limit's borrowing: a request its own quota denies passes if
+/// the key's extra allowance (`ceiling - requests` per window) and every
+/// limit of the pool rule admit it; it then consumes both.
+#[derive(Debug)]
+pub struct Elastic {
+    /// The extra allowance: the limit's algorithm and window with
+    /// `ceiling - requests` requests and the burst scaled alike.
+    pub extra: Limit,
+    /// The index of the pool rule.
+    pub pool: usize,
+    /// The pool rule's name, as configured.
+    pub pool_name: String,
+    /// Where the extra allowance lives: for a local limit, the prefix of its
+    /// slot keys; for a global one, the rule label of its limiter keys.
+    pub place: String,
 }
 
 impl RuleLimit {

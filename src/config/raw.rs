@@ -316,6 +316,20 @@ pub struct RawLimit {
     /// Longest hold in delay mode (required with `on_exceed: delay`).
     #[serde(default)]
     pub max_delay: Option<String>,
+    /// Admission above `requests`, up to a ceiling, while a pool rule has
+    /// headroom.
+    #[serde(default)]
+    pub elastic: Option<RawElastic>,
+}
+
+/// An elastic limit: beyond its own quota, a request may borrow from a pool.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawElastic {
+    /// Requests per window at most, own quota and borrowed together.
+    pub ceiling: u64,
+    /// The name of the rule whose limits are the shared spare capacity.
+    pub pool: String,
 }
 
 /// What happens to a request over a limit.

@@ -571,3 +571,117 @@ fn a_fixed_cost_above_some_limits_capacity_is_refused() {
     )
     .is_ok());
 }
+
+fn elastic_config(limit_extra: &str, pool: &str) -> String {
+    format!(
+        r#"{{"domain":"d","limiter":{{"cluster":"c","authority":"a"}},"rules":[
+            {{"name":"user","key":["header:x-user"],"limits":[{{"algorithm":"gcra","requests":10,"window":"1s","burst":4{limit_extra}}}]}},
+            {pool}]}}"#
+    )
+}
+
+const POOL: &str = r#"{"name":"spare","key":["const:all"],"limits":[{"algorithm":"fixed_window","requests":50,"window":"1s"}]}"#;
+
+#[test]
+fn elastic_limits_compile_their_extra_allowance_and_pool() {
+    let plan =
+        parse(elastic_config(r#","elastic":{"ceiling":25,"pool":"spare"}"#, POOL).as_bytes())
+            .unwrap();
+    let elastic = plan.rules[0].limits[0].elastic.as_ref().unwrap();
+    assert_eq!(elastic.pool, 1);
+    // 15 more per second, the burst scaled alike (4 * 15 / 10).
+    assert_eq!((elastic.extra.requests, elastic.extra.burst), (15, 6));
+    assert_eq!(elastic.extra.window, SECOND);
+    assert_eq!(elastic.place, "sluice/d/user+elastic/0/gcra/1000/");
+    assert!(plan.rules[1].pool && !plan.rules[0].pool);
+}
+
+#[test]
+fn bad_elastic_limits_are_refused_with_the_field_named() {
+    let elastic =
+        |ceiling: u64, pool: &str| format!(r#","elastic":{{"ceiling":{ceiling},"pool":"{pool}"}}"#);
+    let cases: Vec<(String, &str, &str)> = vec![
+        (
+            elastic_config(&elastic(10, "spare"), POOL),
+            "rules[0].limits[0].elastic.ceiling",
+            "above the limit's requests (10)",
+        ),
+        (
+            elastic_config(&elastic(20, "nope"), POOL),
+            "rules[0].limits[0].elastic.pool",
+            "no rule is named \"nope\"",
+        ),
+        (
+            elastic_config(&elastic(20, "user"), POOL),
+            "rules[0].limits[0].elastic.pool",
+            "its own pool",
+        ),
+        (
+            elastic_config(
+                &elastic(20, "spare"),
+                r#"{"name":"spare","key":["const:all"],"limits":[{"algorithm":"fixed_window","requests":50,"window":"1s","elastic":{"ceiling":60,"pool":"user"}}]}"#,
+            ),
+            "rules[0].limits[0].elastic.pool",
+            "itself elastic",
+        ),
+        (
+            elastic_config(
+                &elastic(20, "spare"),
+                r#"{"name":"spare","key":["const:all"],"limits":[{"algorithm":"fixed_window","requests":50,"window":"1s","scope":"global"}]}"#,
+            ),
+            "rules[0].limits[0].elastic.pool",
+            "a local elastic limit needs a local pool",
+        ),
+        (
+            elastic_config(
+                &elastic(20, "spare"),
+                r#"{"name":"spare","match":{"path":"/x"},"key":["const:all"],"limits":[{"algorithm":"fixed_window","requests":50,"window":"1s"}]}"#,
+            ),
+            "rules[1].match",
+            "never matched on its own",
+        ),
+        (
+            elastic_config(
+                &elastic(20, "spare"),
+                r#"{"name":"spare","cost":2,"key":["const:all"],"limits":[{"algorithm":"fixed_window","requests":50,"window":"1s"}]}"#,
+            ),
+            "rules[1].cost",
+            "borrowing request's weight",
+        ),
+        (
+            elastic_config(
+                &elastic(20, "spare"),
+                r#"{"name":"spare","mode":"shadow","key":["const:all"],"limits":[{"algorithm":"fixed_window","requests":50,"window":"1s"}]}"#,
+            ),
+            "rules[1].mode",
+            "shadow",
+        ),
+        (
+            elastic_config(
+                &format!(
+                    r#"{},"on_exceed":"delay","max_delay":"1s""#,
+                    elastic(20, "spare")
+                ),
+                POOL,
+            ),
+            "rules[0].limits[0].elastic",
+            "on_exceed: delay",
+        ),
+    ];
+    for (json, path, message) in cases {
+        let e = err(&json);
+        assert_eq!(e.path, path, "{e}");
+        assert!(e.message.contains(message), "{e}");
+    }
+    let shadow = with_rule(&format!(
+        r#"{{"name":"s","mode":"shadow","key":["const:a"],"limits":[{{"algorithm":"gcra","requests":1,"window":"1s"{}}}]}}, {POOL}"#,
+        elastic(2, "spare")
+    ));
+    assert_eq!(err(&shadow).path, "rules[0].limits[0].elastic");
+    let overridden = with_rule(&format!(
+        r#"{{"name":"o","key":["const:a"],"limits":[{{"algorithm":"gcra","requests":1,"window":"1s"{}}}],"overrides":[{{"key":"a","requests":5}}]}}, {POOL}"#,
+        elastic(2, "spare")
+    ));
+    let e = err(&overridden);
+    assert_eq!(e.path, "rules[0].overrides[0]", "{e}");
+}

@@ -935,3 +935,5 @@ fn a_global_weighted_limit_in_delay_mode_sends_both() {
     let d = delayed(w.finish(p, Some(answer.to_string())));
     assert_eq!((d.delay, d.rule), (600 * MILLISECOND, 0));
 }
+
+mod elastic;
