@@ -99,13 +99,14 @@ pub fn compile(raw: RawConfig) -> Result<Plan, FieldError> {
         }
     };
 
-    // Rules named as an elastic limit's pool, by name.
-    let pool_names: BTreeSet<String> = raw
-        .rules
-        .iter()
-        .flat_map(|r| r.limits.iter().filter_map(|l| l.elastic.as_ref()))
-        .map(|e| e.pool.clone())
-        .collect();
+    // Rules named as an elastic limit's pool (collected by insertion: a
+    // collected set would sort, which costs the wasm a sort routine).
+    let mut pool_names = BTreeSet::new();
+    for r in &raw.rules {
+        for e in r.limits.iter().filter_map(|l| l.elastic.as_ref()) {
+            pool_names.insert(e.pool.clone());
+        }
+    }
     let mut names = BTreeSet::new();
     let mut rules = Vec::with_capacity(raw.rules.len());
     for (i, rule) in raw.rules.into_iter().enumerate() {
@@ -345,11 +346,6 @@ fn check_pool_rule(path: &str, rule: &RawRule) -> Result<(), FieldError> {
 /// its limits are decided where the elastic limit is (all local or all
 /// global).
 fn resolve_pools(rules: &mut [Rule]) -> Result<(), FieldError> {
-    let index: std::collections::BTreeMap<String, usize> = rules
-        .iter()
-        .enumerate()
-        .map(|(i, r)| (r.name.clone(), i))
-        .collect();
     let mut resolved = Vec::new();
     for (i, rule) in rules.iter().enumerate() {
         for (j, rule_limit) in rule.limits.iter().enumerate() {
@@ -358,8 +354,9 @@ fn resolve_pools(rules: &mut [Rule]) -> Result<(), FieldError> {
             };
             let field = format!("rules[{i}].limits[{j}].elastic.pool");
             let name = &elastic.pool_name;
-            let &p = index
-                .get(name)
+            let p = rules
+                .iter()
+                .position(|r| &r.name == name)
                 .ok_or_else(|| FieldError::at(&field, format!("no rule is named {name:?}")))?;
             let pool = rules
                 .get(p)
