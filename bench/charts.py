@@ -107,15 +107,19 @@ def algorithms(trace_csv: str, path: Path):
 
 
 def shaping(shaping_csv: str, path: Path):
-    """One panel per mode of one GCRA limit (reject, soft, delay): every
-    arrival (admitted, delayed with a line to when it was served, or denied)
-    and the number served in the trailing window, against the limit."""
+    """One panel per mode of one GCRA limit (reject, soft, delay, elastic):
+    every arrival (admitted, borrowed, delayed with a line to when it was
+    served, or denied) and the number served in the trailing window, against
+    the limit."""
     params, per_mode = read_shaping(shaping_csv)
     requests, window_ms = params["limit"], params["window_ms"]
     soft = params.get("soft_percent", 0)
     max_delay_s = params.get("max_delay_ms", 0) / 1000
+    ceiling = params.get("ceiling", 0)
     titles = {"reject": "reject (plain)", "soft": f"soft_percent: {soft}",
-              "delay": f"delay, max_delay: {max_delay_s:g} s"}
+              "delay": f"delay, max_delay: {max_delay_s:g} s",
+              "elastic": f"elastic, ceiling: {ceiling}\npool: {params.get('pool', 0)} per "
+                         f"{params.get('pool_window_ms', 0) / 1000:g} s"}
     fig, axes = plt.subplots(len(per_mode), 1, figsize=(10, 1.9 * len(per_mode) + 0.8), sharex=True)
     end_ms = max(max(t, s or 0) for rows in per_mode.values() for t, _, s in rows) + window_ms // 2
     for ax, (mode, rows) in zip(axes, per_mode.items()):
@@ -127,12 +131,18 @@ def shaping(shaping_csv: str, path: Path):
         if mode == "soft" and soft:
             ax.axhline(requests + requests * soft // 100, color="#C44E52", linestyle=":", linewidth=1,
                        label=f"soft allowance: +{soft} %")
+        if mode == "elastic" and ceiling:
+            ax.axhline(ceiling, color="#8172B2", linestyle=":", linewidth=1, label=f"elastic ceiling: {ceiling}")
         top = max(max(ys, default=0), requests) * 1.15 + 2
         admitted = [t for t, o, _ in rows if o == "admitted"]
         delayed = [(t, s) for t, o, s in rows if o == "delayed" and s is not None]
         denied = [t for t, o, _ in rows if o == "denied"]
+        borrowed = [t for t, o, _ in rows if o == "borrowed"]
         ax.scatter([t / 1000 for t in admitted], [top] * len(admitted), marker="|", color="#55A868", s=60,
                    label="arrival, admitted")
+        if borrowed:
+            ax.scatter([t / 1000 for t in borrowed], [top] * len(borrowed), marker="|", color="#8172B2", s=60,
+                       label="arrival, borrowed from the pool")
         if delayed:
             for t, s in delayed:
                 ax.plot([t / 1000, s / 1000], [top + 2.5, top], color="#DD8452", linewidth=0.7, alpha=0.8)
@@ -145,6 +155,8 @@ def shaping(shaping_csv: str, path: Path):
         ax.set_ylim(0, top + 7.5)
         ax.set_ylabel(titles.get(mode, mode), fontsize=9)
         note = f"{len(admitted)} admitted"
+        if borrowed:
+            note += f", {len(borrowed)} borrowed"
         if delayed:
             note += f", {len(delayed)} delayed"
         ax.text(0.995, 0.05, f"{note}, {len(denied)} denied of {len(rows)}", transform=ax.transAxes,
@@ -156,7 +168,7 @@ def shaping(shaping_csv: str, path: Path):
     axes[0].legend(list(handles.values()), list(handles), loc="upper center", bbox_to_anchor=(0.5, 1.55),
                    ncol=4, fontsize=8, frameon=False)
     axes[-1].set_xlabel("time (s)")
-    fig.suptitle("One bursty trace through one gcra limit three ways (sluice-core decisions)", fontsize=10, y=0.995)
+    fig.suptitle("One bursty trace through one gcra limit four ways (sluice-core decisions)", fontsize=10, y=0.995)
     fig.tight_layout()
     fig.savefig(path, metadata={"Date": None})
     plt.close(fig)

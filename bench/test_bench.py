@@ -146,8 +146,10 @@ def test_trace_csv():
 
 def test_shaping_csv():
     params, per_mode = tracecsv.read_shaping(
-        "# limit,10,10000\n# soft_percent,50\n# max_delay_ms,2000\nt_ms,mode,outcome,served_ms\n"
-        "0,reject,admitted,0\n5,reject,denied,\n9500,delay,delayed,10001\n")
-    assert params == {"limit": 10, "window_ms": 10000, "soft_percent": 50, "max_delay_ms": 2000}
+        "# limit,10,10000\n# soft_percent,50\n# max_delay_ms,2000\n# ceiling,20\n# pool,12,60000\n"
+        "t_ms,mode,outcome,served_ms\n"
+        "0,reject,admitted,0\n5,reject,denied,\n9500,delay,delayed,10001\n9600,elastic,borrowed,9600\n")
+    assert params == {"limit": 10, "window_ms": 10000, "soft_percent": 50, "max_delay_ms": 2000,
+                      "ceiling": 20, "pool": 12, "pool_window_ms": 60000}
     assert per_mode == {"reject": [(0, "admitted", 0), (5, "denied", None)],
-                        "delay": [(9500, "delayed", 10001)]}
+                        "delay": [(9500, "delayed", 10001)], "elastic": [(9600, "borrowed", 9600)]}

@@ -24,13 +24,17 @@ def read_trace(text: str) -> tuple[int, int, dict[str, list[tuple[int, int]]]]:
 
 def read_shaping(text: str) -> tuple[dict[str, int], dict[str, list[tuple[int, str, int | None]]]]:
     """Parses the trace program's `shaping` CSV: ({"limit", "window_ms",
-    "soft_percent", "max_delay_ms"}, {mode: [(t_ms, outcome, served_ms or None)]})."""
+    "soft_percent", "max_delay_ms", "ceiling", "pool", "pool_window_ms"},
+    {mode: [(t_ms, outcome, served_ms or None)]})."""
     params: dict[str, int] = {}
     body = []
     for line in text.splitlines():
         if line.startswith("# limit,"):
             _, r, w = line.split(",")
             params["limit"], params["window_ms"] = int(r), int(w)
+        elif line.startswith("# pool,"):
+            _, r, w = line.split(",")
+            params["pool"], params["pool_window_ms"] = int(r), int(w)
         elif line.startswith("# "):
             name, value = line[2:].split(",")
             params[name] = int(value)

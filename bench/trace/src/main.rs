@@ -11,23 +11,29 @@
 //! a simulated clock, so the chart shows what the filter and the limiter do.
 //!
 //! With the argument `shaping`, it runs the same trace through one GCRA limit
-//! three ways instead (plain reject, a soft limit, delay mode) and prints,
-//! for every arrival, what happened and when it was served:
+//! four ways instead (plain reject, a soft limit, delay mode, an elastic
+//! limit) and prints, for every arrival, what happened and when it was
+//! served:
 //!
 //! ```text
 //! # limit,10,10000
 //! # soft_percent,50
 //! # max_delay_ms,2000
+//! # ceiling,20
+//! # pool,12,60000
 //! t_ms,mode,outcome,served_ms
 //! 9500,delay,delayed,10500
 //! ```
 //!
 //! `outcome` is `admitted`, `delayed` (held until `served_ms`, when the
-//! filter resumes it) or `denied` (`served_ms` empty).
+//! filter resumes it), `borrowed` (admitted beyond the quota from the
+//! elastic limit's pool) or `denied` (`served_ms` empty).
 
 mod trace;
 
-use sluice_core::{decide, Algorithm, Encoded, Limit, Nanos, MILLISECOND, SECOND};
+use sluice_core::{
+    decide, decide_all, Algorithm, Check, Encoded, Limit, Nanos, MILLISECOND, SECOND,
+};
 use std::io::{self, Write};
 use std::process::ExitCode;
 
@@ -39,6 +45,12 @@ const WINDOW: Nanos = 10 * SECOND;
 const SOFT_PERCENT: u32 = 50;
 /// Delay mode's longest hold.
 const MAX_DELAY: Nanos = 2 * SECOND;
+/// The elastic limit's ceiling per window.
+const CEILING: u64 = 20;
+/// The elastic limit's pool: this many requests lent per `POOL_WINDOW`
+/// (fixed window), spent within the trace's first minute.
+const POOL: u64 = 12;
+const POOL_WINDOW: Nanos = 60 * SECOND;
 /// Trace start: a whole number of windows since the epoch, so that fixed
 /// windows start at t = 0, 10 s, 20 s, ... on the chart.
 const T0: Nanos = 1_700_000_000 * SECOND;
@@ -98,6 +110,8 @@ enum Served {
     Admitted,
     /// Held, then passed at this time.
     Delayed(Nanos),
+    /// Passed at once beyond the quota, borrowing from the pool.
+    Borrowed,
     /// Refused.
     Denied,
 }
@@ -127,8 +141,63 @@ fn shape(limit: &Limit, arrivals: &[Nanos]) -> Vec<Served> {
         .collect()
 }
 
-/// The three ways the shaping chart compares, each a GCRA limit of
-/// `REQUESTS` per `WINDOW`.
+/// Runs `arrivals` through an elastic limit as the filter decides it: its
+/// own limit, or else the extra allowance and the pool together.
+fn shape_elastic(own: &Limit, extra: &Limit, pool: &Limit, arrivals: &[Nanos]) -> Vec<Served> {
+    let mut states: [Option<Encoded>; 3] = [None, None, None];
+    let bytes = |s: &Option<Encoded>| s.as_ref().map(|e| e.as_bytes().to_vec());
+    arrivals
+        .iter()
+        .map(|&t| {
+            let now = T0.saturating_add(t);
+            let [own_state, extra_state, pool_state] = &mut states;
+            let outcome = decide(own, own_state.as_ref().map(Encoded::as_bytes), now, 1);
+            if outcome.new_state.is_some() {
+                *own_state = outcome.new_state;
+            }
+            if outcome.decision.allowed {
+                return Served::Admitted;
+            }
+            let (e, p) = (bytes(extra_state), bytes(pool_state));
+            let checks = [
+                Check {
+                    limit: extra,
+                    state: e.as_deref(),
+                    cost: 1,
+                },
+                Check {
+                    limit: pool,
+                    state: p.as_deref(),
+                    cost: 1,
+                },
+            ];
+            let both = decide_all(&checks, now);
+            for (state, new) in [extra_state, pool_state].into_iter().zip(both.new_states) {
+                if new.is_some() {
+                    *state = new;
+                }
+            }
+            if both.allowed {
+                Served::Borrowed
+            } else {
+                Served::Denied
+            }
+        })
+        .collect()
+}
+
+/// The elastic limit of the chart: the plain limit, its extra allowance up to
+/// `CEILING`, and the pool.
+fn elastic_parts() -> Result<(Limit, Limit, Limit), String> {
+    let own = Limit::new(Algorithm::Gcra, REQUESTS, WINDOW).map_err(|e| e.to_string())?;
+    let extra =
+        Limit::new(Algorithm::Gcra, CEILING - REQUESTS, WINDOW).map_err(|e| e.to_string())?;
+    let pool = Limit::new(Algorithm::FixedWindow, POOL, POOL_WINDOW).map_err(|e| e.to_string())?;
+    Ok((own, extra, pool))
+}
+
+/// The three ways the shaping chart compares beside elastic, each a GCRA
+/// limit of `REQUESTS` per `WINDOW`.
 fn shaping_modes() -> Result<[(&'static str, Limit); 3], String> {
     let plain = Limit::new(Algorithm::Gcra, REQUESTS, WINDOW).map_err(|e| e.to_string())?;
     let soft = plain.clone().with_soft_percent(SOFT_PERCENT);
@@ -145,11 +214,20 @@ fn run_shaping(out: &mut impl Write) -> Result<(), String> {
     w(out, format!("# limit,{REQUESTS},{}", WINDOW / MILLISECOND))?;
     w(out, format!("# soft_percent,{SOFT_PERCENT}"))?;
     w(out, format!("# max_delay_ms,{}", MAX_DELAY / MILLISECOND))?;
+    w(out, format!("# ceiling,{CEILING}"))?;
+    w(out, format!("# pool,{POOL},{}", POOL_WINDOW / MILLISECOND))?;
     w(out, "t_ms,mode,outcome,served_ms".to_string())?;
-    for (mode, limit) in shaping_modes()? {
-        for (&t, served) in arrivals.iter().zip(shape(&limit, &arrivals)) {
+    let mut modes: Vec<(&str, Vec<Served>)> = shaping_modes()?
+        .into_iter()
+        .map(|(mode, limit)| (mode, shape(&limit, &arrivals)))
+        .collect();
+    let (own, extra, pool) = elastic_parts()?;
+    modes.push(("elastic", shape_elastic(&own, &extra, &pool, &arrivals)));
+    for (mode, served) in modes {
+        for (&t, served) in arrivals.iter().zip(served) {
             let (outcome, at) = match served {
                 Served::Admitted => ("admitted", (t / MILLISECOND).to_string()),
+                Served::Borrowed => ("borrowed", (t / MILLISECOND).to_string()),
                 Served::Delayed(at) => ("delayed", at.div_ceil(MILLISECOND).to_string()),
                 Served::Denied => ("denied", String::new()),
             };
@@ -183,6 +261,24 @@ mod tests {
         assert_eq!(counts(&served), (10, 2, 8));
         assert_eq!(served[10], Served::Delayed(SECOND));
         assert_eq!(served[11], Served::Delayed(2 * SECOND));
+    }
+
+    #[test]
+    fn an_elastic_limit_borrows_up_to_its_ceiling_until_the_pool_is_spent() {
+        let (own, extra, pool) = elastic_parts().unwrap();
+        // A fresh burst: the quota, then the extra allowance up to the ceiling.
+        let served = shape_elastic(&own, &extra, &pool, &[0; 30]);
+        let borrowed = served.iter().filter(|s| **s == Served::Borrowed).count();
+        assert_eq!((counts(&served).0, borrowed), (10, 10));
+        // Over the trace the pool lends exactly its size within its window.
+        let arrivals = trace::arrivals();
+        let served = shape_elastic(&own, &extra, &pool, &arrivals);
+        let borrowed = arrivals
+            .iter()
+            .zip(&served)
+            .filter(|(&t, s)| **s == Served::Borrowed && t < POOL_WINDOW)
+            .count();
+        assert_eq!(borrowed as u64, POOL);
     }
 
     #[test]
