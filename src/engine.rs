@@ -744,6 +744,7 @@ impl Batch {
             domain: domain.into(),
             hits: self.hits.unwrap_or(1),
             limits: self.limits,
+            batch: None,
         };
         Some(Call {
             shadow,

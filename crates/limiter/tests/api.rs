@@ -255,7 +255,7 @@ async fn healthz_and_metrics() {
 struct Down;
 
 impl Store for Down {
-    async fn check(&self, _: &[StoreItem]) -> Result<Verdict, StoreError> {
+    async fn check_batch(&self, _: &[StoreItem], _: u32) -> Result<Verdict, StoreError> {
         Err(StoreError::Timeout)
     }
 
