@@ -1003,6 +1003,7 @@ impl Batch {
             domain: domain.to_owned().into(),
             hits: self.hits.unwrap_or(1),
             limits: std::mem::take(&mut self.limits),
+            batch: None,
         };
         // Serializing plain structs does not fail; an empty body would make
         // the limiter answer 4xx, handled as a failure.

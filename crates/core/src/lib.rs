@@ -40,6 +40,7 @@
 
 mod algo;
 mod algorithm;
+mod batch;
 mod decision;
 mod error;
 mod limit;
@@ -54,6 +55,7 @@ use algo::{fixed_window, meter, sliding_log, sliding_window, Mode};
 use limit::Params;
 
 pub use algorithm::{Algorithm, UnknownAlgorithm};
+pub use batch::{decide_batch, BatchOutcome};
 pub use decision::{Decision, Denial};
 pub use error::FieldError;
 pub use limit::{
@@ -110,6 +112,33 @@ pub(crate) fn decide_in(
         return too_costly(limit.algorithm, &p, state, now);
     }
     run(limit.algorithm, &p, state, now, probe, mode)
+}
+
+/// [`decide_in`] for `times` requests of weight `cost` at one instant, as
+/// one request of weight `times * cost`. Only the single request's weight is
+/// held against the capacity: in delay mode the level may pass it by what
+/// waits, so several requests can pass where their sum alone could not.
+#[inline]
+pub(crate) fn decide_times(
+    limit: &Limit,
+    state: Option<&[u8]>,
+    now: Nanos,
+    cost: u64,
+    times: u64,
+    mode: Mode,
+) -> Outcome {
+    let p = Params::of(limit);
+    let probe = cost.max(1);
+    if probe > p.cap {
+        return too_costly(limit.algorithm, &p, state, now);
+    }
+    // A query weighs one request, however many ask.
+    let total = if cost == 0 {
+        1
+    } else {
+        cost.saturating_mul(times.max(1))
+    };
+    run(limit.algorithm, &p, state, now, total, mode)
 }
 
 /// A cost above the capacity: denied for good, reporting the key as it is.

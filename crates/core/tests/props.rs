@@ -8,8 +8,8 @@ use common::naive::{self, Verdict};
 use common::{soft, Key};
 use proptest::prelude::*;
 use sluice_core::{
-    decide, decide_all, refund, refund_at, Algorithm, Check, Decision, Denial, Limit, Nanos,
-    MILLISECOND, SECOND,
+    decide, decide_all, decide_batch, refund, refund_at, Algorithm, Check, Decision, Denial, Limit,
+    Nanos, MILLISECOND, SECOND,
 };
 
 const T0: Nanos = 1_714_521_600 * SECOND;
@@ -158,6 +158,42 @@ impl Model {
             Model::Log(m) => m.decide(t, cost),
         }
     }
+}
+
+/// What `n` calls of [`decide_all`] in a row decide: per request whether
+/// it was admitted, its decisions and its delay, and the states after all.
+#[allow(clippy::type_complexity)]
+fn one_by_one(
+    limits: &[Limit],
+    keys: &[Key],
+    costs: &[u64],
+    now: Nanos,
+    n: u32,
+) -> (Vec<bool>, Vec<Vec<Decision>>, Vec<Nanos>, Vec<Key>) {
+    let mut keys = keys.to_vec();
+    let (mut allowed, mut decisions, mut delays) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..n {
+        let checks: Vec<Check<'_>> = limits
+            .iter()
+            .zip(&keys)
+            .zip(costs)
+            .map(|((limit, k), &cost)| Check {
+                limit,
+                state: k.state.as_deref(),
+                cost,
+            })
+            .collect();
+        let out = decide_all(&checks, now);
+        allowed.push(out.allowed);
+        delays.push(out.delay());
+        decisions.push(out.decisions.clone());
+        for (k, s) in keys.iter_mut().zip(out.new_states) {
+            if let Some(s) = s {
+                k.state = Some(s.into_vec());
+            }
+        }
+    }
+    (allowed, decisions, delays, keys)
 }
 
 fn cap(l: &Limit) -> u64 {
@@ -365,6 +401,63 @@ proptest! {
             for (k, l) in keys.iter_mut().zip(&limits) {
                 k.hit(l, t, c);
             }
+        }
+    }
+
+    /// `n` identical requests decided as one batch are `n` calls of
+    /// `decide_all` in a row: the admitted ones are a prefix (a refusal at
+    /// one instant is final for identical requests), and the count, the
+    /// reported decisions, each admitted request's delay and the states
+    /// after are the same. Every algorithm, several limits, per-limit
+    /// weights (0 included), delay mode, and clock steps back.
+    #[test]
+    fn a_batch_is_its_requests_one_by_one(
+        limits in prop::collection::vec(any_limit(anyw), 1..4),
+        history in trace(30),
+        costs in prop::collection::vec(
+            prop_oneof![6 => Just(1u64), 3 => 1u64..=4, 1 => Just(0u64), 1 => 1u64..=30],
+            3,
+        ),
+        n in prop_oneof![3 => 1u32..=40, 1 => Just(1u32), 1 => 100u32..=300],
+        back in prop_oneof![4 => Just(0u64), 1 => 1u64..=2000],
+        gap in prop_oneof![2 => Just(0u64), 2 => 0u64..300],
+    ) {
+        let window = limits[0].window;
+        let mut keys = vec![Key::default(); limits.len()];
+        let mut now = T0;
+        for (t, c) in times(window, &history) {
+            for (k, l) in keys.iter_mut().zip(&limits) {
+                k.hit(l, t, c);
+            }
+            now = t;
+        }
+        // A clock step back (rebased states), or some time on.
+        now = now.saturating_sub((u128::from(window) * u128::from(back) / 1000) as u64)
+            + (u128::from(window) * u128::from(gap) / 1000) as u64;
+        let costs = &costs[..limits.len()];
+        let checks: Vec<Check<'_>> = limits
+            .iter()
+            .zip(&keys)
+            .zip(costs)
+            .map(|((limit, k), &cost)| Check { limit, state: k.state.as_deref(), cost })
+            .collect();
+        let batch = decide_batch(&checks, now, n);
+        let (allowed, decisions, delays, after) = one_by_one(&limits, &keys, costs, now, n);
+        let k = allowed.iter().take_while(|&&a| a).count();
+        prop_assert!(allowed[k..].iter().all(|&a| !a), "not a prefix: {:?}", allowed);
+        prop_assert_eq!(batch.admitted as usize, k);
+        prop_assert_eq!(batch.all_admitted(n), k == n as usize);
+        let last = k.min(n as usize - 1);
+        prop_assert_eq!(&batch.decisions, &decisions[last]);
+        let delays = &delays[..k];
+        if delays.iter().all(|&d| d == 0) {
+            prop_assert!(batch.delays.is_empty(), "{:?}", batch.delays);
+        } else {
+            prop_assert_eq!(&batch.delays[..], delays);
+        }
+        for ((key, new), want) in keys.iter().zip(batch.new_states).zip(&after) {
+            let got = new.map(|s| s.into_vec()).or_else(|| key.state.clone());
+            prop_assert_eq!(&got, &want.state);
         }
     }
 

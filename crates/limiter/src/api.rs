@@ -90,24 +90,36 @@ async fn decide<S: Store>(st: &AppState<S>, body: Result<Bytes, BytesRejection>)
         tracing::warn!(error = %e, "override lookup failed");
         return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
     }
+    let requests = check.requests();
     let items = match store_items(&check.domain, check.limits) {
         Ok(items) => items,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    match st.store.check(&items).await {
+    match st.store.check_batch(&items, requests).await {
         Ok(verdict) => {
             st.metrics.record_decision(&check.domain, verdict.allowed);
             if verdict.capacity_denied {
                 st.metrics.inc_capacity_denials();
             }
-            // The request waits for its longest delay.
-            let delay = verdict.decisions.iter().map(|d| d.delay).max().unwrap_or(0);
-            if verdict.allowed && delay > 0 {
+            if check.batch.is_some() {
+                st.metrics.record_batch(requests, verdict.admitted);
+            }
+            for &delay in verdict.delays.iter().filter(|&&d| d > 0) {
                 st.metrics.record_delay(delay);
             }
             let resp = CheckResponse {
                 allowed: verdict.allowed,
                 limits: verdict.decisions.iter().map(LimitResult::from).collect(),
+                // Only a check that said `batch` is answered with the count.
+                admitted: check.batch.map(|_| verdict.admitted),
+                delays_ms: match check.batch {
+                    Some(_) => verdict
+                        .delays
+                        .iter()
+                        .map(|d| d.div_ceil(MILLISECOND))
+                        .collect(),
+                    None => Vec::new(),
+                },
             };
             json(
                 StatusCode::OK,

@@ -29,6 +29,9 @@ pub struct Metrics {
     capacity_denials: AtomicU64,
     delayed: AtomicU64,
     delay_sum_ns: AtomicU64,
+    batches: AtomicU64,
+    batched: AtomicU64,
+    batched_admitted: AtomicU64,
     domains: RwLock<HashMap<String, Arc<DomainCounters>>>,
     other: Arc<DomainCounters>,
     bucket_counts: [AtomicU64; BUCKETS.len()],
@@ -44,6 +47,9 @@ impl Default for Metrics {
             capacity_denials: AtomicU64::new(0),
             delayed: AtomicU64::new(0),
             delay_sum_ns: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
+            batched: AtomicU64::new(0),
+            batched_admitted: AtomicU64::new(0),
             domains: RwLock::new(HashMap::new()),
             other: Arc::new(DomainCounters::default()),
             bucket_counts: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -69,7 +75,17 @@ impl Metrics {
         self.capacity_denials.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts one check admitted in delay mode, to be held for `delay`
+    /// Counts one decided check carrying `batch` (coalesced requests):
+    /// `requests` requests, of which `admitted` were admitted.
+    pub fn record_batch(&self, requests: u32, admitted: u32) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.batched
+            .fetch_add(u64::from(requests), Ordering::Relaxed);
+        self.batched_admitted
+            .fetch_add(u64::from(admitted), Ordering::Relaxed);
+    }
+
+    /// Counts one request admitted in delay mode, to be held for `delay`
     /// (more than zero) before it conforms.
     pub fn record_delay(&self, delay: u64) {
         self.delayed.fetch_add(1, Ordering::Relaxed);
@@ -158,13 +174,24 @@ impl Metrics {
         );
         let _ = writeln!(
             out,
-            "# HELP sluice_limiter_delayed_total Checks admitted in delay mode with a wait.\n# TYPE sluice_limiter_delayed_total counter\nsluice_limiter_delayed_total {}",
+            "# HELP sluice_limiter_delayed_total Requests admitted in delay mode with a wait.\n# TYPE sluice_limiter_delayed_total counter\nsluice_limiter_delayed_total {}",
             load(&self.delayed)
         );
         let _ = writeln!(
             out,
-            "# HELP sluice_limiter_delay_seconds_total Waits given to delayed checks, summed.\n# TYPE sluice_limiter_delay_seconds_total counter\nsluice_limiter_delay_seconds_total {}",
+            "# HELP sluice_limiter_delay_seconds_total Waits given to delayed requests, summed.\n# TYPE sluice_limiter_delay_seconds_total counter\nsluice_limiter_delay_seconds_total {}",
             Duration::from_nanos(load(&self.delay_sum_ns)).as_secs_f64()
+        );
+        let _ = writeln!(
+            out,
+            "# HELP sluice_limiter_batches_total Decided checks carrying several coalesced requests (batch).\n# TYPE sluice_limiter_batches_total counter\nsluice_limiter_batches_total {}",
+            load(&self.batches)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP sluice_limiter_batched_requests_total Requests carried by batches, by result.\n# TYPE sluice_limiter_batched_requests_total counter\nsluice_limiter_batched_requests_total{{result=\"admitted\"}} {}\nsluice_limiter_batched_requests_total{{result=\"refused\"}} {}",
+            load(&self.batched_admitted),
+            load(&self.batched).saturating_sub(load(&self.batched_admitted))
         );
         let _ = writeln!(
             out,

@@ -87,6 +87,42 @@ async fn delayed_answers_carry_the_wait() {
     );
 }
 
+/// A batch: the README's example answer, word for word, with the waits
+/// rounded up, and the batch metrics.
+#[tokio::test]
+async fn batches_answer_the_count_and_each_wait() {
+    let h = Harness::new();
+    let body = json!({"domain":"demo","batch":15,"limits":[{"key":"k","algorithm":"gcra","requests":10,"window_ms":1000,"burst":1,"max_delay_ms":1000}]});
+    let (status, v) = h.check(body).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(
+        v,
+        json!({"allowed": false, "admitted": 11, "delays_ms": [0, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000],
+            "limits": [{"allowed": false, "limit": 10, "remaining": 0, "reset_ms": 1100, "retry_after_ms": 1100}]})
+    );
+    // Waits of a third of a second, rounded up.
+    let body = json!({"domain":"demo","batch":3,"limits":[{"key":"j","algorithm":"gcra","requests":3,"window_ms":1000,"burst":1,"max_delay_ms":1000}]});
+    let (_, v) = h.check(body).await;
+    assert_eq!(
+        (&v["admitted"], &v["allowed"]),
+        (&json!(3), &json!(true)),
+        "{v}"
+    );
+    assert_eq!(v["delays_ms"], json!([0, 334, 667]), "{v}");
+    let text = support::metrics(&h.state).await;
+    assert!(text.contains("sluice_limiter_batches_total 2"), "{text}");
+    assert!(
+        text.contains(r#"sluice_limiter_batched_requests_total{result="admitted"} 14"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"sluice_limiter_batched_requests_total{result="refused"} 4"#),
+        "{text}"
+    );
+    // Each admitted request that waits: 10 + 2.
+    assert!(text.contains("sluice_limiter_delayed_total 12"), "{text}");
+}
+
 async fn assert_bad(h: &Harness, body: Vec<u8>, status: StatusCode, field: &str) {
     let (got, bytes) = h.raw("POST", "/v1/check", body).await;
     assert_eq!(got, status, "{}", String::from_utf8_lossy(&bytes));
@@ -255,7 +291,7 @@ async fn healthz_and_metrics() {
 struct Down;
 
 impl Store for Down {
-    async fn check(&self, _: &[StoreItem]) -> Result<Verdict, StoreError> {
+    async fn check_batch(&self, _: &[StoreItem], _: u32) -> Result<Verdict, StoreError> {
         Err(StoreError::Timeout)
     }
 

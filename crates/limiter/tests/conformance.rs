@@ -1,6 +1,7 @@
 //! The store contract ([`Store`]), one suite for every store: the same
 //! clauses against the memory store, one Redis server and a Redis Cluster,
-//! through the HTTP router and through the trait.
+//! through the HTTP router and through the trait, for single requests and
+//! for batches of identical ones (`batch`).
 //!
 //! What only one store does is tested with it: the memory bound and sweeping
 //! in `memory_store.rs`; key expiry, reconnection and cluster refunds in
@@ -47,6 +48,14 @@ impl<S: Store + Clone> Client<S> {
         assert_eq!(status, StatusCode::OK, "{v}");
         v
     }
+
+    /// A check carrying `batch` identical requests.
+    async fn batch(&self, limits: Value, hits: u64, batch: u32) -> Value {
+        let body = json!({"domain": self.domain, "hits": hits, "limits": limits, "batch": batch});
+        let (status, v) = support::send_json(&self.state, "POST", "/v1/check", &body).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        v
+    }
 }
 
 impl<S: Store + Clone> Subject<S> {
@@ -71,6 +80,11 @@ async fn suite<S: Store + Clone>(s: Subject<S>) {
     bad_input_touches_nothing(&s).await;
     concurrent_checks_never_admit_more_than_the_limit(&s).await;
     a_working_store_is_healthy(&s).await;
+    a_batch_admits_exactly_what_its_requests_one_by_one_would(&s).await;
+    a_batch_is_bounded_by_its_strictest_limit_and_refused_requests_consume_nothing(&s).await;
+    a_batch_in_delay_mode_gives_each_request_its_wait(&s).await;
+    a_check_without_batch_is_answered_as_before(&s).await;
+    concurrent_batches_never_admit_more_than_the_limit(&s).await;
 }
 
 /// Exact admits for every algorithm; the next one waits, and (where the
@@ -400,6 +414,168 @@ async fn a_working_store_is_healthy<S: Store + Clone>(s: &Subject<S>) {
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{}", s.name);
+}
+
+/// A batch of `n` identical requests admits the first `k`, exactly as `n`
+/// checks in a row would, for every algorithm: quota 5, weight 2, batches of
+/// 2 and 4 admit 2 and then 0 (only 1 unit is left; a refused request
+/// consumes nothing), and a single unit still passes afterwards.
+async fn a_batch_admits_exactly_what_its_requests_one_by_one_would<S: Store + Clone>(
+    s: &Subject<S>,
+) {
+    let store = s.name;
+    for alg in Algorithm::ALL {
+        let c = s.client(&format!("batch-{}", alg.name()));
+        let limit = json!([{"key":"k","algorithm":alg.name(),"requests":5,"window_ms":60000}]);
+        let v = c.batch(limit.clone(), 2, 2).await;
+        assert_eq!(v["admitted"], json!(2), "{store} {alg}: {v}");
+        assert_eq!(v["allowed"], json!(true), "{store} {alg}: {v}");
+        // The last request's result: 1 unit left.
+        assert_eq!(v["limits"][0]["allowed"], json!(true), "{store} {alg}: {v}");
+        assert_eq!(v["limits"][0]["remaining"], json!(1), "{store} {alg}: {v}");
+        let v = c.batch(limit.clone(), 2, 4).await;
+        assert_eq!(v["admitted"], json!(0), "{store} {alg}: {v}");
+        assert_eq!(v["allowed"], json!(false), "{store} {alg}: {v}");
+        // The first refused request's result: its wait, what is left.
+        let l = &v["limits"][0];
+        assert_eq!(l["allowed"], json!(false), "{store} {alg}: {v}");
+        assert_eq!(l["remaining"], json!(1), "{store} {alg}: {v}");
+        assert!(
+            l["retry_after_ms"].as_u64().unwrap() > 0,
+            "{store} {alg}: {v}"
+        );
+        assert!(v.get("delays_ms").is_none(), "{store} {alg}: {v}");
+        // Weight 1: one of three fits.
+        let v = c.batch(limit.clone(), 1, 3).await;
+        assert_eq!(v["admitted"], json!(1), "{store} {alg}: {v}");
+        assert_eq!(v["limits"][0]["remaining"], json!(0), "{store} {alg}: {v}");
+        assert_eq!(
+            c.check(limit, 1).await["allowed"],
+            json!(false),
+            "{store} {alg}"
+        );
+    }
+}
+
+/// Requests are all-or-nothing across the limits, in arrival order: the
+/// strictest limit bounds the batch, and the other limits keep what the
+/// refused requests would have taken (on a cluster the keys sit in
+/// different slots, so the slot that admitted more is refunded the rest).
+async fn a_batch_is_bounded_by_its_strictest_limit_and_refused_requests_consume_nothing<
+    S: Store + Clone,
+>(
+    s: &Subject<S>,
+) {
+    let store = s.name;
+    let c = s.client("batch-multi");
+    let wide = json!({"key":"wide","algorithm":"token_bucket","requests":10,"window_ms":60000});
+    let narrow = json!({"key":"narrow","algorithm":"sliding_log","requests":3,"window_ms":60000});
+    let v = c.batch(json!([wide, narrow]), 1, 5).await;
+    assert_eq!(v["admitted"], json!(3), "{store}: {v}");
+    assert_eq!(v["allowed"], json!(false), "{store}: {v}");
+    // The fourth request: the wide limit would admit it, with 7 left.
+    assert_eq!(v["limits"][0]["allowed"], json!(true), "{store}: {v}");
+    assert_eq!(v["limits"][0]["remaining"], json!(7), "{store}: {v}");
+    assert_eq!(v["limits"][1]["allowed"], json!(false), "{store}: {v}");
+    assert_eq!(v["limits"][1]["remaining"], json!(0), "{store}: {v}");
+    // Exactly 7 left under the wide limit: the refused two took nothing.
+    let v = c.batch(json!([wide]), 1, 9).await;
+    assert_eq!(v["admitted"], json!(7), "{store}: {v}");
+    // Per-limit weights: 2 under `a` (quota 10), 1 under `b` (quota 4).
+    let a = json!({"key":"a","algorithm":"fixed_window","requests":10,"window_ms":60000,"hits":2});
+    let b = json!({"key":"b","algorithm":"gcra","requests":4,"window_ms":60000});
+    let v = c.batch(json!([a, b]), 1, 6).await;
+    assert_eq!(v["admitted"], json!(4), "{store}: {v}");
+    assert_eq!(v["limits"][0]["remaining"], json!(2), "{store}: {v}");
+    let v = c.batch(json!([a]), 1, 3).await;
+    assert_eq!(v["admitted"], json!(1), "{store}: {v}");
+}
+
+/// Delay mode: each admitted request of a batch has its own wait, the later
+/// ones longer. GCRA 10 per second, burst 1, `max_delay_ms` 1000: a batch
+/// of 15 admits 11, waiting 0, 100, ... 1000 ms; the twelfth is refused
+/// with `retry_after_ms` 1100.
+async fn a_batch_in_delay_mode_gives_each_request_its_wait<S: Store + Clone>(s: &Subject<S>) {
+    let store = s.name;
+    for alg in ["gcra", "leaky_bucket"] {
+        let c = s.client(&format!("batch-delay-{alg}"));
+        let limit = json!([{"key":"k","algorithm":alg,"requests":10,"window_ms":1000,"burst":1,"max_delay_ms":1000}]);
+        let v = c.batch(limit.clone(), 1, 15).await;
+        assert_eq!(v["admitted"], json!(11), "{store} {alg}: {v}");
+        let delays: Vec<u64> = serde_json::from_value(v["delays_ms"].clone()).unwrap();
+        let want: Vec<u64> = (0..11).map(|i| i * 100).collect();
+        assert_eq!(delays, want, "{store} {alg}: {v}");
+        let l = &v["limits"][0];
+        assert_eq!(l["allowed"], json!(false), "{store} {alg}: {v}");
+        let retry = l["retry_after_ms"].as_u64().unwrap();
+        if s.clock.is_some() {
+            assert_eq!(retry, 1100, "{store} {alg}: {v}");
+        } else {
+            assert!(retry > 1000 && retry <= 1100, "{store} {alg}: {v}");
+        }
+        // The admitted ones were counted: the next request is refused.
+        assert_eq!(
+            c.check(limit, 1).await["allowed"],
+            json!(false),
+            "{store} {alg}"
+        );
+    }
+}
+
+/// Without `batch` the answer is the single request's, with neither
+/// `admitted` nor `delays_ms`; `batch` 1 is that answer with `admitted`.
+/// A batch out of range is refused naming the field, touching nothing.
+async fn a_check_without_batch_is_answered_as_before<S: Store + Clone>(s: &Subject<S>) {
+    let store = s.name;
+    let c = s.client("batch-absent");
+    let limit = json!([{"key":"k","algorithm":"fixed_window","requests":2,"window_ms":60000}]);
+    let v = c.check(limit.clone(), 1).await;
+    assert!(v.get("admitted").is_none(), "{store}: {v}");
+    assert!(v.get("delays_ms").is_none(), "{store}: {v}");
+    let body = json!({"domain": c.domain, "limits": limit, "batch": 0});
+    let (status, e) = support::send_json(&c.state, "POST", "/v1/check", &body).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{store}: {e}");
+    assert_eq!(e["error"], json!("batch: must be between 1 and 10000"));
+    let v = c.batch(limit.clone(), 1, 1).await;
+    assert_eq!(
+        (&v["admitted"], &v["allowed"]),
+        (&json!(1), &json!(true)),
+        "{store}: {v}"
+    );
+    assert_eq!(c.check(limit, 1).await["allowed"], json!(false), "{store}");
+}
+
+/// Many callers sending batches on one key never admit more than its limit
+/// in total.
+async fn concurrent_batches_never_admit_more_than_the_limit<S: Store + Clone>(s: &Subject<S>) {
+    for alg in Algorithm::ALL {
+        let items = Arc::new([StoreItem {
+            id: format!("{}-hot-batch/k|{}|86400000", s.name, alg.name()),
+            limit: Limit::new(alg, 500, 86_400 * SECOND).unwrap(),
+            hits: 1,
+        }]);
+        let admitted = Arc::new(AtomicU64::new(0));
+        let tasks: Vec<_> = (0..8u32)
+            .map(|t| {
+                let store = s.store.clone();
+                let items = items.clone();
+                let admitted = admitted.clone();
+                tokio::spawn(async move {
+                    for i in 0..40u32 {
+                        let n = 1 + (t + i) % 7;
+                        let v = store.check_batch(&items[..], n).await.unwrap();
+                        assert!(v.admitted <= n);
+                        admitted.fetch_add(u64::from(v.admitted), Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        // 8 callers send 40 batches of 1 to 7: 1275 requests for 500.
+        assert_eq!(admitted.load(Ordering::Relaxed), 500, "{} {alg}", s.name);
+    }
 }
 
 async fn connected(target: Target) -> Arc<RedisStore> {

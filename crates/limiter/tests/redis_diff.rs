@@ -1,13 +1,14 @@
 //! The Lua script against sluice-core on random traces: identical decisions
 //! and states for every algorithm the core knows ([`Algorithm::ALL`]), with
-//! delay mode on the meters that have it and per-limit weights. Times
+//! delay mode on the meters that have it, per-limit weights, and batches of
+//! identical requests (`decide_batch`, with each admitted request's wait). Times
 //! are microseconds on both sides (the script's unit; sluice-core is run with
 //! microsecond windows and instants).
 #![cfg(test)]
 
 mod support;
 
-use sluice_core::{decide_all, refund_at, Algorithm, Check, Decision, Denial, Limit};
+use sluice_core::{decide_all, decide_batch, refund_at, Algorithm, Check, Decision, Denial, Limit};
 use sluice_limiter::store::redis::{RedisStore, Target, DECIDE_LUA};
 use sluice_limiter::store::StoreItem;
 use std::collections::HashMap;
@@ -142,6 +143,10 @@ struct Coverage {
     too_long: usize,
     /// Checks whose limits weighed the request differently.
     weighed: usize,
+    /// Batches of which some requests but not all were admitted.
+    partial: usize,
+    /// Batches with several admitted requests that waited.
+    waited: usize,
 }
 
 impl Coverage {
@@ -155,6 +160,8 @@ impl Coverage {
         self.delayed += other.delayed;
         self.too_long += other.too_long;
         self.weighed += other.weighed;
+        self.partial += other.partial;
+        self.waited += other.waited;
     }
 }
 
@@ -177,18 +184,23 @@ impl Trace<'_> {
             .collect()
     }
 
-    /// Decides `chosen` (limit index, weight) in both; returns whether the
-    /// check was admitted.
+    /// Decides `requests` identical requests over `chosen` (limit index,
+    /// weight) in both; returns how many were admitted.
     async fn step(
         &mut self,
         chosen: &[(usize, u64)],
+        requests: u32,
         now: u64,
         ctx: &str,
         seen: &mut Coverage,
-    ) -> bool {
+    ) -> u32 {
         let items = self.items(chosen);
         let refs: Vec<&StoreItem> = items.iter().collect();
-        let lua = self.store.run_check(&refs, Some(now)).await.unwrap();
+        let lua = self
+            .store
+            .run_check(&refs, requests, Some(now))
+            .await
+            .unwrap();
         let checks: Vec<Check<'_>> = chosen
             .iter()
             .map(|&(i, cost)| Check {
@@ -197,9 +209,14 @@ impl Trace<'_> {
                 cost,
             })
             .collect();
-        let core = decide_all(&checks, now);
-        assert_eq!(lua.allowed, core.allowed, "{ctx}: allowed");
+        let core = decide_batch(&checks, now, requests);
+        assert_eq!(lua.admitted, core.admitted, "{ctx}: admitted");
+        assert_eq!(lua.allowed, core.all_admitted(requests), "{ctx}: allowed");
         assert_eq!(lua.now_us, now);
+        let core_delays: Vec<u64> = core.delays.iter().map(|d| d * 1_000).collect();
+        assert_eq!(lua.delays, core_delays, "{ctx}: delays");
+        seen.partial += usize::from(core.admitted > 0 && core.admitted < requests);
+        seen.waited += usize::from(core.delays.iter().filter(|&&d| d > 0).count() > 1);
         for ((l, c), &(i, _)) in lua.decisions.iter().zip(&core.decisions).zip(chosen) {
             same(l, c, &format!("{ctx}: limit {i} {:?}", self.limits[i]));
             seen.delayed += usize::from(c.allowed && c.delay > 0);
@@ -210,20 +227,29 @@ impl Trace<'_> {
                 self.states.insert(i, s.as_bytes().to_vec());
             }
         }
-        core.allowed
+        core.admitted
     }
 
-    async fn refund(&mut self, chosen: &[(usize, u64)], admitted: u64, now: u64, ctx: &str) {
+    /// Gives back `requests` requests of `chosen` admitted at `admitted`.
+    async fn refund(
+        &mut self,
+        chosen: &[(usize, u64)],
+        admitted: u64,
+        requests: u32,
+        now: u64,
+        ctx: &str,
+    ) {
         let items = self.items(chosen);
         let refs: Vec<&StoreItem> = items.iter().collect();
         let lua = self
             .store
-            .run_refund(&refs, admitted, Some(now))
+            .run_refund(&refs, admitted, requests, Some(now))
             .await
             .unwrap();
         for (&(i, cost), l) in chosen.iter().zip(&lua.decisions) {
             if let Some(state) = self.states.get(&i) {
-                if let Some(s) = refund_at(&self.limits[i], state, admitted, now, cost) {
+                let back = cost * u64::from(requests);
+                if let Some(s) = refund_at(&self.limits[i], state, admitted, now, back) {
                     self.states.insert(i, s.as_bytes().to_vec());
                 }
             }
@@ -247,6 +273,7 @@ async fn run_traces(
     large: bool,
 ) -> Coverage {
     let mut rng = Rng(seed);
+    let mut sizes = Rng(seed ^ 0x5eed_ba7c);
     let mut seen = Coverage {
         decided: vec![0; Algorithm::ALL.len()],
         ..Coverage::default()
@@ -287,7 +314,7 @@ async fn run_traces(
             states: HashMap::new(),
         };
         let mut now: u64 = 1_763_700_000_000_000 + rng.below(1_000_000_000);
-        let mut last_admit: Option<(Vec<(usize, u64)>, u64)> = None;
+        let mut last_admit: Option<(Vec<(usize, u64)>, u64, u32)> = None;
         for s in 0..steps {
             match rng.below(20) {
                 0 => now = now.saturating_sub(rng.below(max_window / 2 + 1)), // clock step back
@@ -321,15 +348,24 @@ async fn run_traces(
                     seen.decided[k] += 1;
                 }
             }
-            if trace.step(&chosen, now, &ctx, &mut seen).await && chosen.iter().any(|&(_, c)| c > 0)
-            {
-                last_admit = Some((chosen, now));
+            // Most checks carry one request; some a batch, a few a large one
+            // (drawn apart, so the traces stay those without batches).
+            let requests = match sizes.below(10) {
+                0..=5 => 1,
+                6..=8 => sizes.range(2, 40) as u32,
+                _ => sizes.range(41, 600) as u32,
+            };
+            let ctx = format!("{ctx} requests {requests}");
+            let admitted = trace.step(&chosen, requests, now, &ctx, &mut seen).await;
+            if admitted > 0 && chosen.iter().any(|&(_, c)| c > 0) {
+                last_admit = Some((chosen, now, admitted));
             }
             if rng.below(6) == 0 {
-                if let Some((chosen, at)) = last_admit.take() {
+                if let Some((chosen, at, admitted)) = last_admit.take() {
                     let later = now + rng.below(max_window / 4 + 1);
-                    let ctx = format!("seed {seed} trace {t} step {s} refund at {later}");
-                    trace.refund(&chosen, at, later, &ctx).await;
+                    let back = sizes.range(1, u64::from(admitted)) as u32;
+                    let ctx = format!("seed {seed} trace {t} step {s} refund of {back} at {later}");
+                    trace.refund(&chosen, at, back, later, &ctx).await;
                 }
             }
         }
@@ -338,8 +374,10 @@ async fn run_traces(
 }
 
 /// Fails unless every algorithm of [`Algorithm::ALL`] was decided, and
-/// delay mode and per-limit weights were met.
-fn every_case_met(seen: &Coverage) {
+/// delay mode, per-limit weights and batches (partly admitted, with waits)
+/// were met (`batches`: unless the limits are too large for a batch to
+/// reach them).
+fn every_case_met(seen: &Coverage, batches: bool) {
     for (a, n) in Algorithm::ALL.iter().zip(&seen.decided) {
         assert!(*n > 0, "no decision of {a} was compared");
     }
@@ -349,6 +387,10 @@ fn every_case_met(seen: &Coverage) {
         seen.weighed > 0,
         "no check with per-limit weights was compared"
     );
+    if batches {
+        assert!(seen.partial > 0, "no partly admitted batch was compared");
+        assert!(seen.waited > 0, "no batch with several waits was compared");
+    }
 }
 
 /// Every algorithm the core knows has an implementation in the script (the
@@ -380,7 +422,7 @@ async fn lua_matches_core_on_random_traces() {
     for seed in 1..=12u64 {
         seen.add(run_traces(&store, seed * 7919, 25, 80, false).await);
     }
-    every_case_met(&seen);
+    every_case_met(&seen, true);
 }
 
 #[tokio::test]
@@ -393,7 +435,7 @@ async fn lua_matches_core_with_wide_integers() {
     for seed in 1..=4u64 {
         seen.add(run_traces(&store, seed * 104_729, 20, 40, true).await);
     }
-    every_case_met(&seen);
+    every_case_met(&seen, false);
 }
 
 #[tokio::test]
@@ -404,5 +446,5 @@ async fn the_eval_form_decides_the_same() {
     let store = store(&server).await;
     store.use_eval_only();
     let seen = run_traces(&store, 31, 10, 40, false).await;
-    every_case_met(&seen);
+    every_case_met(&seen, true);
 }

@@ -7,10 +7,26 @@ use sluice_core::{Decision, Denial, MILLISECOND};
 /// that the limiter can add some.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckResponse {
-    /// True when every limit allowed (and then every limit consumed).
+    /// True when every limit allowed (and then every limit consumed); for a
+    /// batch, when every request was admitted.
     pub allowed: bool,
-    /// One result per requested limit, in request order.
+    /// One result per requested limit, in request order. For a batch, the
+    /// result of the last request decided: the last one when all were
+    /// admitted, else the first refused one, decided after the admitted
+    /// ones (`retry_after_ms` is its wait; `remaining` and `reset_ms` what
+    /// the admitted ones left).
     pub limits: Vec<LimitResult>,
+    /// A batch (the check's `batch`): how many requests were admitted, the
+    /// first `admitted` in arrival order, each all-or-nothing across the
+    /// limits; the others consumed nothing. Absent for a check without
+    /// `batch`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admitted: Option<u32>,
+    /// A batch in delay mode: how long to hold each admitted request, in
+    /// arrival order (`admitted` entries; each the longest of its limits'
+    /// waits, rounded up). Absent when no admitted request waits.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub delays_ms: Vec<u64>,
 }
 
 impl CheckResponse {
@@ -20,6 +36,20 @@ impl CheckResponse {
     pub fn parse(body: &[u8], expected: usize) -> Option<CheckResponse> {
         let response: CheckResponse = serde_json::from_slice(body).ok()?;
         (response.limits.len() == expected).then_some(response)
+    }
+
+    /// Reads the answer to a batch of `requests` over `expected` limits;
+    /// `None` for anything malformed, including an answer without
+    /// `admitted`, with more than `requests` admitted, or with delays that
+    /// are not one per admitted request.
+    #[inline]
+    pub fn parse_batch(body: &[u8], expected: usize, requests: u32) -> Option<CheckResponse> {
+        let response = CheckResponse::parse(body, expected)?;
+        let admitted = response.admitted?;
+        let delays_fit = response.delays_ms.is_empty()
+            || usize::try_from(admitted).is_ok_and(|k| k == response.delays_ms.len());
+        (admitted <= requests && delays_fit && response.allowed == (admitted == requests))
+            .then_some(response)
     }
 }
 
@@ -104,6 +134,29 @@ mod tests {
         assert!(CheckResponse::parse(body, 2).is_none());
         assert!(CheckResponse::parse(b"garbage", 1).is_none());
         assert!(CheckResponse::parse(br#"{"allowed":true}"#, 0).is_none());
+    }
+
+    #[test]
+    fn batch_answers() {
+        let limits = r#""limits":[{"allowed":false,"limit":10,"remaining":0,"reset_ms":900,"retry_after_ms":100}]"#;
+        let body = format!(r#"{{"allowed":false,{limits},"admitted":2,"delays_ms":[0,100]}}"#);
+        let r = CheckResponse::parse_batch(body.as_bytes(), 1, 3).unwrap();
+        assert_eq!((r.admitted, &r.delays_ms[..]), (Some(2), &[0, 100][..]));
+        // Round trip: the limiter writes what the filter reads.
+        assert_eq!(serde_json::to_string(&r).unwrap(), body);
+        // More admitted than sent, delays not one per admitted request,
+        // `allowed` not saying whether all were admitted, no `admitted`.
+        assert!(CheckResponse::parse_batch(body.as_bytes(), 1, 1).is_none());
+        let bad = format!(r#"{{"allowed":false,{limits},"admitted":2,"delays_ms":[0]}}"#);
+        assert!(CheckResponse::parse_batch(bad.as_bytes(), 1, 3).is_none());
+        let bad = format!(r#"{{"allowed":true,{limits},"admitted":2}}"#);
+        assert!(CheckResponse::parse_batch(bad.as_bytes(), 1, 3).is_none());
+        let plain = format!(r#"{{"allowed":false,{limits}}}"#);
+        assert!(CheckResponse::parse_batch(plain.as_bytes(), 1, 3).is_none());
+        // Without a batch the answer has neither field.
+        let r = CheckResponse::parse(plain.as_bytes(), 1).unwrap();
+        assert_eq!((r.admitted, r.delays_ms.len()), (None, 0));
+        assert_eq!(serde_json::to_string(&r).unwrap(), plain);
     }
 
     #[test]

@@ -17,6 +17,14 @@ pub struct CheckRequest<'a> {
     pub hits: u64,
     /// The limits, decided together.
     pub limits: Vec<LimitSpec<'a>>,
+    /// Coalescing: the check carries this many identical requests (each
+    /// weighing `hits`, or a limit's own `hits`), decided one by one in
+    /// arrival order; the answer says how many were admitted
+    /// ([`CheckResponse::admitted`](crate::CheckResponse::admitted)). 1 to
+    /// [`MAX_BATCH`](crate::MAX_BATCH); absent: one request, answered as
+    /// before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u32>,
 }
 
 fn one() -> u64 {
@@ -101,6 +109,7 @@ mod tests {
                 limiter_key("per-ip", 1, "203.0.113.7"),
                 &gcra(),
             )],
+            batch: None,
         };
         assert_eq!(
             serde_json::to_string(&body).unwrap(),
@@ -143,10 +152,20 @@ mod tests {
                     ..LimitSpec::new("r/1/alice".into(), &delayed)
                 },
             ],
+            batch: None,
         };
         let bytes = serde_json::to_vec(&sent).unwrap();
+        assert!(!String::from_utf8_lossy(&bytes).contains("batch"));
         let check = crate::parse_check(&bytes).unwrap();
         assert_eq!((check.domain.as_str(), check.hits), ("demo", 3));
+        assert_eq!(check.batch, None);
+        let batched = CheckRequest {
+            batch: Some(7),
+            ..sent
+        };
+        let bytes = serde_json::to_vec(&batched).unwrap();
+        assert!(String::from_utf8_lossy(&bytes).ends_with(r#","batch":7}"#));
+        assert_eq!(crate::parse_check(&bytes).unwrap().batch, Some(7));
         assert_eq!(check.limits[0].key, "r/0/alice");
         assert_eq!((&check.limits[0].limit, check.limits[0].hits), (&gcra(), 3));
         assert_eq!(

@@ -15,6 +15,9 @@ pub const MAX_WINDOW_MS: u64 = sluice_core::MAX_WINDOW / MILLISECOND;
 /// Largest `requests`, `burst` and `hits`, as sluice-core accepts.
 pub const MAX_COUNT: u64 = sluice_core::MAX_REQUESTS;
 
+/// Most requests one coalesced check may carry (`batch`).
+pub const MAX_BATCH: u32 = 10_000;
+
 /// A validated limit with its key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyedLimit {
@@ -37,6 +40,16 @@ pub struct ValidCheck {
     pub hits: u64,
     /// The limits, in request order.
     pub limits: Vec<KeyedLimit>,
+    /// Coalescing: how many identical requests the check carries, when it
+    /// said (`None` is one request, answered without `admitted`).
+    pub batch: Option<u32>,
+}
+
+impl ValidCheck {
+    /// The number of requests carried: `batch`, or 1.
+    pub fn requests(&self) -> u32 {
+        self.batch.unwrap_or(1)
+    }
 }
 
 /// Parses and validates a `/v1/check` body.
@@ -98,6 +111,14 @@ impl CheckRequest<'_> {
                 format!("must be between 1 and {MAX_COUNT}"),
             ));
         }
+        if let Some(n) = self.batch {
+            if n == 0 || n > MAX_BATCH {
+                return Err(FieldError::at(
+                    "batch",
+                    format!("must be between 1 and {MAX_BATCH}"),
+                ));
+            }
+        }
         if self.limits.is_empty() {
             return Err(FieldError::at("limits", "must hold at least one limit"));
         }
@@ -117,6 +138,7 @@ impl CheckRequest<'_> {
             domain: self.domain.into_owned(),
             hits: self.hits,
             limits,
+            batch: self.batch,
         })
     }
 }
@@ -287,6 +309,29 @@ mod tests {
         )
         .unwrap();
         assert_eq!(max.limits[0].limit.max_delay, Some(sluice_core::MAX_WINDOW));
+    }
+
+    #[test]
+    fn batches_are_bounded() {
+        let body = |batch: &str| {
+            format!(
+                r#"{{"domain":"d","batch":{batch},"limits":[{{"key":"k","algorithm":"gcra","requests":1,"window_ms":1}}]}}"#
+            )
+        };
+        let err = |batch: &str| parse_check(body(batch).as_bytes()).unwrap_err().to_string();
+        let range = format!("batch: must be between 1 and {MAX_BATCH}");
+        assert_eq!(err("0"), range);
+        assert_eq!(err(&(MAX_BATCH + 1).to_string()), range);
+        assert!(err("-1").starts_with("batch: "));
+        assert!(err("\"2\"").starts_with("batch: "));
+        assert!(err("5000000000").starts_with("batch: "));
+        let max = parse_check(body(&MAX_BATCH.to_string()).as_bytes()).unwrap();
+        assert_eq!((max.batch, max.requests()), (Some(MAX_BATCH), MAX_BATCH));
+        let one = parse_check(
+            br#"{"domain":"d","limits":[{"key":"k","algorithm":"gcra","requests":1,"window_ms":1}]}"#,
+        )
+        .unwrap();
+        assert_eq!((one.batch, one.requests()), (None, 1));
     }
 
     #[test]

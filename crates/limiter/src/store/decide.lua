@@ -15,16 +15,23 @@
 --       `Algorithm::code`), defined by the service before this chunk.
 -- KEYS: one state key per limit.
 -- ARGV: mode ("check" or "refund"), now in microseconds ("" = server TIME),
---       admitted_at in microseconds (refund only), then per limit:
+--       admitted_at in microseconds (refund only), requests (check: how
+--       many identical requests the check carries; refund: how many to give
+--       back; "" = 1), then per limit:
 --       algorithm code, requests, window_us, burst, precision, soft_percent,
---       cost (the request's weight under this limit), max_delay_us (delay
+--       cost (a request's weight under this limit), max_delay_us (delay
 --       mode, gcra and leaky_bucket; "" = none).
--- Check reply: allowed, now, then per limit: allowed, limit, remaining,
---       reset_us, retry_after_us, denial (0 none, 1 over limit, 2 cost
---       exceeds capacity, 3 delay too long), delay_us (delay mode: how long
---       the admitted request waits until it conforms).
+-- Check reply: allowed (every request admitted), now, admitted (how many
+--       requests, the first ones in arrival order), delays (how many delay
+--       values end the reply: 0, or one per admitted request), then per
+--       limit: allowed, limit, remaining, reset_us, retry_after_us, denial
+--       (0 none, 1 over limit, 2 cost exceeds capacity, 3 delay too long),
+--       delay_us (delay mode: how long the request waits until it
+--       conforms), all of the last request decided (the last one, or the
+--       first refused one after the admitted ones); then the delays, in
+--       microseconds, of each admitted request (delay mode, when any waits).
 -- Refund reply: as a check's, with each limit decided again after the
---       refund without consuming.
+--       refund without consuming (a request of its weight).
 --
 -- States are msgpack arrays whose first element is the algorithm code.
 
@@ -748,6 +755,25 @@ local function decide_in(p, st, now, cost, commit)
   return decide(p, st, now, probe, commit)
 end
 
+-- `times` requests of weight `cost` at one instant decide as one request
+-- of weight `times * cost` (sluice-core's decide_times): only the single
+-- weight is held against the capacity, since delay mode may queue past it.
+local function decide_times(p, st, now, cost, times, commit)
+  if cost == 0 or times <= 1 then return decide_in(p, st, now, cost, commit) end
+  local decide = BY_CODE[p.alg].decide
+  if cost > p.cap then return decide_in(p, st, now, cost, commit) end
+  return decide(p, st, now, cost * times, commit)
+end
+
+-- Whether a limit admits `times` requests of weight `cost` at once. A total
+-- past 2^53 is past anything a limit admits (at most its capacity plus a
+-- window's worth queued, below 2^45 requests) and inexact here: refused.
+local function admits(p, st, now, cost, times)
+  if cost ~= 0 and cost * times >= SAFE then return false end
+  local d = decide_times(p, st, now, cost, times, false)
+  return d.allowed
+end
+
 local function refund_at(p, st, admitted_at, now, cost)
   if cost == 0 then return nil end
   return BY_CODE[p.alg].refund(p, st, admitted_at, now, cost)
@@ -755,8 +781,8 @@ end
 
 -- Main: decides or refunds one call.
 
-local function reply_of(allowed, now, decisions)
-  local reply = {0, now}
+local function reply_of(allowed, now, admitted, decisions, delays)
+  local reply = {0, now, admitted, #delays}
   if allowed then reply[1] = 1 end
   for _, d in ipairs(decisions) do
     local a = 0
@@ -769,6 +795,7 @@ local function reply_of(allowed, now, decisions)
     reply[#reply + 1] = d.denial
     reply[#reply + 1] = d.delay
   end
+  for _, delay in ipairs(delays) do reply[#reply + 1] = delay end
   return reply
 end
 
@@ -784,9 +811,10 @@ local function main(KEYS, ARGV)
     now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
 
+  local requests = tonumber(ARGV[4]) or 1
   local limits, costs, states = {}, {}, {}
   for i = 1, #KEYS do
-    local a = 3 + (i - 1) * 8
+    local a = 4 + (i - 1) * 8
     limits[i] = params(tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
       tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 8]))
     costs[i] = tonumber(ARGV[a + 7])
@@ -806,7 +834,7 @@ local function main(KEYS, ARGV)
     local admitted_at = tonumber(ARGV[3])
     for i = 1, #KEYS do
       if states[i] then
-        local new = refund_at(limits[i], states[i], admitted_at, now, costs[i])
+        local new = refund_at(limits[i], states[i], admitted_at, now, costs[i] * requests)
         if new then
           redis.call('SET', KEYS[i], cmsgpack.pack(new), 'KEEPTTL')
           states[i] = new
@@ -814,22 +842,50 @@ local function main(KEYS, ARGV)
       end
       decisions[i] = decide_in(limits[i], states[i], now, costs[i], false)
     end
-    return reply_of(true, now, decisions)
+    return reply_of(true, now, 0, decisions, {})
   end
 
+  -- The requests are decided in arrival order, as sluice-core's
+  -- decide_batch: at one instant a limit that refuses a request refuses
+  -- every later one, so each limit's share is a binary search.
+  local admitted = requests
   for i = 1, #KEYS do
-    decisions[i], news[i] = decide_in(limits[i], states[i], now, costs[i], costs[i] ~= 0)
-    if not decisions[i].allowed then allowed = false end
+    local lo, hi = 0, admitted
+    while lo < hi do
+      local mid = lo + floor((hi - lo + 1) / 2)
+      if admits(limits[i], states[i], now, costs[i], mid) then lo = mid else hi = mid - 1 end
+    end
+    admitted = lo
   end
-  if not allowed then
-    -- A denied check consumes nothing: decide the admitting limits again
-    -- without consuming.
+  if admitted > 0 then
     for i = 1, #KEYS do
-      if decisions[i].allowed and costs[i] ~= 0 then
-        decisions[i], news[i] = decide_in(limits[i], states[i], now, costs[i], false)
+      decisions[i], news[i] = decide_times(limits[i], states[i], now, costs[i], admitted,
+        costs[i] ~= 0)
+    end
+  end
+  if admitted < requests then
+    -- The first refused request, after the admitted ones: a denied request
+    -- consumes nothing, so the limits that would admit it are decided
+    -- without consuming.
+    allowed = false
+    for i = 1, #KEYS do
+      local st = news[i] or states[i]
+      local d, new = decide_in(limits[i], st, now, costs[i], false)
+      decisions[i] = d
+      if new then news[i] = new end
+    end
+  end
+  local delays, waits = {}, false
+  for i = 1, #KEYS do
+    if limits[i].max_delay then
+      for r = 1, admitted do
+        local d = decide_times(limits[i], states[i], now, costs[i], r, false)
+        delays[r] = max(delays[r] or 0, d.delay)
+        if d.delay > 0 then waits = true end
       end
     end
   end
+  if not waits then delays = {} end
 
   for i = 1, #KEYS do
     local d = decisions[i]
@@ -845,7 +901,7 @@ local function main(KEYS, ARGV)
       end
     end
   end
-  return reply_of(allowed, now, decisions)
+  return reply_of(allowed, now, admitted, decisions, delays)
 end
 
 return main

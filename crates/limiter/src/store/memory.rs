@@ -12,7 +12,7 @@
 
 use super::{Store, StoreError, StoreItem, Verdict};
 use crate::clock::Clock;
-use sluice_core::{decide_all, Check, Decision, Denial, Nanos, MILLISECOND, SECOND};
+use sluice_core::{decide_batch, Check, Decision, Denial, Nanos, MILLISECOND, SECOND};
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -122,9 +122,10 @@ impl MemoryStore {
         self.shards.iter().map(|s| lock(s).sweep(now)).sum()
     }
 
-    /// Decides `items` together, each at its own weight; never waits for
-    /// anything but the shard locks.
-    fn decide(&self, items: &[StoreItem]) -> Verdict {
+    /// Decides `requests` identical requests over `items` together, each at
+    /// its own weight; never waits for anything but the shard locks.
+    fn decide(&self, items: &[StoreItem], requests: u32) -> Verdict {
+        let requests = requests.max(1);
         let now = self.clock.now();
         let shard_ids: Vec<usize> = items.iter().map(|i| self.shard_of(&i.id)).collect();
         let mut order = shard_ids.clone();
@@ -155,7 +156,7 @@ impl MemoryStore {
                     cost: item.hits,
                 })
                 .collect();
-            decide_all(&checks, now)
+            decide_batch(&checks, now, requests)
         };
 
         if let Some(full) = full {
@@ -173,7 +174,9 @@ impl MemoryStore {
                 .collect();
             return Verdict {
                 allowed: false,
+                admitted: 0,
                 decisions,
+                delays: Vec::new(),
                 capacity_denied: true,
             };
         }
@@ -209,8 +212,10 @@ impl MemoryStore {
             }
         }
         Verdict {
-            allowed: outcome.allowed,
+            allowed: outcome.all_admitted(requests),
+            admitted: outcome.admitted,
             decisions: outcome.decisions,
+            delays: outcome.delays,
             capacity_denied: false,
         }
     }
@@ -263,8 +268,8 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
-    async fn check(&self, items: &[StoreItem]) -> Result<Verdict, StoreError> {
-        Ok(self.decide(items))
+    async fn check_batch(&self, items: &[StoreItem], requests: u32) -> Result<Verdict, StoreError> {
+        Ok(self.decide(items, requests))
     }
 
     async fn healthy(&self) -> bool {

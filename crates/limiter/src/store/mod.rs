@@ -8,7 +8,7 @@
 pub mod memory;
 pub mod redis;
 
-use sluice_core::{Decision, Limit};
+use sluice_core::{Decision, Limit, Nanos};
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -22,12 +22,24 @@ use std::sync::Arc;
 ///   algorithms, each at its item's weight ([`StoreItem::hits`]): the check
 ///   is allowed only when every limit allows it, and the [`Verdict`] carries
 ///   one decision per item, in order.
+/// * **Batches** ([`Store::check_batch`]): a check may carry `n` identical
+///   requests (a filter coalescing the requests for one key that arrive
+///   while a check is in flight). They are decided one by one in arrival
+///   order, each all-or-nothing across the limits as above, at the one
+///   clock reading: the result is exactly that of `n` checks in a row
+///   (sluice-core's `decide_batch`). [`Verdict::admitted`] says how many
+///   passed (the first ones; a refused request consumes nothing, and at one
+///   instant every request after a refused one is refused too),
+///   [`Verdict::decisions`] describe the last request decided, and
+///   [`Verdict::delays`] the wait of each admitted one. A check of one
+///   request ([`Store::check`]) is a batch of 1.
 /// * **Delay mode** (a limit with `max_delay`, GCRA and leaky bucket): a
 ///   request that conforms within `max_delay` is admitted with the wait in
 ///   its decision's `delay`, and its state is written as sluice-core writes
 ///   it (counted as admitted at the time it conforms); one that would wait
 ///   longer is denied ([`Denial::DelayTooLong`](sluice_core::Denial)). The
-///   wait is measured on the store's clock (below).
+///   wait is measured on the store's clock (below). In a batch each
+///   admitted request has its own wait, the later ones longer.
 /// * **A denied check consumes nothing** from any of its limits; when a
 ///   limit denies, the limits that would admit report what remains without
 ///   this request. (A state that an algorithm rebases after the clock
@@ -79,23 +91,38 @@ use std::sync::Arc;
 ///   its own response timeout, so such a call may have applied twice.
 /// * Redis Cluster: when one slot of a check fails or denies, the slots that
 ///   admitted are refunded; only the failing slot's outcome stays unknown.
+///   For a batch, each slot decides how many requests its limits admit;
+///   the batch admits the fewest of them, and the slots that admitted more
+///   are refunded the difference (none admitted when a slot fails).
 pub trait Store: Send + Sync + 'static {
-    /// Decides `items` together, each at its own weight.
+    /// Decides `requests` identical requests over `items` (each request at
+    /// each item's weight) in arrival order; `requests` of 0 counts as 1.
+    fn check_batch(
+        &self,
+        items: &[StoreItem],
+        requests: u32,
+    ) -> impl Future<Output = Result<Verdict, StoreError>> + Send;
+
+    /// Decides one request over `items` together, each at its own weight:
+    /// a batch of 1.
     fn check(
         &self,
         items: &[StoreItem],
-    ) -> impl Future<Output = Result<Verdict, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Verdict, StoreError>> + Send {
+        self.check_batch(items, 1)
+    }
 
     /// True when the store answers (Redis: `PING` within the timeout).
     fn healthy(&self) -> impl Future<Output = bool> + Send;
 }
 
 impl<S: Store> Store for Arc<S> {
-    fn check(
+    fn check_batch(
         &self,
         items: &[StoreItem],
+        requests: u32,
     ) -> impl Future<Output = Result<Verdict, StoreError>> + Send {
-        S::check(self, items)
+        S::check_batch(self, items, requests)
     }
 
     fn healthy(&self) -> impl Future<Output = bool> + Send {
@@ -117,10 +144,20 @@ pub struct StoreItem {
 /// The result of one check against a store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
-    /// True when every limit allowed; then every state was updated.
+    /// True when every limit allowed every request; then every state was
+    /// updated.
     pub allowed: bool,
-    /// One decision per item, in order.
+    /// How many requests were admitted: the first ones in arrival order
+    /// (0 or 1 for a single request).
+    pub admitted: u32,
+    /// One decision per item, in order: that of the last request decided,
+    /// the last one when all were admitted, else the first refused one
+    /// (decided after the admitted ones; the limits that would admit it
+    /// report what remains without it).
     pub decisions: Vec<Decision>,
+    /// Delay mode: how long to hold each admitted request, in arrival order
+    /// (the longest of its limits' waits); empty when none waits.
+    pub delays: Vec<Nanos>,
     /// True when the memory store denied because it was full.
     pub capacity_denied: bool,
 }
@@ -207,10 +244,10 @@ pub enum AnyStore {
 }
 
 impl Store for AnyStore {
-    async fn check(&self, items: &[StoreItem]) -> Result<Verdict, StoreError> {
+    async fn check_batch(&self, items: &[StoreItem], requests: u32) -> Result<Verdict, StoreError> {
         match self {
-            AnyStore::Memory(m) => m.check(items).await,
-            AnyStore::Redis(r) => r.check(items).await,
+            AnyStore::Memory(m) => m.check_batch(items, requests).await,
+            AnyStore::Redis(r) => r.check_batch(items, requests).await,
         }
     }
 

@@ -20,7 +20,7 @@ use futures_util::future::join_all;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::Script;
-use sluice_core::{Algorithm, Decision, Denial};
+use sluice_core::{Algorithm, Decision, Denial, Nanos};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
@@ -191,12 +191,20 @@ fn missing(e: &redis::RedisError, what: &str) -> bool {
 /// What one script call decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScriptOutcome {
-    /// True when every limit of the call allowed (and states were written).
+    /// True when every request of the call was admitted by every limit
+    /// (and states were written).
     pub allowed: bool,
     /// The script's clock, microseconds since the epoch.
     pub now_us: u64,
-    /// One decision per key, times in nanoseconds (whole microseconds).
+    /// How many of the call's requests were admitted (the first ones);
+    /// 0 for a refund.
+    pub admitted: u32,
+    /// One decision per key, of the last request decided (see
+    /// [`Verdict::decisions`]), times in nanoseconds (whole microseconds).
     pub decisions: Vec<Decision>,
+    /// Delay mode: the wait of each admitted request, in nanoseconds (whole
+    /// microseconds); empty when none waits.
+    pub delays: Vec<Nanos>,
 }
 
 fn denial_from_code(code: i64) -> Option<Denial> {
@@ -212,21 +220,32 @@ fn to_u64(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
 }
 
-/// Reads the script's reply: `allowed, now_us`, then per limit
-/// `allowed, limit, remaining, reset_us, retry_after_us, denial, delay_us`.
+/// Reads the script's reply: `allowed, now_us, admitted, delays`, then per
+/// limit `allowed, limit, remaining, reset_us, retry_after_us, denial,
+/// delay_us`, then `delays` waits (0, or one per admitted request).
 pub fn parse_reply(reply: &[i64], n: usize) -> Result<ScriptOutcome, StoreError> {
-    let expected = n.saturating_mul(FIELDS_PER_LIMIT).saturating_add(2);
+    let (allowed, now_us, admitted, waits, rest) = match reply {
+        [a, t, k, w, rest @ ..] => (*a == 1, to_u64(*t), to_u64(*k), to_u64(*w), rest),
+        _ => return Err(StoreError::Protocol("short reply".into())),
+    };
+    let per_limit = n.saturating_mul(FIELDS_PER_LIMIT);
+    let waits = usize::try_from(waits).unwrap_or(usize::MAX);
+    let expected = per_limit.saturating_add(waits).saturating_add(4);
     if reply.len() != expected {
         return Err(StoreError::Protocol(format!(
             "script returned {} values, expected {expected}",
             reply.len()
         )));
     }
-    let (allowed, now_us, rest) = match reply {
-        [a, t, rest @ ..] => (*a == 1, to_u64(*t), rest),
-        _ => return Err(StoreError::Protocol("short reply".into())),
-    };
-    let decisions = rest
+    let admitted = u32::try_from(admitted)
+        .map_err(|_| StoreError::Protocol(format!("admitted {admitted}")))?;
+    if waits != 0 && u32::try_from(waits) != Ok(admitted) {
+        return Err(StoreError::Protocol(format!(
+            "{waits} delays for {admitted} admitted requests"
+        )));
+    }
+    let (limits, delays) = rest.split_at(per_limit.min(rest.len()));
+    let decisions = limits
         .chunks_exact(FIELDS_PER_LIMIT)
         .map(|c| match c {
             [a, l, rem, reset, retry, denial, delay] => Decision {
@@ -252,7 +271,12 @@ pub fn parse_reply(reply: &[i64], n: usize) -> Result<ScriptOutcome, StoreError>
     Ok(ScriptOutcome {
         allowed,
         now_us,
+        admitted,
         decisions,
+        delays: delays
+            .iter()
+            .map(|&d| to_u64(d).saturating_mul(MICROS))
+            .collect(),
     })
 }
 
@@ -391,11 +415,13 @@ impl RedisStore {
         conn.eval(&inv).await
     }
 
-    /// Runs the decision code on `items` (all in one slot). `now_us`
-    /// overrides the server clock (tests); `None` uses `TIME`.
+    /// Runs the decision code on `requests` identical requests over `items`
+    /// (all in one slot). `now_us` overrides the server clock (tests);
+    /// `None` uses `TIME`.
     pub async fn run_check(
         &self,
         items: &[&StoreItem],
+        requests: u32,
         now_us: Option<u64>,
     ) -> Result<ScriptOutcome, StoreError> {
         let keys: Vec<String> = items.iter().map(|i| redis_key(&i.id)).collect();
@@ -403,6 +429,7 @@ impl RedisStore {
             "check".to_string(),
             now_us.map(|t| t.to_string()).unwrap_or_default(),
             String::new(),
+            requests.to_string(),
         ];
         for item in items {
             push_item_args(&mut args, item);
@@ -411,14 +438,16 @@ impl RedisStore {
         parse_reply(&reply, items.len())
     }
 
-    /// Gives back what a check admitted at `admitted_us` took from `items`
-    /// (all in one slot; each its own weight), and decides them again
-    /// without consuming (what a denied check reports for its admitting
-    /// limits). `now_us` overrides the server clock (tests).
+    /// Gives back what `requests` requests of a check admitted at
+    /// `admitted_us` took from `items` (all in one slot; each its own
+    /// weight), and decides them again for one request without consuming
+    /// (what a denied check reports for its admitting limits). `now_us`
+    /// overrides the server clock (tests).
     pub async fn run_refund(
         &self,
         items: &[&StoreItem],
         admitted_us: u64,
+        requests: u32,
         now_us: Option<u64>,
     ) -> Result<ScriptOutcome, StoreError> {
         let keys: Vec<String> = items.iter().map(|i| redis_key(&i.id)).collect();
@@ -426,6 +455,7 @@ impl RedisStore {
             "refund".to_string(),
             now_us.map(|t| t.to_string()).unwrap_or_default(),
             admitted_us.to_string(),
+            requests.to_string(),
         ];
         for item in items {
             push_item_args(&mut args, item);
@@ -436,13 +466,16 @@ impl RedisStore {
 }
 
 impl Store for RedisStore {
-    async fn check(&self, items: &[StoreItem]) -> Result<Verdict, StoreError> {
+    async fn check_batch(&self, items: &[StoreItem], requests: u32) -> Result<Verdict, StoreError> {
+        let requests = requests.max(1);
         if !self.cluster {
             let refs: Vec<&StoreItem> = items.iter().collect();
-            let out = self.run_check(&refs, None).await?;
+            let out = self.run_check(&refs, requests, None).await?;
             return Ok(Verdict {
                 allowed: out.allowed,
+                admitted: out.admitted,
                 decisions: out.decisions,
+                delays: out.delays,
                 capacity_denied: false,
             });
         }
@@ -458,19 +491,29 @@ impl Store for RedisStore {
             .into_values()
             .map(|idx| idx.iter().filter_map(|&i| items.get(i)).collect())
             .collect();
-        let mut outcomes = join_all(groups.iter().map(|g| self.run_check(g, None))).await;
-        let allowed = outcomes.iter().all(|o| matches!(o, Ok(o) if o.allowed));
-        if !allowed {
-            // Give back what the admitting slots took, so a denied check
-            // consumes nothing; see the module documentation for the race.
+        let mut outcomes = join_all(groups.iter().map(|g| self.run_check(g, requests, None))).await;
+        // A request is admitted when every slot admitted it: the fewest
+        // that any slot admitted (none when a slot failed).
+        let admitted = outcomes
+            .iter()
+            .map(|o| o.as_ref().map_or(0, |o| o.admitted))
+            .min()
+            .unwrap_or(0);
+        if admitted < requests {
+            // Give back what the slots admitted beyond that, so a refused
+            // request consumes nothing; see the module documentation for
+            // the race.
             let refunds =
                 groups
                     .iter()
                     .zip(&outcomes)
                     .enumerate()
                     .filter_map(|(i, (g, o))| match o {
-                        Ok(o) if o.allowed => {
-                            Some(async move { (i, self.run_refund(g, o.now_us, None).await) })
+                        Ok(o) if o.admitted > admitted => {
+                            let extra = o.admitted - admitted;
+                            Some(
+                                async move { (i, self.run_refund(g, o.now_us, extra, None).await) },
+                            )
                         }
                         _ => None,
                     });
@@ -490,6 +533,7 @@ impl Store for RedisStore {
             }
         }
         let mut decisions: Vec<Option<Decision>> = vec![None; items.len()];
+        let mut delays: Vec<Nanos> = Vec::new();
         for (g, o) in groups.iter().zip(outcomes) {
             let o = o?;
             for (item, d) in g.iter().zip(o.decisions) {
@@ -501,12 +545,24 @@ impl Store for RedisStore {
                     *slot = Some(d);
                 }
             }
+            // Each admitted request waits for the longest of its slots.
+            if !o.delays.is_empty() {
+                delays.resize(admitted as usize, 0);
+                for (all, d) in delays.iter_mut().zip(o.delays) {
+                    *all = (*all).max(d);
+                }
+            }
+        }
+        if delays.iter().all(|&d| d == 0) {
+            delays.clear();
         }
         let decisions: Option<Vec<Decision>> = decisions.into_iter().collect();
         let decisions = decisions.ok_or_else(|| StoreError::Protocol("missing decision".into()))?;
         Ok(Verdict {
-            allowed,
+            allowed: admitted == requests,
+            admitted,
             decisions,
+            delays,
             capacity_denied: false,
         })
     }
@@ -585,18 +641,24 @@ mod tests {
     #[test]
     fn replies_are_checked() {
         assert!(parse_reply(&[], 0).is_err());
-        assert!(parse_reply(&[1, 5], 1).is_err());
-        let out = parse_reply(&[0, 7, 0, 10, 0, 5, 6, 1, 0], 1).unwrap();
+        assert!(parse_reply(&[1, 5, 1, 0], 1).is_err());
+        let out = parse_reply(&[0, 7, 0, 0, 0, 10, 0, 5, 6, 1, 0], 1).unwrap();
         assert!(!out.allowed);
-        assert_eq!(out.now_us, 7);
+        assert_eq!((out.now_us, out.admitted), (7, 0));
         let d = out.decisions[0];
         assert_eq!((d.limit, d.reset, d.retry_after), (10, 5_000, 6_000));
         assert_eq!(d.denial, Some(Denial::OverLimit));
-        let out = parse_reply(&[1, 7, 1, 10, 0, 300, 0, 0, 200], 1).unwrap();
+        let out = parse_reply(&[1, 7, 1, 0, 1, 10, 0, 300, 0, 0, 200], 1).unwrap();
         let d = out.decisions[0];
         assert_eq!((d.allowed, d.delay, d.denial), (true, 200_000, None));
-        let out = parse_reply(&[0, 7, 0, 10, 0, 5, 1_200, 3, 0], 1).unwrap();
+        let out = parse_reply(&[0, 7, 0, 0, 0, 10, 0, 5, 1_200, 3, 0], 1).unwrap();
         assert_eq!(out.decisions[0].denial, Some(Denial::DelayTooLong));
+        // A batch: two of three admitted, with their waits.
+        let out = parse_reply(&[0, 7, 2, 2, 0, 10, 0, 5, 6, 3, 0, 0, 100], 1).unwrap();
+        assert_eq!((out.admitted, &out.delays[..]), (2, &[0, 100_000][..]));
+        // Delays that are not one per admitted request, or missing.
+        assert!(parse_reply(&[0, 7, 2, 1, 0, 10, 0, 5, 6, 3, 0, 0], 1).is_err());
+        assert!(parse_reply(&[0, 7, 2, 2, 0, 10, 0, 5, 6, 3, 0, 0], 1).is_err());
     }
 
     #[test]
