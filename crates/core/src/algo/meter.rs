@@ -414,7 +414,7 @@ mod tests {
                     }
                     _ => {
                         let ahead = whole.saturating_mul(p.window) / p.rate;
-                        let tat = (now + ahead).saturating_sub(u64::from(back));
+                        let tat = now.saturating_add(ahead).saturating_sub(u64::from(back));
                         let frac = frac % (p.rate + 2);
                         narrow_as_wide::<Gcra>(&p, (tat, frac), now, cost, mode)?;
                     }
