@@ -31,7 +31,7 @@
 //! call, made only when every enforcing denial of the first came from an
 //! elastic limit that can borrow (the first call, denied, consumed nothing).
 
-use crate::config::{Cost, Elastic, FailureMode, LimitScope, Plan, Rule, RuleLimit};
+use crate::config::{Cost, Elastic, FailureMode, LimitScope, Plan, Rule, RuleLimit, SyncMode};
 use crate::headers::{more_restrictive, Reported};
 use crate::key::{Request, RequestView};
 use crate::layout;
@@ -39,7 +39,7 @@ use crate::local::{self, Contended, SharedStore};
 use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
 use crate::slots::{self, SlotHasher};
 use sluice_core::{Decision, Denial, Limit, Nanos, SECOND};
-use sluice_wire::{limiter_key, CheckRequest, CheckResponse, LimitSpec};
+use sluice_wire::{limiter_key, CheckRequest, CheckResponse, LimitResult, LimitSpec};
 
 /// What to do with a request.
 #[derive(Debug)]
@@ -177,6 +177,97 @@ impl PendingCheck {
             c.answer = Some(body.and_then(|b| CheckResponse::parse(b, limits)));
         }
         self.calls.iter().all(|c| c.answer.is_some())
+    }
+
+    /// The request's check, when it may share calls with requests that have
+    /// the same (see [`crate::coalesce`]): one call, of enforcing limits that
+    /// all coalesce, none of them elastic. Requests with equal bodies have
+    /// the same check.
+    pub fn coalescable(&self) -> Option<&[u8]> {
+        let [call] = self.calls.as_slice() else {
+            return None;
+        };
+        let all = call
+            .batch
+            .items
+            .iter()
+            .all(|item| item.coalesce && item.borrow.is_none());
+        (!call.shadow && !self.borrowing && all).then_some(call.body.as_slice())
+    }
+
+    /// The body of one call carrying `n` requests with this check.
+    pub fn batch_body(&self, domain: &str, n: u32) -> Vec<u8> {
+        let Some(call) = self.calls.first() else {
+            return Vec::new();
+        };
+        let batch = &call.batch;
+        let request = CheckRequest {
+            domain: domain.into(),
+            hits: batch.hits.unwrap_or(1),
+            limits: batch.limits.clone(),
+            batch: Some(n),
+        };
+        serde_json::to_vec(&request).unwrap_or_default()
+    }
+
+    /// Records this request's share of the answer to a call carrying `n`
+    /// requests with its check, the request being at `position` (0 first)
+    /// in arrival order; `None` when the call failed. A request among the
+    /// first `admitted` is admitted with its own delay and reports what
+    /// remained after the whole call; any later one is denied as the first
+    /// refused one was.
+    pub fn record_batch(&mut self, body: Option<&[u8]>, n: u32, position: u32) {
+        let Some(call) = self.calls.first_mut() else {
+            return;
+        };
+        let answer = body.and_then(|b| CheckResponse::parse_batch(b, call.batch.len(), n));
+        call.answer = Some(answer.map(|a| share_of(a, position)));
+    }
+
+    /// Gives back what the request consumed locally: its client left before
+    /// the limiter answered.
+    pub fn abandon<S, M>(mut self, plan: &Plan, store: &S, metrics: &M)
+    where
+        S: SharedStore + ?Sized,
+        M: MetricSink + ?Sized,
+    {
+        let env = Env::new(plan, store, metrics);
+        self.tally.refund_since(0, &env);
+    }
+}
+
+/// The answer of one request at `position` of a batch answered with
+/// `batch`.
+fn share_of(batch: CheckResponse, position: u32) -> CheckResponse {
+    let admitted = batch.admitted.unwrap_or(0);
+    if position >= admitted {
+        // Refused like the first refused one: the answer's limits are its.
+        return CheckResponse {
+            allowed: false,
+            admitted: None,
+            delays_ms: Vec::new(),
+            ..batch
+        };
+    }
+    let delay_ms = usize::try_from(position)
+        .ok()
+        .and_then(|i| batch.delays_ms.get(i))
+        .copied()
+        .unwrap_or(0);
+    CheckResponse {
+        allowed: true,
+        limits: batch
+            .limits
+            .iter()
+            .map(|r| LimitResult {
+                allowed: true,
+                retry_after_ms: 0,
+                delay_ms,
+                ..*r
+            })
+            .collect(),
+        admitted: None,
+        delays_ms: Vec::new(),
     }
 }
 
@@ -596,6 +687,7 @@ where
                 cacheable: matches!(applied.rule.cost, Cost::Fixed(_)) && borrow.is_none(),
                 role: Role::Own,
                 borrow,
+                coalesce: rule_limit.sync == SyncMode::Coalesce,
             },
             LimitSpec::new(limiter_key(&applied.rule.name, l, applied.key), limit),
             applied.weight,
@@ -620,6 +712,7 @@ where
             cacheable: false,
             role: Role::Own,
             borrow: None,
+            coalesce: false,
         };
         let extra = (
             item(applied.index, l, &elastic.extra),
@@ -917,6 +1010,8 @@ struct GlobalItem {
     role: Role,
     /// For an elastic limit: what it checks in the second call if it denies.
     borrow: Option<Box<Lend>>,
+    /// The limit may share calls with other requests.
+    coalesce: bool,
 }
 
 impl GlobalItem {

@@ -26,6 +26,7 @@
 //! hands its counts to Envoy in batches (see [`metrics`]).
 
 pub mod client_ip;
+pub mod coalesce;
 pub mod config;
 pub mod decimal;
 pub mod engine;

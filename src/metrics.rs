@@ -89,15 +89,18 @@ pub enum GlobalEvent {
     FailureModeAllowed,
     /// The limiter failed and `failure_mode: deny` denied the request.
     LimiterErrors,
+    /// A request was decided by a call it shared with others (coalescing).
+    Coalesced,
 }
 
 impl GlobalEvent {
     /// Every global event, in the order of their metric ids.
-    pub const ALL: [GlobalEvent; 4] = [
+    pub const ALL: [GlobalEvent; 5] = [
         GlobalEvent::CasExhausted,
         GlobalEvent::ConfigErrors,
         GlobalEvent::FailureModeAllowed,
         GlobalEvent::LimiterErrors,
+        GlobalEvent::Coalesced,
     ];
 
     /// The metric name.
@@ -107,6 +110,7 @@ impl GlobalEvent {
             GlobalEvent::ConfigErrors => "sluice.config_errors",
             GlobalEvent::FailureModeAllowed => "sluice.failure_mode_allowed",
             GlobalEvent::LimiterErrors => "sluice.limiter_errors",
+            GlobalEvent::Coalesced => "sluice.coalesced",
         }
     }
 

@@ -6,7 +6,7 @@ use super::plan::{
 };
 use super::raw::{
     Mode, OnExceed, RawConfig, RawCost, RawElastic, RawLimit, RawMatch, RawOverride, RawRule,
-    Scope, COST_EXPECTED,
+    Scope, SyncMode, COST_EXPECTED,
 };
 use crate::client_ip::ClientIpPolicy;
 use crate::key::KeyPart;
@@ -241,11 +241,22 @@ fn compile_rule(domain: &str, path: &str, rule: RawRule) -> Result<Rule, FieldEr
                 })
             }
         };
+        let sync = match (&raw_limit.sync, raw_limit.scope) {
+            (None, _) => SyncMode::PerRequest,
+            (Some(sync), Scope::Global) => sync.mode,
+            (Some(_), Scope::Local) => {
+                return Err(FieldError::at(
+                    format!("{limit_path}.sync"),
+                    "only applies to limits with scope global",
+                ));
+            }
+        };
         limits.push(RuleLimit {
             limit,
             scope,
             overrides: Vec::new(),
             elastic,
+            sync,
         });
     }
     let mut override_keys = BTreeSet::new();

@@ -11,7 +11,7 @@ pub use duration::parse_duration;
 pub use plan::{
     Cost, DenyResponse, Elastic, LimitScope, LimiterTarget, OverrideLimit, Plan, Rule, RuleLimit,
 };
-pub use raw::{FailureMode, HeadersMode, Mode, OnExceed, RawConfig, Scope};
+pub use raw::{FailureMode, HeadersMode, Mode, OnExceed, RawConfig, Scope, SyncMode};
 pub use sluice_core::FieldError;
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! constant (shared-data key prefixes, overrides) computed once.
 
 use crate::client_ip::ClientIpPolicy;
-use crate::config::raw::{FailureMode, HeadersMode};
+use crate::config::raw::{FailureMode, HeadersMode, SyncMode};
 use crate::key::KeyPart;
 use crate::matcher::Matcher;
 use sluice_core::{Limit, Nanos};
@@ -98,6 +98,8 @@ pub struct RuleLimit {
     pub overrides: Vec<OverrideLimit>,
     /// Admission beyond the quota while a pool has headroom.
     pub elastic: Option<Elastic>,
+    /// How a global limit's checks reach the limiter.
+    pub sync: SyncMode,
 }
 
 /// An elastic limit's borrowing: a request its own quota denies passes if

@@ -320,6 +320,29 @@ pub struct RawLimit {
     /// headroom.
     #[serde(default)]
     pub elastic: Option<RawElastic>,
+    /// How a global limit's checks reach the limiter.
+    #[serde(default)]
+    pub sync: Option<RawSync>,
+}
+
+/// How a global limit's checks reach the limiter.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSync {
+    /// `per_request` or `coalesce`.
+    pub mode: SyncMode,
+}
+
+/// How a global limit's checks reach the limiter.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SyncMode {
+    /// Every request makes its own call.
+    #[default]
+    PerRequest,
+    /// Requests with the same check while one is in flight from this
+    /// worker wait for the next call, which carries them all.
+    Coalesce,
 }
 
 /// An elastic limit: beyond its own quota, a request may borrow from a pool.

@@ -7,7 +7,12 @@
 //! [`HOLD_TICK`] while requests wait, resuming those that are due; any root
 //! of the VM serves the queue, so requests held under a replaced
 //! configuration are still resumed.
+//!
+//! Global checks that coalesce wait in one [`Coalescer`] per VM; their
+//! shared calls are made by the root context ([`coalesced`]), which hands
+//! each request its outcome.
 
+use crate::coalesce::{Coalescer, Joined};
 use crate::config::{self, Plan, Rule};
 use crate::engine::{self, Admitted, Delayed, Denied, PendingCheck, Verdict};
 use crate::headers::Reported;
@@ -24,6 +29,7 @@ use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, MetricType, Status};
 use sluice_core::{Nanos, MILLISECOND};
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, UNIX_EPOCH};
@@ -34,7 +40,7 @@ proxy_wasm::main! {{
     std::panic::set_hook(Box::new(|info| {
         let _ = hostcalls::log(LogLevel::Critical, &format!("sluice: panic: {info}"));
     }));
-    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root::new()) });
+    proxy_wasm::set_root_context(|id| -> Box<dyn RootContext> { Box::new(Root::new(id)) });
 }}
 
 /// The root's tick period while requests wait: their resume times are kept
@@ -47,6 +53,24 @@ thread_local! {
     /// Root contexts alive in this VM: the last one to go resumes every
     /// waiting request rather than leave it stuck.
     static ROOTS: Cell<usize> = const { Cell::new(0) };
+    /// The requests of this VM waiting for a shared global check.
+    static GROUPS: RefCell<Coalescer<Member>> = RefCell::new(Coalescer::default());
+    /// What the root decided for requests of this VM, until their contexts
+    /// take it.
+    static HANDOFF: RefCell<HashMap<u32, Handoff>> = RefCell::new(HashMap::new());
+}
+
+/// A request waiting for a shared global check.
+struct Member {
+    runtime: Rc<Runtime>,
+    pending: PendingCheck,
+}
+
+/// An outcome the root decided for a request: what its response reports.
+#[derive(Default)]
+struct Handoff {
+    admitted: Option<Admitted>,
+    held: Option<Delayed>,
 }
 
 /// Shared data through host calls.
@@ -158,6 +182,8 @@ struct Runtime {
 }
 
 struct Root {
+    /// This root's context id: the shared calls it makes are its own.
+    id: u32,
     runtime: Option<Rc<Runtime>>,
     /// Whether the flush timer is set.
     ticking: bool,
@@ -167,9 +193,10 @@ struct Root {
 }
 
 impl Root {
-    fn new() -> Root {
+    fn new(id: u32) -> Root {
         ROOTS.with(|r| r.set(r.get().saturating_add(1)));
         Root {
+            id,
             runtime: None,
             ticking: false,
             last_tick: 0,
@@ -212,14 +239,26 @@ impl Context for Root {
         if last {
             resume_due(Nanos::MAX);
         }
+        coalesced::root_closing(self.id, last);
         true
+    }
+
+    fn on_http_call_response(
+        &mut self,
+        token: u32,
+        _headers: usize,
+        body_size: usize,
+        _trailers: usize,
+    ) {
+        coalesced::answered(self.id, token, call_answer(body_size).as_deref());
     }
 }
 
 impl RootContext for Root {
     fn on_tick(&mut self) {
         let now = now();
-        let waiting = resume_due(now);
+        coalesced::call_ready(self.id);
+        let waiting = resume_due(now) || GROUPS.with(|g| g.borrow().any_ready());
         // The period follows the queue whoever set it last (an HTTP context
         // of this root starts the fine ticks): a gap shorter than half the
         // flush period means fine ticks.
@@ -290,6 +329,7 @@ impl RootContext for Root {
             tokens: Vec::new(),
             admitted: None,
             held: None,
+            group: None,
         }))
     }
 
@@ -326,6 +366,9 @@ struct Filter {
     /// A request held in delay mode: what to give back if its client leaves
     /// while it waits; kept for the `x-sluice-delayed-ms` header after.
     held: Option<Delayed>,
+    /// The check of the coalescing group whose call in flight is this
+    /// request's own: the group's next call waits for it.
+    group: Option<Vec<u8>>,
 }
 
 impl Filter {
@@ -338,55 +381,84 @@ impl Filter {
                 }
                 Action::Continue
             }
-            Verdict::Delay(delayed) => self.hold(runtime, delayed),
+            Verdict::Delay(delayed) => {
+                if let Ok(held) = hold(self.context_id, runtime, delayed) {
+                    self.admitted = Some(held.admitted());
+                    self.held = Some(held);
+                }
+                Action::Pause
+            }
             Verdict::Deny(denied) => {
                 deny(&runtime.plan, &denied);
                 Action::Pause
             }
-            Verdict::Check(pending) => self.call_limiter(runtime, pending),
+            Verdict::Check(pending) => self.check(runtime, pending),
         }
     }
 
-    /// Queues a delayed request until it conforms, or denies it when its
-    /// rule's queue is full.
-    fn hold(&mut self, runtime: &Runtime, delayed: Delayed) -> Action {
-        let (rule, max_queued) = runtime
-            .plan
-            .rules
-            .get(delayed.rule)
-            .map_or(("", 0), |r| (r.name.as_str(), r.max_queued));
-        let resume_at = delayed.resume_at();
-        let queued = WAITING.with(|q| {
-            let mut q = q.borrow_mut();
-            let was_empty = q.is_empty();
-            q.push(self.context_id, rule, resume_at, max_queued)
-                .map(|()| was_empty)
+    /// Asks the limiter: in a coalescing group's next call, or alone.
+    fn check(&mut self, runtime: &Runtime, pending: PendingCheck) -> Action {
+        let (Some(signature), Some(shared)) = (pending.coalescable(), self.runtime.as_ref()) else {
+            return self.call_limiter(runtime, pending);
+        };
+        let signature = signature.to_vec();
+        let member = Member {
+            runtime: Rc::clone(shared),
+            pending,
+        };
+        let joined = GROUPS.with(|g| {
+            g.borrow_mut()
+                .join(&signature, self.context_id, member, coalesced::MAX_BATCH)
         });
-        match queued {
-            Ok(first) => {
-                if first {
-                    // This root ticks finely until the queue is empty again.
-                    let _ = hostcalls::set_tick_period(HOLD_TICK);
+        match joined {
+            Joined::Waiting => Action::Pause,
+            Joined::Full(member) => self.call_limiter(runtime, member.pending),
+            Joined::Call(member) => {
+                self.group = Some(signature);
+                let action = self.call_limiter(runtime, member.pending);
+                if self.tokens.is_empty() {
+                    // Answered already (the call could not be made).
+                    self.own_call_ended();
                 }
-                delayed.accept(&runtime.metrics);
-                self.admitted = Some(delayed.admitted());
-                self.held = Some(delayed);
-            }
-            Err(_) => {
-                let denied = delayed.refuse(&runtime.plan, &HostStore, &runtime.metrics);
-                deny(&runtime.plan, &denied);
+                action
             }
         }
-        Action::Pause
     }
 
-    /// Takes the request out of the queue if it still waits (its client
-    /// left) and gives back what it consumed.
+    /// This request's call ended: its group's next call is due.
+    fn own_call_ended(&mut self) {
+        if let Some(signature) = self.group.take() {
+            coalesced::finished(&signature);
+        }
+    }
+
+    /// Takes the request out of the queue or its coalescing group if it
+    /// still waits (its client left) and gives back what it consumed.
     fn leave(&mut self) {
+        self.take_handoff();
+        if !self.tokens.is_empty() {
+            // Its call is dropped with it: the group calls again.
+            self.own_call_ended();
+        }
+        let member = GROUPS.with(|g| g.borrow_mut().leave(self.context_id));
+        if let Some(member) = member {
+            let runtime = &member.runtime;
+            member
+                .pending
+                .abandon(&runtime.plan, &HostStore, &runtime.metrics);
+        }
         let waited = WAITING.with(|q| q.borrow_mut().remove(self.context_id));
         let held = self.held.take();
         if let (true, Some(held), Some(runtime)) = (waited, held, self.runtime.as_ref()) {
             held.give_back(&runtime.plan, &HostStore, &runtime.metrics, now());
+        }
+    }
+
+    /// Takes what the root decided for this request, if anything.
+    fn take_handoff(&mut self) {
+        if let Some(handoff) = HANDOFF.with(|h| h.borrow_mut().remove(&self.context_id)) {
+            self.admitted = handoff.admitted.or(self.admitted.take());
+            self.held = handoff.held.or(self.held.take());
         }
     }
 
@@ -407,6 +479,53 @@ impl Filter {
         self.pending = Some(pending);
         Action::Pause
     }
+}
+
+/// Queues a delayed request of `context` until it conforms, counting it as
+/// held; when its rule's queue is full, denies it instead (`Err`).
+fn hold(context: u32, runtime: &Runtime, delayed: Delayed) -> Result<Delayed, ()> {
+    let (rule, max_queued) = runtime
+        .plan
+        .rules
+        .get(delayed.rule)
+        .map_or(("", 0), |r| (r.name.as_str(), r.max_queued));
+    let resume_at = delayed.resume_at();
+    let queued = WAITING.with(|q| {
+        let mut q = q.borrow_mut();
+        let was_empty = q.is_empty();
+        q.push(context, rule, resume_at, max_queued)
+            .map(|()| was_empty)
+    });
+    match queued {
+        Ok(first) => {
+            if first {
+                // The root ticks finely until the queue is empty again.
+                let _ = hostcalls::set_tick_period(HOLD_TICK);
+            }
+            delayed.accept(&runtime.metrics);
+            Ok(delayed)
+        }
+        Err(_) => {
+            let denied = delayed.refuse(&runtime.plan, &HostStore, &runtime.metrics);
+            deny(&runtime.plan, &denied);
+            Err(())
+        }
+    }
+}
+
+/// The body of the answer to the call being reported, when its status is
+/// 200.
+fn call_answer(body_size: usize) -> Option<Vec<u8>> {
+    let status_ok = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status")
+        .ok()
+        .flatten()
+        .is_some_and(|s| s == "200");
+    if !status_ok {
+        return None;
+    }
+    hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
+        .ok()
+        .flatten()
 }
 
 /// Whether a failed call-out was logged.
@@ -483,21 +602,12 @@ impl Context for Filter {
         let Some(mut pending) = self.pending.take() else {
             return;
         };
-        let status_ok = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status")
-            .ok()
-            .flatten()
-            .is_some_and(|s| s == "200");
-        let body = if status_ok {
-            hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
-                .ok()
-                .flatten()
-        } else {
-            None
-        };
+        let body = call_answer(body_size);
         if !pending.record(call, body.as_deref()) {
             self.pending = Some(pending);
             return;
         }
+        self.own_call_ended();
         let verdict = engine::finish(&runtime.plan, pending, &HostStore, &runtime.metrics);
         if self.apply(&runtime, verdict) == Action::Continue {
             let _ = hostcalls::resume_http_request();
@@ -525,6 +635,7 @@ impl HttpContext for Filter {
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        self.take_handoff();
         if let (Some(runtime), Some(admitted)) = (self.runtime.as_ref(), self.admitted.take()) {
             add_response_headers(
                 &runtime.plan,
@@ -547,3 +658,5 @@ impl HttpContext for Filter {
 fn nanos(d: Duration) -> Nanos {
     u64::try_from(d.as_nanos()).unwrap_or(Nanos::MAX)
 }
+
+mod coalesced;

@@ -1,0 +1,173 @@
+//! The shared calls of coalescing groups (see [`crate::coalesce`]), made by
+//! a root context: the requests of a call wait for the answer, and each gets
+//! its outcome from the root.
+
+use super::{
+    deny, dispatch, hold, now, Handoff, HostStore, Member, Runtime, GROUPS, HANDOFF, HOLD_TICK,
+};
+use crate::engine::{self, Verdict};
+use crate::metrics::{GlobalEvent, MetricSink};
+use proxy_wasm::hostcalls;
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+/// The most requests one shared call carries, and one group holds waiting
+/// (beyond it, requests call alone).
+pub(super) const MAX_BATCH: usize = sluice_wire::MAX_BATCH as usize;
+
+thread_local! {
+    /// Shared calls in flight on this VM, by token.
+    static CALLS: RefCell<HashMap<u32, SharedCall>> = RefCell::new(HashMap::new());
+}
+
+/// A shared call in flight.
+struct SharedCall {
+    /// The root context that made it.
+    root: u32,
+    signature: Vec<u8>,
+    /// The requests it carries, in arrival order.
+    members: Vec<(u32, Member)>,
+}
+
+/// A group's call in flight ended: if requests wait, the root calls for
+/// them at its next tick.
+pub(super) fn finished(signature: &[u8]) {
+    if GROUPS.with(|g| g.borrow_mut().finished(signature)) {
+        let _ = hostcalls::set_tick_period(HOLD_TICK);
+    }
+}
+
+/// Makes the next call of every group whose requests wait with no call in
+/// flight (from the root context `root`).
+pub(super) fn call_ready(root: u32) {
+    let ready = GROUPS.with(|g| g.borrow().ready());
+    for signature in ready {
+        call(root, signature);
+    }
+}
+
+/// Makes the next call of the group of `signature`, carrying the requests
+/// that wait in it.
+fn call(root: u32, signature: Vec<u8>) {
+    // The call belongs to the effective context, which handing out answers
+    // moved to requests: a request's calls end with it, the root's do not.
+    let _ = hostcalls::set_effective_context(root);
+    loop {
+        let members = GROUPS.with(|g| g.borrow_mut().take(&signature, MAX_BATCH));
+        let Some((_, first)) = members.first() else {
+            return;
+        };
+        let n = u32::try_from(members.len()).unwrap_or(u32::MAX);
+        let body = first.pending.batch_body(&first.runtime.plan.domain, n);
+        if let Some(token) = dispatch(&first.runtime, &body) {
+            CALLS.with(|c| {
+                c.borrow_mut().insert(
+                    token,
+                    SharedCall {
+                        root,
+                        signature,
+                        members,
+                    },
+                )
+            });
+            return;
+        }
+        // Not made: each request gets the failure mode, and the requests
+        // that joined meanwhile try a call of their own.
+        decide(members, None);
+        if !GROUPS.with(|g| g.borrow_mut().finished(&signature)) {
+            return;
+        }
+    }
+}
+
+/// The answer (`None`: failed) to the shared call `token` of root `root`.
+pub(super) fn answered(root: u32, token: u32, body: Option<&[u8]>) {
+    let Some(shared) = CALLS.with(|c| c.borrow_mut().remove(&token)) else {
+        return;
+    };
+    decide(shared.members, body);
+    if GROUPS.with(|g| g.borrow_mut().finished(&shared.signature)) {
+        call(root, shared.signature);
+    }
+}
+
+/// Root `root` is closing: its calls will not be answered, so their
+/// requests get the failure mode now; when it is the VM's last root, so do
+/// the requests still waiting in groups.
+pub(super) fn root_closing(root: u32, last: bool) {
+    let orphaned: Vec<SharedCall> = CALLS.with(|c| {
+        let mut calls = c.borrow_mut();
+        let tokens: Vec<u32> = calls
+            .iter()
+            .filter(|(_, call)| call.root == root || last)
+            .map(|(t, _)| *t)
+            .collect();
+        tokens.iter().filter_map(|t| calls.remove(t)).collect()
+    });
+    for shared in orphaned {
+        decide(shared.members, None);
+        finished(&shared.signature);
+    }
+    if last {
+        let waiting = GROUPS.with(|g| g.borrow_mut().drain());
+        decide(waiting, None);
+    }
+}
+
+/// Decides each request of a shared call from its answer (`None`: the call
+/// failed), in arrival order, and carries out the outcome.
+fn decide(members: Vec<(u32, Member)>, body: Option<&[u8]>) {
+    let n = u32::try_from(members.len()).unwrap_or(u32::MAX);
+    for (position, (context, member)) in (0u32..).zip(members) {
+        let Member {
+            runtime,
+            mut pending,
+        } = member;
+        pending.record_batch(body, n, position);
+        runtime.metrics.global(GlobalEvent::Coalesced);
+        let verdict = engine::finish(&runtime.plan, pending, &HostStore, &runtime.metrics);
+        deliver(context, &runtime, verdict);
+    }
+}
+
+/// Carries out `verdict` for the request of `context`.
+fn deliver(context: u32, runtime: &Runtime, mut verdict: Verdict) {
+    // A coalesced check makes no second call; should one be asked for, it
+    // is answered as a failed call rather than left waiting.
+    while let Verdict::Check(mut pending) = verdict {
+        for call in 0..pending.call_count() {
+            pending.record(call, None);
+        }
+        verdict = engine::finish(&runtime.plan, pending, &HostStore, &runtime.metrics);
+    }
+    if hostcalls::set_effective_context(context).is_err() {
+        // Its client left after the call was made.
+        if let Verdict::Delay(delayed) = verdict {
+            delayed.give_back(&runtime.plan, &HostStore, &runtime.metrics, now());
+        }
+        return;
+    }
+    let handoff = match verdict {
+        Verdict::Allow(admitted) => {
+            let _ = hostcalls::resume_http_request();
+            Handoff {
+                admitted: Some(admitted),
+                held: None,
+            }
+        }
+        Verdict::Delay(delayed) => match hold(context, runtime, delayed) {
+            Ok(held) => Handoff {
+                admitted: Some(held.admitted()),
+                held: Some(held),
+            },
+            Err(()) => return,
+        },
+        Verdict::Deny(denied) => {
+            deny(&runtime.plan, &denied);
+            return;
+        }
+        Verdict::Check(_) => return,
+    };
+    HANDOFF.with(|h| h.borrow_mut().insert(context, handoff));
+}
