@@ -9,15 +9,15 @@ use crate::engine::{self, Verdict};
 use crate::metrics::{GlobalEvent, MetricSink};
 use proxy_wasm::hostcalls;
 use std::cell::RefCell;
-use std::collections::HashMap;
 
 /// The most requests one shared call carries, and one group holds waiting
 /// (beyond it, requests call alone).
 pub(super) const MAX_BATCH: usize = sluice_wire::MAX_BATCH as usize;
 
 thread_local! {
-    /// Shared calls in flight on this VM, by token.
-    static CALLS: RefCell<HashMap<u32, SharedCall>> = RefCell::new(HashMap::new());
+    /// Shared calls in flight on this VM, with their tokens (one per busy
+    /// group: a list is enough, and smaller in the wasm than a map).
+    static CALLS: RefCell<Vec<(u32, SharedCall)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A shared call in flight.
@@ -61,14 +61,14 @@ fn call(root: u32, signature: Vec<u8>) {
         let body = first.pending.batch_body(&first.runtime.plan.domain, n);
         if let Some(token) = dispatch(&first.runtime, &body) {
             CALLS.with(|c| {
-                c.borrow_mut().insert(
+                c.borrow_mut().push((
                     token,
                     SharedCall {
                         root,
                         signature,
                         members,
                     },
-                )
+                ));
             });
             return;
         }
@@ -83,7 +83,12 @@ fn call(root: u32, signature: Vec<u8>) {
 
 /// The answer (`None`: failed) to the shared call `token` of root `root`.
 pub(super) fn answered(root: u32, token: u32, body: Option<&[u8]>) {
-    let Some(shared) = CALLS.with(|c| c.borrow_mut().remove(&token)) else {
+    let shared = CALLS.with(|c| {
+        let mut calls = c.borrow_mut();
+        let at = calls.iter().position(|(t, _)| *t == token)?;
+        Some(calls.swap_remove(at).1)
+    });
+    let Some(shared) = shared else {
         return;
     };
     decide(shared.members, body);
@@ -98,12 +103,13 @@ pub(super) fn answered(root: u32, token: u32, body: Option<&[u8]>) {
 pub(super) fn root_closing(root: u32, last: bool) {
     let orphaned: Vec<SharedCall> = CALLS.with(|c| {
         let mut calls = c.borrow_mut();
-        let tokens: Vec<u32> = calls
-            .iter()
-            .filter(|(_, call)| call.root == root || last)
-            .map(|(t, _)| *t)
-            .collect();
-        tokens.iter().filter_map(|t| calls.remove(t)).collect()
+        let (gone, kept) = std::mem::take(&mut *calls)
+            .into_iter()
+            .partition(|(_, call)| call.root == root || last);
+        *calls = kept;
+        gone.into_iter()
+            .map(|(_, call): (u32, SharedCall)| call)
+            .collect()
     });
     for shared in orphaned {
         decide(shared.members, None);
@@ -169,5 +175,5 @@ fn deliver(context: u32, runtime: &Runtime, mut verdict: Verdict) {
         }
         Verdict::Check(_) => return,
     };
-    HANDOFF.with(|h| h.borrow_mut().insert(context, handoff));
+    HANDOFF.with(|h| h.borrow_mut().push((context, handoff)));
 }

@@ -29,7 +29,6 @@ use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, MetricType, Status};
 use sluice_core::{Nanos, MILLISECOND};
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, UNIX_EPOCH};
@@ -57,7 +56,7 @@ thread_local! {
     static GROUPS: RefCell<Coalescer<Member>> = RefCell::new(Coalescer::default());
     /// What the root decided for requests of this VM, until their contexts
     /// take it.
-    static HANDOFF: RefCell<HashMap<u32, Handoff>> = RefCell::new(HashMap::new());
+    static HANDOFF: RefCell<Vec<(u32, Handoff)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A request waiting for a shared global check.
@@ -456,7 +455,12 @@ impl Filter {
 
     /// Takes what the root decided for this request, if anything.
     fn take_handoff(&mut self) {
-        if let Some(handoff) = HANDOFF.with(|h| h.borrow_mut().remove(&self.context_id)) {
+        let handoff = HANDOFF.with(|h| {
+            let mut h = h.borrow_mut();
+            let at = h.iter().position(|(c, _)| *c == self.context_id)?;
+            Some(h.swap_remove(at).1)
+        });
+        if let Some(handoff) = handoff {
             self.admitted = handoff.admitted.or(self.admitted.take());
             self.held = handoff.held.or(self.held.take());
         }

@@ -14,6 +14,10 @@ use sluice_limiter::store::StoreItem;
 use std::collections::HashMap;
 use std::time::Duration;
 
+/// The last admitted check of a trace: its (limit, cost) pairs, when, and
+/// how many requests it carried, for a refund.
+type LastAdmit = (Vec<(usize, u64)>, u64, u32);
+
 struct Rng(u64);
 
 impl Rng {
@@ -314,7 +318,7 @@ async fn run_traces(
             states: HashMap::new(),
         };
         let mut now: u64 = 1_763_700_000_000_000 + rng.below(1_000_000_000);
-        let mut last_admit: Option<(Vec<(usize, u64)>, u64, u32)> = None;
+        let mut last_admit: Option<LastAdmit> = None;
         for s in 0..steps {
             match rng.below(20) {
                 0 => now = now.saturating_sub(rng.below(max_window / 2 + 1)), // clock step back
