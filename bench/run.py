@@ -328,7 +328,9 @@ def main(argv=None) -> int:
         "commit": commit(),
         "Envoy": envoy_version(a.envoy),
         "load generator": f"{load.version(a.wrk)}, `wrk -t{load.THREADS} -c{load.CONNECTIONS} "
-                          f"-d{max(1, round(a.duration))}s --latency`, keep-alive, loopback",
+                          f"-d{max(1, round(a.duration))}s --latency`, keep-alive, loopback"
+                          + (f" ({setups.HELD:,} connections on the held key)"
+                             if any(r.connections or r.beside for r in envoy_rows) else ""),
         "machine": machine(),
         "load average at start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
         "rounds": f"{a.rounds} × {max(1, round(a.duration))} s per configuration, after {a.warmup:g} s of warm-up",
@@ -366,6 +368,10 @@ def main(argv=None) -> int:
         "per key (nothing is denied); the local flood row "
         f"{setups.DENY_LIMIT['requests']} per {setups.DENY_LIMIT['window']}; the over-limit cache row "
         f"{setups.CACHED_DENY_LIMIT['requests']} per {setups.CACHED_DENY_LIMIT['window']} in the limiter.",
+        f"The delay rows with requests held: {setups.HELD_LIMIT['requests']:,} per "
+        f"{setups.HELD_LIMIT['window']} per key, `max_delay: {setups.HELD_LIMIT['max_delay']}`, "
+        f"`max_queued: {setups.HELD_MAX_QUEUED}`; their counts are Sluice's counters of the rule, "
+        "requests still held when wrk stops included.",
         "Every request carries one X-Forwarded-For address (one key, or 10,000 in turn); Sluice trusts "
         "one hop (`xff_trusted_hops: 1`), Envoy's 10,000-key native row `xff_num_trusted_hops: 1`.",
         "Sluice rows use the default `headers: ietf` (RateLimit headers on every answer) unless "
