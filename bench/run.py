@@ -291,6 +291,18 @@ def trace_csv(a, *args: str) -> str:
     return proc.stdout
 
 
+def raise_open_files():
+    """Raises the soft limit of open files to the hard one: the held rows open
+    1,000 connections, each an open file in wrk and in Envoy."""
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
 def _interrupt(*_):
     raise KeyboardInterrupt
 
@@ -306,6 +318,7 @@ def main(argv=None) -> int:
     envoy_rows = [r for r in rows if r.kind == "envoy"]
     limiter_rows = [r for r in rows if r.kind == "limiter"]
     check_inputs(a, rows)
+    raise_open_files()
     charts = None
     if not a.skip_charts:
         try:
