@@ -47,6 +47,8 @@ class Summary:
     def expectation_met(self) -> bool:
         if self.expect == "deny":
             return self.denied_share >= 0.9
+        if self.expect == "undelayed" and (self.held or not self.decided):
+            return False
         return self.denied_share == 0 and self.socket_errors == 0 and self.beside_socket_errors == 0
 
     def counts(self) -> str:
@@ -180,7 +182,8 @@ def envoy_table(rows: dict[str, Summary]) -> list[str]:
             r = _ratio(s, rows.get(ref))
             ratios.append(f"{r:.2f}" if r is not None else "–")
         denied = f"{100 * s.denied_share:.1f}%"
-        check = "ok" if s.expectation_met else f"**expected {'denials' if s.expect == 'deny' else 'none denied'}**"
+        wanted = {"deny": "denials", "undelayed": "none denied or held"}.get(s.expect, "none denied")
+        check = "ok" if s.expectation_met else f"**expected {wanted}**"
         if s.socket_errors or s.beside_socket_errors:
             check += f" ({s.socket_errors + s.beside_socket_errors} socket errors)"
         extra = [x for x in (s.extra, s.counts()) if x]

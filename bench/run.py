@@ -382,7 +382,7 @@ def main(argv=None) -> int:
         f"{setups.DENY_LIMIT['requests']} per {setups.DENY_LIMIT['window']}; the over-limit cache row "
         f"{setups.CACHED_DENY_LIMIT['requests']} per {setups.CACHED_DENY_LIMIT['window']} in the limiter.",
         f"The delay rows with requests held: {setups.HELD_LIMIT['requests']:,} per "
-        f"{setups.HELD_LIMIT['window']} per key, `max_delay: {setups.HELD_LIMIT['max_delay']}`, "
+        f"{setups.HELD_LIMIT['window']} per key, `burst: {setups.HELD_LIMIT['burst']}`, `max_delay: {setups.HELD_LIMIT['max_delay']}`, "
         f"`max_queued: {setups.HELD_MAX_QUEUED}`; their counts are Sluice's counters of the rule, "
         "requests still held when wrk stops included.",
         "Every request carries one X-Forwarded-For address (one key, or 10,000 in turn); Sluice trusts "

@@ -160,6 +160,7 @@ def test_the_held_row_holds_a_thousand_requests_and_denies_none():
     rule = cfg["rules"][0]
     limit = rule["limits"][0]
     assert row.connections == setups.HELD == limit["requests"] and limit["window"] == "1s"
+    assert limit["burst"] == 1  # all but the first request of a run are held
     # a queue larger than the connections, and a schedule that may hold more
     # than them (1.5 s of the rate), under wrk's 2 s timeout
     assert rule["max_queued"] >= setups.HELD and limit["max_delay"] == "1500ms"
@@ -175,6 +176,23 @@ def test_the_mixed_rows_share_a_configuration_and_keep_their_keys_apart():
     assert held.beside == load.Beside(setups.HELD, "keys.lua", ["1"])
     # the row's own keys start after the held key (10.0.0.0)
     assert base.load_args() == held.load_args() == [str(setups.MANY_KEYS), "1"]
+    cfg = json.loads(base.filters[0]["typed_config"]["config"]["configuration"]["value"])
+    # few enough keys per slot that no other key shares the held key's bucket
+    assert cfg["local_max_keys"] >= 1000 * setups.MANY_KEYS
+    assert base.expect == "undelayed"
+
+
+def test_a_row_meant_to_hold_nothing_is_flagged_when_sluice_held_some():
+    row = next(r for r in setups.rows(Path("s"), Path("n")) if r.id == "delay-others")
+    clean, held = _sample(1000), _sample(1000)
+    clean.counters = {"allowed": 1000, "delayed": 0, "denied": 0}
+    held.counters = {"allowed": 1000, "delayed": 3, "denied": 0}
+    assert report.summarize(row, [clean]).expectation_met
+    flagged = report.summarize(row, [clean, held])
+    assert not flagged.expectation_met
+    assert report.envoy_table({"x": flagged})[-1].endswith("| **expected none denied or held** |")
+    # without counters nothing says that none was held
+    assert not report.summarize(row, [_sample(1000)]).expectation_met
 
 
 def test_wrk_command_line():
