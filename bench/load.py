@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from support import pinned
@@ -37,9 +37,25 @@ class Sample:
     # Envoy, and of the limiter and Redis for the rows that call them.
     envoy_cpu_us: float = 0.0
     limiter_cpu_us: float = 0.0
+    # The run of a second load sent at the same time (`Beside`), if any.
+    beside: Sample | None = None
+    # Sluice's counters of the row's rule over the run ("allowed", "delayed",
+    # "denied"), for the rows that read them.
+    counters: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class Beside:
+    """A second wrk run against the same URL at the same time as the measured
+    one, for as long: `connections` connections sending `script` with
+    `args` (e.g. a flood of one key beside requests on other keys)."""
+
+    connections: int
+    script: str
+    args: list[str] = field(default_factory=list)
 
 
 def _latency_us(text: str, percentile: str) -> float:
@@ -73,25 +89,50 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run(wrk: str, url: str, duration: float, script: str, args: list[str] | None = None,
-        env: dict | None = None, cpus: str | None = None, envoy_pid: int | None = None,
-        limiter_pids: list[int] | None = None, connections: int = CONNECTIONS) -> Sample:
-    """Runs wrk for `duration` seconds against `url` with a Lua script of lua/,
-    on `cpus` if given, and charges the CPU time Envoy (`envoy_pid`) and the
-    limiter (`limiter_pids`) spent meanwhile to the requests wrk made."""
+def command(wrk: str, url: str, duration: float, script: str, args: list[str] | None = None,
+            connections: int = CONNECTIONS) -> list[str]:
+    """The wrk command line of one run."""
     cmd = [wrk, f"-t{THREADS}", f"-c{connections}", f"-d{max(1, round(duration))}s", "--latency",
            "-s", str(LUA / script), url]
-    if args:
-        cmd += ["--", *args]
+    return cmd + ["--", *args] if args else cmd
+
+
+def run(wrk: str, url: str, duration: float, script: str, args: list[str] | None = None,
+        env: dict | None = None, cpus: str | None = None, envoy_pid: int | None = None,
+        limiter_pids: list[int] | None = None, connections: int = CONNECTIONS,
+        beside: Beside | None = None) -> Sample:
+    """Runs wrk for `duration` seconds against `url` with a Lua script of lua/,
+    on `cpus` if given, and charges the CPU time Envoy (`envoy_pid`) and the
+    limiter (`limiter_pids`) spent meanwhile to the requests wrk made.
+
+    With `beside`, a second wrk runs at the same time against the same URL;
+    its figures are the sample's `beside`, and the CPU time is charged to the
+    requests of both."""
+    cmds = [command(wrk, url, duration, script, args, connections)]
+    if beside:
+        cmds.append(command(wrk, url, duration, beside.script, beside.args, beside.connections))
     watched = ([envoy_pid] if envoy_pid else []) + list(limiter_pids or [])
     before = [cpu_seconds(p) for p in watched]
-    proc = subprocess.run(pinned(cmd, cpus), capture_output=True, text=True, timeout=duration + 60,
-                          env={**os.environ, **(env or {})})
+    procs = [subprocess.Popen(pinned(cmd, cpus), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, **(env or {})}) for cmd in cmds]
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=duration + 60))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     spent = [cpu_seconds(p) - b for p, b in zip(watched, before)]
-    if proc.returncode != 0:
-        raise RuntimeError(f"wrk failed ({proc.returncode}): {proc.stderr}{proc.stdout}")
-    sample = parse(proc.stdout)
-    per_request = 1e6 / max(1, sample.requests)
+    for proc, (out, err) in zip(procs, outputs):
+        if proc.returncode != 0:
+            raise RuntimeError(f"wrk failed ({proc.returncode}): {err}{out}")
+    sample = parse(outputs[0][0])
+    if beside:
+        sample.beside = parse(outputs[1][0])
+    served = sample.requests + (sample.beside.requests if sample.beside else 0)
+    per_request = 1e6 / max(1, served)
     if envoy_pid:
         sample.envoy_cpu_us = spent.pop(0) * per_request
     sample.limiter_cpu_us = sum(spent) * per_request

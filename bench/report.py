@@ -31,17 +31,44 @@ class Summary:
     # medians over rounds of p50 and p99; 0 when not measured.
     solo_p50_us: float = 0.0
     solo_p99_us: float = 0.0
+    # Sluice's decisions of the row's rule over all rounds, for rows that
+    # count them: requests decided (allowed, held ones included, and denied),
+    # held in delay mode, denied.
+    decided: int = 0
+    held: int = 0
+    rule_denied: int = 0
+    # The load sent beside the row's own, if any: median requests/s, share of
+    # non-2xx answers and socket errors (timeouts included) over all rounds.
+    beside_rps: float = 0.0
+    beside_denied_share: float = 0.0
+    beside_socket_errors: int = 0
 
     @property
     def expectation_met(self) -> bool:
         if self.expect == "deny":
             return self.denied_share >= 0.9
-        return self.denied_share == 0 and self.socket_errors == 0
+        if self.expect == "undelayed" and (self.held or not self.decided):
+            return False
+        return self.denied_share == 0 and self.socket_errors == 0 and self.beside_socket_errors == 0
+
+    def counts(self) -> str:
+        """What Sluice decided and what the load beside the row's got, in words."""
+        out = []
+        if self.decided:
+            out.append(f"held {100 * self.held / self.decided:.1f}%, denied "
+                       f"{100 * self.rule_denied / self.decided:.1f}% of {self.decided:,} decisions")
+        if self.beside_rps:
+            out.append(f"held key beside: {self.beside_rps:,.0f} req/s served, "
+                       f"{100 * self.beside_denied_share:.1f}% denied")
+        return "; ".join(out)
 
 
 def summarize(row, samples: list, extra: str = "", solo: list | None = None) -> Summary:
     """Medians of `samples` (wrk runs at full load) and of `solo` (runs with
-    one connection, for latency)."""
+    one connection, for latency); totals of Sluice's counters and of the
+    load beside the row's, where measured."""
+    counted = [s.counters for s in samples if s.counters]
+    beside = [s.beside for s in samples if s.beside]
     return Summary(
         row_id=row.id,
         label=row.label,
@@ -59,6 +86,12 @@ def summarize(row, samples: list, extra: str = "", solo: list | None = None) -> 
         limiter_cpu_us=statistics.median(s.limiter_cpu_us for s in samples),
         solo_p50_us=statistics.median(s.p50_us for s in solo) if solo else 0.0,
         solo_p99_us=statistics.median(s.p99_us for s in solo) if solo else 0.0,
+        decided=sum(c.get("allowed", 0) + c.get("denied", 0) for c in counted),
+        held=sum(c.get("delayed", 0) for c in counted),
+        rule_denied=sum(c.get("denied", 0) for c in counted),
+        beside_rps=statistics.median(b.rps for b in beside) if beside else 0.0,
+        beside_denied_share=sum(b.non_2xx for b in beside) / max(1, sum(b.requests for b in beside)),
+        beside_socket_errors=sum(b.socket_errors for b in beside),
     )
 
 
@@ -121,6 +154,8 @@ def targets(by_conc: dict[int, dict[str, Summary]], limiter: dict[str, Summary])
         ratio_target("global, memory store ≥ 0.6× Sluice local", c, "global-memory", "local-gcra", 0.6,
                      "call-out", "a bare call-out")
         ratio_target("over-limit cache ≥ 0.9× Sluice local", c, "global-cached", "local-gcra", 0.9)
+        ratio_target("requests not delayed, beside 1,000 held ≥ 0.95× without", c, "delay-others-held",
+                     "delay-others", 0.95)
     mem = limiter.get("limiter-memory")
     out.append(Target("sluice-limiter memory store ≥ 50,000 checks/s", None,
                       f"{mem.rps:,.0f}/s" if mem else "not measured",
@@ -147,14 +182,15 @@ def envoy_table(rows: dict[str, Summary]) -> list[str]:
             r = _ratio(s, rows.get(ref))
             ratios.append(f"{r:.2f}" if r is not None else "–")
         denied = f"{100 * s.denied_share:.1f}%"
-        check = "ok" if s.expectation_met else f"**expected {'denials' if s.expect == 'deny' else 'none denied'}**"
-        if s.socket_errors:
-            check += f" ({s.socket_errors} socket errors)"
-        extra = [s.extra] if s.extra else []
+        wanted = {"deny": "denials", "undelayed": "none denied or held"}.get(s.expect, "none denied")
+        check = "ok" if s.expectation_met else f"**expected {wanted}**"
+        if s.socket_errors or s.beside_socket_errors:
+            check += f" ({s.socket_errors + s.beside_socket_errors} socket errors)"
+        extra = [x for x in (s.extra, s.counts()) if x]
         if s.limiter_cpu_us:
             extra.append(f"limiter CPU {s.limiter_cpu_us:.1f} µs/req")
         label = s.label + (f" ({'; '.join(extra)})" if extra else "")
-        solo_cell = f"{_us(s.solo_p50_us)} / {_us(s.solo_p99_us)} | " if solo else ""
+        solo_cell = (f"{_us(s.solo_p50_us)} / {_us(s.solo_p99_us)} | " if s.solo_p99_us else "– | ") if solo else ""
         lines.append(f"| {label} | {s.rps:,.0f} | {100 * s.spread:.0f}% | {_us(s.p50_us)} | {_us(s.p99_us)} | "
                      + solo_cell + " | ".join(ratios) + f" | {s.envoy_cpu_us:.1f} µs | {denied} | {check} |")
     return lines

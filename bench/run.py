@@ -34,6 +34,8 @@ import setups  # noqa: E402
 import support  # noqa: E402
 
 ROOT = support.ROOT
+# Sluice's workers flush their counters at least every 500 ms.
+FLUSH_S = 0.6
 
 
 def parse_args(argv=None):
@@ -172,10 +174,24 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
     envoy_cpus, other_cpus = placement(a, concurrency)
     place_limiters(limiter_procs, other_cpus)
 
-    def measure(env, duration, connections=load.CONNECTIONS):
-        return load.run(a.wrk, f"http://127.0.0.1:{env.port}/", duration, "keys.lua", [str(env.row.keys)],
-                        cpus=other_cpus, envoy_pid=env.pid,
-                        limiter_pids=setups.store_pids(limiter_procs, env.row.store), connections=connections)
+    def measure(env, duration, connections=None):
+        """One run of the row's load (and of the load beside it, if any);
+        with one connection, the row's load alone."""
+        alone = connections == 1
+        counted = env.row.counters and not alone
+        if counted:
+            time.sleep(FLUSH_S)  # what earlier runs left in the workers' metric batches
+            before = setups.sluice_counts(env.envoy)
+        s = load.run(a.wrk, f"http://127.0.0.1:{env.port}/", duration, "keys.lua", env.row.load_args(),
+                     cpus=other_cpus, envoy_pid=env.pid,
+                     limiter_pids=setups.store_pids(limiter_procs, env.row.store),
+                     connections=connections or env.row.connections or load.CONNECTIONS,
+                     beside=None if alone else env.row.beside)
+        if counted:
+            time.sleep(FLUSH_S)
+            after = setups.sluice_counts(env.envoy)
+            s.counters = {k: after[k] - before[k] for k in after}
+        return s
 
     def failed(env_or_row, what, e):
         row = getattr(env_or_row, "row", env_or_row)
@@ -210,7 +226,14 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
                 line = (f"  c{concurrency} round {rnd + 1}/{a.rounds} {env.row.id:<24} {s.rps:>10,.0f} req/s "
                         f"p50 {s.p50_us:>6.0f} µs p99 {s.p99_us:>6.0f} µs non-2xx {s.non_2xx} "
                         f"Envoy CPU {s.envoy_cpu_us:5.1f} µs/req")
-                if a.solo > 0:
+                if s.beside:
+                    line += (f"; beside {s.beside.rps:,.0f} req/s p50 {s.beside.p50_us:.0f} µs "
+                             f"non-2xx {s.beside.non_2xx} errors {s.beside.socket_errors}")
+                if s.counters:
+                    line += f"; Sluice {s.counters}"
+                if s.socket_errors:
+                    line += f"; socket errors {s.socket_errors}"
+                if a.solo > 0 and env.row.solo:
                     try:
                         one = measure(env, a.solo, connections=1)
                         solo[env.row.id].append(one)
@@ -268,6 +291,18 @@ def trace_csv(a, *args: str) -> str:
     return proc.stdout
 
 
+def raise_open_files():
+    """Raises the soft limit of open files to the hard one: the held rows open
+    1,000 connections, each an open file in wrk and in Envoy."""
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
 def _interrupt(*_):
     raise KeyboardInterrupt
 
@@ -283,6 +318,7 @@ def main(argv=None) -> int:
     envoy_rows = [r for r in rows if r.kind == "envoy"]
     limiter_rows = [r for r in rows if r.kind == "limiter"]
     check_inputs(a, rows)
+    raise_open_files()
     charts = None
     if not a.skip_charts:
         try:
@@ -305,7 +341,9 @@ def main(argv=None) -> int:
         "commit": commit(),
         "Envoy": envoy_version(a.envoy),
         "load generator": f"{load.version(a.wrk)}, `wrk -t{load.THREADS} -c{load.CONNECTIONS} "
-                          f"-d{max(1, round(a.duration))}s --latency`, keep-alive, loopback",
+                          f"-d{max(1, round(a.duration))}s --latency`, keep-alive, loopback"
+                          + (f" ({setups.HELD:,} connections on the held key)"
+                             if any(r.connections or r.beside for r in envoy_rows) else ""),
         "machine": machine(),
         "load average at start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
         "rounds": f"{a.rounds} × {max(1, round(a.duration))} s per configuration, after {a.warmup:g} s of warm-up",
@@ -343,6 +381,10 @@ def main(argv=None) -> int:
         "per key (nothing is denied); the local flood row "
         f"{setups.DENY_LIMIT['requests']} per {setups.DENY_LIMIT['window']}; the over-limit cache row "
         f"{setups.CACHED_DENY_LIMIT['requests']} per {setups.CACHED_DENY_LIMIT['window']} in the limiter.",
+        f"The delay rows with requests held: {setups.HELD_LIMIT['requests']:,} per "
+        f"{setups.HELD_LIMIT['window']} per key, `burst: {setups.HELD_LIMIT['burst']}`, `max_delay: {setups.HELD_LIMIT['max_delay']}`, "
+        f"`max_queued: {setups.HELD_MAX_QUEUED}`; their counts are Sluice's counters of the rule, "
+        "requests still held when wrk stops included.",
         "Every request carries one X-Forwarded-For address (one key, or 10,000 in turn); Sluice trusts "
         "one hop (`xff_trusted_hops: 1`), Envoy's 10,000-key native row `xff_num_trusted_hops: 1`.",
         "Sluice rows use the default `headers: ietf` (RateLimit headers on every answer) unless "

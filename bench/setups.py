@@ -18,6 +18,7 @@ from pathlib import Path
 # tests/support: the algorithm list, Envoy, process and HTTP helpers shared with the tests
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+import load  # noqa: E402
 import support  # noqa: E402
 from support import ALGORITHMS  # noqa: E402
 
@@ -37,6 +38,24 @@ DENY_LIMIT = {"requests": 100, "window": "1s"}
 # are denied at once (max_delay stays well under wrk's 2 s timeout).
 DELAY_LIMIT = {**DENY_LIMIT, "on_exceed": "delay", "max_delay": "1s"}
 DELAY_MAX_QUEUED = 4
+# Many requests held at once: HELD connections on one key, each with one
+# request in flight, against a limit of HELD per second without a burst that
+# may hold up to 1.5 s' worth (more than HELD) in a queue larger than HELD.
+# Every request but the first waits its turn, about a second (under wrk's 2 s
+# timeout), and none is denied: about HELD requests wait at any moment, and
+# the key is served at its rate.
+HELD = 1000
+HELD_LIMIT = {"algorithm": "gcra", "requests": HELD, "window": "1s", "burst": 1,
+              "on_exceed": "delay", "max_delay": "1500ms"}
+HELD_MAX_QUEUED = 2 * HELD
+# Slots of the held rows' limit: keys that share a slot share a bucket, and
+# without a burst two requests of one bucket a millisecond apart are delayed.
+# With 10,000 other keys in this many slots, their sharing one with the held
+# key, or pairs of them a millisecond apart, is rare (the default 100,000
+# slots would give the held key a 10% chance).
+HELD_MAX_KEYS = 10_000_000
+# The rule of every Sluice row (its counters are sluice.<rule>.<event>).
+RULE = "per-ip"
 # The limiter denies for an hour after 10 requests: the over-limit cache
 # answers nearly everything.
 CACHED_DENY_LIMIT = {"requests": 10, "window": "1h"}
@@ -50,7 +69,8 @@ class Row:
 
     `kind` is "envoy" (wrk against Envoy) or "limiter" (wrk against
     sluice-limiter's /v1/check). `expect` is "allow" (no request may be
-    denied) or "deny" (most requests must be).
+    denied), "undelayed" (none denied and, by Sluice's counters, none held)
+    or "deny" (most requests must be).
     """
 
     id: str
@@ -61,18 +81,41 @@ class Row:
     store: str | None = None  # limiter store a row needs: "memory" or "redis"
     filters: list = field(default_factory=list)
     hcm_extra: dict = field(default_factory=dict)
+    connections: int | None = None  # wrk's connections, if not the usual ones (load.CONNECTIONS)
+    first_key: int = 0  # index of the row's first X-Forwarded-For address (lua/keys.lua)
+    beside: load.Beside | None = None  # a second load sent at the same time, not measured as the row's
+    solo: bool = True  # whether the one-connection latency run means anything for the row
+    counters: bool = False  # whether to report Sluice's counters of RULE (held, denied) per run
+
+    def load_args(self) -> list[str]:
+        """lua/keys.lua's arguments for the row's own load."""
+        return [str(self.keys)] + ([str(self.first_key)] if self.first_key else [])
 
 
 def sluice_config(limit: dict, headers: str | None = None, global_scope: bool = False,
-                  rule: dict | None = None) -> dict:
+                  rule: dict | None = None, top: dict | None = None) -> dict:
     """A Sluice filter configuration: one rule keyed by client address (from a
     trusted X-Forwarded-For entry, as behind one proxy), one limit; the
-    default headers unless `headers` is given; `rule` adds rule fields."""
-    top: dict = {"client_ip": {"xff_trusted_hops": 1}}
+    default headers unless `headers` is given; `rule` adds rule fields, `top`
+    top-level fields."""
+    top = {"client_ip": {"xff_trusted_hops": 1}, **(top or {})}
     if global_scope:
         top["limiter"] = {"cluster": LIMITER_CLUSTER, "authority": "sluice-limiter", "timeout": "50ms"}
-    return support.sluice_config([{"name": "per-ip", "key": ["client_ip"], "limits": [limit], **(rule or {})}],
+    return support.sluice_config([{"name": RULE, "key": ["client_ip"], "limits": [limit], **(rule or {})}],
                                  domain="bench", headers=headers, **top)
+
+
+def sluice_counts(envoy: support.Envoy) -> dict[str, int]:
+    """Sluice's counters of RULE in `envoy`: requests allowed (held ones
+    included), held (delayed) and denied."""
+    stats = envoy.stats()
+
+    def get(event: str) -> int:
+        for prefix in ("wasmcustom.", ""):
+            if f"{prefix}sluice.{RULE}.{event}" in stats:
+                return stats[f"{prefix}sluice.{RULE}.{event}"]
+        return 0
+    return {event: get(event) for event in ("allowed", "delayed", "denied")}
 
 
 def native_local_ratelimit() -> dict:
@@ -123,6 +166,8 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
         out.append(Row(f"local-{algo}-10k", f"Sluice local {algo}, 10,000 keys", keys=MANY_KEYS,
                        filters=sluice(sluice_config(limit))))
     gcra = {"algorithm": "gcra", **ALLOW_LIMIT}
+    held_config = sluice_config(HELD_LIMIT, rule={"max_queued": HELD_MAX_QUEUED},
+                                top={"local_max_keys": HELD_MAX_KEYS})
     out += [
         Row("local-gcra-noheaders", "Sluice local gcra, one key, headers none",
             filters=sluice(sluice_config(gcra, headers="none"))),
@@ -133,6 +178,15 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
         Row("local-gcra-delay", f"Sluice local gcra, flood in delay mode ({DELAY_MAX_QUEUED} held per worker)",
             expect="deny", filters=sluice(sluice_config({"algorithm": "gcra", **DELAY_LIMIT},
                                                         rule={"max_queued": DELAY_MAX_QUEUED}))),
+        Row("local-gcra-delay-held", f"Sluice local gcra, delay mode, {HELD:,} requests held "
+            f"({HELD:,} connections on one key)", connections=HELD, solo=False, counters=True,
+            filters=sluice(held_config)),
+        Row("delay-others", "Sluice local gcra, delay mode, 10,000 keys never delayed",
+            keys=MANY_KEYS, expect="undelayed", first_key=1, solo=False, counters=True, filters=sluice(held_config)),
+        Row("delay-others-held", f"Sluice local gcra, delay mode, 10,000 keys never delayed, "
+            f"beside {HELD:,} connections held on one key",
+            keys=MANY_KEYS, first_key=1, solo=False, counters=True, filters=sluice(held_config),
+            beside=load.Beside(HELD, "keys.lua", ["1"])),
         Row("deny-reply", "wasm filter making Sluice's host calls and 429 of a denial, no logic", expect="deny",
             filters=[support.wasm_filter({"mode": "deny"}, noop_wasm, vm_id="deny-reply", name="deny-reply")]),
         Row("global-memory", "Sluice global gcra, limiter memory store", store="memory",

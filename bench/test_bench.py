@@ -153,3 +153,90 @@ def test_shaping_csv():
                       "ceiling": 20, "pool": 12, "pool_window_ms": 60000}
     assert per_mode == {"reject": [(0, "admitted", 0), (5, "denied", None)],
                         "delay": [(9500, "delayed", 10001)], "elastic": [(9600, "borrowed", 9600)]}
+
+
+def test_the_held_row_holds_a_thousand_requests_and_denies_none():
+    rows = {r.id: r for r in setups.rows(Path("s"), Path("n"))}
+    row = rows["local-gcra-delay-held"]
+    cfg = json.loads(row.filters[0]["typed_config"]["config"]["configuration"]["value"])
+    rule = cfg["rules"][0]
+    limit = rule["limits"][0]
+    assert row.connections == setups.HELD == limit["requests"] and limit["window"] == "1s"
+    assert limit["burst"] == 1  # all but the first request of a run are held
+    # a queue larger than the connections, and a schedule that may hold more
+    # than them (1.5 s of the rate), under wrk's 2 s timeout
+    assert rule["max_queued"] >= setups.HELD and limit["max_delay"] == "1500ms"
+    assert row.expect == "allow" and row.counters and not row.solo
+    assert row.load_args() == ["1"]
+
+
+def test_the_mixed_rows_share_a_configuration_and_keep_their_keys_apart():
+    rows = {r.id: r for r in setups.rows(Path("s"), Path("n"))}
+    base, held = rows["delay-others"], rows["delay-others-held"]
+    assert base.filters == held.filters == rows["local-gcra-delay-held"].filters
+    assert base.beside is None
+    assert held.beside == load.Beside(setups.HELD, "keys.lua", ["1"])
+    # the row's own keys start after the held key (10.0.0.0)
+    assert base.load_args() == held.load_args() == [str(setups.MANY_KEYS), "1"]
+    cfg = json.loads(base.filters[0]["typed_config"]["config"]["configuration"]["value"])
+    # few enough keys per slot that no other key shares the held key's bucket
+    assert cfg["local_max_keys"] >= 1000 * setups.MANY_KEYS
+    assert base.expect == "undelayed"
+
+
+def test_a_row_meant_to_hold_nothing_is_flagged_when_sluice_held_some():
+    row = next(r for r in setups.rows(Path("s"), Path("n")) if r.id == "delay-others")
+    clean, held = _sample(1000), _sample(1000)
+    clean.counters = {"allowed": 1000, "delayed": 0, "denied": 0}
+    held.counters = {"allowed": 1000, "delayed": 3, "denied": 0}
+    assert report.summarize(row, [clean]).expectation_met
+    flagged = report.summarize(row, [clean, held])
+    assert not flagged.expectation_met
+    assert report.envoy_table({"x": flagged})[-1].endswith("| **expected none denied or held** |")
+    # without counters nothing says that none was held
+    assert not report.summarize(row, [_sample(1000)]).expectation_met
+
+
+def test_wrk_command_line():
+    cmd = load.command("wrk", "http://127.0.0.1:1/", 4.4, "keys.lua", ["10000", "1"], connections=1000)
+    assert cmd[:4] == ["wrk", "-t1", "-c1000", "-d4s"]
+    assert cmd[-4:] == ["http://127.0.0.1:1/", "--", "10000", "1"]
+    assert load.command("wrk", "u", 1, "check.lua")[-1] == "u"
+
+
+def test_counters_and_the_load_beside_are_reported():
+    rows = {r.id: r for r in setups.rows(Path("s"), Path("n"))}
+
+    def sample(rps, beside_rps=None, counters=None, timeouts=0):
+        s = _sample(rps)
+        if beside_rps is not None:
+            s.beside = load.Sample(rps=beside_rps, p50_us=1e6, p99_us=1e6, requests=int(4 * beside_rps),
+                                   non_2xx=0, socket_errors=timeouts)
+        s.counters = counters or {}
+        return s
+
+    counts = {"allowed": 4100, "delayed": 4000, "denied": 0}
+    base = report.summarize(rows["delay-others"], [sample(30000, counters={"allowed": 9, "delayed": 0,
+                                                                           "denied": 0})])
+    held = report.summarize(rows["delay-others-held"], [sample(29000, 1000, counts), sample(29500, 1200, counts)])
+    assert (held.decided, held.held, held.rule_denied) == (8200, 8000, 0)
+    assert held.beside_rps == 1100 and held.expectation_met
+    assert held.counts() == "held 97.6%, denied 0.0% of 8,200 decisions; held key beside: 1,100 req/s served, " \
+                            "0.0% denied"
+    line = report.envoy_table({"delay-others-held": held})[-1]
+    assert "(held 97.6%" in line and line.endswith("| 0.0% | ok |")
+    goal = next(t for t in report.targets({1: {"delay-others": base, "delay-others-held": held}}, {})
+                if t.name.startswith("requests not delayed"))
+    assert (goal.measured, goal.met) == ("0.975× (target ≥ 0.95×)", True)
+    timed_out = report.summarize(rows["delay-others-held"], [sample(29000, 1000, counts, timeouts=3)])
+    assert not timed_out.expectation_met
+    assert "(3 socket errors)" in report.envoy_table({"x": timed_out})[-1]
+
+
+def test_rows_without_a_one_connection_run_show_none():
+    rows = {r.id: r for r in setups.rows(Path("s"), Path("n"))}
+    one = [load.Sample(rps=5000, p50_us=180.0, p99_us=260.0, requests=5000, non_2xx=0, socket_errors=0)]
+    table = report.envoy_table({"noop-wasm": report.summarize(rows["noop-wasm"], [_sample(25000)], solo=one),
+                                "local-gcra-delay-held": report.summarize(rows["local-gcra-delay-held"],
+                                                                          [_sample(1000)])})
+    assert "| 180 µs / 260 µs |" in table[-2] and "| – |" in table[-1]
