@@ -31,14 +31,17 @@
 //! call, made only when every enforcing denial of the first came from an
 //! elastic limit that can borrow (the first call, denied, consumed nothing).
 
-use crate::config::{Cost, Elastic, FailureMode, LimitScope, Plan, Rule, RuleLimit, SyncMode};
+use crate::config::{
+    Cost, Elastic, FailureMode, LeasePolicy, LimitScope, Plan, Rule, RuleLimit, Sync,
+};
 use crate::headers::{more_restrictive, Reported};
 use crate::key::{Request, RequestView};
 use crate::layout;
+use crate::lease::{self, Lease, Take};
 use crate::local::{self, Contended, SharedStore};
 use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
 use crate::slots::{self, SlotHasher};
-use sluice_core::{Decision, Denial, Limit, Nanos, SECOND};
+use sluice_core::{Algorithm, Decision, Denial, Limit, Nanos, MILLISECOND, SECOND};
 use sluice_wire::{limiter_key, CheckRequest, CheckResponse, LimitResult, LimitSpec};
 
 /// What to do with a request.
@@ -334,6 +337,7 @@ where
             weight,
         };
         if let Err(report) = walk.rule(&applied) {
+            walk.cancel_asks();
             return walk.tally.deny(report, &walk.env);
         }
     }
@@ -362,6 +366,7 @@ where
     let mut failed: Option<&GlobalItem> = None;
     let mut key = String::new();
     for call in &calls {
+        settle_leases(&env, call, tally.now);
         let Some(response) = call.answered() else {
             if !call.shadow && failed.is_none() {
                 failed = call.batch.items.first();
@@ -424,6 +429,14 @@ fn borrow_call(plan: &Plan, calls: Vec<Call>, tally: Tally) -> Verdict {
             let lent = match item.borrow.take() {
                 Some(lent) if !answer.allowed => *lent,
                 _ => {
+                    // The first call settled its lease ask and returns.
+                    item.lease = None;
+                    let spec = LimitSpec {
+                        lease: None,
+                        returned: None,
+                        returned_age_ms: None,
+                        ..spec
+                    };
                     batch.push(item, spec, weight);
                     continue;
                 }
@@ -660,9 +673,33 @@ where
             return Err(applied.reported(limit, too_costly(limit)));
         }
         let now = self.tally.now;
+        let mut ask = None;
+        if let Sync::Lease(policy) = &rule_limit.sync {
+            match self.spend_lease(applied, l, limit, policy) {
+                Some(Take::Spent { lease, .. }) => {
+                    let reported = applied.reported(limit, from_lease(limit, &lease, now));
+                    self.tally.report = Some(more_restrictive(self.tally.report, reported));
+                    return Ok(());
+                }
+                Some(Take::Ask {
+                    ask: units,
+                    returned,
+                    age,
+                }) => ask = Some((units, returned, age)),
+                None => {}
+            }
+        }
         layout::slot_key(&mut self.scratch, deny_prefix, applied.slot);
         let cached = deny_cache::lookup(self.env.store, &self.scratch, applied.fingerprint, now);
         if let Some(deadline) = cached {
+            if let (Some((units, returned, _)), Sync::Lease(policy)) = (ask, &rule_limit.sync) {
+                let ask = LeaseAsk {
+                    slot: applied.slot,
+                    asked: units > 0,
+                    returned,
+                };
+                cancel_ask(&self.env, policy, applied.fingerprint, ask);
+            }
             let denial = Decision::over_limit(limit.requests, deadline.saturating_sub(now));
             return Err(applied.reported(limit, denial));
         }
@@ -671,6 +708,19 @@ where
             .as_ref()
             .and_then(|elastic| self.lend_global(applied, l, elastic))
             .map(Box::new);
+        let mut spec = LimitSpec::new(limiter_key(&applied.rule.name, l, applied.key), limit);
+        let lease = ask.map(|(units, returned, age)| {
+            spec.lease = (units > 0).then_some(units);
+            if returned > 0 {
+                spec.returned = Some(returned);
+                spec.returned_age_ms = Some(age.div_ceil(MILLISECOND));
+            }
+            LeaseAsk {
+                slot: applied.slot,
+                asked: units > 0,
+                returned,
+            }
+        });
         let batch = if applied.rule.shadow {
             &mut self.shadow
         } else {
@@ -687,12 +737,63 @@ where
                 cacheable: matches!(applied.rule.cost, Cost::Fixed(_)) && borrow.is_none(),
                 role: Role::Own,
                 borrow,
-                coalesce: rule_limit.sync == SyncMode::Coalesce,
+                coalesce: rule_limit.sync == Sync::Coalesce,
+                lease,
             },
-            LimitSpec::new(limiter_key(&applied.rule.name, l, applied.key), limit),
+            spec,
             applied.weight,
         );
         Ok(())
+    }
+
+    /// Spends the request's weight from this Envoy's lease of global limit
+    /// `l` of `applied`, or says what to ask the limiter for; `None` when
+    /// the limit's share is below one unit for this key, or under heavy
+    /// contention (the request is then checked alone).
+    fn spend_lease(
+        &mut self,
+        applied: &Applied<'_>,
+        l: usize,
+        limit: &Limit,
+        policy: &LeasePolicy,
+    ) -> Option<Take> {
+        let max = policy.max_units(limit);
+        if max == 0 {
+            return None;
+        }
+        let wait = self.env.plan.limiter.as_ref().map_or(SECOND, |t| t.timeout);
+        layout::slot_key(&mut self.scratch, &policy.prefix, applied.slot);
+        let now = self.tally.now;
+        let taken = lease::take(
+            self.env.store,
+            &self.scratch,
+            applied.fingerprint,
+            now,
+            applied.weight,
+            max,
+            wait,
+        );
+        match taken {
+            Ok(Take::Spent { granted_at, lease }) => {
+                self.tally.consumed.push(Consumed {
+                    rule: applied.index,
+                    limit: l,
+                    target: Target::Lease {
+                        slot: applied.slot,
+                        fingerprint: applied.fingerprint,
+                        granted_at,
+                    },
+                    delay: 0,
+                    weight: applied.weight,
+                });
+                Some(Take::Spent { granted_at, lease })
+            }
+            Ok(ask) => Some(ask),
+            Err(Contended) => {
+                self.env.metrics.global(GlobalEvent::CasExhausted);
+                None
+            }
+        }
     }
 
     /// What global elastic limit `l` of `applied` checks in the second call
@@ -713,6 +814,7 @@ where
             role: Role::Own,
             borrow: None,
             coalesce: false,
+            lease: None,
         };
         let extra = (
             item(applied.index, l, &elastic.extra),
@@ -731,6 +833,23 @@ where
             })
             .collect();
         Some(Lend { extra, pool })
+    }
+
+    /// Ends the lease asks of the limits bound for calls: the request is
+    /// denied before any call is made.
+    fn cancel_asks(&self) {
+        let plan = self.env.plan;
+        for item in self.enforcing.items.iter().chain(&self.shadow.items) {
+            let Some(ask) = item.lease else { continue };
+            let sync = plan
+                .rules
+                .get(item.rule)
+                .and_then(|r| r.limits.get(item.limit))
+                .map(|l| &l.sync);
+            if let Some(Sync::Lease(policy)) = sync {
+                cancel_ask(&self.env, policy, item.fingerprint, ask);
+            }
+        }
     }
 
     /// Admits the request, or asks the limiter about its global limits.
@@ -862,6 +981,21 @@ impl Tally {
                 .rules
                 .get(c.rule)
                 .and_then(|r| r.limits.get(c.limit));
+            if let Target::Lease {
+                slot,
+                fingerprint,
+                granted_at,
+            } = c.target
+            {
+                if let Some(Sync::Lease(policy)) = rule_limit.map(|l| &l.sync) {
+                    layout::slot_key(&mut key, &policy.prefix, slot);
+                    let back = lease::give_back(env.store, &key, fingerprint, granted_at, c.weight);
+                    if back.is_err() {
+                        env.metrics.global(GlobalEvent::CasExhausted);
+                    }
+                }
+                continue;
+            }
             let Some((limit, state_key)) = rule_limit.and_then(|l| c.target.locate(l, &mut key))
             else {
                 continue;
@@ -950,6 +1084,13 @@ enum Target {
     Override(usize),
     /// The extra allowance of an elastic limit, in this slot.
     Extra(u64),
+    /// This Envoy's lease of a global limit, in this slot: the grant made
+    /// at `granted_at` for the key of `fingerprint`.
+    Lease {
+        slot: u64,
+        fingerprint: u64,
+        granted_at: Nanos,
+    },
 }
 
 impl Target {
@@ -978,6 +1119,7 @@ impl Target {
                 layout::slot_key(out, &elastic.place, slot);
                 Some((&elastic.extra, out.as_str()))
             }
+            Target::Lease { .. } => None,
         }
     }
 
@@ -991,6 +1133,7 @@ impl Target {
             Target::Slot(_) => Some(&rule_limit.limit),
             Target::Override(i) => rule_limit.overrides.get(i).map(|o| &o.limit),
             Target::Extra(_) => rule_limit.elastic.as_ref().map(|e| &e.extra),
+            Target::Lease { .. } => None,
         }
     }
 }
@@ -1012,6 +1155,34 @@ struct GlobalItem {
     borrow: Option<Box<Lend>>,
     /// The limit may share calls with other requests.
     coalesce: bool,
+    /// A leased limit's ask: its lease slot, and whether units were asked
+    /// for (the grant, even of none, ends the ask).
+    lease: Option<LeaseAsk>,
+}
+
+/// A leased limit's ask for units, made with the request's check.
+#[derive(Debug, Clone, Copy)]
+struct LeaseAsk {
+    slot: u64,
+    asked: bool,
+    /// Units of the previous grant the ask gives back.
+    returned: u64,
+}
+
+/// Ends `ask` of the key of `fingerprint`, not sent after all.
+fn cancel_ask<S, M>(env: &Env<'_, S, M>, policy: &LeasePolicy, fingerprint: u64, ask: LeaseAsk)
+where
+    S: SharedStore + ?Sized,
+    M: MetricSink + ?Sized,
+{
+    if !ask.asked && ask.returned == 0 {
+        return;
+    }
+    let mut key = String::new();
+    layout::slot_key(&mut key, &policy.prefix, ask.slot);
+    if lease::cancel(env.store, &key, fingerprint, ask.returned).is_err() {
+        env.metrics.global(GlobalEvent::CasExhausted);
+    }
 }
 
 impl GlobalItem {
@@ -1170,6 +1341,85 @@ fn too_costly(limit: &Limit) -> Decision {
         retry_after: 0,
         delay: 0,
         denial: Some(Denial::CostExceedsCapacity),
+    }
+}
+
+/// What a request spent from a lease reports: the limiter's remaining when
+/// the lease was granted, plus what this Envoy still holds.
+fn from_lease(limit: &Limit, lease: &Lease, now: Nanos) -> Decision {
+    Decision {
+        allowed: true,
+        limit: limit.requests,
+        remaining: lease.remaining.saturating_add(lease.left),
+        reset: lease.reset_at.saturating_sub(now),
+        retry_after: 0,
+        delay: 0,
+        denial: None,
+    }
+}
+
+/// When a lease granted at `now` under `limit` stops being spendable: after
+/// `ttl`, and never past the end of the current window for the algorithms
+/// that count per window.
+fn lease_expiry(limit: &Limit, ttl: Nanos, now: Nanos) -> Nanos {
+    let expiry = now.saturating_add(ttl);
+    match limit.algorithm {
+        Algorithm::FixedWindow | Algorithm::SlidingWindow | Algorithm::SlidingLog => {
+            let window = limit.window.max(1);
+            let end = (now / window).saturating_add(1).saturating_mul(window);
+            expiry.min(end)
+        }
+        _ => expiry,
+    }
+}
+
+/// Ends the lease asks of `call`'s limits: installs what the limiter granted
+/// (nothing when the call failed or the check was denied).
+fn settle_leases<S, M>(env: &Env<'_, S, M>, call: &Call, now: Nanos)
+where
+    S: SharedStore + ?Sized,
+    M: MetricSink + ?Sized,
+{
+    let answers = call.answered().map(|a| a.limits.as_slice());
+    let mut key = String::new();
+    for (i, item) in call.batch.items.iter().enumerate() {
+        let Some(ask) = item.lease.filter(|a| a.asked) else {
+            continue;
+        };
+        let Some(rule_limit) = env
+            .plan
+            .rules
+            .get(item.rule)
+            .and_then(|r| r.limits.get(item.limit))
+        else {
+            continue;
+        };
+        let Sync::Lease(policy) = &rule_limit.sync else {
+            continue;
+        };
+        let answer = answers.and_then(|a| a.get(i));
+        let (units, remaining, reset) = answer.filter(|a| a.allowed).map_or((0, 0, 0), |a| {
+            (
+                a.leased,
+                a.remaining,
+                a.reset_ms.saturating_mul(MILLISECOND),
+            )
+        });
+        let limit = &rule_limit.limit;
+        layout::slot_key(&mut key, &policy.prefix, ask.slot);
+        let granted = lease::grant(
+            env.store,
+            &key,
+            item.fingerprint,
+            now,
+            units,
+            lease_expiry(limit, policy.ttl, now),
+            remaining,
+            now.saturating_add(reset),
+        );
+        if granted.is_err() {
+            env.metrics.global(GlobalEvent::CasExhausted);
+        }
     }
 }
 

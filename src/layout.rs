@@ -11,6 +11,7 @@
 //! | `sluice/<domain>/<rule>/<limit>/<algorithm>/<window ms>/=<key>` | local limit state of an override key |
 //! | `sluice/<domain>/<rule>/<limit>/deny/<slot>` | over-limit cache of a global limit |
 //! | `sluice/<domain>/<rule>+elastic/<limit>/<algorithm>/<window ms>/<slot>` | extra allowance of a local elastic limit |
+//! | `sluice/<domain>/<rule>/<limit>/lease/<slot>` | lease of a leased global limit |
 
 use crate::decimal::push_u64;
 use sluice_core::{Limit, MILLISECOND};
@@ -47,6 +48,11 @@ pub fn override_key(domain: &str, rule: &str, index: usize, limit: &Limit, key: 
 /// The prefix of a global limit's over-limit cache keys (the slot number follows).
 pub fn deny_prefix(domain: &str, rule: &str, index: usize) -> String {
     format!("sluice/{domain}/{rule}/{index}/deny/")
+}
+
+/// The prefix of a leased global limit's lease slots (the slot number follows).
+pub fn lease_prefix(domain: &str, rule: &str, index: usize) -> String {
+    format!("sluice/{domain}/{rule}/{index}/lease/")
 }
 
 /// Writes `prefix` followed by `slot` into `out`, reusing its allocation.

@@ -33,6 +33,7 @@ pub mod engine;
 pub mod headers;
 pub mod key;
 pub mod layout;
+pub mod lease;
 pub mod local;
 pub mod matcher;
 pub mod metrics;

@@ -95,7 +95,7 @@ pub fn load_or_create<S: SharedStore + ?Sized>(
 }
 
 /// A value to write: a key state or raw bytes.
-trait Value {
+pub(crate) trait Value {
     fn bytes(&self) -> &[u8];
 }
 
@@ -111,12 +111,18 @@ impl Value for &[u8] {
     }
 }
 
+impl<const N: usize> Value for [u8; N] {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
 /// The compare-and-swap loop: reads `key` (one get), runs `step` on its value
 /// (`None`: missing), and writes what `step` returns, if anything (one set),
 /// unless another worker wrote the key in between; then it reads again and
 /// reruns `step`. Returns the result of the step whose write (or absence of
 /// one) stood.
-fn measure_and_replace<S, W, T>(
+pub(crate) fn measure_and_replace<S, W, T>(
     store: &S,
     key: &str,
     mut step: impl FnMut(Option<&[u8]>) -> (Option<W>, T),

@@ -2,11 +2,12 @@
 
 use super::duration::parse_duration;
 use super::plan::{
-    Cost, DenyResponse, Elastic, LimitScope, LimiterTarget, OverrideLimit, Plan, Rule, RuleLimit,
+    Cost, DenyResponse, Elastic, LeasePolicy, LimitScope, LimiterTarget, OverrideLimit, Plan, Rule,
+    RuleLimit, Sync,
 };
 use super::raw::{
     Mode, OnExceed, RawConfig, RawCost, RawElastic, RawLimit, RawMatch, RawOverride, RawRule,
-    Scope, SyncMode, COST_EXPECTED,
+    RawSync, Scope, SyncMode, COST_EXPECTED,
 };
 use crate::client_ip::ClientIpPolicy;
 use crate::key::KeyPart;
@@ -241,14 +242,18 @@ fn compile_rule(domain: &str, path: &str, rule: RawRule) -> Result<Rule, FieldEr
                 })
             }
         };
-        let sync = match (&raw_limit.sync, raw_limit.scope) {
-            (None, _) => SyncMode::PerRequest,
-            (Some(sync), Scope::Global) => sync.mode,
-            (Some(_), Scope::Local) => {
-                return Err(FieldError::at(
-                    format!("{limit_path}.sync"),
-                    "only applies to limits with scope global",
-                ));
+        let sync = match &raw_limit.sync {
+            None => Sync::PerRequest,
+            Some(raw_sync) => {
+                let place = (domain, rule.name.as_str(), j);
+                compile_sync(
+                    &format!("{limit_path}.sync"),
+                    raw_sync,
+                    raw_limit,
+                    rule.mode,
+                    &limit,
+                    place,
+                )?
             }
         };
         limits.push(RuleLimit {
@@ -296,6 +301,105 @@ fn compile_rule(domain: &str, path: &str, rule: RawRule) -> Result<Rule, FieldEr
         cost,
         pool: false,
     })
+}
+
+/// How long a lease may be spent, unless `ttl` says otherwise.
+pub const DEFAULT_LEASE_TTL: Nanos = sluice_core::SECOND;
+
+/// Checks a global limit's `sync`; `place` is (domain, rule name, limit
+/// index), naming its lease slots.
+fn compile_sync(
+    path: &str,
+    raw: &RawSync,
+    raw_limit: &RawLimit,
+    rule_mode: Mode,
+    limit: &Limit,
+    place: (&str, &str, usize),
+) -> Result<Sync, FieldError> {
+    if raw_limit.scope == Scope::Local {
+        return Err(FieldError::at(
+            path,
+            "only applies to limits with scope global",
+        ));
+    }
+    if raw.mode != SyncMode::Lease {
+        if raw.max_share.is_some() || raw.ttl.is_some() {
+            return Err(FieldError::at(
+                path,
+                "max_share and ttl only apply with mode lease",
+            ));
+        }
+        return Ok(if raw.mode == SyncMode::Coalesce {
+            Sync::Coalesce
+        } else {
+            Sync::PerRequest
+        });
+    }
+    let conflict = if rule_mode == Mode::Shadow {
+        Some("a shadow rule's limits are checked per request")
+    } else if raw_limit.on_exceed == OnExceed::Delay {
+        Some("cannot be combined with on_exceed: delay")
+    } else if raw_limit.elastic.is_some() {
+        Some("cannot be combined with elastic")
+    } else {
+        None
+    };
+    if let Some(conflict) = conflict {
+        return Err(FieldError::at(format!("{path}.mode"), conflict));
+    }
+    let share_path = format!("{path}.max_share");
+    let text = raw
+        .max_share
+        .as_deref()
+        .ok_or_else(|| FieldError::at(&share_path, "required with mode lease"))?;
+    let share_ppm = parse_share(text).map_err(|m| FieldError::at(&share_path, m))?;
+    let ttl = match raw.ttl.as_deref() {
+        None => DEFAULT_LEASE_TTL,
+        Some(text) => {
+            let field = format!("{path}.ttl");
+            let ttl = parse_duration(text).map_err(|m| FieldError::at(&field, m))?;
+            if ttl < MILLISECOND {
+                return Err(FieldError::at(field, "must be at least 1ms"));
+            }
+            ttl
+        }
+    };
+    let (domain, rule_name, index) = place;
+    let policy = LeasePolicy {
+        share_ppm,
+        ttl,
+        prefix: layout::lease_prefix(domain, rule_name, index),
+    };
+    if policy.max_units(limit) == 0 {
+        return Err(FieldError::at(
+            share_path,
+            format!(
+                "{text} of {} requests is less than one unit",
+                limit.requests
+            ),
+        ));
+    }
+    Ok(Sync::Lease(policy))
+}
+
+/// Reads a share such as `"1%"` or `"0.25%"` into millionths.
+fn parse_share(text: &str) -> Result<u64, String> {
+    let expected = || {
+        format!("must be a percentage above 0% and at most 100% with up to 4 decimals, such as \"1%\", got {text:?}")
+    };
+    let number = text.strip_suffix('%').ok_or_else(expected)?;
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(whole) || (!fraction.is_empty() && !digits(fraction)) || fraction.len() > 4 {
+        return Err(expected());
+    }
+    let whole: u64 = whole.parse().map_err(|_| expected())?;
+    let fraction: u64 = format!("{fraction:0<4}").parse().map_err(|_| expected())?;
+    let ppm = whole.saturating_mul(10_000).saturating_add(fraction);
+    if ppm == 0 || ppm > 1_000_000 {
+        return Err(expected());
+    }
+    Ok(ppm)
 }
 
 /// The extra allowance of an elastic limit: `ceiling - requests` per window,

@@ -9,7 +9,8 @@ mod raw;
 pub use compile::{compile, parse, MAX_LOCAL_KEYS, MAX_NAME_LEN, MAX_QUEUED};
 pub use duration::parse_duration;
 pub use plan::{
-    Cost, DenyResponse, Elastic, LimitScope, LimiterTarget, OverrideLimit, Plan, Rule, RuleLimit,
+    Cost, DenyResponse, Elastic, LeasePolicy, LimitScope, LimiterTarget, OverrideLimit, Plan, Rule,
+    RuleLimit, Sync,
 };
 pub use raw::{FailureMode, HeadersMode, Mode, OnExceed, RawConfig, Scope, SyncMode};
 pub use sluice_core::FieldError;

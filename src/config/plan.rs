@@ -2,7 +2,7 @@
 //! constant (shared-data key prefixes, overrides) computed once.
 
 use crate::client_ip::ClientIpPolicy;
-use crate::config::raw::{FailureMode, HeadersMode, SyncMode};
+use crate::config::raw::{FailureMode, HeadersMode};
 use crate::key::KeyPart;
 use crate::matcher::Matcher;
 use sluice_core::{Limit, Nanos};
@@ -99,7 +99,39 @@ pub struct RuleLimit {
     /// Admission beyond the quota while a pool has headroom.
     pub elastic: Option<Elastic>,
     /// How a global limit's checks reach the limiter.
-    pub sync: SyncMode,
+    pub sync: Sync,
+}
+
+/// How a global limit's checks reach the limiter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sync {
+    /// Every request makes its own call.
+    PerRequest,
+    /// Requests with the same check share calls (see [`crate::coalesce`]).
+    Coalesce,
+    /// This Envoy spends leases of the quota (see [`crate::lease`]).
+    Lease(LeasePolicy),
+}
+
+/// How a leased limit's leases are sized and kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeasePolicy {
+    /// The most units of a key this Envoy holds, in millionths of the
+    /// limit's `requests` (`max_share`).
+    pub share_ppm: u64,
+    /// How long a grant may be spent (never past the window's end).
+    pub ttl: Nanos,
+    /// Prefix of the lease slots in shared data (the slot number follows).
+    pub prefix: String,
+}
+
+impl LeasePolicy {
+    /// The most units of a key under `limit` this Envoy holds (0: the share
+    /// is below one unit, so no lease is asked for).
+    pub fn max_units(&self, limit: &Limit) -> u64 {
+        let units = u128::from(limit.requests) * u128::from(self.share_ppm) / 1_000_000;
+        u64::try_from(units).unwrap_or(u64::MAX)
+    }
 }
 
 /// An elastic limit's borrowing: a request its own quota denies passes if

@@ -329,8 +329,14 @@ pub struct RawLimit {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawSync {
-    /// `per_request` or `coalesce`.
+    /// `per_request`, `coalesce` or `lease`.
     pub mode: SyncMode,
+    /// Lease: the most of the limit's `requests` one Envoy holds, e.g. `"1%"`.
+    #[serde(default)]
+    pub max_share: Option<String>,
+    /// Lease: how long a grant may be spent.
+    #[serde(default)]
+    pub ttl: Option<String>,
 }
 
 /// How a global limit's checks reach the limiter.
@@ -343,6 +349,8 @@ pub enum SyncMode {
     /// Requests with the same check while one is in flight from this
     /// worker wait for the next call, which carries them all.
     Coalesce,
+    /// This Envoy spends slices of the quota the limiter debited in advance.
+    Lease,
 }
 
 /// An elastic limit: beyond its own quota, a request may borrow from a pool.

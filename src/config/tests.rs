@@ -685,3 +685,81 @@ fn bad_elastic_limits_are_refused_with_the_field_named() {
     let e = err(&overridden);
     assert_eq!(e.path, "rules[0].overrides[0]", "{e}");
 }
+
+fn leased(sync: &str) -> String {
+    format!(
+        r#"{{"domain":"d","limiter":{{"cluster":"c","authority":"a"}},"rules":[
+            {{"name":"r","key":["const:k"],"limits":[{{"algorithm":"gcra","requests":1000,"window":"1s","scope":"global","sync":{sync}}}]}}]}}"#
+    )
+}
+
+#[test]
+fn sync_modes_compile() {
+    let plan =
+        parse(leased(r#"{"mode":"lease","max_share":"2.5%","ttl":"200ms"}"#).as_bytes()).unwrap();
+    let rule_limit = &plan.rules[0].limits[0];
+    match &rule_limit.sync {
+        Sync::Lease(policy) => {
+            assert_eq!((policy.share_ppm, policy.ttl), (25_000, 200 * MILLISECOND));
+            assert_eq!(policy.max_units(&rule_limit.limit), 25);
+            assert_eq!(policy.prefix, "sluice/d/r/0/lease/");
+        }
+        other => panic!("{other:?}"),
+    }
+    let plan = parse(leased(r#"{"mode":"lease","max_share":"100%"}"#).as_bytes()).unwrap();
+    assert!(
+        matches!(&plan.rules[0].limits[0].sync, Sync::Lease(p) if p.ttl == SECOND && p.share_ppm == 1_000_000)
+    );
+    let plan = parse(leased(r#"{"mode":"coalesce"}"#).as_bytes()).unwrap();
+    assert_eq!(plan.rules[0].limits[0].sync, Sync::Coalesce);
+    let plan = parse(leased(r#"{"mode":"per_request"}"#).as_bytes()).unwrap();
+    assert_eq!(plan.rules[0].limits[0].sync, Sync::PerRequest);
+}
+
+#[test]
+fn bad_sync_settings_are_refused_with_the_field_named() {
+    for (sync, path) in [
+        (r#"{"mode":"lease"}"#, "rules[0].limits[0].sync.max_share"),
+        (
+            r#"{"mode":"lease","max_share":"0.05%"}"#,
+            "rules[0].limits[0].sync.max_share",
+        ),
+        (
+            r#"{"mode":"lease","max_share":"1"}"#,
+            "rules[0].limits[0].sync.max_share",
+        ),
+        (
+            r#"{"mode":"lease","max_share":"0%"}"#,
+            "rules[0].limits[0].sync.max_share",
+        ),
+        (
+            r#"{"mode":"lease","max_share":"100.01%"}"#,
+            "rules[0].limits[0].sync.max_share",
+        ),
+        (
+            r#"{"mode":"lease","max_share":"1.00001%"}"#,
+            "rules[0].limits[0].sync.max_share",
+        ),
+        (
+            r#"{"mode":"lease","max_share":"-1%"}"#,
+            "rules[0].limits[0].sync.max_share",
+        ),
+        (
+            r#"{"mode":"lease","max_share":"1%","ttl":"0ms"}"#,
+            "rules[0].limits[0].sync.ttl",
+        ),
+        (
+            r#"{"mode":"coalesce","max_share":"1%"}"#,
+            "rules[0].limits[0].sync",
+        ),
+        (r#"{"mode":"sometimes"}"#, "rules[0].limits[0].sync.mode"),
+    ] {
+        let e = err(&leased(sync));
+        assert_eq!(e.path, path, "{sync}: {e}");
+    }
+    let local = r#"{"domain":"d","rules":[{"name":"r","key":["const:k"],"limits":[{"algorithm":"gcra","requests":10,"window":"1s","sync":{"mode":"coalesce"}}]}]}"#;
+    assert_eq!(err(local).path, "rules[0].limits[0].sync");
+    let shadow = leased(r#"{"mode":"lease","max_share":"1%"}"#)
+        .replace(r#""key""#, r#""mode":"shadow","key""#);
+    assert_eq!(err(&shadow).path, "rules[0].limits[0].sync.mode");
+}

@@ -939,3 +939,5 @@ fn a_global_weighted_limit_in_delay_mode_sends_both() {
 mod elastic;
 
 mod coalesce;
+
+mod lease;

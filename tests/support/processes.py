@@ -174,14 +174,15 @@ class Limiter:
         wait_until(up, what="sluice-limiter")
 
     def metric(self, name: str) -> float:
-        """Sum of a Prometheus metric's samples whose name (before labels) is `name`."""
+        """Sum of a Prometheus metric's samples whose name (before labels) is
+        `name`; with labels (`name{a="b"}`), that one sample."""
         text = request(self.port, "/metrics").body.decode()
         total = 0.0
         for line in text.splitlines():
             if line.startswith("#"):
                 continue
             sample, _, value = line.rpartition(" ")
-            if sample.split("{", 1)[0] == name:
+            if sample == name or ("{" not in name and sample.split("{", 1)[0] == name):
                 total += float(value)
         return total
 

@@ -1,0 +1,137 @@
+//! Leased global limits: units spent in the Envoy, asked for with checks.
+
+use super::*;
+
+const LEASED: &str = r#"{"name":"g","key":["client_ip"],"limits":[
+    {"algorithm":"fixed_window","requests":100,"window":"1h","scope":"global","sync":{"mode":"lease","max_share":"10%","ttl":"1s"}}]}"#;
+
+fn body(p: &PendingCheck) -> String {
+    String::from_utf8(p.body(0).to_vec()).unwrap()
+}
+
+fn granted(units: u64, remaining: u64) -> String {
+    format!(
+        r#"{{"allowed":true,"limits":[{{"allowed":true,"limit":100,"remaining":{remaining},"reset_ms":60000,"retry_after_ms":0,"leased":{units}}}]}}"#
+    )
+}
+
+/// Evaluates a request at `now` that must call; answers it with `answer`.
+fn call_at(w: &World, now: Nanos, answer: &str) -> (String, Verdict) {
+    let mut p = pending(w.eval_at(&FakeRequest::get("/"), now));
+    let sent = body(&p);
+    p.record(0, Some(answer.as_bytes()));
+    (sent, finish(&w.plan, p, &w.store, &w.metrics))
+}
+
+#[test]
+fn grants_are_spent_without_calls_and_grow_when_spent_early() {
+    let w = World::new(&rules(LEASED));
+    let (sent, v) = call_at(&w, NOW, &granted(1, 98));
+    assert!(sent.contains(r#""lease":1"#), "{sent}");
+    assert!(allowed(&v));
+    // Served from the lease: no call, reporting the limiter's remaining
+    // plus what is held (none left after this one).
+    match w.eval_at(&FakeRequest::get("/"), NOW + MILLISECOND) {
+        Verdict::Allow(a) => assert_eq!(a.report.unwrap().decision.remaining, 98),
+        other => panic!("{other:?}"),
+    }
+    // Spent early: the next ask doubles.
+    let (sent, _) = call_at(&w, NOW + 2 * MILLISECOND, &granted(2, 95));
+    assert!(
+        sent.contains(r#""lease":2"#) && !sent.contains("returned"),
+        "{sent}"
+    );
+    for _ in 0..2 {
+        assert!(allowed(
+            &w.eval_at(&FakeRequest::get("/"), NOW + 3 * MILLISECOND)
+        ));
+    }
+    let (sent, _) = call_at(&w, NOW + 4 * MILLISECOND, &granted(4, 90));
+    assert!(sent.contains(r#""lease":4"#), "{sent}");
+}
+
+#[test]
+fn an_expired_lease_gives_back_its_units_with_the_next_ask() {
+    let w = World::new(&rules(LEASED));
+    call_at(&w, NOW, &granted(1, 98));
+    assert!(allowed(&w.eval_at(&FakeRequest::get("/"), NOW)));
+    call_at(&w, NOW, &granted(2, 95));
+    assert!(allowed(&w.eval_at(&FakeRequest::get("/"), NOW)));
+    // One unit of the second grant is left when it expires (ttl 1s).
+    let (sent, _) = call_at(&w, NOW + 1500 * MILLISECOND, &granted(1, 95));
+    assert!(
+        sent.contains(r#""lease":1,"returned":1,"returned_age_ms":1500"#),
+        "{sent}"
+    );
+}
+
+#[test]
+fn while_an_ask_is_awaited_other_requests_check_alone() {
+    let w = World::new(&rules(LEASED));
+    let first = pending(w.eval(&FakeRequest::get("/")));
+    assert!(body(&first).contains(r#""lease":1"#));
+    let second = pending(w.eval(&FakeRequest::get("/")));
+    assert!(!body(&second).contains("lease"), "{}", body(&second));
+    // A failed call ends the ask: the next request asks again.
+    assert!(allowed(&w.finish(first, None)));
+    let third = pending(w.eval(&FakeRequest::get("/")));
+    assert!(body(&third).contains(r#""lease":1"#), "{}", body(&third));
+}
+
+#[test]
+fn a_request_denied_by_another_limit_gives_its_units_back_to_the_lease() {
+    let w = World::new(&rules(&format!(
+        r#"{LEASED}, {{"name":"tight","match":{{"headers":[{{"name":"x-t","present":true}}]}},"key":["const:t"],"limits":[{{"algorithm":"fixed_window","requests":1,"window":"1h"}}]}}"#
+    )));
+    call_at(&w, NOW, &granted(3, 96));
+    let tight = FakeRequest::get("/").with("x-t", "1");
+    assert!(allowed(&w.eval(&tight)));
+    // Spent from the lease, then denied by "tight": the unit goes back.
+    for _ in 0..5 {
+        assert!(matches!(w.eval(&tight), Verdict::Deny(_)));
+    }
+    let served = (0..2)
+        .filter(|_| allowed(&w.eval(&FakeRequest::get("/"))))
+        .count();
+    assert_eq!(served, 2);
+    assert!(matches!(w.eval(&FakeRequest::get("/")), Verdict::Check(_)));
+}
+
+#[test]
+fn a_denied_check_grants_nothing_and_the_denial_is_cached() {
+    let w = World::new(&rules(LEASED));
+    let denied = r#"{"allowed":false,"limits":[{"allowed":false,"limit":100,"remaining":0,"reset_ms":60000,"retry_after_ms":60000}]}"#;
+    let (_, v) = call_at(&w, NOW, denied);
+    assert!(matches!(v, Verdict::Deny(_)));
+    assert!(matches!(w.eval(&FakeRequest::get("/")), Verdict::Deny(_)));
+}
+
+#[test]
+fn a_window_ends_its_leases() {
+    let limit = Limit::new(sluice_core::Algorithm::FixedWindow, 10, 60 * SECOND).unwrap();
+    let start = 1_700_000_020 * SECOND; // 20 s before a minute boundary
+    assert_eq!(lease_expiry(&limit, SECOND, start), start + SECOND);
+    assert_eq!(
+        lease_expiry(&limit, 30 * SECOND, start),
+        start + 20 * SECOND
+    );
+    let gcra = Limit::new(sluice_core::Algorithm::Gcra, 10, 60 * SECOND).unwrap();
+    assert_eq!(lease_expiry(&gcra, 30 * SECOND, start), start + 30 * SECOND);
+}
+
+#[test]
+fn an_ask_not_sent_is_cancelled() {
+    let w = World::new(&rules(&format!(
+        r#"{LEASED}, {{"name":"tight","match":{{"headers":[{{"name":"x-t","present":true}}]}},"key":["const:t"],"limits":[{{"algorithm":"fixed_window","requests":1,"window":"1h"}}]}}"#
+    )));
+    let tight = FakeRequest::get("/").with("x-t", "1");
+    // Uses up "tight" (its check asks for a lease, answered with none).
+    let mut p = pending(w.eval(&tight));
+    p.record(0, Some(granted(0, 99).as_bytes()));
+    assert!(allowed(&finish(&w.plan, p, &w.store, &w.metrics)));
+    // Asks, then "tight" denies before any call: the ask ends at once, and
+    // the next request asks again instead of checking alone.
+    assert!(matches!(w.eval(&tight), Verdict::Deny(_)));
+    let next = pending(w.eval(&FakeRequest::get("/")));
+    assert!(body(&next).contains(r#""lease":"#), "{}", body(&next));
+}
