@@ -213,17 +213,23 @@ impl PendingCheck {
         serde_json::to_vec(&request).unwrap_or_default()
     }
 
-    /// Records this request's share of the answer to a call carrying `n`
-    /// requests with its check, the request being at `position` (0 first)
-    /// in arrival order; `None` when the call failed. A request among the
-    /// first `admitted` is admitted with its own delay and reports what
-    /// remained after the whole call; any later one is denied as the first
-    /// refused one was.
-    pub fn record_batch(&mut self, body: Option<&[u8]>, n: u32, position: u32) {
+    /// Reads the answer `body` to a call carrying `n` requests with this
+    /// check; `None` when it is malformed.
+    pub fn parse_batch(&self, body: &[u8], n: u32) -> Option<CheckResponse> {
+        let limits = self.calls.first().map_or(0, |c| c.batch.len());
+        CheckResponse::parse_batch(body, limits, n)
+    }
+
+    /// Records this request's share of `answer` (see
+    /// [`parse_batch`](Self::parse_batch); `None`: the call failed), the
+    /// request being at `position` (0 first) in arrival order. A request
+    /// among the first `admitted` is admitted with its own delay and reports
+    /// what remained after the whole call; any later one is denied as the
+    /// first refused one was.
+    pub fn record_batch(&mut self, answer: Option<&CheckResponse>, position: u32) {
         let Some(call) = self.calls.first_mut() else {
             return;
         };
-        let answer = body.and_then(|b| CheckResponse::parse_batch(b, call.batch.len(), n));
         call.answer = Some(answer.map(|a| share_of(a, position)));
     }
 
@@ -241,15 +247,15 @@ impl PendingCheck {
 
 /// The answer of one request at `position` of a batch answered with
 /// `batch`.
-fn share_of(batch: CheckResponse, position: u32) -> CheckResponse {
+fn share_of(batch: &CheckResponse, position: u32) -> CheckResponse {
     let admitted = batch.admitted.unwrap_or(0);
     if position >= admitted {
         // Refused like the first refused one: the answer's limits are its.
         return CheckResponse {
             allowed: false,
+            limits: batch.limits.clone(),
             admitted: None,
             delays_ms: Vec::new(),
-            ..batch
         };
     }
     let delay_ms = usize::try_from(position)

@@ -422,7 +422,14 @@ mod tests {
         grant(&s, K, 7, 0, 5, 100 * MS, 50, 1000 * MS).unwrap();
         spent(take(&s, K, 7, MS, 1, 100, 50 * MS).unwrap());
         let t = take(&s, K, 7, 200 * MS, 1, 100, 50 * MS).unwrap();
-        assert_eq!(t, Take::Ask { ask: 1, returned: 4, age: 200 * MS });
+        assert_eq!(
+            t,
+            Take::Ask {
+                ask: 1,
+                returned: 4,
+                age: 200 * MS
+            }
+        );
         cancel(&s, K, 7, 4).unwrap();
         let t = take(&s, K, 7, 201 * MS, 1, 100, 50 * MS).unwrap();
         assert!(matches!(t, Take::Ask { returned: 4, .. }), "{t:?}");

@@ -1,6 +1,14 @@
-//! The shared calls of coalescing groups (see [`crate::coalesce`]), made by
-//! a root context: the requests of a call wait for the answer, and each gets
-//! its outcome from the root.
+//! The shared calls of coalescing groups (see [`crate::coalesce`]): the
+//! requests of a call wait for the answer, and each gets its outcome from
+//! the context that made the call.
+//!
+//! A call belongs to the context that makes it, and ends with it. So the
+//! request whose own call ends while others wait *carries* their call: it
+//! makes it at once and holds its own outcome until the answer (its wait is
+//! then its call plus theirs, the bound every waiting request has). Calls
+//! for requests that arrive while a carried call is in flight are made by
+//! the root context, at its next tick and then one after another as each
+//! answer arrives, while requests keep coming.
 
 use super::{
     deny, dispatch, hold, now, Handoff, HostStore, Member, Runtime, GROUPS, HANDOFF, HOLD_TICK,
@@ -21,12 +29,55 @@ thread_local! {
 }
 
 /// A shared call in flight.
-struct SharedCall {
-    /// The root context that made it.
+pub(super) struct SharedCall {
+    /// The root context that made it (0 for a carried call).
     root: u32,
-    signature: Vec<u8>,
+    /// Its token.
+    pub(super) token: u32,
+    pub(super) signature: Vec<u8>,
     /// The requests it carries, in arrival order.
     members: Vec<(u32, Member)>,
+}
+
+/// The own call of a request in `signature`'s group ended: makes the group's
+/// next call for the requests that wait (the caller carries it, see the
+/// module doc). `None` when none wait or the call could not be made (its
+/// requests then got the failure mode, and those that joined meanwhile are
+/// called for by the root).
+pub(super) fn carry(signature: Vec<u8>) -> Option<SharedCall> {
+    if !GROUPS.with(|g| g.borrow_mut().finished(&signature)) {
+        return None;
+    }
+    let members = GROUPS.with(|g| g.borrow_mut().take(&signature, MAX_BATCH));
+    match send(&members) {
+        Some(token) => Some(SharedCall {
+            root: 0,
+            token,
+            signature,
+            members,
+        }),
+        None => {
+            decide(members, None);
+            finished(&signature);
+            None
+        }
+    }
+}
+
+/// The answer (`None`: failed) to a carried call: decides its requests, and
+/// has the root call for those that joined meanwhile.
+pub(super) fn carried(shared: SharedCall, body: Option<&[u8]>) {
+    decide(shared.members, body);
+    finished(&shared.signature);
+}
+
+/// Makes the call of `members` (one check, `members.len()` requests) from
+/// the effective context; its token.
+fn send(members: &[(u32, Member)]) -> Option<u32> {
+    let (_, first) = members.first()?;
+    let n = u32::try_from(members.len()).unwrap_or(u32::MAX);
+    let body = first.pending.batch_body(&first.runtime.plan.domain, n);
+    dispatch(&first.runtime, &body)
 }
 
 /// A group's call in flight ended: if requests wait, the root calls for
@@ -54,17 +105,16 @@ fn call(root: u32, signature: Vec<u8>) {
     let _ = hostcalls::set_effective_context(root);
     loop {
         let members = GROUPS.with(|g| g.borrow_mut().take(&signature, MAX_BATCH));
-        let Some((_, first)) = members.first() else {
+        if members.is_empty() {
             return;
-        };
-        let n = u32::try_from(members.len()).unwrap_or(u32::MAX);
-        let body = first.pending.batch_body(&first.runtime.plan.domain, n);
-        if let Some(token) = dispatch(&first.runtime, &body) {
+        }
+        if let Some(token) = send(&members) {
             CALLS.with(|c| {
                 c.borrow_mut().push((
                     token,
                     SharedCall {
                         root,
+                        token,
                         signature,
                         members,
                     },
@@ -123,14 +173,19 @@ pub(super) fn root_closing(root: u32, last: bool) {
 
 /// Decides each request of a shared call from its answer (`None`: the call
 /// failed), in arrival order, and carries out the outcome.
-fn decide(members: Vec<(u32, Member)>, body: Option<&[u8]>) {
+pub(super) fn decide(members: Vec<(u32, Member)>, body: Option<&[u8]>) {
     let n = u32::try_from(members.len()).unwrap_or(u32::MAX);
+    // One check for all: the answer is read once.
+    let answer = members
+        .first()
+        .zip(body)
+        .and_then(|((_, m), b)| m.pending.parse_batch(b, n));
     for (position, (context, member)) in (0u32..).zip(members) {
         let Member {
             runtime,
             mut pending,
         } = member;
-        pending.record_batch(body, n, position);
+        pending.record_batch(answer.as_ref(), position);
         runtime.metrics.global(GlobalEvent::Coalesced);
         let verdict = engine::finish(&runtime.plan, pending, &HostStore, &runtime.metrics);
         deliver(context, &runtime, verdict);

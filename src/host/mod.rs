@@ -329,6 +329,7 @@ impl RootContext for Root {
             admitted: None,
             held: None,
             group: None,
+            carrying: None,
         }))
     }
 
@@ -368,6 +369,9 @@ struct Filter {
     /// The check of the coalescing group whose call in flight is this
     /// request's own: the group's next call waits for it.
     group: Option<Vec<u8>>,
+    /// The group's call this request carries, and its own outcome, applied
+    /// once that call is answered.
+    carrying: Option<(coalesced::SharedCall, Verdict)>,
 }
 
 impl Filter {
@@ -439,6 +443,10 @@ impl Filter {
             // Its call is dropped with it: the group calls again.
             self.own_call_ended();
         }
+        if let Some((shared, _)) = self.carrying.take() {
+            // So is the call it carried: its requests get the failure mode.
+            coalesced::carried(shared, None);
+        }
         let member = GROUPS.with(|g| g.borrow_mut().leave(self.context_id));
         if let Some(member) = member {
             let runtime = &member.runtime;
@@ -482,6 +490,30 @@ impl Filter {
         }
         self.pending = Some(pending);
         Action::Pause
+    }
+}
+
+impl Filter {
+    /// The answer to the call this request carries, if `token` is it:
+    /// decides the requests it carried, then applies this request's own
+    /// outcome.
+    fn carried_answered(&mut self, runtime: &Runtime, token: u32, body_size: usize) {
+        if !self
+            .carrying
+            .as_ref()
+            .is_some_and(|(shared, _)| shared.token == token)
+        {
+            return;
+        }
+        let Some((shared, verdict)) = self.carrying.take() else {
+            return;
+        };
+        coalesced::carried(shared, call_answer(body_size).as_deref());
+        // Handing out the answers moved the effective context.
+        let _ = hostcalls::set_effective_context(self.context_id);
+        if self.apply(runtime, verdict) == Action::Continue {
+            let _ = hostcalls::resume_http_request();
+        }
     }
 }
 
@@ -600,6 +632,7 @@ impl Context for Filter {
             return;
         };
         let Some(position) = self.tokens.iter().position(|(t, _)| *t == token) else {
+            self.carried_answered(&runtime, token, body_size);
             return;
         };
         let (_, call) = self.tokens.swap_remove(position);
@@ -611,8 +644,13 @@ impl Context for Filter {
             self.pending = Some(pending);
             return;
         }
-        self.own_call_ended();
         let verdict = engine::finish(&runtime.plan, pending, &HostStore, &runtime.metrics);
+        if let Some(signature) = self.group.take() {
+            if let Some(shared) = coalesced::carry(signature) {
+                self.carrying = Some((shared, verdict));
+                return;
+            }
+        }
         if self.apply(&runtime, verdict) == Action::Continue {
             let _ = hostcalls::resume_http_request();
         }

@@ -57,7 +57,8 @@ fn each_request_gets_its_share_of_a_batch_answer() {
     let mut verdicts = Vec::new();
     for position in 0..3 {
         let mut p = pending(w.eval(&FakeRequest::get("/")));
-        p.record_batch(Some(answer.as_bytes()), 3, position);
+        let parsed = p.parse_batch(answer.as_bytes(), 3);
+        p.record_batch(parsed.as_ref(), position);
         verdicts.push(finish(&w.plan, p, &w.store, &w.metrics));
     }
     for v in &verdicts[..2] {
@@ -87,7 +88,8 @@ fn batch_delays_hold_each_request_its_own_time() {
     let mut holds = Vec::new();
     for position in 0..3 {
         let mut p = pending(w.eval(&FakeRequest::get("/")));
-        p.record_batch(Some(answer.as_bytes()), 3, position);
+        let parsed = p.parse_batch(answer.as_bytes(), 3);
+        p.record_batch(parsed.as_ref(), position);
         holds.push(match finish(&w.plan, p, &w.store, &w.metrics) {
             Verdict::Allow(_) => 0,
             Verdict::Delay(d) => d.delay,
@@ -107,7 +109,8 @@ fn a_malformed_or_failed_batch_answer_applies_the_failure_mode() {
         None,
     ] {
         let mut p = pending(w.eval(&FakeRequest::get("/")));
-        p.record_batch(body.as_deref().map(str::as_bytes), 2, 0);
+        let parsed = body.and_then(|b| p.parse_batch(b.as_bytes(), 2));
+        p.record_batch(parsed.as_ref(), 0);
         assert!(allowed(&finish(&w.plan, p, &w.store, &w.metrics)));
     }
     assert_eq!(w.metrics.count_global(GlobalEvent::FailureModeAllowed), 3);
