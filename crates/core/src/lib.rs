@@ -43,6 +43,7 @@ mod algorithm;
 mod batch;
 mod decision;
 mod error;
+mod lease;
 mod limit;
 mod math;
 mod multi;
@@ -58,6 +59,7 @@ pub use algorithm::{Algorithm, UnknownAlgorithm};
 pub use batch::{decide_batch, BatchOutcome};
 pub use decision::{Decision, Denial};
 pub use error::FieldError;
+pub use lease::{decide_all_leased, Lease, LeasedOutcome};
 pub use limit::{
     Limit, MAX_DRAIN, MAX_LOG_ENTRIES, MAX_PRECISION, MAX_REQUESTS, MAX_SOFT_PERCENT, MAX_WINDOW,
     MIN_WINDOW,

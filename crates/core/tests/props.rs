@@ -8,8 +8,8 @@ use common::naive::{self, Verdict};
 use common::{soft, Key};
 use proptest::prelude::*;
 use sluice_core::{
-    decide, decide_all, decide_batch, refund, refund_at, Algorithm, Check, Decision, Denial, Limit,
-    Nanos, MILLISECOND, SECOND,
+    decide, decide_all, decide_all_leased, decide_batch, refund, refund_at, Algorithm, Check,
+    Decision, Denial, Lease, Limit, Nanos, MILLISECOND, SECOND,
 };
 
 const T0: Nanos = 1_714_521_600 * SECOND;
@@ -458,6 +458,96 @@ proptest! {
         for ((key, new), want) in keys.iter().zip(batch.new_states).zip(&after) {
             let got = new.map(|s| s.into_vec()).or_else(|| key.state.clone());
             prop_assert_eq!(&got, &want.state);
+        }
+    }
+
+    /// A leased check is `decide_all` on the states after the returns, and
+    /// when admitted each limit's grant is maximal (one unit more would not
+    /// fit at once) and leaves the state and decision of one decision of
+    /// cost `cost + k`; a denied check grants nothing and consumes nothing
+    /// (only the returns, and rebased states, are written).
+    #[test]
+    fn a_lease_is_the_largest_slice_that_fits(
+        limits in prop::collection::vec(any_limit(anyw), 1..4),
+        history in trace(30),
+        costs in prop::collection::vec(
+            prop_oneof![6 => Just(1u64), 3 => 1u64..=4, 1 => Just(0u64), 1 => 1u64..=30],
+            3,
+        ),
+        takes in prop::collection::vec(prop_oneof![1 => Just(0u64), 3 => 1u64..=20, 1 => 1u64..=1000], 3),
+        returns in prop::collection::vec((prop_oneof![2 => Just(0u64), 1 => 1u64..=10], 0u64..1500), 3),
+        back in prop_oneof![4 => Just(0u64), 1 => 1u64..=2000],
+        gap in prop_oneof![2 => Just(0u64), 2 => 0u64..300],
+    ) {
+        let window = limits[0].window;
+        let mut keys = vec![Key::default(); limits.len()];
+        let mut now = T0;
+        for (t, c) in times(window, &history) {
+            for (k, l) in keys.iter_mut().zip(&limits) {
+                k.hit(l, t, c);
+            }
+            now = t;
+        }
+        now = now.saturating_sub((u128::from(window) * u128::from(back) / 1000) as u64)
+            + (u128::from(window) * u128::from(gap) / 1000) as u64;
+        let leases: Vec<Lease> = limits
+            .iter()
+            .zip(takes.iter().zip(&returns))
+            .map(|(l, (&take, &(returned, age)))| Lease {
+                take,
+                returned,
+                returned_at: now.saturating_sub((u128::from(l.window) * u128::from(age) / 1000) as u64),
+            })
+            .collect();
+        let checks: Vec<Check<'_>> = limits
+            .iter()
+            .zip(&keys)
+            .zip(&costs)
+            .map(|((limit, k), &cost)| Check { limit, state: k.state.as_deref(), cost })
+            .collect();
+        let out = decide_all_leased(&checks, &leases, now);
+        // The states after the returns, then decide_all on them.
+        let given: Vec<Option<Vec<u8>>> = checks
+            .iter()
+            .zip(&leases)
+            .map(|(c, l)| {
+                c.state
+                    .and_then(|s| refund_at(c.limit, s, l.returned_at, now, l.returned))
+                    .map(|e| e.into_vec())
+                    .or_else(|| c.state.map(<[u8]>::to_vec))
+            })
+            .collect();
+        let after: Vec<Check<'_>> = checks
+            .iter()
+            .zip(&given)
+            .map(|(c, g)| Check { state: g.as_deref(), ..*c })
+            .collect();
+        let plain = decide_all(&after, now);
+        prop_assert_eq!(out.allowed, plain.allowed);
+        for (i, c) in after.iter().enumerate() {
+            let k = out.granted[i];
+            let got = out.new_states[i].clone().map(|s| s.into_vec()).or_else(|| c.state.map(<[u8]>::to_vec));
+            if !out.allowed {
+                prop_assert_eq!(k, 0);
+                prop_assert_eq!(&out.decisions[i], &plain.decisions[i]);
+                let want = plain.new_states[i].clone().map(|s| s.into_vec()).or_else(|| given[i].clone());
+                prop_assert_eq!(&got, &want);
+                continue;
+            }
+            prop_assert!(k <= leases[i].take);
+            let once = decide(c.limit, c.state, now, c.cost + k);
+            if k > 0 {
+                prop_assert!(once.decision.allowed && once.decision.delay == 0);
+                prop_assert_eq!(&out.decisions[i], &once.decision);
+                let want = once.new_state.map(|s| s.into_vec()).or_else(|| c.state.map(<[u8]>::to_vec));
+                prop_assert_eq!(&got, &want);
+            } else {
+                prop_assert_eq!(&out.decisions[i], &plain.decisions[i]);
+            }
+            if k < leases[i].take {
+                let more = decide(c.limit, c.state, now, c.cost + k + 1).decision;
+                prop_assert!(!(more.allowed && more.delay == 0), "{} more would fit", k + 1);
+            }
         }
     }
 
