@@ -71,6 +71,11 @@ pub struct LimitResult {
     /// conforms; absent when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub delay_ms: u64,
+    /// Leases: the units of the limit's `lease` granted to the caller,
+    /// already debited (`remaining` and `reset_ms` count them); absent when
+    /// 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub leased: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -86,6 +91,7 @@ impl From<&Decision> for LimitResult {
             reset_ms: d.reset.div_ceil(MILLISECOND),
             retry_after_ms: d.retry_after.div_ceil(MILLISECOND),
             delay_ms: d.delay.div_ceil(MILLISECOND),
+            leased: 0,
         }
     }
 }
@@ -172,8 +178,14 @@ mod tests {
         };
         let r = LimitResult::from(&d);
         assert_eq!((r.reset_ms, r.retry_after_ms), (2, 1));
-        // No delay: the answer has no delay_ms field.
-        assert!(!serde_json::to_string(&r).unwrap().contains("delay_ms"));
+        // No delay, no lease: the answer has neither field.
+        let wire = serde_json::to_string(&r).unwrap();
+        assert!(!wire.contains("delay_ms") && !wire.contains("leased"));
+        let granted = LimitResult { leased: 5, ..r };
+        let wire = serde_json::to_string(&granted).unwrap();
+        assert!(wire.ends_with(r#","leased":5}"#), "{wire}");
+        let back: LimitResult = serde_json::from_str(&wire).unwrap();
+        assert_eq!(back, granted);
         let back = r.decision();
         assert_eq!(
             (back.reset, back.retry_after),

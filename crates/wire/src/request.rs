@@ -65,6 +65,25 @@ pub struct LimitSpec<'a> {
     /// once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_delay_ms: Option<u64>,
+    /// Leases: when the check is admitted, also take up to this many more
+    /// units of this limit for the caller to spend itself (1 to
+    /// [`MAX_COUNT`](crate::MAX_COUNT)), granted in the answer's
+    /// [`leased`](crate::LimitResult::leased): the most that fit now with
+    /// the request, debited at once. Not with `max_delay_ms`, nor in a
+    /// check with `batch`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<u64>,
+    /// Leases: units of this limit to give back before deciding (1 to
+    /// [`MAX_COUNT`](crate::MAX_COUNT)), consumed `returned_age_ms` ago on
+    /// the limiter's clock; given back whether or not the check is admitted,
+    /// never making the limit more permissive than if they had not been
+    /// consumed. Requires `returned_age_ms`; not in a check with `batch`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub returned: Option<u64>,
+    /// How long ago the `returned` units were consumed, in milliseconds (0
+    /// to [`MAX_WINDOW_MS`](crate::MAX_WINDOW_MS)); given with `returned`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub returned_age_ms: Option<u64>,
 }
 
 impl LimitSpec<'static> {
@@ -84,6 +103,9 @@ impl LimitSpec<'static> {
             soft_percent: (limit.soft_percent != 0).then_some(limit.soft_percent),
             hits: None,
             max_delay_ms: limit.max_delay.map(|d| d / MILLISECOND),
+            lease: None,
+            returned: None,
+            returned_age_ms: None,
         }
     }
 }
@@ -137,6 +159,24 @@ mod tests {
         let soft = gcra().with_soft_percent(50);
         let wire = serde_json::to_string(&LimitSpec::new("r/0/k".into(), &soft)).unwrap();
         assert!(wire.ends_with(r#""burst":20,"soft_percent":50}"#), "{wire}");
+        let leased = LimitSpec {
+            lease: Some(50),
+            returned: Some(7),
+            returned_age_ms: Some(1200),
+            ..LimitSpec::new("r/0/k".into(), &gcra())
+        };
+        let wire = serde_json::to_string(&leased).unwrap();
+        assert!(
+            wire.ends_with(r#""burst":20,"lease":50,"returned":7,"returned_age_ms":1200}"#),
+            "{wire}"
+        );
+        let body = format!(r#"{{"domain":"d","limits":[{wire}]}}"#);
+        let check = crate::parse_check(body.as_bytes()).unwrap();
+        let l = &check.limits[0];
+        assert_eq!(
+            (l.lease, l.returned, l.returned_age),
+            (50, 7, 1200 * MILLISECOND)
+        );
     }
 
     #[test]

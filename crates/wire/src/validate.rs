@@ -2,7 +2,7 @@
 //! limits before any store is touched; every error names its field.
 
 use crate::{CheckRequest, LimitSpec, MAX_KEY_BYTES};
-use sluice_core::{Algorithm, FieldError, Limit, MILLISECOND};
+use sluice_core::{Algorithm, FieldError, Limit, Nanos, MILLISECOND};
 
 /// Largest accepted request body.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -28,6 +28,12 @@ pub struct KeyedLimit {
     /// The request's weight under this limit: the limit's `hits` when
     /// given, else the check's.
     pub hits: u64,
+    /// Leases: the most units to take beyond `hits` when admitted (0: none).
+    pub lease: u64,
+    /// Leases: units to give back before deciding (0: none).
+    pub returned: u64,
+    /// How long ago the `returned` units were consumed.
+    pub returned_age: Nanos,
 }
 
 /// A check that passed validation.
@@ -132,6 +138,22 @@ impl CheckRequest<'_> {
         for (i, spec) in self.limits.into_iter().enumerate() {
             let keyed = KeyedLimit::from_spec(spec, self.hits)
                 .map_err(|e| e.under(&format!("limits[{i}]")))?;
+            // Leases are for single requests: a batch's requests share none.
+            if self.batch.is_some() {
+                let field = if keyed.lease != 0 {
+                    Some("lease")
+                } else if keyed.returned != 0 {
+                    Some("returned")
+                } else {
+                    None
+                };
+                if let Some(field) = field {
+                    return Err(FieldError::at(
+                        format!("limits[{i}].{field}"),
+                        "not allowed in a check with batch",
+                    ));
+                }
+            }
             limits.push(keyed);
         }
         Ok(ValidCheck {
@@ -230,10 +252,52 @@ impl KeyedLimit {
             spec.soft_percent,
             spec.max_delay_ms,
         )?;
+        let lease = match spec.lease {
+            None => 0,
+            Some(n) if n == 0 || n > MAX_COUNT => {
+                return Err(FieldError::at(
+                    "lease",
+                    format!("must be between 1 and {MAX_COUNT}"),
+                ))
+            }
+            // A lease is spent without waiting: delay mode has nothing to lease.
+            Some(_) if limit.max_delay.is_some() => {
+                return Err(FieldError::at(
+                    "lease",
+                    "not allowed with max_delay_ms (delay mode)",
+                ))
+            }
+            Some(n) => n,
+        };
+        let (returned, returned_age) = match (spec.returned, spec.returned_age_ms) {
+            (None, None) => (0, 0),
+            (Some(_), None) => {
+                return Err(FieldError::at("returned_age_ms", "required with returned"))
+            }
+            (None, Some(_)) => {
+                return Err(FieldError::at("returned", "required with returned_age_ms"))
+            }
+            (Some(n), _) if n == 0 || n > MAX_COUNT => {
+                return Err(FieldError::at(
+                    "returned",
+                    format!("must be between 1 and {MAX_COUNT}"),
+                ))
+            }
+            (_, Some(ms)) if ms > MAX_WINDOW_MS => {
+                return Err(FieldError::at(
+                    "returned_age_ms",
+                    format!("must be between 0 and {MAX_WINDOW_MS}"),
+                ))
+            }
+            (Some(n), Some(ms)) => (n, ms.saturating_mul(MILLISECOND)),
+        };
         Ok(KeyedLimit {
             key: spec.key.into_owned(),
             limit,
             hits,
+            lease,
+            returned,
+            returned_age,
         })
     }
 }
@@ -332,6 +396,81 @@ mod tests {
         )
         .unwrap();
         assert_eq!((one.batch, one.requests()), (None, 1));
+    }
+
+    #[test]
+    fn leases_are_bounded_and_named() {
+        let body = |extra: &str, batch: &str| {
+            format!(
+                r#"{{"domain":"d"{batch},"limits":[{{"key":"k","algorithm":"gcra","requests":10,"window_ms":1000{extra}}}]}}"#
+            )
+        };
+        let err = |extra: &str, batch: &str| {
+            parse_check(body(extra, batch).as_bytes())
+                .unwrap_err()
+                .to_string()
+        };
+        let range = format!("limits[0].lease: must be between 1 and {MAX_COUNT}");
+        assert_eq!(err(r#","lease":0"#, ""), range);
+        assert_eq!(err(&format!(r#","lease":{}"#, MAX_COUNT + 1), ""), range);
+        assert!(err(r#","lease":-1"#, "").starts_with("limits[0].lease: "));
+        assert_eq!(
+            err(r#","lease":5,"max_delay_ms":100"#, ""),
+            "limits[0].lease: not allowed with max_delay_ms (delay mode)"
+        );
+        assert_eq!(
+            err(r#","lease":5"#, r#","batch":2"#),
+            "limits[0].lease: not allowed in a check with batch"
+        );
+        assert_eq!(
+            err(r#","returned":5,"returned_age_ms":0"#, r#","batch":1"#),
+            "limits[0].returned: not allowed in a check with batch"
+        );
+        assert_eq!(
+            err(r#","returned":5"#, ""),
+            "limits[0].returned_age_ms: required with returned"
+        );
+        assert_eq!(
+            err(r#","returned_age_ms":5"#, ""),
+            "limits[0].returned: required with returned_age_ms"
+        );
+        assert_eq!(
+            err(r#","returned":0,"returned_age_ms":5"#, ""),
+            format!("limits[0].returned: must be between 1 and {MAX_COUNT}")
+        );
+        assert_eq!(
+            err(
+                &format!(r#","returned":1,"returned_age_ms":{}"#, MAX_WINDOW_MS + 1),
+                ""
+            ),
+            format!("limits[0].returned_age_ms: must be between 0 and {MAX_WINDOW_MS}")
+        );
+        // Returns are fine in delay mode; leases and returns together.
+        let ok = parse_check(
+            body(
+                r#","returned":3,"returned_age_ms":0,"max_delay_ms":100"#,
+                "",
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        assert_eq!((ok.limits[0].returned, ok.limits[0].returned_age), (3, 0));
+        let ok = parse_check(
+            body(
+                &format!(r#","lease":{MAX_COUNT},"returned":2,"returned_age_ms":{MAX_WINDOW_MS}"#),
+                "",
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        let l = &ok.limits[0];
+        assert_eq!(
+            (l.lease, l.returned, l.returned_age),
+            (MAX_COUNT, 2, sluice_core::MAX_WINDOW)
+        );
+        // Absent: nothing leased or returned, as before.
+        let plain = parse_check(body("", r#","batch":3"#).as_bytes()).unwrap();
+        assert_eq!((plain.limits[0].lease, plain.limits[0].returned), (0, 0));
     }
 
     #[test]
