@@ -376,11 +376,11 @@ async fn bad_input_touches_nothing<S: Store + Clone>(s: &Subject<S>) {
 async fn concurrent_checks_never_admit_more_than_the_limit<S: Store + Clone>(s: &Subject<S>) {
     for alg in Algorithm::ALL {
         // A day's window: real clocks refill nothing while this runs.
-        let items = Arc::new([StoreItem {
-            id: format!("{}-hot/k|{}|86400000", s.name, alg.name()),
-            limit: Limit::new(alg, 500, 86_400 * SECOND).unwrap(),
-            hits: 1,
-        }]);
+        let items = Arc::new([StoreItem::new(
+            format!("{}-hot/k|{}|86400000", s.name, alg.name()),
+            Limit::new(alg, 500, 86_400 * SECOND).unwrap(),
+            1,
+        )]);
         let admitted = Arc::new(AtomicU64::new(0));
         let tasks: Vec<_> = (0..8)
             .map(|_| {
@@ -549,11 +549,11 @@ async fn a_check_without_batch_is_answered_as_before<S: Store + Clone>(s: &Subje
 /// in total.
 async fn concurrent_batches_never_admit_more_than_the_limit<S: Store + Clone>(s: &Subject<S>) {
     for alg in Algorithm::ALL {
-        let items = Arc::new([StoreItem {
-            id: format!("{}-hot-batch/k|{}|86400000", s.name, alg.name()),
-            limit: Limit::new(alg, 500, 86_400 * SECOND).unwrap(),
-            hits: 1,
-        }]);
+        let items = Arc::new([StoreItem::new(
+            format!("{}-hot-batch/k|{}|86400000", s.name, alg.name()),
+            Limit::new(alg, 500, 86_400 * SECOND).unwrap(),
+            1,
+        )]);
         let admitted = Arc::new(AtomicU64::new(0));
         let tasks: Vec<_> = (0..8u32)
             .map(|t| {
