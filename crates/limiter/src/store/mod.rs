@@ -156,7 +156,8 @@ pub struct StoreItem {
     /// Leases: when the check is admitted, the most units to take beyond
     /// `hits` (0: none; only in a check of one request).
     pub lease: u64,
-    /// Leases: units to give back before deciding (0: none).
+    /// Leases: units to give back before deciding (0: none; only in a
+    /// check of one request).
     pub returned: u64,
     /// How long before the check the `returned` units were consumed, on
     /// the store's clock.
