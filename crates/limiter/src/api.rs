@@ -95,6 +95,9 @@ async fn decide<S: Store>(st: &AppState<S>, body: Result<Bytes, BytesRejection>)
         Ok(items) => items,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
+    let returned = items
+        .iter()
+        .fold(0u64, |sum, i| sum.saturating_add(i.returned));
     match st.store.check_batch(&items, requests).await {
         Ok(verdict) => {
             st.metrics.record_decision(&check.domain, verdict.allowed);
@@ -107,9 +110,23 @@ async fn decide<S: Store>(st: &AppState<S>, body: Result<Bytes, BytesRejection>)
             for &delay in verdict.delays.iter().filter(|&&d| d > 0) {
                 st.metrics.record_delay(delay);
             }
+            let leased = verdict
+                .leased
+                .iter()
+                .fold(0u64, |s, &k| s.saturating_add(k));
+            st.metrics.record_leases(leased, returned);
+            let granted = verdict.leased.iter().chain(std::iter::repeat(&0));
             let resp = CheckResponse {
                 allowed: verdict.allowed,
-                limits: verdict.decisions.iter().map(LimitResult::from).collect(),
+                limits: verdict
+                    .decisions
+                    .iter()
+                    .zip(granted)
+                    .map(|(d, &leased)| LimitResult {
+                        leased,
+                        ..LimitResult::from(d)
+                    })
+                    .collect(),
                 // Only a check that said `batch` is answered with the count.
                 admitted: check.batch.map(|_| verdict.admitted),
                 delays_ms: match check.batch {
@@ -166,6 +183,9 @@ fn store_items(domain: &str, limits: Vec<KeyedLimit>) -> Result<Vec<StoreItem>, 
             id,
             limit: kl.limit,
             hits: kl.hits,
+            lease: kl.lease,
+            returned: kl.returned,
+            returned_age: kl.returned_age,
         });
     }
     Ok(items)

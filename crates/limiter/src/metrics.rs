@@ -32,6 +32,8 @@ pub struct Metrics {
     batches: AtomicU64,
     batched: AtomicU64,
     batched_admitted: AtomicU64,
+    leased_units: AtomicU64,
+    returned_units: AtomicU64,
     domains: RwLock<HashMap<String, Arc<DomainCounters>>>,
     other: Arc<DomainCounters>,
     bucket_counts: [AtomicU64; BUCKETS.len()],
@@ -50,6 +52,8 @@ impl Default for Metrics {
             batches: AtomicU64::new(0),
             batched: AtomicU64::new(0),
             batched_admitted: AtomicU64::new(0),
+            leased_units: AtomicU64::new(0),
+            returned_units: AtomicU64::new(0),
             domains: RwLock::new(HashMap::new()),
             other: Arc::new(DomainCounters::default()),
             bucket_counts: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -83,6 +87,17 @@ impl Metrics {
             .fetch_add(u64::from(requests), Ordering::Relaxed);
         self.batched_admitted
             .fetch_add(u64::from(admitted), Ordering::Relaxed);
+    }
+
+    /// Counts the units of one decided check's leases: `leased` granted,
+    /// `returned` given back (as sent).
+    pub fn record_leases(&self, leased: u64, returned: u64) {
+        if leased > 0 {
+            self.leased_units.fetch_add(leased, Ordering::Relaxed);
+        }
+        if returned > 0 {
+            self.returned_units.fetch_add(returned, Ordering::Relaxed);
+        }
     }
 
     /// Counts one request admitted in delay mode, to be held for `delay`
@@ -192,6 +207,16 @@ impl Metrics {
             "# HELP sluice_limiter_batched_requests_total Requests carried by batches, by result.\n# TYPE sluice_limiter_batched_requests_total counter\nsluice_limiter_batched_requests_total{{result=\"admitted\"}} {}\nsluice_limiter_batched_requests_total{{result=\"refused\"}} {}",
             load(&self.batched_admitted),
             load(&self.batched).saturating_sub(load(&self.batched_admitted))
+        );
+        let _ = writeln!(
+            out,
+            "# HELP sluice_limiter_leased_units_total Units granted to callers as leases.\n# TYPE sluice_limiter_leased_units_total counter\nsluice_limiter_leased_units_total {}",
+            load(&self.leased_units)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP sluice_limiter_returned_units_total Units callers gave back (returned), as sent.\n# TYPE sluice_limiter_returned_units_total counter\nsluice_limiter_returned_units_total {}",
+            load(&self.returned_units)
         );
         let _ = writeln!(
             out,

@@ -123,6 +123,62 @@ async fn batches_answer_the_count_and_each_wait() {
     assert!(text.contains("sluice_limiter_delayed_total 12"), "{text}");
 }
 
+/// Leases: the README's example answer, word for word, a return, the
+/// fields refused where they do not apply, and the lease metrics.
+#[tokio::test]
+async fn leases_answer_what_was_granted() {
+    let h = Harness::new();
+    let body = json!({"domain":"demo","limits":[{"key":"k","algorithm":"gcra","requests":100,"window_ms":60000,"burst":20,"lease":10}]});
+    let (status, v) = h.check(body).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(
+        v,
+        json!({"allowed": true, "limits": [{"allowed": true, "limit": 100, "remaining": 9,
+            "reset_ms": 6600, "retry_after_ms": 0, "leased": 10}]})
+    );
+    // 6 of the 10 come back unspent, as consumed 0 ms ago: 15 left after this one.
+    let body = json!({"domain":"demo","limits":[{"key":"k","algorithm":"gcra","requests":100,"window_ms":60000,"burst":20,"returned":6,"returned_age_ms":0}]});
+    let (_, v) = h.check(body).await;
+    assert_eq!(v["limits"][0]["remaining"], json!(14), "{v}");
+    assert!(v["limits"][0].get("leased").is_none(), "{v}");
+    let text = support::metrics(&h.state).await;
+    assert!(
+        text.contains("sluice_limiter_leased_units_total 10"),
+        "{text}"
+    );
+    assert!(
+        text.contains("sluice_limiter_returned_units_total 6"),
+        "{text}"
+    );
+    // Refused, naming the field, touching nothing.
+    let bad = StatusCode::BAD_REQUEST;
+    let delayed = json!({"domain":"demo","limits":[{"key":"d","algorithm":"gcra","requests":1,"window_ms":1000,"max_delay_ms":10,"lease":2}]});
+    assert_bad(
+        &h,
+        serde_json::to_vec(&delayed).unwrap(),
+        bad,
+        "limits[0].lease",
+    )
+    .await;
+    let batched = json!({"domain":"demo","batch":2,"limits":[{"key":"d","algorithm":"gcra","requests":1,"window_ms":1000,"lease":2}]});
+    assert_bad(
+        &h,
+        serde_json::to_vec(&batched).unwrap(),
+        bad,
+        "limits[0].lease",
+    )
+    .await;
+    let half = json!({"domain":"demo","limits":[{"key":"d","algorithm":"gcra","requests":1,"window_ms":1000,"returned":2}]});
+    assert_bad(
+        &h,
+        serde_json::to_vec(&half).unwrap(),
+        bad,
+        "limits[0].returned_age_ms",
+    )
+    .await;
+    assert_eq!(h.mem.len(), 1);
+}
+
 async fn assert_bad(h: &Harness, body: Vec<u8>, status: StatusCode, field: &str) {
     let (got, bytes) = h.raw("POST", "/v1/check", body).await;
     assert_eq!(got, status, "{}", String::from_utf8_lossy(&bytes));

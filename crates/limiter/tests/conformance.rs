@@ -1,7 +1,8 @@
 //! The store contract ([`Store`]), one suite for every store: the same
 //! clauses against the memory store, one Redis server and a Redis Cluster,
 //! through the HTTP router and through the trait, for single requests and
-//! for batches of identical ones (`batch`).
+//! for batches of identical ones (`batch`), and for leases (`lease`,
+//! `returned`).
 //!
 //! What only one store does is tested with it: the memory bound and sweeping
 //! in `memory_store.rs`; key expiry, reconnection and cluster refunds in
@@ -85,6 +86,11 @@ async fn suite<S: Store + Clone>(s: Subject<S>) {
     a_batch_in_delay_mode_gives_each_request_its_wait(&s).await;
     a_check_without_batch_is_answered_as_before(&s).await;
     concurrent_batches_never_admit_more_than_the_limit(&s).await;
+    a_lease_is_the_largest_slice_that_fits(&s).await;
+    a_denied_check_grants_no_lease(&s).await;
+    returns_give_back_as_the_core_does(&s).await;
+    returns_apply_on_a_denied_check(&s).await;
+    concurrent_leases_never_debit_more_than_the_limit(&s).await;
 }
 
 /// Exact admits for every algorithm; the next one waits, and (where the
@@ -376,11 +382,11 @@ async fn bad_input_touches_nothing<S: Store + Clone>(s: &Subject<S>) {
 async fn concurrent_checks_never_admit_more_than_the_limit<S: Store + Clone>(s: &Subject<S>) {
     for alg in Algorithm::ALL {
         // A day's window: real clocks refill nothing while this runs.
-        let items = Arc::new([StoreItem {
-            id: format!("{}-hot/k|{}|86400000", s.name, alg.name()),
-            limit: Limit::new(alg, 500, 86_400 * SECOND).unwrap(),
-            hits: 1,
-        }]);
+        let items = Arc::new([StoreItem::new(
+            format!("{}-hot/k|{}|86400000", s.name, alg.name()),
+            Limit::new(alg, 500, 86_400 * SECOND).unwrap(),
+            1,
+        )]);
         let admitted = Arc::new(AtomicU64::new(0));
         let tasks: Vec<_> = (0..8)
             .map(|_| {
@@ -549,11 +555,11 @@ async fn a_check_without_batch_is_answered_as_before<S: Store + Clone>(s: &Subje
 /// in total.
 async fn concurrent_batches_never_admit_more_than_the_limit<S: Store + Clone>(s: &Subject<S>) {
     for alg in Algorithm::ALL {
-        let items = Arc::new([StoreItem {
-            id: format!("{}-hot-batch/k|{}|86400000", s.name, alg.name()),
-            limit: Limit::new(alg, 500, 86_400 * SECOND).unwrap(),
-            hits: 1,
-        }]);
+        let items = Arc::new([StoreItem::new(
+            format!("{}-hot-batch/k|{}|86400000", s.name, alg.name()),
+            Limit::new(alg, 500, 86_400 * SECOND).unwrap(),
+            1,
+        )]);
         let admitted = Arc::new(AtomicU64::new(0));
         let tasks: Vec<_> = (0..8u32)
             .map(|t| {
@@ -575,6 +581,192 @@ async fn concurrent_batches_never_admit_more_than_the_limit<S: Store + Clone>(s:
         }
         // 8 callers send 40 batches of 1 to 7: 1275 requests for 500.
         assert_eq!(admitted.load(Ordering::Relaxed), 500, "{} {alg}", s.name);
+    }
+}
+
+/// A limit of `alg`, quota 10 a day (real clocks refill nothing while the
+/// suite runs), with `extra` fields.
+fn daily(alg: Algorithm, extra: Value) -> Value {
+    let mut l = json!({"key":"k","algorithm":alg.name(),"requests":10,"window_ms":86_400_000});
+    for (k, v) in extra.as_object().unwrap() {
+        l[k] = v.clone();
+    }
+    json!([l])
+}
+
+/// Leases: an admitted check also takes the most units of its `lease` that
+/// fit with the request, at once, for every algorithm: quota 10, weight 2
+/// and lease 5 grant 5 (3 left), then weight 1 and lease 5 grant the 2
+/// that fit, then nothing fits: denied, nothing granted or consumed.
+async fn a_lease_is_the_largest_slice_that_fits<S: Store + Clone>(s: &Subject<S>) {
+    let store = s.name;
+    for alg in Algorithm::ALL {
+        let c = s.client(&format!("lease-{}", alg.name()));
+        let leasing = daily(alg, json!({"lease": 5}));
+        let v = c.check(leasing.clone(), 2).await;
+        let l = &v["limits"][0];
+        assert_eq!(v["allowed"], json!(true), "{store} {alg}: {v}");
+        assert_eq!(
+            (&l["leased"], &l["remaining"]),
+            (&json!(5), &json!(3)),
+            "{store} {alg}: {v}"
+        );
+        let v = c.check(leasing.clone(), 1).await;
+        let l = &v["limits"][0];
+        assert_eq!(
+            (&l["leased"], &l["remaining"]),
+            (&json!(2), &json!(0)),
+            "{store} {alg}: {v}"
+        );
+        let v = c.check(leasing, 1).await;
+        assert_eq!(v["allowed"], json!(false), "{store} {alg}: {v}");
+        assert!(v["limits"][0].get("leased").is_none(), "{store} {alg}: {v}");
+        // A lease larger than the quota takes what the request leaves.
+        let c = s.client(&format!("lease-all-{}", alg.name()));
+        let v = c.check(daily(alg, json!({"lease": 1000})), 1).await;
+        let l = &v["limits"][0];
+        assert_eq!(
+            (&l["leased"], &l["remaining"]),
+            (&json!(9), &json!(0)),
+            "{store} {alg}: {v}"
+        );
+        // Without `lease` the answer has no `leased`.
+        let c = s.client(&format!("lease-none-{}", alg.name()));
+        let v = c.check(daily(alg, json!({})), 1).await;
+        assert!(v["limits"][0].get("leased").is_none(), "{store} {alg}: {v}");
+    }
+}
+
+/// A check denied by one limit grants no lease on the others and consumes
+/// nothing from them (on a cluster the admitting slot gives the request and
+/// its lease back).
+async fn a_denied_check_grants_no_lease<S: Store + Clone>(s: &Subject<S>) {
+    let store = s.name;
+    for alg in ["fixed_window", "token_bucket", "gcra"] {
+        let c = s.client(&format!("lease-denied-{alg}"));
+        let wide =
+            json!({"key":"wide","algorithm":alg,"requests":10,"window_ms":86_400_000,"lease":4});
+        let narrow =
+            json!({"key":"narrow","algorithm":"sliding_log","requests":1,"window_ms":86_400_000});
+        let v = c.check(json!([wide, narrow]), 1).await;
+        assert_eq!(v["allowed"], json!(true), "{store} {alg}: {v}");
+        assert_eq!(v["limits"][0]["leased"], json!(4), "{store} {alg}: {v}");
+        for _ in 0..3 {
+            let v = c.check(json!([wide, narrow]), 1).await;
+            assert_eq!(v["allowed"], json!(false), "{store} {alg}: {v}");
+            let l = &v["limits"][0];
+            assert!(l.get("leased").is_none(), "{store} {alg}: {v}");
+            assert_eq!(l["remaining"], json!(5), "{store} {alg}: {v}");
+        }
+        // Exactly 5 left under the wide limit.
+        let alone = json!([{"key":"wide","algorithm":alg,"requests":10,"window_ms":86_400_000}]);
+        assert_eq!(c.check(alone.clone(), 5).await["allowed"], json!(true));
+        assert_eq!(c.check(alone, 1).await["allowed"], json!(false));
+    }
+}
+
+/// Returns give back what sluice-core's `refund_at` gives back: units
+/// returned as consumed now (`returned_age_ms` 0) come back whole, except
+/// for a sliding log, which gives back only entries logged at that very
+/// instant (so only where the suite's clock stands still); units older
+/// than the window give nothing back.
+async fn returns_give_back_as_the_core_does<S: Store + Clone>(s: &Subject<S>) {
+    let store = s.name;
+    for alg in Algorithm::ALL {
+        let c = s.client(&format!("return-{}", alg.name()));
+        let v = c.check(daily(alg, json!({"lease": 5})), 1).await;
+        assert_eq!(v["limits"][0]["remaining"], json!(4), "{store} {alg}: {v}");
+        let back = daily(alg, json!({"returned": 5, "returned_age_ms": 0}));
+        let v = c.check(back, 1).await;
+        let exact = s.clock.is_some() || alg != Algorithm::SlidingLog;
+        let want = if exact { 8 } else { 3 };
+        assert_eq!(v["allowed"], json!(true), "{store} {alg}: {v}");
+        assert_eq!(
+            v["limits"][0]["remaining"],
+            json!(want),
+            "{store} {alg}: {v}"
+        );
+        // Units consumed before the window began: nothing comes back.
+        let c = s.client(&format!("return-old-{}", alg.name()));
+        let minute = |extra: Value| {
+            let mut l = json!({"key":"k","algorithm":alg.name(),"requests":10,"window_ms":60000});
+            for (k, v) in extra.as_object().unwrap() {
+                l[k] = v.clone();
+            }
+            json!([l])
+        };
+        assert_eq!(c.check(minute(json!({})), 10).await["allowed"], json!(true));
+        let old = minute(json!({"returned": 10, "returned_age_ms": 120_000}));
+        let v = c.check(old, 1).await;
+        assert_eq!(v["allowed"], json!(false), "{store} {alg}: {v}");
+        assert_eq!(v["limits"][0]["remaining"], json!(0), "{store} {alg}: {v}");
+    }
+}
+
+/// Returning is not consuming: units given back by a check that is then
+/// denied stay given back.
+async fn returns_apply_on_a_denied_check<S: Store + Clone>(s: &Subject<S>) {
+    let store = s.name;
+    for alg in Algorithm::ALL {
+        if s.clock.is_none() && alg == Algorithm::SlidingLog {
+            // Its entries come back only at the instant they were logged.
+            continue;
+        }
+        let c = s.client(&format!("return-denied-{}", alg.name()));
+        let v = c.check(daily(alg, json!({"lease": 9})), 1).await;
+        assert_eq!(v["limits"][0]["leased"], json!(9), "{store} {alg}: {v}");
+        // Weight 4 does not fit in the 2 given back: denied, 2 left.
+        let back = daily(alg, json!({"returned": 2, "returned_age_ms": 0}));
+        let v = c.check(back, 4).await;
+        assert_eq!(v["allowed"], json!(false), "{store} {alg}: {v}");
+        assert_eq!(v["limits"][0]["remaining"], json!(2), "{store} {alg}: {v}");
+        assert_eq!(
+            c.check(daily(alg, json!({})), 2).await["allowed"],
+            json!(true),
+            "{store} {alg}"
+        );
+        assert_eq!(
+            c.check(daily(alg, json!({})), 1).await["allowed"],
+            json!(false),
+            "{store} {alg}"
+        );
+    }
+}
+
+/// Many callers taking leases on one key never get more than its limit:
+/// requests and leased units together.
+async fn concurrent_leases_never_debit_more_than_the_limit<S: Store + Clone>(s: &Subject<S>) {
+    for alg in Algorithm::ALL {
+        let items = Arc::new([StoreItem {
+            lease: 6,
+            ..StoreItem::new(
+                format!("{}-hot-lease/k|{}|86400000", s.name, alg.name()),
+                Limit::new(alg, 500, 86_400 * SECOND).unwrap(),
+                1,
+            )
+        }]);
+        let debited = Arc::new(AtomicU64::new(0));
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let store = s.store.clone();
+                let items = items.clone();
+                let debited = debited.clone();
+                tokio::spawn(async move {
+                    for _ in 0..40 {
+                        let v = store.check(&items[..]).await.unwrap();
+                        if v.allowed {
+                            let k = v.leased.first().copied().unwrap_or(0);
+                            debited.fetch_add(1 + k, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        // 320 requests of up to 7 units each for 500.
+        assert_eq!(debited.load(Ordering::Relaxed), 500, "{} {alg}", s.name);
     }
 }
 

@@ -79,11 +79,11 @@ async fn a_full_store_denies_new_keys_and_keeps_serving_known_ones() {
 }
 
 fn item(id: &str, algorithm: Algorithm, requests: u64) -> StoreItem {
-    StoreItem {
-        id: id.to_string(),
-        limit: Limit::new(algorithm, requests, 3600 * SECOND).unwrap(),
-        hits: 1,
-    }
+    StoreItem::new(
+        id.to_string(),
+        Limit::new(algorithm, requests, 3600 * SECOND).unwrap(),
+        1,
+    )
 }
 
 #[test]

@@ -1,22 +1,26 @@
 //! The Lua script against sluice-core on random traces: identical decisions
 //! and states for every algorithm the core knows ([`Algorithm::ALL`]), with
 //! delay mode on the meters that have it, per-limit weights, and batches of
-//! identical requests (`decide_batch`, with each admitted request's wait). Times
+//! identical requests (`decide_batch`, with each admitted request's wait), and
+//! leases with returns (`decide_all_leased`, and the refund of a lease). Times
 //! are microseconds on both sides (the script's unit; sluice-core is run with
 //! microsecond windows and instants).
 #![cfg(test)]
 
 mod support;
 
-use sluice_core::{decide_all, decide_batch, refund_at, Algorithm, Check, Decision, Denial, Limit};
+use sluice_core::{
+    decide_all, decide_all_leased, decide_batch, refund_at, Algorithm, Check, Decision, Denial,
+    Lease, Limit,
+};
 use sluice_limiter::store::redis::{RedisStore, Target, DECIDE_LUA};
 use sluice_limiter::store::StoreItem;
 use std::collections::HashMap;
 use std::time::Duration;
 
-/// The last admitted check of a trace: its (limit, cost) pairs, when, and
-/// how many requests it carried, for a refund.
-type LastAdmit = (Vec<(usize, u64)>, u64, u32);
+/// The last admitted check of a trace: its (limit, cost) pairs, when, how
+/// many requests it carried, and the units leased per limit, for a refund.
+type LastAdmit = (Vec<(usize, u64)>, u64, u32, Vec<u64>);
 
 struct Rng(u64);
 
@@ -151,6 +155,14 @@ struct Coverage {
     partial: usize,
     /// Batches with several admitted requests that waited.
     waited: usize,
+    /// Limits granted a lease.
+    leased: usize,
+    /// Limits granted less than their lease asked, but some.
+    leased_short: usize,
+    /// Limits given units back.
+    returned: usize,
+    /// Limits given units back by a denied check.
+    returned_denied: usize,
 }
 
 impl Coverage {
@@ -166,6 +178,10 @@ impl Coverage {
         self.weighed += other.weighed;
         self.partial += other.partial;
         self.waited += other.waited;
+        self.leased += other.leased;
+        self.leased_short += other.leased_short;
+        self.returned += other.returned;
+        self.returned_denied += other.returned_denied;
     }
 }
 
@@ -234,25 +250,105 @@ impl Trace<'_> {
         core.admitted
     }
 
-    /// Gives back `requests` requests of `chosen` admitted at `admitted`.
+    /// Decides one request over `chosen` with `leases` (one per chosen
+    /// limit) in both; returns the units leased per limit, `None` when
+    /// denied.
+    async fn step_leased(
+        &mut self,
+        chosen: &[(usize, u64)],
+        leases: &[Lease],
+        now: u64,
+        ctx: &str,
+        seen: &mut Coverage,
+    ) -> Option<Vec<u64>> {
+        let items: Vec<StoreItem> = self
+            .items(chosen)
+            .into_iter()
+            .zip(leases)
+            .map(|(item, l)| StoreItem {
+                lease: l.take,
+                returned: l.returned,
+                // The store takes nanoseconds.
+                returned_age: (now - l.returned_at) * 1_000,
+                ..item
+            })
+            .collect();
+        let refs: Vec<&StoreItem> = items.iter().collect();
+        let lua = self.store.run_check(&refs, 1, Some(now)).await.unwrap();
+        let checks: Vec<Check<'_>> = chosen
+            .iter()
+            .map(|&(i, cost)| Check {
+                limit: &self.limits[i],
+                state: self.states.get(&i).map(Vec::as_slice),
+                cost,
+            })
+            .collect();
+        let core = decide_all_leased(&checks, leases, now);
+        assert_eq!(lua.allowed, core.allowed, "{ctx}: allowed");
+        assert_eq!(lua.admitted, u32::from(core.allowed), "{ctx}: admitted");
+        assert_eq!(lua.leased, core.granted, "{ctx}: leased");
+        let wait = core.decisions.iter().map(|d| d.delay).max().unwrap_or(0);
+        let want: Vec<u64> = if core.allowed && wait > 0 {
+            vec![wait * 1_000]
+        } else {
+            Vec::new()
+        };
+        assert_eq!(lua.delays, want, "{ctx}: delays");
+        for (((l, c), &(i, _)), lease) in lua
+            .decisions
+            .iter()
+            .zip(&core.decisions)
+            .zip(chosen)
+            .zip(leases)
+        {
+            same(
+                l,
+                c,
+                &format!("{ctx}: limit {i} {lease:?} {:?}", self.limits[i]),
+            );
+        }
+        for ((k, l), s) in core.granted.iter().zip(leases).zip(&core.new_states) {
+            seen.leased += usize::from(*k > 0);
+            seen.leased_short += usize::from(*k > 0 && *k < l.take);
+            let given = l.returned > 0 && s.is_some();
+            seen.returned += usize::from(given);
+            seen.returned_denied += usize::from(given && !core.allowed);
+        }
+        for (s, &(i, _)) in core.new_states.into_iter().zip(chosen) {
+            if let Some(s) = s {
+                self.states.insert(i, s.as_bytes().to_vec());
+            }
+        }
+        core.allowed.then_some(core.granted)
+    }
+
+    /// Gives back `requests` requests of `chosen` admitted at `admitted`,
+    /// and the units `leased` per limit.
     async fn refund(
         &mut self,
         chosen: &[(usize, u64)],
         admitted: u64,
         requests: u32,
+        leased: &[u64],
         now: u64,
         ctx: &str,
     ) {
-        let items = self.items(chosen);
+        let items: Vec<StoreItem> = self
+            .items(chosen)
+            .into_iter()
+            .zip(leased.iter().chain(std::iter::repeat(&0)))
+            .map(|(item, &lease)| StoreItem { lease, ..item })
+            .collect();
         let refs: Vec<&StoreItem> = items.iter().collect();
         let lua = self
             .store
             .run_refund(&refs, admitted, requests, Some(now))
             .await
             .unwrap();
-        for (&(i, cost), l) in chosen.iter().zip(&lua.decisions) {
+        let leased = leased.iter().chain(std::iter::repeat(&0));
+        for ((&(i, cost), l), &k) in chosen.iter().zip(&lua.decisions).zip(leased) {
             if let Some(state) = self.states.get(&i) {
-                let back = cost * u64::from(requests);
+                let back = cost * u64::from(requests) + k;
                 if let Some(s) = refund_at(&self.limits[i], state, admitted, now, back) {
                     self.states.insert(i, s.as_bytes().to_vec());
                 }
@@ -278,6 +374,8 @@ async fn run_traces(
 ) -> Coverage {
     let mut rng = Rng(seed);
     let mut sizes = Rng(seed ^ 0x5eed_ba7c);
+    // Leases are drawn apart too, so the other traces stay as they were.
+    let mut leasing = Rng(seed ^ 0x001e_a5e5);
     let mut seen = Coverage {
         decided: vec![0; Algorithm::ALL.len()],
         ..Coverage::default()
@@ -299,15 +397,17 @@ async fn run_traces(
         let items = limits
             .iter()
             .enumerate()
-            .map(|(i, l)| StoreItem {
-                id: format!("diff/{seed}/{t}/{i}|{}", l.algorithm.name()),
-                // The store takes nanoseconds and hands the script microseconds.
-                limit: Limit {
-                    window: l.window * 1_000,
-                    max_delay: l.max_delay.map(|d| d * 1_000),
-                    ..l.clone()
-                },
-                hits: 1,
+            .map(|(i, l)| {
+                StoreItem::new(
+                    format!("diff/{seed}/{t}/{i}|{}", l.algorithm.name()),
+                    // The store takes nanoseconds and hands the script microseconds.
+                    Limit {
+                        window: l.window * 1_000,
+                        max_delay: l.max_delay.map(|d| d * 1_000),
+                        ..l.clone()
+                    },
+                    1,
+                )
             })
             .collect();
         let max_window = limits.iter().map(|l| l.window).max().unwrap_or(1);
@@ -360,16 +460,46 @@ async fn run_traces(
                 _ => sizes.range(41, 600) as u32,
             };
             let ctx = format!("{ctx} requests {requests}");
-            let admitted = trace.step(&chosen, requests, now, &ctx, &mut seen).await;
+            let (admitted, leased) = if requests == 1 && leasing.below(3) == 0 {
+                let leases: Vec<Lease> = chosen
+                    .iter()
+                    .map(|_| Lease {
+                        take: match leasing.below(4) {
+                            0 => 0,
+                            1 => leasing.range(1, 4),
+                            2 => leasing.range(1, 60),
+                            _ => leasing.range(1, 2_000_000_000_000),
+                        },
+                        returned: match leasing.below(3) {
+                            0 => leasing.range(1, 20),
+                            _ => 0,
+                        },
+                        returned_at: now.saturating_sub(leasing.below(max_window + max_window / 2)),
+                    })
+                    .collect();
+                let ctx = format!("{ctx} leases {leases:?}");
+                match trace
+                    .step_leased(&chosen, &leases, now, &ctx, &mut seen)
+                    .await
+                {
+                    Some(granted) => (1, granted),
+                    None => (0, Vec::new()),
+                }
+            } else {
+                let admitted = trace.step(&chosen, requests, now, &ctx, &mut seen).await;
+                (admitted, Vec::new())
+            };
             if admitted > 0 && chosen.iter().any(|&(_, c)| c > 0) {
-                last_admit = Some((chosen, now, admitted));
+                last_admit = Some((chosen, now, admitted, leased));
             }
             if rng.below(6) == 0 {
-                if let Some((chosen, at, admitted)) = last_admit.take() {
+                if let Some((chosen, at, admitted, leased)) = last_admit.take() {
                     let later = now + rng.below(max_window / 4 + 1);
                     let back = sizes.range(1, u64::from(admitted)) as u32;
-                    let ctx = format!("seed {seed} trace {t} step {s} refund of {back} at {later}");
-                    trace.refund(&chosen, at, back, later, &ctx).await;
+                    let ctx = format!(
+                        "seed {seed} trace {t} step {s} refund of {back} and {leased:?} at {later}"
+                    );
+                    trace.refund(&chosen, at, back, &leased, later, &ctx).await;
                 }
             }
         }
@@ -394,7 +524,13 @@ fn every_case_met(seen: &Coverage, batches: bool) {
     if batches {
         assert!(seen.partial > 0, "no partly admitted batch was compared");
         assert!(seen.waited > 0, "no batch with several waits was compared");
+        assert!(
+            seen.leased_short > 0,
+            "no partly granted lease was compared"
+        );
     }
+    assert!(seen.leased > 0, "no granted lease was compared");
+    assert!(seen.returned > 0, "no return was compared");
 }
 
 /// Every algorithm the core knows has an implementation in the script (the
@@ -427,6 +563,10 @@ async fn lua_matches_core_on_random_traces() {
         seen.add(run_traces(&store, seed * 7919, 25, 80, false).await);
     }
     every_case_met(&seen, true);
+    assert!(
+        seen.returned_denied > 0,
+        "no return on a denied check was compared"
+    );
 }
 
 #[tokio::test]

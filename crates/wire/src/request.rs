@@ -71,6 +71,13 @@ pub struct LimitSpec<'a> {
     /// [`leased`](crate::LimitResult::leased): the most that fit now with
     /// the request, debited at once. Not with `max_delay_ms`, nor in a
     /// check with `batch`.
+    ///
+    /// The bound: the limiter never counts more than the allowance, but
+    /// units spent after they were debited can let through, in any
+    /// interval, up to the allowance plus the sum of the leases outstanding
+    /// in it (≤ Envoys × max_share × limit); windows never carry a lease
+    /// across their boundary (a return from an earlier window gives nothing
+    /// back).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<u64>,
     /// Leases: units of this limit to give back before deciding (1 to

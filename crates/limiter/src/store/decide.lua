@@ -20,14 +20,18 @@
 --       back; "" = 1), then per limit:
 --       algorithm code, requests, window_us, burst, precision, soft_percent,
 --       cost (a request's weight under this limit), max_delay_us (delay
---       mode, gcra and leaky_bucket; "" = none).
+--       mode, gcra and leaky_bucket; "" = none), lease (check: the most
+--       units to take beyond the cost once admitted, one request only;
+--       refund: the units granted, given back with the cost; 0 = none),
+--       returned (check: units to give back before deciding, 0 = none),
+--       returned_age_us (how long before now they were consumed).
 -- Check reply: allowed (every request admitted), now, admitted (how many
 --       requests, the first ones in arrival order), delays (how many delay
 --       values end the reply: 0, or one per admitted request), then per
 --       limit: allowed, limit, remaining, reset_us, retry_after_us, denial
 --       (0 none, 1 over limit, 2 cost exceeds capacity, 3 delay too long),
 --       delay_us (delay mode: how long the request waits until it
---       conforms), all of the last request decided (the last one, or the
+--       conforms), leased (units granted), all of the last request decided (the last one, or the
 --       first refused one after the admitted ones); then the delays, in
 --       microseconds, of each admitted request (delay mode, when any waits).
 -- Refund reply: as a check's, with each limit decided again after the
@@ -794,6 +798,7 @@ local function reply_of(allowed, now, admitted, decisions, delays)
     reply[#reply + 1] = d.retry
     reply[#reply + 1] = d.denial
     reply[#reply + 1] = d.delay
+    reply[#reply + 1] = d.leased or 0
   end
   for _, delay in ipairs(delays) do reply[#reply + 1] = delay end
   return reply
@@ -813,11 +818,15 @@ local function main(KEYS, ARGV)
 
   local requests = tonumber(ARGV[4]) or 1
   local limits, costs, states = {}, {}, {}
+  local leases, returned, returned_age = {}, {}, {}
   for i = 1, #KEYS do
-    local a = 4 + (i - 1) * 8
+    local a = 4 + (i - 1) * 11
     limits[i] = params(tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
       tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 8]))
     costs[i] = tonumber(ARGV[a + 7])
+    leases[i] = tonumber(ARGV[a + 9]) or 0
+    returned[i] = tonumber(ARGV[a + 10]) or 0
+    returned_age[i] = tonumber(ARGV[a + 11]) or 0
     local raw = redis.call('GET', KEYS[i])
     if raw then
       local ok, st = pcall(cmsgpack.unpack, raw)
@@ -834,7 +843,8 @@ local function main(KEYS, ARGV)
     local admitted_at = tonumber(ARGV[3])
     for i = 1, #KEYS do
       if states[i] then
-        local new = refund_at(limits[i], states[i], admitted_at, now, costs[i] * requests)
+        local new = refund_at(limits[i], states[i], admitted_at, now,
+          costs[i] * requests + leases[i])
         if new then
           redis.call('SET', KEYS[i], cmsgpack.pack(new), 'KEEPTTL')
           states[i] = new
@@ -843,6 +853,19 @@ local function main(KEYS, ARGV)
       decisions[i] = decide_in(limits[i], states[i], now, costs[i], false)
     end
     return reply_of(true, now, 0, decisions, {})
+  end
+
+  -- Returns first, as sluice-core's decide_all_leased: written whether or
+  -- not the check is then admitted (returning is not consuming).
+  local given = {}
+  for i = 1, #KEYS do
+    if returned[i] > 0 and states[i] then
+      local new = refund_at(limits[i], states[i], max(now - returned_age[i], 0), now, returned[i])
+      if new then
+        states[i] = new
+        given[i] = true
+      end
+    end
   end
 
   -- The requests are decided in arrival order, as sluice-core's
@@ -875,6 +898,25 @@ local function main(KEYS, ARGV)
       if new then news[i] = new end
     end
   end
+  -- Leases (one request, admitted): the largest k whose cost + k fits now,
+  -- without a wait, found by binary search; then one decision of cost + k.
+  if admitted == requests and requests == 1 then
+    for i = 1, #KEYS do
+      if leases[i] > 0 then
+        local lo, hi = 0, leases[i]
+        while lo < hi do
+          local mid = lo + floor((hi - lo + 1) / 2)
+          local d = decide_in(limits[i], states[i], now, costs[i] + mid, false)
+          if d.allowed and d.delay == 0 then lo = mid else hi = mid - 1 end
+        end
+        if lo > 0 then
+          decisions[i], news[i] = decide_in(limits[i], states[i], now, costs[i] + lo, true)
+          decisions[i].leased = lo
+        end
+      end
+    end
+  end
+
   local delays, waits = {}, false
   for i = 1, #KEYS do
     if limits[i].max_delay then
@@ -889,6 +931,8 @@ local function main(KEYS, ARGV)
 
   for i = 1, #KEYS do
     local d = decisions[i]
+    -- A state given units back is written even when nothing else changed.
+    if given[i] and not news[i] then news[i] = states[i] end
     if news[i] then
       local packed = cmsgpack.pack(news[i])
       if overridden then

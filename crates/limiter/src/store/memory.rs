@@ -12,7 +12,10 @@
 
 use super::{Store, StoreError, StoreItem, Verdict};
 use crate::clock::Clock;
-use sluice_core::{decide_batch, Check, Decision, Denial, Nanos, MILLISECOND, SECOND};
+use sluice_core::{
+    decide_all_leased, decide_batch, refund_at, BatchOutcome, Check, Decision, Denial, Lease,
+    LeasedOutcome, Nanos, MILLISECOND, SECOND,
+};
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -156,10 +159,31 @@ impl MemoryStore {
                     cost: item.hits,
                 })
                 .collect();
-            decide_batch(&checks, now, requests)
+            if requests == 1 && items.iter().any(StoreItem::leases) {
+                let leases: Vec<Lease> = items.iter().map(|i| lease_of(i, now)).collect();
+                Decided::leased(decide_all_leased(&checks, &leases, now))
+            } else {
+                Decided::batch(decide_batch(&checks, now, requests))
+            }
         };
 
         if let Some(full) = full {
+            // Returning is not consuming: the keys held get their units back.
+            for (item, &p) in items.iter().zip(&pos).filter(|(i, _)| i.returned != 0) {
+                let Some(e) = guards
+                    .get_mut(p)
+                    .and_then(|g| g.map.get_mut(item.id.as_str()))
+                else {
+                    continue;
+                };
+                let l = lease_of(item, now);
+                if let Some(back) = refund_at(&item.limit, &e.state, l.returned_at, now, l.returned)
+                {
+                    // Fuller than before: its old expiry is late enough.
+                    e.state.clear();
+                    e.state.extend_from_slice(back.as_bytes());
+                }
+            }
             let decisions = outcome
                 .decisions
                 .into_iter()
@@ -178,6 +202,7 @@ impl MemoryStore {
                 decisions,
                 delays: Vec::new(),
                 capacity_denied: true,
+                leased: Vec::new(),
             };
         }
 
@@ -212,11 +237,12 @@ impl MemoryStore {
             }
         }
         Verdict {
-            allowed: outcome.all_admitted(requests),
+            allowed: outcome.admitted >= requests,
             admitted: outcome.admitted,
             decisions: outcome.decisions,
             delays: outcome.delays,
             capacity_denied: false,
+            leased: outcome.leased,
         }
     }
 
@@ -274,6 +300,57 @@ impl Store for MemoryStore {
 
     async fn healthy(&self) -> bool {
         true
+    }
+}
+
+/// An item's lease terms at the clock reading `now`.
+fn lease_of(item: &StoreItem, now: Nanos) -> Lease {
+    Lease {
+        take: item.lease,
+        returned: item.returned,
+        returned_at: now.saturating_sub(item.returned_age),
+    }
+}
+
+/// What a check decided, batched or leased, before it is stored.
+struct Decided {
+    admitted: u32,
+    decisions: Vec<Decision>,
+    new_states: Vec<Option<sluice_core::Encoded>>,
+    delays: Vec<Nanos>,
+    leased: Vec<u64>,
+}
+
+impl Decided {
+    fn batch(o: BatchOutcome) -> Decided {
+        Decided {
+            admitted: o.admitted,
+            decisions: o.decisions,
+            new_states: o.new_states,
+            delays: o.delays,
+            leased: Vec::new(),
+        }
+    }
+
+    fn leased(o: LeasedOutcome) -> Decided {
+        // One request: its wait is the longest of its limits', if any.
+        let wait = o.decisions.iter().map(|d| d.delay).max().unwrap_or(0);
+        let leased = if o.granted.iter().any(|&k| k > 0) {
+            o.granted
+        } else {
+            Vec::new()
+        };
+        Decided {
+            admitted: u32::from(o.allowed),
+            decisions: o.decisions,
+            new_states: o.new_states,
+            delays: if o.allowed && wait > 0 {
+                vec![wait]
+            } else {
+                Vec::new()
+            },
+            leased,
+        }
     }
 }
 

@@ -40,6 +40,20 @@ use std::sync::Arc;
 ///   longer is denied ([`Denial::DelayTooLong`](sluice_core::Denial)). The
 ///   wait is measured on the store's clock (below). In a batch each
 ///   admitted request has its own wait, the later ones longer.
+/// * **Leases** (an item's [`StoreItem::lease`], in a check of one
+///   request): once the check is admitted, each such item also takes the
+///   largest `k` in `0..=lease` such that the request's weight plus `k`
+///   fits now, as one decision of cost `hits + k` (sluice-core's
+///   `decide_all_leased`), debited at once with the request;
+///   [`Verdict::leased`] says how many, and the item's decision describes
+///   the state after the request and its lease. A denied check grants
+///   nothing. **Returns** ([`StoreItem::returned`]) are given back before
+///   deciding, as consumed [`StoreItem::returned_age`] before the store's
+///   clock reading, with sluice-core's `refund_at` (never more permissive
+///   than if they had not been consumed), whether or not the check is then
+///   admitted: returning is not consuming. On a Redis Cluster each return
+///   goes to its key's slot; a slot refunded because another denied gives
+///   back its lease with the request.
 /// * **A denied check consumes nothing** from any of its limits; when a
 ///   limit denies, the limits that would admit report what remains without
 ///   this request. (A state that an algorithm rebases after the clock
@@ -139,6 +153,34 @@ pub struct StoreItem {
     pub limit: Limit,
     /// The request's weight under this limit.
     pub hits: u64,
+    /// Leases: when the check is admitted, the most units to take beyond
+    /// `hits` (0: none; only in a check of one request).
+    pub lease: u64,
+    /// Leases: units to give back before deciding (0: none; only in a
+    /// check of one request).
+    pub returned: u64,
+    /// How long before the check the `returned` units were consumed, on
+    /// the store's clock.
+    pub returned_age: Nanos,
+}
+
+impl StoreItem {
+    /// An item weighing `hits`, without lease or returns.
+    pub fn new(id: String, limit: Limit, hits: u64) -> StoreItem {
+        StoreItem {
+            id,
+            limit,
+            hits,
+            lease: 0,
+            returned: 0,
+            returned_age: 0,
+        }
+    }
+
+    /// Whether this item takes a lease or gives units back.
+    pub fn leases(&self) -> bool {
+        self.lease != 0 || self.returned != 0
+    }
 }
 
 /// The result of one check against a store.
@@ -160,6 +202,9 @@ pub struct Verdict {
     pub delays: Vec<Nanos>,
     /// True when the memory store denied because it was full.
     pub capacity_denied: bool,
+    /// Leases: the units granted per item, in order, already debited;
+    /// empty when none was granted.
+    pub leased: Vec<u64>,
 }
 
 /// Why a store could not decide.

@@ -89,7 +89,7 @@ impl Packaged {
 const MICROS: u64 = 1_000;
 
 /// Values the script returns per limit.
-const FIELDS_PER_LIMIT: usize = 7;
+const FIELDS_PER_LIMIT: usize = 8;
 
 /// A connection to Redis or to a Redis Cluster; both reconnect by themselves.
 #[derive(Clone)]
@@ -180,6 +180,10 @@ fn push_item_args(args: &mut Vec<String>, item: &StoreItem) {
             .max_delay
             .map(|d| d.div_ceil(MICROS).to_string())
             .unwrap_or_default(),
+        item.lease.to_string(),
+        item.returned.to_string(),
+        // Ages come in whole milliseconds: exact in microseconds.
+        (item.returned_age / MICROS).to_string(),
     ]);
 }
 
@@ -205,6 +209,8 @@ pub struct ScriptOutcome {
     /// Delay mode: the wait of each admitted request, in nanoseconds (whole
     /// microseconds); empty when none waits.
     pub delays: Vec<Nanos>,
+    /// Leases: the units granted per key (0 when none, or not admitted).
+    pub leased: Vec<u64>,
 }
 
 fn denial_from_code(code: i64) -> Option<Denial> {
@@ -222,7 +228,7 @@ fn to_u64(v: i64) -> u64 {
 
 /// Reads the script's reply: `allowed, now_us, admitted, delays`, then per
 /// limit `allowed, limit, remaining, reset_us, retry_after_us, denial,
-/// delay_us`, then `delays` waits (0, or one per admitted request).
+/// delay_us, leased`, then `delays` waits (0, or one per admitted request).
 pub fn parse_reply(reply: &[i64], n: usize) -> Result<ScriptOutcome, StoreError> {
     let (allowed, now_us, admitted, waits, rest) = match reply {
         [a, t, k, w, rest @ ..] => (*a == 1, to_u64(*t), to_u64(*k), to_u64(*w), rest),
@@ -245,10 +251,14 @@ pub fn parse_reply(reply: &[i64], n: usize) -> Result<ScriptOutcome, StoreError>
         )));
     }
     let (limits, delays) = rest.split_at(per_limit.min(rest.len()));
+    let leased = limits
+        .chunks_exact(FIELDS_PER_LIMIT)
+        .map(|c| c.last().copied().map_or(0, to_u64))
+        .collect();
     let decisions = limits
         .chunks_exact(FIELDS_PER_LIMIT)
         .map(|c| match c {
-            [a, l, rem, reset, retry, denial, delay] => Decision {
+            [a, l, rem, reset, retry, denial, delay, _] => Decision {
                 allowed: *a == 1,
                 limit: to_u64(*l),
                 remaining: to_u64(*rem),
@@ -277,6 +287,7 @@ pub fn parse_reply(reply: &[i64], n: usize) -> Result<ScriptOutcome, StoreError>
             .iter()
             .map(|&d| to_u64(d).saturating_mul(MICROS))
             .collect(),
+        leased,
     })
 }
 
@@ -440,7 +451,7 @@ impl RedisStore {
 
     /// Gives back what `requests` requests of a check admitted at
     /// `admitted_us` took from `items` (all in one slot; each its own
-    /// weight), and decides them again for one request without consuming
+    /// weight, plus its [`StoreItem::lease`] units granted), and decides them again for one request without consuming
     /// (what a denied check reports for its admitting limits). `now_us`
     /// overrides the server clock (tests).
     pub async fn run_refund(
@@ -477,6 +488,7 @@ impl Store for RedisStore {
                 decisions: out.decisions,
                 delays: out.delays,
                 capacity_denied: false,
+                leased: granted(out.leased),
             });
         }
         // Group by slot, keeping each item's position.
@@ -511,9 +523,21 @@ impl Store for RedisStore {
                     .filter_map(|(i, (g, o))| match o {
                         Ok(o) if o.admitted > admitted => {
                             let extra = o.admitted - admitted;
-                            Some(
-                                async move { (i, self.run_refund(g, o.now_us, extra, None).await) },
-                            )
+                            // The slot's leases go back with the request.
+                            let back: Vec<StoreItem> = g
+                                .iter()
+                                .zip(o.leased.iter().chain(std::iter::repeat(&0)))
+                                .map(|(item, &k)| StoreItem {
+                                    lease: k,
+                                    returned: 0,
+                                    returned_age: 0,
+                                    ..(*item).clone()
+                                })
+                                .collect();
+                            Some(async move {
+                                let refs: Vec<&StoreItem> = back.iter().collect();
+                                (i, self.run_refund(&refs, o.now_us, extra, None).await)
+                            })
                         }
                         _ => None,
                     });
@@ -533,16 +557,21 @@ impl Store for RedisStore {
             }
         }
         let mut decisions: Vec<Option<Decision>> = vec![None; items.len()];
+        let mut leased = vec![0u64; items.len()];
         let mut delays: Vec<Nanos> = Vec::new();
         for (g, o) in groups.iter().zip(outcomes) {
             let o = o?;
-            for (item, d) in g.iter().zip(o.decisions) {
-                if let Some(slot) = items
-                    .iter()
-                    .position(|x| std::ptr::eq(x, *item))
-                    .and_then(|p| decisions.get_mut(p))
-                {
+            let granted = o.leased.iter().chain(std::iter::repeat(&0));
+            for ((item, d), &k) in g.iter().zip(o.decisions).zip(granted) {
+                let Some(p) = items.iter().position(|x| std::ptr::eq(x, *item)) else {
+                    continue;
+                };
+                if let Some(slot) = decisions.get_mut(p) {
                     *slot = Some(d);
+                }
+                // Refunded with the request when another slot denied.
+                if let (Some(l), true) = (leased.get_mut(p), admitted == requests) {
+                    *l = k;
                 }
             }
             // Each admitted request waits for the longest of its slots.
@@ -564,11 +593,21 @@ impl Store for RedisStore {
             decisions,
             delays,
             capacity_denied: false,
+            leased: granted(leased),
         })
     }
 
     async fn healthy(&self) -> bool {
         self.ping().await
+    }
+}
+
+/// The per-item grants of a verdict: empty when none was granted.
+fn granted(leased: Vec<u64>) -> Vec<u64> {
+    if leased.iter().any(|&k| k > 0) {
+        leased
+    } else {
+        Vec::new()
     }
 }
 
@@ -642,23 +681,30 @@ mod tests {
     fn replies_are_checked() {
         assert!(parse_reply(&[], 0).is_err());
         assert!(parse_reply(&[1, 5, 1, 0], 1).is_err());
-        let out = parse_reply(&[0, 7, 0, 0, 0, 10, 0, 5, 6, 1, 0], 1).unwrap();
+        let out = parse_reply(&[0, 7, 0, 0, 0, 10, 0, 5, 6, 1, 0, 0], 1).unwrap();
         assert!(!out.allowed);
         assert_eq!((out.now_us, out.admitted), (7, 0));
         let d = out.decisions[0];
         assert_eq!((d.limit, d.reset, d.retry_after), (10, 5_000, 6_000));
         assert_eq!(d.denial, Some(Denial::OverLimit));
-        let out = parse_reply(&[1, 7, 1, 0, 1, 10, 0, 300, 0, 0, 200], 1).unwrap();
+        let out = parse_reply(&[1, 7, 1, 0, 1, 10, 0, 300, 0, 0, 200, 0], 1).unwrap();
         let d = out.decisions[0];
         assert_eq!((d.allowed, d.delay, d.denial), (true, 200_000, None));
-        let out = parse_reply(&[0, 7, 0, 0, 0, 10, 0, 5, 1_200, 3, 0], 1).unwrap();
+        let out = parse_reply(&[0, 7, 0, 0, 0, 10, 0, 5, 1_200, 3, 0, 0], 1).unwrap();
         assert_eq!(out.decisions[0].denial, Some(Denial::DelayTooLong));
         // A batch: two of three admitted, with their waits.
-        let out = parse_reply(&[0, 7, 2, 2, 0, 10, 0, 5, 6, 3, 0, 0, 100], 1).unwrap();
+        let out = parse_reply(&[0, 7, 2, 2, 0, 10, 0, 5, 6, 3, 0, 0, 0, 100], 1).unwrap();
         assert_eq!((out.admitted, &out.delays[..]), (2, &[0, 100_000][..]));
         // Delays that are not one per admitted request, or missing.
-        assert!(parse_reply(&[0, 7, 2, 1, 0, 10, 0, 5, 6, 3, 0, 0], 1).is_err());
-        assert!(parse_reply(&[0, 7, 2, 2, 0, 10, 0, 5, 6, 3, 0, 0], 1).is_err());
+        assert!(parse_reply(&[0, 7, 2, 1, 0, 10, 0, 5, 6, 3, 0, 0, 0], 1).is_err());
+        assert!(parse_reply(&[0, 7, 2, 2, 0, 10, 0, 5, 6, 3, 0, 0, 0], 1).is_err());
+        // A lease: 4 units granted on the second limit.
+        let reply = [
+            1, 7, 1, 0, 1, 10, 9, 100, 0, 0, 0, 0, 1, 10, 5, 500, 0, 0, 0, 4,
+        ];
+        let out = parse_reply(&reply, 2).unwrap();
+        assert_eq!(out.leased, [0, 4]);
+        assert_eq!(out.decisions[1].remaining, 5);
     }
 
     #[test]
