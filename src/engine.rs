@@ -380,7 +380,11 @@ where
             continue;
         };
         for (item, answer) in call.batch.items.iter().zip(&response.limits) {
-            let decision = answer.decision();
+            let mut decision = answer.decision();
+            if item.lease.is_some() {
+                // What the key has left counts the units this Envoy now holds.
+                decision.remaining = decision.remaining.saturating_add(answer.leased);
+            }
             if decision.allowed {
                 if !call.shadow {
                     tally.note_allowed(item, decision);
