@@ -166,7 +166,7 @@ def limiter_counts(limiter_procs, store: str) -> dict[str, float]:
     return {}
 
 
-def counted(before: dict, after: dict) -> dict:
+def grown(before: dict, after: dict) -> dict:
     """What counters grew by between two readings."""
     return {k: after[k] - before.get(k, 0) for k in after}
 
@@ -230,7 +230,7 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
                     failed(env, f"round {rnd + 1}", e)
                     continue
                 if env.row.store:
-                    s.limiter = counted(before, limiter_counts(limiter_procs, env.row.store))
+                    s.limiter = grown(before, limiter_counts(limiter_procs, env.row.store))
                 samples[env.row.id].append(s)
                 line = (f"  c{concurrency} round {rnd + 1}/{a.rounds} {env.row.id:<24} {s.rps:>10,.0f} req/s "
                         f"p50 {s.p50_us:>6.0f} µs p99 {s.p99_us:>6.0f} µs non-2xx {s.non_2xx} "

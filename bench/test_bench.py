@@ -301,5 +301,5 @@ def test_the_limiter_counters_are_read_from_the_limiter_of_the_row_store():
     assert run.limiter_counts([redis, memory], "memory") == {"calls": 10.0, "batches": 2.0, "batched": 30.0}
     assert run.limiter_counts([redis, memory], "redis") == {"calls": 7.0, "batches": 0.0, "batched": 0.0}
     assert run.limiter_counts([], "memory") == {}
-    assert run.counted({"calls": 10.0, "batches": 2.0}, {"calls": 25.0, "batches": 3.0}) == \
+    assert run.grown({"calls": 10.0, "batches": 2.0}, {"calls": 25.0, "batches": 3.0}) == \
         {"calls": 15.0, "batches": 1.0}
