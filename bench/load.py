@@ -42,6 +42,9 @@ class Sample:
     # Sluice's counters of the row's rule over the run ("allowed", "delayed",
     # "denied"), for the rows that read them.
     counters: dict = field(default_factory=dict)
+    # The limiter's counters over the run ("calls" to /v1/check, "batches"
+    # among them, "batched" requests those carried), for the rows that call it.
+    limiter: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -42,6 +42,13 @@ class Summary:
     beside_rps: float = 0.0
     beside_denied_share: float = 0.0
     beside_socket_errors: int = 0
+    # The limiter's counters over all rounds, for rows that call it: calls to
+    # /v1/check, the calls that carried a batch, and the requests those
+    # carried; `limiter_counted` says whether they were read at all.
+    limiter_counted: bool = False
+    limiter_calls: int = 0
+    limiter_batches: int = 0
+    limiter_batched: int = 0
 
     @property
     def expectation_met(self) -> bool:
@@ -62,12 +69,23 @@ class Summary:
                        f"{100 * self.beside_denied_share:.1f}% denied")
         return "; ".join(out)
 
+    def calls(self) -> str:
+        """The limiter's calls per request served, and the requests per call
+        of the calls that carried a batch, in words."""
+        if not self.limiter_counted:
+            return ""
+        out = f"{self.limiter_calls / max(1, self.requests):.3f} limiter calls per request"
+        if self.limiter_batches:
+            out += f", {self.limiter_batched / self.limiter_batches:.1f} requests per batch"
+        return out
+
 
 def summarize(row, samples: list, extra: str = "", solo: list | None = None) -> Summary:
     """Medians of `samples` (wrk runs at full load) and of `solo` (runs with
     one connection, for latency); totals of Sluice's counters and of the
     load beside the row's, where measured."""
     counted = [s.counters for s in samples if s.counters]
+    limiter = [s.limiter for s in samples if s.limiter]
     beside = [s.beside for s in samples if s.beside]
     return Summary(
         row_id=row.id,
@@ -92,6 +110,10 @@ def summarize(row, samples: list, extra: str = "", solo: list | None = None) -> 
         beside_rps=statistics.median(b.rps for b in beside) if beside else 0.0,
         beside_denied_share=sum(b.non_2xx for b in beside) / max(1, sum(b.requests for b in beside)),
         beside_socket_errors=sum(b.socket_errors for b in beside),
+        limiter_counted=bool(limiter),
+        limiter_calls=round(sum(c.get("calls", 0) for c in limiter)),
+        limiter_batches=round(sum(c.get("batches", 0) for c in limiter)),
+        limiter_batched=round(sum(c.get("batched", 0) for c in limiter)),
     )
 
 
@@ -153,6 +175,10 @@ def targets(by_conc: dict[int, dict[str, Summary]], limiter: dict[str, Summary])
                      "deny-reply", "the two paths' host calls alone", "host-calls")
         ratio_target("global, memory store ≥ 0.6× Sluice local", c, "global-memory", "local-gcra", 0.6,
                      "call-out", "a bare call-out")
+        ratio_target("global coalesced ≥ 1.3× a call per request, one key, memory store", c,
+                     "global-memory-coalesce", "global-memory", 1.3)
+        ratio_target("global coalesced ≥ 1.3× a call per request, one key, Redis store", c,
+                     "global-redis-coalesce", "global-redis", 1.3)
         ratio_target("over-limit cache ≥ 0.9× Sluice local", c, "global-cached", "local-gcra", 0.9)
         ratio_target("requests not delayed, beside 1,000 held ≥ 0.95× without", c, "delay-others-held",
                      "delay-others", 0.95)
@@ -186,7 +212,7 @@ def envoy_table(rows: dict[str, Summary]) -> list[str]:
         check = "ok" if s.expectation_met else f"**expected {wanted}**"
         if s.socket_errors or s.beside_socket_errors:
             check += f" ({s.socket_errors + s.beside_socket_errors} socket errors)"
-        extra = [x for x in (s.extra, s.counts()) if x]
+        extra = [x for x in (s.extra, s.calls(), s.counts()) if x]
         if s.limiter_cpu_us:
             extra.append(f"limiter CPU {s.limiter_cpu_us:.1f} µs/req")
         label = s.label + (f" ({'; '.join(extra)})" if extra else "")

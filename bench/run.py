@@ -153,11 +153,22 @@ def place_limiters(limiter_procs: list, cpus: str | None):
         subprocess.run(["taskset", "-a", "-p", "-c", cpus, str(pid)], capture_output=True)
 
 
-def limiter_decisions(limiter_procs, store: str) -> float:
+# The limiter's counters read around each run of a row that calls it.
+LIMITER_COUNTERS = {"calls": "sluice_limiter_checks_total", "batches": "sluice_limiter_batches_total",
+                    "batched": "sluice_limiter_batched_requests_total"}
+
+
+def limiter_counts(limiter_procs, store: str) -> dict[str, float]:
+    """The counters of LIMITER_COUNTERS of the limiter serving `store`."""
     for item in limiter_procs:
         if isinstance(item, support.Limiter) and setups.serves(item, store):
-            return item.metric("sluice_limiter_decisions_total")
-    return 0.0
+            return {k: item.metric(name) for k, name in LIMITER_COUNTERS.items()}
+    return {}
+
+
+def grown(before: dict, after: dict) -> dict:
+    """What counters grew by between two readings."""
+    return {k: after[k] - before.get(k, 0) for k in after}
 
 
 def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, log, failures):
@@ -169,7 +180,6 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
     envoys = []
     samples: dict[str, list] = {r.id: [] for r in rows}
     solo: dict[str, list] = {r.id: [] for r in rows}
-    decisions: dict[str, float] = {}
 
     envoy_cpus, other_cpus = placement(a, concurrency)
     place_limiters(limiter_procs, other_cpus)
@@ -213,15 +223,14 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
                     failed(env, "warm-up", e)
         for rnd in range(a.rounds):
             for env in envoys:
-                before = limiter_decisions(limiter_procs, env.row.store) if env.row.store else 0.0
+                before = limiter_counts(limiter_procs, env.row.store) if env.row.store else {}
                 try:
                     s = measure(env, a.duration)
                 except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
                     failed(env, f"round {rnd + 1}", e)
                     continue
                 if env.row.store:
-                    decisions[env.row.id] = decisions.get(env.row.id, 0.0) + \
-                        limiter_decisions(limiter_procs, env.row.store) - before
+                    s.limiter = grown(before, limiter_counts(limiter_procs, env.row.store))
                 samples[env.row.id].append(s)
                 line = (f"  c{concurrency} round {rnd + 1}/{a.rounds} {env.row.id:<24} {s.rps:>10,.0f} req/s "
                         f"p50 {s.p50_us:>6.0f} µs p99 {s.p99_us:>6.0f} µs non-2xx {s.non_2xx} "
@@ -231,6 +240,10 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
                              f"non-2xx {s.beside.non_2xx} errors {s.beside.socket_errors}")
                 if s.counters:
                     line += f"; Sluice {s.counters}"
+                if s.limiter:
+                    line += f"; limiter calls/req {s.limiter.get('calls', 0) / max(1, s.requests):.3f}"
+                    if s.limiter.get("batches"):
+                        line += f", requests/batch {s.limiter['batched'] / s.limiter['batches']:.1f}"
                 if s.socket_errors:
                     line += f"; socket errors {s.socket_errors}"
                 if a.solo > 0 and env.row.solo:
@@ -244,15 +257,7 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
     finally:
         for env in envoys:
             env.stop()
-    out = {}
-    for r in rows:
-        if not samples[r.id]:
-            continue
-        extra = ""
-        if r.id in decisions:
-            total = sum(s.requests for s in samples[r.id])
-            extra = f"{decisions[r.id] / max(1, total):.3f} limiter decisions per request"
-        out[r.id] = report.summarize(r, samples[r.id], extra, solo[r.id])
+    out = {r.id: report.summarize(r, samples[r.id], solo=solo[r.id]) for r in rows if samples[r.id]}
     return out, samples
 
 

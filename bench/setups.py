@@ -166,6 +166,11 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
         out.append(Row(f"local-{algo}-10k", f"Sluice local {algo}, 10,000 keys", keys=MANY_KEYS,
                        filters=sluice(sluice_config(limit))))
     gcra = {"algorithm": "gcra", **ALLOW_LIMIT}
+    # The global rows: the same limit decided by the limiter, a call per
+    # request (the default `sync`), or coalesced: a worker's requests of one
+    # key share the next call while one is in flight.
+    global_gcra = {**gcra, "scope": "global"}
+    coalesced_gcra = {**global_gcra, "sync": {"mode": "coalesce"}}
     held_config = sluice_config(HELD_LIMIT, rule={"max_queued": HELD_MAX_QUEUED},
                                 top={"local_max_keys": HELD_MAX_KEYS})
     out += [
@@ -189,14 +194,20 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
             beside=load.Beside(HELD, "keys.lua", ["1"])),
         Row("deny-reply", "wasm filter making Sluice's host calls and 429 of a denial, no logic", expect="deny",
             filters=[support.wasm_filter({"mode": "deny"}, noop_wasm, vm_id="deny-reply", name="deny-reply")]),
-        Row("global-memory", "Sluice global gcra, limiter memory store", store="memory",
-            filters=sluice(sluice_config({**gcra, "scope": "global"}, global_scope=True))),
+        Row("global-memory", "Sluice global gcra, one key, a call per request, limiter memory store", store="memory",
+            filters=sluice(sluice_config(global_gcra, global_scope=True))),
+        Row("global-memory-coalesce", "Sluice global gcra, one key, coalesced calls, limiter memory store",
+            store="memory", filters=sluice(sluice_config(coalesced_gcra, global_scope=True))),
+        Row("global-memory-coalesce-10k", "Sluice global gcra, 10,000 keys, coalesced calls, limiter memory store",
+            keys=MANY_KEYS, store="memory", filters=sluice(sluice_config(coalesced_gcra, global_scope=True))),
         Row("call-out", "wasm filter making one bare limiter call per request", store="memory",
             filters=[support.wasm_filter({"mode": "call_out", "cluster": LIMITER_CLUSTER,
                                           "authority": "sluice-limiter"},
                                          noop_wasm, vm_id="call-out", name="call-out")]),
-        Row("global-redis", "Sluice global gcra, limiter Redis store", store="redis",
-            filters=sluice(sluice_config({**gcra, "scope": "global"}, global_scope=True))),
+        Row("global-redis", "Sluice global gcra, one key, a call per request, limiter Redis store", store="redis",
+            filters=sluice(sluice_config(global_gcra, global_scope=True))),
+        Row("global-redis-coalesce", "Sluice global gcra, one key, coalesced calls, limiter Redis store",
+            store="redis", filters=sluice(sluice_config(coalesced_gcra, global_scope=True))),
         Row("global-cached", "Sluice global gcra, flood (over-limit cache)", expect="deny", store="memory",
             filters=sluice(sluice_config({"algorithm": "gcra", **CACHED_DENY_LIMIT, "scope": "global"},
                                          global_scope=True))),

@@ -240,3 +240,66 @@ def test_rows_without_a_one_connection_run_show_none():
                                 "local-gcra-delay-held": report.summarize(rows["local-gcra-delay-held"],
                                                                           [_sample(1000)])})
     assert "| 180 µs / 260 µs |" in table[-2] and "| – |" in table[-1]
+
+
+def _limit(row):
+    return json.loads(row.filters[0]["typed_config"]["config"]["configuration"]["value"])["rules"][0]["limits"]
+
+
+def test_the_coalesced_rows_differ_from_the_per_request_rows_only_in_sync():
+    rows = {r.id: r for r in setups.rows(Path("s"), Path("n"))}
+    for store in ("memory", "redis"):
+        alone, shared = rows[f"global-{store}"], rows[f"global-{store}-coalesce"]
+        assert alone.store == shared.store == store
+        assert alone.keys == shared.keys == 1  # one hot key, like for like
+        [a], [s] = _limit(alone), _limit(shared)
+        assert "sync" not in a and s == {**a, "sync": {"mode": "coalesce"}}
+        assert a["scope"] == "global" and alone.expect == shared.expect == "allow"
+    spread = rows["global-memory-coalesce-10k"]
+    assert spread.keys == setups.MANY_KEYS and spread.store == "memory"
+    assert spread.filters == rows["global-memory-coalesce"].filters
+
+
+def test_limiter_calls_per_request_are_reported_for_the_rows_that_call_it():
+    rows = {r.id: r for r in setups.rows(Path("s"), Path("n"))}
+
+    def sample(rps, calls, batches=0, batched=0):
+        s = _sample(rps)  # 1,000 requests
+        s.limiter = {"calls": calls, "batches": batches, "batched": batched}
+        return s
+
+    alone = report.summarize(rows["global-memory"], [sample(10000, 1000), sample(10100, 1000)])
+    shared = report.summarize(rows["global-memory-coalesce"], [sample(14000, 118, 59, 944),
+                                                                sample(13000, 118, 59, 944)])
+    cached = report.summarize(rows["global-cached"], [sample(20000, 0)])
+    assert alone.calls() == "1.000 limiter calls per request"
+    assert shared.calls() == "0.118 limiter calls per request, 16.0 requests per batch"
+    assert cached.calls() == "0.000 limiter calls per request"
+    assert report.summarize(rows["local-gcra"], [_sample(20000)]).calls() == ""
+    line = report.envoy_table({"global-memory-coalesce": shared})[-1]
+    assert "coalesced calls, limiter memory store (0.118 limiter calls per request, 16.0 requests per batch)" in line
+    goals = {t.name: t for t in report.targets({1: {"global-memory": alone, "global-memory-coalesce": shared}}, {})}
+    memory = goals["global coalesced ≥ 1.3× a call per request, one key, memory store"]
+    assert (memory.measured, memory.met) == ("1.343× (target ≥ 1.30×)", True)
+    redis = goals["global coalesced ≥ 1.3× a call per request, one key, Redis store"]
+    assert (redis.measured, redis.met) == ("not measured", None)
+
+
+def test_the_limiter_counters_are_read_from_the_limiter_of_the_row_store():
+    import run
+
+    class Limiter(run.support.Limiter):
+        def __init__(self, store, values):
+            self.store, self.values = store, values
+
+        def metric(self, name):
+            return self.values.get(name, 0.0)
+
+    memory = Limiter("memory", {"sluice_limiter_checks_total": 10.0, "sluice_limiter_batches_total": 2.0,
+                                "sluice_limiter_batched_requests_total": 30.0})
+    redis = Limiter("redis://127.0.0.1:1", {"sluice_limiter_checks_total": 7.0})
+    assert run.limiter_counts([redis, memory], "memory") == {"calls": 10.0, "batches": 2.0, "batched": 30.0}
+    assert run.limiter_counts([redis, memory], "redis") == {"calls": 7.0, "batches": 0.0, "batched": 0.0}
+    assert run.limiter_counts([], "memory") == {}
+    assert run.grown({"calls": 10.0, "batches": 2.0}, {"calls": 25.0, "batches": 3.0}) == \
+        {"calls": 15.0, "batches": 1.0}
