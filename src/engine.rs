@@ -32,7 +32,8 @@
 //! elastic limit that can borrow (the first call, denied, consumed nothing).
 
 use crate::config::{
-    Cost, Elastic, FailureMode, LeasePolicy, LimitScope, Plan, Rule, RuleLimit, Sync,
+    Cost, Elastic, Entry, EntryValue, FailureMode, LeasePolicy, LimitScope, Plan, Rule, RuleLimit,
+    Sync,
 };
 use crate::headers::{more_restrictive, Reported};
 use crate::key::{Request, RequestView};
@@ -40,6 +41,7 @@ use crate::layout;
 use crate::lease::{self, Lease, Take};
 use crate::local::{self, Contended, SharedStore};
 use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
+use crate::rls;
 use crate::slots::{self, SlotHasher};
 use sluice_core::{Algorithm, Decision, Denial, Limit, Nanos, MILLISECOND, SECOND};
 use sluice_wire::{limiter_key, CheckRequest, CheckResponse, LimitResult, LimitSpec};
@@ -177,7 +179,15 @@ impl PendingCheck {
     pub fn record(&mut self, call: usize, body: Option<&[u8]>) -> bool {
         if let Some(c) = self.calls.get_mut(call) {
             let limits = c.batch.len();
-            c.answer = Some(body.and_then(|b| CheckResponse::parse(b, limits)));
+            let answer = match body {
+                Some(b) if c.rls => rls::decode_response(b, limits).map(|(answer, windows)| {
+                    c.windows = windows;
+                    answer
+                }),
+                Some(b) => CheckResponse::parse(b, limits),
+                None => None,
+            };
+            c.answer = Some(answer);
         }
         self.calls.iter().all(|c| c.answer.is_some())
     }
@@ -379,12 +389,15 @@ where
             }
             continue;
         };
-        for (item, answer) in call.batch.items.iter().zip(&response.limits) {
+        for (i, (item, answer)) in call.batch.items.iter().zip(&response.limits).enumerate() {
             let mut decision = answer.decision();
             if item.lease.is_some() {
                 // What the key has left counts the units this Envoy now holds.
                 decision.remaining = decision.remaining.saturating_add(answer.leased);
             }
+            // A rate limit service says its limit's window in its answer.
+            let window = call.windows.get(i).copied().filter(|w| *w > 0);
+            let item = &item.in_window(window);
             if decision.allowed {
                 if !call.shadow {
                     tally.note_allowed(item, decision);
@@ -432,6 +445,7 @@ fn borrow_call(plan: &Plan, calls: Vec<Call>, tally: Tally) -> Verdict {
             items,
             limits,
             hits,
+            ..
         } = call.batch;
         let hits = hits.unwrap_or(1);
         for ((mut item, spec), answer) in items.into_iter().zip(limits).zip(answers) {
@@ -524,7 +538,7 @@ struct Walk<'a, V: RequestView, S: ?Sized, M: ?Sized> {
     scratch: String,
 }
 
-impl<V, S, M> Walk<'_, V, S, M>
+impl<'a, V, S, M> Walk<'a, V, S, M>
 where
     V: RequestView,
     S: SharedStore + ?Sized,
@@ -678,6 +692,9 @@ where
         rule_limit: &RuleLimit,
         deny_prefix: &str,
     ) -> Result<(), Reported> {
+        if rule_limit.descriptor.is_some() {
+            return self.service_held(applied, l, deny_prefix);
+        }
         let limit = rule_limit.limit_for(applied.key);
         if applied.weight > limit.soft_burst() {
             return Err(applied.reported(limit, too_costly(limit)));
@@ -751,6 +768,73 @@ where
                 lease,
             },
             spec,
+            applied.weight,
+        );
+        Ok(())
+    }
+
+    /// Denies global limit `l` of `applied`, held by a rate limit service,
+    /// if the over-limit cache holds its key, or adds its descriptor to the
+    /// call it belongs to. Its quota and window are known only from the
+    /// service's answer.
+    fn service_held(
+        &mut self,
+        applied: &Applied<'_>,
+        l: usize,
+        deny_prefix: &str,
+    ) -> Result<(), Reported> {
+        let plan: &'a Plan = self.env.plan;
+        let entries: &'a [Entry] = plan
+            .rules
+            .get(applied.index)
+            .and_then(|r| r.limits.get(l))
+            .and_then(|rl| rl.descriptor.as_deref())
+            .unwrap_or_default();
+        let now = self.tally.now;
+        layout::slot_key(&mut self.scratch, deny_prefix, applied.slot);
+        let cached = deny_cache::lookup(self.env.store, &self.scratch, applied.fingerprint, now);
+        let item = GlobalItem {
+            rule: applied.index,
+            limit: l,
+            window: 0,
+            requests: 0,
+            fingerprint: applied.fingerprint,
+            cacheable: matches!(applied.rule.cost, Cost::Fixed(_)),
+            role: Role::Own,
+            borrow: None,
+            coalesce: false,
+            lease: None,
+        };
+        if let Some(deadline) = cached {
+            return Err(item.reported(Decision::over_limit(0, deadline.saturating_sub(now))));
+        }
+        let mut value = String::new();
+        let entries = entries
+            .iter()
+            .map(|e| {
+                let value = match &e.value {
+                    EntryValue::Fixed(text) => text.clone(),
+                    EntryValue::Part(part) => {
+                        // A part of the rule's key, which was built.
+                        self.request
+                            .write_key(std::slice::from_ref(part), &mut value);
+                        value.clone()
+                    }
+                };
+                (e.key.clone(), value)
+            })
+            .collect();
+        let batch = if applied.rule.shadow {
+            &mut self.shadow
+        } else {
+            &mut self.enforcing
+        };
+        batch.push_descriptor(
+            item,
+            rls::Descriptor {
+                entries,
+                hits: None,
+            },
             applied.weight,
         );
         Ok(())
@@ -1204,6 +1288,17 @@ impl GlobalItem {
         }
     }
 
+    /// This item, or a copy with its window replaced by `window`.
+    fn in_window(&self, window: Option<Nanos>) -> std::borrow::Cow<'_, GlobalItem> {
+        match window {
+            Some(window) => std::borrow::Cow::Owned(GlobalItem {
+                window,
+                ..self.clone()
+            }),
+            None => std::borrow::Cow::Borrowed(self),
+        }
+    }
+
     /// This item checked on behalf of an elastic limit that denied with
     /// `own`: its extra allowance (`extra`) or a limit of its pool.
     fn lent(self, own: Reported, extra: bool) -> GlobalItem {
@@ -1239,6 +1334,8 @@ struct Batch {
     items: Vec<GlobalItem>,
     /// The wire form of each item, in the same order.
     limits: Vec<LimitSpec<'static>>,
+    /// With `protocol: rls`, the descriptor of each item instead.
+    descriptors: Vec<rls::Descriptor>,
     /// The call's `hits`: the weight of its first limit. A limit weighing
     /// otherwise carries its own `hits`.
     hits: Option<u64>,
@@ -1253,6 +1350,14 @@ impl Batch {
         self.limits.push(limit);
     }
 
+    fn push_descriptor(&mut self, item: GlobalItem, mut descriptor: rls::Descriptor, weight: u64) {
+        if *self.hits.get_or_insert(weight) != weight {
+            descriptor.hits = Some(weight);
+        }
+        self.items.push(item);
+        self.descriptors.push(descriptor);
+    }
+
     fn len(&self) -> usize {
         self.items.len()
     }
@@ -1264,6 +1369,7 @@ impl Batch {
     fn truncate(&mut self, len: usize) {
         self.items.truncate(len);
         self.limits.truncate(len);
+        self.descriptors.truncate(len);
         if self.items.is_empty() {
             self.hits = None;
         }
@@ -1273,6 +1379,17 @@ impl Batch {
     fn into_call(mut self, domain: &str, shadow: bool) -> Option<Call> {
         if self.is_empty() {
             return None;
+        }
+        if !self.descriptors.is_empty() {
+            let body = rls::encode_request(domain, &self.descriptors, self.hits.unwrap_or(1));
+            return Some(Call {
+                shadow,
+                batch: self,
+                body,
+                answer: None,
+                rls: true,
+                windows: Vec::new(),
+            });
         }
         let request = CheckRequest {
             // Owned, so that the limits can be taken back after serializing.
@@ -1290,6 +1407,8 @@ impl Batch {
             batch: self,
             body,
             answer: None,
+            rls: false,
+            windows: Vec::new(),
         })
     }
 }
@@ -1304,6 +1423,10 @@ struct Call {
     body: Vec<u8>,
     /// The call's answer once received (`Some(None)`: it failed).
     answer: Option<Option<CheckResponse>>,
+    /// A call to a rate limit service (`protocol: rls`).
+    rls: bool,
+    /// The windows its answer gave, per item (rate limit service only).
+    windows: Vec<Nanos>,
 }
 
 impl Call {

@@ -60,6 +60,11 @@ pub fn push_rate_limit_headers(
     out: &mut Vec<(&'static str, String)>,
 ) {
     let d = &reported.decision;
+    if d.limit == 0 {
+        // A rate limit service's limit decided without its answer: its
+        // quota is not known here.
+        return;
+    }
     // Exhaustive, so that a new mode is decided here.
     let (legacy, ietf) = match mode {
         HeadersMode::None => (false, false),

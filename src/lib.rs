@@ -39,6 +39,7 @@ pub mod matcher;
 pub mod metrics;
 pub mod queue;
 pub mod response;
+pub mod rls;
 pub mod slots;
 
 #[cfg(target_arch = "wasm32")]

@@ -2,12 +2,12 @@
 
 use super::duration::parse_duration;
 use super::plan::{
-    Cost, DenyResponse, Elastic, LeasePolicy, LimitScope, LimiterTarget, OverrideLimit, Plan, Rule,
-    RuleLimit, Sync,
+    Cost, DenyResponse, Elastic, Entry, EntryValue, LeasePolicy, LimitScope, LimiterTarget,
+    OverrideLimit, Plan, Rule, RuleLimit, Sync,
 };
 use super::raw::{
-    Mode, OnExceed, RawConfig, RawCost, RawElastic, RawLimit, RawMatch, RawOverride, RawRule,
-    RawSync, Scope, SyncMode, COST_EXPECTED,
+    Mode, OnExceed, Protocol, RawConfig, RawCost, RawElastic, RawLimit, RawMatch, RawOverride,
+    RawRule, RawSync, Scope, SyncMode, COST_EXPECTED,
 };
 use crate::client_ip::ClientIpPolicy;
 use crate::key::KeyPart;
@@ -83,9 +83,22 @@ pub fn compile(raw: RawConfig) -> Result<Plan, FieldError> {
             if l.cluster.is_empty() {
                 return Err(FieldError::at("limiter.cluster", "must not be empty"));
             }
-            if l.authority.is_empty() {
-                return Err(FieldError::at("limiter.authority", "must not be empty"));
-            }
+            let authority = match (l.protocol, l.authority) {
+                (Protocol::Sluice, Some(a)) if !a.is_empty() => a,
+                (Protocol::Sluice, Some(_)) => {
+                    return Err(FieldError::at("limiter.authority", "must not be empty"));
+                }
+                (Protocol::Sluice, None) => {
+                    return Err(FieldError::at("limiter.authority", "required"));
+                }
+                (Protocol::Rls, None) => String::new(),
+                (Protocol::Rls, Some(_)) => {
+                    return Err(FieldError::at(
+                        "limiter.authority",
+                        "not used with protocol rls (the gRPC call names its service)",
+                    ));
+                }
+            };
             let timeout =
                 parse_duration(&l.timeout).map_err(|m| FieldError::at("limiter.timeout", m))?;
             if timeout < MILLISECOND {
@@ -93,7 +106,8 @@ pub fn compile(raw: RawConfig) -> Result<Plan, FieldError> {
             }
             Some(LimiterTarget {
                 cluster: l.cluster,
-                authority: l.authority,
+                authority,
+                protocol: l.protocol,
                 timeout,
                 failure_mode: l.failure_mode,
             })
@@ -122,7 +136,8 @@ pub fn compile(raw: RawConfig) -> Result<Plan, FieldError> {
         if pool {
             check_pool_rule(&path, &rule)?;
         }
-        let mut compiled = compile_rule(&raw.domain, &path, rule)?;
+        let protocol = limiter.as_ref().map_or(Protocol::Sluice, |l| l.protocol);
+        let mut compiled = compile_rule(&raw.domain, &path, rule, protocol)?;
         compiled.pool = pool;
         if limiter.is_none() {
             let global = |l: &RuleLimit| matches!(l.scope, LimitScope::Global { .. });
@@ -168,7 +183,12 @@ fn valid_name(name: &str) -> bool {
     sluice_wire::valid_domain(name)
 }
 
-fn compile_rule(domain: &str, path: &str, rule: RawRule) -> Result<Rule, FieldError> {
+fn compile_rule(
+    domain: &str,
+    path: &str,
+    rule: RawRule,
+    protocol: Protocol,
+) -> Result<Rule, FieldError> {
     if !valid_name(&rule.name) {
         return Err(FieldError::at(
             format!("{path}.name"),
@@ -202,6 +222,26 @@ fn compile_rule(domain: &str, path: &str, rule: RawRule) -> Result<Rule, FieldEr
     let mut limits = Vec::with_capacity(rule.limits.len());
     for (j, raw_limit) in rule.limits.iter().enumerate() {
         let limit_path = format!("{path}.limits[{j}]");
+        if raw_limit.scope == Scope::Global && protocol == Protocol::Rls {
+            let descriptor = compile_descriptor(&limit_path, raw_limit, &rule.name, &key)?;
+            limits.push(RuleLimit {
+                limit: service_held(),
+                scope: LimitScope::Global {
+                    deny_prefix: layout::deny_prefix(domain, &rule.name, j),
+                },
+                overrides: Vec::new(),
+                elastic: None,
+                sync: Sync::PerRequest,
+                descriptor: Some(descriptor),
+            });
+            continue;
+        }
+        if raw_limit.descriptor.is_some() {
+            return Err(FieldError::at(
+                format!("{limit_path}.descriptor"),
+                "only for global limits with limiter.protocol rls",
+            ));
+        }
         let limit = compile_limit(&limit_path, raw_limit)?;
         let scope = match raw_limit.scope {
             Scope::Local => LimitScope::Local {
@@ -262,6 +302,7 @@ fn compile_rule(domain: &str, path: &str, rule: RawRule) -> Result<Rule, FieldEr
             overrides: Vec::new(),
             elastic,
             sync,
+            descriptor: None,
         });
     }
     let mut override_keys = BTreeSet::new();
@@ -301,6 +342,111 @@ fn compile_rule(domain: &str, path: &str, rule: RawRule) -> Result<Rule, FieldEr
         cost,
         pool: false,
     })
+}
+
+/// The stand-in limit of a global limit the rate limit service holds: it
+/// never refuses a weight (the service decides), and a decision made without
+/// the service reports no quota (`requests` unknown: see [`crate::headers`]).
+fn service_held() -> Limit {
+    Limit {
+        algorithm: Algorithm::FixedWindow,
+        requests: MAX_REQUESTS,
+        window: sluice_core::SECOND,
+        burst: MAX_REQUESTS,
+        precision: 1,
+        soft_percent: 0,
+        max_delay: None,
+    }
+}
+
+/// Checks a global limit of `protocol: rls`: only `scope` and `descriptor`
+/// may be set (the service holds the limit). Without `descriptor`, it is
+/// `generic_key: <rule>` followed by one entry per key part of the rule
+/// (see [`default_entry_key`]).
+fn compile_descriptor(
+    path: &str,
+    raw: &RawLimit,
+    rule: &str,
+    key: &[KeyPart],
+) -> Result<Vec<Entry>, FieldError> {
+    let set = [
+        ("algorithm", raw.algorithm.is_some()),
+        ("requests", raw.requests.is_some()),
+        ("window", raw.window.is_some()),
+        ("burst", raw.burst.is_some()),
+        ("precision", raw.precision.is_some()),
+        ("soft_percent", raw.soft_percent != 0),
+        ("on_exceed", raw.on_exceed != OnExceed::Deny),
+        ("max_delay", raw.max_delay.is_some()),
+        ("elastic", raw.elastic.is_some()),
+        ("sync", raw.sync.is_some()),
+    ];
+    if let Some((field, _)) = set.iter().find(|(_, set)| *set) {
+        return Err(FieldError::at(
+            format!("{path}.{field}"),
+            "not with limiter.protocol rls: the rate limit service's configuration holds the limit",
+        ));
+    }
+    let Some(entries) = &raw.descriptor else {
+        let mut entries = vec![Entry {
+            key: "generic_key".to_string(),
+            value: EntryValue::Fixed(rule.to_string()),
+        }];
+        entries.extend(key.iter().map(|part| Entry {
+            key: default_entry_key(part),
+            value: EntryValue::Part(part.clone()),
+        }));
+        return Ok(entries);
+    };
+    if entries.is_empty() {
+        return Err(FieldError::at(
+            format!("{path}.descriptor"),
+            "must list at least one entry",
+        ));
+    }
+    entries
+        .iter()
+        .enumerate()
+        .map(|(k, e)| {
+            let at = format!("{path}.descriptor[{k}]");
+            if e.key.is_empty() {
+                return Err(FieldError::at(format!("{at}.key"), "must not be empty"));
+            }
+            let value = match (&e.value, &e.from) {
+                (Some(v), None) => EntryValue::Fixed(v.clone()),
+                (None, Some(from)) => {
+                    let part = KeyPart::parse(from)
+                        .map_err(|m| FieldError::at(format!("{at}.from"), m))?;
+                    if !key.contains(&part) {
+                        return Err(FieldError::at(
+                            format!("{at}.from"),
+                            format!("{from:?} is not a key part of the rule"),
+                        ));
+                    }
+                    EntryValue::Part(part)
+                }
+                _ => return Err(FieldError::at(at, "set exactly one of value and from")),
+            };
+            Ok(Entry {
+                key: e.key.clone(),
+                value,
+            })
+        })
+        .collect()
+}
+
+/// The descriptor key a key part gets by default: Envoy's own action names
+/// where there is one (`remote_address`, `generic_key`), else the part's
+/// name (`path`, `method`, `authority`) or its header or query name.
+fn default_entry_key(part: &KeyPart) -> String {
+    match part {
+        KeyPart::ClientIp => "remote_address".to_string(),
+        KeyPart::Header(name) | KeyPart::Query(name) => name.clone(),
+        KeyPart::Path => "path".to_string(),
+        KeyPart::Method => "method".to_string(),
+        KeyPart::Authority => "authority".to_string(),
+        KeyPart::Const(_) => "generic_key".to_string(),
+    }
 }
 
 /// How long a lease may be spent, unless `ttl` says otherwise.
@@ -645,11 +791,18 @@ fn validated(path: &str, limit: Limit) -> Result<Limit, FieldError> {
 }
 
 fn compile_limit(path: &str, raw: &RawLimit) -> Result<Limit, FieldError> {
+    let required = |field: &str| FieldError::at(format!("{path}.{field}"), "required");
     let algorithm = raw
         .algorithm
+        .as_deref()
+        .ok_or_else(|| required("algorithm"))?
         .parse::<Algorithm>()
         .map_err(|e| FieldError::at(format!("{path}.algorithm"), e.to_string()))?;
-    let window = window(&format!("{path}.window"), &raw.window)?;
+    let requests = raw.requests.ok_or_else(|| required("requests"))?;
+    let window = window(
+        &format!("{path}.window"),
+        raw.window.as_deref().ok_or_else(|| required("window"))?,
+    )?;
     let precision = match raw.precision {
         None => 1,
         Some(_) if algorithm != Algorithm::SlidingWindow => {
@@ -672,9 +825,9 @@ fn compile_limit(path: &str, raw: &RawLimit) -> Result<Limit, FieldError> {
         path,
         Limit {
             algorithm,
-            requests: raw.requests,
+            requests,
             window,
-            burst: raw.burst.unwrap_or(raw.requests),
+            burst: raw.burst.unwrap_or(requests),
             precision,
             soft_percent,
             max_delay: max_delay(path, raw, algorithm)?,
@@ -753,6 +906,12 @@ fn add_override(
             return Err(FieldError::at(
                 path,
                 format!("limit {j} is elastic, and elastic limits take no overrides"),
+            ));
+        }
+        if base.descriptor.is_some() {
+            return Err(FieldError::at(
+                path,
+                format!("limit {j} is held by the rate limit service: override it there"),
             ));
         }
         let limit = validated(

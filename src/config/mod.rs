@@ -9,10 +9,10 @@ mod raw;
 pub use compile::{compile, parse, MAX_LOCAL_KEYS, MAX_NAME_LEN, MAX_QUEUED};
 pub use duration::parse_duration;
 pub use plan::{
-    Cost, DenyResponse, Elastic, LeasePolicy, LimitScope, LimiterTarget, OverrideLimit, Plan, Rule,
-    RuleLimit, Sync,
+    Cost, DenyResponse, Elastic, Entry, EntryValue, LeasePolicy, LimitScope, LimiterTarget,
+    OverrideLimit, Plan, Rule, RuleLimit, Sync,
 };
-pub use raw::{FailureMode, HeadersMode, Mode, OnExceed, RawConfig, Scope, SyncMode};
+pub use raw::{FailureMode, HeadersMode, Mode, OnExceed, Protocol, RawConfig, Scope, SyncMode};
 pub use sluice_core::FieldError;
 
 #[cfg(test)]

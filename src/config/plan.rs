@@ -2,7 +2,7 @@
 //! constant (shared-data key prefixes, overrides) computed once.
 
 use crate::client_ip::ClientIpPolicy;
-use crate::config::raw::{FailureMode, HeadersMode};
+use crate::config::raw::{FailureMode, HeadersMode, Protocol};
 use crate::key::KeyPart;
 use crate::matcher::Matcher;
 use sluice_core::{Limit, Nanos};
@@ -33,8 +33,10 @@ pub struct Plan {
 pub struct LimiterTarget {
     /// Envoy cluster name.
     pub cluster: String,
-    /// `:authority` of the call-out.
+    /// `:authority` of the call-out (empty with `protocol: rls`).
     pub authority: String,
+    /// How the filter talks to the limiter.
+    pub protocol: Protocol,
     /// Call-out timeout.
     pub timeout: Nanos,
     /// What to do when the limiter cannot answer.
@@ -100,6 +102,27 @@ pub struct RuleLimit {
     pub elastic: Option<Elastic>,
     /// How a global limit's checks reach the limiter.
     pub sync: Sync,
+    /// With `protocol: rls`, the descriptor this global limit sends (its
+    /// `limit` is then only a stand-in: the service holds the real one).
+    pub descriptor: Option<Vec<Entry>>,
+}
+
+/// One entry of a rate limit service descriptor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The entry's key.
+    pub key: String,
+    /// Where its value comes from.
+    pub value: EntryValue,
+}
+
+/// Where a descriptor entry's value comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryValue {
+    /// Always this text.
+    Fixed(String),
+    /// The request's value of this key part of the rule.
+    Part(KeyPart),
 }
 
 /// How a global limit's checks reach the limiter.

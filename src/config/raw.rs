@@ -94,10 +94,15 @@ fn default_ipv6_prefix() -> u64 {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawLimiter {
-    /// Envoy cluster of `sluice-limiter` instances.
+    /// Envoy cluster of `sluice-limiter` instances (or of a rate limit
+    /// service, with `protocol: rls`).
     pub cluster: String,
-    /// `:authority` of the call-out.
-    pub authority: String,
+    /// `:authority` of the call-out (`protocol: sluice` only).
+    #[serde(default)]
+    pub authority: Option<String>,
+    /// The limiter's protocol.
+    #[serde(default)]
+    pub protocol: Protocol,
     /// Call-out timeout.
     #[serde(default = "default_timeout")]
     pub timeout: String,
@@ -108,6 +113,17 @@ pub struct RawLimiter {
 
 fn default_timeout() -> String {
     "50ms".to_string()
+}
+
+/// How the filter talks to the limiter cluster.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Protocol {
+    /// `sluice-limiter`'s HTTP/JSON API.
+    #[default]
+    Sluice,
+    /// Envoy's rate limit service protocol (gRPC `ShouldRateLimit`).
+    Rls,
 }
 
 /// What happens to a request whose global check failed (error, timeout, bad answer).
@@ -292,12 +308,15 @@ pub enum Scope {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawLimit {
-    /// Algorithm name.
-    pub algorithm: String,
-    /// Requests per window.
-    pub requests: u64,
-    /// Window duration.
-    pub window: String,
+    /// Algorithm name (not with `protocol: rls` for a global limit).
+    #[serde(default)]
+    pub algorithm: Option<String>,
+    /// Requests per window (not with `protocol: rls` for a global limit).
+    #[serde(default)]
+    pub requests: Option<u64>,
+    /// Window duration (not with `protocol: rls` for a global limit).
+    #[serde(default)]
+    pub window: Option<String>,
     /// Requests a fresh key admits at once; defaults to `requests`.
     #[serde(default)]
     pub burst: Option<u64>,
@@ -323,6 +342,25 @@ pub struct RawLimit {
     /// How a global limit's checks reach the limiter.
     #[serde(default)]
     pub sync: Option<RawSync>,
+    /// The rate limit service descriptor of a global limit
+    /// (`protocol: rls` only).
+    #[serde(default)]
+    pub descriptor: Option<Vec<RawEntry>>,
+}
+
+/// One entry of a rate limit service descriptor: `{key, value}` or
+/// `{key, from}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEntry {
+    /// The entry's key.
+    pub key: String,
+    /// A fixed value.
+    #[serde(default)]
+    pub value: Option<String>,
+    /// The value of one of the rule's key parts.
+    #[serde(default)]
+    pub from: Option<String>,
 }
 
 /// How a global limit's checks reach the limiter.

@@ -309,11 +309,7 @@ fn serde_errors_carry_position() {
     let e = err(
         r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[{"algorithm":"gcra","window":"1s"}]}]}"#,
     );
-    assert!(
-        e.to_string()
-            .contains("rules[0].limits[0]: missing field `requests`"),
-        "{e}"
-    );
+    assert_eq!(e.to_string(), "rules[0].limits[0].requests: required");
     assert!(parse(br#"{"domain":"d"} x"#).is_err());
     assert!(parse(b"").is_err());
     assert!(parse(b"{").is_err());
@@ -762,4 +758,83 @@ fn bad_sync_settings_are_refused_with_the_field_named() {
     let shadow = leased(r#"{"mode":"lease","max_share":"1%"}"#)
         .replace(r#""key""#, r#""mode":"shadow","key""#);
     assert_eq!(err(&shadow).path, "rules[0].limits[0].sync.mode");
+}
+
+fn rls(rules: &str) -> String {
+    format!(r#"{{"domain":"d","limiter":{{"cluster":"rls","protocol":"rls"}},"rules":[{rules}]}}"#)
+}
+
+#[test]
+fn rls_limits_name_descriptors() {
+    let plan = parse(
+        rls(r#"{"name":"per-user","key":["client_ip","header:X-User"],"limits":[{"scope":"global"},
+              {"scope":"global","descriptor":[{"key":"plan","value":"free"},{"key":"user","from":"header:x-user"}]},
+              {"algorithm":"gcra","requests":5,"window":"1s"}]}"#)
+        .as_bytes(),
+    )
+    .unwrap();
+    let limiter = plan.limiter.as_ref().unwrap();
+    assert_eq!(
+        (limiter.protocol, limiter.authority.as_str()),
+        (Protocol::Rls, "")
+    );
+    let limits = &plan.rules[0].limits;
+    let fixed = |k: &str, v: &str| Entry {
+        key: k.into(),
+        value: EntryValue::Fixed(v.into()),
+    };
+    let part = |k: &str, p: &str| Entry {
+        key: k.into(),
+        value: EntryValue::Part(KeyPart::parse(p).unwrap()),
+    };
+    assert_eq!(
+        limits[0].descriptor.as_deref().unwrap(),
+        [
+            fixed("generic_key", "per-user"),
+            part("remote_address", "client_ip"),
+            part("x-user", "header:x-user")
+        ]
+    );
+    assert_eq!(
+        limits[1].descriptor.as_deref().unwrap(),
+        [fixed("plan", "free"), part("user", "header:x-user")]
+    );
+    // Local limits are the filter's own, whatever the protocol.
+    assert!(limits[2].descriptor.is_none());
+    assert_eq!(limits[2].limit.requests, 5);
+}
+
+#[test]
+fn bad_rls_settings_are_refused_with_the_field_named() {
+    let global = |extra: &str| {
+        rls(&format!(
+            r#"{{"name":"r","key":["client_ip"],"limits":[{{"scope":"global"{extra}}}]}}"#
+        ))
+    };
+    for (json, path) in [
+        (global(r#","requests":10"#), "rules[0].limits[0].requests"),
+        (global(r#","algorithm":"gcra""#), "rules[0].limits[0].algorithm"),
+        (global(r#","sync":{"mode":"coalesce"}"#), "rules[0].limits[0].sync"),
+        (global(r#","descriptor":[]"#), "rules[0].limits[0].descriptor"),
+        (global(r#","descriptor":[{"key":"k"}]"#), "rules[0].limits[0].descriptor[0]"),
+        (global(r#","descriptor":[{"key":"","value":"v"}]"#), "rules[0].limits[0].descriptor[0].key"),
+        (global(r#","descriptor":[{"key":"k","from":"path"}]"#), "rules[0].limits[0].descriptor[0].from"),
+        (global(r#","descriptor":[{"key":"k","from":"nonsense"}]"#), "rules[0].limits[0].descriptor[0].from"),
+        (
+            r#"{"domain":"d","limiter":{"cluster":"c","authority":"a"},"rules":[{"name":"r","key":["client_ip"],"limits":[{"scope":"global","algorithm":"gcra","requests":1,"window":"1s","descriptor":[{"key":"k","value":"v"}]}]}]}"#.to_string(),
+            "rules[0].limits[0].descriptor",
+        ),
+        (
+            r#"{"domain":"d","limiter":{"cluster":"rls","protocol":"rls","authority":"a"}}"#.to_string(),
+            "limiter.authority",
+        ),
+        (r#"{"domain":"d","limiter":{"cluster":"c"}}"#.to_string(), "limiter.authority"),
+        (
+            rls(r#"{"name":"r","key":["client_ip"],"limits":[{"scope":"global"}],"overrides":[{"key":"1.2.3.4","requests":5}]}"#),
+            "rules[0].overrides[0]",
+        ),
+    ] {
+        let e = err(&json);
+        assert_eq!(e.path, path, "{json}: {e}");
+    }
 }

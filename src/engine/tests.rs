@@ -941,3 +941,5 @@ mod elastic;
 mod coalesce;
 
 mod lease;
+
+mod rls;

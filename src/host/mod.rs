@@ -13,7 +13,7 @@
 //! each request its outcome.
 
 use crate::coalesce::{Coalescer, Joined};
-use crate::config::{self, Plan, Rule};
+use crate::config::{self, Plan, Protocol, Rule};
 use crate::engine::{self, Admitted, Delayed, Denied, PendingCheck, Verdict};
 use crate::headers::Reported;
 use crate::key::RequestView;
@@ -23,6 +23,7 @@ use crate::metrics::{
 };
 use crate::queue::Queue;
 use crate::response;
+use crate::rls;
 use crate::slots::SlotHasher;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -577,7 +578,22 @@ fn dispatch(runtime: &Runtime, body: &[u8]) -> Option<u32> {
         ("content-type", "application/json"),
     ];
     let timeout = Duration::from_millis(limiter.timeout / MILLISECOND);
-    match hostcalls::dispatch_http_call(&limiter.cluster, headers, Some(body), vec![], timeout) {
+    let sent = match limiter.protocol {
+        Protocol::Sluice => {
+            hostcalls::dispatch_http_call(&limiter.cluster, headers, Some(body), vec![], timeout)
+        }
+        // Envoy takes a name that is not a GrpcService message as the
+        // cluster's name.
+        Protocol::Rls => hostcalls::dispatch_grpc_call(
+            &limiter.cluster,
+            rls::SERVICE,
+            rls::METHOD,
+            vec![],
+            Some(body),
+            timeout,
+        ),
+    };
+    match sent {
         Ok(token) => Some(token),
         Err(status) => {
             // Once per VM: during an outage every request would log it.
@@ -631,15 +647,35 @@ impl Context for Filter {
         let Some(runtime) = self.runtime.clone() else {
             return;
         };
-        let Some(position) = self.tokens.iter().position(|(t, _)| *t == token) else {
+        if !self.tokens.iter().any(|(t, _)| *t == token) {
             self.carried_answered(&runtime, token, body_size);
+            return;
+        }
+        self.answered(&runtime, token, call_answer(body_size));
+    }
+
+    fn on_grpc_call_response(&mut self, token: u32, status_code: u32, response_size: usize) {
+        let Some(runtime) = self.runtime.clone() else {
+            return;
+        };
+        // gRPC status 0 is OK; any other is a failed call.
+        let body = (status_code == 0)
+            .then(|| hostcalls::get_buffer(BufferType::GrpcReceiveBuffer, 0, response_size))
+            .and_then(|b| b.ok().flatten());
+        self.answered(&runtime, token, body);
+    }
+}
+
+impl Filter {
+    /// The answer to this request's own call `token` (`None`: failed).
+    fn answered(&mut self, runtime: &Runtime, token: u32, body: Option<Vec<u8>>) {
+        let Some(position) = self.tokens.iter().position(|(t, _)| *t == token) else {
             return;
         };
         let (_, call) = self.tokens.swap_remove(position);
         let Some(mut pending) = self.pending.take() else {
             return;
         };
-        let body = call_answer(body_size);
         if !pending.record(call, body.as_deref()) {
             self.pending = Some(pending);
             return;
@@ -651,7 +687,7 @@ impl Context for Filter {
                 return;
             }
         }
-        if self.apply(&runtime, verdict) == Action::Continue {
+        if self.apply(runtime, verdict) == Action::Continue {
             let _ = hostcalls::resume_http_request();
         }
     }
