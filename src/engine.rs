@@ -382,7 +382,7 @@ where
     let mut failed: Option<&GlobalItem> = None;
     let mut key = String::new();
     for call in &calls {
-        settle_leases(&env, call, tally.now);
+        let held = settle_leases(&env, call, tally.now);
         let Some(response) = call.answered() else {
             if !call.shadow && failed.is_none() {
                 failed = call.batch.items.first();
@@ -391,9 +391,9 @@ where
         };
         for (i, (item, answer)) in call.batch.items.iter().zip(&response.limits).enumerate() {
             let mut decision = answer.decision();
-            if item.lease.is_some() {
-                // What the key has left counts the units this Envoy now holds.
-                decision.remaining = decision.remaining.saturating_add(answer.leased);
+            if let Some(&held) = held.get(i).filter(|_| item.lease.is_some()) {
+                // What the key has left counts the units this Envoy holds.
+                decision.remaining = decision.remaining.saturating_add(held);
             }
             // A rate limit service says its limit's window in its answer.
             let window = call.windows.get(i).copied().filter(|w| *w > 0);
@@ -425,6 +425,9 @@ where
         }
     }
     if let Some(item) = failed {
+        if serve_from_leases(&env, &calls, &mut tally) {
+            return tally.admit(metrics);
+        }
         return on_failure(&env, item, tally);
     }
     match denied {
@@ -704,7 +707,8 @@ where
         if let Sync::Lease(policy) = &rule_limit.sync {
             match self.spend_lease(applied, l, limit, policy) {
                 Some(Take::Spent { lease, .. }) => {
-                    let reported = applied.reported(limit, from_lease(limit, &lease, now));
+                    let decision = from_lease(limit.requests, &lease, now);
+                    let reported = applied.reported(limit, decision);
                     self.tally.report = Some(more_restrictive(self.tally.report, reported));
                     return Ok(());
                 }
@@ -961,6 +965,60 @@ where
             borrowing: false,
         })
     }
+}
+
+/// After the call of enforcing limits failed: when each of its limits is
+/// leased and this Envoy still holds enough of its lease, the request is
+/// served from the leases (units in hand keep serving through an outage).
+/// Returns whether it was; if not, nothing was spent.
+fn serve_from_leases<S, M>(env: &Env<'_, S, M>, calls: &[Call], tally: &mut Tally) -> bool
+where
+    S: SharedStore + ?Sized,
+    M: MetricSink + ?Sized,
+{
+    let Some(call) = calls.iter().find(|c| !c.shadow) else {
+        return false;
+    };
+    if call.batch.items.iter().any(|item| item.lease.is_none()) {
+        return false;
+    }
+    let mark = tally.consumed.len();
+    let mut key = String::new();
+    let hits = call.batch.hits.unwrap_or(1);
+    for (item, spec) in call.batch.items.iter().zip(&call.batch.limits) {
+        let weight = spec.hits.unwrap_or(hits);
+        let rule_limit = env
+            .plan
+            .rules
+            .get(item.rule)
+            .and_then(|r| r.limits.get(item.limit));
+        let (Some(ask), Some(rule_limit)) = (item.lease, rule_limit) else {
+            return false;
+        };
+        let Sync::Lease(policy) = &rule_limit.sync else {
+            return false;
+        };
+        layout::slot_key(&mut key, &policy.prefix, ask.slot);
+        let spent = lease::spend(env.store, &key, item.fingerprint, tally.now, weight);
+        let Ok(Some(lease)) = spent else {
+            tally.refund_since(mark, env);
+            return false;
+        };
+        tally.consumed.push(Consumed {
+            rule: item.rule,
+            limit: item.limit,
+            target: Target::Lease {
+                slot: ask.slot,
+                fingerprint: item.fingerprint,
+                granted_at: lease.granted_at,
+            },
+            delay: 0,
+            weight,
+        });
+        let reported = item.reported(from_lease(item.requests, &lease, tally.now));
+        tally.report = Some(more_restrictive(tally.report, reported));
+    }
+    true
 }
 
 /// Applies `failure_mode` after the call of enforcing limits failed; `item`
@@ -1479,10 +1537,10 @@ fn too_costly(limit: &Limit) -> Decision {
 
 /// What a request spent from a lease reports: the limiter's remaining when
 /// the lease was granted, plus what this Envoy still holds.
-fn from_lease(limit: &Limit, lease: &Lease, now: Nanos) -> Decision {
+fn from_lease(requests: u64, lease: &Lease, now: Nanos) -> Decision {
     Decision {
         allowed: true,
-        limit: limit.requests,
+        limit: requests,
         remaining: lease.remaining.saturating_add(lease.left),
         reset: lease.reset_at.saturating_sub(now),
         retry_after: 0,
@@ -1507,14 +1565,17 @@ fn lease_expiry(limit: &Limit, ttl: Nanos, now: Nanos) -> Nanos {
 }
 
 /// Ends the lease asks of `call`'s limits: installs what the limiter granted
-/// (nothing when the call failed or the check was denied).
-fn settle_leases<S, M>(env: &Env<'_, S, M>, call: &Call, now: Nanos)
+/// (nothing when the call failed or the check was denied). Returns, per
+/// item, the units this Envoy now holds for its key (0 for items without an
+/// ask).
+fn settle_leases<S, M>(env: &Env<'_, S, M>, call: &Call, now: Nanos) -> Vec<u64>
 where
     S: SharedStore + ?Sized,
     M: MetricSink + ?Sized,
 {
     let answers = call.answered().map(|a| a.limits.as_slice());
     let mut key = String::new();
+    let mut held = vec![0; call.batch.items.len()];
     for (i, item) in call.batch.items.iter().enumerate() {
         let Some(ask) = item.lease.filter(|a| a.asked) else {
             continue;
@@ -1550,10 +1611,16 @@ where
             remaining,
             now.saturating_add(reset),
         );
-        if granted.is_err() {
-            env.metrics.global(GlobalEvent::CasExhausted);
+        match granted {
+            Ok(units) => {
+                if let Some(h) = held.get_mut(i) {
+                    *h = units;
+                }
+            }
+            Err(Contended) => env.metrics.global(GlobalEvent::CasExhausted),
         }
     }
+    held
 }
 
 /// What an elastic limit that denied with `denial` reports once it lent the

@@ -12,6 +12,11 @@
 //! Sizes adapt: a lease spent before it expires asks for twice as much next
 //! time; one that expires with units left asks for what was used. Units left
 //! when a lease is replaced are returned to the limiter with the next ask.
+//!
+//! A lease is renewed before it runs out: the request that would bring it
+//! below half of its grant asks instead of spending, while the others go on
+//! spending what is left; the new units join the lease. So a busy key
+//! normally makes one call per grant.
 
 use crate::local::{measure_and_replace, Contended, SharedStore};
 use sluice_core::Nanos;
@@ -130,18 +135,36 @@ pub fn take<S: SharedStore + ?Sized>(
             };
             return (Some(fresh.encode()), ask);
         }
+        let asking = now < lease.asking_until;
         if now < lease.expires_at && lease.left >= weight {
-            let spent = Lease {
-                left: lease.left - weight,
+            let after = lease.left - weight;
+            // Renew early: ask for twice the grant, within the share.
+            let renew = lease.granted.saturating_mul(2).clamp(1, max.max(1));
+            let ask = renew.min(max.saturating_sub(lease.left));
+            if asking || after >= lease.granted / 2 || ask == 0 {
+                let spent = Lease {
+                    left: after,
+                    ..lease
+                };
+                let take = Take::Spent {
+                    granted_at: lease.granted_at,
+                    lease: spent,
+                };
+                return (Some(spent.encode()), take);
+            }
+            let asking = Lease {
+                next: renew,
+                asking_until: now.saturating_add(wait),
                 ..lease
             };
-            let take = Take::Spent {
-                granted_at: lease.granted_at,
-                lease: spent,
+            let take = Take::Ask {
+                ask,
+                returned: 0,
+                age: 0,
             };
-            return (Some(spent.encode()), take);
+            return (Some(asking.encode()), take);
         }
-        if now < lease.asking_until {
+        if asking {
             return (None, ask_alone());
         }
         let used = lease.granted.saturating_sub(lease.left);
@@ -177,9 +200,32 @@ fn ask_alone() -> Take {
     }
 }
 
+/// Spends `weight` from the key's lease if it has that much left and has not
+/// expired, renewal or not (its call failed: units in hand keep serving).
+/// `None` when it cannot.
+pub fn spend<S: SharedStore + ?Sized>(
+    store: &S,
+    key: &str,
+    fingerprint: u64,
+    now: Nanos,
+    weight: u64,
+) -> Result<Option<Lease>, Contended> {
+    measure_and_replace(store, key, |value| match value.and_then(Lease::decode) {
+        Some(l) if l.fingerprint == fingerprint && now < l.expires_at && l.left >= weight => {
+            let spent = Lease {
+                left: l.left - weight,
+                ..l
+            };
+            (Some(spent.encode()), Some(spent))
+        }
+        _ => (None, None),
+    })
+}
+
 /// A grant arrived: `units` (maybe 0) asked for at `asked_at`, usable until
 /// `expires_at`; the limiter reported `remaining` and a reset at `reset_at`.
-/// Ends the ask; the units join what is left of the key's lease.
+/// Ends the ask; the units join what is left of the key's lease. Returns
+/// the units this Envoy now holds for the key.
 #[allow(clippy::too_many_arguments)]
 pub fn grant<S: SharedStore + ?Sized>(
     store: &S,
@@ -190,28 +236,35 @@ pub fn grant<S: SharedStore + ?Sized>(
     expires_at: Nanos,
     remaining: u64,
     reset_at: Nanos,
-) -> Result<(), Contended> {
+) -> Result<u64, Contended> {
     measure_and_replace(store, key, |value| {
         let Some(lease) = value.and_then(Lease::decode) else {
-            return (None, ());
+            return (None, 0);
         };
         if lease.fingerprint != fingerprint {
             // The slot went to another key meanwhile: the units are not
             // spent (the limiter gets them back as they drain or the window
             // ends).
-            return (None, ());
+            return (None, 0);
         }
+        // Units still in hand keep their (older) grant time: a return of
+        // them then gives back no more than it should.
+        let granted_at = if lease.left > 0 {
+            lease.granted_at
+        } else {
+            asked_at
+        };
         let granted = Lease {
             left: lease.left.saturating_add(units),
             granted: lease.left.saturating_add(units),
-            granted_at: asked_at,
+            granted_at,
             expires_at,
             asking_until: 0,
             remaining,
             reset_at,
             ..lease
         };
-        (Some(granted.encode()), ())
+        (Some(granted.encode()), granted.left)
     })
 }
 
@@ -311,14 +364,14 @@ mod tests {
         );
         grant(&s, K, 7, 3 * MS, 2, 103 * MS, 40, 1000 * MS).unwrap();
         spent(take(&s, K, 7, 4 * MS, 1, 100, 50 * MS).unwrap());
-        spent(take(&s, K, 7, 4 * MS, 1, 100, 50 * MS).unwrap());
+        // The last unit is half the grant: renewed early, doubled.
         let t = take(&s, K, 7, 5 * MS, 1, 100, 50 * MS).unwrap();
         assert_eq!(
             t,
             Take::Ask {
                 ask: 4,
                 returned: 0,
-                age: 2 * MS
+                age: 0
             }
         );
     }
@@ -347,16 +400,17 @@ mod tests {
         let s = MemoryStore::default();
         take(&s, K, 7, 0, 1, 4, 50 * MS).unwrap();
         grant(&s, K, 7, 0, 4, 100 * MS, 50, 1000 * MS).unwrap();
-        for _ in 0..4 {
+        for _ in 0..2 {
             spent(take(&s, K, 7, MS, 1, 4, 50 * MS).unwrap());
         }
+        // 2 in hand: a renewal may bring 2 more.
         let t = take(&s, K, 7, 2 * MS, 1, 4, 50 * MS).unwrap();
         assert_eq!(
             t,
             Take::Ask {
-                ask: 4,
+                ask: 2,
                 returned: 0,
-                age: 2 * MS
+                age: 0
             }
         );
     }
@@ -433,6 +487,102 @@ mod tests {
         cancel(&s, K, 7, 4).unwrap();
         let t = take(&s, K, 7, 201 * MS, 1, 100, 50 * MS).unwrap();
         assert!(matches!(t, Take::Ask { returned: 4, .. }), "{t:?}");
+    }
+
+    #[test]
+    fn a_lease_running_low_is_renewed_while_the_rest_is_spent() {
+        let s = MemoryStore::default();
+        take(&s, K, 7, 0, 1, 100, 50 * MS).unwrap();
+        grant(&s, K, 7, 0, 8, 100 * MS, 50, 1000 * MS).unwrap();
+        for left in [7, 6, 5, 4] {
+            assert_eq!(
+                spent(take(&s, K, 7, MS, 1, 100, 50 * MS).unwrap()).left,
+                left
+            );
+        }
+        // Spending one more would leave 3 of 8: this request asks instead.
+        let t = take(&s, K, 7, 2 * MS, 1, 100, 50 * MS).unwrap();
+        assert_eq!(
+            t,
+            Take::Ask {
+                ask: 16,
+                returned: 0,
+                age: 0
+            }
+        );
+        // The others spend what is left while the ask is awaited.
+        for left in [3, 2, 1, 0] {
+            assert_eq!(
+                spent(take(&s, K, 7, 3 * MS, 1, 100, 50 * MS).unwrap()).left,
+                left
+            );
+        }
+        assert_eq!(
+            take(&s, K, 7, 3 * MS, 1, 100, 50 * MS).unwrap(),
+            ask_alone()
+        );
+        // All old units were spent by the grant: it has its own time.
+        grant(&s, K, 7, 2 * MS, 16, 102 * MS, 30, 1000 * MS).unwrap();
+        let t = take(&s, K, 7, 4 * MS, 1, 100, 50 * MS).unwrap();
+        assert!(
+            matches!(
+                t,
+                Take::Spent {
+                    granted_at: 2_000_000,
+                    ..
+                }
+            ),
+            "{t:?}"
+        );
+        assert_eq!(spent(t).left, 15);
+        for _ in 0..4 {
+            spent(take(&s, K, 7, 5 * MS, 1, 100, 50 * MS).unwrap());
+        }
+        // 11 of 16 left: renewed early; units left keep the older time.
+        let t = take(&s, K, 7, 6 * MS, 4, 100, 50 * MS).unwrap();
+        assert!(matches!(t, Take::Ask { ask: 32, .. }), "{t:?}");
+        grant(&s, K, 7, 6 * MS, 32, 106 * MS, 30, 1000 * MS).unwrap();
+        let t = take(&s, K, 7, 7 * MS, 1, 100, 50 * MS).unwrap();
+        assert!(
+            matches!(
+                t,
+                Take::Spent {
+                    granted_at: 2_000_000,
+                    ..
+                }
+            ),
+            "{t:?}"
+        );
+    }
+
+    #[test]
+    fn renewals_never_hold_more_than_the_share() {
+        let s = MemoryStore::default();
+        take(&s, K, 7, 0, 1, 10, 50 * MS).unwrap();
+        grant(&s, K, 7, 0, 8, 100 * MS, 50, 1000 * MS).unwrap();
+        for _ in 0..4 {
+            spent(take(&s, K, 7, MS, 1, 10, 50 * MS).unwrap());
+        }
+        // 4 left, at most 10 held: ask for 6.
+        let t = take(&s, K, 7, MS, 1, 10, 50 * MS).unwrap();
+        assert_eq!(
+            t,
+            Take::Ask {
+                ask: 6,
+                returned: 0,
+                age: 0
+            }
+        );
+    }
+
+    #[test]
+    fn spend_takes_what_is_left_whatever_the_renewal() {
+        let s = MemoryStore::default();
+        take(&s, K, 7, 0, 1, 100, 50 * MS).unwrap();
+        grant(&s, K, 7, 0, 2, 100 * MS, 50, 1000 * MS).unwrap();
+        assert_eq!(spend(&s, K, 7, MS, 2).unwrap().map(|l| l.left), Some(0));
+        assert_eq!(spend(&s, K, 7, MS, 1).unwrap(), None);
+        assert_eq!(spend(&s, K, 8, MS, 1).unwrap(), None);
     }
 
     #[test]

@@ -41,13 +41,18 @@ fn grants_are_spent_without_calls_and_grow_when_spent_early() {
         sent.contains(r#""lease":2"#) && !sent.contains("returned"),
         "{sent}"
     );
-    for _ in 0..2 {
-        assert!(allowed(
-            &w.eval_at(&FakeRequest::get("/"), NOW + 3 * MILLISECOND)
-        ));
-    }
+    assert!(allowed(
+        &w.eval_at(&FakeRequest::get("/"), NOW + 3 * MILLISECOND)
+    ));
+    // Half of the grant is left: renewed early, doubled again.
     let (sent, _) = call_at(&w, NOW + 4 * MILLISECOND, &granted(4, 90));
     assert!(sent.contains(r#""lease":4"#), "{sent}");
+    // The last unit and two of the new ones are spent without a call.
+    for _ in 0..3 {
+        assert!(allowed(
+            &w.eval_at(&FakeRequest::get("/"), NOW + 5 * MILLISECOND)
+        ));
+    }
 }
 
 #[test]
@@ -90,11 +95,14 @@ fn a_request_denied_by_another_limit_gives_its_units_back_to_the_lease() {
     for _ in 0..5 {
         assert!(matches!(w.eval(&tight), Verdict::Deny(_)));
     }
-    let served = (0..2)
-        .filter(|_| allowed(&w.eval(&FakeRequest::get("/"))))
-        .count();
-    assert_eq!(served, 2);
-    assert!(matches!(w.eval(&FakeRequest::get("/")), Verdict::Check(_)));
+    // Two units are left: one is spent, then the lease is renewed early.
+    assert!(allowed(&w.eval(&FakeRequest::get("/"))));
+    let renewal = pending(w.eval(&FakeRequest::get("/")));
+    assert!(
+        body(&renewal).contains(r#""lease":6"#),
+        "{}",
+        body(&renewal)
+    );
 }
 
 #[test]
@@ -134,4 +142,23 @@ fn an_ask_not_sent_is_cancelled() {
     assert!(matches!(w.eval(&tight), Verdict::Deny(_)));
     let next = pending(w.eval(&FakeRequest::get("/")));
     assert!(body(&next).contains(r#""lease":"#), "{}", body(&next));
+}
+
+#[test]
+fn units_in_hand_serve_when_a_renewal_fails() {
+    let w =
+        World::new(&rules(LEASED).replace(r#""failure_mode":"allow""#, r#""failure_mode":"deny""#));
+    call_at(&w, NOW, &granted(4, 95));
+    assert!(allowed(&w.eval(&FakeRequest::get("/"))));
+    assert!(allowed(&w.eval(&FakeRequest::get("/"))));
+    // The renewal's call fails: the request is served from the lease.
+    let renewal = pending(w.eval(&FakeRequest::get("/")));
+    assert!(allowed(&w.finish(renewal, None)));
+    // One unit is left; the next renewal fails too and takes it; then the
+    // failure mode denies.
+    let renewal = pending(w.eval(&FakeRequest::get("/")));
+    assert!(allowed(&w.finish(renewal, None)));
+    let last = pending(w.eval(&FakeRequest::get("/")));
+    assert!(matches!(w.finish(last, None), Verdict::Deny(_)));
+    assert_eq!(w.metrics.count_global(GlobalEvent::LimiterErrors), 1);
 }
