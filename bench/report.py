@@ -44,11 +44,14 @@ class Summary:
     beside_socket_errors: int = 0
     # The limiter's counters over all rounds, for rows that call it: calls to
     # /v1/check, the calls that carried a batch, and the requests those
-    # carried; `limiter_counted` says whether they were read at all.
+    # carried, the units granted as leases and those given back;
+    # `limiter_counted` says whether they were read at all.
     limiter_counted: bool = False
     limiter_calls: int = 0
     limiter_batches: int = 0
     limiter_batched: int = 0
+    limiter_leased: int = 0
+    limiter_returned: int = 0
 
     @property
     def expectation_met(self) -> bool:
@@ -70,13 +73,18 @@ class Summary:
         return "; ".join(out)
 
     def calls(self) -> str:
-        """The limiter's calls per request served, and the requests per call
-        of the calls that carried a batch, in words."""
+        """The limiter's calls per request served, the requests per call of
+        the calls that carried a batch, and the lease units granted and given
+        back per request, in words."""
         if not self.limiter_counted:
             return ""
-        out = f"{self.limiter_calls / max(1, self.requests):.3f} limiter calls per request"
+        per_request = 1 / max(1, self.requests)
+        out = f"{self.limiter_calls * per_request:.3f} limiter calls per request"
         if self.limiter_batches:
             out += f", {self.limiter_batched / self.limiter_batches:.1f} requests per batch"
+        if self.limiter_leased or self.limiter_returned:
+            out += (f", {self.limiter_leased * per_request:.3f} units leased and "
+                    f"{self.limiter_returned * per_request:.3f} returned per request")
         return out
 
 
@@ -114,6 +122,8 @@ def summarize(row, samples: list, extra: str = "", solo: list | None = None) -> 
         limiter_calls=round(sum(c.get("calls", 0) for c in limiter)),
         limiter_batches=round(sum(c.get("batches", 0) for c in limiter)),
         limiter_batched=round(sum(c.get("batched", 0) for c in limiter)),
+        limiter_leased=round(sum(c.get("leased", 0) for c in limiter)),
+        limiter_returned=round(sum(c.get("returned", 0) for c in limiter)),
     )
 
 
@@ -179,6 +189,10 @@ def targets(by_conc: dict[int, dict[str, Summary]], limiter: dict[str, Summary])
                      "global-memory-coalesce", "global-memory", 1.3)
         ratio_target("global coalesced ≥ 1.3× a call per request, one key, Redis store", c,
                      "global-redis-coalesce", "global-redis", 1.3)
+        ratio_target("global leased ≥ 0.9× Sluice local, one key, memory store", c,
+                     "global-memory-lease", "local-gcra", 0.9)
+        ratio_target("global leased ≥ 0.9× Sluice local, one key, Redis store", c,
+                     "global-redis-lease", "local-gcra", 0.9)
         ratio_target("over-limit cache ≥ 0.9× Sluice local", c, "global-cached", "local-gcra", 0.9)
         ratio_target("requests not delayed, beside 1,000 held ≥ 0.95× without", c, "delay-others-held",
                      "delay-others", 0.95)
@@ -195,6 +209,23 @@ def _us(v: float) -> str:
 
 def _mark(met: bool | None) -> str:
     return {True: "met", False: "**missed**", None: "n/a"}[met]
+
+
+# Reference rows that each add one thing to the no-op wasm filter's request:
+# (row, what it adds), for the floors reported under each Envoy table.
+FLOORS = [("call-out", "a bare limiter call"),
+          ("pause-resume", "pausing the request and resuming it from the root context")]
+
+
+def floors(rows: dict[str, Summary]) -> list[str]:
+    """What each reference of FLOORS measured costs Envoy per request beyond
+    the no-op wasm filter, in words (nothing when either row is missing)."""
+    base = rows.get("noop-wasm")
+    if base is None:
+        return []
+    out = [f"{what}: {rows[row].envoy_cpu_us - base.envoy_cpu_us:+.1f} µs "
+           f"({rows[row].envoy_cpu_us:.1f} vs {base.envoy_cpu_us:.1f})" for row, what in FLOORS if row in rows]
+    return ["Envoy CPU per request beyond the no-op wasm filter: " + "; ".join(out) + "."] if out else []
 
 
 def envoy_table(rows: dict[str, Summary]) -> list[str]:
@@ -252,6 +283,8 @@ def markdown(meta: dict, by_conc: dict[int, dict[str, Summary]], limiter: dict[s
             "![requests per second](throughput.svg)", ""]
     for c in sorted(by_conc):
         out += [f"## Envoy `--concurrency {c}`", ""] + envoy_table(by_conc[c]) + [""]
+        extra = floors(by_conc[c])
+        out += extra + [""] if extra else []
     if limiter:
         out += ["## sluice-limiter alone", "",
                 "`POST /v1/check`, one GCRA key that never runs out, HTTP/1.1 keep-alive.", ""]

@@ -155,7 +155,9 @@ def place_limiters(limiter_procs: list, cpus: str | None):
 
 # The limiter's counters read around each run of a row that calls it.
 LIMITER_COUNTERS = {"calls": "sluice_limiter_checks_total", "batches": "sluice_limiter_batches_total",
-                    "batched": "sluice_limiter_batched_requests_total"}
+                    "batched": "sluice_limiter_batched_requests_total",
+                    "leased": "sluice_limiter_leased_units_total",
+                    "returned": "sluice_limiter_returned_units_total"}
 
 
 def limiter_counts(limiter_procs, store: str) -> dict[str, float]:
@@ -244,6 +246,9 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
                     line += f"; limiter calls/req {s.limiter.get('calls', 0) / max(1, s.requests):.3f}"
                     if s.limiter.get("batches"):
                         line += f", requests/batch {s.limiter['batched'] / s.limiter['batches']:.1f}"
+                    if s.limiter.get("leased") or s.limiter.get("returned"):
+                        line += (f", units leased/req {s.limiter.get('leased', 0) / max(1, s.requests):.3f}"
+                                 f", returned/req {s.limiter.get('returned', 0) / max(1, s.requests):.3f}")
                 if s.socket_errors:
                     line += f"; socket errors {s.socket_errors}"
                 if a.solo > 0 and env.row.solo:

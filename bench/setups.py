@@ -54,6 +54,9 @@ HELD_MAX_QUEUED = 2 * HELD
 # key, or pairs of them a millisecond apart, is rare (the default 100,000
 # slots would give the held key a 10% chance).
 HELD_MAX_KEYS = 10_000_000
+# The share of a key's quota the leased global rows may hold: 10% of
+# ALLOW_LIMIT's 1,000 requests, grants of up to 100 units.
+LEASE_SHARE = "10%"
 # The rule of every Sluice row (its counters are sluice.<rule>.<event>).
 RULE = "per-ip"
 # The limiter denies for an hour after 10 requests: the over-limit cache
@@ -154,6 +157,8 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
         Row("envoy", "Envoy, no rate-limit filter"),
         Row("noop-wasm", "Envoy + no-op wasm filter",
             filters=[support.wasm_filter("{}", noop_wasm, vm_id="noop", name="noop")]),
+        Row("pause-resume", "wasm filter pausing every request, resumed from the root context (1 ms tick)",
+            filters=[support.wasm_filter({"mode": "pause"}, noop_wasm, vm_id="pause-resume", name="pause-resume")]),
         Row("host-calls", "wasm filter making Sluice's host calls, no logic",
             filters=[support.wasm_filter({"mode": "host_calls"}, noop_wasm, vm_id="host-calls", name="host-calls")]),
         Row("native", "Envoy local_ratelimit, one key", filters=[native_local_ratelimit()]),
@@ -167,10 +172,13 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
                        filters=sluice(sluice_config(limit))))
     gcra = {"algorithm": "gcra", **ALLOW_LIMIT}
     # The global rows: the same limit decided by the limiter, a call per
-    # request (the default `sync`), or coalesced: a worker's requests of one
-    # key share the next call while one is in flight.
+    # request (the default `sync`), coalesced (a worker's requests of one
+    # key share the next call while one is in flight) or leased (the Envoy
+    # spends grants of the key's quota, up to LEASE_SHARE of it, without
+    # calling out).
     global_gcra = {**gcra, "scope": "global"}
     coalesced_gcra = {**global_gcra, "sync": {"mode": "coalesce"}}
+    leased_gcra = {**global_gcra, "sync": {"mode": "lease", "max_share": LEASE_SHARE}}
     held_config = sluice_config(HELD_LIMIT, rule={"max_queued": HELD_MAX_QUEUED},
                                 top={"local_max_keys": HELD_MAX_KEYS})
     out += [
@@ -198,6 +206,8 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
             filters=sluice(sluice_config(global_gcra, global_scope=True))),
         Row("global-memory-coalesce", "Sluice global gcra, one key, coalesced calls, limiter memory store",
             store="memory", filters=sluice(sluice_config(coalesced_gcra, global_scope=True))),
+        Row("global-memory-lease", f"Sluice global gcra, one key, leased ({LEASE_SHARE} share), limiter memory store",
+            store="memory", filters=sluice(sluice_config(leased_gcra, global_scope=True))),
         Row("global-memory-coalesce-10k", "Sluice global gcra, 10,000 keys, coalesced calls, limiter memory store",
             keys=MANY_KEYS, store="memory", filters=sluice(sluice_config(coalesced_gcra, global_scope=True))),
         Row("call-out", "wasm filter making one bare limiter call per request", store="memory",
@@ -208,6 +218,8 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
             filters=sluice(sluice_config(global_gcra, global_scope=True))),
         Row("global-redis-coalesce", "Sluice global gcra, one key, coalesced calls, limiter Redis store",
             store="redis", filters=sluice(sluice_config(coalesced_gcra, global_scope=True))),
+        Row("global-redis-lease", f"Sluice global gcra, one key, leased ({LEASE_SHARE} share), limiter Redis store",
+            store="redis", filters=sluice(sluice_config(leased_gcra, global_scope=True))),
         Row("global-cached", "Sluice global gcra, flood (over-limit cache)", expect="deny", store="memory",
             filters=sluice(sluice_config({"algorithm": "gcra", **CACHED_DENY_LIMIT, "scope": "global"},
                                          global_scope=True))),

@@ -298,8 +298,73 @@ def test_the_limiter_counters_are_read_from_the_limiter_of_the_row_store():
     memory = Limiter("memory", {"sluice_limiter_checks_total": 10.0, "sluice_limiter_batches_total": 2.0,
                                 "sluice_limiter_batched_requests_total": 30.0})
     redis = Limiter("redis://127.0.0.1:1", {"sluice_limiter_checks_total": 7.0})
-    assert run.limiter_counts([redis, memory], "memory") == {"calls": 10.0, "batches": 2.0, "batched": 30.0}
-    assert run.limiter_counts([redis, memory], "redis") == {"calls": 7.0, "batches": 0.0, "batched": 0.0}
+    assert run.limiter_counts([redis, memory], "memory") == {"calls": 10.0, "batches": 2.0, "batched": 30.0,
+                                                              "leased": 0.0, "returned": 0.0}
+    assert run.limiter_counts([redis, memory], "redis") == {"calls": 7.0, "batches": 0.0, "batched": 0.0,
+                                                             "leased": 0.0, "returned": 0.0}
+    leasing = Limiter("memory", {"sluice_limiter_leased_units_total": 99.0,
+                                 "sluice_limiter_returned_units_total": 3.0})
+    assert run.limiter_counts([leasing], "memory")["leased"] == 99.0
+    assert run.limiter_counts([leasing], "memory")["returned"] == 3.0
     assert run.limiter_counts([], "memory") == {}
     assert run.grown({"calls": 10.0, "batches": 2.0}, {"calls": 25.0, "batches": 3.0}) == \
         {"calls": 15.0, "batches": 1.0}
+
+
+def test_the_leased_rows_differ_from_the_per_request_rows_only_in_sync():
+    rows = {r.id: r for r in setups.rows(Path("s"), Path("n"))}
+    for store in ("memory", "redis"):
+        alone, leased = rows[f"global-{store}"], rows[f"global-{store}-lease"]
+        assert leased.store == store and leased.keys == 1 and leased.expect == "allow"
+        [a], [x] = _limit(alone), _limit(leased)
+        assert x == {**a, "sync": {"mode": "lease", "max_share": setups.LEASE_SHARE}}
+        # The share is at least one unit (grants of up to 100 here).
+        assert x["requests"] * float(setups.LEASE_SHARE.rstrip("%")) / 100 >= 1
+
+
+def test_the_pause_row_runs_the_noop_filter_in_pause_mode():
+    rows = {r.id: r for r in setups.rows(Path("s"), Path("n.wasm"))}
+    [f] = rows["pause-resume"].filters
+    config = f["typed_config"]["config"]
+    assert json.loads(config["configuration"]["value"]) == {"mode": "pause"}
+    assert rows["pause-resume"].store is None and rows["pause-resume"].expect == "allow"
+    assert config["vm_config"]["code"]["local"]["filename"] == "n.wasm"
+
+
+def test_lease_units_and_the_leased_target_are_reported():
+    rows = {r.id: r for r in setups.rows(Path("s"), Path("n"))}
+
+    def sample(rps, calls, leased=0, returned=0):
+        s = _sample(rps)  # 1,000 requests
+        s.limiter = {"calls": calls, "batches": 0, "batched": 0, "leased": leased, "returned": returned}
+        return s
+
+    leased = report.summarize(rows["global-memory-lease"], [sample(19000, 10, 990, 5), sample(19000, 10, 990, 5)])
+    assert leased.calls() == "0.010 limiter calls per request, 0.990 units leased and 0.005 returned per request"
+    alone = report.summarize(rows["global-memory"], [sample(10000, 1000)])
+    assert alone.calls() == "1.000 limiter calls per request"
+    local = report.summarize(rows["local-gcra"], [_sample(20000)])
+    goals = {t.name: t for t in report.targets({1: {"global-memory-lease": leased, "local-gcra": local}}, {})}
+    memory = goals["global leased ≥ 0.9× Sluice local, one key, memory store"]
+    assert (memory.measured, memory.met) == ("0.950× (target ≥ 0.90×)", True)
+    redis = goals["global leased ≥ 0.9× Sluice local, one key, Redis store"]
+    assert (redis.measured, redis.met) == ("not measured", None)
+
+
+def test_the_floors_beyond_the_noop_filter_are_reported():
+    rows = {r.id: r for r in setups.rows(Path("s"), Path("n"))}
+
+    def summary(row_id, cpu):
+        s = _sample(10000)
+        s.envoy_cpu_us = cpu
+        return report.summarize(rows[row_id], [s])
+
+    c1 = {"noop-wasm": summary("noop-wasm", 20.0), "pause-resume": summary("pause-resume", 31.5),
+          "call-out": summary("call-out", 38.0)}
+    assert report.floors(c1) == ["Envoy CPU per request beyond the no-op wasm filter: a bare limiter call: "
+                                 "+18.0 µs (38.0 vs 20.0); pausing the request and resuming it from the root "
+                                 "context: +11.5 µs (31.5 vs 20.0)."]
+    assert report.floors({"noop-wasm": c1["noop-wasm"]}) == []
+    assert report.floors({"pause-resume": c1["pause-resume"]}) == []
+    text = report.markdown({}, {1: c1}, {}, [], None, [])
+    assert "+11.5 µs (31.5 vs 20.0)" in text

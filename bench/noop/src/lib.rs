@@ -18,11 +18,18 @@
 //!   to cluster `C` per request, with a fixed body; the request continues
 //!   when the answer arrives, whatever it says. The best any filter that asks
 //!   a remote limiter per request can do.
+//! - `{"mode":"pause"}`: pauses every request on its headers, and the root
+//!   context of its worker resumes it on its next tick (every millisecond):
+//!   `set_effective_context` then `resume_http_request` for each request
+//!   paused since the last tick. The cost Envoy pays to pause a request and
+//!   resume it from another context, which every request held or waiting for
+//!   a shared call pays, and nothing else.
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType};
 use serde::Deserialize;
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -50,6 +57,27 @@ enum Mode {
     HostCalls,
     Deny,
     CallOut { cluster: String, authority: String },
+    Pause,
+}
+
+/// How often the root context of the `pause` mode resumes what was paused.
+const RESUME_TICK: Duration = Duration::from_millis(1);
+
+thread_local! {
+    /// The requests paused by the `pause` mode since the last tick (one
+    /// worker, one VM, one list).
+    static PAUSED: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Resumes every request of `PAUSED`, each from its own context.
+fn resume_paused() {
+    let paused = PAUSED.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    for context in paused {
+        // An error means the client left meanwhile.
+        if hostcalls::set_effective_context(context).is_ok() {
+            let _ = hostcalls::resume_http_request();
+        }
+    }
 }
 
 fn mode_of(bytes: &[u8]) -> Result<Mode, String> {
@@ -66,6 +94,7 @@ fn mode_of(bytes: &[u8]) -> Result<Mode, String> {
             cluster: config.cluster.ok_or("call_out needs \"cluster\"")?,
             authority: config.authority.ok_or("call_out needs \"authority\"")?,
         }),
+        "pause" => Ok(Mode::Pause),
         other => Err(format!("unknown mode {other:?}")),
     }
 }
@@ -77,6 +106,10 @@ struct Root {
 impl Context for Root {}
 
 impl RootContext for Root {
+    fn on_tick(&mut self) {
+        resume_paused();
+    }
+
     fn on_configure(&mut self, size: usize) -> bool {
         let bytes = hostcalls::get_buffer(BufferType::PluginConfiguration, 0, size)
             .ok()
@@ -84,6 +117,9 @@ impl RootContext for Root {
             .unwrap_or_default();
         match mode_of(&bytes) {
             Ok(mode) => {
+                if let Mode::Pause = mode {
+                    let _ = hostcalls::set_tick_period(RESUME_TICK);
+                }
                 self.mode = Rc::new(mode);
                 true
             }
@@ -94,9 +130,10 @@ impl RootContext for Root {
         }
     }
 
-    fn create_http_context(&self, _: u32) -> Option<Box<dyn HttpContext>> {
+    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
         Some(Box::new(Http {
             mode: Rc::clone(&self.mode),
+            context_id,
         }))
     }
 
@@ -107,6 +144,7 @@ impl RootContext for Root {
 
 struct Http {
     mode: Rc<Mode>,
+    context_id: u32,
 }
 
 /// The shared-data key of the `host_calls` mode, and a value of the size of
@@ -162,6 +200,10 @@ impl HttpContext for Http {
                     Err(_) => Action::Continue,
                 }
             }
+            Mode::Pause => {
+                PAUSED.with(|p| p.borrow_mut().push(self.context_id));
+                Action::Pause
+            }
         }
     }
 
@@ -201,6 +243,10 @@ mod tests {
             }
             _ => panic!("not call_out"),
         }
+        assert!(matches!(
+            mode_of(br#"{"mode":"pause"}"#).unwrap(),
+            Mode::Pause
+        ));
         assert!(mode_of(br#"{"mode":"call_out"}"#).is_err());
         assert!(mode_of(br#"{"mode":"other"}"#).is_err());
         assert!(mode_of(br#"{"mdoe":"noop"}"#).is_err());
