@@ -486,6 +486,12 @@ pub fn parse_domain(text: &str, file: &Path) -> Result<(String, Domain), ConfigE
         if let Some(i) = message.find(" at line ") {
             message.truncate(i);
         }
+        // ... and may lead with the path of the enclosing value; the field says it.
+        if let Some(i) = message.find(": ") {
+            if !message[..i].contains(' ') && field.starts_with(&message[..i]) {
+                message.drain(..i + 2);
+            }
+        }
         ConfigError {
             file: file.to_path_buf(),
             field,
@@ -760,5 +766,208 @@ impl Domain {
             level = &node.children;
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> ConfigError {
+        match Descriptors::parse(text) {
+            Ok(_) => panic!("accepted:\n{text}"),
+            Err(e) => e,
+        }
+    }
+
+    fn find<'a>(d: &'a Descriptors, entries: &[(&'a str, &'a str)]) -> Option<Found<'a>> {
+        d.domains["d"].lookup(entries.iter().copied())
+    }
+
+    const EXAMPLE: &str = "
+domain: d
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: remote_address
+    value: 50.0.0.5
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit: {unit: day, requests_per_unit: 5}
+  - key: path
+    value: /api/*/action
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: key
+    value: value
+    rate_limit: {unit: second, requests_per_unit: 300}
+  - key: user
+    detailed_metric: true
+    rate_limit: {window: 10s, requests_per_unit: 3, algorithm: gcra, burst: 2}
+";
+
+    #[test]
+    fn the_most_specific_match_wins() {
+        let d = Descriptors::parse(EXAMPLE).unwrap();
+        let any = find(&d, &[("remote_address", "50.0.0.1")]).unwrap();
+        assert_eq!(any.rate_limit.requests_per_unit, 10);
+        assert_eq!(any.key, "remote_address=50.0.0.1");
+        assert_eq!(any.metric, "remote_address");
+        let exact = find(&d, &[("remote_address", "50.0.0.5")]).unwrap();
+        assert_eq!(exact.rate_limit.action, Action::Block);
+        assert_eq!(exact.metric, "remote_address_50.0.0.5");
+    }
+
+    #[test]
+    fn nesting_needs_as_many_entries_as_levels() {
+        let d = Descriptors::parse(EXAMPLE).unwrap();
+        let nested = find(&d, &[("message_type", "marketing"), ("to_number", "206")]).unwrap();
+        assert_eq!(nested.rate_limit.requests_per_unit, 5);
+        assert_eq!(nested.key, "message_type=marketing/to_number=206");
+        assert_eq!(nested.metric, "message_type_marketing.to_number");
+        // The placeholder level has no limit; an entry too many matches nothing.
+        assert!(find(&d, &[("message_type", "marketing")]).is_none());
+        assert!(find(&d, &[("key", "value"), ("subkey", "x")]).is_none());
+        assert!(find(&d, &[("message_type", "other"), ("to_number", "206")]).is_none());
+        assert!(find(&d, &[("unknown", "x")]).is_none());
+        assert!(find(&d, &[]).is_none());
+    }
+
+    #[test]
+    fn wildcards_match_anywhere_and_may_share_a_counter() {
+        let d = Descriptors::parse(EXAMPLE).unwrap();
+        let w = find(&d, &[("path", "/api/123/action")]).unwrap();
+        assert_eq!(w.rate_limit.requests_per_unit, 20);
+        assert_eq!(w.key, "path=%2Fapi%2F123%2Faction");
+        assert!(find(&d, &[("path", "/api/123/other")]).is_none());
+        let a = find(&d, &[("files", "files/a.pdf")]).unwrap();
+        let b = find(&d, &[("files", "files/b.csv")]).unwrap();
+        assert_eq!(a.key, b.key, "share_threshold: one counter");
+        assert_eq!(a.key, "files~files%2F%2A");
+        assert!(wildcard_match(
+            &["a".into(), "b".into(), "c".into()],
+            "a-b-c"
+        ));
+        assert!(!wildcard_match(&["ab".into(), "ba".into()], "aba"));
+        assert!(wildcard_match(&["".into(), "".into()], ""));
+    }
+
+    #[test]
+    fn extensions_and_detailed_metrics() {
+        let d = Descriptors::parse(EXAMPLE).unwrap();
+        let f = find(&d, &[("user", "alice")]).unwrap();
+        assert_eq!(f.metric, "user_alice");
+        let Action::Limit(limit) = &f.rate_limit.action else {
+            panic!("not a limit")
+        };
+        assert_eq!(limit.algorithm, Algorithm::Gcra);
+        assert_eq!(limit.window, 10 * SECOND);
+        assert_eq!(limit.burst, 2);
+        assert_eq!(f.rate_limit.unit, None, "10s is no protocol unit");
+        let minute = Descriptors::parse(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {window: 60s, requests_per_unit: 1}\n",
+        )
+        .unwrap();
+        let f = find(&minute, &[("k", "v")]).unwrap();
+        assert_eq!(f.rate_limit.unit, Some(Unit::Minute));
+        let Action::Limit(limit) = &f.rate_limit.action else {
+            panic!("not a limit")
+        };
+        assert_eq!(limit.algorithm, Algorithm::FixedWindow, "the default");
+    }
+
+    #[test]
+    fn errors_name_the_field_and_the_line() {
+        let e = err("domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n");
+        assert_eq!(e.field, "descriptors[0].rate_limit.unit");
+        assert_eq!(e.position.map(|p| p.0), Some(5), "{e}");
+        assert!(e.message.contains("fortnight"), "{e}");
+
+        let e = err("domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: -1\n");
+        assert_eq!(e.field, "descriptors[0].rate_limit.requests_per_unit");
+        assert_eq!(e.position.map(|p| p.0), Some(6), "{e}");
+
+        let e = err("domain: d\ndescriptors:\n  - key: a\n    rate_limt: {unit: second}\n");
+        assert_eq!(e.field, "descriptors[0].rate_limt");
+        assert!(e.message.contains("unknown field"), "{e}");
+        assert_eq!(e.position.map(|p| p.0), Some(4), "{e}");
+
+        let e = err("domain: d\ndescriptors:\n  - key: a\n  - key: b\n    rate_limit:\n      unit: second\n      window: 1s\n      requests_per_unit: 1\n");
+        assert_eq!(e.field, "descriptors[1].rate_limit");
+        assert!(e.message.starts_with("window:"), "{e}");
+        assert!(e.position.is_some(), "{e}");
+
+        let e = err("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, unit: second}\n");
+        assert!(e.message.contains("unlimited"), "{e}");
+        let e =
+            err("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {requests_per_unit: 5}\n");
+        assert!(e.message.starts_with("unit: missing"), "{e}");
+        let e = err("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 5, algorithm: magic}\n");
+        assert_eq!(e.field, "descriptors[0].rate_limit.algorithm");
+        let e = err("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {window: 1x, requests_per_unit: 5}\n");
+        assert_eq!(e.field, "descriptors[0].rate_limit.window");
+        let e = err("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 5, burst: 0}\n");
+        assert!(e.message.starts_with("burst:"), "{e}");
+        let e = err("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {name: x, replaces: [{name: x}], unit: second, requests_per_unit: 5}\n");
+        assert!(e.message.starts_with("replaces:"), "{e}");
+
+        let e = err("domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n      - key: b\n");
+        assert_eq!(e.field, "descriptors[0].descriptors[1].key");
+        assert!(e.message.contains("duplicate"), "{e}");
+        let e =
+            err("domain: d\ndescriptors:\n  - key: a\n    value: x\n    share_threshold: true\n");
+        assert_eq!(e.field, "descriptors[0].share_threshold");
+        let e = err("domain: d\ndescriptors:\n  - key: a\n    quota_mode: true\n");
+        assert_eq!(e.field, "descriptors[0].quota_mode");
+        let e = err("domain: ''\n");
+        assert_eq!(e.field, "domain");
+        let e = err("descriptors: []\n");
+        assert!(e.message.contains("domain"), "{e}");
+        let e = err("domain: d\ndescriptors:\n  - key: a\n   bad indent: 1\n");
+        assert!(e.position.is_some(), "{e}");
+    }
+
+    #[test]
+    fn a_display_names_file_line_and_field() {
+        let e = ConfigError {
+            file: PathBuf::from("rl.yaml"),
+            field: "descriptors[0].rate_limit.unit".into(),
+            position: Some((5, 13)),
+            message: "bad".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "rl.yaml:5:13: descriptors[0].rate_limit.unit: bad"
+        );
+    }
+
+    #[test]
+    fn envoyproxy_ratelimit_fields_load() {
+        let d = Descriptors::parse(
+            "domain: d\ndescriptors:\n  - key: a\n    value_to_metric: true\n    metadata: {team: x}\n    detailed_metric: false\n    shadow_mode: true\n    rate_limit:\n      unlimited: true\n      name: n\n",
+        )
+        .unwrap();
+        let f = find(&d, &[("a", "x")]).unwrap();
+        assert_eq!(f.rate_limit.action, Action::Unlimited);
+        assert!(f.node.shadow);
+        for unit in ["SECOND", "Minute", "hour", "day", "week", "month", "year"] {
+            let text = format!("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{unit: {unit}, requests_per_unit: 1}}\n");
+            assert!(Descriptors::parse(&text).is_ok(), "{unit}");
+        }
+    }
+
+    #[test]
+    fn units_round_trip_their_codes() {
+        for u in Unit::ALL {
+            assert_eq!(Unit::from_code(u.code()), Some(u));
+            assert_eq!(Unit::of_window(u.window()), Some(u));
+        }
+        assert_eq!(Unit::from_code(0), None);
     }
 }
