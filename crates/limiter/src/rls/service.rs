@@ -192,7 +192,7 @@ impl<S: Store> RlsService<S> {
         for (i, (d, f)) in req.descriptors.iter().zip(&found).enumerate() {
             let hits = hits_of(d);
             // Envoy's own limit for this descriptor (enforcing, fixed window).
-            if let (Some(over), Some(_)) = (d.limit, domain) {
+            if let (Some(over), Some(_), false) = (d.limit, domain, d.is_negative_hits) {
                 let Some(unit) = Unit::from_code(over.unit) else {
                     self.metrics.record_rls_call(label, "invalid");
                     return Err(Status::invalid_argument(format!(
