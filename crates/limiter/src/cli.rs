@@ -70,4 +70,24 @@ pub struct Args {
         default_value_t = 100
     )]
     pub store_timeout_ms: u64,
+
+    /// Also serve Envoy's rate limit service protocol
+    /// (`envoy.service.ratelimit.v3.RateLimitService`, gRPC over h2c) on
+    /// this address; needs `--descriptors`.
+    #[arg(long = "grpc-listen", env = "SLUICE_GRPC_LISTEN")]
+    pub grpc_listen: Option<SocketAddr>,
+
+    /// The RLS descriptor configuration: a YAML file in envoyproxy/ratelimit's
+    /// format (one domain), or a directory of them. Re-read when it changes
+    /// and on SIGHUP.
+    #[arg(long, env = "SLUICE_DESCRIPTORS")]
+    pub descriptors: Option<PathBuf>,
+
+    /// How often the descriptor files are checked for changes, in ms.
+    #[arg(
+        long = "descriptors-poll-ms",
+        env = "SLUICE_DESCRIPTORS_POLL_MS",
+        default_value_t = 1_000
+    )]
+    pub descriptors_poll_ms: u64,
 }

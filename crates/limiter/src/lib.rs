@@ -4,11 +4,13 @@
 //! the service decides them together (all pass or the request is denied and
 //! consumes nothing) against shared state kept in memory or in Redis.
 //!
-//! The HTTP surface is built by [`api::app`]; the stores live in [`store`].
+//! The HTTP surface is built by [`api::app`]; the stores live in [`store`];
+//! [`rls`] serves Envoy's rate limit service protocol over the same store.
 
 pub mod api;
 pub mod cli;
 pub mod clock;
 pub mod metrics;
 pub mod overrides;
+pub mod rls;
 pub mod store;

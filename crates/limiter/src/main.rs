@@ -7,6 +7,8 @@ use sluice_limiter::cli::Args;
 use sluice_limiter::clock::SystemClock;
 use sluice_limiter::metrics::Metrics;
 use sluice_limiter::overrides::Overrides;
+use sluice_limiter::rls::reload::{spawn_watcher, ConfigCell};
+use sluice_limiter::rls::service::RlsService;
 use sluice_limiter::store::memory::{MemoryConfig, MemoryStore};
 use sluice_limiter::store::redis::RedisStore;
 use sluice_limiter::store::AnyStore;
@@ -47,6 +49,16 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), String> {
+    // The RLS configuration first: a bad file refuses to start.
+    let rls = match (&args.grpc_listen, &args.descriptors) {
+        (Some(addr), Some(path)) => {
+            let cell = ConfigCell::load(path).map_err(|e| format!("--descriptors: {e}"))?;
+            Some((*addr, Arc::new(cell)))
+        }
+        (Some(_), None) => return Err("--grpc-listen needs --descriptors FILE".into()),
+        (None, Some(_)) => return Err("--descriptors is served by --grpc-listen ADDR".into()),
+        (None, None) => None,
+    };
     let timeout = Duration::from_millis(args.store_timeout_ms.max(1));
     let store = match args.store.redis_target() {
         None => {
@@ -108,11 +120,41 @@ async fn run(args: Args) -> Result<(), String> {
                 tracing::debug!("cannot set TCP_NODELAY: {e}");
             }
         });
+    let grpc = match rls {
+        Some((addr, cell)) => {
+            let metrics = Arc::clone(&state.metrics);
+            metrics.record_rls_reload(true);
+            spawn_watcher(
+                &cell,
+                Arc::clone(&metrics),
+                Duration::from_millis(args.descriptors_poll_ms),
+            );
+            let service =
+                RlsService::new(state.store.clone(), cell, metrics, Arc::new(SystemClock));
+            let incoming = tonic::transport::server::TcpIncoming::bind(addr)
+                .map_err(|e| format!("cannot listen on {addr}: {e}"))?
+                .with_nodelay(Some(true));
+            tracing::info!(grpc_listen = %addr, "serving Envoy's rate limit service protocol");
+            Some(tokio::spawn(
+                tonic::transport::Server::builder()
+                    .add_service(service.into_server())
+                    .serve_with_incoming_shutdown(incoming, shutdown_signal()),
+            ))
+        }
+        None => None,
+    };
     tracing::info!(listen = %args.listen, store = ?args.store, "sluice-limiter serving");
     axum::serve(listener, app(state))
         .with_graceful_shutdown(shutdown_signal())
         .await
         .map_err(|e| format!("server error: {e}"))?;
+    if let Some(grpc) = grpc {
+        match grpc.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(format!("grpc server error: {e}")),
+            Err(e) => return Err(format!("grpc server stopped: {e}")),
+        }
+    }
     tracing::info!("sluice-limiter stopped");
     Ok(())
 }

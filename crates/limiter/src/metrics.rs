@@ -21,9 +21,75 @@ struct DomainCounters {
     denied: AtomicU64,
 }
 
+/// Distinct label sets of the RLS counters; further ones count under
+/// `_other`, so `detailed_metric` descriptors cannot grow the metrics
+/// without bound.
+const MAX_SERIES: usize = 10_000;
+
+/// Counters keyed by a set of label values (joined by NUL), bounded by
+/// [`MAX_SERIES`].
+#[derive(Debug, Default)]
+struct Labelled {
+    series: RwLock<HashMap<String, Arc<AtomicU64>>>,
+}
+
+impl Labelled {
+    fn add(&self, labels: &[&str]) {
+        let mut key = labels.join("\0");
+        {
+            let map = self.series.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(c) = map.get(&key) {
+                c.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+        let mut map = self.series.write().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= MAX_SERIES && !map.contains_key(&key) {
+            // Keep the last label (the result) so totals by result still add up.
+            let mut other: Vec<&str> = vec!["_other"; labels.len().saturating_sub(1)];
+            other.extend(labels.last());
+            key = other.join("\0");
+        }
+        map.entry(key).or_default().fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn get(&self, labels: &[&str]) -> u64 {
+        let map = self.series.read().unwrap_or_else(|e| e.into_inner());
+        map.get(&labels.join("\0"))
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+
+    fn render(&self, out: &mut String, name: &str, label_names: &[&str]) {
+        let map = self.series.read().unwrap_or_else(|e| e.into_inner());
+        let mut rows: Vec<(&String, u64)> = map
+            .iter()
+            .map(|(k, c)| (k, c.load(Ordering::Relaxed)))
+            .collect();
+        rows.sort();
+        for (labels, v) in rows {
+            let body: Vec<String> = label_names
+                .iter()
+                .zip(labels.split('\0'))
+                .map(|(n, v)| format!("{n}=\"{}\"", escape_label(v)))
+                .collect();
+            let _ = writeln!(out, "{name}{{{}}} {v}", body.join(","));
+        }
+    }
+}
+
+/// A Prometheus label value: backslash, quote and newline escaped.
+fn escape_label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 /// The service's metrics.
 #[derive(Debug)]
 pub struct Metrics {
+    rls_calls: Labelled,
+    rls_descriptors: Labelled,
+    rls_reloads: Labelled,
     checks: AtomicU64,
     store_errors: AtomicU64,
     capacity_denials: AtomicU64,
@@ -44,6 +110,9 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Metrics {
+            rls_calls: Labelled::default(),
+            rls_descriptors: Labelled::default(),
+            rls_reloads: Labelled::default(),
             checks: AtomicU64::new(0),
             store_errors: AtomicU64::new(0),
             capacity_denials: AtomicU64::new(0),
@@ -138,6 +207,36 @@ impl Metrics {
         self.duration_sum_ns.fetch_add(ns, Ordering::Relaxed);
     }
 
+    /// Counts one RLS call for `domain` (`_unknown` when not configured) by
+    /// its result: `ok`, `over_limit`, `error` or `invalid`.
+    pub fn record_rls_call(&self, domain: &str, result: &str) {
+        self.rls_calls.add(&[domain, result]);
+    }
+
+    /// Counts one descriptor of an RLS call by `domain`, `descriptor` (the
+    /// configuration's path, or the request's values with
+    /// `detailed_metric`) and `result`: `ok`, `over_limit`,
+    /// `shadow_over_limit`, `unlimited`, `replaced` or `no_match`.
+    pub fn record_rls_descriptor(&self, domain: &str, descriptor: &str, result: &str) {
+        self.rls_descriptors.add(&[domain, descriptor, result]);
+    }
+
+    /// Counts one load of the descriptor configuration: `ok` or `error`
+    /// (refused; the previous configuration stays in force).
+    pub fn record_rls_reload(&self, ok: bool) {
+        self.rls_reloads.add(&[if ok { "ok" } else { "error" }]);
+    }
+
+    /// The value of an RLS descriptor counter (tests).
+    pub fn rls_descriptor_count(&self, domain: &str, descriptor: &str, result: &str) -> u64 {
+        self.rls_descriptors.get(&[domain, descriptor, result])
+    }
+
+    /// The value of an RLS config load counter, `ok` or `error` (tests).
+    pub fn rls_reload_count(&self, ok: bool) -> u64 {
+        self.rls_reloads.get(&[if ok { "ok" } else { "error" }])
+    }
+
     /// The number of `/v1/check` calls so far.
     pub fn checks(&self) -> u64 {
         self.checks.load(Ordering::Relaxed)
@@ -221,6 +320,33 @@ impl Metrics {
         let _ = writeln!(
             out,
             "# HELP sluice_limiter_check_duration_seconds Time to answer /v1/check.\n# TYPE sluice_limiter_check_duration_seconds histogram"
+        );
+        let _ = writeln!(
+            out,
+            "# HELP sluice_limiter_rls_calls_total RLS ShouldRateLimit calls by domain and result.\n# TYPE sluice_limiter_rls_calls_total counter"
+        );
+        self.rls_calls.render(
+            &mut out,
+            "sluice_limiter_rls_calls_total",
+            &["domain", "result"],
+        );
+        let _ = writeln!(
+            out,
+            "# HELP sluice_limiter_rls_descriptors_total RLS descriptors by domain, descriptor and result.\n# TYPE sluice_limiter_rls_descriptors_total counter"
+        );
+        self.rls_descriptors.render(
+            &mut out,
+            "sluice_limiter_rls_descriptors_total",
+            &["domain", "descriptor", "result"],
+        );
+        let _ = writeln!(
+            out,
+            "# HELP sluice_limiter_rls_config_loads_total Loads of the descriptor configuration by result (error: refused, the previous one stays).\n# TYPE sluice_limiter_rls_config_loads_total counter"
+        );
+        self.rls_reloads.render(
+            &mut out,
+            "sluice_limiter_rls_config_loads_total",
+            &["result"],
         );
         let mut cumulative = 0u64;
         for (bound, count) in BUCKETS.iter().zip(&self.bucket_counts) {
