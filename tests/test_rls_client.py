@@ -74,9 +74,9 @@ def test_the_over_limit_cache_spares_the_service(envoy, processes, tmp_path):
     e = envoy(rls_config(), clusters=[limiter_cluster("rls", [grpc])])
     statuses = [request(e.port, "/", headers={"x-user": "a"}).status for _ in range(3)]
     assert statuses == [200, 200, 429]
-    before = limiter.metric("sluice_limiter_rls_requests_total")
+    before = limiter.metric("sluice_limiter_rls_calls_total")
     assert all(request(e.port, "/", headers={"x-user": "a"}).status == 429 for _ in range(10))
-    assert limiter.metric("sluice_limiter_rls_requests_total") <= before + 2
+    assert limiter.metric("sluice_limiter_rls_calls_total") <= before + 2
 
 
 def test_an_explicit_descriptor_and_a_weight(envoy, processes, tmp_path):
