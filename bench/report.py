@@ -52,6 +52,9 @@ class Summary:
     limiter_batched: int = 0
     limiter_leased: int = 0
     limiter_returned: int = 0
+    # RLS calls (`sluice_limiter_rls_calls_total`), for rows that call the
+    # limiter over gRPC.
+    limiter_rls_calls: int = 0
 
     @property
     def expectation_met(self) -> bool:
@@ -79,7 +82,11 @@ class Summary:
         if not self.limiter_counted:
             return ""
         per_request = 1 / max(1, self.requests)
+        if self.limiter_rls_calls and not self.limiter_calls:
+            return f"{self.limiter_rls_calls * per_request:.3f} RLS calls per request"
         out = f"{self.limiter_calls * per_request:.3f} limiter calls per request"
+        if self.limiter_rls_calls:
+            out += f", {self.limiter_rls_calls * per_request:.3f} RLS calls per request"
         if self.limiter_batches:
             out += f", {self.limiter_batched / self.limiter_batches:.1f} requests per batch"
         if self.limiter_leased or self.limiter_returned:
@@ -124,6 +131,7 @@ def summarize(row, samples: list, extra: str = "", solo: list | None = None) -> 
         limiter_batched=round(sum(c.get("batched", 0) for c in limiter)),
         limiter_leased=round(sum(c.get("leased", 0) for c in limiter)),
         limiter_returned=round(sum(c.get("returned", 0) for c in limiter)),
+        limiter_rls_calls=round(sum(c.get("rls_calls", 0) for c in limiter)),
     )
 
 
@@ -194,6 +202,10 @@ def targets(by_conc: dict[int, dict[str, Summary]], limiter: dict[str, Summary])
         ratio_target("global leased ≥ 0.9× Sluice local, one key, Redis store", c,
                      "global-redis-lease", "local-gcra", 0.9)
         ratio_target("over-limit cache ≥ 0.9× Sluice local", c, "global-cached", "local-gcra", 0.9)
+        for store, name in (("memory", "memory store"), ("redis", "Redis store")):
+            for row, protocol in ((f"global-{store}", "HTTP"), (f"global-rls-{store}", "RLS")):
+                ratio_target(f"Sluice per request ({protocol}) ≥ Envoy's ratelimit filter → sluice-limiter, {name}",
+                             c, row, f"envoy-rls-{store}", 1.0)
         ratio_target("requests not delayed, beside 1,000 held ≥ 0.95× without", c, "delay-others-held",
                      "delay-others", 0.95)
     mem = limiter.get("limiter-memory")

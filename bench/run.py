@@ -60,6 +60,9 @@ def parse_args(argv=None):
     p.add_argument("--sluice-wasm", type=Path, default=support.SLUICE_WASM)
     p.add_argument("--noop-wasm", type=Path, default=support.NOOP_WASM)
     p.add_argument("--cargo", default=os.environ.get("CARGO", "cargo"))
+    p.add_argument("--limitador", type=Path, default=os.environ.get("LIMITADOR") or None,
+                   help="a Limitador binary (limitador-server) for the envoy-limitador row, never built here "
+                        "(default $LIMITADOR; without it the row is skipped)")
     p.add_argument("--no-pin", action="store_true",
                    help="at --concurrency 1, do not give Envoy a CPU of its own (see README)")
     p.add_argument("--skip-criterion", action="store_true", help="do not run cargo bench -p sluice-core")
@@ -112,8 +115,10 @@ def envoy_version(envoy: Path) -> str:
 def check_inputs(a, rows):
     missing = []
     need = {"envoy": a.envoy, "sluice wasm": a.sluice_wasm, "no-op wasm": a.noop_wasm}
-    if any(r.store for r in rows):
+    if any(r.store in ("memory", "redis") for r in rows):
         need["limiter"] = a.limiter
+    if any(r.store == "limitador" for r in rows):
+        need["Limitador (LIMITADOR)"] = a.limitador
     for what, path in need.items():
         if not Path(path).exists():
             missing.append(f"{what}: {path}")
@@ -144,12 +149,12 @@ def place_limiters(limiter_procs: list, cpus: str | None):
     for item in limiter_procs:
         if isinstance(item, support.Limiter):
             item.stop()
-            item.extra_args = ["--threads", str(threads)]
+            item.extra_args = [*getattr(item, "base_args", []), "--threads", str(threads)]
             item.start()
     if not shutil.which("taskset"):
         return
     cpus = cpus or f"0-{(os.cpu_count() or 1) - 1}"
-    for pid in setups.store_pids(limiter_procs, "memory") + setups.store_pids(limiter_procs, "redis"):
+    for pid in [p for store in ("memory", "redis", "limitador") for p in setups.store_pids(limiter_procs, store)]:
         subprocess.run(["taskset", "-a", "-p", "-c", cpus, str(pid)], capture_output=True)
 
 
@@ -157,7 +162,8 @@ def place_limiters(limiter_procs: list, cpus: str | None):
 LIMITER_COUNTERS = {"calls": "sluice_limiter_checks_total", "batches": "sluice_limiter_batches_total",
                     "batched": "sluice_limiter_batched_requests_total",
                     "leased": "sluice_limiter_leased_units_total",
-                    "returned": "sluice_limiter_returned_units_total"}
+                    "returned": "sluice_limiter_returned_units_total",
+                    "rls_calls": "sluice_limiter_rls_calls_total"}
 
 
 def limiter_counts(limiter_procs, store: str) -> dict[str, float]:
@@ -243,7 +249,10 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
                 if s.counters:
                     line += f"; Sluice {s.counters}"
                 if s.limiter:
-                    line += f"; limiter calls/req {s.limiter.get('calls', 0) / max(1, s.requests):.3f}"
+                    if env.row.rls:
+                        line += f"; RLS calls/req {s.limiter.get('rls_calls', 0) / max(1, s.requests):.3f}"
+                    else:
+                        line += f"; limiter calls/req {s.limiter.get('calls', 0) / max(1, s.requests):.3f}"
                     if s.limiter.get("batches"):
                         line += f", requests/batch {s.limiter['batched'] / s.limiter['batches']:.1f}"
                     if s.limiter.get("leased") or s.limiter.get("returned"):
@@ -325,6 +334,9 @@ def main(argv=None) -> int:
             print(f"{r.id:<24} {r.label}")
         return 0
     rows = select(all_rows, a.only)
+    # Limitador is never built here: without a binary its row is skipped, not failed.
+    skipped = [r for r in rows if r.store == "limitador" and not a.limitador]
+    rows = [r for r in rows if r not in skipped]
     envoy_rows = [r for r in rows if r.kind == "envoy"]
     limiter_rows = [r for r in rows if r.kind == "limiter"]
     check_inputs(a, rows)
@@ -344,6 +356,8 @@ def main(argv=None) -> int:
     # SIGTERM (make interrupted, CI time-out) unwinds like Ctrl-C, so every
     # process started below is stopped.
     signal.signal(signal.SIGTERM, _interrupt)
+    for r in skipped:
+        log(f"{r.id}: skipped (no Limitador binary: set LIMITADOR or pass --limitador)")
 
     load_at_start = os.getloadavg()[0]
     meta = {
@@ -374,7 +388,9 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp:
         workdir = Path(tmp)
         stores = {r.store for r in rows if r.store}
-        limiter_ports, limiter_procs = setups.start_limiters(workdir, a.limiter, stores) if stores else ({}, [])
+        limiter_ports, limiter_procs = setups.start_limiters(
+            workdir, a.limiter, stores, rls=any(r.rls and r.store in ("memory", "redis") for r in rows),
+            limitador=a.limitador) if stores else ({}, [])
         try:
             for c in a.concurrencies:
                 by_conc[c], raw_samples[f"c{c}"] = run_envoy_rows(
@@ -405,6 +421,14 @@ def main(argv=None) -> int:
     if load_at_start > (os.cpu_count() or 1) / 2:
         notes.insert(0, f"The machine was busy when the run started (load average {load_at_start:.1f}): "
                         "trust the ratios, and the absolute numbers less.")
+    if any(r.rls for r in rows):
+        notes.append("The rate limit service rows ask over gRPC for one descriptor per request, "
+                     f"`generic_key: {setups.RULE}`, `remote_address: <client>`, against the same GCRA limit in "
+                     "the limiter's descriptor file (Limitador: a fixed window of the same rate per second). "
+                     "Envoy's ratelimit filter needs a route action, so its rows route to a cluster they "
+                     "never reach: the fault filter answers 200 locally (`envoy-rls-route` is that answer "
+                     "alone).")
+    notes += [f"Skipped: `{r.id}` (no Limitador binary: set LIMITADOR)" for r in skipped]
     notes += [f"Left out: {f}" for f in failures]
     text = report.markdown(meta, by_conc, limiter, goals, core, notes)
     (a.out / "RESULTS.md").write_text(text)

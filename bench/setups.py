@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import load  # noqa: E402
 import support  # noqa: E402
 from support import ALGORITHMS  # noqa: E402
+from support.rls import REMOTE_ADDRESS, generic_key, ratelimit_filter  # noqa: E402
 
 # Distinct client addresses for the "10,000 keys" rows.
 MANY_KEYS = 10_000
@@ -65,6 +67,63 @@ CACHED_DENY_LIMIT = {"requests": 10, "window": "1h"}
 
 LIMITER_CLUSTER = "sluice_limiter"
 
+# The rate limit service rows: Envoy's own ratelimit filter and Sluice with
+# `limiter.protocol: rls` ask the limiter over gRPC (`--grpc-listen`) for the
+# same GCRA limit as the global rows, one descriptor per request: the one
+# Sluice sends for RULE keyed by `client_ip` (generic_key = the rule's name,
+# remote_address = the client), which Envoy's route actions build alike
+# (`generic_key`, then `remote_address`, from the trusted X-Forwarded-For
+# entry with `xff_num_trusted_hops: 1`).
+RLS_DOMAIN = "bench"
+RLS_ACTIONS = [generic_key(RULE), REMOTE_ADDRESS]
+# The limiter's descriptor file (envoyproxy/ratelimit's format, Sluice's
+# `algorithm` and `window`): ALLOW_LIMIT under GCRA, as in the global rows.
+RLS_DESCRIPTORS = f"""\
+domain: {RLS_DOMAIN}
+descriptors:
+  - key: generic_key
+    value: {RULE}
+    descriptors:
+      - key: remote_address
+        rate_limit: {{requests_per_unit: {ALLOW_LIMIT['requests']}, window: {ALLOW_LIMIT['window']}, algorithm: gcra}}
+"""
+# Limitador's limits file for the same descriptor (its current condition
+# syntax): a fixed window of whole seconds, so ALLOW_LIMIT's rate per second
+# (100,000 per 1 s): nothing is denied either.
+LIMITADOR_LIMITS = f"""\
+- namespace: {RLS_DOMAIN}
+  max_value: 100000
+  seconds: 1
+  conditions:
+    - "descriptors[0].generic_key == '{RULE}'"
+  variables:
+    - descriptors[0].remote_address
+"""
+# Envoy's ratelimit filter applies route `rate_limits` only on a route with a
+# route action, never on a `direct_response`. Its rows route to BACKEND_CLUSTER
+# but answer before reaching it: the fault filter after the ratelimit filter
+# aborts every request with a local 200 (body "fault filter abort"), as the
+# direct response of the other rows does, with no upstream request. Nothing
+# ever connects to the backend's address.
+BACKEND_CLUSTER = {
+    "name": "backend", "type": "STATIC", "connect_timeout": "1s",
+    "load_assignment": {"cluster_name": "backend", "endpoints": [{"lb_endpoints": [
+        {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 9}}}}]}]},
+}
+FAULT_REPLY = {
+    "name": "envoy.filters.http.fault",
+    "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.fault.v3.HTTPFault",
+        "abort": {"http_status": 200, "percentage": {"numerator": 100, "denominator": "HUNDRED"}},
+    },
+}
+ROUTED_HCM = {
+    "route_config": {"name": "local", "virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [
+        {"match": {"prefix": "/"},
+         "route": {"cluster": BACKEND_CLUSTER["name"], "rate_limits": [{"actions": RLS_ACTIONS}]}}]}]},
+    "xff_num_trusted_hops": 1,
+}
+
 
 @dataclass
 class Row:
@@ -81,7 +140,9 @@ class Row:
     kind: str = "envoy"
     keys: int = 1
     expect: str = "allow"
-    store: str | None = None  # limiter store a row needs: "memory" or "redis"
+    store: str | None = None  # limiter store a row needs: "memory", "redis" or "limitador"
+    rls: bool = False  # whether the row calls the limiter over gRPC (RLS) rather than HTTP/JSON
+    clusters: list = field(default_factory=list)  # Envoy clusters the row needs besides the limiter's
     filters: list = field(default_factory=list)
     hcm_extra: dict = field(default_factory=dict)
     connections: int | None = None  # wrk's connections, if not the usual ones (load.CONNECTIONS)
@@ -96,13 +157,15 @@ class Row:
 
 
 def sluice_config(limit: dict, headers: str | None = None, global_scope: bool = False,
-                  rule: dict | None = None, top: dict | None = None) -> dict:
+                  rule: dict | None = None, top: dict | None = None, rls: bool = False) -> dict:
     """A Sluice filter configuration: one rule keyed by client address (from a
     trusted X-Forwarded-For entry, as behind one proxy), one limit; the
     default headers unless `headers` is given; `rule` adds rule fields, `top`
-    top-level fields."""
+    top-level fields; `rls`: the limiter is called with `protocol: rls`."""
     top = {"client_ip": {"xff_trusted_hops": 1}, **(top or {})}
-    if global_scope:
+    if rls:
+        top["limiter"] = {"cluster": LIMITER_CLUSTER, "protocol": "rls", "timeout": "50ms"}
+    elif global_scope:
         top["limiter"] = {"cluster": LIMITER_CLUSTER, "authority": "sluice-limiter", "timeout": "50ms"}
     return support.sluice_config([{"name": RULE, "key": ["client_ip"], "limits": [limit], **(rule or {})}],
                                  domain="bench", headers=headers, **top)
@@ -226,6 +289,37 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
         Row("limiter-memory", "sluice-limiter /v1/check, memory store", kind="limiter", store="memory"),
         Row("limiter-redis", "sluice-limiter /v1/check, Redis store", kind="limiter", store="redis"),
     ]
+    return out + rls_rows(sluice)
+
+
+def envoy_ratelimit() -> list:
+    """Envoy's own ratelimit filter asking the limiter's cluster over gRPC
+    (the same 50 ms timeout as Sluice's, failures admitted as Sluice's
+    default, `X-RateLimit` headers on every answer as Sluice's `RateLimit`
+    ones), then the fault filter's local 200."""
+    return [ratelimit_filter(RLS_DOMAIN, cluster=LIMITER_CLUSTER, timeout="0.05s", x_ratelimit_headers=True),
+            FAULT_REPLY]
+
+
+def rls_rows(sluice) -> list[Row]:
+    """The rate limit service rows: Envoy's ratelimit filter and Sluice with
+    `protocol: rls`, both calling the limiter over gRPC per request, memory
+    store and Redis; Envoy's ratelimit filter calling Limitador (run only with
+    a Limitador binary); and the answer path of Envoy's rows without the filter."""
+    rls_config = sluice_config({"scope": "global"}, rls=True)
+    out = [Row("envoy-rls-route", "Envoy, no rate-limit filter, routed and answered 200 by the fault filter "
+               "(the envoy-rls rows' answer)", filters=[FAULT_REPLY], hcm_extra=ROUTED_HCM,
+               clusters=[BACKEND_CLUSTER])]
+    for store, name in (("memory", "memory store"), ("redis", "Redis store")):
+        out += [
+            Row(f"envoy-rls-{store}", f"Envoy ratelimit filter → sluice-limiter (gRPC), one key, limiter {name}",
+                store=store, rls=True, filters=envoy_ratelimit(), hcm_extra=ROUTED_HCM, clusters=[BACKEND_CLUSTER]),
+            Row(f"global-rls-{store}", f"Sluice global, protocol rls → sluice-limiter (gRPC), one key, a call "
+                f"per request, limiter {name}", store=store, rls=True, filters=sluice(rls_config)),
+        ]
+    out.append(Row("envoy-limitador", "Envoy ratelimit filter → Limitador (gRPC), one key, memory storage",
+                   store="limitador", rls=True, filters=envoy_ratelimit(), hcm_extra=ROUTED_HCM,
+                   clusters=[BACKEND_CLUSTER]))
     return out
 
 
@@ -262,7 +356,8 @@ def start_envoy(row: Row, concurrency: int, workdir: Path, envoy_bin: Path,
     `cpus` (a taskset list) if given."""
     clusters = []
     if row.store:
-        clusters.append(support.limiter_cluster(LIMITER_CLUSTER, [limiter_ports[row.store]]))
+        clusters.append(support.limiter_cluster(LIMITER_CLUSTER, [limiter_ports[port_key(row)]]))
+    clusters += row.clusters
     envoy = support.start_envoy(workdir, row.filters, concurrency=concurrency, clusters=clusters, lds=False,
                                 hcm_extra=row.hcm_extra, envoy_bin=envoy_bin, cpus=cpus, log_level="warn",
                                 component_log_level=None, drain_time_s=None,
@@ -270,11 +365,20 @@ def start_envoy(row: Row, concurrency: int, workdir: Path, envoy_bin: Path,
     return BenchEnvoy(row, envoy)
 
 
+def port_key(row: Row) -> str:
+    """The key of `start_limiters`'s ports the row calls: its store, with
+    "-rls" for the gRPC port."""
+    return f"{row.store}-rls" if row.rls else str(row.store)
+
+
 def serves(item, store: str | None) -> bool:
     """Whether `item`, something `start_limiters` started, serves `store`
-    ("memory": the memory limiter; "redis": the Redis limiter and Redis)."""
+    ("memory": the memory limiter; "redis": the Redis limiter and Redis;
+    "limitador": Limitador)."""
     if store is None:
         return False
+    if isinstance(item, Limitador) or store == "limitador":
+        return isinstance(item, Limitador) and store == "limitador"
     if isinstance(item, support.Limiter):
         return (item.store == "memory") == (store == "memory")
     return store != "memory"
@@ -285,23 +389,82 @@ def store_pids(started: list, store: str | None) -> list[int]:
     return [item.process.proc.pid for item in started if serves(item, store) and item.process is not None]
 
 
-def start_limiters(workdir: Path, limiter_bin: Path, stores: set[str]) -> tuple[dict, list]:
-    """Starts the limiter (and Redis) for each store named; returns
-    ({store: port}, [things to stop, in stop order])."""
+class Limitador:
+    """A running Limitador (`limitador-server LIMITS_FILE memory`), serving
+    RLS on `rls_port`; never built by the project (LIMITADOR names it)."""
+
+    def __init__(self, workdir: Path, binary: Path):
+        limits = workdir / "limitador-limits.yaml"
+        limits.write_text(LIMITADOR_LIMITS)
+        self.rls_port, self.http_port = support.free_port(), support.free_port()
+        self.process = support.Process(
+            [str(binary), "--rls-ip", "127.0.0.1", "--rls-port", str(self.rls_port),
+             "--http-ip", "127.0.0.1", "--http-port", str(self.http_port), str(limits), "memory"],
+            workdir / "limitador.log")
+
+        def up():
+            if not self.process.alive():
+                raise RuntimeError(f"limitador exited:\n{self.process.log()[-3000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", self.rls_port), timeout=1).close()
+                return True
+            except OSError:
+                return False
+        try:
+            support.wait_until(up, what="limitador")
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self):
+        self.process.stop()
+
+
+def limiter_args(workdir: Path) -> list[str]:
+    """The limiter's arguments to serve RLS: a gRPC port of its own and the
+    descriptor file, written into `workdir`."""
+    path = workdir / "rls-descriptors.yaml"
+    path.write_text(RLS_DESCRIPTORS)
+    return ["--grpc-listen", f"127.0.0.1:{support.free_port()}", "--descriptors", str(path)]
+
+
+def grpc_port(args: list[str]) -> int:
+    """The gRPC port in `limiter_args`'s arguments."""
+    return int(args[args.index("--grpc-listen") + 1].rsplit(":", 1)[1])
+
+
+def start_limiters(workdir: Path, limiter_bin: Path, stores: set[str], rls: bool = False,
+                   limitador: Path | None = None) -> tuple[dict, list]:
+    """Starts the limiter (and Redis) for each store named, also serving RLS
+    if `rls`, and Limitador if "limitador" is named; returns
+    ({store: port, store-rls: gRPC port}, [things to stop, in stop order]).
+    The limiters' own arguments are kept in their `base_args`."""
     os.environ.setdefault("SLUICE_LOG", "warn")
     ports: dict[str, int] = {}
     started: list = []
+
+    def limiter(store: str, key: str) -> support.Limiter:
+        args = limiter_args(workdir) if rls else []
+        lim = support.Limiter(workdir, store=store, binary=limiter_bin, extra_args=list(args))
+        lim.base_args = args
+        ports[key] = lim.port
+        if rls:
+            ports[f"{key}-rls"] = grpc_port(args)
+        return lim
+
     try:
         if "memory" in stores:
-            lim = support.Limiter(workdir, store="memory", binary=limiter_bin)
-            started.append(lim)
-            ports["memory"] = lim.port
+            started.append(limiter("memory", "memory"))
         if "redis" in stores:
             redis = support.Redis(workdir)
             started.append(redis)
-            lim = support.Limiter(workdir, store=redis.url, binary=limiter_bin)
-            started.insert(0, lim)
-            ports["redis"] = lim.port
+            started.insert(0, limiter(redis.url, "redis"))
+        if "limitador" in stores:
+            if limitador is None:
+                raise RuntimeError("a Limitador row needs a Limitador binary (LIMITADOR)")
+            lim = Limitador(workdir, limitador)
+            started.append(lim)
+            ports["limitador-rls"] = lim.rls_port
     except BaseException:
         for item in started:
             item.stop()

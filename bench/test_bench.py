@@ -299,9 +299,9 @@ def test_the_limiter_counters_are_read_from_the_limiter_of_the_row_store():
                                 "sluice_limiter_batched_requests_total": 30.0})
     redis = Limiter("redis://127.0.0.1:1", {"sluice_limiter_checks_total": 7.0})
     assert run.limiter_counts([redis, memory], "memory") == {"calls": 10.0, "batches": 2.0, "batched": 30.0,
-                                                              "leased": 0.0, "returned": 0.0}
+                                                              "leased": 0.0, "returned": 0.0, "rls_calls": 0.0}
     assert run.limiter_counts([redis, memory], "redis") == {"calls": 7.0, "batches": 0.0, "batched": 0.0,
-                                                             "leased": 0.0, "returned": 0.0}
+                                                             "leased": 0.0, "returned": 0.0, "rls_calls": 0.0}
     leasing = Limiter("memory", {"sluice_limiter_leased_units_total": 99.0,
                                  "sluice_limiter_returned_units_total": 3.0})
     assert run.limiter_counts([leasing], "memory")["leased"] == 99.0
@@ -368,3 +368,126 @@ def test_the_floors_beyond_the_noop_filter_are_reported():
     assert report.floors({"pause-resume": c1["pause-resume"]}) == []
     text = report.markdown({}, {1: c1}, {}, [], None, [])
     assert "+11.5 µs (31.5 vs 20.0)" in text
+
+
+def test_the_rls_rows_ask_for_the_global_rows_limit_on_one_descriptor():
+    rows = {r.id: r for r in setups.rows(Path("s"), Path("n"))}
+    # The limiter's descriptor: the global rows' GCRA limit, under the entries Sluice sends for the rule.
+    assert setups.RLS_DESCRIPTORS == """\
+domain: bench
+descriptors:
+  - key: generic_key
+    value: per-ip
+    descriptors:
+      - key: remote_address
+        rate_limit: {requests_per_unit: 1000, window: 10ms, algorithm: gcra}
+"""
+    assert (setups.RLS_DOMAIN, setups.RULE) == ("bench", "per-ip")
+    [a] = _limit(rows["global-memory"])
+    assert (a["algorithm"], a["requests"], a["window"]) == ("gcra", 1000, "10ms")
+    for store in ("memory", "redis"):
+        envoy, sluice = rows[f"envoy-rls-{store}"], rows[f"global-rls-{store}"]
+        assert envoy.store == sluice.store == store and envoy.rls and sluice.rls
+        assert envoy.keys == sluice.keys == 1 and envoy.expect == sluice.expect == "allow"
+        assert setups.port_key(envoy) == f"{store}-rls" and setups.port_key(rows[f"global-{store}"]) == store
+        # Sluice: the rule keyed by client_ip, a global limit naming nothing, the limiter over RLS.
+        cfg = json.loads(sluice.filters[0]["typed_config"]["config"]["configuration"]["value"])
+        assert cfg["domain"] == setups.RLS_DOMAIN
+        assert cfg["limiter"] == {"cluster": setups.LIMITER_CLUSTER, "protocol": "rls", "timeout": "50ms"}
+        assert cfg["rules"][0]["key"] == ["client_ip"] and cfg["rules"][0]["limits"] == [{"scope": "global"}]
+        # Envoy: its ratelimit filter on the same cluster and domain, the route's actions build the same
+        # descriptor, answered by the fault filter on a route that never reaches its cluster.
+        ratelimit, fault = envoy.filters
+        assert ratelimit["name"] == "envoy.filters.http.ratelimit"
+        assert ratelimit["typed_config"]["domain"] == setups.RLS_DOMAIN
+        assert ratelimit["typed_config"]["rate_limit_service"]["grpc_service"]["envoy_grpc"]["cluster_name"] == \
+            setups.LIMITER_CLUSTER
+        assert fault["typed_config"]["abort"]["http_status"] == 200
+        [route] = envoy.hcm_extra["route_config"]["virtual_hosts"][0]["routes"]
+        assert route["route"]["rate_limits"] == [{"actions": [
+            {"generic_key": {"descriptor_value": setups.RULE, "descriptor_key": "generic_key"}},
+            {"remote_address": {}}]}]
+        assert envoy.hcm_extra["xff_num_trusted_hops"] == 1
+        assert [c["name"] for c in envoy.clusters] == [route["route"]["cluster"]]
+    reference = rows["envoy-rls-route"]
+    assert reference.store is None and reference.filters == [setups.FAULT_REPLY]
+    assert reference.hcm_extra == rows["envoy-rls-memory"].hcm_extra
+    limitador = rows["envoy-limitador"]
+    assert limitador.store == "limitador" and limitador.filters == rows["envoy-rls-memory"].filters
+    # Limitador: the same rate per second (a fixed window of whole seconds), the same descriptor.
+    assert setups.LIMITADOR_LIMITS == """\
+- namespace: bench
+  max_value: 100000
+  seconds: 1
+  conditions:
+    - "descriptors[0].generic_key == 'per-ip'"
+  variables:
+    - descriptors[0].remote_address
+"""
+
+def test_rls_calls_and_the_rls_targets_are_reported():
+    rows = {r.id: r for r in setups.rows(Path("s"), Path("n"))}
+
+    def sample(rps, rls_calls=0, calls=0):
+        s = _sample(rps)  # 1,000 requests
+        s.limiter = {"calls": calls, "batches": 0, "batched": 0, "leased": 0, "returned": 0, "rls_calls": rls_calls}
+        return s
+
+    envoy = report.summarize(rows["envoy-rls-memory"], [sample(7000, 1002)])
+    rls = report.summarize(rows["global-rls-memory"], [sample(5600, 1000)])
+    http = report.summarize(rows["global-memory"], [sample(6300, calls=1000)])
+    assert envoy.calls() == "1.002 RLS calls per request"
+    assert http.calls() == "1.000 limiter calls per request"
+    assert "(1.000 RLS calls per request)" in report.envoy_table({"global-rls-memory": rls})[-1]
+    goals = {t.name: t for t in report.targets({1: {"envoy-rls-memory": envoy, "global-rls-memory": rls,
+                                                    "global-memory": http}}, {})}
+    t = goals["Sluice per request (RLS) ≥ Envoy's ratelimit filter → sluice-limiter, memory store"]
+    assert (t.measured, t.met) == ("0.800× (target ≥ 1.00×)", False)
+    t = goals["Sluice per request (HTTP) ≥ Envoy's ratelimit filter → sluice-limiter, memory store"]
+    assert (t.measured, t.met) == ("0.900× (target ≥ 1.00×)", False)
+    t = goals["Sluice per request (RLS) ≥ Envoy's ratelimit filter → sluice-limiter, Redis store"]
+    assert (t.measured, t.met) == ("not measured", None)
+
+
+def test_the_limiters_serve_rls_beside_http_and_keep_it_across_restarts(tmp_path):
+    import run
+
+    args = setups.limiter_args(tmp_path)
+    assert args[0] == "--grpc-listen" and args[2] == "--descriptors"
+    assert Path(args[3]).read_text() == setups.RLS_DESCRIPTORS
+    assert setups.grpc_port(args) == int(args[1].rsplit(":", 1)[1])
+
+    class Limiter(run.support.Limiter):
+        def __init__(self):
+            self.store, self.base_args, self.extra_args, self.starts = "memory", args, [], 0
+            self.process = None
+
+        def stop(self):
+            pass
+
+        def start(self):
+            self.starts += 1
+
+    lim = Limiter()
+    run.place_limiters([lim], "1")
+    assert lim.extra_args == [*args, "--threads", "1"] and lim.starts == 1
+
+
+def test_limitador_is_served_only_its_own_rows():
+    limitador = setups.Limitador.__new__(setups.Limitador)
+    memory = setups.support.Limiter.__new__(setups.support.Limiter)
+    memory.store = "memory"
+    redis = object()  # Redis
+    assert setups.serves(limitador, "limitador")
+    assert not setups.serves(limitador, "memory") and not setups.serves(limitador, "redis")
+    assert not setups.serves(memory, "limitador") and not setups.serves(redis, "limitador")
+    assert setups.serves(memory, "memory") and setups.serves(redis, "redis")
+
+
+def test_the_limitador_row_is_skipped_without_a_binary(monkeypatch):
+    import run
+
+    monkeypatch.delenv("LIMITADOR", raising=False)
+    assert run.parse_args([]).limitador is None
+    monkeypatch.setenv("LIMITADOR", "/opt/limitador-server")
+    assert run.parse_args([]).limitador == Path("/opt/limitador-server")
