@@ -287,7 +287,7 @@ impl<S: Store> RlsService<S> {
         if verdict.as_ref().is_some_and(|v| v.capacity_denied) {
             self.metrics.inc_capacity_denials();
         }
-        let admitted = !blocked && verdict.as_ref().map_or(true, |v| v.allowed);
+        let admitted = !blocked && verdict.as_ref().is_none_or(|v| v.allowed);
         // Shadow limits count only what is admitted, like the others.
         let shadow_verdicts: Vec<Option<Verdict>> = if admitted && !shadows.is_empty() {
             let checks = shadows
