@@ -40,6 +40,8 @@ pub mod metrics;
 pub mod queue;
 pub mod response;
 pub mod rls;
+#[cfg(feature = "schema")]
+pub mod schema;
 pub mod slots;
 
 #[cfg(target_arch = "wasm32")]

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 
 /// The whole filter configuration.
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
     /// Namespace of every counter; required and non-empty.
@@ -44,6 +45,7 @@ fn default_local_max_keys() -> u64 {
 
 /// Which rate-limit headers Sluice adds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum HeadersMode {
     /// No rate-limit headers (a denial still carries `retry-after`).
@@ -59,6 +61,7 @@ pub enum HeadersMode {
 
 /// Client address settings.
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawClientIp {
     /// Proxies in front of Envoy whose `x-forwarded-for` entries are trusted.
@@ -92,6 +95,7 @@ fn default_ipv6_prefix() -> u64 {
 
 /// The global limiter cluster.
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawLimiter {
     /// Envoy cluster of `sluice-limiter` instances (or of a rate limit
@@ -117,6 +121,7 @@ fn default_timeout() -> String {
 
 /// How the filter talks to the limiter cluster.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Protocol {
     /// `sluice-limiter`'s HTTP/JSON API.
@@ -128,6 +133,7 @@ pub enum Protocol {
 
 /// What happens to a request whose global check failed (error, timeout, bad answer).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum FailureMode {
     /// Let the request through (fail open).
@@ -139,6 +145,7 @@ pub enum FailureMode {
 
 /// The denial response.
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawResponse {
     /// HTTP status, 400 to 599.
@@ -172,6 +179,7 @@ fn default_body() -> String {
 
 /// One rule.
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawRule {
     /// Unique name, `[A-Za-z0-9_.-]+`.
@@ -192,6 +200,7 @@ pub struct RawRule {
     pub mode: Mode,
     /// What one request weighs: a fixed integer or `header:NAME`.
     #[serde(default)]
+    #[cfg_attr(feature = "schema", schemars(schema_with = "crate::schema::cost"))]
     pub cost: RawCost,
     /// Requests of this rule held in delay mode at once, per worker.
     #[serde(default = "default_max_queued")]
@@ -252,6 +261,7 @@ pub const COST_EXPECTED: &str = "must be an integer of at least 1 or \"header:NA
 
 /// Whether a rule blocks requests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// Deny requests over the limit.
@@ -263,6 +273,7 @@ pub enum Mode {
 
 /// Request matching conditions; all given conditions must hold.
 #[derive(Debug, Default, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawMatch {
     /// The path (without query) starts with this.
@@ -281,6 +292,7 @@ pub struct RawMatch {
 
 /// A header condition: `{name, exact}` or `{name, present}`.
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawHeaderMatch {
     /// Header name (case-insensitive).
@@ -295,6 +307,7 @@ pub struct RawHeaderMatch {
 
 /// Where a limit is decided.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Scope {
     /// In this Envoy's shared data.
@@ -306,6 +319,7 @@ pub enum Scope {
 
 /// One limit.
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawLimit {
     /// Algorithm name (not with `protocol: rls` for a global limit).
@@ -351,6 +365,7 @@ pub struct RawLimit {
 /// One entry of a rate limit service descriptor: `{key, value}` or
 /// `{key, from}`.
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawEntry {
     /// The entry's key.
@@ -365,6 +380,7 @@ pub struct RawEntry {
 
 /// How a global limit's checks reach the limiter.
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawSync {
     /// `per_request`, `coalesce` or `lease`.
@@ -379,6 +395,7 @@ pub struct RawSync {
 
 /// How a global limit's checks reach the limiter.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum SyncMode {
     /// Every request makes its own call.
@@ -393,6 +410,7 @@ pub enum SyncMode {
 
 /// An elastic limit: beyond its own quota, a request may borrow from a pool.
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawElastic {
     /// Requests per window at most, own quota and borrowed together.
@@ -403,6 +421,7 @@ pub struct RawElastic {
 
 /// What happens to a request over a limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum OnExceed {
     /// Deny it at once.
@@ -415,6 +434,7 @@ pub enum OnExceed {
 
 /// A per-key exception.
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawOverride {
     /// The key text this override applies to.
