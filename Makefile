@@ -13,6 +13,10 @@ BUILD := build
 WASM := $(BUILD)/sluice.wasm
 NOOP_WASM := $(BUILD)/noop.wasm
 LIMITER := target/release/sluice-limiter
+CLI := target/release/sluice
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+OCI_DIR := $(BUILD)/oci
+OCI_TAR := $(BUILD)/sluice-oci.tar
 CARGO ?= cargo
 
 # Ports for `make run`; override on the command line (make run PORT=8000).
@@ -21,13 +25,16 @@ ADMIN_PORT ?= 9901
 LIMITER_PORT ?= 8081
 
 .PHONY: help run test test-rust test-e2e wasm limiter lint fmt bench clean \
-        setup venv wasm-target redis wrk validate
+        setup venv wasm-target redis wrk validate cli oci schema
 
 help:
 	@echo "make run    start Envoy with the Sluice filter and an in-memory limiter"
 	@echo "make test   install what tests need, then run every test"
 	@echo "make lint   rustfmt and clippy (native and wasm32), warnings denied"
 	@echo "make bench  Sluice against Envoy's own rate limiting (BENCH_ARGS=--quick for a smoke run)"
+	@echo "make oci    the filter as an OCI image (build/oci, build/sluice-oci.tar), no Docker needed"
+	@echo "make cli    the sluice command (target/release/sluice): check-config FILE, schema"
+	@echo "make schema regenerate schema/sluice.schema.json from the configuration types"
 	@echo "make clean  remove build outputs and the local virtualenv"
 
 # ------------------------------------------------------------------ set-up
@@ -61,6 +68,16 @@ wasm: wasm-target
 limiter:
 	$(CARGO) build --release -p sluice-limiter
 
+cli:
+	$(CARGO) build --release -p sluice-cli
+
+# The filter as an OCI image (Wasm "compat" layout), written without Docker.
+oci: wasm
+	python3 scripts/oci.py $(WASM) $(OCI_DIR) --tag $(VERSION) --tarball $(OCI_TAR)
+
+schema: cli
+	$(CLI) schema > schema/sluice.schema.json
+
 # ------------------------------------------------------------------ run
 
 run: setup wasm limiter
@@ -69,12 +86,12 @@ run: setup wasm limiter
 
 # ------------------------------------------------------------------ tests
 
-test: setup redis wasm limiter test-rust test-e2e
+test: setup redis wasm limiter cli test-rust test-e2e
 
 test-rust:
 	$(CARGO) test --workspace
 
-test-e2e: setup wasm limiter
+test-e2e: setup wasm limiter cli
 	$(PY) -m pytest
 
 validate: setup wasm
