@@ -18,6 +18,14 @@
 //!   to cluster `C` per request, with a fixed body; the request continues
 //!   when the answer arrives, whatever it says. The best any filter that asks
 //!   a remote limiter per request can do.
+//! - `{"mode":"global_calls","cluster":C,"authority":A}`: the host calls
+//!   Sluice makes for an admitted request checked by the limiter (a global
+//!   limit keyed by `client_ip` behind a trusted proxy, `ietf` headers): the
+//!   peer address, `x-forwarded-for`, the clock, the over-limit cache's
+//!   shared-data read and the call on the request; the answer's `:status`
+//!   and body; two response headers. Fixed values, no logic: with
+//!   `call_out`, what Sluice's global path costs in host calls, and beside
+//!   Sluice's row, what its own code costs.
 //! - `{"mode":"pause"}`: pauses every request on its headers, and the root
 //!   context of its worker resumes it on its next tick (every millisecond):
 //!   `set_effective_context` then `resume_http_request` for each request
@@ -57,6 +65,7 @@ enum Mode {
     HostCalls,
     Deny,
     CallOut { cluster: String, authority: String },
+    GlobalCalls { cluster: String, authority: String },
     Pause,
 }
 
@@ -93,6 +102,10 @@ fn mode_of(bytes: &[u8]) -> Result<Mode, String> {
         "call_out" => Ok(Mode::CallOut {
             cluster: config.cluster.ok_or("call_out needs \"cluster\"")?,
             authority: config.authority.ok_or("call_out needs \"authority\"")?,
+        }),
+        "global_calls" => Ok(Mode::GlobalCalls {
+            cluster: config.cluster.ok_or("global_calls needs \"cluster\"")?,
+            authority: config.authority.ok_or("global_calls needs \"authority\"")?,
         }),
         "pause" => Ok(Mode::Pause),
         other => Err(format!("unknown mode {other:?}")),
@@ -155,8 +168,31 @@ const VALUE: [u8; 18] = [1; 18];
 /// The body of every `call_out` check: one GCRA key that never runs out.
 const CHECK: &[u8] = br#"{"domain":"bench","hits":1,"limits":[{"key":"bench/10.0.0.1","algorithm":"gcra","requests":1000,"window_ms":10}]}"#;
 
+/// The shared-data key the `global_calls` mode reads (never written: the
+/// over-limit cache of a key never denied).
+const DENY_KEY: &str = "sluice-bench/deny-cache";
+
+/// Sends the `call_out` check; whether the request waits for its answer.
+fn call_out(cluster: &str, authority: &str) -> Action {
+    let headers = vec![
+        (":method", "POST"),
+        (":path", "/v1/check"),
+        (":authority", authority),
+        ("content-type", "application/json"),
+    ];
+    let timeout = Duration::from_millis(50);
+    match hostcalls::dispatch_http_call(cluster, headers, Some(CHECK), vec![], timeout) {
+        Ok(_) => Action::Pause,
+        Err(_) => Action::Continue,
+    }
+}
+
 impl Context for Http {
-    fn on_http_call_response(&mut self, _: u32, _: usize, _: usize, _: usize) {
+    fn on_http_call_response(&mut self, _: u32, _: usize, body_size: usize, _: usize) {
+        if let Mode::GlobalCalls { .. } = self.mode.as_ref() {
+            let _ = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status");
+            let _ = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size);
+        }
         let _ = hostcalls::resume_http_request();
     }
 }
@@ -186,19 +222,13 @@ impl HttpContext for Http {
                 let _ = hostcalls::send_http_response(429, headers, Some(b"rate limited\n"));
                 Action::Pause
             }
-            Mode::CallOut { cluster, authority } => {
-                let headers = vec![
-                    (":method", "POST"),
-                    (":path", "/v1/check"),
-                    (":authority", authority.as_str()),
-                    ("content-type", "application/json"),
-                ];
-                let timeout = Duration::from_millis(50);
-                match hostcalls::dispatch_http_call(cluster, headers, Some(CHECK), vec![], timeout)
-                {
-                    Ok(_) => Action::Pause,
-                    Err(_) => Action::Continue,
-                }
+            Mode::CallOut { cluster, authority } => call_out(cluster, authority),
+            Mode::GlobalCalls { cluster, authority } => {
+                let _ = hostcalls::get_property(vec!["source", "address"]);
+                let _ = hostcalls::get_map_value(MapType::HttpRequestHeaders, "x-forwarded-for");
+                let _ = hostcalls::get_current_time();
+                let _ = hostcalls::get_shared_data(DENY_KEY);
+                call_out(cluster, authority)
             }
             Mode::Pause => {
                 PAUSED.with(|p| p.borrow_mut().push(self.context_id));
@@ -208,7 +238,7 @@ impl HttpContext for Http {
     }
 
     fn on_http_response_headers(&mut self, _: usize, _: bool) -> Action {
-        if let Mode::HostCalls = self.mode.as_ref() {
+        if let Mode::HostCalls | Mode::GlobalCalls { .. } = self.mode.as_ref() {
             let headers = [
                 ("ratelimit-policy", "\"per-ip\";q=1000;w=1"),
                 ("ratelimit", "\"per-ip\";r=999;t=1"),
@@ -243,6 +273,11 @@ mod tests {
             }
             _ => panic!("not call_out"),
         }
+        assert!(matches!(
+            mode_of(br#"{"mode":"global_calls","cluster":"c","authority":"a"}"#).unwrap(),
+            Mode::GlobalCalls { .. }
+        ));
+        assert!(mode_of(br#"{"mode":"global_calls"}"#).is_err());
         assert!(matches!(
             mode_of(br#"{"mode":"pause"}"#).unwrap(),
             Mode::Pause
