@@ -284,6 +284,10 @@ fn share_of(batch: &CheckResponse, position: u32) -> CheckResponse {
     }
 }
 
+/// The capacity of the request's key and shared-data key buffers: most keys
+/// fit, so that writing them allocates once.
+const KEY_ROOM: usize = 64;
+
 /// Decides a request's local limits and prepares its global check. `clock`
 /// is read once, and only when some rule applies.
 pub fn evaluate<V, S, M, C>(
@@ -316,10 +320,11 @@ where
         },
         enforcing: Batch::default(),
         shadow: Batch::default(),
-        scratch: String::new(),
+        // Room for a shared-data key (prefix and slot) without growing.
+        scratch: String::with_capacity(KEY_ROOM),
     };
     let mut clock_read: Option<Nanos> = None;
-    let mut key = String::new();
+    let mut key = String::with_capacity(KEY_ROOM);
     for (index, rule) in plan.rules.iter().enumerate() {
         if rule.pool || !rule.matcher.matches(&request) {
             continue;
