@@ -25,7 +25,10 @@
 //!   shared-data read and the call on the request; the answer's `:status`
 //!   and body; two response headers. Fixed values, no logic: with
 //!   `call_out`, what Sluice's global path costs in host calls, and beside
-//!   Sluice's row, what its own code costs.
+//!   Sluice's row, what its own code costs. `"leave_out"` lists calls not to
+//!   make, to price each one: `peer`, `xff`, `clock`, `cache`, `call` (then
+//!   the request goes on at once, and `status` and `body` are not read),
+//!   `status`, `body`, `headers`.
 //! - `{"mode":"pause"}`: pauses every request on its headers, and the root
 //!   context of its worker resumes it on its next tick (every millisecond):
 //!   `set_effective_context` then `resume_http_request` for each request
@@ -58,14 +61,52 @@ struct Config {
     cluster: Option<String>,
     #[serde(default)]
     authority: Option<String>,
+    #[serde(default)]
+    leave_out: Vec<String>,
+}
+
+/// The host calls of the `global_calls` mode, by the names `leave_out` uses.
+const GLOBAL_CALLS: [&str; 8] = [
+    "peer", "xff", "clock", "cache", "call", "status", "body", "headers",
+];
+
+/// The calls of the `global_calls` mode to make: bit `i` for
+/// `GLOBAL_CALLS[i]`.
+#[derive(Clone, Copy)]
+struct Calls(u8);
+
+impl Calls {
+    fn without(names: &[String]) -> Result<Calls, String> {
+        names.iter().try_fold(Calls(u8::MAX), |calls, name| {
+            let bit = GLOBAL_CALLS
+                .iter()
+                .position(|c| c == name)
+                .ok_or_else(|| format!("unknown call {name:?} in leave_out"))?;
+            Ok(Calls(calls.0 & !(1 << bit)))
+        })
+    }
+
+    fn make(self, name: &str) -> bool {
+        GLOBAL_CALLS
+            .iter()
+            .position(|c| *c == name)
+            .is_some_and(|bit| self.0 & (1 << bit) != 0)
+    }
 }
 
 enum Mode {
     Noop,
     HostCalls,
     Deny,
-    CallOut { cluster: String, authority: String },
-    GlobalCalls { cluster: String, authority: String },
+    CallOut {
+        cluster: String,
+        authority: String,
+    },
+    GlobalCalls {
+        cluster: String,
+        authority: String,
+        calls: Calls,
+    },
     Pause,
 }
 
@@ -106,6 +147,7 @@ fn mode_of(bytes: &[u8]) -> Result<Mode, String> {
         "global_calls" => Ok(Mode::GlobalCalls {
             cluster: config.cluster.ok_or("global_calls needs \"cluster\"")?,
             authority: config.authority.ok_or("global_calls needs \"authority\"")?,
+            calls: Calls::without(&config.leave_out)?,
         }),
         "pause" => Ok(Mode::Pause),
         other => Err(format!("unknown mode {other:?}")),
@@ -189,9 +231,13 @@ fn call_out(cluster: &str, authority: &str) -> Action {
 
 impl Context for Http {
     fn on_http_call_response(&mut self, _: u32, _: usize, body_size: usize, _: usize) {
-        if let Mode::GlobalCalls { .. } = self.mode.as_ref() {
-            let _ = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status");
-            let _ = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size);
+        if let Mode::GlobalCalls { calls, .. } = self.mode.as_ref() {
+            if calls.make("status") {
+                let _ = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status");
+            }
+            if calls.make("body") {
+                let _ = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size);
+            }
         }
         let _ = hostcalls::resume_http_request();
     }
@@ -223,11 +269,27 @@ impl HttpContext for Http {
                 Action::Pause
             }
             Mode::CallOut { cluster, authority } => call_out(cluster, authority),
-            Mode::GlobalCalls { cluster, authority } => {
-                let _ = hostcalls::get_property(vec!["source", "address"]);
-                let _ = hostcalls::get_map_value(MapType::HttpRequestHeaders, "x-forwarded-for");
-                let _ = hostcalls::get_current_time();
-                let _ = hostcalls::get_shared_data(DENY_KEY);
+            Mode::GlobalCalls {
+                cluster,
+                authority,
+                calls,
+            } => {
+                if calls.make("peer") {
+                    let _ = hostcalls::get_property(vec!["source", "address"]);
+                }
+                if calls.make("xff") {
+                    let _ =
+                        hostcalls::get_map_value(MapType::HttpRequestHeaders, "x-forwarded-for");
+                }
+                if calls.make("clock") {
+                    let _ = hostcalls::get_current_time();
+                }
+                if calls.make("cache") {
+                    let _ = hostcalls::get_shared_data(DENY_KEY);
+                }
+                if !calls.make("call") {
+                    return Action::Continue;
+                }
                 call_out(cluster, authority)
             }
             Mode::Pause => {
@@ -238,7 +300,12 @@ impl HttpContext for Http {
     }
 
     fn on_http_response_headers(&mut self, _: usize, _: bool) -> Action {
-        if let Mode::HostCalls | Mode::GlobalCalls { .. } = self.mode.as_ref() {
+        let headers = match self.mode.as_ref() {
+            Mode::HostCalls => true,
+            Mode::GlobalCalls { calls, .. } => calls.make("headers"),
+            _ => false,
+        };
+        if headers {
             let headers = [
                 ("ratelimit-policy", "\"per-ip\";q=1000;w=1"),
                 ("ratelimit", "\"per-ip\";r=999;t=1"),
@@ -278,6 +345,21 @@ mod tests {
             Mode::GlobalCalls { .. }
         ));
         assert!(mode_of(br#"{"mode":"global_calls"}"#).is_err());
+        match mode_of(
+            br#"{"mode":"global_calls","cluster":"c","authority":"a","leave_out":["peer","call"]}"#,
+        )
+        .unwrap()
+        {
+            Mode::GlobalCalls { calls, .. } => {
+                assert!(!calls.make("peer") && !calls.make("call"));
+                assert!(GLOBAL_CALLS[1..4].iter().all(|c| calls.make(c)));
+            }
+            _ => panic!("not global_calls"),
+        }
+        assert!(mode_of(
+            br#"{"mode":"global_calls","cluster":"c","authority":"a","leave_out":["x"]}"#
+        )
+        .is_err());
         assert!(matches!(
             mode_of(br#"{"mode":"pause"}"#).unwrap(),
             Mode::Pause
