@@ -277,6 +277,11 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
             filters=[support.wasm_filter({"mode": "call_out", "cluster": LIMITER_CLUSTER,
                                           "authority": "sluice-limiter"},
                                          noop_wasm, vm_id="call-out", name="call-out")]),
+        Row("global-calls", "wasm filter making Sluice's host calls of a global check and the call, no logic",
+            store="memory",
+            filters=[support.wasm_filter({"mode": "global_calls", "cluster": LIMITER_CLUSTER,
+                                          "authority": "sluice-limiter"},
+                                         noop_wasm, vm_id="global-calls", name="global-calls")]),
         Row("global-redis", "Sluice global gcra, one key, a call per request, limiter Redis store", store="redis",
             filters=sluice(sluice_config(global_gcra, global_scope=True))),
         Row("global-redis-coalesce", "Sluice global gcra, one key, coalesced calls, limiter Redis store",
@@ -289,6 +294,14 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
         Row("limiter-memory", "sluice-limiter /v1/check, memory store", kind="limiter", store="memory"),
         Row("limiter-redis", "sluice-limiter /v1/check, Redis store", kind="limiter", store="redis"),
     ]
+    # Another build of the filter beside this one, in the same run: the
+    # global row with the wasm at SLUICE_BASELINE_WASM (say, the last
+    # release), for a before/after comparison that shares the run's noise.
+    baseline = os.environ.get("SLUICE_BASELINE_WASM")
+    if baseline:
+        out.append(Row("global-memory-baseline", f"global-memory with {Path(baseline).name}", store="memory",
+                       filters=[support.wasm_filter(sluice_config(global_gcra, global_scope=True), Path(baseline),
+                                                    vm_id="baseline", name="baseline")]))
     return out + rls_rows(sluice)
 
 

@@ -44,7 +44,7 @@ use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
 use crate::rls;
 use crate::slots::{self, SlotHasher};
 use sluice_core::{Algorithm, Decision, Denial, Limit, Nanos, MILLISECOND, SECOND};
-use sluice_wire::{limiter_key, CheckRequest, CheckResponse, LimitResult, LimitSpec};
+use sluice_wire::{check_json, limiter_key, CheckResponse, LimitResult, LimitSpec};
 
 /// What to do with a request.
 #[derive(Debug)]
@@ -214,13 +214,7 @@ impl PendingCheck {
             return Vec::new();
         };
         let batch = &call.batch;
-        let request = CheckRequest {
-            domain: domain.into(),
-            hits: batch.hits.unwrap_or(1),
-            limits: batch.limits.clone(),
-            batch: Some(n),
-        };
-        serde_json::to_vec(&request).unwrap_or_default()
+        check_json(domain, batch.hits.unwrap_or(1), &batch.limits, Some(n))
     }
 
     /// Reads the answer `body` to a call carrying `n` requests with this
@@ -290,6 +284,10 @@ fn share_of(batch: &CheckResponse, position: u32) -> CheckResponse {
     }
 }
 
+/// The capacity of the request's key and shared-data key buffers: most keys
+/// fit, so that writing them allocates once.
+const KEY_ROOM: usize = 64;
+
 /// Decides a request's local limits and prepares its global check. `clock`
 /// is read once, and only when some rule applies.
 pub fn evaluate<V, S, M, C>(
@@ -322,10 +320,11 @@ where
         },
         enforcing: Batch::default(),
         shadow: Batch::default(),
-        scratch: String::new(),
+        // Room for a shared-data key (prefix and slot) without growing.
+        scratch: String::with_capacity(KEY_ROOM),
     };
     let mut clock_read: Option<Nanos> = None;
-    let mut key = String::new();
+    let mut key = String::with_capacity(KEY_ROOM);
     for (index, rule) in plan.rules.iter().enumerate() {
         if rule.pool || !rule.matcher.matches(&request) {
             continue;
@@ -720,8 +719,13 @@ where
                 None => {}
             }
         }
-        layout::slot_key(&mut self.scratch, deny_prefix, applied.slot);
-        let cached = deny_cache::lookup(self.env.store, &self.scratch, applied.fingerprint, now);
+        // Only denials of fixed-cost rules are cached: others need no read.
+        let cached = if matches!(applied.rule.cost, Cost::Fixed(_)) {
+            layout::slot_key(&mut self.scratch, deny_prefix, applied.slot);
+            deny_cache::lookup(self.env.store, &self.scratch, applied.fingerprint, now)
+        } else {
+            None
+        };
         if let Some(deadline) = cached {
             if let (Some((units, returned, _)), Sync::Lease(policy)) = (ask, &rule_limit.sync) {
                 let ask = LeaseAsk {
@@ -795,15 +799,20 @@ where
             .and_then(|rl| rl.descriptor.as_deref())
             .unwrap_or_default();
         let now = self.tally.now;
-        layout::slot_key(&mut self.scratch, deny_prefix, applied.slot);
-        let cached = deny_cache::lookup(self.env.store, &self.scratch, applied.fingerprint, now);
+        let cacheable = matches!(applied.rule.cost, Cost::Fixed(_));
+        let cached = if cacheable {
+            layout::slot_key(&mut self.scratch, deny_prefix, applied.slot);
+            deny_cache::lookup(self.env.store, &self.scratch, applied.fingerprint, now)
+        } else {
+            None
+        };
         let item = GlobalItem {
             rule: applied.index,
             limit: l,
             window: 0,
             requests: 0,
             fingerprint: applied.fingerprint,
-            cacheable: matches!(applied.rule.cost, Cost::Fixed(_)),
+            cacheable,
             role: Role::Own,
             borrow: None,
             coalesce: false,
@@ -1434,7 +1443,7 @@ impl Batch {
     }
 
     /// The call checking these limits; `None` when there are none.
-    fn into_call(mut self, domain: &str, shadow: bool) -> Option<Call> {
+    fn into_call(self, domain: &str, shadow: bool) -> Option<Call> {
         if self.is_empty() {
             return None;
         }
@@ -1449,17 +1458,7 @@ impl Batch {
                 windows: Vec::new(),
             });
         }
-        let request = CheckRequest {
-            // Owned, so that the limits can be taken back after serializing.
-            domain: domain.to_owned().into(),
-            hits: self.hits.unwrap_or(1),
-            limits: std::mem::take(&mut self.limits),
-            batch: None,
-        };
-        // Serializing plain structs does not fail; an empty body would make
-        // the limiter answer 4xx, handled as a failure.
-        let body = serde_json::to_vec(&request).unwrap_or_default();
-        self.limits = request.limits;
+        let body = check_json(domain, self.hits.unwrap_or(1), &self.limits, None);
         Some(Call {
             shadow,
             batch: self,
@@ -1567,12 +1566,20 @@ fn lease_expiry(limit: &Limit, ttl: Nanos, now: Nanos) -> Nanos {
 /// Ends the lease asks of `call`'s limits: installs what the limiter granted
 /// (nothing when the call failed or the check was denied). Returns, per
 /// item, the units this Envoy now holds for its key (0 for items without an
-/// ask).
+/// ask; empty when no item asked).
 fn settle_leases<S, M>(env: &Env<'_, S, M>, call: &Call, now: Nanos) -> Vec<u64>
 where
     S: SharedStore + ?Sized,
     M: MetricSink + ?Sized,
 {
+    if !call
+        .batch
+        .items
+        .iter()
+        .any(|i| i.lease.is_some_and(|a| a.asked))
+    {
+        return Vec::new();
+    }
     let answers = call.answered().map(|a| a.limits.as_slice());
     let mut key = String::new();
     let mut held = vec![0; call.batch.items.len()];

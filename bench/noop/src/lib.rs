@@ -18,6 +18,17 @@
 //!   to cluster `C` per request, with a fixed body; the request continues
 //!   when the answer arrives, whatever it says. The best any filter that asks
 //!   a remote limiter per request can do.
+//! - `{"mode":"global_calls","cluster":C,"authority":A}`: the host calls
+//!   Sluice makes for an admitted request checked by the limiter (a global
+//!   limit keyed by `client_ip` behind a trusted proxy, `ietf` headers): the
+//!   peer address, `x-forwarded-for`, the clock, the over-limit cache's
+//!   shared-data read and the call on the request; the answer's `:status`
+//!   and body; two response headers. Fixed values, no logic: with
+//!   `call_out`, what Sluice's global path costs in host calls, and beside
+//!   Sluice's row, what its own code costs. `"leave_out"` lists calls not to
+//!   make, to price each one: `peer`, `xff`, `clock`, `cache`, `call` (then
+//!   the request goes on at once, and `status` and `body` are not read),
+//!   `status`, `body`, `headers`.
 //! - `{"mode":"pause"}`: pauses every request on its headers, and the root
 //!   context of its worker resumes it on its next tick (every millisecond):
 //!   `set_effective_context` then `resume_http_request` for each request
@@ -50,13 +61,52 @@ struct Config {
     cluster: Option<String>,
     #[serde(default)]
     authority: Option<String>,
+    #[serde(default)]
+    leave_out: Vec<String>,
+}
+
+/// The host calls of the `global_calls` mode, by the names `leave_out` uses.
+const GLOBAL_CALLS: [&str; 8] = [
+    "peer", "xff", "clock", "cache", "call", "status", "body", "headers",
+];
+
+/// The calls of the `global_calls` mode to make: bit `i` for
+/// `GLOBAL_CALLS[i]`.
+#[derive(Clone, Copy)]
+struct Calls(u8);
+
+impl Calls {
+    fn without(names: &[String]) -> Result<Calls, String> {
+        names.iter().try_fold(Calls(u8::MAX), |calls, name| {
+            let bit = GLOBAL_CALLS
+                .iter()
+                .position(|c| c == name)
+                .ok_or_else(|| format!("unknown call {name:?} in leave_out"))?;
+            Ok(Calls(calls.0 & !(1 << bit)))
+        })
+    }
+
+    fn make(self, name: &str) -> bool {
+        GLOBAL_CALLS
+            .iter()
+            .position(|c| *c == name)
+            .is_some_and(|bit| self.0 & (1 << bit) != 0)
+    }
 }
 
 enum Mode {
     Noop,
     HostCalls,
     Deny,
-    CallOut { cluster: String, authority: String },
+    CallOut {
+        cluster: String,
+        authority: String,
+    },
+    GlobalCalls {
+        cluster: String,
+        authority: String,
+        calls: Calls,
+    },
     Pause,
 }
 
@@ -93,6 +143,11 @@ fn mode_of(bytes: &[u8]) -> Result<Mode, String> {
         "call_out" => Ok(Mode::CallOut {
             cluster: config.cluster.ok_or("call_out needs \"cluster\"")?,
             authority: config.authority.ok_or("call_out needs \"authority\"")?,
+        }),
+        "global_calls" => Ok(Mode::GlobalCalls {
+            cluster: config.cluster.ok_or("global_calls needs \"cluster\"")?,
+            authority: config.authority.ok_or("global_calls needs \"authority\"")?,
+            calls: Calls::without(&config.leave_out)?,
         }),
         "pause" => Ok(Mode::Pause),
         other => Err(format!("unknown mode {other:?}")),
@@ -155,8 +210,35 @@ const VALUE: [u8; 18] = [1; 18];
 /// The body of every `call_out` check: one GCRA key that never runs out.
 const CHECK: &[u8] = br#"{"domain":"bench","hits":1,"limits":[{"key":"bench/10.0.0.1","algorithm":"gcra","requests":1000,"window_ms":10}]}"#;
 
+/// The shared-data key the `global_calls` mode reads (never written: the
+/// over-limit cache of a key never denied).
+const DENY_KEY: &str = "sluice-bench/deny-cache";
+
+/// Sends the `call_out` check; whether the request waits for its answer.
+fn call_out(cluster: &str, authority: &str) -> Action {
+    let headers = vec![
+        (":method", "POST"),
+        (":path", "/v1/check"),
+        (":authority", authority),
+        ("content-type", "application/json"),
+    ];
+    let timeout = Duration::from_millis(50);
+    match hostcalls::dispatch_http_call(cluster, headers, Some(CHECK), vec![], timeout) {
+        Ok(_) => Action::Pause,
+        Err(_) => Action::Continue,
+    }
+}
+
 impl Context for Http {
-    fn on_http_call_response(&mut self, _: u32, _: usize, _: usize, _: usize) {
+    fn on_http_call_response(&mut self, _: u32, _: usize, body_size: usize, _: usize) {
+        if let Mode::GlobalCalls { calls, .. } = self.mode.as_ref() {
+            if calls.make("status") {
+                let _ = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status");
+            }
+            if calls.make("body") {
+                let _ = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size);
+            }
+        }
         let _ = hostcalls::resume_http_request();
     }
 }
@@ -186,19 +268,29 @@ impl HttpContext for Http {
                 let _ = hostcalls::send_http_response(429, headers, Some(b"rate limited\n"));
                 Action::Pause
             }
-            Mode::CallOut { cluster, authority } => {
-                let headers = vec![
-                    (":method", "POST"),
-                    (":path", "/v1/check"),
-                    (":authority", authority.as_str()),
-                    ("content-type", "application/json"),
-                ];
-                let timeout = Duration::from_millis(50);
-                match hostcalls::dispatch_http_call(cluster, headers, Some(CHECK), vec![], timeout)
-                {
-                    Ok(_) => Action::Pause,
-                    Err(_) => Action::Continue,
+            Mode::CallOut { cluster, authority } => call_out(cluster, authority),
+            Mode::GlobalCalls {
+                cluster,
+                authority,
+                calls,
+            } => {
+                if calls.make("peer") {
+                    let _ = hostcalls::get_property(vec!["source", "address"]);
                 }
+                if calls.make("xff") {
+                    let _ =
+                        hostcalls::get_map_value(MapType::HttpRequestHeaders, "x-forwarded-for");
+                }
+                if calls.make("clock") {
+                    let _ = hostcalls::get_current_time();
+                }
+                if calls.make("cache") {
+                    let _ = hostcalls::get_shared_data(DENY_KEY);
+                }
+                if !calls.make("call") {
+                    return Action::Continue;
+                }
+                call_out(cluster, authority)
             }
             Mode::Pause => {
                 PAUSED.with(|p| p.borrow_mut().push(self.context_id));
@@ -208,7 +300,12 @@ impl HttpContext for Http {
     }
 
     fn on_http_response_headers(&mut self, _: usize, _: bool) -> Action {
-        if let Mode::HostCalls = self.mode.as_ref() {
+        let headers = match self.mode.as_ref() {
+            Mode::HostCalls => true,
+            Mode::GlobalCalls { calls, .. } => calls.make("headers"),
+            _ => false,
+        };
+        if headers {
             let headers = [
                 ("ratelimit-policy", "\"per-ip\";q=1000;w=1"),
                 ("ratelimit", "\"per-ip\";r=999;t=1"),
@@ -243,6 +340,26 @@ mod tests {
             }
             _ => panic!("not call_out"),
         }
+        assert!(matches!(
+            mode_of(br#"{"mode":"global_calls","cluster":"c","authority":"a"}"#).unwrap(),
+            Mode::GlobalCalls { .. }
+        ));
+        assert!(mode_of(br#"{"mode":"global_calls"}"#).is_err());
+        match mode_of(
+            br#"{"mode":"global_calls","cluster":"c","authority":"a","leave_out":["peer","call"]}"#,
+        )
+        .unwrap()
+        {
+            Mode::GlobalCalls { calls, .. } => {
+                assert!(!calls.make("peer") && !calls.make("call"));
+                assert!(GLOBAL_CALLS[1..4].iter().all(|c| calls.make(c)));
+            }
+            _ => panic!("not global_calls"),
+        }
+        assert!(mode_of(
+            br#"{"mode":"global_calls","cluster":"c","authority":"a","leave_out":["x"]}"#
+        )
+        .is_err());
         assert!(matches!(
             mode_of(br#"{"mode":"pause"}"#).unwrap(),
             Mode::Pause

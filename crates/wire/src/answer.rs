@@ -34,7 +34,10 @@ impl CheckResponse {
     /// malformed, including an answer with another number of limits.
     #[inline]
     pub fn parse(body: &[u8], expected: usize) -> Option<CheckResponse> {
-        let response: CheckResponse = serde_json::from_slice(body).ok()?;
+        let response = match compact::parse(body) {
+            Some(response) => response,
+            None => serde_json::from_slice(body).ok()?,
+        };
         (response.limits.len() == expected).then_some(response)
     }
 
@@ -119,6 +122,123 @@ pub struct ErrorBody {
     pub error: String,
 }
 
+/// A reader of answers in the one form the limiter writes them (compact,
+/// fields in declaration order), without serde's machinery. It reads only
+/// that form, and whatever it reads serde reads alike; anything else
+/// (spaces, other field orders, unknown fields, escapes) is left to serde.
+mod compact {
+    use super::{CheckResponse, LimitResult};
+
+    /// The answer in `body`, if `body` is in the compact form.
+    pub(super) fn parse(body: &[u8]) -> Option<CheckResponse> {
+        let mut r = Reader(body);
+        r.eat(br#"{"allowed":"#)?;
+        let allowed = r.boolean()?;
+        r.eat(br#","limits":["#)?;
+        let mut limits = Vec::with_capacity(1);
+        if r.eat(b"]").is_none() {
+            loop {
+                limits.push(r.result()?);
+                if r.eat(b",").is_none() {
+                    r.eat(b"]")?;
+                    break;
+                }
+            }
+        }
+        let admitted = match r.eat(br#","admitted":"#) {
+            Some(()) => Some(u32::try_from(r.number()?).ok()?),
+            None => None,
+        };
+        let mut delays_ms = Vec::new();
+        if r.eat(br#","delays_ms":["#).is_some() && r.eat(b"]").is_none() {
+            loop {
+                delays_ms.push(r.number()?);
+                if r.eat(b",").is_none() {
+                    r.eat(b"]")?;
+                    break;
+                }
+            }
+        }
+        r.eat(b"}")?;
+        r.0.is_empty().then_some(CheckResponse {
+            allowed,
+            limits,
+            admitted,
+            delays_ms,
+        })
+    }
+
+    struct Reader<'a>(&'a [u8]);
+
+    impl Reader<'_> {
+        /// Skips `text` if the input starts with it.
+        fn eat(&mut self, text: &[u8]) -> Option<()> {
+            self.0 = self.0.strip_prefix(text)?;
+            Some(())
+        }
+
+        fn boolean(&mut self) -> Option<bool> {
+            if self.eat(b"true").is_some() {
+                return Some(true);
+            }
+            self.eat(b"false").map(|()| false)
+        }
+
+        /// A `u64` in JSON's form: digits, no leading zero, no overflow.
+        fn number(&mut self) -> Option<u64> {
+            let digits = self.0.iter().take_while(|b| b.is_ascii_digit()).count();
+            let (text, rest) = self.0.split_at_checked(digits)?;
+            if text.is_empty() || (text.len() > 1 && text.first() == Some(&b'0')) {
+                return None;
+            }
+            let n = text.iter().try_fold(0u64, |n, &d| {
+                n.checked_mul(10)?
+                    .checked_add(u64::from(d.wrapping_sub(b'0')))
+            })?;
+            // A number must end where a value ends.
+            if rest
+                .first()
+                .is_some_and(|b| !matches!(b, b',' | b'}' | b']'))
+            {
+                return None;
+            }
+            self.0 = rest;
+            Some(n)
+        }
+
+        fn result(&mut self) -> Option<LimitResult> {
+            self.eat(br#"{"allowed":"#)?;
+            let allowed = self.boolean()?;
+            self.eat(br#","limit":"#)?;
+            let limit = self.number()?;
+            self.eat(br#","remaining":"#)?;
+            let remaining = self.number()?;
+            self.eat(br#","reset_ms":"#)?;
+            let reset_ms = self.number()?;
+            self.eat(br#","retry_after_ms":"#)?;
+            let retry_after_ms = self.number()?;
+            let delay_ms = match self.eat(br#","delay_ms":"#) {
+                Some(()) => self.number()?,
+                None => 0,
+            };
+            let leased = match self.eat(br#","leased":"#) {
+                Some(()) => self.number()?,
+                None => 0,
+            };
+            self.eat(b"}")?;
+            Some(LimitResult {
+                allowed,
+                limit,
+                remaining,
+                reset_ms,
+                retry_after_ms,
+                delay_ms,
+                leased,
+            })
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,5 +315,85 @@ mod tests {
             (back.allowed, back.limit, back.denial),
             (false, 10, d.denial)
         );
+    }
+
+    /// A small deterministic generator (xorshift), for varied inputs.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+
+        fn number(&mut self) -> u64 {
+            match self.below(4) {
+                0 => 0,
+                1 => self.below(10_000),
+                2 => u64::MAX - self.below(2),
+                _ => self.next() >> self.below(64),
+            }
+        }
+    }
+
+    /// The compact reader reads every answer the limiter writes as serde
+    /// does, and anything it reads at all (here: answers with bytes changed,
+    /// dropped or added) as serde does.
+    #[test]
+    fn the_compact_reader_agrees_with_serde() {
+        let mut rng = Rng(0x00dd_ba11_5eed_0001);
+        let mut read = 0;
+        for _ in 0..3000 {
+            let limits = (0..rng.below(4))
+                .map(|_| LimitResult {
+                    allowed: rng.below(2) == 0,
+                    limit: rng.number(),
+                    remaining: rng.number(),
+                    reset_ms: rng.number(),
+                    retry_after_ms: rng.number(),
+                    delay_ms: if rng.below(2) == 0 { 0 } else { rng.number() },
+                    leased: if rng.below(2) == 0 { 0 } else { rng.number() },
+                })
+                .collect();
+            let admitted = (rng.below(2) == 0).then(|| rng.below(1 << 33) as u32);
+            let delays_ms = (0..rng.below(3)).map(|_| rng.number()).collect();
+            let response = CheckResponse {
+                allowed: rng.below(2) == 0,
+                limits,
+                admitted,
+                delays_ms,
+            };
+            let body = serde_json::to_vec(&response).unwrap();
+            assert_eq!(compact::parse(&body).as_ref(), Some(&response));
+            for _ in 0..20 {
+                let mut changed = body.clone();
+                let at = rng.below(changed.len() as u64 + 1) as usize;
+                const BYTES: &[u8] = b"0123456789,:{}[]\" ae-.";
+                let byte = BYTES[rng.below(BYTES.len() as u64) as usize];
+                match rng.below(3) {
+                    0 if at < changed.len() => changed[at] = byte,
+                    1 if at < changed.len() => {
+                        changed.remove(at);
+                    }
+                    _ => changed.insert(at, byte),
+                }
+                let serde: Option<CheckResponse> = serde_json::from_slice(&changed).ok();
+                if let Some(fast) = compact::parse(&changed) {
+                    read += 1;
+                    assert_eq!(Some(fast), serde, "{}", String::from_utf8_lossy(&changed));
+                }
+            }
+        }
+        assert!(read > 1000, "{read}");
+        // Other forms are serde's.
+        let spaced = br#"{ "allowed": true, "limits": [] }"#;
+        assert!(compact::parse(spaced).is_none());
+        assert!(CheckResponse::parse(spaced, 0).is_some());
     }
 }

@@ -23,7 +23,7 @@ mod validate;
 
 pub use answer::{CheckResponse, ErrorBody, LimitResult};
 pub use key::{limiter_key, MAX_KEY_BYTES};
-pub use request::{CheckRequest, LimitSpec};
+pub use request::{check_json, CheckRequest, LimitSpec};
 pub use validate::{
     build_limit, parse_check, valid_domain, validate_domain, KeyedLimit, ValidCheck, MAX_BATCH,
     MAX_BODY_BYTES, MAX_COUNT, MAX_DOMAIN_BYTES, MAX_LIMITS, MAX_WINDOW_MS,

@@ -117,6 +117,133 @@ impl LimitSpec<'static> {
     }
 }
 
+impl CheckRequest<'_> {
+    /// This check's JSON, exactly as `serde_json::to_vec` writes it (compact,
+    /// fields in declaration order, absent options left out), without
+    /// serde's machinery: see [`check_json`].
+    #[inline]
+    pub fn to_json(&self) -> Vec<u8> {
+        check_json(&self.domain, self.hits, &self.limits, self.batch)
+    }
+}
+
+/// The JSON of the [`CheckRequest`] with these fields, exactly as
+/// `serde_json::to_vec` writes it, written by hand: the filter writes one
+/// per global check, and needs no `CheckRequest` (nor copies of its limits)
+/// to do it.
+#[inline]
+pub fn check_json(
+    domain: &str,
+    hits: u64,
+    limits: &[LimitSpec<'_>],
+    batch: Option<u32>,
+) -> Vec<u8> {
+    let capacity = limits.iter().fold(domain.len().saturating_add(48), |n, l| {
+        n.saturating_add(l.key.len()).saturating_add(96)
+    });
+    let mut out = Vec::with_capacity(capacity);
+    out.extend_from_slice(br#"{"domain":"#);
+    push_str(&mut out, domain);
+    out.extend_from_slice(br#","hits":"#);
+    push_u64(&mut out, hits);
+    out.extend_from_slice(br#","limits":["#);
+    for (i, limit) in limits.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        limit.write_json(&mut out);
+    }
+    out.push(b']');
+    if let Some(batch) = batch {
+        out.extend_from_slice(br#","batch":"#);
+        push_u64(&mut out, u64::from(batch));
+    }
+    out.push(b'}');
+    out
+}
+
+impl LimitSpec<'_> {
+    /// Appends this limit's JSON, as serde_json writes it.
+    fn write_json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(br#"{"key":"#);
+        push_str(out, &self.key);
+        out.extend_from_slice(br#","algorithm":"#);
+        push_str(out, &self.algorithm);
+        out.extend_from_slice(br#","requests":"#);
+        push_u64(out, self.requests);
+        out.extend_from_slice(br#","window_ms":"#);
+        push_u64(out, self.window_ms);
+        let optional = [
+            (&br#","burst":"#[..], self.burst),
+            (br#","precision":"#, self.precision.map(u64::from)),
+            (br#","soft_percent":"#, self.soft_percent.map(u64::from)),
+            (br#","hits":"#, self.hits),
+            (br#","max_delay_ms":"#, self.max_delay_ms),
+            (br#","lease":"#, self.lease),
+            (br#","returned":"#, self.returned),
+            (br#","returned_age_ms":"#, self.returned_age_ms),
+        ];
+        for (name, value) in optional {
+            if let Some(value) = value {
+                out.extend_from_slice(name);
+                push_u64(out, value);
+            }
+        }
+        out.push(b'}');
+    }
+}
+
+/// Appends `n` in decimal.
+fn push_u64(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at = at.saturating_sub(1);
+        if let Some(d) = digits.get_mut(at) {
+            // A remainder of 10 is one digit.
+            *d = b'0'.saturating_add(u8::try_from(n % 10).unwrap_or(0));
+        }
+        n /= 10;
+        if n == 0 || at == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(digits.get(at..).unwrap_or_default());
+}
+
+/// Appends `s` as a JSON string, escaped as serde_json escapes it: `"`,
+/// `\` and control characters (`\b \t \n \f \r`, others `\u00XX`);
+/// everything else as is.
+fn push_str(out: &mut Vec<u8>, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let escape: &[u8] = match b {
+            b'"' => br#"\""#,
+            b'\\' => br"\\",
+            0x08 => br"\b",
+            b'\t' => br"\t",
+            b'\n' => br"\n",
+            0x0c => br"\f",
+            b'\r' => br"\r",
+            0x00..=0x1f => b"",
+            _ => continue,
+        };
+        out.extend_from_slice(bytes.get(start..i).unwrap_or_default());
+        start = i.saturating_add(1);
+        if escape.is_empty() {
+            let hex = |n: u8| HEX.get(usize::from(n & 0xf)).copied().unwrap_or(b'0');
+            out.extend_from_slice(&[b'\\', b'u', b'0', b'0', hex(b >> 4), hex(b)]);
+        } else {
+            out.extend_from_slice(escape);
+        }
+    }
+    out.extend_from_slice(bytes.get(start..).unwrap_or_default());
+    out.push(b'"');
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,5 +346,88 @@ mod tests {
             (&check.limits[1].limit, check.limits[1].hits),
             (&delayed, 5)
         );
+    }
+
+    /// A small deterministic generator (xorshift), for varied inputs.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+
+        fn number(&mut self) -> u64 {
+            match self.below(4) {
+                0 => self.below(10),
+                1 => self.below(100_000),
+                2 => u64::MAX - self.below(3),
+                _ => self.next() >> self.below(64),
+            }
+        }
+
+        fn option(&mut self) -> Option<u64> {
+            (self.below(2) == 0).then(|| self.number())
+        }
+
+        fn text(&mut self) -> String {
+            const PIECES: &[&str] = &[
+                "a", "per-ip", "/", "0", "\"", "\\", "\n", "\r", "\t", "\u{8}", "\u{c}", "\u{0}",
+                "\u{1f}", "\u{7f}", "é", "日本", "😀", "'", "10.0.0.1", "|", " ",
+            ];
+            let len = self.below(8);
+            (0..len)
+                .map(|_| PIECES[self.below(PIECES.len() as u64) as usize])
+                .collect()
+        }
+    }
+
+    #[test]
+    fn the_hand_written_json_is_serdes() {
+        let mut rng = Rng(0x5eed_1234_abcd_0001);
+        for _ in 0..5000 {
+            let limits = (0..rng.below(4))
+                .map(|_| LimitSpec {
+                    key: rng.text().into(),
+                    algorithm: rng.text().into(),
+                    requests: rng.number(),
+                    window_ms: rng.number(),
+                    burst: rng.option(),
+                    precision: rng.option().map(|n| n as u32),
+                    soft_percent: rng.option().map(|n| n as u32),
+                    hits: rng.option(),
+                    max_delay_ms: rng.option(),
+                    lease: rng.option(),
+                    returned: rng.option(),
+                    returned_age_ms: rng.option(),
+                })
+                .collect();
+            let request = CheckRequest {
+                domain: rng.text().into(),
+                hits: rng.number(),
+                limits,
+                batch: rng.option().map(|n| n as u32),
+            };
+            let serde = serde_json::to_vec(&request).unwrap();
+            assert_eq!(
+                String::from_utf8(request.to_json()).unwrap(),
+                String::from_utf8(serde).unwrap()
+            );
+        }
+        // Every control character.
+        let all: String = (0u8..0x80).map(char::from).collect();
+        let request = CheckRequest {
+            domain: all.into(),
+            hits: 1,
+            limits: vec![LimitSpec::new(limiter_key("r", 0, "k"), &gcra())],
+            batch: Some(3),
+        };
+        assert_eq!(request.to_json(), serde_json::to_vec(&request).unwrap());
     }
 }

@@ -1,0 +1,205 @@
+//! The filter's request path natively, without Envoy: what Sluice's own code
+//! costs per request beyond its host calls. One global limit (the bench's
+//! `global-memory` row: one `gcra` limit keyed by `client_ip` from a trusted
+//! `x-forwarded-for`, `ietf` headers), one key: `evaluate` builds the check,
+//! `record` reads the limiter's answer, `finish` merges it, and the admitted
+//! response's headers are formatted. Host calls are in-memory fakes here.
+//!
+//! Before the timings, it prints the allocations of one request of each step.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use sluice::config::{self, Plan};
+use sluice::engine::{self, PendingCheck, Verdict};
+use sluice::key::RequestView;
+use sluice::local::{SetError, SharedStore};
+use sluice::metrics::{Batch, GlobalEvent, MetricSink, RuleEvent};
+use sluice::response;
+use sluice::slots::SlotHasher;
+use sluice_core::{Nanos, SECOND};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Counts allocations, to say how many a request makes.
+struct Counting;
+
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        System.alloc(layout)
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        System.realloc(ptr, layout, new_size)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const NOW: Nanos = 1_700_000_000 * SECOND;
+
+/// The configuration of the bench's `global-memory` row.
+const CONFIG: &str = r#"{"domain":"bench","client_ip":{"xff_trusted_hops":1},
+  "limiter":{"cluster":"sluice_limiter","authority":"sluice-limiter","timeout":"50ms"},
+  "rules":[{"name":"per-ip","key":["client_ip"],
+    "limits":[{"algorithm":"gcra","requests":1000,"window":"10ms","scope":"global"}]}]}"#;
+
+/// What the limiter answers an admitted check of that row.
+const ANSWER: &[u8] =
+    br#"{"allowed":true,"limits":[{"allowed":true,"limit":1000,"remaining":999,"reset_ms":1,"retry_after_ms":0}]}"#;
+
+/// The request as Envoy shows it to the filter in that row.
+struct Request;
+
+impl RequestView for Request {
+    fn header(&self, name: &str) -> Option<String> {
+        (name == "x-forwarded-for").then(|| "10.0.0.0,127.0.0.1".to_string())
+    }
+
+    fn source_address(&self) -> Option<String> {
+        Some("127.0.0.1:40000".to_string())
+    }
+}
+
+/// Shared data in memory (values are copied out, as from Envoy).
+#[derive(Default)]
+struct Store(RefCell<HashMap<String, Vec<u8>>>);
+
+impl SharedStore for Store {
+    fn get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+        match self.0.borrow().get(key) {
+            Some(v) => (Some(v.clone()), Some(1)),
+            None => (None, None),
+        }
+    }
+
+    fn set(&self, key: &str, value: &[u8], _cas: Option<u32>) -> Result<(), SetError> {
+        self.0.borrow_mut().insert(key.to_string(), value.to_vec());
+        Ok(())
+    }
+}
+
+/// Counts batched as the host batches them.
+struct Metrics(Batch);
+
+impl MetricSink for Metrics {
+    fn rule(&self, rule: usize, event: RuleEvent) {
+        if self.0.add(Batch::rule_position(rule, event)) {
+            self.0.drain(|_, _| {});
+        }
+    }
+
+    fn global(&self, event: GlobalEvent) {
+        self.0.add(Batch::global_position(event));
+    }
+
+    fn delayed(&self, _rule: usize, _delay: Nanos) {}
+}
+
+struct World {
+    plan: Plan,
+    hasher: SlotHasher,
+    store: Store,
+    metrics: Metrics,
+}
+
+impl World {
+    fn new() -> World {
+        let plan = config::parse(CONFIG.as_bytes()).unwrap();
+        let metrics = Metrics(Batch::new(plan.rules.len()));
+        World {
+            plan,
+            hasher: SlotHasher::from_seed(&SlotHasher::new_seed(7)).unwrap(),
+            store: Store::default(),
+            metrics,
+        }
+    }
+
+    fn evaluate(&self) -> PendingCheck {
+        let verdict = engine::evaluate(
+            &self.plan,
+            &self.hasher,
+            &Request,
+            &self.store,
+            &self.metrics,
+            || NOW,
+        );
+        match verdict {
+            Verdict::Check(pending) => pending,
+            other => panic!("expected a check, got {other:?}"),
+        }
+    }
+
+    fn answer(&self, mut pending: PendingCheck) -> PendingCheck {
+        assert_eq!(pending.call_count(), 1);
+        black_box(pending.body(0));
+        assert!(pending.record(0, Some(ANSWER)));
+        pending
+    }
+
+    fn finish(&self, pending: PendingCheck) -> usize {
+        match engine::finish(&self.plan, pending, &self.store, &self.metrics) {
+            Verdict::Allow(admitted) => {
+                let headers = response::admitted_headers(
+                    &self.plan,
+                    admitted.report.as_ref(),
+                    &admitted.shadow_denied,
+                );
+                headers.len()
+            }
+            other => panic!("expected an admission, got {other:?}"),
+        }
+    }
+
+    fn request(&self) -> usize {
+        self.finish(self.answer(self.evaluate()))
+    }
+}
+
+fn allocations<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let out = f();
+    (out, ALLOCATIONS.load(Ordering::Relaxed) - before)
+}
+
+fn global(c: &mut Criterion) {
+    let w = World::new();
+    assert_eq!(w.request(), 2);
+    let (pending, evaluate) = allocations(|| w.evaluate());
+    println!("check body: {}", String::from_utf8_lossy(pending.body(0)));
+    let (pending, record) = allocations(|| w.answer(pending));
+    let (_, finish) = allocations(|| w.finish(pending));
+    println!(
+        "allocations per request: evaluate {evaluate}, record {record}, finish and headers {finish}"
+    );
+    c.bench_function("global/request", |b| b.iter(|| black_box(w.request())));
+    c.bench_function("global/evaluate", |b| b.iter(|| black_box(w.evaluate())));
+    c.bench_function("global/record", |b| {
+        b.iter_batched(
+            || w.evaluate(),
+            |p| black_box(w.answer(p)),
+            criterion::BatchSize::SmallInput,
+        )
+    });
+    c.bench_function("global/finish+headers", |b| {
+        b.iter_batched(
+            || w.answer(w.evaluate()),
+            |p| black_box(w.finish(p)),
+            criterion::BatchSize::SmallInput,
+        )
+    });
+}
+
+criterion_group!(benches, global);
+criterion_main!(benches);
