@@ -302,7 +302,7 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
         out.append(Row("global-memory-baseline", f"global-memory with {Path(baseline).name}", store="memory",
                        filters=[support.wasm_filter(sluice_config(global_gcra, global_scope=True), Path(baseline),
                                                     vm_id="baseline", name="baseline")]))
-    return out + rls_rows(sluice)
+    return out + rls_rows(sluice, noop_wasm)
 
 
 def envoy_ratelimit() -> list:
@@ -314,10 +314,11 @@ def envoy_ratelimit() -> list:
             FAULT_REPLY]
 
 
-def rls_rows(sluice) -> list[Row]:
+def rls_rows(sluice, noop_wasm: Path) -> list[Row]:
     """The rate limit service rows: Envoy's ratelimit filter and Sluice with
     `protocol: rls`, both calling the limiter over gRPC per request, memory
-    store and Redis; Envoy's ratelimit filter calling Limitador (run only with
+    store and Redis; the bare gRPC call of a wasm filter (the floor of
+    Sluice's rls rows); Envoy's ratelimit filter calling Limitador (run only with
     a Limitador binary); and the answer path of Envoy's rows without the filter."""
     rls_config = sluice_config({"scope": "global"}, rls=True)
     out = [Row("envoy-rls-route", "Envoy, no rate-limit filter, routed and answered 200 by the fault filter "
@@ -330,6 +331,10 @@ def rls_rows(sluice) -> list[Row]:
             Row(f"global-rls-{store}", f"Sluice global, protocol rls → sluice-limiter (gRPC), one key, a call "
                 f"per request, limiter {name}", store=store, rls=True, filters=sluice(rls_config)),
         ]
+    out.append(Row("grpc-call-out", "wasm filter making one bare gRPC ShouldRateLimit call per request "
+                   "(limiter memory store)", store="memory", rls=True,
+                   filters=[support.wasm_filter({"mode": "grpc_call_out", "cluster": LIMITER_CLUSTER},
+                                                noop_wasm, vm_id="grpc-call-out", name="grpc-call-out")]))
     out.append(Row("envoy-limitador", "Envoy ratelimit filter → Limitador (gRPC), one key, memory storage",
                    store="limitador", rls=True, filters=envoy_ratelimit(), hcm_extra=ROUTED_HCM,
                    clusters=[BACKEND_CLUSTER]))

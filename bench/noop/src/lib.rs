@@ -18,6 +18,11 @@
 //!   to cluster `C` per request, with a fixed body; the request continues
 //!   when the answer arrives, whatever it says. The best any filter that asks
 //!   a remote limiter per request can do.
+//! - `{"mode":"grpc_call_out","cluster":C}`: one gRPC `ShouldRateLimit` call
+//!   to cluster `C` per request (Envoy's rate limit service protocol, a
+//!   fixed one-descriptor request); the request continues when the answer
+//!   arrives. The best any wasm filter calling a rate limit service per
+//!   request can do, beside Envoy's own ratelimit filter making the same call.
 //! - `{"mode":"global_calls","cluster":C,"authority":A}`: the host calls
 //!   Sluice makes for an admitted request checked by the limiter (a global
 //!   limit keyed by `client_ip` behind a trusted proxy, `ietf` headers): the
@@ -102,6 +107,9 @@ enum Mode {
         cluster: String,
         authority: String,
     },
+    GrpcCallOut {
+        cluster: String,
+    },
     GlobalCalls {
         cluster: String,
         authority: String,
@@ -143,6 +151,9 @@ fn mode_of(bytes: &[u8]) -> Result<Mode, String> {
         "call_out" => Ok(Mode::CallOut {
             cluster: config.cluster.ok_or("call_out needs \"cluster\"")?,
             authority: config.authority.ok_or("call_out needs \"authority\"")?,
+        }),
+        "grpc_call_out" => Ok(Mode::GrpcCallOut {
+            cluster: config.cluster.ok_or("grpc_call_out needs \"cluster\"")?,
         }),
         "global_calls" => Ok(Mode::GlobalCalls {
             cluster: config.cluster.ok_or("global_calls needs \"cluster\"")?,
@@ -210,6 +221,28 @@ const VALUE: [u8; 18] = [1; 18];
 /// The body of every `call_out` check: one GCRA key that never runs out.
 const CHECK: &[u8] = br#"{"domain":"bench","hits":1,"limits":[{"key":"bench/10.0.0.1","algorithm":"gcra","requests":1000,"window_ms":10}]}"#;
 
+/// The message of every `grpc_call_out` call, a `RateLimitRequest` of domain
+/// `bench` with one descriptor: `generic_key: per-ip`, `remote_address:
+/// 10.0.0.1`.
+const RLS_REQUEST: &[u8] = b"\x0a\x05bench\x12\x33\x0a\x15\x0a\x0bgeneric_key\x12\x06per-ip\x0a\x1a\x0a\x0eremote_address\x12\x0810.0.0.1";
+
+/// Sends the `grpc_call_out` call; whether the request waits for its answer.
+fn grpc_call_out(cluster: &str) -> Action {
+    let timeout = Duration::from_millis(50);
+    let sent = hostcalls::dispatch_grpc_call(
+        cluster,
+        "envoy.service.ratelimit.v3.RateLimitService",
+        "ShouldRateLimit",
+        vec![],
+        Some(RLS_REQUEST),
+        timeout,
+    );
+    match sent {
+        Ok(_) => Action::Pause,
+        Err(_) => Action::Continue,
+    }
+}
+
 /// The shared-data key the `global_calls` mode reads (never written: the
 /// over-limit cache of a key never denied).
 const DENY_KEY: &str = "sluice-bench/deny-cache";
@@ -230,6 +263,10 @@ fn call_out(cluster: &str, authority: &str) -> Action {
 }
 
 impl Context for Http {
+    fn on_grpc_call_response(&mut self, _: u32, _: u32, _: usize) {
+        let _ = hostcalls::resume_http_request();
+    }
+
     fn on_http_call_response(&mut self, _: u32, _: usize, body_size: usize, _: usize) {
         if let Mode::GlobalCalls { calls, .. } = self.mode.as_ref() {
             if calls.make("status") {
@@ -269,6 +306,7 @@ impl HttpContext for Http {
                 Action::Pause
             }
             Mode::CallOut { cluster, authority } => call_out(cluster, authority),
+            Mode::GrpcCallOut { cluster } => grpc_call_out(cluster),
             Mode::GlobalCalls {
                 cluster,
                 authority,
