@@ -277,9 +277,9 @@ impl<S: Store> RlsService<S> {
             match self.store.check(&enforcing).await {
                 Ok(v) => Some(v),
                 Err(e) => {
-                    self.metrics.inc_store_errors();
+                    self.metrics.record_store_error(e.reason());
                     self.metrics.record_rls_call(label, "error");
-                    tracing::warn!(error = %e, domain = %req.domain, "rls check failed");
+                    crate::warn_throttled!(error = %e, domain = %req.domain, "rls check failed");
                     return Err(Status::unavailable(e.to_string()));
                 }
             }
@@ -287,7 +287,7 @@ impl<S: Store> RlsService<S> {
         if verdict.as_ref().is_some_and(|v| v.capacity_denied) {
             self.metrics.inc_capacity_denials();
         }
-        let admitted = !blocked && verdict.as_ref().map_or(true, |v| v.allowed);
+        let admitted = !blocked && verdict.as_ref().is_none_or(|v| v.allowed);
         // Shadow limits count only what is admitted, like the others.
         let shadow_verdicts: Vec<Option<Verdict>> = if admitted && !shadows.is_empty() {
             let checks = shadows
@@ -299,8 +299,8 @@ impl<S: Store> RlsService<S> {
                 .map(|r| match r {
                     Ok(v) => Some(v),
                     Err(e) => {
-                        self.metrics.inc_store_errors();
-                        tracing::warn!(error = %e, "rls shadow check failed");
+                        self.metrics.record_store_error(e.reason());
+                        crate::warn_throttled!(error = %e, "rls shadow check failed");
                         None
                     }
                 })
