@@ -15,7 +15,7 @@
 //! * Sentinel: a [`Follower`]: asks the sentinels for the primary (and checks
 //!   that it says `ROLE master`), keeps a connection to it, drops it when it
 //!   fails or answers `READONLY` (a demoted primary), and asks again with
-//!   backoff (50 ms doubling to 500 ms, with jitter) until a primary answers.
+//!   backoff (50 ms doubling to 250 ms, with jitter) until a primary answers.
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
@@ -392,7 +392,7 @@ pub struct Follower {
 
 /// The shortest and the longest wait between two attempts to find the primary.
 const FOLLOW_MIN: Duration = Duration::from_millis(50);
-const FOLLOW_MAX: Duration = Duration::from_millis(500);
+const FOLLOW_MAX: Duration = Duration::from_millis(250);
 /// How often the sentinels are asked whether the primary moved, besides
 /// after a failed or timed-out call.
 const RECHECK_EVERY: Duration = Duration::from_secs(5);
