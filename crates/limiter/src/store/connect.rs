@@ -477,6 +477,12 @@ impl Follower {
     /// A call on generation `generation` failed with `e`: a connection that
     /// is gone, or a primary that was demoted, is dropped.
     fn failed(&self, generation: u64, e: &RedisError) {
+        if e.is_timeout() {
+            // A slow answer is no lost connection: ask whether the primary
+            // moved, keep the connection meanwhile.
+            self.wake.notify_one();
+            return;
+        }
         let lost = e.is_connection_dropped()
             || e.is_io_error()
             || e.is_unrecoverable_error()
