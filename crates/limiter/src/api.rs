@@ -1,5 +1,6 @@
-//! The HTTP surface: `POST /v1/check`, `GET /healthz`, `GET /metrics`, over
-//! any [`Store`].
+//! The HTTP surface: `POST /v1/check`, the probes (`GET /livez`: the
+//! process serves; `GET /readyz` and `GET /healthz`: the store answers) and
+//! `GET /metrics`, over any [`Store`].
 
 use crate::metrics::Metrics;
 use crate::overrides::Overrides;
@@ -43,6 +44,8 @@ pub fn app<S: Store + Clone>(state: AppState<S>) -> Router {
     Router::new()
         .route("/v1/check", post(check::<S>))
         .route("/healthz", get(healthz::<S>))
+        .route("/livez", get(livez))
+        .route("/readyz", get(healthz::<S>))
         .route("/metrics", get(metrics::<S>))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
@@ -86,8 +89,8 @@ async fn decide<S: Store>(st: &AppState<S>, body: Result<Bytes, BytesRejection>)
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
     if let Err(e) = st.overrides.apply(&mut check).await {
-        st.metrics.inc_store_errors();
-        tracing::warn!(error = %e, "override lookup failed");
+        st.metrics.record_store_error(e.reason());
+        crate::warn_throttled!(error = %e, "override lookup failed");
         return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
     }
     let requests = check.requests();
@@ -103,6 +106,9 @@ async fn decide<S: Store>(st: &AppState<S>, body: Result<Bytes, BytesRejection>)
             st.metrics.record_decision(&check.domain, verdict.allowed);
             if verdict.capacity_denied {
                 st.metrics.inc_capacity_denials();
+                crate::warn_throttled!(
+                    "memory store full (--max-keys): checks needing a new key are denied"
+                );
             }
             if check.batch.is_some() {
                 st.metrics.record_batch(requests, verdict.admitted);
@@ -146,8 +152,8 @@ async fn decide<S: Store>(st: &AppState<S>, body: Result<Bytes, BytesRejection>)
         // No decision (see the `Store` contract): the filter applies its
         // failure mode.
         Err(e) => {
-            st.metrics.inc_store_errors();
-            tracing::warn!(error = %e, "check failed");
+            st.metrics.record_store_error(e.reason());
+            crate::warn_throttled!(error = %e, "check failed");
             error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
         }
     }
@@ -191,6 +197,12 @@ fn store_items(domain: &str, limits: Vec<KeyedLimit>) -> Result<Vec<StoreItem>, 
     Ok(items)
 }
 
+/// The process serves: answered without touching the store.
+async fn livez() -> Response {
+    (StatusCode::OK, "ok\n").into_response()
+}
+
+/// `/healthz` and `/readyz`: the store answers.
 async fn healthz<S: Store>(State(st): State<AppState<S>>) -> Response {
     if st.store.healthy().await {
         (StatusCode::OK, "ok\n").into_response()
@@ -200,10 +212,21 @@ async fn healthz<S: Store>(State(st): State<AppState<S>>) -> Response {
 }
 
 async fn metrics<S: Store>(State(st): State<AppState<S>>) -> Response {
+    let mut text = st.metrics.render();
+    let status = st.store.status();
+    crate::metrics::render_store(
+        &mut text,
+        &crate::metrics::StoreGauges {
+            kind: st.store.kind(),
+            up: status.up,
+            keys: status.keys,
+            round_trips: st.store.round_trips(),
+        },
+    );
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        st.metrics.render(),
+        text,
     )
         .into_response()
 }

@@ -1,7 +1,7 @@
 //! Command-line flags; each can also come from an environment variable.
 
 use crate::store::StoreSpec;
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -13,14 +13,50 @@ pub struct Args {
     #[arg(long, env = "SLUICE_LISTEN", default_value = "127.0.0.1:8081")]
     pub listen: SocketAddr,
 
-    /// Where state lives: `memory`, `redis://host:port[/db]` or
-    /// `redis-cluster://host:port,host:port`.
+    /// Where state lives: `memory`; `redis://[user:password@]host:port[/db]`
+    /// (`rediss://` for TLS); `redis-cluster://host:port,host:port`
+    /// (`rediss-cluster://`); or
+    /// `redis+sentinel://host:port,host:port/master-name[/db]`
+    /// (`rediss+sentinel://`).
     #[arg(long, env = "SLUICE_STORE", default_value = "memory")]
     pub store: StoreSpec,
+
+    /// Redis TLS: PEM file of the CA certificates to trust (default: the
+    /// system's roots).
+    #[arg(long = "redis-ca", env = "SLUICE_REDIS_CA")]
+    pub redis_ca: Option<PathBuf>,
+
+    /// Redis mutual TLS: PEM file of the client certificate (chain);
+    /// needs `--redis-key`.
+    #[arg(long = "redis-cert", env = "SLUICE_REDIS_CERT", requires = "redis_key")]
+    pub redis_cert: Option<PathBuf>,
+
+    /// Redis mutual TLS: PEM file of the client certificate's private key.
+    #[arg(long = "redis-key", env = "SLUICE_REDIS_KEY", requires = "redis_cert")]
+    pub redis_key: Option<PathBuf>,
+
+    /// Redis password read from this file (trailing newline ignored); it
+    /// replaces the URL's. `SLUICE_REDIS_PASSWORD` gives it from the
+    /// environment instead (the file wins when both are set).
+    #[arg(long = "redis-password-file", env = "SLUICE_REDIS_PASSWORD_FILE")]
+    pub redis_password_file: Option<PathBuf>,
 
     /// Log filter (`error`, `warn`, `info`, `debug`, `trace`, or a tracing directive).
     #[arg(long = "log-level", env = "SLUICE_LOG", default_value = "info")]
     pub log_level: String,
+
+    /// Log lines as `text` or `json` (one JSON object per line).
+    #[arg(long = "log-format", env = "SLUICE_LOG_FORMAT", default_value = "text")]
+    pub log_format: LogFormat,
+
+    /// On SIGTERM or SIGINT: stop accepting at once, finish the checks in
+    /// flight, and exit after at most this many ms even if some are not done.
+    #[arg(
+        long = "shutdown-timeout-ms",
+        env = "SLUICE_SHUTDOWN_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    pub shutdown_timeout_ms: u64,
 
     /// JSON file of per-key limits: `{"domain/key": {"requests":..,"window_ms":..,"burst":..}}`.
     #[arg(long, env = "SLUICE_OVERRIDES")]
@@ -90,4 +126,13 @@ pub struct Args {
         default_value_t = 1_000
     )]
     pub descriptors_poll_ms: u64,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line (tracing's JSON format).
+    Json,
 }

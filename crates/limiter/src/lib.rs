@@ -10,6 +10,7 @@
 pub mod api;
 pub mod cli;
 pub mod clock;
+pub mod events;
 pub mod metrics;
 pub mod overrides;
 pub mod rls;

@@ -3,15 +3,17 @@
 use axum::serve::ListenerExt;
 use clap::Parser;
 use sluice_limiter::api::{app, AppState};
-use sluice_limiter::cli::Args;
+use sluice_limiter::cli::{Args, LogFormat};
 use sluice_limiter::clock::SystemClock;
 use sluice_limiter::metrics::Metrics;
 use sluice_limiter::overrides::Overrides;
 use sluice_limiter::rls::reload::{spawn_watcher, ConfigCell};
 use sluice_limiter::rls::service::RlsService;
 use sluice_limiter::store::memory::{MemoryConfig, MemoryStore};
-use sluice_limiter::store::redis::RedisStore;
+use sluice_limiter::store::redis::{ConnectOptions, RedisStore};
 use sluice_limiter::store::AnyStore;
+use std::future::IntoFuture;
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,10 +25,19 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 fn main() -> ExitCode {
     let args = Args::parse();
     let filter = EnvFilter::try_new(&args.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .init();
+    match args.log_format {
+        LogFormat::Text => tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+            .init(),
+        LogFormat::Json => tracing_subscriber::fmt()
+            .json()
+            .with_current_span(false)
+            .with_env_filter(filter)
+            .init(),
+    }
+    // Redis TLS uses rustls with the ring provider.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all().thread_name("sluice-worker");
     if args.threads > 0 {
@@ -39,13 +50,59 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(args)) {
+    let result = runtime.block_on(run(args));
+    // Checks abandoned at the shutdown bound are not waited for.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Reads a file the flag `flag` names.
+fn read(flag: &str, path: &Path) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("{flag} {}: {e}", path.display()))
+}
+
+/// The Redis TLS material and password from the flags and the environment.
+fn connect_options(args: &Args) -> Result<ConnectOptions, String> {
+    let mut opts = ConnectOptions {
+        ca: args
+            .redis_ca
+            .as_deref()
+            .map(|p| read("--redis-ca", p))
+            .transpose()?,
+        client_cert: args
+            .redis_cert
+            .as_deref()
+            .map(|p| read("--redis-cert", p))
+            .transpose()?,
+        client_key: args
+            .redis_key
+            .as_deref()
+            .map(|p| read("--redis-key", p))
+            .transpose()?,
+        password: std::env::var("SLUICE_REDIS_PASSWORD")
+            .ok()
+            .filter(|p| !p.is_empty()),
+    };
+    if let Some(path) = &args.redis_password_file {
+        let bytes = read("--redis-password-file", path)?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| format!("--redis-password-file {}: not UTF-8", path.display()))?;
+        opts.password = Some(text.trim_end_matches(['\r', '\n']).to_string());
+    }
+    Ok(opts)
+}
+
+/// The shutdown signal, shared by every server: true once it came.
+type Stop = tokio::sync::watch::Receiver<bool>;
+
+async fn stopped(mut stop: Stop) {
+    let _ = stop.wait_for(|s| *s).await;
 }
 
 async fn run(args: Args) -> Result<(), String> {
@@ -60,6 +117,13 @@ async fn run(args: Args) -> Result<(), String> {
         (None, None) => None,
     };
     let timeout = Duration::from_millis(args.store_timeout_ms.max(1));
+    let opts = connect_options(&args)?;
+    if args.store.redis_target().is_none()
+        && args.overrides_redis.is_none()
+        && (opts.ca.is_some() || opts.client_cert.is_some() || opts.password.is_some())
+    {
+        tracing::warn!("Redis TLS or password options given, and no Redis is used: ignored");
+    }
     let store = match args.store.redis_target() {
         None => {
             let config = MemoryConfig {
@@ -79,7 +143,11 @@ async fn run(args: Args) -> Result<(), String> {
             });
             AnyStore::Memory(mem)
         }
-        Some(target) => AnyStore::Redis(RedisStore::start(target, timeout)),
+        Some(target) => AnyStore::Redis(
+            RedisStore::open(target, opts.clone(), timeout)
+                .await
+                .map_err(|e| format!("--store {}: {e}", args.store))?,
+        ),
     };
     let mut overrides = match &args.overrides {
         Some(path) => Overrides::load(path)?,
@@ -92,7 +160,10 @@ async fn run(args: Args) -> Result<(), String> {
                 "--overrides-redis: expected redis://host:port or redis-cluster://host:port,..."
                     .to_string()
             })?;
-            overrides = overrides.with_redis(RedisStore::start(target, timeout), ttl);
+            let redis = RedisStore::open(target, opts.clone(), timeout)
+                .await
+                .map_err(|e| format!("--overrides-redis {spec}: {e}"))?;
+            overrides = overrides.with_redis(redis, ttl);
         }
         (None, AnyStore::Redis(redis)) if args.redis_overrides => {
             overrides = overrides.with_redis(Arc::clone(redis), ttl);
@@ -120,6 +191,7 @@ async fn run(args: Args) -> Result<(), String> {
                 tracing::debug!("cannot set TCP_NODELAY: {e}");
             }
         });
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let grpc = match rls {
         Some((addr, cell)) => {
             let metrics = Arc::clone(&state.metrics);
@@ -138,21 +210,54 @@ async fn run(args: Args) -> Result<(), String> {
             Some(tokio::spawn(
                 tonic::transport::Server::builder()
                     .add_service(service.into_server())
-                    .serve_with_incoming_shutdown(incoming, shutdown_signal()),
+                    .serve_with_incoming_shutdown(incoming, stopped(stop.clone())),
             ))
         }
         None => None,
     };
-    tracing::info!(listen = %args.listen, store = ?args.store, "sluice-limiter serving");
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(|e| format!("server error: {e}"))?;
-    if let Some(grpc) = grpc {
-        match grpc.await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(format!("grpc server error: {e}")),
-            Err(e) => return Err(format!("grpc server stopped: {e}")),
+    tracing::info!(
+        listen = %args.listen,
+        store = %args.store,
+        version = env!("CARGO_PKG_VERSION"),
+        "sluice-limiter serving"
+    );
+    let http = tokio::spawn(
+        axum::serve(listener, app(state))
+            .with_graceful_shutdown(stopped(stop.clone()))
+            .into_future(),
+    );
+    shutdown_signal().await;
+    let _ = stop_tx.send(true);
+    // Both servers stop accepting now and finish what is in flight, within
+    // the bound.
+    let bound = Duration::from_millis(args.shutdown_timeout_ms);
+    let finished = tokio::time::timeout(bound, async {
+        let http = http.await;
+        let grpc = match grpc {
+            Some(g) => Some(g.await),
+            None => None,
+        };
+        (http, grpc)
+    })
+    .await;
+    match finished {
+        Err(_) => {
+            tracing::warn!(
+                bound_ms = args.shutdown_timeout_ms,
+                "shutdown bound reached with checks still in flight; exiting"
+            );
+        }
+        Ok((http, grpc)) => {
+            match http {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(format!("server error: {e}")),
+                Err(e) => return Err(format!("server stopped: {e}")),
+            }
+            match grpc {
+                None | Some(Ok(Ok(()))) => {}
+                Some(Ok(Err(e))) => return Err(format!("grpc server error: {e}")),
+                Some(Err(e)) => return Err(format!("grpc server stopped: {e}")),
+            }
         }
     }
     tracing::info!("sluice-limiter stopped");
@@ -180,5 +285,5 @@ async fn shutdown_signal() {
         () = ctrl_c => {},
         () = term => {},
     }
-    tracing::info!("shutting down");
+    tracing::info!("shutting down: no new connections; finishing the checks in flight");
 }

@@ -11,6 +11,101 @@ const BUCKETS: [f64; 12] = [
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
 ];
 
+/// A histogram of durations over [`BUCKETS`], in atomics.
+#[derive(Debug)]
+pub struct Histogram {
+    counts: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    sum_ns: AtomicU64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram {
+            counts: std::array::from_fn(|_| AtomicU64::new(0)),
+            count: AtomicU64::new(0),
+            sum_ns: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Histogram {
+    /// Records one duration.
+    pub fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        if let Some(i) = BUCKETS.iter().position(|b| secs <= *b) {
+            if let Some(c) = self.counts.get(i) {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// How many durations were recorded.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Writes the histogram `name` with its help and type lines.
+    pub fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut cumulative = 0u64;
+        for (bound, count) in BUCKETS.iter().zip(&self.counts) {
+            cumulative = cumulative.saturating_add(count.load(Ordering::Relaxed));
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+        }
+        let count = self.count();
+        let sum = Duration::from_nanos(self.sum_ns.load(Ordering::Relaxed)).as_secs_f64();
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{le=\"+Inf\"}} {count}\n{name}_sum {sum}\n{name}_count {count}"
+        );
+    }
+}
+
+/// What `/metrics` says about the store and the build besides the counters.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreGauges<'a> {
+    /// `memory`, `redis`, `redis_cluster` or `redis_sentinel`.
+    pub kind: &'a str,
+    /// Last known state of the store.
+    pub up: bool,
+    /// Memory store: keys held and `--max-keys`.
+    pub keys: Option<(usize, usize)>,
+    /// Redis: round-trip times of the decision calls.
+    pub round_trips: Option<&'a Histogram>,
+}
+
+/// Writes the build information and the store's gauges.
+pub fn render_store(out: &mut String, g: &StoreGauges<'_>) {
+    let _ = writeln!(
+        out,
+        "# HELP sluice_limiter_build_info The limiter's version and store kind (always 1).\n# TYPE sluice_limiter_build_info gauge\nsluice_limiter_build_info{{version=\"{}\",store=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION"),
+        g.kind
+    );
+    let _ = writeln!(
+        out,
+        "# HELP sluice_limiter_store_up Whether the store answered its last call or probe (1) or not (0).\n# TYPE sluice_limiter_store_up gauge\nsluice_limiter_store_up {}",
+        u8::from(g.up)
+    );
+    if let Some((held, max)) = g.keys {
+        let _ = writeln!(
+            out,
+            "# HELP sluice_limiter_store_keys Keys the memory store holds.\n# TYPE sluice_limiter_store_keys gauge\nsluice_limiter_store_keys {held}\n# HELP sluice_limiter_store_max_keys Most keys the memory store holds (--max-keys).\n# TYPE sluice_limiter_store_max_keys gauge\nsluice_limiter_store_max_keys {max}"
+        );
+    }
+    if let Some(h) = g.round_trips {
+        h.render(
+            out,
+            "sluice_limiter_redis_round_trip_seconds",
+            "Time from sending a decision call to Redis to its answer.",
+        );
+    }
+}
+
 /// Distinct domains labelled separately; further ones count as `_other`, so a
 /// client sending random domains cannot grow the metrics without bound.
 const MAX_DOMAINS: usize = 256;
@@ -92,6 +187,7 @@ pub struct Metrics {
     rls_reloads: Labelled,
     checks: AtomicU64,
     store_errors: AtomicU64,
+    store_error_reasons: Labelled,
     capacity_denials: AtomicU64,
     delayed: AtomicU64,
     delay_sum_ns: AtomicU64,
@@ -102,9 +198,7 @@ pub struct Metrics {
     returned_units: AtomicU64,
     domains: RwLock<HashMap<String, Arc<DomainCounters>>>,
     other: Arc<DomainCounters>,
-    bucket_counts: [AtomicU64; BUCKETS.len()],
-    duration_count: AtomicU64,
-    duration_sum_ns: AtomicU64,
+    durations: Histogram,
 }
 
 impl Default for Metrics {
@@ -115,6 +209,7 @@ impl Default for Metrics {
             rls_reloads: Labelled::default(),
             checks: AtomicU64::new(0),
             store_errors: AtomicU64::new(0),
+            store_error_reasons: Labelled::default(),
             capacity_denials: AtomicU64::new(0),
             delayed: AtomicU64::new(0),
             delay_sum_ns: AtomicU64::new(0),
@@ -125,9 +220,7 @@ impl Default for Metrics {
             returned_units: AtomicU64::new(0),
             domains: RwLock::new(HashMap::new()),
             other: Arc::new(DomainCounters::default()),
-            bucket_counts: std::array::from_fn(|_| AtomicU64::new(0)),
-            duration_count: AtomicU64::new(0),
-            duration_sum_ns: AtomicU64::new(0),
+            durations: Histogram::default(),
         }
     }
 }
@@ -141,6 +234,13 @@ impl Metrics {
     /// Counts one failed store operation.
     pub fn inc_store_errors(&self) {
         self.store_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one failed store operation and its reason
+    /// ([`StoreError::reason`](crate::store::StoreError::reason)).
+    pub fn record_store_error(&self, reason: &str) {
+        self.inc_store_errors();
+        self.store_error_reasons.add(&[reason]);
     }
 
     /// Counts checks denied because the memory store was full.
@@ -195,16 +295,7 @@ impl Metrics {
 
     /// Records how long one check took.
     pub fn observe_duration(&self, d: Duration) {
-        let secs = d.as_secs_f64();
-        for (bound, count) in BUCKETS.iter().zip(&self.bucket_counts) {
-            if secs <= *bound {
-                count.fetch_add(1, Ordering::Relaxed);
-                break;
-            }
-        }
-        self.duration_count.fetch_add(1, Ordering::Relaxed);
-        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        self.duration_sum_ns.fetch_add(ns, Ordering::Relaxed);
+        self.durations.observe(d);
     }
 
     /// Counts one RLS call for `domain` (`_unknown` when not configured) by
@@ -283,6 +374,15 @@ impl Metrics {
         );
         let _ = writeln!(
             out,
+            "# HELP sluice_limiter_store_errors_by_reason_total Store operations that failed, by reason (timeout, unavailable, auth, protocol).\n# TYPE sluice_limiter_store_errors_by_reason_total counter"
+        );
+        self.store_error_reasons.render(
+            &mut out,
+            "sluice_limiter_store_errors_by_reason_total",
+            &["reason"],
+        );
+        let _ = writeln!(
+            out,
             "# HELP sluice_limiter_capacity_denials_total Checks denied because the memory store held its maximum of keys.\n# TYPE sluice_limiter_capacity_denials_total counter\nsluice_limiter_capacity_denials_total {}",
             load(&self.capacity_denials)
         );
@@ -317,9 +417,10 @@ impl Metrics {
             "# HELP sluice_limiter_returned_units_total Units callers gave back (returned), as sent.\n# TYPE sluice_limiter_returned_units_total counter\nsluice_limiter_returned_units_total {}",
             load(&self.returned_units)
         );
-        let _ = writeln!(
-            out,
-            "# HELP sluice_limiter_check_duration_seconds Time to answer /v1/check.\n# TYPE sluice_limiter_check_duration_seconds histogram"
+        self.durations.render(
+            &mut out,
+            "sluice_limiter_check_duration_seconds",
+            "Time to answer /v1/check.",
         );
         let _ = writeln!(
             out,
@@ -347,20 +448,6 @@ impl Metrics {
             &mut out,
             "sluice_limiter_rls_config_loads_total",
             &["result"],
-        );
-        let mut cumulative = 0u64;
-        for (bound, count) in BUCKETS.iter().zip(&self.bucket_counts) {
-            cumulative = cumulative.saturating_add(load(count));
-            let _ = writeln!(
-                out,
-                "sluice_limiter_check_duration_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
-            );
-        }
-        let count = load(&self.duration_count);
-        let sum = Duration::from_nanos(load(&self.duration_sum_ns)).as_secs_f64();
-        let _ = writeln!(
-            out,
-            "sluice_limiter_check_duration_seconds_bucket{{le=\"+Inf\"}} {count}\nsluice_limiter_check_duration_seconds_sum {sum}\nsluice_limiter_check_duration_seconds_count {count}"
         );
         out
     }

@@ -277,9 +277,9 @@ impl<S: Store> RlsService<S> {
             match self.store.check(&enforcing).await {
                 Ok(v) => Some(v),
                 Err(e) => {
-                    self.metrics.inc_store_errors();
+                    self.metrics.record_store_error(e.reason());
                     self.metrics.record_rls_call(label, "error");
-                    tracing::warn!(error = %e, domain = %req.domain, "rls check failed");
+                    crate::warn_throttled!(error = %e, domain = %req.domain, "rls check failed");
                     return Err(Status::unavailable(e.to_string()));
                 }
             }
@@ -299,8 +299,8 @@ impl<S: Store> RlsService<S> {
                 .map(|r| match r {
                     Ok(v) => Some(v),
                     Err(e) => {
-                        self.metrics.inc_store_errors();
-                        tracing::warn!(error = %e, "rls shadow check failed");
+                        self.metrics.record_store_error(e.reason());
+                        crate::warn_throttled!(error = %e, "rls shadow check failed");
                         None
                     }
                 })

@@ -71,6 +71,7 @@ pub struct MemoryStore {
     shards: Box<[Mutex<Shard>]>,
     mask: usize,
     per_shard_cap: usize,
+    max_keys: usize,
     hasher: RandomState,
     clock: Arc<dyn Clock>,
 }
@@ -99,6 +100,7 @@ impl MemoryStore {
             shards: (0..n).map(|_| Mutex::new(Shard::default())).collect(),
             mask: n.saturating_sub(1),
             per_shard_cap,
+            max_keys: config.max_keys,
             hasher: RandomState::new(),
             clock,
         }
@@ -300,6 +302,17 @@ impl Store for MemoryStore {
 
     async fn healthy(&self) -> bool {
         true
+    }
+
+    fn status(&self) -> super::StoreStatus {
+        super::StoreStatus {
+            up: true,
+            keys: Some((self.len(), self.max_keys)),
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        "memory"
     }
 }
 

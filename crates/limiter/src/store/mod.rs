@@ -5,6 +5,7 @@
 //! instances). `--store` picks one as an [`AnyStore`]. `tests/conformance.rs`
 //! holds the one suite every store passes.
 
+pub mod connect;
 pub mod memory;
 pub mod redis;
 
@@ -128,6 +129,40 @@ pub trait Store: Send + Sync + 'static {
 
     /// True when the store answers (Redis: `PING` within the timeout).
     fn healthy(&self) -> impl Future<Output = bool> + Send;
+
+    /// What `/metrics` reports about the store, without calling it: last
+    /// known up/down, keys held. The default: up, nothing more.
+    fn status(&self) -> StoreStatus {
+        StoreStatus::default()
+    }
+
+    /// The kind of store for `/metrics` (see [`StoreSpec::kind`]).
+    fn kind(&self) -> &'static str {
+        "custom"
+    }
+
+    /// Redis: the round-trip times of its decision calls.
+    fn round_trips(&self) -> Option<&crate::metrics::Histogram> {
+        None
+    }
+}
+
+/// The store's gauges on `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreStatus {
+    /// Last known state: the last call or probe got an answer.
+    pub up: bool,
+    /// Memory store: keys held now, and at most (`--max-keys`).
+    pub keys: Option<(usize, usize)>,
+}
+
+impl Default for StoreStatus {
+    fn default() -> Self {
+        StoreStatus {
+            up: true,
+            keys: None,
+        }
+    }
 }
 
 impl<S: Store> Store for Arc<S> {
@@ -141,6 +176,18 @@ impl<S: Store> Store for Arc<S> {
 
     fn healthy(&self) -> impl Future<Output = bool> + Send {
         S::healthy(self)
+    }
+
+    fn status(&self) -> StoreStatus {
+        S::status(self)
+    }
+
+    fn kind(&self) -> &'static str {
+        S::kind(self)
+    }
+
+    fn round_trips(&self) -> Option<&crate::metrics::Histogram> {
+        S::round_trips(self)
     }
 }
 
@@ -216,6 +263,22 @@ pub enum StoreError {
     Unavailable(String),
     /// The store answered something this service cannot read.
     Protocol(String),
+    /// The store refused the credentials or the user's permissions
+    /// (`WRONGPASS`, `NOAUTH`, `NOPERM`).
+    Auth(String),
+}
+
+impl StoreError {
+    /// The reason as `/metrics` labels it: `timeout`, `unavailable`,
+    /// `protocol` or `auth`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            StoreError::Timeout => "timeout",
+            StoreError::Unavailable(_) => "unavailable",
+            StoreError::Protocol(_) => "protocol",
+            StoreError::Auth(_) => "auth",
+        }
+    }
 }
 
 impl fmt::Display for StoreError {
@@ -224,6 +287,7 @@ impl fmt::Display for StoreError {
             StoreError::Timeout => f.write_str("store timed out"),
             StoreError::Unavailable(m) => write!(f, "store unavailable: {m}"),
             StoreError::Protocol(m) => write!(f, "store protocol error: {m}"),
+            StoreError::Auth(m) => write!(f, "store refused the credentials: {m}"),
         }
     }
 }
@@ -231,14 +295,106 @@ impl fmt::Display for StoreError {
 impl std::error::Error for StoreError {}
 
 /// Which store to use, as given by `--store`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum StoreSpec {
     /// `memory`: the embedded store.
     Memory,
-    /// `redis://host:port[/db]`: one Redis server.
+    /// `redis://[user:password@]host:port[/db]` (or `rediss://` for TLS):
+    /// one Redis server.
     Redis(String),
-    /// `redis-cluster://host:port,host:port`: a Redis Cluster, by seed nodes.
+    /// `redis-cluster://[user:password@]host:port,host:port` (or
+    /// `rediss-cluster://` for TLS): a Redis Cluster, by seed nodes, each
+    /// held as `redis[s]://[user:password@]host:port`.
     RedisCluster(Vec<String>),
+    /// `redis+sentinel://[user:password@]host:port,host:port/master-name[/db]`
+    /// (or `rediss+sentinel://`): the primary that Redis Sentinel names.
+    RedisSentinel(redis::SentinelTarget),
+}
+
+/// `url` with the password of its user information (if any) replaced by
+/// `***`, for logs.
+pub fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_string();
+    };
+    let (head, rest) = url.split_at(scheme_end);
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_string();
+    };
+    let user = &rest[..at];
+    match user.find(':') {
+        Some(colon) => format!("{head}{}:***{}", &user[..colon], &rest[at..]),
+        None => url.to_string(),
+    }
+}
+
+impl fmt::Debug for StoreSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for StoreSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreSpec::Memory => f.write_str("memory"),
+            StoreSpec::Redis(url) => f.write_str(&redact(url)),
+            StoreSpec::RedisCluster(nodes) => {
+                let nodes: Vec<String> = nodes.iter().map(|n| redact(n)).collect();
+                write!(f, "redis cluster {}", nodes.join(","))
+            }
+            StoreSpec::RedisSentinel(t) => write!(f, "{t}"),
+        }
+    }
+}
+
+/// Splits `user:password@rest` into the user information and the rest.
+fn split_userinfo(rest: &str) -> (Option<&str>, &str) {
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+        None => (None, rest),
+    }
+}
+
+/// `host:port` pairs separated by commas.
+fn host_ports(list: &str, what: &str) -> Result<Vec<(String, u16)>, String> {
+    let mut out = Vec::new();
+    for node in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let (host, port) = node
+            .rsplit_once(':')
+            .ok_or_else(|| format!("{what}: expected host:port, got {node:?}"))?;
+        let port = port
+            .parse::<u16>()
+            .map_err(|_| format!("{what}: bad port in {node:?}"))?;
+        out.push((host.trim_matches(['[', ']']).to_string(), port));
+    }
+    if out.is_empty() {
+        return Err(format!("{what} needs at least one host:port"));
+    }
+    Ok(out)
+}
+
+/// Percent-decodes user information (`%40` for `@`, and so on).
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: Option<&u8>| b.and_then(|&b| (b as char).to_digit(16));
+        match (bytes[i], hex(bytes.get(i + 1)), hex(bytes.get(i + 2))) {
+            (b'%', Some(h), Some(l)) => {
+                out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 impl std::str::FromStr for StoreSpec {
@@ -249,20 +405,79 @@ impl std::str::FromStr for StoreSpec {
             Ok(StoreSpec::Memory)
         } else if s.starts_with("redis://") || s.starts_with("rediss://") {
             Ok(StoreSpec::Redis(s.to_string()))
-        } else if let Some(rest) = s.strip_prefix("redis-cluster://") {
-            let nodes: Vec<String> = rest
-                .split(',')
-                .map(str::trim)
-                .filter(|n| !n.is_empty())
-                .map(|n| format!("redis://{n}"))
+        } else if let Some((scheme, rest)) = s
+            .strip_prefix("redis-cluster://")
+            .map(|r| ("redis", r))
+            .or_else(|| s.strip_prefix("rediss-cluster://").map(|r| ("rediss", r)))
+        {
+            let (userinfo, hosts) = split_userinfo(rest);
+            let prefix = match userinfo {
+                Some(u) => format!("{scheme}://{u}@"),
+                None => format!("{scheme}://"),
+            };
+            let nodes = host_ports(hosts.trim_end_matches('/'), &format!("{scheme}-cluster://"))?
+                .into_iter()
+                .map(|(h, p)| {
+                    if h.contains(':') {
+                        format!("{prefix}[{h}]:{p}")
+                    } else {
+                        format!("{prefix}{h}:{p}")
+                    }
+                })
                 .collect();
-            if nodes.is_empty() {
-                return Err("redis-cluster:// needs at least one host:port".into());
-            }
             Ok(StoreSpec::RedisCluster(nodes))
+        } else if let Some((tls, rest)) = s
+            .strip_prefix("redis+sentinel://")
+            .map(|r| (false, r))
+            .or_else(|| s.strip_prefix("rediss+sentinel://").map(|r| (true, r)))
+        {
+            let what = if tls {
+                "rediss+sentinel://"
+            } else {
+                "redis+sentinel://"
+            };
+            let (userinfo, rest) = split_userinfo(rest);
+            let (hosts, path) = rest.split_once('/').ok_or_else(|| {
+                format!("{what}host:port,.../master-name: the master name is missing")
+            })?;
+            let sentinels = host_ports(hosts, what)?;
+            let mut parts = path.split('/').filter(|p| !p.is_empty());
+            let master = parts
+                .next()
+                .ok_or_else(|| {
+                    format!("{what}host:port,.../master-name: the master name is missing")
+                })?
+                .to_string();
+            let db = match parts.next() {
+                Some(db) => db
+                    .parse::<i64>()
+                    .map_err(|_| format!("{what}: bad database number {db:?}"))?,
+                None => 0,
+            };
+            let (username, password) = match userinfo {
+                None => (None, None),
+                Some(u) => match u.split_once(':') {
+                    Some((user, pass)) => (
+                        Some(percent_decode(user)).filter(|u| !u.is_empty()),
+                        Some(percent_decode(pass)),
+                    ),
+                    None => (Some(percent_decode(u)).filter(|u| !u.is_empty()), None),
+                },
+            };
+            Ok(StoreSpec::RedisSentinel(redis::SentinelTarget {
+                sentinels,
+                master,
+                tls,
+                username,
+                password,
+                db,
+            }))
         } else {
             Err(format!(
-                "unknown store {s:?} (expected memory, redis://host:port or redis-cluster://host:port,host:port)"
+                "unknown store {:?} (expected memory, redis[s]://host:port, \
+                 redis[s]-cluster://host:port,host:port or \
+                 redis[s]+sentinel://host:port,host:port/master-name)",
+                redact(s)
             ))
         }
     }
@@ -275,6 +490,18 @@ impl StoreSpec {
             StoreSpec::Memory => None,
             StoreSpec::Redis(url) => Some(redis::Target::Single(url.clone())),
             StoreSpec::RedisCluster(nodes) => Some(redis::Target::Cluster(nodes.clone())),
+            StoreSpec::RedisSentinel(t) => Some(redis::Target::Sentinel(t.clone())),
+        }
+    }
+
+    /// The kind of store, as `/metrics` reports it: `memory`, `redis`,
+    /// `redis_cluster` or `redis_sentinel`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreSpec::Memory => "memory",
+            StoreSpec::Redis(_) => "redis",
+            StoreSpec::RedisCluster(_) => "redis_cluster",
+            StoreSpec::RedisSentinel(_) => "redis_sentinel",
         }
     }
 }
@@ -302,6 +529,27 @@ impl Store for AnyStore {
             AnyStore::Redis(r) => r.healthy().await,
         }
     }
+
+    fn status(&self) -> StoreStatus {
+        match self {
+            AnyStore::Memory(m) => m.status(),
+            AnyStore::Redis(r) => r.status(),
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            AnyStore::Memory(m) => m.kind(),
+            AnyStore::Redis(r) => r.kind(),
+        }
+    }
+
+    fn round_trips(&self) -> Option<&crate::metrics::Histogram> {
+        match self {
+            AnyStore::Memory(_) => None,
+            AnyStore::Redis(r) => r.round_trips(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -323,6 +571,36 @@ mod tests {
             ]))
         );
         assert!("redis-cluster://".parse::<StoreSpec>().is_err());
+        assert_eq!(
+            "rediss-cluster://u:p%40ss@a:1,b:2".parse::<StoreSpec>(),
+            Ok(StoreSpec::RedisCluster(vec![
+                "rediss://u:p%40ss@a:1".into(),
+                "rediss://u:p%40ss@b:2".into()
+            ]))
+        );
+        let spec = "redis+sentinel://app:s%40cret@s1:26379,s2:26380/mymaster/2"
+            .parse::<StoreSpec>()
+            .unwrap();
+        assert_eq!(
+            spec,
+            StoreSpec::RedisSentinel(redis::SentinelTarget {
+                sentinels: vec![("s1".into(), 26379), ("s2".into(), 26380)],
+                master: "mymaster".into(),
+                tls: false,
+                username: Some("app".into()),
+                password: Some("s@cret".into()),
+                db: 2,
+            })
+        );
+        assert!(!format!("{spec} {spec:?}").contains("cret"));
+        assert!("redis+sentinel://s1:26379".parse::<StoreSpec>().is_err());
+        assert!("redis+sentinel://s1/m".parse::<StoreSpec>().is_err());
+        assert_eq!(
+            redact("rediss://default:hunter2@host:6380/0"),
+            "rediss://default:***@host:6380/0"
+        );
+        assert_eq!(redact("redis://host:6379"), "redis://host:6379");
+        assert!(!format!("{:?}", "redis://u:pw@h:1".parse::<StoreSpec>()).contains("pw"));
         assert!("postgres://x".parse::<StoreSpec>().is_err());
     }
 }

@@ -15,16 +15,17 @@
 //! another request may see the briefly consumed quota and be denied: a refund
 //! race errs on the side of limiting, never of admitting too much.
 
-use super::{Store, StoreError, StoreItem, Verdict};
+use super::connect::{connect, explain, is_auth_error, jittered, Conn};
+pub use super::connect::{ConnectError, ConnectOptions, SentinelTarget, Target};
+use super::{Store, StoreError, StoreItem, StoreStatus, Verdict};
+use crate::metrics::Histogram;
 use futures_util::future::join_all;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster_async::ClusterConnection;
 use redis::Script;
 use sluice_core::{Algorithm, Decision, Denial, Nanos};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::OnceLock;
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 /// The decision code: a Lua chunk returning `main(KEYS, ARGV)`; see the
 /// module documentation. The store runs it after defining `CODE`, each
@@ -91,31 +92,6 @@ const MICROS: u64 = 1_000;
 /// Values the script returns per limit.
 const FIELDS_PER_LIMIT: usize = 8;
 
-/// A connection to Redis or to a Redis Cluster; both reconnect by themselves.
-#[derive(Clone)]
-pub enum Conn {
-    /// One server, behind a reconnecting manager.
-    Single(ConnectionManager),
-    /// A cluster.
-    Cluster(ClusterConnection),
-}
-
-impl Conn {
-    async fn query<T: redis::FromRedisValue>(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
-        match self {
-            Conn::Single(c) => cmd.query_async(c).await,
-            Conn::Cluster(c) => cmd.query_async(c).await,
-        }
-    }
-
-    async fn eval(&mut self, inv: &redis::ScriptInvocation<'_>) -> redis::RedisResult<Vec<i64>> {
-        match self {
-            Conn::Single(c) => inv.invoke_async(c).await,
-            Conn::Cluster(c) => inv.invoke_async(c).await,
-        }
-    }
-}
-
 /// The Redis-backed store.
 pub struct RedisStore {
     conn: OnceLock<Conn>,
@@ -124,6 +100,12 @@ pub struct RedisStore {
     eval_only: AtomicBool,
     timeout: Duration,
     cluster: bool,
+    /// `redis`, `redis_cluster` or `redis_sentinel`.
+    kind: &'static str,
+    /// Last known state: the last call or probe got an answer.
+    up: AtomicBool,
+    /// Time of each decision call that got an answer.
+    round_trips: Histogram,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -134,15 +116,6 @@ impl std::fmt::Debug for RedisStore {
             .field("cluster", &self.cluster)
             .finish()
     }
-}
-
-/// Where a store connects.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
-    /// `redis://host:port[/db]`.
-    Single(String),
-    /// Seed nodes of a cluster, each `redis://host:port`.
-    Cluster(Vec<String>),
 }
 
 /// The Redis key holding the state `id`: the whole id is the hash tag.
@@ -292,34 +265,52 @@ pub fn parse_reply(reply: &[i64], n: usize) -> Result<ScriptOutcome, StoreError>
 }
 
 impl RedisStore {
-    /// A store for `target` that connects in the background (retrying every
-    /// `timeout` at least) and answers [`StoreError::Unavailable`] until then.
-    pub fn start(target: Target, timeout: Duration) -> std::sync::Arc<RedisStore> {
-        let store = std::sync::Arc::new(RedisStore {
+    fn empty(target: &Target, timeout: Duration) -> RedisStore {
+        RedisStore {
             conn: OnceLock::new(),
             code: Packaged::new(),
             eval_only: AtomicBool::new(false),
             timeout,
             cluster: matches!(target, Target::Cluster(_)),
-        });
-        let weak = std::sync::Arc::downgrade(&store);
+            kind: match target {
+                Target::Single(_) => "redis",
+                Target::Cluster(_) => "redis_cluster",
+                Target::Sentinel(_) => "redis_sentinel",
+            },
+            up: AtomicBool::new(false),
+            round_trips: Histogram::default(),
+        }
+    }
+
+    /// A store for `target` that connects in the background (retrying every
+    /// `timeout` at least) and answers [`StoreError::Unavailable`] until then.
+    pub fn start(target: Target, timeout: Duration) -> Arc<RedisStore> {
+        Self::start_with(target, ConnectOptions::default(), timeout)
+    }
+
+    /// As [`RedisStore::start`], with TLS material and a password.
+    pub fn start_with(target: Target, opts: ConnectOptions, timeout: Duration) -> Arc<RedisStore> {
+        let store = Arc::new(Self::empty(&target, timeout));
+        let weak = Arc::downgrade(&store);
         tokio::spawn(async move {
             let mut wait = Duration::from_millis(100);
             loop {
-                match connect(&target, timeout).await {
+                match connect(&target, &opts, timeout).await {
                     Ok(conn) => {
                         if let Some(store) = weak.upgrade() {
                             let _ = store.conn.set(conn);
-                            tracing::info!("connected to redis");
+                            store.mark(None);
+                            spawn_prober(&store);
                         }
                         return;
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "cannot connect to redis; retrying");
+                        let e = explain("redis", &e);
+                        crate::warn_throttled!(error = %e, "cannot connect to redis; retrying");
                         if weak.strong_count() == 0 {
                             return;
                         }
-                        tokio::time::sleep(wait).await;
+                        tokio::time::sleep(jittered(wait)).await;
                         wait = wait.saturating_mul(2).min(Duration::from_secs(2));
                     }
                 }
@@ -328,18 +319,73 @@ impl RedisStore {
         store
     }
 
+    /// Connects once at start-up: `Err` when retrying cannot help (refused
+    /// credentials, a certificate that does not verify, a bad URL), so the
+    /// limiter refuses to start with that message; a store already
+    /// connected when Redis answers; otherwise (Redis down) a store that
+    /// keeps connecting in the background and answers
+    /// [`StoreError::Unavailable`] meanwhile.
+    pub async fn open(
+        target: Target,
+        opts: ConnectOptions,
+        timeout: Duration,
+    ) -> Result<Arc<RedisStore>, ConnectError> {
+        match connect(&target, &opts, timeout).await {
+            Ok(conn) => {
+                let store = Arc::new(Self::empty(&target, timeout));
+                let _ = store.conn.set(conn);
+                store.mark(None);
+                spawn_prober(&store);
+                Ok(store)
+            }
+            Err(e) => {
+                let e = explain("redis", &e);
+                if e.fatal {
+                    return Err(e);
+                }
+                tracing::warn!(error = %e, "redis is not answering yet; serving per failure mode until it does");
+                Ok(Self::start_with(target, opts, timeout))
+            }
+        }
+    }
+
     /// Connects at once (for tests and tools), failing when Redis is down.
     pub async fn connect_now(target: Target, timeout: Duration) -> Result<RedisStore, StoreError> {
-        let conn = connect(&target, timeout).await?;
-        let cell = OnceLock::new();
-        let _ = cell.set(conn);
-        Ok(RedisStore {
-            conn: cell,
-            code: Packaged::new(),
-            eval_only: AtomicBool::new(false),
-            timeout,
-            cluster: matches!(target, Target::Cluster(_)),
-        })
+        Self::connect_now_with(target, ConnectOptions::default(), timeout).await
+    }
+
+    /// As [`RedisStore::connect_now`], with TLS material and a password.
+    pub async fn connect_now_with(
+        target: Target,
+        opts: ConnectOptions,
+        timeout: Duration,
+    ) -> Result<RedisStore, StoreError> {
+        let conn = connect(&target, &opts, timeout)
+            .await
+            .map_err(|e| StoreError::Unavailable(explain("redis", &e).message))?;
+        let store = Self::empty(&target, timeout);
+        let _ = store.conn.set(conn);
+        store.mark(None);
+        Ok(store)
+    }
+
+    /// Records whether the store answered (`None`) or not, logging a change.
+    fn mark(&self, error: Option<&StoreError>) {
+        let up = error.is_none();
+        if self.up.swap(up, Ordering::Relaxed) != up {
+            match error {
+                None => tracing::info!(store = self.kind, "store up"),
+                Some(e) => tracing::warn!(store = self.kind, error = %e, "store down"),
+            }
+        }
+    }
+
+    /// Redis: the primary followed now (Sentinel only).
+    pub fn sentinel_primary(&self) -> Option<String> {
+        match self.conn.get() {
+            Some(Conn::Sentinel(f)) => f.primary(),
+            _ => None,
+        }
     }
 
     /// Decides with `EVALSHA` even when the server has functions (as with
@@ -361,8 +407,28 @@ impl RedisStore {
     ) -> Result<T, StoreError> {
         match tokio::time::timeout(self.timeout, fut).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(StoreError::Unavailable(e.to_string())),
-            Err(_) => Err(StoreError::Timeout),
+            Ok(Err(e)) if is_auth_error(&e) => {
+                let err = StoreError::Auth(e.to_string());
+                self.mark(Some(&err));
+                Err(err)
+            }
+            Ok(Err(e)) => {
+                let err = StoreError::Unavailable(e.to_string());
+                if e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                    || e.is_unrecoverable_error()
+                {
+                    self.mark(Some(&err));
+                }
+                Err(err)
+            }
+            Err(_) => {
+                if let Some(conn) = self.conn.get() {
+                    conn.timed_out();
+                }
+                Err(StoreError::Timeout)
+            }
         }
     }
 
@@ -372,7 +438,16 @@ impl RedisStore {
             return false;
         };
         let cmd = redis::cmd("PING");
-        self.bounded(conn.query::<String>(&cmd)).await.is_ok()
+        match self.bounded(conn.query::<String>(&cmd)).await {
+            Ok(_) => {
+                self.mark(None);
+                true
+            }
+            Err(e) => {
+                self.mark(Some(&e));
+                false
+            }
+        }
     }
 
     /// Reads fields `keys` of the hash `hash` (one value per key, `None` when absent).
@@ -445,7 +520,10 @@ impl RedisStore {
         for item in items {
             push_item_args(&mut args, item);
         }
+        let started = Instant::now();
         let reply = self.bounded(self.call(&keys, &args)).await?;
+        self.round_trips.observe(started.elapsed());
+        self.mark(None);
         parse_reply(&reply, items.len())
     }
 
@@ -471,7 +549,10 @@ impl RedisStore {
         for item in items {
             push_item_args(&mut args, item);
         }
+        let started = Instant::now();
         let reply = self.bounded(self.call(&keys, &args)).await?;
+        self.round_trips.observe(started.elapsed());
+        self.mark(None);
         parse_reply(&reply, items.len())
     }
 }
@@ -600,6 +681,38 @@ impl Store for RedisStore {
     async fn healthy(&self) -> bool {
         self.ping().await
     }
+
+    fn status(&self) -> StoreStatus {
+        StoreStatus {
+            up: self.up.load(Ordering::Relaxed),
+            keys: None,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    fn round_trips(&self) -> Option<&Histogram> {
+        Some(&self.round_trips)
+    }
+}
+
+/// How often a connected store is probed (`PING`), so that `/metrics` and
+/// the log know it is down or back without traffic.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+
+fn spawn_prober(store: &Arc<RedisStore>) {
+    let weak = Arc::downgrade(store);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(PROBE_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(store) = weak.upgrade() else { return };
+            store.ping().await;
+        }
+    });
 }
 
 /// The per-item grants of a verdict: empty when none was granted.
@@ -608,44 +721,6 @@ fn granted(leased: Vec<u64>) -> Vec<u64> {
         leased
     } else {
         Vec::new()
-    }
-}
-
-async fn connect(target: &Target, timeout: Duration) -> Result<Conn, StoreError> {
-    let err = |e: redis::RedisError| StoreError::Unavailable(e.to_string());
-    match target {
-        Target::Single(url) => {
-            let client = redis::Client::open(url.as_str()).map_err(err)?;
-            let config = ConnectionManagerConfig::new()
-                .set_connection_timeout(timeout.max(Duration::from_millis(500)))
-                .set_response_timeout(timeout)
-                .set_number_of_retries(1)
-                .set_max_delay(1_000);
-            let mgr = tokio::time::timeout(
-                timeout.max(Duration::from_secs(1)),
-                ConnectionManager::new_with_config(client, config),
-            )
-            .await
-            .map_err(|_| StoreError::Timeout)?
-            .map_err(err)?;
-            Ok(Conn::Single(mgr))
-        }
-        Target::Cluster(nodes) => {
-            let client = redis::cluster::ClusterClientBuilder::new(nodes.clone())
-                .connection_timeout(timeout.max(Duration::from_millis(500)))
-                .response_timeout(timeout)
-                .retries(1)
-                .build()
-                .map_err(err)?;
-            let conn = tokio::time::timeout(
-                timeout.max(Duration::from_secs(1)),
-                client.get_async_connection(),
-            )
-            .await
-            .map_err(|_| StoreError::Timeout)?
-            .map_err(err)?;
-            Ok(Conn::Cluster(conn))
-        }
     }
 }
 
