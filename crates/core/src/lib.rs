@@ -108,12 +108,7 @@ pub(crate) fn decide_in(
     cost: u64,
     mode: Mode,
 ) -> Outcome {
-    let p = Params::of(limit);
-    let probe = cost.max(1);
-    if probe > p.cap {
-        return too_costly(limit.algorithm, &p, state, now);
-    }
-    run(limit.algorithm, &p, state, now, probe, mode)
+    decide_times(limit, state, now, cost, 1, mode)
 }
 
 /// [`decide_in`] for `times` requests of weight `cost` at one instant, as

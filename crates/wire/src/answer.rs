@@ -317,30 +317,7 @@ mod tests {
         );
     }
 
-    /// A small deterministic generator (xorshift), for varied inputs.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-
-        fn number(&mut self) -> u64 {
-            match self.below(4) {
-                0 => 0,
-                1 => self.below(10_000),
-                2 => u64::MAX - self.below(2),
-                _ => self.next() >> self.below(64),
-            }
-        }
-    }
+    use crate::test_rng::Rng;
 
     /// The compact reader reads every answer the limiter writes as serde
     /// does, and anything it reads at all (here: answers with bytes changed,

@@ -21,6 +21,9 @@ mod key;
 mod request;
 mod validate;
 
+#[cfg(test)]
+mod test_rng;
+
 pub use answer::{CheckResponse, ErrorBody, LimitResult};
 pub use key::{limiter_key, MAX_KEY_BYTES};
 pub use request::{check_json, CheckRequest, LimitSpec};

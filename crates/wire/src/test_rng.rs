@@ -1,0 +1,45 @@
+//! A small deterministic generator (xorshift) for the wire tests' varied
+//! inputs.
+
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// A number from small to the largest, edges included.
+    pub fn number(&mut self) -> u64 {
+        match self.below(4) {
+            0 => self.below(10),
+            1 => self.below(100_000),
+            2 => u64::MAX - self.below(3),
+            _ => self.next() >> self.below(64),
+        }
+    }
+
+    /// A number or nothing.
+    pub fn option(&mut self) -> Option<u64> {
+        (self.below(2) == 0).then(|| self.number())
+    }
+
+    /// Text of awkward pieces: quotes, escapes, control characters,
+    /// multi-byte characters.
+    pub fn text(&mut self) -> String {
+        const PIECES: &[&str] = &[
+            "a", "per-ip", "/", "0", "\"", "\\", "\n", "\r", "\t", "\u{8}", "\u{c}", "\u{0}",
+            "\u{1f}", "\u{7f}", "é", "日本", "😀", "'", "10.0.0.1", "|", " ",
+        ];
+        let len = self.below(8);
+        (0..len)
+            .map(|_| PIECES[self.below(PIECES.len() as u64) as usize])
+            .collect()
+    }
+}
