@@ -189,11 +189,13 @@ fn compile_rule(
     rule: RawRule,
     protocol: Protocol,
 ) -> Result<Rule, FieldError> {
-    if !valid_name(&rule.name) {
+    if !valid_name(&rule.name) || rule.name.contains('.') {
+        // No '.': a rule name is one segment of its stat names
+        // (`sluice.<rule>.<event>`) and of its IETF limit names (`<rule>.<n>`).
         return Err(FieldError::at(
             format!("{path}.name"),
             format!(
-                "{:?} must be 1 to {MAX_NAME_LEN} bytes of A-Z, a-z, 0-9, '_', '.', '-'",
+                "{:?} must be 1 to {MAX_NAME_LEN} bytes of A-Z, a-z, 0-9, '_', '-' (no '.': it is one segment of the rule's stat names)",
                 rule.name
             ),
         ));

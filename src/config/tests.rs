@@ -838,3 +838,26 @@ fn bad_rls_settings_are_refused_with_the_field_named() {
         assert_eq!(e.path, path, "{json}: {e}");
     }
 }
+
+#[test]
+fn a_rule_name_has_no_dot() {
+    let e = err(&with_rule(&format!(
+        r#"{{"name":"a.b","key":["path"],"limits":[{LIMIT}]}}"#
+    )));
+    assert_eq!(e.path, "rules[0].name");
+    assert!(e.message.contains("no '.'"), "{}", e.message);
+}
+
+#[test]
+fn durations_take_envoy_decimal_seconds() {
+    let plan = parse(
+        with_rule(
+            r#"{"name":"a","key":["path"],"limits":[{"algorithm":"gcra","requests":10,"window":"1.5s","on_exceed":"delay","max_delay":"0.25s"}]}"#,
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let limit = &plan.rules[0].limits[0].limit;
+    assert_eq!(limit.window, 1_500 * MILLISECOND);
+    assert_eq!(limit.max_delay, Some(250 * MILLISECOND));
+}
