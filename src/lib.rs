@@ -30,6 +30,7 @@ pub mod coalesce;
 pub mod config;
 pub mod decimal;
 pub mod engine;
+pub mod grpc;
 pub mod headers;
 pub mod key;
 pub mod layout;
