@@ -1,6 +1,7 @@
 """The conventions Envoy users know: IETF rate-limit headers, gRPC denials,
 access logs, Prometheus labels and Envoy's duration form, against real Envoy."""
 
+import re
 import socket
 import time
 
@@ -8,6 +9,7 @@ import h2.config
 import h2.connection
 import h2.events
 import http_sfv
+import yaml
 
 import support
 from support import request, sluice_config, wait_until
@@ -145,55 +147,57 @@ def test_a_delayed_grpc_call_never_waits_past_its_deadline(envoy):
 
 # ---------------------------------------------------------------- access log
 
-ACCESS_LOG_FORMAT = ("%RESPONSE_CODE% %RESP(X-ENVOY-RATELIMITED)% %RESP(X-SLUICE-RULE)% "
-                     "%FILTER_STATE(wasm.sluice_outcome:PLAIN)% %FILTER_STATE(wasm.sluice_rule:PLAIN)% "
-                     "%RESP(X-SLUICE-DELAYED-MS)%\n")
+def readme_yaml(first_line: str):
+    """The README's YAML block that starts with `first_line`."""
+    for block in re.findall(r"```yaml\n(.*?)```", (support.ROOT / "README.md").read_text(), re.S):
+        if block.startswith(first_line):
+            return yaml.safe_load(block)
+    raise AssertionError(f"README.md has no yaml block starting with {first_line!r}")
 
 
-def test_denied_and_delayed_requests_are_in_the_access_log(tmp_path):
+def test_denied_and_delayed_requests_are_in_the_access_log_as_the_readme_shows(tmp_path):
     log = tmp_path / "access.log"
-    access_log = [{"name": "envoy.access_loggers.file", "typed_config": {
-        "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
-        "path": str(log), "log_format": {"text_format_source": {"inline_string": ACCESS_LOG_FORMAT}}}}]
+    access_log = readme_yaml("access_log:")["access_log"]
+    access_log[0]["typed_config"]["path"] = str(log)
     cfg = sluice_config([{"name": "paced", "key": ["header:x-user"],
                           "limits": [{"algorithm": "gcra", "requests": 10, "window": "1s", "burst": 1,
                                       "on_exceed": "delay", "max_delay": "150ms"}]}])
     e = support.start_envoy(tmp_path, [support.wasm_filter(cfg)], hcm_extra={"access_log": access_log})
     try:
-        assert request(e.port, "/", headers={"x-user": "a"}).status == 200  # admitted at once
-        assert request(e.port, "/", headers={"x-user": "b"}).status == 200
+        assert request(e.port, "/a", headers={"x-user": "a"}).status == 200  # admitted at once
+        assert request(e.port, "/b", headers={"x-user": "b"}).status == 200
         # two at once for "a": the first held ~100 ms, the second would wait ~200 ms: denied
         results = []
-        support.run_all([lambda: results.append(request(e.port, "/", headers={"x-user": "a"}).status)
+        support.run_all([lambda: results.append(request(e.port, "/a", headers={"x-user": "a"}).status)
                          for _ in range(2)])
         assert sorted(results) == [200, 429]
+        # a gRPC call over "a"'s quota, which cannot wait
+        _, headers, _ = grpc_call(e.port, [("x-user", "a"), ("grpc-timeout", "1n")])
+        assert headers["grpc-status"] == "8"
 
         def lines():
             return log.read_text().splitlines() if log.exists() else []
-        wait_until(lambda: len(lines()) == 4, what="four access log lines")
+        wait_until(lambda: len(lines()) == 5, what="five access log lines")
     finally:
         e.stop()
-    rows = sorted(lines())
-    assert rows[:2] == ["200 - - - - -", "200 - - - - -"]
-    held = rows[2].split(" ")
-    assert held[:5] == ["200", "-", "-", "delayed", "paced"] and int(held[5]) > 0
-    assert rows[3] == "429 true paced denied paced -"
+    # START_TIME METHOD PATH CODE X-ENVOY-RATELIMITED OUTCOME RULE DELAYED-MS
+    rows = sorted(line.split(" ")[1:] for line in lines())
+    assert rows[0] == ["GET", "/a", "200", "-", "-", "-", "-"]
+    assert rows[1][:6] == ["GET", "/a", "200", "-", "delayed", "paced"] and int(rows[1][6]) > 0
+    assert rows[2] == ["GET", "/a", "429", "true", "denied", "paced", "-"]
+    assert rows[3] == ["GET", "/b", "200", "-", "-", "-", "-"]
+    assert rows[4] == ["POST", "/test.Echo/Say", "200", "true", "denied", "paced", "-"]
 
 
 # ---------------------------------------------------------------- stats
 
-# The README's snippet: `sluice.<rule>.<event>` as `sluice.<event>` with a
-# `sluice_rule` label (Envoy names custom wasm stats `wasmcustom.<name>`
-# inside, which is what the tag's regex sees).
-STATS_CONFIG = {"stats_tags": [{"tag_name": "sluice_rule", "regex": r"^(?:wasmcustom\.)?sluice\.((.+?)\.)\w+$"}]}
-
-
-def test_stats_tags_turn_the_rule_into_a_prometheus_label(tmp_path):
+def test_the_readme_stats_tags_turn_the_rule_into_a_prometheus_label(tmp_path):
     cfg = sluice_config([{"name": "per-ip", "key": ["const:k"],
                           "limits": [{"algorithm": "gcra", "requests": 1, "window": "1m"}]},
                          {"name": "user_2", "key": ["const:k"], "mode": "shadow",
                           "limits": [{"algorithm": "gcra", "requests": 5, "window": "1m"}]}])
-    e = support.start_envoy(tmp_path, [support.wasm_filter(cfg)], bootstrap_extra={"stats_config": STATS_CONFIG})
+    stats_config = readme_yaml("stats_config:")  # the README's snippet
+    e = support.start_envoy(tmp_path, [support.wasm_filter(cfg)], bootstrap_extra=stats_config)
     try:
         assert [request(e.port, "/").status for _ in range(2)] == [200, 429]
 
