@@ -93,10 +93,20 @@ fn push_limits(
     push_rate_limit_headers(plan.headers, &named, &name(plan, current), t, out);
 }
 
-/// `reported`'s limit by its IETF name: its rule's name, with the limit's
-/// index when the rule has several.
+/// `reported`'s limit by its IETF name: its configured `name`, else its
+/// rule's name, with the limit's index when the rule has several.
 fn name<'a>(plan: &'a Plan, reported: &'a Reported) -> Named<'a> {
     let rule = plan.rules.get(reported.rule);
+    let configured = rule
+        .and_then(|r| r.limits.get(reported.limit))
+        .and_then(|l| l.name.as_deref());
+    if let Some(name) = configured {
+        return Named {
+            rule: name,
+            index: None,
+            reported,
+        };
+    }
     Named {
         rule: rule.map_or("", |r| r.name.as_str()),
         index: rule
@@ -189,6 +199,35 @@ mod tests {
                 (RULE_HEADER, "a".to_string())
             ]
         );
+    }
+
+    #[test]
+    fn policies_name_each_limit_once() {
+        let p = parse(
+            br#"{"domain":"d","headers":"ietf","rules":[
+                {"name":"a","key":["path"],"limits":[{"algorithm":"gcra","requests":5,"window":"10s"}]},
+                {"name":"m","key":["path"],"limits":[
+                    {"algorithm":"gcra","requests":5,"window":"10s"},
+                    {"name":"hourly","algorithm":"fixed_window","requests":100,"window":"1h"}]}]}"#,
+        )
+        .unwrap();
+        let first = denied();
+        let mut second = denied();
+        second.rule = 1;
+        let mut third = denied();
+        third.rule = 1;
+        third.limit = 1;
+        third.window = 3_600 * SECOND;
+        third.decision.limit = 100;
+        let headers = denial_headers(&p, &third, &[first, second, first, third], &[]);
+        assert_eq!(
+            headers[1],
+            (
+                "ratelimit-policy",
+                "\"a\";q=5;w=10, \"m.0\";q=5;w=10, \"hourly\";q=100;w=3600".to_string()
+            )
+        );
+        assert_eq!(headers[2], ("ratelimit", "\"hourly\";r=0;t=2".to_string()));
     }
 
     #[test]

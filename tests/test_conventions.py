@@ -52,6 +52,16 @@ def test_each_limit_has_its_policy_item_and_ratelimit_names_the_closest(envoy):
     assert int(denied.header("retry-after")) >= params["t"] > 0
 
 
+def test_a_limit_may_carry_its_own_name(envoy):
+    e = envoy(sluice_config([{"name": "user", "key": ["const:k"],
+                              "limits": [{"name": "per-second", "algorithm": "gcra", "requests": 10, "window": "1s"},
+                                         {"algorithm": "fixed_window", "requests": 2, "window": "1h"}]}],
+                            headers="ietf"))
+    r = request(e.port, "/")
+    assert sf_list(r.header("ratelimit-policy")) == [("per-second", {"q": 10, "w": 1}), ("user.1", {"q": 2, "w": 3600})]
+    assert sf_list(r.header("ratelimit"))[0][0] == "user.1"
+
+
 def test_t_is_the_time_until_additional_quota(envoy):
     # 60 per hour: one request comes back every minute, the whole quota in an hour
     e = envoy(sluice_config([{"name": "hourly", "key": ["const:k"],
