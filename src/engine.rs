@@ -32,8 +32,8 @@
 //! elastic limit that can borrow (the first call, denied, consumed nothing).
 
 use crate::config::{
-    Cost, Elastic, Entry, EntryValue, FailureMode, LeasePolicy, LimitScope, Plan, Rule, RuleLimit,
-    Sync,
+    Cost, Elastic, Entry, EntryValue, FailureMode, HeadersMode, LeasePolicy, LimitScope, Plan,
+    Rule, RuleLimit, Sync,
 };
 use crate::headers::{more_restrictive, Reported};
 use crate::key::{Request, RequestView};
@@ -64,7 +64,8 @@ pub enum Verdict {
 pub struct Admitted {
     /// The most restrictive enforcing limit, for the rate-limit headers.
     pub report: Option<Reported>,
-    /// Every enforcing limit that counted the request, in order.
+    /// Every enforcing limit that counted the request, in order (kept only
+    /// for the IETF headers' policies).
     pub applied: Vec<Reported>,
     /// Shadow rules that would have denied.
     pub shadow_denied: Vec<usize>,
@@ -76,7 +77,7 @@ pub struct Denied {
     /// The denying limit's decision (its rule is `report.rule`).
     pub report: Reported,
     /// Every enforcing limit decided for the request, in order, the denying
-    /// one last.
+    /// one last (kept only for the IETF headers' policies).
     pub applied: Vec<Reported>,
     /// Shadow rules that would have denied.
     pub shadow_denied: Vec<usize>,
@@ -321,6 +322,7 @@ where
             now: 0,
             report: None,
             applied: Vec::new(),
+            policies: matches!(plan.headers, HeadersMode::Ietf | HeadersMode::Both),
             delayed: None,
             admitted: Vec::new(),
             borrowed: Vec::new(),
@@ -1077,8 +1079,10 @@ where
 struct Tally {
     now: Nanos,
     report: Option<Reported>,
-    /// Every enforcing limit that admitted, in order.
+    /// Every enforcing limit that admitted, in order (only when `policies`).
     applied: Vec<Reported>,
+    /// The headers list every limit's policy: keep `applied`.
+    policies: bool,
     /// The enforcing limit with the longest delay, if any delays.
     delayed: Option<Reported>,
     /// Rules that admitted the request (counted `allowed` if it passes).
@@ -1112,7 +1116,9 @@ impl Tally {
     /// Notes what an enforcing limit that admitted reports.
     fn note(&mut self, reported: Reported) {
         self.report = Some(more_restrictive(self.report, reported));
-        self.applied.push(reported);
+        if self.policies {
+            self.applied.push(reported);
+        }
     }
 
     /// Keeps `reported` as the delaying limit if it delays longest so far.
