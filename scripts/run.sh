@@ -53,8 +53,9 @@ cat <<MSG
 
 Sluice is running: Envoy on http://127.0.0.1:${PORT} (admin http://127.0.0.1:${ADMIN_PORT}),
 sluice-limiter (memory store) on http://127.0.0.1:${LIMITER_PORT}.
+Envoy's configuration: envoy/envoy-global.yaml, rendered for this machine into ${RUN_DIR}/envoy.yaml.
 
-  # per-ip: 5 requests per 10 s (GCRA); the 6th gets 429 with Retry-After
+  # per-ip: 5 requests per 10 s (GCRA) and 100 per hour; the 6th gets 429 with Retry-After
   for i in \$(seq 6); do curl -s -o /dev/null -w '%{http_code}\n' http://127.0.0.1:${PORT}/api/hello; done
   curl -i http://127.0.0.1:${PORT}/api/hello
 

@@ -32,8 +32,8 @@
 //! elastic limit that can borrow (the first call, denied, consumed nothing).
 
 use crate::config::{
-    Cost, Elastic, Entry, EntryValue, FailureMode, LeasePolicy, LimitScope, Plan, Rule, RuleLimit,
-    Sync,
+    Cost, Elastic, Entry, EntryValue, FailureMode, HeadersMode, LeasePolicy, LimitScope, Plan,
+    Rule, RuleLimit, Sync,
 };
 use crate::headers::{more_restrictive, Reported};
 use crate::key::{Request, RequestView};
@@ -64,6 +64,9 @@ pub enum Verdict {
 pub struct Admitted {
     /// The most restrictive enforcing limit, for the rate-limit headers.
     pub report: Option<Reported>,
+    /// Every enforcing limit that counted the request, in order (kept only
+    /// for the IETF headers' policies).
+    pub applied: Vec<Reported>,
     /// Shadow rules that would have denied.
     pub shadow_denied: Vec<usize>,
 }
@@ -73,6 +76,9 @@ pub struct Admitted {
 pub struct Denied {
     /// The denying limit's decision (its rule is `report.rule`).
     pub report: Reported,
+    /// Every enforcing limit decided for the request, in order, the denying
+    /// one last (kept only for the IETF headers' policies).
+    pub applied: Vec<Reported>,
     /// Shadow rules that would have denied.
     pub shadow_denied: Vec<usize>,
 }
@@ -106,6 +112,7 @@ impl Delayed {
     pub fn admitted(&self) -> Admitted {
         Admitted {
             report: self.tally.report,
+            applied: self.tally.applied.clone(),
             shadow_denied: self.tally.shadow_denied.clone(),
         }
     }
@@ -312,6 +319,8 @@ where
         tally: Tally {
             now: 0,
             report: None,
+            applied: Vec::new(),
+            policies: matches!(plan.headers, HeadersMode::Ietf | HeadersMode::Both),
             delayed: None,
             admitted: Vec::new(),
             borrowed: Vec::new(),
@@ -517,9 +526,10 @@ struct Applied<'a> {
 }
 
 impl Applied<'_> {
-    fn reported(&self, limit: &Limit, decision: Decision) -> Reported {
+    fn reported(&self, l: usize, limit: &Limit, decision: Decision) -> Reported {
         Reported {
             rule: self.index,
+            limit: l,
             window: limit.window,
             decision,
         }
@@ -599,7 +609,7 @@ where
             Ok(decision) => decision,
             Err(Contended) => {
                 self.env.metrics.global(GlobalEvent::CasExhausted);
-                return Err(applied.reported(limit, undecided(limit.requests)));
+                return Err(applied.reported(l, limit, undecided(limit.requests)));
             }
         };
         if !decision.allowed {
@@ -607,12 +617,12 @@ where
                 Some(elastic) if self.borrow_local(applied, l, rule_limit, elastic) => {
                     decision = lent(decision);
                 }
-                _ => return Err(applied.reported(limit, decision)),
+                _ => return Err(applied.reported(l, limit, decision)),
             }
         }
         if !applied.rule.shadow {
-            let reported = applied.reported(limit, decision);
-            self.tally.report = Some(more_restrictive(self.tally.report, reported));
+            let reported = applied.reported(l, limit, decision);
+            self.tally.note(reported);
             self.tally.note_delay(reported);
         }
         Ok(())
@@ -699,7 +709,7 @@ where
         }
         let limit = rule_limit.limit_for(applied.key);
         if applied.weight > limit.soft_burst() {
-            return Err(applied.reported(limit, too_costly(limit)));
+            return Err(applied.reported(l, limit, too_costly(limit)));
         }
         let now = self.tally.now;
         let mut ask = None;
@@ -707,8 +717,8 @@ where
             match self.spend_lease(applied, l, limit, policy) {
                 Some(Take::Spent { lease, .. }) => {
                     let decision = from_lease(limit.requests, &lease, now);
-                    let reported = applied.reported(limit, decision);
-                    self.tally.report = Some(more_restrictive(self.tally.report, reported));
+                    let reported = applied.reported(l, limit, decision);
+                    self.tally.note(reported);
                     return Ok(());
                 }
                 Some(Take::Ask {
@@ -736,7 +746,7 @@ where
                 cancel_ask(&self.env, policy, applied.fingerprint, ask);
             }
             let denial = Decision::over_limit(limit.requests, deadline.saturating_sub(now));
-            return Err(applied.reported(limit, denial));
+            return Err(applied.reported(l, limit, denial));
         }
         let borrow = rule_limit
             .elastic
@@ -1025,7 +1035,7 @@ where
             weight,
         });
         let reported = item.reported(from_lease(item.requests, &lease, tally.now));
-        tally.report = Some(more_restrictive(tally.report, reported));
+        tally.note(reported);
     }
     true
 }
@@ -1078,6 +1088,10 @@ where
 struct Tally {
     now: Nanos,
     report: Option<Reported>,
+    /// Every enforcing limit that admitted, in order (only when `policies`).
+    applied: Vec<Reported>,
+    /// The headers list every limit's policy: keep `applied`.
+    policies: bool,
     /// The enforcing limit with the longest delay, if any delays.
     delayed: Option<Reported>,
     /// Rules that admitted the request (counted `allowed` if it passes).
@@ -1104,8 +1118,16 @@ impl Tally {
             // A pool is not reported.
             Role::Lent { extra: false, .. } => return,
         };
-        self.report = Some(more_restrictive(self.report, reported));
+        self.note(reported);
         self.note_delay(reported);
+    }
+
+    /// Notes what an enforcing limit that admitted reports.
+    fn note(&mut self, reported: Reported) {
+        self.report = Some(more_restrictive(self.report, reported));
+        if self.policies {
+            self.applied.push(reported);
+        }
     }
 
     /// Keeps `reported` as the delaying limit if it delays longest so far.
@@ -1185,8 +1207,11 @@ impl Tally {
     {
         self.refund_since(0, env);
         env.metrics.rule(report.rule, RuleEvent::Denied);
+        let mut applied = std::mem::take(&mut self.applied);
+        applied.push(report);
         Denied {
             report,
+            applied,
             shadow_denied: self.shadow_denied,
         }
     }
@@ -1205,6 +1230,7 @@ impl Tally {
         self.count_allowed(metrics);
         Verdict::Allow(Admitted {
             report: self.report,
+            applied: self.applied,
             shadow_denied: self.shadow_denied,
         })
     }
@@ -1350,6 +1376,7 @@ impl GlobalItem {
     fn reported(&self, decision: Decision) -> Reported {
         Reported {
             rule: self.rule,
+            limit: self.limit,
             window: self.window,
             decision,
         }

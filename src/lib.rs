@@ -23,13 +23,16 @@
 //! reads and writes shared data once per local limit (compare-and-swap: more
 //! only under contention), and adds one response header per rate-limit header
 //! of the `headers` mode. Counting makes no call per request: each worker
-//! hands its counts to Envoy in batches (see [`metrics`]).
+//! hands its counts to Envoy in batches (see [`metrics`]). A denied or held
+//! request also reads `content-type` (and, held, `grpc-timeout`: see [`grpc`])
+//! and sets two filter-state properties for Envoy's access log.
 
 pub mod client_ip;
 pub mod coalesce;
 pub mod config;
 pub mod decimal;
 pub mod engine;
+pub mod grpc;
 pub mod headers;
 pub mod key;
 pub mod layout;

@@ -2,9 +2,9 @@
 //! admitted request's upstream response.
 
 use crate::config::Plan;
-use crate::headers::{push_rate_limit_headers, retry_after_seconds, Reported};
+use crate::headers::{next_quota, push_rate_limit_headers, retry_after_seconds, Named, Reported};
 use crate::metrics::ceil_millis;
-use sluice_core::{Denial, Nanos};
+use sluice_core::{Algorithm, Denial, Nanos};
 
 /// Header naming the rule that denied a request.
 pub const RULE_HEADER: &str = "x-sluice-rule";
@@ -13,6 +13,9 @@ pub const SHADOW_HEADER: &str = "x-sluice-shadow-denied";
 /// Header of a response whose request was held in delay mode: the hold in
 /// milliseconds, rounded up.
 pub const DELAYED_HEADER: &str = "x-sluice-delayed-ms";
+/// Header Envoy's own rate-limit filters put on their denials (`true`), for
+/// access logs and clients that know it.
+pub const ENVOY_RATELIMITED_HEADER: &str = "x-envoy-ratelimited";
 
 /// The `x-sluice-delayed-ms` header of a request held `delay`.
 pub fn delayed_header(delay: Nanos) -> (&'static str, String) {
@@ -24,22 +27,25 @@ pub const REASON_HEADER: &str = "x-sluice-reason";
 /// limit can ever admit.
 pub const COST_EXCEEDS_CAPACITY: &str = "cost-exceeds-capacity";
 
-/// The extra headers of a denial: `retry-after`, the rate-limit headers of the
-/// denying limit, `x-sluice-rule`, `x-sluice-reason: cost-exceeds-capacity`
-/// when the request weighs more than the limit can ever admit (then
-/// `retry-after` is the limit's window), and `x-sluice-shadow-denied` when
-/// some shadow rule would have denied too. The configured response headers
-/// come from the plan.
+/// The extra headers of a denial: `retry-after` (never earlier than the IETF
+/// `t`), the rate-limit headers (the policies of `applied`, the state of the
+/// denying limit), `x-envoy-ratelimited: true`, `x-sluice-rule`,
+/// `x-sluice-reason: cost-exceeds-capacity` when the request weighs more than
+/// the limit can ever admit (then `retry-after` is the limit's window), and
+/// `x-sluice-shadow-denied` when some shadow rule would have denied too. The
+/// configured response headers come from the plan.
 pub fn denial_headers(
     plan: &Plan,
     denied: &Reported,
+    applied: &[Reported],
     shadow_denied: &[usize],
 ) -> Vec<(&'static str, String)> {
-    let mut out = Vec::with_capacity(8);
-    out.push(("retry-after", retry_after_seconds(denied).to_string()));
-    let name = rule_name(plan, denied.rule);
-    push_rate_limit_headers(plan.headers, name, denied, &mut out);
-    out.push((RULE_HEADER, name.to_string()));
+    let mut out = Vec::with_capacity(9);
+    let t = next_quota(denied, algorithm(plan, denied));
+    out.push(("retry-after", retry_after_seconds(denied, t).to_string()));
+    push_limits(plan, denied, applied, t, &mut out);
+    out.push((ENVOY_RATELIMITED_HEADER, "true".to_string()));
+    out.push((RULE_HEADER, rule_name(plan, denied.rule).to_string()));
     if denied.decision.denial == Some(Denial::CostExceedsCapacity) {
         out.push((REASON_HEADER, COST_EXCEEDS_CAPACITY.to_string()));
     }
@@ -48,22 +54,77 @@ pub fn denial_headers(
 }
 
 /// The headers added to an admitted request's response: the rate-limit
-/// headers of the most restrictive limit (none when no enforcing rule
-/// counted the request), and `x-sluice-shadow-denied`.
+/// headers (the policies of `applied`, the state of `report`, the most
+/// restrictive; none when no enforcing rule counted the request), and
+/// `x-sluice-shadow-denied`.
 pub fn admitted_headers(
     plan: &Plan,
     report: Option<&Reported>,
+    applied: &[Reported],
     shadow_denied: &[usize],
 ) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
     if let Some(report) = report {
-        push_rate_limit_headers(plan.headers, rule_name(plan, report.rule), report, &mut out);
+        let t = next_quota(report, algorithm(plan, report));
+        push_limits(plan, report, applied, t, &mut out);
     }
     push_shadow(plan, shadow_denied, &mut out);
     out
 }
 
-fn rule_name(plan: &Plan, rule: usize) -> &str {
+/// The rate-limit headers of `current` among `applied` (each limit once, in
+/// order; `current` too if missing).
+fn push_limits(
+    plan: &Plan,
+    current: &Reported,
+    applied: &[Reported],
+    t: Nanos,
+    out: &mut Vec<(&'static str, String)>,
+) {
+    let mut named: Vec<Named<'_>> = Vec::with_capacity(applied.len().saturating_add(1));
+    for reported in applied.iter().chain(std::iter::once(current)) {
+        let seen = named
+            .iter()
+            .any(|n| n.reported.rule == reported.rule && n.reported.limit == reported.limit);
+        if !seen {
+            named.push(name(plan, reported));
+        }
+    }
+    push_rate_limit_headers(plan.headers, &named, &name(plan, current), t, out);
+}
+
+/// `reported`'s limit by its IETF name: its configured `name`, else its
+/// rule's name, with the limit's index when the rule has several.
+fn name<'a>(plan: &'a Plan, reported: &'a Reported) -> Named<'a> {
+    let rule = plan.rules.get(reported.rule);
+    let configured = rule
+        .and_then(|r| r.limits.get(reported.limit))
+        .and_then(|l| l.name.as_deref());
+    if let Some(name) = configured {
+        return Named {
+            rule: name,
+            index: None,
+            reported,
+        };
+    }
+    Named {
+        rule: rule.map_or("", |r| r.name.as_str()),
+        index: rule
+            .is_some_and(|r| r.limits.len() > 1)
+            .then_some(reported.limit),
+        reported,
+    }
+}
+
+fn algorithm(plan: &Plan, reported: &Reported) -> Option<Algorithm> {
+    plan.rules
+        .get(reported.rule)
+        .and_then(|r| r.limits.get(reported.limit))
+        .map(|l| l.limit.algorithm)
+}
+
+/// The name of rule `rule`.
+pub fn rule_name(plan: &Plan, rule: usize) -> &str {
     plan.rules.get(rule).map_or("", |r| r.name.as_str())
 }
 
@@ -103,6 +164,7 @@ mod tests {
     fn denied() -> Reported {
         Reported {
             rule: 0,
+            limit: 0,
             window: 10 * SECOND,
             decision: Decision {
                 allowed: false,
@@ -118,23 +180,54 @@ mod tests {
 
     #[test]
     fn denial_headers_in_order() {
-        let headers = denial_headers(&plan("ietf"), &denied(), &[1, 2]);
+        let headers = denial_headers(&plan("ietf"), &denied(), &[], &[1, 2]);
         let expected: Vec<(&str, String)> = vec![
             ("retry-after", "2".into()),
             ("ratelimit-policy", "\"a\";q=5;w=10".into()),
-            ("ratelimit", "\"a\";r=0;t=10".into()),
+            ("ratelimit", "\"a\";r=0;t=2".into()),
+            (ENVOY_RATELIMITED_HEADER, "true".into()),
             (RULE_HEADER, "a".into()),
             (SHADOW_HEADER, "b,c".into()),
         ];
         assert_eq!(headers, expected);
-        let none = denial_headers(&plan("none"), &denied(), &[]);
+        let none = denial_headers(&plan("none"), &denied(), &[], &[]);
         assert_eq!(
             none,
             vec![
                 ("retry-after", "2".to_string()),
+                (ENVOY_RATELIMITED_HEADER, "true".to_string()),
                 (RULE_HEADER, "a".to_string())
             ]
         );
+    }
+
+    #[test]
+    fn policies_name_each_limit_once() {
+        let p = parse(
+            br#"{"domain":"d","headers":"ietf","rules":[
+                {"name":"a","key":["path"],"limits":[{"algorithm":"gcra","requests":5,"window":"10s"}]},
+                {"name":"m","key":["path"],"limits":[
+                    {"algorithm":"gcra","requests":5,"window":"10s"},
+                    {"name":"hourly","algorithm":"fixed_window","requests":100,"window":"1h"}]}]}"#,
+        )
+        .unwrap();
+        let first = denied();
+        let mut second = denied();
+        second.rule = 1;
+        let mut third = denied();
+        third.rule = 1;
+        third.limit = 1;
+        third.window = 3_600 * SECOND;
+        third.decision.limit = 100;
+        let headers = denial_headers(&p, &third, &[first, second, first, third], &[]);
+        assert_eq!(
+            headers[1],
+            (
+                "ratelimit-policy",
+                "\"a\";q=5;w=10, \"m.0\";q=5;w=10, \"hourly\";q=100;w=3600".to_string()
+            )
+        );
+        assert_eq!(headers[2], ("ratelimit", "\"hourly\";r=0;t=2".to_string()));
     }
 
     #[test]
@@ -154,11 +247,12 @@ mod tests {
         let mut hopeless = denied();
         hopeless.decision.retry_after = 0;
         hopeless.decision.denial = Some(Denial::CostExceedsCapacity);
-        let headers = denial_headers(&plan("none"), &hopeless, &[]);
+        let headers = denial_headers(&plan("none"), &hopeless, &[], &[]);
         assert_eq!(
             headers,
             vec![
                 ("retry-after", "10".to_string()),
+                (ENVOY_RATELIMITED_HEADER, "true".to_string()),
                 (RULE_HEADER, "a".to_string()),
                 (REASON_HEADER, COST_EXCEEDS_CAPACITY.to_string()),
             ]
@@ -168,15 +262,15 @@ mod tests {
     #[test]
     fn admitted_headers_only_when_something_to_say() {
         let p = plan("legacy");
-        assert!(admitted_headers(&p, None, &[]).is_empty());
+        assert!(admitted_headers(&p, None, &[], &[]).is_empty());
         assert_eq!(
-            admitted_headers(&p, None, &[2]),
+            admitted_headers(&p, None, &[], &[2]),
             vec![(SHADOW_HEADER, "c".to_string())]
         );
         let mut ok = denied();
         ok.decision.allowed = true;
         ok.decision.remaining = 3;
-        let headers = admitted_headers(&p, Some(&ok), &[]);
+        let headers = admitted_headers(&p, Some(&ok), &[ok], &[]);
         assert_eq!(headers.len(), 3);
         assert_eq!(headers[1], ("x-ratelimit-remaining", "3".to_string()));
     }

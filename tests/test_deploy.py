@@ -248,9 +248,17 @@ SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def seconds(duration: str) -> float:
-    m = re.fullmatch(r"(\d+)(ms|s|m|h|d)", duration)
+    """A configuration duration: a whole number and a unit, or Envoy's decimal seconds ("0.25s")."""
+    m = re.fullmatch(r"(\d+)(ms|s|m|h|d)|(\d+\.\d{1,9})s", duration)
     assert m, duration
+    if m.group(3):
+        return float(m.group(3))
     return int(m.group(1)) * SECONDS[m.group(2)]
+
+
+def test_the_duration_parser_reads_what_the_filter_reads():
+    assert [seconds(d) for d in ("250ms", "2s", "1m", "1h", "1d", "0.25s", "1.5s")] == \
+        [0.25, 2, 60, 3600, 86400, 0.25, 1.5]
 
 
 def assert_enforces(port: int, r: dict, headers: dict):

@@ -6,8 +6,10 @@ fails here, naming it.
 """
 
 import re
+import subprocess
 
 import pytest
+import yaml
 
 from support import ALGORITHMS, ROOT
 
@@ -109,3 +111,63 @@ def test_every_algorithm_is_documented(algorithm):
     assert f"`{algorithm}`" in limits["algorithm"][2], f"README.md's Limits table does not list {algorithm}"
     assert f"(`{algorithm}`)" in CORE_README.read_text(), \
         f"crates/core/README.md's comparison table has no row for {algorithm}"
+
+
+# ---------------------------------------------------------------- accuracy for a new user
+
+MARKDOWN = sorted(p for p in ROOT.rglob("*.md")
+                  if not {"target", ".venv", "build", ".pytest_cache", ".git"} & set(p.relative_to(ROOT).parts))
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+@pytest.mark.parametrize("doc", MARKDOWN, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_names_a_file_of_the_repository(doc):
+    for target in _LINK.findall(doc.read_text()):
+        if target.startswith(("http://", "https://", "mailto:", "#")):
+            continue
+        path = (doc.parent / target.split("#")[0]).resolve()
+        assert path.exists(), f"{doc.relative_to(ROOT)} links to {target}, which is not in the repository"
+
+
+def make_help() -> str:
+    return subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+
+
+def test_every_make_target_the_readme_names_is_in_make_help():
+    named = set(re.findall(r"`make (\w[\w-]*)", README.read_text()))
+    helped = set(re.findall(r"^make (\w[\w-]*)", make_help(), re.M))
+    assert named <= helped, f"README.md names make targets that `make help` does not list: {named - helped}"
+    assert "validate" in helped
+
+
+def test_the_readme_names_the_envoy_config_make_run_uses():
+    run = (ROOT / "scripts" / "run.sh").read_text()
+    [config] = re.findall(r"(envoy/envoy[\w-]*\.yaml) >", run)
+    try_it = README.read_text().split("\n## Try it\n", 1)[1].split("\n## ", 1)[0]
+    assert f"`{config}`" in try_it
+    assert "envoy/envoy.yaml" not in try_it.replace(config, "")
+    assert config in run.split("cat <<MSG", 1)[1], "make run does not say which Envoy config it uses"
+
+
+def test_docker_compose_mounts_what_the_makefile_builds_and_the_readme_runs_it():
+    compose_path = ROOT / "envoy" / "docker-compose.yaml"
+    compose = yaml.safe_load(compose_path.read_text())
+    envoy = compose["services"]["envoy"]
+    mounts = dict(v.rsplit(":", 1)[0].split(":", 1) for v in envoy["volumes"])
+    makefile = (ROOT / "Makefile").read_text()
+    wasm_out = re.search(r"^WASM := \$\(BUILD\)/(\S+)", makefile, re.M).group(1)
+    build_dir = re.search(r"^BUILD := (\S+)", makefile, re.M).group(1)
+    wasm_mount = next(host for host, inside in mounts.items() if inside.endswith(".wasm"))
+    assert (compose_path.parent / wasm_mount).resolve() == (ROOT / build_dir / wasm_out).resolve()
+    config_mount = next(host for host, inside in mounts.items() if inside == "/etc/envoy/envoy.yaml")
+    config = (compose_path.parent / config_mount).resolve()
+    assert config.exists()
+    assert mounts[wasm_mount] in config.read_text(), "the Envoy config loads the wasm from where compose mounts it"
+    assert envoy["command"][envoy["command"].index("-c") + 1] == "/etc/envoy/envoy.yaml"
+    limiter = compose["services"]["sluice-limiter"]["build"]
+    assert (compose_path.parent / limiter["context"] / limiter["dockerfile"]).resolve().exists()
+    for service in compose["services"]["envoy"].get("depends_on", []):
+        assert service in compose["services"]
+    readme = README.read_text()
+    assert "docker compose -f envoy/docker-compose.yaml up --build" in readme
+    assert f"`{config.relative_to(ROOT)}`" in readme

@@ -53,6 +53,8 @@ def test_fresh_key_admits_exactly_requests_then_denies_with_headers(envoy, algor
     assert denied.header("x-ratelimit-remaining") == "0"
     assert denied.header("ratelimit").startswith('"users";r=0;t=')
     retry_after = int(denied.header("retry-after"))
+    # the IETF `t` (time until more quota) is never later than retry-after
+    assert 1 <= int(denied.header("ratelimit").rpartition(";t=")[2]) <= retry_after
     if algorithm in ("token_bucket", "leaky_bucket", "gcra"):
         # one request's worth refills in 2 s / 5 = 400 ms, rounded up to whole seconds
         assert retry_after == 1

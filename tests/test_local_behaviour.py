@@ -44,7 +44,9 @@ def test_several_limits_in_one_rule_report_the_closest_to_exhaustion(envoy):
     r = request(e.port, "/", headers={"x-user": "a"})
     assert r.header("x-ratelimit-limit") == "3"
     assert r.header("x-ratelimit-remaining") == "2"
-    assert r.header("ratelimit-policy") == '"two";q=3;w=3600'
+    # each limit has its policy item; `ratelimit` names the closest to exhaustion
+    assert r.header("ratelimit-policy") == '"two.0";q=100;w=31536000, "two.1";q=3;w=3600'
+    assert r.header("ratelimit").startswith('"two.1";r=2;')
     assert statuses(e.port, 3, {"x-user": "a"}) == [200, 200, 429]
     # the denied request spent nothing of the 100/year limit: 97 left after 3 admits
     e.push_config(sluice_config([{
@@ -84,8 +86,9 @@ def test_header_modes(envoy):
     r = request(e.port, "/", headers={"x-user": "a"})
     assert r.header("x-ratelimit-limit") is None
     assert r.header("ratelimit-policy") == '"r";q=10;w=60'
-    # GCRA at 10/min: the two spent requests drain back in 12 s
-    assert r.header("ratelimit") == '"r";r=8;t=12'
+    # GCRA at 10/min: one of the two spent requests comes back in 6 s (`t`,
+    # draft-ietf-httpapi-ratelimit-headers-10: until *additional* quota), both in 12 s
+    assert r.header("ratelimit") == '"r";r=8;t=6'
 
 
 def test_metrics_in_envoy_stats(envoy):

@@ -147,7 +147,9 @@ def test_cost_above_capacity_is_denied_with_a_reason_and_consumes_nothing(envoy)
         assert r.header("x-sluice-reason") == "cost-exceeds-capacity"
         assert r.header("x-sluice-rule") == "h"
         assert r.header("retry-after") == "60"  # the window: retrying soon cannot help
-        assert r.header("ratelimit-policy") == '"h";q=10;w=60'
+        # every limit decided has its policy item ("site" admitted before "h" denied)
+        assert r.header("ratelimit-policy") == '"site";q=1000;w=31536000, "h";q=10;w=60'
+        assert r.header("ratelimit").startswith('"h";')
     # capacity is 20 (10 + 100%): a weight of 20 fits, and the rejected ones spent nothing
     ok = request(e.port, "/", headers={"x-user": "u", "x-cost": "20"})
     assert ok.status == 200

@@ -151,6 +151,7 @@ pub fn compile(raw: RawConfig) -> Result<Plan, FieldError> {
         rules.push(compiled);
     }
     resolve_pools(&mut rules)?;
+    check_limit_names(&rules)?;
 
     Ok(Plan {
         seed_key: layout::seed_key(&raw.domain),
@@ -162,6 +163,47 @@ pub fn compile(raw: RawConfig) -> Result<Plan, FieldError> {
         response,
         rules,
     })
+}
+
+/// A limit's configured IETF name, checked as a name.
+fn limit_name(limit_path: &str, raw: &RawLimit) -> Result<Option<String>, FieldError> {
+    match &raw.name {
+        Some(name) if !valid_name(name) => Err(FieldError::at(
+            format!("{limit_path}.name"),
+            format!("{name:?} must be 1 to {MAX_NAME_LEN} bytes of A-Z, a-z, 0-9, '_', '.', '-'"),
+        )),
+        name => Ok(name.clone()),
+    }
+}
+
+/// Every limit's name in the IETF headers (configured, the rule's, or
+/// `<rule>.<index>`) is distinct, so that `ratelimit` names one policy.
+fn check_limit_names(rules: &[Rule]) -> Result<(), FieldError> {
+    let mut seen = BTreeSet::new();
+    for (i, rule) in rules.iter().enumerate() {
+        for (j, limit) in rule.limits.iter().enumerate() {
+            let name = match &limit.name {
+                Some(name) => name.clone(),
+                None if rule.limits.len() == 1 => rule.name.clone(),
+                None => format!("{}.{j}", rule.name),
+            };
+            if !seen.insert(name) {
+                let field = if limit.name.is_some() {
+                    format!("rules[{i}].limits[{j}].name")
+                } else {
+                    format!("rules[{i}].name")
+                };
+                let name = limit.name.as_deref().unwrap_or(&rule.name);
+                return Err(FieldError::at(
+                    field,
+                    format!(
+                        "{name:?}: another limit already has this name in the rate-limit headers"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn in_range<T: TryFrom<u64>>(value: u64, min: u64, max: u64, path: &str) -> Result<T, FieldError> {
@@ -189,11 +231,13 @@ fn compile_rule(
     rule: RawRule,
     protocol: Protocol,
 ) -> Result<Rule, FieldError> {
-    if !valid_name(&rule.name) {
+    if !valid_name(&rule.name) || rule.name.contains('.') {
+        // No '.': a rule name is one segment of its stat names
+        // (`sluice.<rule>.<event>`) and of its IETF limit names (`<rule>.<n>`).
         return Err(FieldError::at(
             format!("{path}.name"),
             format!(
-                "{:?} must be 1 to {MAX_NAME_LEN} bytes of A-Z, a-z, 0-9, '_', '.', '-'",
+                "{:?} must be 1 to {MAX_NAME_LEN} bytes of A-Z, a-z, 0-9, '_', '-' (no '.': it is one segment of the rule's stat names)",
                 rule.name
             ),
         ));
@@ -225,6 +269,7 @@ fn compile_rule(
         if raw_limit.scope == Scope::Global && protocol == Protocol::Rls {
             let descriptor = compile_descriptor(&limit_path, raw_limit, &rule.name, &key)?;
             limits.push(RuleLimit {
+                name: limit_name(&limit_path, raw_limit)?,
                 limit: service_held(),
                 scope: LimitScope::Global {
                     deny_prefix: layout::deny_prefix(domain, &rule.name, j),
@@ -297,6 +342,7 @@ fn compile_rule(
             }
         };
         limits.push(RuleLimit {
+            name: limit_name(&limit_path, raw_limit)?,
             limit,
             scope,
             overrides: Vec::new(),

@@ -92,6 +92,8 @@ pub enum Cost {
 /// One limit of a rule.
 #[derive(Debug)]
 pub struct RuleLimit {
+    /// Its configured name in the IETF rate-limit headers, if any.
+    pub name: Option<String>,
     /// The limit.
     pub limit: Limit,
     /// Who decides it, and where its shared data lives.

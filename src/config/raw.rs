@@ -322,6 +322,10 @@ pub enum Scope {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RawLimit {
+    /// The limit's name in the IETF rate-limit headers; defaults to the
+    /// rule's name, or `<rule>.<index>` when the rule has several limits.
+    #[serde(default)]
+    pub name: Option<String>,
     /// Algorithm name (not with `protocol: rls` for a global limit).
     #[serde(default)]
     pub algorithm: Option<String>,

@@ -838,3 +838,55 @@ fn bad_rls_settings_are_refused_with_the_field_named() {
         assert_eq!(e.path, path, "{json}: {e}");
     }
 }
+
+#[test]
+fn a_rule_name_has_no_dot() {
+    let e = err(&with_rule(&format!(
+        r#"{{"name":"a.b","key":["path"],"limits":[{LIMIT}]}}"#
+    )));
+    assert_eq!(e.path, "rules[0].name");
+    assert!(e.message.contains("no '.'"), "{}", e.message);
+}
+
+#[test]
+fn durations_take_envoy_decimal_seconds() {
+    let plan = parse(
+        with_rule(
+            r#"{"name":"a","key":["path"],"limits":[{"algorithm":"gcra","requests":10,"window":"1.5s","on_exceed":"delay","max_delay":"0.25s"}]}"#,
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let limit = &plan.rules[0].limits[0].limit;
+    assert_eq!(limit.window, 1_500 * MILLISECOND);
+    assert_eq!(limit.max_delay, Some(250 * MILLISECOND));
+}
+
+#[test]
+fn a_limit_may_name_itself_for_the_rate_limit_headers() {
+    let named = r#"{"name":"hourly","algorithm":"fixed_window","requests":10,"window":"1h"}"#;
+    let plan = parse(
+        with_rule(&format!(
+            r#"{{"name":"a","key":["path"],"limits":[{LIMIT},{named}]}}"#
+        ))
+        .as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(plan.rules[0].limits[0].name, None);
+    assert_eq!(plan.rules[0].limits[1].name.as_deref(), Some("hourly"));
+    let bad = r#"{"name":"a b","algorithm":"fixed_window","requests":10,"window":"1h"}"#;
+    let e = err(&with_rule(&format!(
+        r#"{{"name":"a","key":["path"],"limits":[{bad}]}}"#
+    )));
+    assert_eq!(e.path, "rules[0].limits[0].name");
+    // Names in the headers are distinct: a limit named like another rule.
+    let clash = r#"{"name":"b","algorithm":"fixed_window","requests":10,"window":"1h"}"#;
+    let e = err(&format!(
+        r#"{{"domain":"d","rules":[{{"name":"a","key":["path"],"limits":[{LIMIT},{clash}]}},{{"name":"b","key":["path"],"limits":[{LIMIT}]}}]}}"#
+    ));
+    assert_eq!(e.path, "rules[1].name");
+    let e = err(&format!(
+        r#"{{"domain":"d","rules":[{{"name":"b","key":["path"],"limits":[{LIMIT}]}},{{"name":"a","key":["path"],"limits":[{LIMIT},{clash}]}}]}}"#
+    ));
+    assert_eq!(e.path, "rules[1].limits[1].name");
+}

@@ -15,7 +15,7 @@
 use crate::coalesce::{Coalescer, Joined};
 use crate::config::{self, Plan, Protocol, Rule};
 use crate::engine::{self, Admitted, Delayed, Denied, PendingCheck, Verdict};
-use crate::headers::Reported;
+use crate::grpc;
 use crate::key::RequestView;
 use crate::local::{self, SetError, SharedStore};
 use crate::metrics::{
@@ -27,7 +27,9 @@ use crate::rls;
 use crate::slots::SlotHasher;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, MetricType, Status};
+use proxy_wasm::types::{
+    Action, BufferType, ContextType, GrpcStatusCode, LogLevel, MapType, MetricType, Status,
+};
 use sluice_core::{Nanos, MILLISECOND};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -527,6 +529,12 @@ fn hold(context: u32, runtime: &Runtime, delayed: Delayed) -> Result<Delayed, ()
         .get(delayed.rule)
         .map_or(("", 0), |r| (r.name.as_str(), r.max_queued));
     let resume_at = delayed.resume_at();
+    if grpc::outlives(delayed.delay, grpc_deadline()) {
+        // The client would give up first: deny now, as a full queue does.
+        let denied = delayed.refuse(&runtime.plan, &HostStore, &runtime.metrics);
+        deny(&runtime.plan, &denied);
+        return Err(());
+    }
     let queued = WAITING.with(|q| {
         let mut q = q.borrow_mut();
         let was_empty = q.is_empty();
@@ -540,6 +548,7 @@ fn hold(context: u32, runtime: &Runtime, delayed: Delayed) -> Result<Delayed, ()
                 let _ = hostcalls::set_tick_period(HOLD_TICK);
             }
             delayed.accept(&runtime.metrics);
+            for_access_log("delayed", rule);
             Ok(delayed)
         }
         Err(_) => {
@@ -609,24 +618,69 @@ fn dispatch(runtime: &Runtime, body: &[u8]) -> Option<u32> {
 }
 
 fn deny(plan: &Plan, denied: &Denied) {
-    let extra = response::denial_headers(plan, &denied.report, &denied.shadow_denied);
-    let mut headers: Vec<(&str, &str)> =
-        Vec::with_capacity(plan.response.headers.len().saturating_add(extra.len()));
-    headers.extend(
-        plan.response
-            .headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str())),
-    );
-    headers.extend(extra.iter().map(|(k, v)| (*k, v.as_str())));
-    let body = plan.response.body.as_bytes();
-    if let Err(status) = hostcalls::send_http_response(plan.response.status, headers, Some(body)) {
+    let extra =
+        response::denial_headers(plan, &denied.report, &denied.applied, &denied.shadow_denied);
+    let rule = response::rule_name(plan, denied.report.rule);
+    for_access_log("denied", rule);
+    let configured = plan
+        .response
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()));
+    let extra = extra.iter().map(|(k, v)| (*k, v.as_str()));
+    let sent = if is_grpc_request() {
+        // Envoy writes the gRPC content type, status and message.
+        let metadata: Vec<(&str, &[u8])> = configured
+            .filter(|(k, _)| *k != "content-type")
+            .chain(extra)
+            .map(|(k, v)| (k, v.as_bytes()))
+            .collect();
+        let message = grpc::denial_message(rule);
+        hostcalls::send_grpc_response(GrpcStatusCode::ResourceExhausted, Some(&message), metadata)
+    } else {
+        let headers: Vec<(&str, &str)> = configured.chain(extra).collect();
+        let body = plan.response.body.as_bytes();
+        hostcalls::send_http_response(plan.response.status, headers, Some(body))
+    };
+    if let Err(status) = sent {
         log::warn!("sluice: cannot send the denial: {status:?}");
     }
 }
 
-fn add_response_headers(plan: &Plan, report: Option<&Reported>, shadow_denied: &[usize]) {
-    for (name, value) in response::admitted_headers(plan, report, shadow_denied) {
+/// Whether the request being decided is a gRPC call.
+fn is_grpc_request() -> bool {
+    hostcalls::get_map_value(MapType::HttpRequestHeaders, "content-type")
+        .ok()
+        .flatten()
+        .is_some_and(|c| grpc::is_grpc(&c))
+}
+
+/// The request's `grpc-timeout`, if it is a gRPC call that has one.
+fn grpc_deadline() -> Option<Nanos> {
+    if !is_grpc_request() {
+        return None;
+    }
+    hostcalls::get_map_value(MapType::HttpRequestHeaders, "grpc-timeout")
+        .ok()
+        .flatten()
+        .and_then(|t| grpc::parse_timeout(&t))
+}
+
+/// Tells Envoy's access log what Sluice did with the request: filter state
+/// `wasm.sluice_outcome` (`denied` or `delayed`) and `wasm.sluice_rule`.
+fn for_access_log(outcome: &str, rule: &str) {
+    let _ = hostcalls::set_property(vec!["sluice_outcome"], Some(outcome.as_bytes()));
+    let _ = hostcalls::set_property(vec!["sluice_rule"], Some(rule.as_bytes()));
+}
+
+fn add_response_headers(plan: &Plan, admitted: &Admitted) {
+    let headers = response::admitted_headers(
+        plan,
+        admitted.report.as_ref(),
+        &admitted.applied,
+        &admitted.shadow_denied,
+    );
+    for (name, value) in headers {
         let _ = hostcalls::add_map_value(MapType::HttpResponseHeaders, name, &value);
     }
 }
@@ -715,11 +769,7 @@ impl HttpContext for Filter {
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
         self.take_handoff();
         if let (Some(runtime), Some(admitted)) = (self.runtime.as_ref(), self.admitted.take()) {
-            add_response_headers(
-                &runtime.plan,
-                admitted.report.as_ref(),
-                &admitted.shadow_denied,
-            );
+            add_response_headers(&runtime.plan, &admitted);
         }
         if let Some(held) = self.held.take() {
             let (name, value) = response::delayed_header(held.delay);

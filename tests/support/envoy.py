@@ -209,14 +209,15 @@ def start_envoy(workdir: Path, http_filters: list[dict], *, concurrency: int = 2
                 clusters: list[dict] | None = None, lds: bool = True, hcm_extra: dict | None = None,
                 envoy_bin: Path = ENVOY_BIN, cpus: str | None = None, log_level: str = "info",
                 component_log_level: str | None = "wasm:debug", drain_time_s: int | None = 1,
-                name: str = "envoy") -> Envoy:
+                name: str = "envoy", bootstrap_extra: dict | None = None) -> Envoy:
     """Starts Envoy with `http_filters` on fresh loopback ports, in a new
     directory under `workdir`, and waits until its listener accepts connections.
 
     `lds`: the listener comes from a file the Envoy watches (see
     `Envoy.push_config`); otherwise it is static in the bootstrap. `cpus`: a
     taskset CPU list to run on. The log settings and `drain_time_s` (None:
-    Envoy's own default) go to Envoy's command line.
+    Envoy's own default) go to Envoy's command line. `bootstrap_extra`: more
+    top-level bootstrap fields (e.g. `stats_config`).
     """
     rundir = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=workdir))
     env = Envoy(rundir, free_port(), free_port(), hcm_extra)
@@ -224,6 +225,7 @@ def start_envoy(workdir: Path, http_filters: list[dict], *, concurrency: int = 2
         "node": {"id": "sluice", "cluster": "sluice"},
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": env.admin_port}}},
         "static_resources": {"clusters": clusters or []},
+        **(bootstrap_extra or {}),
     }
     if lds:
         bootstrap["dynamic_resources"] = {

@@ -42,6 +42,7 @@ mod algo;
 mod algorithm;
 mod batch;
 mod decision;
+mod duration;
 mod error;
 mod lease;
 mod limit;
@@ -58,6 +59,7 @@ use limit::Params;
 pub use algorithm::{Algorithm, UnknownAlgorithm};
 pub use batch::{decide_batch, BatchOutcome};
 pub use decision::{Decision, Denial};
+pub use duration::parse_duration;
 pub use error::FieldError;
 pub use lease::{decide_all_leased, Lease, LeasedOutcome};
 pub use limit::{

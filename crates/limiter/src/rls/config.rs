@@ -8,7 +8,7 @@
 
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
-use sluice_core::{Algorithm, Limit, Nanos, MILLISECOND, SECOND};
+use sluice_core::{Algorithm, Limit, Nanos, SECOND};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -106,35 +106,11 @@ impl<'de> Deserialize<'de> for Unit {
     }
 }
 
-/// A `window` extension: `"250ms"`, `"10s"`, `"5m"`, `"1h"`, `"1d"`.
-fn parse_duration(text: &str) -> Result<Nanos, String> {
-    let digits_end = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(digits_end);
-    let scale = match unit {
-        "ms" => MILLISECOND,
-        "s" => SECOND,
-        "m" => 60 * SECOND,
-        "h" => 3_600 * SECOND,
-        "d" => 86_400 * SECOND,
-        _ => 0,
-    };
-    if number.is_empty() || scale == 0 {
-        return Err(format!(
-            "invalid duration {text:?}: expected a whole number and a unit (ms, s, m, h, d), e.g. \"10s\""
-        ));
-    }
-    number
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(scale))
-        .ok_or_else(|| format!("invalid duration {text:?}: too large"))
-}
-
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Nanos>, D::Error> {
     let text = String::deserialize(d)?;
-    parse_duration(&text).map(Some).map_err(de::Error::custom)
+    sluice_core::parse_duration(&text)
+        .map(Some)
+        .map_err(de::Error::custom)
 }
 
 fn algorithm<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Algorithm>, D::Error> {
