@@ -203,6 +203,9 @@ impl<'a, V: RequestView> Request<'a, V> {
 pub mod fake;
 
 #[cfg(test)]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use super::fake::FakeRequest;
     use super::*;

@@ -337,4 +337,72 @@ mod tests {
         extra.extend_from_slice(&[0x2a, 2, b'h', b'i', 0x35, 0, 0, 0, 0]);
         assert!(decode_response(&extra, 1).is_some());
     }
+    mod fuzz {
+        //! `decode_response` on arbitrary bytes and on valid answers with
+        //! bytes changed: an answer or `None`, never a panic.
+        //! More cases: `PROPTEST_CASES=100000 cargo test -p sluice fuzz_`.
+        use super::*;
+        use proptest::prelude::*;
+        use proptest::sample::Index;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(1000))]
+
+            #[test]
+            fn fuzz_rls_answer_arbitrary_bytes(
+                bytes in prop::collection::vec(any::<u8>(), 0..256),
+                expected in 0..4usize,
+            ) {
+                if let Some((answer, windows)) = decode_response(&bytes, expected) {
+                    prop_assert_eq!(answer.limits.len(), expected);
+                    prop_assert_eq!(windows.len(), expected);
+                }
+            }
+
+            #[test]
+            fn fuzz_rls_answer_mutated_bytes(
+                statuses in prop::collection::vec(any::<(u8, u8, u8, u8, u8)>(), 0..4),
+                overall in any::<u8>(),
+                edits in prop::collection::vec((any::<Index>(), any::<u8>(), any::<u8>()), 0..6),
+            ) {
+                let mut body = response(overall, &statuses);
+                for (at, op, byte) in edits {
+                    let i = at.index(body.len() + 1);
+                    match op % 3 {
+                        0 if i < body.len() => body[i] = byte,
+                        1 if i < body.len() => {
+                            body.remove(i);
+                        }
+                        _ => body.insert(i, byte),
+                    }
+                }
+                if let Some((answer, _)) = decode_response(&body, statuses.len()) {
+                    prop_assert_eq!(answer.limits.len(), statuses.len());
+                }
+            }
+        }
+
+        /// Lengths and varints at their limits.
+        #[test]
+        fn fuzz_rls_answer_edges() {
+            let huge_len = [
+                0x12, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+            ];
+            assert!(decode_response(&huge_len, 1).is_none());
+            let long_varint = [0x08; 1]
+                .iter()
+                .chain([0xff; 20].iter())
+                .copied()
+                .collect::<Vec<_>>();
+            assert!(decode_response(&long_varint, 0).is_none());
+            // Seconds at i64::MAX: the reset saturates.
+            let duration = [0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f];
+            let mut status = vec![0x08, 2, 0x22, duration.len() as u8];
+            status.extend_from_slice(&duration);
+            let mut body = vec![0x08, 2, 0x12, status.len() as u8];
+            body.extend_from_slice(&status);
+            let (answer, _) = decode_response(&body, 1).unwrap();
+            assert_eq!(answer.limits[0].reset_ms, u64::MAX.div_ceil(MILLISECOND));
+        }
+    }
 }

@@ -890,3 +890,5 @@ fn a_limit_may_name_itself_for_the_rate_limit_headers() {
     ));
     assert_eq!(e.path, "rules[1].limits[1].name");
 }
+
+mod fuzz;

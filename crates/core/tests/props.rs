@@ -649,4 +649,30 @@ proptest! {
         refund_at(&l, &bytes, now, now, cost);
         refund(&l, &bytes, now.wrapping_sub(cost), 1);
     }
+
+    /// A valid state with bytes changed, cut or extended decodes or is
+    /// taken as no state, without a panic, whatever the time and cost.
+    /// More cases: `PROPTEST_CASES=100000 cargo test -p sluice-core fuzz_`.
+    #[test]
+    fn fuzz_mutated_states_never_panic(
+        l in any_limit(anyw),
+        t in any::<u64>(),
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>(), 0..3u8), 1..4),
+        now in any::<u64>(),
+        cost in any::<u64>(),
+    ) {
+        let Some(state) = decide(&l, None, t, 1).new_state else { return Ok(()) };
+        let mut bytes = state.into_vec();
+        for (at, byte, op) in edits {
+            let i = at.index(bytes.len() + 1);
+            match op {
+                0 if i < bytes.len() => bytes[i] = byte,
+                1 if i < bytes.len() => bytes.truncate(i),
+                _ => bytes.insert(i, byte),
+            }
+        }
+        decide(&l, Some(&bytes), now, cost);
+        decide_batch(&[Check { limit: &l, state: Some(&bytes), cost: 1 }], now, 3);
+        refund_at(&l, &bytes, t, now, cost);
+    }
 }

@@ -126,11 +126,11 @@ pub struct ErrorBody {
 /// fields in declaration order), without serde's machinery. It reads only
 /// that form, and whatever it reads serde reads alike; anything else
 /// (spaces, other field orders, unknown fields, escapes) is left to serde.
-mod compact {
+pub(crate) mod compact {
     use super::{CheckResponse, LimitResult};
 
     /// The answer in `body`, if `body` is in the compact form.
-    pub(super) fn parse(body: &[u8]) -> Option<CheckResponse> {
+    pub(crate) fn parse(body: &[u8]) -> Option<CheckResponse> {
         let mut r = Reader(body);
         r.eat(br#"{"allowed":"#)?;
         let allowed = r.boolean()?;

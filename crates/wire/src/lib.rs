@@ -22,6 +22,8 @@ mod request;
 mod validate;
 
 #[cfg(test)]
+mod fuzz;
+#[cfg(test)]
 mod test_rng;
 
 pub use answer::{CheckResponse, ErrorBody, LimitResult};
