@@ -154,6 +154,7 @@ impl World {
                 let headers = response::admitted_headers(
                     &self.plan,
                     admitted.report.as_ref(),
+                    &admitted.applied,
                     &admitted.shadow_denied,
                 );
                 headers.len()
