@@ -9,6 +9,7 @@
 //! More cases: `PROPTEST_CASES=100000 cargo test -p sluice-wire fuzz_`.
 
 use crate::answer::compact;
+use crate::json_mutation::mutate;
 use crate::{parse_check, CheckResponse, LimitResult};
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -57,75 +58,6 @@ fn hostile() -> Vec<Value> {
         json!([{}]),
         json!({}),
     ]
-}
-
-#[derive(Debug, Clone)]
-enum Seg {
-    Key(String),
-    At(usize),
-}
-
-fn paths(v: &Value, here: &mut Vec<Seg>, out: &mut Vec<Vec<Seg>>) {
-    out.push(here.clone());
-    match v {
-        Value::Object(map) => {
-            for (k, child) in map {
-                here.push(Seg::Key(k.clone()));
-                paths(child, here, out);
-                here.pop();
-            }
-        }
-        Value::Array(items) => {
-            for (i, child) in items.iter().enumerate() {
-                here.push(Seg::At(i));
-                paths(child, here, out);
-                here.pop();
-            }
-        }
-        _ => {}
-    }
-}
-
-fn at<'v>(v: &'v mut Value, path: &[Seg]) -> Option<&'v mut Value> {
-    path.iter().try_fold(v, |v, seg| match seg {
-        Seg::Key(k) => v.get_mut(k.as_str()),
-        Seg::At(i) => v.get_mut(*i),
-    })
-}
-
-/// At the value chosen by `node`, swaps in a hostile value, removes it, or
-/// repeats it (in an array).
-fn mutate(v: &mut Value, (node, op, pick): &(Index, u8, Index), hostile: &[Value]) {
-    let mut all = Vec::new();
-    paths(v, &mut Vec::new(), &mut all);
-    let path = node.get(&all).clone();
-    match op % 3 {
-        0 => {
-            if let Some(slot) = at(v, &path) {
-                *slot = pick.get(hostile).clone();
-            }
-        }
-        1 => match (
-            path.split_last(),
-            path.split_last().and_then(|(_, p)| at(v, p)),
-        ) {
-            (Some((Seg::Key(k), _)), Some(Value::Object(map))) => {
-                map.remove(k);
-            }
-            (Some((Seg::At(i), _)), Some(Value::Array(items))) => {
-                items.remove(*i);
-            }
-            _ => {}
-        },
-        _ => {
-            if let Some((Seg::At(i), parent)) = path.split_last() {
-                if let Some(Value::Array(items)) = at(v, parent) {
-                    let copy = items[*i].clone();
-                    items.insert(*i, copy);
-                }
-            }
-        }
-    }
 }
 
 fn byte_edit(body: &mut Vec<u8>, (at, op, byte): (Index, u8, u8)) {

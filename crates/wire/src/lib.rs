@@ -24,6 +24,8 @@ mod validate;
 #[cfg(test)]
 mod fuzz;
 #[cfg(test)]
+mod json_mutation;
+#[cfg(test)]
 mod test_rng;
 
 pub use answer::{CheckResponse, ErrorBody, LimitResult};

@@ -10,6 +10,10 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 use serde_json::{json, Value};
 
+#[path = "../../../crates/wire/src/json_mutation.rs"]
+mod json_mutation;
+use json_mutation::mutate;
+
 /// Valid configurations covering every section the parser knows.
 fn seeds() -> Vec<String> {
     vec![
@@ -72,81 +76,6 @@ fn hostile() -> Vec<Value> {
         json!([{}]),
         json!({}),
     ]
-}
-
-#[derive(Debug, Clone)]
-enum Seg {
-    Key(String),
-    At(usize),
-}
-
-/// The path of every value in `v`, the root included.
-fn paths(v: &Value, here: &mut Vec<Seg>, out: &mut Vec<Vec<Seg>>) {
-    out.push(here.clone());
-    match v {
-        Value::Object(map) => {
-            for (k, child) in map {
-                here.push(Seg::Key(k.clone()));
-                paths(child, here, out);
-                here.pop();
-            }
-        }
-        Value::Array(items) => {
-            for (i, child) in items.iter().enumerate() {
-                here.push(Seg::At(i));
-                paths(child, here, out);
-                here.pop();
-            }
-        }
-        _ => {}
-    }
-}
-
-fn at<'v>(v: &'v mut Value, path: &[Seg]) -> Option<&'v mut Value> {
-    path.iter().try_fold(v, |v, seg| match seg {
-        Seg::Key(k) => v.get_mut(k.as_str()),
-        Seg::At(i) => v.get_mut(*i),
-    })
-}
-
-/// One change to a configuration: at the value chosen by `node`, `op`
-/// swaps in a hostile value, removes it, or repeats it (in an array).
-type Mutation = (Index, u8, Index);
-
-fn mutate(v: &mut Value, (node, op, pick): &Mutation, hostile: &[Value]) {
-    let mut all = Vec::new();
-    paths(v, &mut Vec::new(), &mut all);
-    let path = node.get(&all).clone();
-    match op % 3 {
-        0 => {
-            if let Some(slot) = at(v, &path) {
-                *slot = pick.get(hostile).clone();
-            }
-        }
-        1 => {
-            let Some((last, parent)) = path.split_last() else {
-                return;
-            };
-            match (at(v, parent), last) {
-                (Some(Value::Object(map)), Seg::Key(k)) => {
-                    map.remove(k);
-                }
-                (Some(Value::Array(items)), Seg::At(i)) => {
-                    items.remove(*i);
-                }
-                _ => {}
-            }
-        }
-        _ => {
-            let Some((Seg::At(i), parent)) = path.split_last() else {
-                return;
-            };
-            if let Some(Value::Array(items)) = at(v, parent) {
-                let copy = items[*i].clone();
-                items.insert(*i, copy);
-            }
-        }
-    }
 }
 
 /// Parses `json` and checks the outcome's shape.
