@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .client import request
 from .paths import ENVOY_BIN, SLUICE_WASM
-from .processes import Process, free_port, wait_until
+from .processes import READY_TIMEOUT, Process, free_port, pinned, wait_until
 
 
 def wasm_filter(config: dict | str, wasm_path: Path = SLUICE_WASM, vm_id: str = "sluice",
@@ -123,6 +123,11 @@ class Envoy:
         self.hcm_extra = hcm_extra
         self.process: Process | None = None
         self.listener_version = 0
+        # hot restart (see `start_envoy(hot_restart=True)`): the command line
+        # without its epoch, the current epoch, and the epochs replaced
+        self.hot_restart_args: list[str] | None = None
+        self.epoch = 0
+        self.parents: list[Process] = []
 
     @property
     def lds_path(self) -> Path:
@@ -201,7 +206,45 @@ class Envoy:
     def log(self) -> str:
         return self.process.log() if self.process else ""
 
+    def server_info(self) -> dict:
+        """The admin /server_info document (state, epoch, uptime ...)."""
+        return json.loads(request(self.admin_port, "/server_info", timeout=2).body)
+
+    def hot_restart(self, wait_parent_exit: bool = False) -> Process:
+        """Starts the next epoch of this Envoy (Envoy's hot restart): it takes
+        the listening sockets and the admin port over from the running one,
+        which drains its connections for `--drain-time-s` and exits after
+        `--parent-shutdown-time-s`. Returns once the new epoch is live and its
+        listener accepts; with `wait_parent_exit`, also waits for the old
+        epoch to exit. Needs `start_envoy(hot_restart=True)`."""
+        if self.hot_restart_args is None or self.process is None:
+            raise RuntimeError("this Envoy was started without hot restart")
+        parent = self.process
+        self.epoch += 1
+        child = Process([*self.hot_restart_args, "--restart-epoch", str(self.epoch)],
+                        self.workdir / f"envoy-epoch{self.epoch}.log")
+        self.parents.append(parent)
+        self.process = child
+
+        def live():
+            self._alive()
+            info = self.server_info()
+            return (info.get("command_line_options", {}).get("restart_epoch") == self.epoch
+                    and info.get("state") == "LIVE")
+
+        wait_until(live, what=f"envoy epoch {self.epoch}")
+        self.wait_listener_ready()
+        if wait_parent_exit:
+            wait_until(lambda: not parent.alive(), timeout=READY_TIMEOUT + 60, what="old envoy epoch exiting")
+        return child
+
+    def pids(self) -> list[int]:
+        """Every live process of this Envoy (old epochs still draining first)."""
+        return [p.pid for p in [*self.parents, self.process] if p is not None and p.alive()]
+
     def stop(self):
+        for parent in self.parents:
+            parent.stop()
         return self.process.stop() if self.process else None
 
 
@@ -209,7 +252,8 @@ def start_envoy(workdir: Path, http_filters: list[dict], *, concurrency: int = 2
                 clusters: list[dict] | None = None, lds: bool = True, hcm_extra: dict | None = None,
                 envoy_bin: Path = ENVOY_BIN, cpus: str | None = None, log_level: str = "info",
                 component_log_level: str | None = "wasm:debug", drain_time_s: int | None = 1,
-                name: str = "envoy", bootstrap_extra: dict | None = None) -> Envoy:
+                name: str = "envoy", bootstrap_extra: dict | None = None, hot_restart: bool = False,
+                parent_shutdown_time_s: int = 3, extra_args: list[str] | None = None) -> Envoy:
     """Starts Envoy with `http_filters` on fresh loopback ports, in a new
     directory under `workdir`, and waits until its listener accepts connections.
 
@@ -217,7 +261,10 @@ def start_envoy(workdir: Path, http_filters: list[dict], *, concurrency: int = 2
     `Envoy.push_config`); otherwise it is static in the bootstrap. `cpus`: a
     taskset CPU list to run on. The log settings and `drain_time_s` (None:
     Envoy's own default) go to Envoy's command line. `bootstrap_extra`: more
-    top-level bootstrap fields (e.g. `stats_config`).
+    top-level bootstrap fields (e.g. `stats_config`). `hot_restart`: leave
+    Envoy's hot restart on, with a base id of its own, so `Envoy.hot_restart`
+    can replace it; an old epoch exits `parent_shutdown_time_s` after its
+    successor starts. `extra_args`: more of Envoy's command line.
     """
     rundir = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=workdir))
     env = Envoy(rundir, free_port(), free_port(), hcm_extra)
@@ -240,11 +287,20 @@ def start_envoy(workdir: Path, http_filters: list[dict], *, concurrency: int = 2
     (rundir / "bootstrap.json").write_text(json.dumps(bootstrap, indent=1))
 
     args = [str(envoy_bin), "-c", str(rundir / "bootstrap.json"), "--concurrency", str(concurrency),
-            "--disable-hot-restart", "--log-level", log_level]
+            "--log-level", log_level]
+    if not hot_restart:
+        args += ["--disable-hot-restart"]
     if drain_time_s is not None:
         args += ["--drain-time-s", str(drain_time_s)]
     if component_log_level:
         args += ["--component-log-level", component_log_level]
+    args += extra_args or []
+    if hot_restart:
+        # The base id names the shared memory and domain sockets epochs meet on:
+        # the admin port is free for this Envoy alone while it runs.
+        args += ["--base-id", str(env.admin_port), "--parent-shutdown-time-s", str(parent_shutdown_time_s)]
+        env.hot_restart_args = pinned(args, cpus)
+        args = [*args, "--restart-epoch", "0"]
     env.process = Process(args, rundir / "envoy.log", cpus=cpus)
 
     def admin_up():

@@ -65,6 +65,26 @@ class Process:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def send_signal(self, sig) -> None:
+        """Sends `sig` to the process group (SIGSTOP, SIGCONT, SIGKILL ...) and returns at once."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> int | None:
+        """`kill -9`: no chance to finish anything; waits for the exit."""
+        return self.stop(signal.SIGKILL)
+
+    def rss_kb(self) -> int | None:
+        """Resident memory in kB (VmRSS), or None once the process is gone."""
+        return rss_kb(self.proc.pid)
+
     def log(self) -> str:
         self._log.flush()
         return self.log_path.read_text(errors="replace")
@@ -82,6 +102,18 @@ class Process:
                 self.proc.wait(timeout=timeout)
         self._log.close()
         return self.proc.returncode
+
+
+def rss_kb(pid: int) -> int | None:
+    """Resident memory of `pid` in kB (VmRSS from /proc), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 # ---------------------------------------------------------------- Redis
@@ -171,6 +203,30 @@ class Redis:
     def stop(self):
         if self.process:
             self.process.stop()
+
+    def pause(self):
+        """SIGSTOP: the server holds its connections open and answers nothing until `resume`."""
+        if self.process:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self):
+        """SIGCONT after `pause`."""
+        if self.process:
+            self.process.send_signal(signal.SIGCONT)
+
+    def used_memory(self) -> int | None:
+        """INFO memory's `used_memory` in bytes, or None when the server does not answer."""
+        try:
+            # a short deadline: a paused server must not stall whoever samples it
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                s.sendall(b"*2\r\n$4\r\nINFO\r\n$6\r\nmemory\r\n")
+                reply = s.recv(65536).decode(errors="replace")
+        except OSError:
+            return None
+        for line in reply.split("\r\n"):
+            if line.startswith("used_memory:"):
+                return int(line.split(":", 1)[1])
+        return None
 
     @property
     def url(self) -> str:
@@ -292,3 +348,8 @@ class Limiter:
     def stop(self):
         if self.process:
             self.process.stop()
+
+    def kill(self):
+        """`kill -9` the limiter (restart it on the same port with `start`)."""
+        if self.process:
+            self.process.kill()

@@ -1,0 +1,348 @@
+"""Faults under load: the pieces `tests/test_faults.py` and `tests/soak/soak.py` share.
+
+- `Stack`: Redis (optional), sluice-limiters and 2 Envoys sharing global
+  limits, every process on loopback, Envoys hot-restartable.
+- `Load`: `sluice-load` run in the background while faults happen, its JSON
+  report read at the end.
+- `FailureWatch`: polls the Envoys' limiter-failure counters, so recovery
+  after a fault is measured even where `failure_mode: allow` hides it from
+  the statuses.
+- `accounting_burst`: a fresh key with a known allowance, hammered through
+  both Envoys: the admitted count must not pass the allowance.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from support import (Envoy, Limiter, Redis, limiter_cluster, request, sluice_config, start_envoy, wait_until,
+                     wasm_filter)
+from support.paths import ROOT
+
+LOAD_BIN = Path(os.environ.get("SLUICE_LOAD", ROOT / "target" / "release" / "sluice-load"))
+
+# The filter's wait for the limiter, and what a request may take beyond it.
+LIMITER_TIMEOUT_S = 0.25
+MARGIN_S = 1.0
+# The accounting limit: a fresh key admits exactly this many, then ~1 per 15 min.
+ACCOUNT_ALLOWANCE = 40
+
+
+# ---------------------------------------------------------------- configuration
+
+def rules(traffic_requests: int = 1_000_000, extra_rule: bool = False, flood: bool = False) -> list[dict]:
+    """The rules under load.
+
+    - `traffic` (requests with `x-user`): a global gcra per user, far above
+      what the load sends, so a request decided by the limiter is admitted
+      and one decided by `failure_mode: deny` is not.
+    - `acct` (requests with `x-acct`): the accounting limit, one key per
+      check, `ACCOUNT_ALLOWANCE` per 10 h (a refill every 15 min: none
+      during a burst).
+    - `flood` (requests with `x-flood`, one client per `x-forwarded-for`
+      address): a local and a global per-client limit, so a key flood fills
+      the Envoy's shared data and the store.
+    - `extra` (config pushes add and remove it): a local per-user limit.
+    """
+    out = [
+        {"name": "traffic", "match": {"headers": [{"name": "x-user", "present": True}]},
+         "key": ["header:x-user"],
+         "limits": [{"algorithm": "gcra", "requests": traffic_requests, "window": "1h", "scope": "global"}]},
+        {"name": "acct", "match": {"headers": [{"name": "x-acct", "present": True}]},
+         "key": ["header:x-acct"],
+         "limits": [{"algorithm": "gcra", "requests": ACCOUNT_ALLOWANCE, "window": "10h", "scope": "global"}]},
+    ]
+    if flood:
+        out.append({"name": "flood", "match": {"headers": [{"name": "x-flood", "present": True}]},
+                    "key": ["client_ip"],
+                    "limits": [{"algorithm": "fixed_window", "requests": 5, "window": "10s"},
+                               {"algorithm": "fixed_window", "requests": 5, "window": "10s", "scope": "global"}]})
+    if extra_rule:
+        out.append({"name": "extra", "match": {"headers": [{"name": "x-user", "present": True}]},
+                    "key": ["header:x-user"],
+                    "limits": [{"algorithm": "token_bucket", "requests": 1_000_000, "window": "1h"}]})
+    return out
+
+
+def filter_config(failure_mode: str = "allow", timeout_s: float = LIMITER_TIMEOUT_S, local_max_keys: int = 10_000,
+                  **rule_args) -> dict:
+    """The Sluice configuration both Envoys run (`rules(**rule_args)`)."""
+    return sluice_config(
+        rules(**rule_args), domain="faults", headers=None,
+        limiter={"cluster": "sluice_limiter", "authority": "sluice-limiter",
+                 "timeout": f"{int(timeout_s * 1000)}ms", "failure_mode": failure_mode},
+        # the flood sends its clients in x-forwarded-for, written by one trusted proxy
+        client_ip={"xff_trusted_hops": 1},
+        local_max_keys=local_max_keys)
+
+
+def checked_limiter_cluster(ports: list[int]) -> dict:
+    """The limiter cluster with what lets one limiter stand in for another:
+    active health checks and outlier detection take a dead limiter out of the
+    rotation within a fraction of a second."""
+    cluster = limiter_cluster("sluice_limiter", ports)
+    cluster["health_checks"] = [{
+        "timeout": "0.2s", "interval": "0.25s", "no_traffic_interval": "0.25s",
+        "unhealthy_threshold": 1, "healthy_threshold": 1,
+        "http_health_check": {"path": "/livez", "codec_client_type": "HTTP2"},
+    }]
+    # Eject a limiter that refuses connections, not one that answers 503: a
+    # store outage is every limiter's, and ejecting them all would outlast it.
+    cluster["outlier_detection"] = {
+        "split_external_local_origin_errors": True, "consecutive_local_origin_failure": 1,
+        "enforcing_consecutive_local_origin_failure": 100, "enforcing_consecutive_5xx": 0,
+        "enforcing_consecutive_gateway_failure": 0, "enforcing_success_rate": 0,
+        "interval": "0.25s", "base_ejection_time": "1s", "max_ejection_time": "2s", "max_ejection_percent": 50,
+    }
+    return cluster
+
+
+# ---------------------------------------------------------------- the stack
+
+class Stack:
+    """Redis (with `redis=True`), `limiters` sluice-limiters (on Redis when
+    there is one, else the memory store) and 2 hot-restartable Envoys."""
+
+    def __init__(self, workdir: Path, limiters: int = 1, redis: bool = False, failure_mode: str = "allow",
+                 envoys: int = 2, limiter_args: list[str] | None = None, envoy_args: list[str] | None = None,
+                 **config_args):
+        self.workdir = workdir
+        self.redis: Redis | None = None
+        self.limiters: list[Limiter] = []
+        self.envoys: list[Envoy] = []
+        self.failure_mode = failure_mode
+        self.config_args = config_args
+        if envoy_args is None:
+            # An LDS push drains the old listener's connections; the default
+            # gradual drain closes some keep-alive connections while a request
+            # is on its way (a reset per push or so). Immediate: every
+            # connection is told `connection: close` on its next response.
+            envoy_args = ["--drain-strategy", "immediate"]
+        try:
+            if redis:
+                self.redis = Redis(workdir)
+            store = self.redis.url if self.redis else "memory"
+            for _ in range(limiters):
+                self.limiters.append(Limiter(workdir, store=store, extra_args=limiter_args or []))
+            cluster = checked_limiter_cluster([lim.port for lim in self.limiters])
+            cfg = self.config()
+            for i in range(envoys):
+                self.envoys.append(start_envoy(workdir, [wasm_filter(cfg)], clusters=[cluster], hot_restart=True,
+                                               component_log_level=None, log_level="warning", name=f"envoy{i}",
+                                               extra_args=envoy_args))
+        except BaseException:
+            self.stop()
+            raise
+
+    def config(self, **overrides) -> dict:
+        return filter_config(self.failure_mode, **{**self.config_args, **overrides})
+
+    def urls(self, path: str = "/") -> list[str]:
+        return [f"http://127.0.0.1:{e.port}{path}" for e in self.envoys]
+
+    def push(self, **overrides) -> None:
+        """A new filter configuration on every Envoy; fails if one refuses it."""
+        cfg = self.config(**overrides)
+        for e in self.envoys:
+            assert e.push_config(cfg), f"envoy refused {cfg}"
+
+    def failures(self) -> int:
+        """Limiter failures the Envoys counted (allowed or denied by `failure_mode`)."""
+        total = 0
+        for e in self.envoys:
+            body = request(e.admin_port, "/stats?filter=sluice%5C.(failure_mode_allowed%7Climiter_errors)%24",
+                           timeout=2).body.decode()
+            for line in body.splitlines():
+                total += int(line.rpartition(": ")[2])
+        return total
+
+    def processes(self) -> dict[str, list[int]]:
+        """Name -> live pids (an Envoy's draining old epoch too)."""
+        out = {f"envoy{i}": e.pids() for i, e in enumerate(self.envoys)}
+        for i, lim in enumerate(self.limiters):
+            out[f"limiter{i}"] = [lim.process.pid] if lim.process and lim.process.alive() else []
+        if self.redis and self.redis.process and self.redis.process.alive():
+            out["redis"] = [self.redis.process.pid]
+        return out
+
+    def stop(self):
+        for e in self.envoys:
+            e.stop()
+        for lim in self.limiters:
+            lim.stop()
+        if self.redis:
+            self.redis.resume()  # a paused server would not take SIGTERM
+            self.redis.stop()
+
+
+# ---------------------------------------------------------------- load
+
+@dataclass
+class LoadReport:
+    """`sluice-load`'s report, with when it started (time.monotonic())."""
+    started: float
+    data: dict
+    args: list[str] = field(default_factory=list)
+
+    @property
+    def sent(self) -> int:
+        return self.data["sent"]
+
+    @property
+    def answered(self) -> int:
+        return self.data["answered"]
+
+    @property
+    def timeouts(self) -> int:
+        return self.data["timeouts"]
+
+    @property
+    def status(self) -> dict[str, int]:
+        return self.data["status"]
+
+    @property
+    def max_latency_s(self) -> float:
+        return self.data["latency_us"]["max"] / 1e6
+
+    @property
+    def timeline(self) -> list[dict]:
+        return self.data["timeline"]
+
+    def errors(self) -> int:
+        return sum(self.data["errors"].values())
+
+    def summary(self) -> str:
+        lat = self.data["latency_us"]
+        return (f"sent {self.sent} answered {self.answered} status {self.status} timeouts {self.timeouts} "
+                f"errors {self.data['errors']} rate {self.data['rate']:.0f}/s latency p50 {lat['p50']}us "
+                f"p99 {lat['p99']}us max {lat['max']}us")
+
+
+class Load:
+    """One `sluice-load` run in the background; `wait()` gives its report."""
+
+    def __init__(self, urls: list[str], *, duration: float | None = None, requests: int | None = None,
+                 rate: float | None = None, connections: int = 8, timeout: float = LIMITER_TIMEOUT_S + MARGIN_S,
+                 headers: list[str] | None = None, distinct: int | None = None, first: int | None = None,
+                 interval: float | None = None):
+        if not LOAD_BIN.exists():
+            raise FileNotFoundError(f"{LOAD_BIN} is missing: cargo build --release -p sluice-load")
+        args = [str(LOAD_BIN)]
+        for u in urls:
+            args += ["--url", u]
+        args += ["--connections", str(connections), "--timeout", str(timeout)]
+        for flag, value in (("--duration", duration), ("--requests", requests), ("--rate", rate),
+                            ("--distinct", distinct), ("--first", first), ("--interval", interval)):
+            if value is not None:
+                args += [flag, str(value)]
+        for h in headers or []:
+            args += ["--header", h]
+        self.args = args
+        self._out = tempfile.TemporaryFile()
+        self._err = tempfile.TemporaryFile()
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(args, stdout=self._out, stderr=self._err)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def wait(self, timeout: float | None = None) -> LoadReport:
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+        self._out.seek(0)
+        self._err.seek(0)
+        out = self._out.read().decode(errors="replace")
+        err = self._err.read().decode(errors="replace")
+        if self.proc.returncode != 0:
+            raise RuntimeError(f"sluice-load exited {self.proc.returncode}: {err[-2000:]}")
+        try:
+            data = json.loads(out)
+        except ValueError as e:
+            raise RuntimeError(f"sluice-load printed no report: {out[-2000:]} {err[-2000:]}") from e
+        return LoadReport(self.started, data, self.args)
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# ---------------------------------------------------------------- measuring
+
+class FailureWatch:
+    """Samples `Stack.failures()` every `interval` s on a thread, as
+    (time.monotonic(), count), to date the last limiter failure."""
+
+    def __init__(self, stack: Stack, interval: float = 0.1):
+        self.stack = stack
+        self.interval = interval
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                self.samples.append((time.monotonic(), self.stack.failures()))
+            except (OSError, ValueError):
+                pass  # an Envoy between epochs: the next sample will do
+            self._stop.wait(self.interval)
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
+
+    def count(self) -> int:
+        return self.samples[-1][1] - self.samples[0][1] if self.samples else 0
+
+    def last_failure(self) -> float | None:
+        """When the count last rose (the sample that saw it), or None if it never did."""
+        last = None
+        for (_, before), (t, after) in zip(self.samples, self.samples[1:]):
+            if after > before:
+                last = t
+        return last
+
+    def recovery_s(self, fault_end: float) -> float:
+        """Seconds from `fault_end` until the last failure was seen (0 if none came after it)."""
+        last = self.last_failure()
+        return max(0.0, last - fault_end) if last is not None else 0.0
+
+
+def last_non_200_s(report: LoadReport) -> float | None:
+    """Start of the last timeline bucket (s since the load began) that had any
+    answer other than 200, a timeout or an error; None if there is none."""
+    last = None
+    for bucket in report.timeline:
+        bad = sum(n for s, n in bucket["status"].items() if s != "200") + bucket["timeouts"] + bucket["errors"]
+        if bad:
+            last = bucket["t"]
+    return last
+
+
+def accounting_burst(stack: Stack, key: str, requests: int = 3 * ACCOUNT_ALLOWANCE) -> LoadReport:
+    """`requests` on one fresh accounting key through both Envoys at once."""
+    return Load(stack.urls(), requests=requests, connections=8, headers=[f"x-acct: {key}"]).wait(timeout=60)
+
+
+def wait_decided_by_limiter(stack: Stack, timeout: float = 30.0) -> None:
+    """Until a request through each Envoy is decided by the limiter (its failure count stays put)."""
+    def decided():
+        before = stack.failures()
+        for e in stack.envoys:
+            Load([f"http://127.0.0.1:{e.port}/"], requests=5, connections=1,
+                 headers=["x-user: probe"]).wait(timeout=10)
+        return stack.failures() == before
+    wait_until(decided, timeout=timeout, what="requests decided by the limiter again", interval=0.2)

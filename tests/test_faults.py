@@ -1,0 +1,221 @@
+"""Faults under load: 2 Envoys sharing global limits through sluice-limiter,
+`sluice-load` sending through both while a limiter is killed, Redis stops or
+hangs, the configuration changes every second, or an Envoy hot-restarts.
+
+Each scenario asserts: every request answered (none hanging past the
+limiter timeout + a margin, none lost), statuses as `failure_mode` says,
+recovery without restarting anything (measured from the Envoys' failure
+counters), and no over-admission once the store is back (a fresh
+accounting key admits exactly its allowance through both Envoys).
+The figures each scenario measured are printed (`pytest -s`).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from soak.harness import (ACCOUNT_ALLOWANCE, LIMITER_TIMEOUT_S, LOAD_BIN, MARGIN_S, FailureWatch, Load, Stack,
+                          accounting_burst, last_non_200_s, wait_decided_by_limiter)
+
+pytestmark = pytest.mark.skipif(not LOAD_BIN.exists(), reason=f"{LOAD_BIN} not built")
+
+RATE = 400  # requests/s through both Envoys: what 2 shared cores carry beside the processes under test
+RECOVERY_BOUND_S = 10.0
+
+
+@pytest.fixture
+def stack(tmp_path):
+    started = []
+
+    def start(**kwargs):
+        s = Stack(tmp_path, **kwargs)
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.stop()
+
+
+class Run:
+    """A load with a fault in the middle: what happened, and when (time.monotonic())."""
+
+    def __init__(self, report, watch, fault_start, fault_end):
+        self.report = report
+        self.watch = watch
+        self.fault_start = fault_start
+        self.fault_end = fault_end
+
+    @property
+    def recovery_s(self) -> float:
+        return self.watch.recovery_s(self.fault_end)
+
+    def rel(self, t: float) -> float:
+        """`t` in seconds since the load began."""
+        return t - self.report.started
+
+    def figures(self, name: str) -> str:
+        line = (f"[faults] {name}: {self.report.summary()}; limiter failures {self.watch.count()}; "
+                f"fault {self.rel(self.fault_start):.1f}-{self.rel(self.fault_end):.1f}s; "
+                f"recovery {self.recovery_s:.2f}s after the fault ended")
+        print(line)
+        return line
+
+
+def under_fault(stack: Stack, inject, heal, *, before: float = 3.0, fault: float = 3.0, after: float = 7.0,
+                duration: float | None = None, headers: list[str] | None = None) -> Run:
+    """Load through both Envoys for `duration` s (default: `before + fault + after`);
+    `inject()` after `before` s, `heal()` `fault` s after it began (or once it returns)."""
+    duration = duration or before + fault + after
+    watch = FailureWatch(stack)
+    load = Load(stack.urls(), duration=duration, rate=RATE, connections=8,
+                headers=headers or ["x-user: u{n}"], distinct=1000)
+    try:
+        time.sleep(max(0.0, before - load.elapsed()))
+        fault_start = time.monotonic()
+        inject()
+        time.sleep(max(0.0, fault_start + fault - time.monotonic()))
+        fault_end = time.monotonic()
+        heal()
+        report = load.wait(timeout=duration + 60)
+    finally:
+        load.kill()
+        watch.stop()
+    return Run(report, watch, fault_start, fault_end)
+
+
+def assert_answered_in_time(run: Run, allowed_statuses: set[str]):
+    r = run.report
+    assert r.sent == r.answered, run.figures("lost")
+    assert r.timeouts == 0, run.figures("timeouts")
+    assert r.errors() == 0, run.figures("errors")
+    assert r.answered > RATE * 5, run.figures("too little load")
+    assert set(r.status) <= allowed_statuses, run.figures("statuses")
+    assert r.max_latency_s <= LIMITER_TIMEOUT_S + MARGIN_S, run.figures("latency")
+
+
+def assert_recovered(run: Run, stack: Stack):
+    assert run.recovery_s <= RECOVERY_BOUND_S, run.figures("recovery")
+    wait_decided_by_limiter(stack)
+
+
+def assert_no_over_admission(stack: Stack, key: str):
+    """A fresh key admits exactly its allowance across both Envoys, once the store is back."""
+    burst = accounting_burst(stack, key)
+    assert burst.sent == burst.answered == 3 * ACCOUNT_ALLOWANCE, burst.summary()
+    assert burst.status == {"200": ACCOUNT_ALLOWANCE, "429": 2 * ACCOUNT_ALLOWANCE}, burst.summary()
+
+
+# ---------------------------------------------------------------- a limiter dies
+
+@pytest.mark.parametrize("failure_mode", ["allow", "deny"])
+def test_limiter_killed_and_restarted_failure_mode_answers(stack, failure_mode):
+    s = stack(limiters=1, failure_mode=failure_mode)
+    limiter = s.limiters[0]
+    run = under_fault(s, limiter.kill, limiter.start)
+    run.figures(f"kill -9 the only limiter ({failure_mode})")
+    assert_answered_in_time(run, {"200"} if failure_mode == "allow" else {"200", "429"})
+    assert run.watch.count() > 0, "the fault did not reach the filter"
+    if failure_mode == "deny":
+        assert run.report.status.get("429", 0) > 0
+        # a denial only while the limiter was away
+        assert last_non_200_s(run.report) <= run.rel(run.fault_end) + RECOVERY_BOUND_S
+    assert_recovered(run, s)
+    assert_no_over_admission(s, f"after-kill-{failure_mode}")
+
+
+def test_limiter_killed_the_other_limiter_serves(stack):
+    s = stack(limiters=2, redis=True, failure_mode="deny")
+    victim = s.limiters[0]
+    run = under_fault(s, victim.kill, victim.start, fault=5.0)
+    run.figures("kill -9 one of two limiters (deny)")
+    assert_answered_in_time(run, {"200", "429"})
+    # Health checks and outlier detection take the dead limiter out within a
+    # fraction of a second: from then on the other one decides everything.
+    start, end = run.rel(run.fault_start), run.rel(run.fault_end)
+    for bucket in run.report.timeline:
+        if start + 1.5 <= bucket["t"] and bucket["t"] + 1 <= end:
+            assert set(bucket["status"]) == {"200"} and bucket["timeouts"] == bucket["errors"] == 0, bucket
+    assert_recovered(run, s)
+    assert_no_over_admission(s, "after-kill-one-of-two")
+
+
+# ---------------------------------------------------------------- Redis stops or hangs
+
+def test_redis_stopped_and_restarted(stack):
+    s = stack(limiters=2, redis=True, failure_mode="allow")
+    run = under_fault(s, s.redis.stop, s.redis.start)
+    run.figures("Redis stopped, started again (allow)")
+    assert_answered_in_time(run, {"200"})
+    assert run.watch.count() > 0, "the fault did not reach the filter"
+    assert_recovered(run, s)
+    assert_no_over_admission(s, "after-redis-restart")
+
+
+def test_redis_paused_then_resumed(stack):
+    s = stack(limiters=2, redis=True, failure_mode="deny")
+    # half the allowance of one key spent before Redis hangs: after, only the other half
+    before = accounting_burst(s, "across-pause", requests=ACCOUNT_ALLOWANCE // 2)
+    assert before.status == {"200": ACCOUNT_ALLOWANCE // 2}, before.summary()
+    run = under_fault(s, s.redis.pause, s.redis.resume)
+    run.figures("Redis SIGSTOP, SIGCONT (deny)")
+    assert_answered_in_time(run, {"200", "429"})
+    assert run.report.status.get("429", 0) > 0, "the fault did not reach the filter"
+    assert_recovered(run, s)
+    after = accounting_burst(s, "across-pause")
+    assert after.status == {"200": ACCOUNT_ALLOWANCE - ACCOUNT_ALLOWANCE // 2,
+                            "429": 3 * ACCOUNT_ALLOWANCE - (ACCOUNT_ALLOWANCE - ACCOUNT_ALLOWANCE // 2)}, \
+        after.summary()
+    assert_no_over_admission(s, "after-redis-pause")
+
+
+# ---------------------------------------------------------------- configuration and Envoy restarts
+
+def test_configuration_pushed_every_second(stack):
+    # (Stack runs Envoy with `--drain-strategy immediate`: with the gradual
+    # default, each push resets a few keep-alive connections mid-request.)
+    s = stack(limiters=1, failure_mode="deny")
+    pushes = []
+    # the accounting key is spent while the configuration changes under it
+    acct = Load(s.urls(), duration=30, rate=8, connections=2, headers=["x-acct: during-pushes"])
+
+    def push_every_second():
+        started = time.monotonic()
+        for i in range(30):
+            # alternately a changed quota and an added rule (the accounting limit never changes)
+            s.push(traffic_requests=1_000_000 - (i % 2), extra_rule=(i % 4 >= 2))
+            pushes.append(time.monotonic())
+            time.sleep(max(0.0, started + i + 1 - time.monotonic()))
+
+    run = under_fault(s, push_every_second, lambda: None, before=1.0, fault=0.0, duration=33.0)
+    acct_report = acct.wait(timeout=60)
+    run.figures(f"{len(pushes)} configuration pushes in {pushes[-1] - pushes[0]:.1f}s (deny)")
+    print(f"[faults] accounting key during the pushes: {acct_report.summary()}")
+    assert len(pushes) == 30
+    assert_answered_in_time(run, {"200"})
+    assert run.watch.count() == 0
+    assert acct_report.sent == acct_report.answered and acct_report.timeouts == 0
+    assert acct_report.status.get("200") == ACCOUNT_ALLOWANCE, acct_report.summary()
+    assert_no_over_admission(s, "after-pushes")
+
+
+def test_envoy_hot_restart_under_load(stack):
+    s = stack(limiters=1, failure_mode="deny")
+    restarted = s.envoys[0]
+    old = restarted.process
+    run = under_fault(s, restarted.hot_restart, lambda: None, fault=0.0, after=8.0)
+    run.figures("hot restart of one Envoy (deny)")
+    assert_answered_in_time(run, {"200"})
+    assert restarted.epoch == 1 and restarted.server_info()["state"] == "LIVE"
+    # the old epoch drained and exited by itself
+    wait_until_exited(old)
+    assert_no_over_admission(s, "after-hot-restart")
+
+
+def wait_until_exited(process, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while process.alive():
+        assert time.monotonic() < deadline, "the old Envoy epoch did not exit"
+        time.sleep(0.1)
