@@ -25,7 +25,7 @@ ADMIN_PORT ?= 9901
 LIMITER_PORT ?= 8081
 
 .PHONY: help run test test-rust test-e2e wasm limiter lint fmt bench clean \
-        setup venv wasm-target redis wrk validate cli oci schema
+        setup venv wasm-target redis wrk validate cli oci schema soak
 
 help:
 	@echo "make run    start Envoy with the Sluice filter and an in-memory limiter"
@@ -37,6 +37,7 @@ help:
 	@echo "make oci    the filter as an OCI image (build/oci, build/sluice-oci.tar), no Docker needed"
 	@echo "make cli    the sluice command (target/release/sluice): check-config FILE, schema"
 	@echo "make schema regenerate schema/sluice.schema.json from the configuration types"
+	@echo "make soak   traffic, key floods and faults for SOAK_SECONDS (default 600); writes tests/soak/RESULTS.md"
 	@echo "make clean  remove build outputs and the local virtualenv"
 
 # ------------------------------------------------------------------ set-up
@@ -125,6 +126,13 @@ $(VENV)/.bench-installed: bench/requirements.txt $(VENV)/.installed-$(ENVOY_VERS
 # Sluice against Envoy's own rate limiting, side by side; writes bench/RESULTS.md and charts.
 bench: setup redis wrk $(VENV)/.bench-installed wasm limiter
 	$(PY) bench/run.py $(BENCH_ARGS)
+
+# Traffic, key floods and faults (limiter kill -9, Redis stop and SIGSTOP,
+# config pushes, Envoy hot restart) through 2 Envoys; stops by itself.
+SOAK_SECONDS ?= 600
+soak: setup redis wasm limiter
+	$(CARGO) build --release -p sluice-load
+	SOAK_SECONDS=$(SOAK_SECONDS) $(PY) tests/soak/soak.py
 
 clean:
 	$(CARGO) clean

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import subprocess
@@ -296,7 +297,7 @@ class FailureWatch:
         while not self._stop.is_set():
             try:
                 self.samples.append((time.monotonic(), self.stack.failures()))
-            except (OSError, ValueError):
+            except (OSError, ValueError, http.client.HTTPException):
                 pass  # an Envoy between epochs: the next sample will do
             self._stop.wait(self.interval)
 
@@ -305,7 +306,8 @@ class FailureWatch:
         self._thread.join()
 
     def count(self) -> int:
-        return self.samples[-1][1] - self.samples[0][1] if self.samples else 0
+        """Failures seen: the sum of the rises (a hot-restarted Envoy may start its counters afresh)."""
+        return rises(self.samples)
 
     def last_failure(self) -> float | None:
         """When the count last rose (the sample that saw it), or None if it never did."""
@@ -319,6 +321,11 @@ class FailureWatch:
         """Seconds from `fault_end` until the last failure was seen (0 if none came after it)."""
         last = self.last_failure()
         return max(0.0, last - fault_end) if last is not None else 0.0
+
+
+def rises(samples: list[tuple[float, int]]) -> int:
+    """The sum of the increases between consecutive samples."""
+    return sum(max(0, b - a) for (_, a), (_, b) in zip(samples, samples[1:]))
 
 
 def last_non_200_s(report: LoadReport) -> float | None:
