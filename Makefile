@@ -13,6 +13,7 @@ BUILD := build
 WASM := $(BUILD)/sluice.wasm
 NOOP_WASM := $(BUILD)/noop.wasm
 LIMITER := target/release/sluice-limiter
+LOAD := target/release/sluice-load
 CLI := target/release/sluice
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 OCI_DIR := $(BUILD)/oci
@@ -25,7 +26,7 @@ ADMIN_PORT ?= 9901
 LIMITER_PORT ?= 8081
 
 .PHONY: help run test test-rust test-e2e wasm limiter lint fmt bench clean \
-        setup venv wasm-target redis wrk validate cli oci schema soak
+        setup venv wasm-target redis wrk validate cli oci schema load soak
 
 help:
 	@echo "make run    start Envoy with the Sluice filter and an in-memory limiter"
@@ -78,6 +79,10 @@ limiter:
 cli:
 	$(CARGO) build --release -p sluice-cli
 
+# The load generator of the flood, fault and soak checks (crates/load).
+load:
+	$(CARGO) build --release -p sluice-load
+
 # The filter as an OCI image (Wasm "compat" layout), written without Docker.
 oci: wasm
 	python3 scripts/oci.py $(WASM) $(OCI_DIR) --tag $(VERSION) --tarball $(OCI_TAR)
@@ -93,12 +98,12 @@ run: setup wasm limiter
 
 # ------------------------------------------------------------------ tests
 
-test: setup redis wasm limiter cli test-rust test-e2e
+test: setup redis wasm limiter cli load test-rust test-e2e
 
 test-rust:
 	$(CARGO) test --workspace
 
-test-e2e: setup wasm limiter cli
+test-e2e: setup wasm limiter cli load
 	$(PY) -m pytest
 
 validate: setup wasm
@@ -130,8 +135,7 @@ bench: setup redis wrk $(VENV)/.bench-installed wasm limiter
 # Traffic, key floods and faults (limiter kill -9, Redis stop and SIGSTOP,
 # config pushes, Envoy hot restart) through 2 Envoys; stops by itself.
 SOAK_SECONDS ?= 600
-soak: setup redis wasm limiter
-	$(CARGO) build --release -p sluice-load
+soak: setup redis wasm limiter load
 	SOAK_SECONDS=$(SOAK_SECONDS) $(PY) tests/soak/soak.py
 
 clean:
