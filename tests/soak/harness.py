@@ -14,20 +14,15 @@
 from __future__ import annotations
 
 import http.client
-import json
-import os
-import subprocess
-import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from support import (Envoy, Limiter, Redis, limiter_cluster, request, sluice_config, start_envoy, wait_until,
                      wasm_filter)
-from support.paths import ROOT
+from support.load import LoadReport, start_load
+from support.paths import LOAD_BIN
 
-LOAD_BIN = Path(os.environ.get("SLUICE_LOAD", ROOT / "target" / "release" / "sluice-load"))
 
 # The filter's wait for the limiter, and what a request may take beyond it.
 LIMITER_TIMEOUT_S = 0.25
@@ -185,98 +180,37 @@ class Stack:
 
 # ---------------------------------------------------------------- load
 
-@dataclass
-class LoadReport:
-    """`sluice-load`'s report, with when it started (time.monotonic())."""
-    started: float
-    data: dict
-    args: list[str] = field(default_factory=list)
+def summary(report: LoadReport) -> str:
+    """One line of a load's figures."""
+    lat = report.latency_us
+    return (f"sent {report.sent} answered {report.answered} status {report.status} timeouts {report.timeouts} "
+            f"errors connect {report.connect_errors} io {report.io_errors} rate {report.rate:.0f}/s "
+            f"latency p50 {lat['p50']}us p99 {lat['p99']}us max {lat['max']}us")
 
-    @property
-    def sent(self) -> int:
-        return self.data["sent"]
 
-    @property
-    def answered(self) -> int:
-        return self.data["answered"]
-
-    @property
-    def timeouts(self) -> int:
-        return self.data["timeouts"]
-
-    @property
-    def status(self) -> dict[str, int]:
-        return self.data["status"]
-
-    @property
-    def max_latency_s(self) -> float:
-        return self.data["latency_us"]["max"] / 1e6
-
-    @property
-    def timeline(self) -> list[dict]:
-        return self.data["timeline"]
-
-    def errors(self) -> int:
-        return sum(self.data["errors"].values())
-
-    def summary(self) -> str:
-        lat = self.data["latency_us"]
-        return (f"sent {self.sent} answered {self.answered} status {self.status} timeouts {self.timeouts} "
-                f"errors {self.data['errors']} rate {self.data['rate']:.0f}/s latency p50 {lat['p50']}us "
-                f"p99 {lat['p99']}us max {lat['max']}us")
+def errors(report: LoadReport) -> int:
+    return report.connect_errors + report.io_errors
 
 
 class Load:
-    """One `sluice-load` run in the background; `wait()` gives its report."""
+    """`sluice-load` in the background (`support.load.start_load`), with when
+    it began (time.monotonic(), the origin of its timeline); `wait()` gives its
+    report. The per-request deadline defaults to the limiter timeout + the margin."""
 
-    def __init__(self, urls: list[str], *, duration: float | None = None, requests: int | None = None,
-                 rate: float | None = None, connections: int = 8, timeout: float = LIMITER_TIMEOUT_S + MARGIN_S,
-                 headers: list[str] | None = None, distinct: int | None = None, first: int | None = None,
-                 interval: float | None = None):
+    def __init__(self, urls: list[str], timeout: float = LIMITER_TIMEOUT_S + MARGIN_S, **kwargs):
         if not LOAD_BIN.exists():
-            raise FileNotFoundError(f"{LOAD_BIN} is missing: cargo build --release -p sluice-load")
-        args = [str(LOAD_BIN)]
-        for u in urls:
-            args += ["--url", u]
-        args += ["--connections", str(connections), "--timeout", str(timeout)]
-        for flag, value in (("--duration", duration), ("--requests", requests), ("--rate", rate),
-                            ("--distinct", distinct), ("--first", first), ("--interval", interval)):
-            if value is not None:
-                args += [flag, str(value)]
-        for h in headers or []:
-            args += ["--header", h]
-        self.args = args
-        self._out = tempfile.TemporaryFile()
-        self._err = tempfile.TemporaryFile()
+            raise FileNotFoundError(f"{LOAD_BIN} is missing: make load")
         self.started = time.monotonic()
-        self.proc = subprocess.Popen(args, stdout=self._out, stderr=self._err)
+        self.running = start_load(urls, timeout=timeout, **kwargs)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
     def wait(self, timeout: float | None = None) -> LoadReport:
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise
-        self._out.seek(0)
-        self._err.seek(0)
-        out = self._out.read().decode(errors="replace")
-        err = self._err.read().decode(errors="replace")
-        if self.proc.returncode != 0:
-            raise RuntimeError(f"sluice-load exited {self.proc.returncode}: {err[-2000:]}")
-        try:
-            data = json.loads(out)
-        except ValueError as e:
-            raise RuntimeError(f"sluice-load printed no report: {out[-2000:]} {err[-2000:]}") from e
-        return LoadReport(self.started, data, self.args)
+        return self.running.wait(timeout=timeout)
 
     def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        self.running.stop()
 
 
 # ---------------------------------------------------------------- measuring
@@ -333,7 +267,7 @@ def last_non_200_s(report: LoadReport) -> float | None:
     answer other than 200, a timeout or an error; None if there is none."""
     last = None
     for bucket in report.timeline:
-        bad = sum(n for s, n in bucket["status"].items() if s != "200") + bucket["timeouts"] + bucket["errors"]
+        bad = sum(n for s, n in bucket["status"].items() if s != 200) + bucket["timeouts"] + bucket["errors"]
         if bad:
             last = bucket["t"]
     return last
@@ -341,7 +275,7 @@ def last_non_200_s(report: LoadReport) -> float | None:
 
 def accounting_burst(stack: Stack, key: str, requests: int = 3 * ACCOUNT_ALLOWANCE) -> LoadReport:
     """`requests` on one fresh accounting key through both Envoys at once."""
-    return Load(stack.urls(), requests=requests, connections=8, headers=[f"x-acct: {key}"]).wait(timeout=60)
+    return Load(stack.urls(), requests=requests, connections=8, headers={"x-acct": key}).wait(timeout=60)
 
 
 def wait_decided_by_limiter(stack: Stack, timeout: float = 30.0) -> None:
@@ -350,6 +284,6 @@ def wait_decided_by_limiter(stack: Stack, timeout: float = 30.0) -> None:
         before = stack.failures()
         for e in stack.envoys:
             Load([f"http://127.0.0.1:{e.port}/"], requests=5, connections=1,
-                 headers=["x-user: probe"]).wait(timeout=10)
+                 headers={"x-user": "probe"}).wait(timeout=10)
         return stack.failures() == before
     wait_until(decided, timeout=timeout, what="requests decided by the limiter again", interval=0.2)

@@ -35,8 +35,9 @@ from pathlib import Path
 # tests/ (for `support` and the `soak` package), in place of this script's own directory
 sys.path[0] = str(Path(__file__).resolve().parents[1])
 
+from support.load import LoadReport  # noqa: E402
 from soak.harness import (ACCOUNT_ALLOWANCE, LIMITER_TIMEOUT_S, MARGIN_S, FailureWatch, Load,  # noqa: E402
-                          LoadReport, Stack, accounting_burst, rises)
+                          Stack, accounting_burst, errors, rises, summary)
 from support.paths import ROOT  # noqa: E402
 from support.processes import rss_kb  # noqa: E402
 
@@ -149,9 +150,9 @@ class Soak:
 
     def burst(self, key: str):
         report = accounting_burst(self.stack, key)
-        admitted = int(report.status.get("200", 0))
+        admitted = report.count(200)
         self.bursts.append({"key": key, "t": self.now(), "sent": report.sent, "answered": report.answered,
-                            "admitted": admitted, "timeouts": report.timeouts, "errors": report.errors()})
+                            "admitted": admitted, "timeouts": report.timeouts, "errors": errors(report)})
         log(f"accounting {key}: {admitted} admitted of {report.sent} (allowance {ACCOUNT_ALLOWANCE})")
 
     def run_cycle(self, n: int, start: float):
@@ -159,12 +160,12 @@ class Soak:
         if not self.at(start, 2):
             return
         flood = Load(s.urls(), duration=20 * self.scale, rate=self.flood_rate, connections=8,
-                     headers=["x-flood: 1", "x-forwarded-for: {ip}"], distinct=1_000_000, first=n * 1_000_000,
+                     headers={"x-flood": "1", "x-forwarded-for": "{ip}"}, distinct=1_000_000, first=n * 1_000_000,
                      timeout=LIMITER_TIMEOUT_S + MARGIN_S)
         log(f"cycle {n}: key flood, {self.flood_rate:.0f}/s for {20 * self.scale:.0f}s")
         report = flood.wait(timeout=20 * self.scale + 60)
         self.floods.append(report)
-        log(f"flood: {report.summary()}")
+        log(f"flood: {summary(report)}")
         if self.first_flood_end is None:
             self.first_flood_end = self.now()
         victim = s.limiters[-1]
@@ -212,14 +213,14 @@ class Soak:
             self.sampler = Sampler(self.stack, self.t0)
             self.watch = FailureWatch(self.stack, interval=0.25)
             traffic = Load(self.stack.urls(), duration=self.seconds, rate=self.rate, connections=8,
-                           headers=["x-user: u{n}"], distinct=1000, interval=5)
+                           headers={"x-user": "u{n}"}, distinct=1000, interval=5)
             n = 0
             while self.now() + 5 < self.seconds:
                 self.run_cycle(n, n * self.cycle)
                 n += 1
                 time.sleep(max(0.0, n * self.cycle - self.now()))
             self.traffic = traffic.wait(timeout=self.seconds + 120)
-            log(f"traffic: {self.traffic.summary()}")
+            log(f"traffic: {summary(self.traffic)}")
             self.sampler.stop()
             self.watch.stop()
             self.cycles = n
@@ -268,14 +269,14 @@ class Soak:
     def checks(self) -> list[tuple[str, bool, str]]:
         t = self.traffic
         out = []
-        out.append(("every traffic request answered", t.sent == t.answered and t.errors() == 0,
-                    f"sent {t.sent}, answered {t.answered}, errors {t.data['errors']}"))
+        out.append(("every traffic request answered", t.sent == t.answered and errors(t) == 0,
+                    f"sent {t.sent}, answered {t.answered}, errors: connect {t.connect_errors}, io {t.io_errors}"))
         out.append(("no traffic request past the timeout", t.timeouts == 0, f"{t.timeouts} timeouts"))
         bound = LIMITER_TIMEOUT_S + MARGIN_S
         worst = max([t.max_latency_s] + [f.max_latency_s for f in self.floods])
         out.append((f"worst latency <= limiter timeout + {MARGIN_S:.0f} s ({bound:.2f} s)", worst <= bound,
                     f"{worst * 1000:.1f} ms"))
-        flood_ok = all(f.sent == f.answered and f.timeouts == 0 and f.errors() == 0 for f in self.floods)
+        flood_ok = all(f.sent == f.answered and f.timeouts == 0 and errors(f) == 0 for f in self.floods)
         out.append(("every flood request answered, none past the timeout", flood_ok,
                     f"{sum(f.sent for f in self.floods)} sent, {sum(f.answered for f in self.floods)} answered, "
                     f"{sum(f.timeouts for f in self.floods)} timeouts"))
@@ -306,7 +307,7 @@ class Soak:
         dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
                                capture_output=True, text=True).stdout.strip()
         t = self.traffic
-        lat = t.data["latency_us"]
+        lat = t.latency_us
         lines = [
             "# Soak results",
             "",
@@ -337,7 +338,7 @@ class Soak:
             "| load | sent | answered | statuses | timeouts | errors | worst latency | p99 |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |",
             f"| traffic ({self.rate:.0f}/s, both Envoys, whole run) | {t.sent} | {t.answered} | "
-            f"{fmt_status(t.status)} | {t.timeouts} | {t.errors()} | {lat['max'] / 1000:.1f} ms | "
+            f"{fmt_status(t.status)} | {t.timeouts} | {errors(t)} | {lat['max'] / 1000:.1f} ms | "
             f"{lat['p99'] / 1000:.1f} ms |",
         ]
         if self.floods:
@@ -349,9 +350,9 @@ class Soak:
                 f"| key floods ({len(self.floods)} x {20 * self.scale:.0f} s, {self.flood_rate:.0f}/s, a fresh "
                 f"address per request) | {sum(f.sent for f in self.floods)} | "
                 f"{sum(f.answered for f in self.floods)} | {fmt_status(fs)} | "
-                f"{sum(f.timeouts for f in self.floods)} | {sum(f.errors() for f in self.floods)} | "
+                f"{sum(f.timeouts for f in self.floods)} | {sum(errors(f) for f in self.floods)} | "
                 f"{max(f.max_latency_s for f in self.floods) * 1000:.1f} ms | "
-                f"{max(f.data['latency_us']['p99'] for f in self.floods) / 1000:.1f} ms |")
+                f"{max(f.latency_us['p99'] for f in self.floods) / 1000:.1f} ms |")
         b_sent = sum(b["sent"] for b in self.bursts)
         b_adm = sum(b["admitted"] for b in self.bursts)
         lines.append(f"| accounting bursts ({len(self.bursts)}, {3 * ACCOUNT_ALLOWANCE} requests on a fresh key "
