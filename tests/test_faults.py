@@ -23,6 +23,8 @@ pytestmark = pytest.mark.skipif(not LOAD_BIN.exists(), reason=f"{LOAD_BIN} not b
 
 RATE = 400  # requests/s through both Envoys: what 2 shared cores carry beside the processes under test
 RECOVERY_BOUND_S = 10.0
+# enough connections to keep the rate while a fault holds each request for the store's timeout (~100 ms)
+CONNECTIONS = 48
 
 
 @pytest.fixture
@@ -71,7 +73,7 @@ def under_fault(stack: Stack, inject, heal, *, before: float = 3.0, fault: float
     `inject()` after `before` s, `heal()` `fault` s after it began (or once it returns)."""
     duration = duration or before + fault + after
     watch = FailureWatch(stack)
-    load = Load(stack.urls(), duration=duration, rate=RATE, connections=8,
+    load = Load(stack.urls(), duration=duration, rate=RATE, connections=CONNECTIONS,
                 headers=headers or {"x-user": "u{n}"}, distinct=1000)
     try:
         time.sleep(max(0.0, before - load.elapsed()))
@@ -141,6 +143,20 @@ def test_limiter_killed_the_other_limiter_serves(stack):
             assert set(bucket["status"]) == {200} and bucket["timeouts"] == bucket["errors"] == 0, bucket
     assert_recovered(run, s)
     assert_no_over_admission(s, "after-kill-one-of-two")
+
+
+def test_limiter_paused_the_filter_timeout_answers(stack):
+    # SIGSTOP: the limiter's connections stay open and say nothing, so only the
+    # filter's own timeout ends each call
+    s = stack(limiters=1, failure_mode="allow")
+    limiter = s.limiters[0]
+    run = under_fault(s, limiter.pause, limiter.resume)
+    run.figures("SIGSTOP the only limiter, SIGCONT (allow)")
+    assert_answered_in_time(run, {200})
+    assert run.watch.count() > 0, "the fault did not reach the filter"
+    assert run.report.max_latency_s >= LIMITER_TIMEOUT_S * 0.9, "no request waited for the timeout"
+    assert_recovered(run, s)
+    assert_no_over_admission(s, "after-limiter-pause")
 
 
 # ---------------------------------------------------------------- Redis stops or hangs

@@ -172,6 +172,7 @@ class Stack:
         for e in self.envoys:
             e.stop()
         for lim in self.limiters:
+            lim.resume()  # a paused process would not take SIGTERM
             lim.stop()
         if self.redis:
             self.redis.resume()  # a paused server would not take SIGTERM

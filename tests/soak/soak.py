@@ -212,7 +212,8 @@ class Soak:
             self.t0 = time.monotonic()
             self.sampler = Sampler(self.stack, self.t0)
             self.watch = FailureWatch(self.stack, interval=0.25)
-            traffic = Load(self.stack.urls(), duration=self.seconds, rate=self.rate, connections=8,
+            # enough connections to keep the rate while a fault holds requests for the store's timeout
+            traffic = Load(self.stack.urls(), duration=self.seconds, rate=self.rate, connections=48,
                            headers={"x-user": "u{n}"}, distinct=1000, interval=5)
             n = 0
             while self.now() + 5 < self.seconds:

@@ -353,3 +353,12 @@ class Limiter:
         """`kill -9` the limiter (restart it on the same port with `start`)."""
         if self.process:
             self.process.kill()
+
+    def pause(self):
+        """SIGSTOP: connections stay open and no check is answered until `resume`."""
+        if self.process:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self):
+        if self.process:
+            self.process.send_signal(signal.SIGCONT)
