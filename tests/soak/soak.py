@@ -204,6 +204,7 @@ class Soak:
         self.burst(f"c{n}-after-redis-restart")
 
     def run(self) -> int:
+        self.commit = git_commit()
         log(f"{self.seconds:.0f}s: 2 Envoys, 2 limiters, Redis; traffic {self.rate:.0f}/s, floods "
             f"{self.flood_rate:.0f}/s, a {self.cycle:.0f}s cycle of faults")
         self.stack = Stack(self.workdir, limiters=2, redis=True, failure_mode="allow", flood=True,
@@ -303,10 +304,7 @@ class Soak:
         return 0 if ok else 1
 
     def markdown(self, checks, ok: bool) -> str:
-        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True).stdout.strip()
+        commit, dirty = self.commit
         t = self.traffic
         lat = t.latency_us
         lines = [
@@ -392,6 +390,15 @@ class Soak:
             lines.append(f"| {b['t']:.0f} | {b['answered']} | {fmt_status(b['status'])} | {b['timeouts']} | "
                          f"{b['errors']} | {b['max_us'] / 1000:.1f} ms |")
         return "\n".join(lines) + "\n"
+
+
+def git_commit() -> tuple[str, bool]:
+    """The commit checked out, and whether tracked files differ from it (taken when the run starts)."""
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    return commit, bool(dirty)
 
 
 def fmt_status(status: dict) -> str:
