@@ -32,8 +32,9 @@ import threading
 import time
 from pathlib import Path
 
-# tests/ (for `support` and the `soak` package), in place of this script's own directory
-sys.path[0] = str(Path(__file__).resolve().parents[1])
+if __name__ == "__main__":
+    # tests/ (for `support` and the `soak` package), in place of this script's own directory
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 from support.load import LoadReport  # noqa: E402
 from soak.harness import (ACCOUNT_ALLOWANCE, LIMITER_TIMEOUT_S, MARGIN_S, FailureWatch, Load,  # noqa: E402
@@ -113,7 +114,8 @@ class Sampler:
 
 
 class Soak:
-    def __init__(self, seconds: float, rate: float, flood_rate: float, workdir: Path):
+    def __init__(self, seconds: float, rate: float, flood_rate: float, workdir: Path, results: Path = RESULTS):
+        self.results = results
         self.seconds = seconds
         self.rate = rate
         self.flood_rate = flood_rate
@@ -216,12 +218,15 @@ class Soak:
             # enough connections to keep the rate while a fault holds requests for the store's timeout
             traffic = Load(self.stack.urls(), duration=self.seconds, rate=self.rate, connections=48,
                            headers={"x-user": "u{n}"}, distinct=1000, interval=5)
-            n = 0
-            while self.now() + 5 < self.seconds:
-                self.run_cycle(n, n * self.cycle)
-                n += 1
-                time.sleep(max(0.0, n * self.cycle - self.now()))
-            self.traffic = traffic.wait(timeout=self.seconds + 120)
+            try:
+                n = 0
+                while self.now() + 5 < self.seconds:
+                    self.run_cycle(n, n * self.cycle)
+                    n += 1
+                    time.sleep(max(0.0, n * self.cycle - self.now()))
+                self.traffic = traffic.wait(timeout=self.seconds + 120)
+            finally:
+                traffic.kill()  # if a step failed: no load left behind
             log(f"traffic: {summary(self.traffic)}")
             self.sampler.stop()
             self.watch.stop()
@@ -297,10 +302,10 @@ class Soak:
     def report(self) -> int:
         checks = self.checks()
         ok = all(c[1] for c in checks)
-        RESULTS.write_text(self.markdown(checks, ok))
+        self.results.write_text(self.markdown(checks, ok))
         for name, passed, detail in checks:
             log(f"{'PASS' if passed else 'FAIL'} {name}: {detail}")
-        log(f"wrote {RESULTS}")
+        log(f"wrote {self.results}")
         return 0 if ok else 1
 
     def markdown(self, checks, ok: bool) -> str:
@@ -414,13 +419,14 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=float(os.environ.get("SOAK_SECONDS", "600")))
     parser.add_argument("--rate", type=float, default=float(os.environ.get("SOAK_RATE", "300")),
                         help="normal traffic, requests/s through both Envoys")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where the Markdown report goes")
     parser.add_argument("--flood-rate", type=float, default=float(os.environ.get("SOAK_FLOOD_RATE", "300")),
                         help="key flood, requests/s")
     args = parser.parse_args()
     if args.seconds < 30:
         parser.error("--seconds: at least 30")
     with tempfile.TemporaryDirectory(prefix="sluice-soak-") as workdir:
-        return Soak(args.seconds, args.rate, args.flood_rate, Path(workdir)).run()
+        return Soak(args.seconds, args.rate, args.flood_rate, Path(workdir), args.results).run()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,1 @@
+"""Faults under load and the soak: the shared harness and `make soak`."""
