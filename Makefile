@@ -13,6 +13,7 @@ BUILD := build
 WASM := $(BUILD)/sluice.wasm
 NOOP_WASM := $(BUILD)/noop.wasm
 LIMITER := target/release/sluice-limiter
+LOAD := target/release/sluice-load
 CLI := target/release/sluice
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 OCI_DIR := $(BUILD)/oci
@@ -25,7 +26,7 @@ ADMIN_PORT ?= 9901
 LIMITER_PORT ?= 8081
 
 .PHONY: help run test test-rust test-e2e wasm limiter lint fmt bench clean \
-        setup venv wasm-target redis wrk validate cli oci schema
+        setup venv wasm-target redis wrk validate cli oci schema load
 
 help:
 	@echo "make run    start Envoy with the Sluice filter and an in-memory limiter"
@@ -77,6 +78,10 @@ limiter:
 cli:
 	$(CARGO) build --release -p sluice-cli
 
+# The load generator of the flood, fault and soak checks (crates/load).
+load:
+	$(CARGO) build --release -p sluice-load
+
 # The filter as an OCI image (Wasm "compat" layout), written without Docker.
 oci: wasm
 	python3 scripts/oci.py $(WASM) $(OCI_DIR) --tag $(VERSION) --tarball $(OCI_TAR)
@@ -92,12 +97,12 @@ run: setup wasm limiter
 
 # ------------------------------------------------------------------ tests
 
-test: setup redis wasm limiter cli test-rust test-e2e
+test: setup redis wasm limiter cli load test-rust test-e2e
 
 test-rust:
 	$(CARGO) test --workspace
 
-test-e2e: setup wasm limiter cli
+test-e2e: setup wasm limiter cli load
 	$(PY) -m pytest
 
 validate: setup wasm
