@@ -143,7 +143,7 @@ pub struct Args {
 
     /// The longest time to receive one request, in ms: HTTP/1 headers slower
     /// than this close the connection; a check or RLS call whose body is not
-    /// complete by then is answered 408 (HTTP) or DEADLINE_EXCEEDED (gRPC).
+    /// complete by then is answered 408 (HTTP) or CANCELLED (gRPC).
     #[arg(
         long = "request-timeout-ms",
         env = "SLUICE_REQUEST_TIMEOUT_MS",

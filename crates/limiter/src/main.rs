@@ -181,15 +181,9 @@ async fn run(args: Args) -> Result<(), String> {
         overrides: Arc::new(overrides),
     };
     let limits = args.connection_limits();
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
+    let listener = sluice_limiter::server::bind(args.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-    let listener = Acceptor::new(
-        listener,
-        limits,
-        Listener::Http,
-        Arc::clone(&state.metrics),
-    );
+    let listener = Acceptor::new(listener, limits, Listener::Http, Arc::clone(&state.metrics));
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let grpc = match rls {
         Some((addr, cell)) => {
@@ -200,13 +194,17 @@ async fn run(args: Args) -> Result<(), String> {
                 Arc::clone(&metrics),
                 Duration::from_millis(args.descriptors_poll_ms),
             );
-            let service =
-                RlsService::new(state.store.clone(), cell, Arc::clone(&metrics), Arc::new(SystemClock));
-            let grpc_listener = tokio::net::TcpListener::bind(addr)
-                .await
+            let service = RlsService::new(
+                state.store.clone(),
+                cell,
+                Arc::clone(&metrics),
+                Arc::new(SystemClock),
+            );
+            let grpc_listener = sluice_limiter::server::bind(addr)
                 .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-            let incoming = Acceptor::new(grpc_listener, limits, Listener::Grpc, Arc::clone(&metrics))
-                .into_stream();
+            let incoming =
+                Acceptor::new(grpc_listener, limits, Listener::Grpc, Arc::clone(&metrics))
+                    .into_stream();
             tracing::info!(grpc_listen = %addr, "serving Envoy's rate limit service protocol");
             Some(tokio::spawn(
                 tonic::transport::Server::builder()
@@ -214,6 +212,7 @@ async fn run(args: Args) -> Result<(), String> {
                     .timeout(limits.request_timeout)
                     .http2_keepalive_interval(Some(sluice_limiter::server::H2_KEEPALIVE))
                     .http2_keepalive_timeout(Some(sluice_limiter::server::H2_KEEPALIVE_TIMEOUT))
+                    .max_concurrent_streams(sluice_limiter::server::H2_MAX_STREAMS)
                     .add_service(service.into_server())
                     .serve_with_incoming_shutdown(incoming, stopped(stop.clone())),
             ))

@@ -417,7 +417,8 @@ impl Metrics {
                 self.open_connections(l)
             );
         }
-        let counters: [(&str, &str, fn(&ConnectionCounters) -> &AtomicU64); 3] = [
+        type Field = fn(&ConnectionCounters) -> &AtomicU64;
+        let counters: [(&str, &str, Field); 3] = [
             (
                 "sluice_limiter_connections_refused_total",
                 "Connections closed on arrival because the listener was at --max-connections.",

@@ -12,9 +12,11 @@
 //! - **A request must arrive within `request_timeout`**: HTTP/1 headers
 //!   trickled slower than that close the connection, a body never completed
 //!   gets `408`, and an RLS call whose message never completes gets
-//!   `DEADLINE_EXCEEDED`.
+//!   `CANCELLED` (how tonic ends a call past its timeout).
 //! - HTTP/2 peers are pinged every [`H2_KEEPALIVE`]: one that does not
-//!   answer within [`H2_KEEPALIVE_TIMEOUT`] is dropped.
+//!   answer within [`H2_KEEPALIVE_TIMEOUT`] is dropped. A connection has
+//!   at most [`H2_MAX_STREAMS`] streams open, and one resetting streams
+//!   faster than they are served gets a GOAWAY (hyper's and h2's guards).
 
 use crate::metrics::{Listener, Metrics};
 use axum::body::Body;
@@ -23,6 +25,7 @@ use axum::Router;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use sluice_wire::MAX_BODY_BYTES;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
@@ -41,6 +44,10 @@ pub const H2_KEEPALIVE: Duration = Duration::from_secs(20);
 
 /// How long a ping may go unanswered before the connection is dropped.
 pub const H2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Concurrent streams per HTTP/2 connection (the peer opens more
+/// connections beyond it; Envoy does).
+pub const H2_MAX_STREAMS: u32 = 1000;
 
 /// The pause after a failed `accept` (say, out of file descriptors), so the
 /// loop does not spin while the condition lasts.
@@ -206,6 +213,23 @@ impl tonic::transport::server::Connected for Guarded<TcpStream> {
     }
 }
 
+/// The accept queue asked of the kernel (capped by `net.core.somaxconn`):
+/// a burst of connections waits there rather than having its SYNs dropped,
+/// which would cost every client caught in it a one-second retransmission.
+const BACKLOG: u32 = 4096;
+
+/// A TCP listener on `addr` with a deep accept queue ([`BACKLOG`]).
+pub fn bind(addr: std::net::SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
+}
+
 /// A listener that hands out [`Guarded`] connections within its cap.
 pub struct Acceptor {
     listener: TcpListener,
@@ -217,7 +241,12 @@ pub struct Acceptor {
 
 impl Acceptor {
     /// Accepts on `listener` within `limits`, counting in `metrics` under `name`.
-    pub fn new(listener: TcpListener, limits: Limits, name: Listener, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        listener: TcpListener,
+        limits: Limits,
+        name: Listener,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Acceptor {
             listener,
             permits: Arc::new(Semaphore::new(limits.max_connections.max(1))),
@@ -284,18 +313,38 @@ impl Acceptor {
 /// The `408` of a request not received within the request timeout; the
 /// HTTP/1 connection closes after it.
 fn request_timeout_response(timeout: Duration) -> Response<Body> {
-    let body = format!(
-        "{{\"error\":\"request not received within {} ms\"}}",
-        timeout.as_millis()
-    );
+    closing_error(
+        StatusCode::REQUEST_TIMEOUT,
+        &format!("request not received within {} ms", timeout.as_millis()),
+    )
+}
+
+/// A request announcing a body larger than any route takes: refused before
+/// its body is read, instead of waiting for bytes that would be dropped.
+fn announced_too_large(req: &Request<Incoming>) -> bool {
+    req.headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .is_some_and(|n| n > MAX_BODY_BYTES as u64)
+}
+
+/// A JSON error answer after which the HTTP/1 connection closes.
+fn closing_error(status: StatusCode, message: &str) -> Response<Body> {
+    let body = serde_json::to_vec(&sluice_wire::ErrorBody {
+        error: message.to_string(),
+    })
+    .unwrap_or_default();
     let mut resp = Response::new(Body::from(body));
-    *resp.status_mut() = StatusCode::REQUEST_TIMEOUT;
+    *resp.status_mut() = status;
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         header::HeaderValue::from_static("application/json"),
     );
-    resp.headers_mut()
-        .insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+    resp.headers_mut().insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("close"),
+    );
     resp
 }
 
@@ -317,7 +366,8 @@ pub async fn serve_http(
         .http2()
         .timer(TokioTimer::new())
         .keep_alive_interval(H2_KEEPALIVE)
-        .keep_alive_timeout(H2_KEEPALIVE_TIMEOUT);
+        .keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
+        .max_concurrent_streams(H2_MAX_STREAMS);
     let builder = Arc::new(builder);
     loop {
         let io = tokio::select! {
@@ -333,6 +383,12 @@ pub async fn serve_http(
                 let router = router.clone();
                 let metrics = Arc::clone(&metrics);
                 async move {
+                    if announced_too_large(&req) {
+                        return Ok(closing_error(
+                            StatusCode::PAYLOAD_TOO_LARGE,
+                            &format!("body exceeds 64 KiB ({MAX_BODY_BYTES} bytes)"),
+                        ));
+                    }
                     let call = router.oneshot(req.map(Body::new));
                     match tokio::time::timeout(limits.request_timeout, call).await {
                         Ok(Ok(resp)) => Ok::<_, Infallible>(resp),
