@@ -277,9 +277,10 @@ def test_global_key_flood_memory_store_holds_max_keys(envoy, processes):
     per_shard = -(-max_keys // shards)
     lim = processes.limiter(extra_args=["--max-keys", str(max_keys), "--shards", str(shards),
                                         "--store-timeout-ms", "5000"])
-    # A long window: every key stays held, so the store fills.
+    # A long window: every key stays held (a key that took one request is
+    # back to full after a day / 20), so the store fills.
     limit = 20
-    e = envoy(per_ip_global("gcra", limit, "1h"), concurrency=WORKERS,
+    e = envoy(per_ip_global("gcra", limit, "1d"), concurrency=WORKERS,
               clusters=[limiter_cluster("sluice_limiter", [lim.port])])
     url = f"http://127.0.0.1:{e.port}/"
     legit_headers = {"x-forwarded-for": LEGIT_IP}
@@ -309,9 +310,9 @@ def test_global_key_flood_memory_store_holds_max_keys(envoy, processes):
             legit_statuses.append(r.status)
             time.sleep(0.2)
         conn.close()
-        # A client first seen once the store is full is denied.
-        wait_until(lambda: lim.metric("sluice_limiter_capacity_denials_total") > 0, timeout=300,
-                   what="the store full")
+        # A client first seen once the store is full (every shard) is denied.
+        wait_until(lambda: lim.metric("sluice_limiter_store_keys") >= shards * per_shard, timeout=300,
+                   what="every shard of the store full")
         newcomer = request(e.port, "/", headers={"x-forwarded-for": "203.0.113.99"}).status
         report = flood.wait(timeout=600)
     stop.set()

@@ -142,8 +142,10 @@ pub struct Args {
     pub idle_timeout_ms: u64,
 
     /// The longest time to receive one request, in ms: HTTP/1 headers slower
-    /// than this close the connection; a check or RLS call whose body is not
-    /// complete by then is answered 408 (HTTP) or CANCELLED (gRPC).
+    /// than this close the connection (as does an HTTP/1.1 keep-alive
+    /// connection waiting longer for its next request); a check or RLS call
+    /// whose body is not complete by then is answered 408 (HTTP) or
+    /// CANCELLED (gRPC).
     #[arg(
         long = "request-timeout-ms",
         env = "SLUICE_REQUEST_TIMEOUT_MS",
