@@ -425,6 +425,69 @@ def test_hot_key_from_every_worker_is_exact(envoy):
 # ---------------------------------------------------------------- results
 
 
+def mib(kib: float) -> str:
+    return f"{kib / 1024:.1f} MiB"
+
+
+def summary(figures: dict[str, dict]) -> list[str]:
+    """The headline figures of each scenario, as a Markdown table."""
+    rows = []
+    for name, f in figures.items():
+        if name.startswith("local flood"):
+            r, legit = f["rss_kib"], f["legit"]
+            after_part = [v for k, v in r.items() if k.startswith("after_") and k.endswith("_keys")]
+            rows += [
+                (name, "Envoy RSS before / after 1/10 of the keys / after all / peak",
+                 " / ".join(mib(v) for v in [r["before"], *after_part, r["peak"]])),
+                (name, "flood requests/s (two phases)", " / ".join(str(x) for x in f["requests_per_s"])),
+                (name, "legitimate client admitted (limit per window x windows)",
+                 f"{legit['admitted']} of {legit['limit_per_window'] * legit['windows']} "
+                 f"(shortfall {legit['shortfall']}, bound {legit['shortfall_bound']}); never above the limit"),
+                (name, "cas_exhausted, CAS retries per request",
+                 f"{f['cas_exhausted']}, {f['cas_retries_per_request']}"),
+            ]
+        elif name.startswith("global flood, memory"):
+            r = f["limiter_rss_kib"]
+            rows += [
+                (name, "store keys at most (--max-keys)",
+                 f"{int(f['store_keys_max_seen'])} ({f['max_keys']}; {f['shards']} shards)"),
+                (name, "flood admitted / denied for lack of room",
+                 f"{f['flood_status'].get('200', 0)} / {f['flood_status'].get('429', 0)}"),
+                (name, "limiter RSS before / peak / after", " / ".join(mib(r[k]) for k in ("before", "peak", "after"))),
+                (name, "flood requests/s", str(f["requests_per_s"])),
+                (name, "held client admitted; newcomer once full",
+                 f"{f['legit']['admitted']} of {f['legit']['sent']} (limit {f['legit']['limit']}); "
+                 f"{f['newcomer_while_full']}"),
+            ]
+        elif name.startswith("global flood, Redis"):
+            m = f["redis_used_memory"]
+            rows += [
+                (name, "flood requests/s; window", f"{f['requests_per_s']}; {f['window_s']} s"),
+                (name, "DBSIZE peak; 0 again at", f"{f['dbsize_peak']}; {f['dbsize_over_time'].split()[-1]} "
+                                                  f"(flood ended at {f['flood_end_s']} s)"),
+                (name, "Redis used_memory before / peak / after",
+                 " / ".join(mib(m[k] / 1024) for k in ("before", "peak", "after"))),
+            ]
+        elif name.startswith("hot key"):
+            rows += [
+                (name, "admitted (limit) of requests", f"{f['admitted']} ({f['limit']}) of {f['requests']}"),
+                (name, "requests/s; latency p99 / max",
+                 f"{f['requests_per_s']}; {f['latency_us']['p99']} / {f['latency_us']['max']} us"),
+                (name, "CAS retries (per request); cas_exhausted",
+                 f"{f['cas_retries']} ({f['cas_retries_per_request']}); {f['cas_exhausted']}"),
+            ]
+    lines = ["| scenario | figure | value |", "| --- | --- | --- |"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    return lines
+
+
+def render_results(figures: dict[str, dict], header: list[str]) -> str:
+    lines = [*header, *summary(figures), "", "The figures in full:", ""]
+    for name, f in figures.items():
+        lines += [f"### {name}", "", "```json", json.dumps(f, indent=1), "```", ""]
+    return "\n".join(lines)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def write_results():
     yield
@@ -432,7 +495,7 @@ def write_results():
         return
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=Path(__file__).parent).stdout.strip()
-    lines = [
+    header = [
         "# Flood results",
         "",
         f"- commit: `{commit}`",
@@ -442,7 +505,5 @@ def write_results():
         f"- machine: {os.cpu_count()} CPUs, shared; figures are indicative, the assertions are the contract",
         "",
     ]
-    for name, figures in FIGURES.items():
-        lines += [f"## {name}", "", "```json", json.dumps(figures, indent=1), "```", ""]
     RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text("\n".join(lines))
+    RESULTS.write_text(render_results(FIGURES, header))
