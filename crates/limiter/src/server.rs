@@ -419,3 +419,96 @@ pub async fn serve_http(
     acceptor.drained().await;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn permit() -> OwnedSemaphorePermit {
+        Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_fails_its_read_and_activity_keeps_it() {
+        let metrics = Arc::new(Metrics::default());
+        let (client, server) = tokio::io::duplex(64);
+        let idle = Duration::from_millis(100);
+        let mut conn = Guarded::new(server, permit(), idle, Listener::Http, Arc::clone(&metrics));
+        assert_eq!(metrics.open_connections(Listener::Http), 1);
+
+        // Bytes every 40 ms: never idle for 100 ms.
+        let (mut rx, mut tx) = tokio::io::split(client);
+        let writer = tokio::spawn(async move {
+            for _ in 0..6 {
+                tokio::time::sleep(Duration::from_millis(40)).await;
+                tx.write_all(b"x").await.unwrap();
+            }
+            tx
+        });
+        let mut buf = [0u8; 8];
+        let mut got = 0;
+        while got < 6 {
+            got += conn.read(&mut buf).await.unwrap();
+        }
+        let _tx = writer.await.unwrap();
+
+        // Then silence: the read fails once the timeout passes.
+        let started = Instant::now();
+        let err = conn.read(&mut buf).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(90), "{waited:?}");
+        assert!(waited < Duration::from_secs(2), "{waited:?}");
+        assert!(metrics
+            .render()
+            .contains("sluice_limiter_connections_idle_closed_total{listener=\"http\"} 1"));
+        drop(conn);
+        assert_eq!(metrics.open_connections(Listener::Http), 0);
+        let _ = rx.read(&mut buf).await;
+    }
+
+    #[tokio::test]
+    async fn connections_beyond_the_cap_are_closed_on_arrival() {
+        let metrics = Arc::new(Metrics::default());
+        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = Limits {
+            max_connections: 1,
+            ..Limits::default()
+        };
+        let acceptor = Arc::new(Acceptor::new(
+            listener,
+            limits,
+            Listener::Grpc,
+            Arc::clone(&metrics),
+        ));
+        let mut first = TcpStream::connect(addr).await.unwrap();
+        let held = acceptor.accept().await;
+        // The second is accepted and closed while the first holds the place.
+        let mut second = TcpStream::connect(addr).await.unwrap();
+        let waiting = {
+            let acceptor = Arc::clone(&acceptor);
+            tokio::spawn(async move { acceptor.accept().await })
+        };
+        let mut buf = [0u8; 1];
+        let n = tokio::time::timeout(Duration::from_secs(5), second.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap_or(0);
+        assert_eq!(n, 0);
+        assert!(metrics
+            .render()
+            .contains("sluice_limiter_connections_refused_total{listener=\"grpc\"} 1"));
+        // Once the first goes, a new connection takes its place.
+        drop(held);
+        let _third = TcpStream::connect(addr).await.unwrap();
+        let next = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(metrics.open_connections(Listener::Grpc), 1);
+        drop(next);
+        first.shutdown().await.unwrap();
+    }
+}
