@@ -45,8 +45,8 @@ from support.processes import redis_command
 
 LONG = os.environ.get("SLUICE_FLOOD") == "1"
 KEYS = int(os.environ.get("FLOOD_KEYS", "1000000")) if LONG else 100_000
-# Envoy workers: WORKERS, else one per CPU (make flood passes WORKERS=2 by default).
-WORKERS = int(os.environ.get("WORKERS") or os.cpu_count() or 2)
+# Envoy workers: WORKERS, else one per CPU up to 8 (make flood passes WORKERS=2 by default).
+WORKERS = int(os.environ.get("WORKERS") or min(os.cpu_count() or 2, 8))
 CONNECTIONS = 16
 RESULTS = Path(__file__).parent / "flood" / "RESULTS.md"
 MIB = 1024 * 1024
