@@ -26,7 +26,7 @@ ADMIN_PORT ?= 9901
 LIMITER_PORT ?= 8081
 
 .PHONY: help run test test-rust test-e2e wasm limiter lint fmt bench clean \
-        setup venv wasm-target redis wrk validate cli oci schema load soak
+        setup venv wasm-target redis wrk validate cli oci schema load soak flood
 
 help:
 	@echo "make run    start Envoy with the Sluice filter and an in-memory limiter"
@@ -38,6 +38,7 @@ help:
 	@echo "make oci    the filter as an OCI image (build/oci, build/sluice-oci.tar), no Docker needed"
 	@echo "make cli    the sluice command (target/release/sluice): check-config FILE, schema"
 	@echo "make schema regenerate schema/sluice.schema.json from the configuration types"
+	@echo "make flood  key floods (FLOOD_KEYS=1000000) and a hot key (WORKERS=2); writes tests/flood/RESULTS.md"
 	@echo "make soak   traffic, key floods and faults for SOAK_SECONDS (default 600); writes tests/soak/RESULTS.md"
 	@echo "make clean  remove build outputs and the local virtualenv"
 
@@ -131,6 +132,13 @@ $(VENV)/.bench-installed: bench/requirements.txt $(VENV)/.installed-$(ENVOY_VERS
 # Sluice against Envoy's own rate limiting, side by side; writes bench/RESULTS.md and charts.
 bench: setup redis wrk $(VENV)/.bench-installed wasm limiter
 	$(PY) bench/run.py $(BENCH_ARGS)
+
+# Key floods (local, global memory, global Redis) and a hot key at full speed;
+# writes tests/flood/RESULTS.md with the figures.
+FLOOD_KEYS ?= 1000000
+WORKERS ?= 2
+flood: setup redis wasm limiter load
+	SLUICE_FLOOD=1 FLOOD_KEYS=$(FLOOD_KEYS) WORKERS=$(WORKERS) $(PY) -m pytest tests/test_flood.py -s -q --timeout 3600
 
 # Traffic, key floods and faults (limiter kill -9, Redis stop and SIGSTOP,
 # config pushes, Envoy hot restart) through 2 Envoys; stops by itself.

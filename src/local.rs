@@ -10,12 +10,29 @@
 //! `CREATE_CAS`, a 2^-32 chance.)
 
 use sluice_core::{Decision, Encoded, Limit, Nanos};
+use std::cell::Cell;
 
 /// The cas used to create a key that was seen missing.
 pub const CREATE_CAS: u32 = u32::MAX;
 
 /// Attempts per decision before giving up (and denying).
 pub const MAX_ATTEMPTS: u32 = 64;
+
+thread_local! {
+    /// Compare-and-swap retries on this thread (one worker's VM) not yet
+    /// taken by [`take_cas_retries`].
+    static CAS_RETRIES: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The compare-and-swap retries counted on this thread since the last call
+/// (the host adds them to `sluice.cas_retries` when it flushes metrics).
+///
+/// A retry is a write that lost a race and was attempted again; the last
+/// mismatch of a decision that gives up is not a retry (`cas_exhausted`
+/// counts it), so an exhausted decision adds `MAX_ATTEMPTS - 1`.
+pub fn take_cas_retries() -> u64 {
+    CAS_RETRIES.with(|c| c.replace(0))
+}
 
 /// Why a shared-data write failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,7 +148,11 @@ where
     S: SharedStore + ?Sized,
     W: Value,
 {
-    for _ in 0..MAX_ATTEMPTS {
+    for attempt in 1..=MAX_ATTEMPTS {
+        if attempt > 1 {
+            // The previous write lost a race: this attempt is a retry.
+            CAS_RETRIES.with(|c| c.set(c.get().saturating_add(1)));
+        }
         let (value, cas) = store.get(key);
         let (write, result) = step(value.as_deref());
         let Some(write) = write else {

@@ -91,16 +91,20 @@ pub enum GlobalEvent {
     LimiterErrors,
     /// A request was decided by a call it shared with others (coalescing).
     Coalesced,
+    /// A shared-data write lost a compare-and-swap race and was retried
+    /// (divided by requests: the contention on hot keys).
+    CasRetries,
 }
 
 impl GlobalEvent {
     /// Every global event, in the order of their metric ids.
-    pub const ALL: [GlobalEvent; 5] = [
+    pub const ALL: [GlobalEvent; 6] = [
         GlobalEvent::CasExhausted,
         GlobalEvent::ConfigErrors,
         GlobalEvent::FailureModeAllowed,
         GlobalEvent::LimiterErrors,
         GlobalEvent::Coalesced,
+        GlobalEvent::CasRetries,
     ];
 
     /// The metric name.
@@ -111,6 +115,7 @@ impl GlobalEvent {
             GlobalEvent::FailureModeAllowed => "sluice.failure_mode_allowed",
             GlobalEvent::LimiterErrors => "sluice.limiter_errors",
             GlobalEvent::Coalesced => "sluice.coalesced",
+            GlobalEvent::CasRetries => "sluice.cas_retries",
         }
     }
 
@@ -230,6 +235,7 @@ mod tests {
             GlobalEvent::CasExhausted.metric_name(),
             "sluice.cas_exhausted"
         );
+        assert_eq!(GlobalEvent::CasRetries.metric_name(), "sluice.cas_retries");
     }
 
     #[test]

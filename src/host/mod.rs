@@ -133,6 +133,12 @@ impl Metrics {
 
     /// Hands the batched counts to Envoy.
     fn flush(&self) {
+        // Retries are tallied per VM by the CAS loop, which has no sink.
+        let retries = local::take_cas_retries();
+        if retries > 0 {
+            self.batch
+                .add_n(Batch::global_position(GlobalEvent::CasRetries), retries);
+        }
         self.batch.drain(|position, count| {
             if let (Some(&id), Ok(count)) = (self.ids.get(position), i64::try_from(count)) {
                 let _ = hostcalls::increment_metric(id, count);

@@ -1,6 +1,6 @@
 use super::{SetError, SharedStore};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Envoy's rules: cas values count up from 1 and skip 0; a non-zero cas
@@ -11,6 +11,8 @@ pub struct MemoryStore {
     next_cas: AtomicU32,
     /// Fail this many upcoming sets with a cas mismatch.
     pub inject_mismatches: AtomicU32,
+    /// Sets refused with a cas mismatch so far (injected or real).
+    pub mismatches: AtomicU64,
 }
 
 impl MemoryStore {
@@ -39,11 +41,13 @@ impl SharedStore for MemoryStore {
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok()
         {
+            self.mismatches.fetch_add(1, Ordering::SeqCst);
             return Err(SetError::CasMismatch);
         }
         let mut map = self.map.lock().map_err(|_| SetError::Failed)?;
         if let Some((_, current)) = map.get(key) {
             if cas.is_some_and(|c| c != 0 && c != *current) {
+                self.mismatches.fetch_add(1, Ordering::SeqCst);
                 return Err(SetError::CasMismatch);
             }
         }

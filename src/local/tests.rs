@@ -139,3 +139,62 @@ fn every_step_retries_and_gives_up_alike() {
     assert_eq!(load_or_create(&store, "other", b"x"), Err(Contended));
     assert_eq!(store.value("other"), None);
 }
+
+#[test]
+fn counts_cas_retries() {
+    // Tests run on their own threads, so this thread's tally is this test's.
+    let _ = take_cas_retries();
+    let store = MemoryStore::default();
+    let l = limit(Algorithm::Gcra, 10);
+    assert!(consume(&store, "k", &l, SECOND, 1).unwrap().allowed);
+    assert_eq!(
+        take_cas_retries(),
+        0,
+        "an uncontended write retries nothing"
+    );
+
+    store.inject_mismatches.store(3, Ordering::SeqCst);
+    assert!(consume(&store, "k", &l, SECOND, 1).unwrap().allowed);
+    assert_eq!(take_cas_retries(), 3);
+    assert_eq!(take_cas_retries(), 0, "taking the tally zeroes it");
+
+    // Refunds and lease-style steps share the loop and its count.
+    store.inject_mismatches.store(2, Ordering::SeqCst);
+    refund(&store, "k", &l, SECOND, 1).unwrap();
+    store.inject_mismatches.store(1, Ordering::SeqCst);
+    assert_eq!(load_or_create(&store, "seed", b"s").unwrap(), b"s");
+    assert_eq!(take_cas_retries(), 3);
+
+    // A decision that gives up retried MAX_ATTEMPTS - 1 times; the last
+    // mismatch is counted by cas_exhausted instead.
+    store
+        .inject_mismatches
+        .store(MAX_ATTEMPTS, Ordering::SeqCst);
+    assert_eq!(consume(&store, "k", &l, SECOND, 1), Err(Contended));
+    assert_eq!(take_cas_retries(), u64::from(MAX_ATTEMPTS - 1));
+}
+
+#[test]
+fn counts_real_races_between_threads() {
+    // Every thread's retries are its own; together they are the writes
+    // that lost a race, and each decision still stands exactly once.
+    let store = Arc::new(MemoryStore::default());
+    let l = Arc::new(limit(Algorithm::FixedWindow, 2_000));
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let (store, l) = (Arc::clone(&store), Arc::clone(&l));
+            std::thread::spawn(move || {
+                let _ = take_cas_retries();
+                let allowed = (0..1_000)
+                    .filter(|_| consume(&*store, "hot", &l, SECOND, 1).unwrap().allowed)
+                    .count();
+                (allowed, take_cas_retries())
+            })
+        })
+        .collect();
+    let results: Vec<(usize, u64)> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(results.iter().map(|r| r.0).sum::<usize>(), 2_000);
+    // No decision gave up, so every mismatch the store refused was retried.
+    let retries: u64 = results.iter().map(|r| r.1).sum();
+    assert_eq!(retries, store.mismatches.load(Ordering::SeqCst));
+}

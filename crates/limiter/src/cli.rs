@@ -119,6 +119,41 @@ pub struct Args {
     #[arg(long, env = "SLUICE_DESCRIPTORS")]
     pub descriptors: Option<PathBuf>,
 
+    /// Connections open at once on each listener (HTTP and gRPC); more are
+    /// closed as they arrive. Keep it below the process's file descriptor
+    /// limit (`ulimit -n`), which the Redis connections share.
+    #[arg(
+        long = "max-connections",
+        env = "SLUICE_MAX_CONNECTIONS",
+        default_value_t = 10_000,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub max_connections: u32,
+
+    /// A connection with no byte read or written for this long is closed,
+    /// in ms (HTTP/2 peers, Envoy's included, are pinged every 20 s and so
+    /// stay open while they answer).
+    #[arg(
+        long = "idle-timeout-ms",
+        env = "SLUICE_IDLE_TIMEOUT_MS",
+        default_value_t = 60_000,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub idle_timeout_ms: u64,
+
+    /// The longest time to receive one request, in ms: HTTP/1 headers slower
+    /// than this close the connection (as does an HTTP/1.1 keep-alive
+    /// connection waiting longer for its next request); a check or RLS call
+    /// whose body is not complete by then is answered 408 (HTTP) or
+    /// CANCELLED (gRPC).
+    #[arg(
+        long = "request-timeout-ms",
+        env = "SLUICE_REQUEST_TIMEOUT_MS",
+        default_value_t = 10_000,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub request_timeout_ms: u64,
+
     /// How often the descriptor files are checked for changes, in ms.
     #[arg(
         long = "descriptors-poll-ms",
@@ -126,6 +161,17 @@ pub struct Args {
         default_value_t = 1_000
     )]
     pub descriptors_poll_ms: u64,
+}
+
+impl Args {
+    /// The connection limits of every listener.
+    pub fn connection_limits(&self) -> crate::server::Limits {
+        crate::server::Limits {
+            max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
+            idle_timeout: std::time::Duration::from_millis(self.idle_timeout_ms),
+            request_timeout: std::time::Duration::from_millis(self.request_timeout_ms),
+        }
+    }
 }
 
 /// How log lines are written.

@@ -14,4 +14,5 @@ pub mod events;
 pub mod metrics;
 pub mod overrides;
 pub mod rls;
+pub mod server;
 pub mod store;

@@ -1,18 +1,17 @@
 //! `sluice-limiter`: parses flags, builds the store and serves until SIGTERM/SIGINT.
 
-use axum::serve::ListenerExt;
 use clap::Parser;
 use sluice_limiter::api::{app, AppState};
 use sluice_limiter::cli::{Args, LogFormat};
 use sluice_limiter::clock::SystemClock;
-use sluice_limiter::metrics::Metrics;
+use sluice_limiter::metrics::{Listener, Metrics};
 use sluice_limiter::overrides::Overrides;
 use sluice_limiter::rls::reload::{spawn_watcher, ConfigCell};
 use sluice_limiter::rls::service::RlsService;
+use sluice_limiter::server::{serve_http, Acceptor};
 use sluice_limiter::store::memory::{MemoryConfig, MemoryStore};
 use sluice_limiter::store::redis::{ConnectOptions, RedisStore};
 use sluice_limiter::store::AnyStore;
-use std::future::IntoFuture;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -181,16 +180,10 @@ async fn run(args: Args) -> Result<(), String> {
         metrics: Arc::new(Metrics::default()),
         overrides: Arc::new(overrides),
     };
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?
-        // Answers are small and latency-bound: Nagle's algorithm would hold
-        // a write back until the peer's delayed ACK (tens of ms).
-        .tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!("cannot set TCP_NODELAY: {e}");
-            }
-        });
+    let limits = args.connection_limits();
+    let listener = sluice_limiter::server::bind(args.listen)
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let listener = Acceptor::new(listener, limits, Listener::Http, Arc::clone(&state.metrics));
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let grpc = match rls {
         Some((addr, cell)) => {
@@ -201,14 +194,25 @@ async fn run(args: Args) -> Result<(), String> {
                 Arc::clone(&metrics),
                 Duration::from_millis(args.descriptors_poll_ms),
             );
-            let service =
-                RlsService::new(state.store.clone(), cell, metrics, Arc::new(SystemClock));
-            let incoming = tonic::transport::server::TcpIncoming::bind(addr)
-                .map_err(|e| format!("cannot listen on {addr}: {e}"))?
-                .with_nodelay(Some(true));
+            let service = RlsService::new(
+                state.store.clone(),
+                cell,
+                Arc::clone(&metrics),
+                Arc::new(SystemClock),
+            );
+            let grpc_listener = sluice_limiter::server::bind(addr)
+                .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+            let incoming =
+                Acceptor::new(grpc_listener, limits, Listener::Grpc, Arc::clone(&metrics))
+                    .into_stream();
             tracing::info!(grpc_listen = %addr, "serving Envoy's rate limit service protocol");
             Some(tokio::spawn(
                 tonic::transport::Server::builder()
+                    // A call whose message never completes ends here.
+                    .timeout(limits.request_timeout)
+                    .http2_keepalive_interval(Some(sluice_limiter::server::H2_KEEPALIVE))
+                    .http2_keepalive_timeout(Some(sluice_limiter::server::H2_KEEPALIVE_TIMEOUT))
+                    .max_concurrent_streams(sluice_limiter::server::H2_MAX_STREAMS)
                     .add_service(service.into_server())
                     .serve_with_incoming_shutdown(incoming, stopped(stop.clone())),
             ))
@@ -221,11 +225,7 @@ async fn run(args: Args) -> Result<(), String> {
         version = env!("CARGO_PKG_VERSION"),
         "sluice-limiter serving"
     );
-    let http = tokio::spawn(
-        axum::serve(listener, app(state))
-            .with_graceful_shutdown(stopped(stop.clone()))
-            .into_future(),
-    );
+    let http = tokio::spawn(serve_http(listener, app(state), stop.clone()));
     shutdown_signal().await;
     let _ = stop_tx.send(true);
     // Both servers stop accepting now and finish what is in flight, within

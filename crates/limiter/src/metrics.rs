@@ -199,6 +199,36 @@ pub struct Metrics {
     domains: RwLock<HashMap<String, Arc<DomainCounters>>>,
     other: Arc<DomainCounters>,
     durations: Histogram,
+    connections: [ConnectionCounters; 2],
+}
+
+/// A listener of the limiter, as its connection metrics label it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// `--listen`: the HTTP API.
+    Http,
+    /// `--grpc-listen`: the rate limit service.
+    Grpc,
+}
+
+impl Listener {
+    /// The `listener` label's value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Listener::Http => "http",
+            Listener::Grpc => "grpc",
+        }
+    }
+}
+
+/// One listener's connection counts.
+#[derive(Debug, Default)]
+struct ConnectionCounters {
+    opened: AtomicU64,
+    closed: AtomicU64,
+    refused: AtomicU64,
+    idle_closed: AtomicU64,
+    request_timeouts: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -221,6 +251,7 @@ impl Default for Metrics {
             domains: RwLock::new(HashMap::new()),
             other: Arc::new(DomainCounters::default()),
             durations: Histogram::default(),
+            connections: Default::default(),
         }
     }
 }
@@ -326,6 +357,95 @@ impl Metrics {
     /// The value of an RLS config load counter, `ok` or `error` (tests).
     pub fn rls_reload_count(&self, ok: bool) -> u64 {
         self.rls_reloads.get(&[if ok { "ok" } else { "error" }])
+    }
+
+    fn conns(&self, listener: Listener) -> &ConnectionCounters {
+        let [http, grpc] = &self.connections;
+        match listener {
+            Listener::Http => http,
+            Listener::Grpc => grpc,
+        }
+    }
+
+    /// Counts a connection accepted on `listener`.
+    pub fn connection_opened(&self, listener: Listener) {
+        self.conns(listener).opened.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a connection of `listener` closed (for any reason).
+    pub fn connection_closed(&self, listener: Listener) {
+        self.conns(listener).closed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a connection closed on arrival: `listener` was at its cap.
+    pub fn connection_refused(&self, listener: Listener) {
+        self.conns(listener).refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a connection closed for being idle past its timeout.
+    pub fn connection_idle_closed(&self, listener: Listener) {
+        self.conns(listener)
+            .idle_closed
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a request not received within the request timeout.
+    pub fn request_timed_out(&self, listener: Listener) {
+        self.conns(listener)
+            .request_timeouts
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Connections open now on `listener`.
+    pub fn open_connections(&self, listener: Listener) -> u64 {
+        let c = self.conns(listener);
+        let opened = c.opened.load(Ordering::Relaxed);
+        opened.saturating_sub(c.closed.load(Ordering::Relaxed))
+    }
+
+    fn render_connections(&self, out: &mut String) {
+        let listeners = [Listener::Http, Listener::Grpc];
+        let _ = writeln!(
+            out,
+            "# HELP sluice_limiter_connections Connections open now, by listener.\n# TYPE sluice_limiter_connections gauge"
+        );
+        for l in listeners {
+            let _ = writeln!(
+                out,
+                "sluice_limiter_connections{{listener=\"{}\"}} {}",
+                l.label(),
+                self.open_connections(l)
+            );
+        }
+        type Field = fn(&ConnectionCounters) -> &AtomicU64;
+        let counters: [(&str, &str, Field); 3] = [
+            (
+                "sluice_limiter_connections_refused_total",
+                "Connections closed on arrival because the listener was at --max-connections.",
+                |c| &c.refused,
+            ),
+            (
+                "sluice_limiter_connections_idle_closed_total",
+                "Connections closed after --idle-timeout-ms with no byte read or written.",
+                |c| &c.idle_closed,
+            ),
+            (
+                "sluice_limiter_request_timeouts_total",
+                "HTTP requests not received within --request-timeout-ms (answered 408).",
+                |c| &c.request_timeouts,
+            ),
+        ];
+        for (name, help, field) in counters {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for l in listeners {
+                let _ = writeln!(
+                    out,
+                    "{name}{{listener=\"{}\"}} {}",
+                    l.label(),
+                    field(self.conns(l)).load(Ordering::Relaxed)
+                );
+            }
+        }
     }
 
     /// The number of `/v1/check` calls so far.
@@ -449,6 +569,7 @@ impl Metrics {
             "sluice_limiter_rls_config_loads_total",
             &["result"],
         );
+        self.render_connections(&mut out);
         out
     }
 }

@@ -1,0 +1,514 @@
+//! Serving connections: what every listener (HTTP and gRPC) holds against
+//! clients that are slow, idle, broken or hostile.
+//!
+//! - **At most `max_connections` open per listener.** A connection accepted
+//!   beyond it is closed at once (`sluice_limiter_connections_refused_total`),
+//!   so that file descriptors stay available for the store and the other
+//!   listener, and a flood of connections costs no memory per connection.
+//! - **Idle connections close** after `idle_timeout` with no byte read or
+//!   written, whatever the protocol stage: a TCP connection that never
+//!   sends its first byte or its HTTP/2 preface, a keep-alive connection
+//!   between requests, a client that stops reading its responses.
+//! - **A request must arrive within `request_timeout`**: HTTP/1 headers
+//!   trickled slower than that close the connection, a body never completed
+//!   gets `408`, and an RLS call whose message never completes gets
+//!   `CANCELLED` (how tonic ends a call past its timeout).
+//! - HTTP/2 peers are pinged every [`H2_KEEPALIVE`]: one that does not
+//!   answer within [`H2_KEEPALIVE_TIMEOUT`] is dropped. A connection has
+//!   at most [`H2_MAX_STREAMS`] streams open, and one resetting streams
+//!   faster than they are served gets a GOAWAY (hyper's and h2's guards).
+
+use crate::metrics::{Listener, Metrics};
+use axum::body::Body;
+use axum::http::{header, Request, Response, StatusCode};
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use sluice_wire::MAX_BODY_BYTES;
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
+use tower::ServiceExt;
+
+/// How often an HTTP/2 peer is pinged.
+pub const H2_KEEPALIVE: Duration = Duration::from_secs(20);
+
+/// How long a ping may go unanswered before the connection is dropped.
+pub const H2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Concurrent streams per HTTP/2 connection (the peer opens more
+/// connections beyond it; Envoy does).
+pub const H2_MAX_STREAMS: u32 = 1000;
+
+/// The pause after a failed `accept` (say, out of file descriptors), so the
+/// loop does not spin while the condition lasts.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(20);
+
+/// The limits of one listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections open at once; more are closed as they arrive.
+    pub max_connections: usize,
+    /// A connection with no byte read or written for this long is closed.
+    pub idle_timeout: Duration,
+    /// The longest time to receive a request (HTTP/1 headers; a whole
+    /// request, body included, before it is answered `408`).
+    pub request_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 10_000,
+            idle_timeout: Duration::from_secs(60),
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A connection counted against its listener's cap, closed when idle.
+///
+/// Reads fail with [`io::ErrorKind::TimedOut`] once nothing was read or
+/// written for the idle timeout; dropping it frees its place under the cap.
+pub struct Guarded<T> {
+    inner: T,
+    idle: Duration,
+    last_activity: Instant,
+    deadline: Pin<Box<Sleep>>,
+    listener: Listener,
+    metrics: Arc<Metrics>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl<T> Guarded<T> {
+    fn new(
+        inner: T,
+        permit: OwnedSemaphorePermit,
+        idle: Duration,
+        listener: Listener,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let now = Instant::now();
+        metrics.connection_opened(listener);
+        Guarded {
+            inner,
+            idle,
+            last_activity: now,
+            deadline: Box::pin(tokio::time::sleep_until(now + idle)),
+            listener,
+            metrics,
+            _permit: permit,
+        }
+    }
+
+    /// The connection is idle past its timeout (the deadline is moved
+    /// lazily: activity only records the time, and a deadline reached early
+    /// is pushed to the last activity plus the timeout).
+    fn idle_expired(&mut self, cx: &mut Context<'_>) -> bool {
+        loop {
+            if self.deadline.as_mut().poll(cx).is_pending() {
+                return false;
+            }
+            let due = self.last_activity + self.idle;
+            if due <= Instant::now() {
+                return true;
+            }
+            self.deadline.as_mut().reset(due);
+        }
+    }
+}
+
+impl<T> Drop for Guarded<T> {
+    fn drop(&mut self) {
+        self.metrics.connection_closed(self.listener);
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    self.last_activity = Instant::now();
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => {
+                if self.idle_expired(cx) {
+                    self.metrics.connection_idle_closed(self.listener);
+                    Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "connection idle past its timeout",
+                    )))
+                } else {
+                    Poll::Pending
+                }
+            }
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let written = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = &written {
+            if *n > 0 {
+                self.last_activity = Instant::now();
+            }
+        }
+        written
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let written = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = &written {
+            if *n > 0 {
+                self.last_activity = Instant::now();
+            }
+        }
+        written
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl tonic::transport::server::Connected for Guarded<TcpStream> {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
+/// The accept queue asked of the kernel (capped by `net.core.somaxconn`):
+/// a burst of connections waits there rather than having its SYNs dropped,
+/// which would cost every client caught in it a one-second retransmission.
+const BACKLOG: u32 = 4096;
+
+/// A TCP listener on `addr` with a deep accept queue ([`BACKLOG`]).
+pub fn bind(addr: std::net::SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
+}
+
+/// A listener that hands out [`Guarded`] connections within its cap.
+pub struct Acceptor {
+    listener: TcpListener,
+    permits: Arc<Semaphore>,
+    limits: Limits,
+    name: Listener,
+    metrics: Arc<Metrics>,
+}
+
+impl Acceptor {
+    /// Accepts on `listener` within `limits`, counting in `metrics` under `name`.
+    pub fn new(
+        listener: TcpListener,
+        limits: Limits,
+        name: Listener,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Acceptor {
+            listener,
+            permits: Arc::new(Semaphore::new(limits.max_connections.max(1))),
+            limits,
+            name,
+            metrics,
+        }
+    }
+
+    /// The next connection with a place under the cap; connections beyond
+    /// it are closed as they come, and accept errors wait a moment.
+    pub async fn accept(&self) -> Guarded<TcpStream> {
+        loop {
+            match self.listener.accept().await {
+                Ok((tcp, _)) => {
+                    let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() else {
+                        self.metrics.connection_refused(self.name);
+                        crate::warn_throttled!(
+                            listener = self.name.label(),
+                            max = self.limits.max_connections,
+                            "connection limit reached (--max-connections): new connections are closed"
+                        );
+                        drop(tcp);
+                        continue;
+                    };
+                    // Answers are small and latency-bound: Nagle's algorithm
+                    // would hold a write back until the peer's delayed ACK.
+                    if let Err(e) = tcp.set_nodelay(true) {
+                        tracing::debug!("cannot set TCP_NODELAY: {e}");
+                    }
+                    return Guarded::new(
+                        tcp,
+                        permit,
+                        self.limits.idle_timeout,
+                        self.name,
+                        Arc::clone(&self.metrics),
+                    );
+                }
+                Err(e) => {
+                    crate::warn_throttled!(listener = self.name.label(), error = %e, "accept failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                }
+            }
+        }
+    }
+
+    /// Waits until every connection this acceptor handed out is closed.
+    async fn drained(&self) {
+        let all = u32::try_from(self.limits.max_connections.max(1)).unwrap_or(u32::MAX);
+        let _ = self.permits.acquire_many(all).await;
+    }
+
+    /// The connections as a stream, for tonic's `serve_with_incoming`.
+    pub fn into_stream(
+        self,
+    ) -> impl futures_util::Stream<Item = Result<Guarded<TcpStream>, io::Error>> {
+        futures_util::stream::unfold(self, |acceptor| async move {
+            let io = acceptor.accept().await;
+            Some((Ok(io), acceptor))
+        })
+    }
+}
+
+/// The `408` of a request not received within the request timeout; the
+/// HTTP/1 connection closes after it.
+fn request_timeout_response(timeout: Duration) -> Response<Body> {
+    closing_error(
+        StatusCode::REQUEST_TIMEOUT,
+        &format!("request not received within {} ms", timeout.as_millis()),
+    )
+}
+
+/// A request announcing a body larger than any route takes: refused before
+/// its body is read, instead of waiting for bytes that would be dropped.
+fn announced_too_large(req: &Request<Incoming>) -> bool {
+    req.headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .is_some_and(|n| n > MAX_BODY_BYTES as u64)
+}
+
+/// A JSON error answer after which the HTTP/1 connection closes.
+fn closing_error(status: StatusCode, message: &str) -> Response<Body> {
+    let body = serde_json::to_vec(&sluice_wire::ErrorBody {
+        error: message.to_string(),
+    })
+    .unwrap_or_default();
+    let mut resp = Response::new(Body::from(body));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    resp.headers_mut().insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("close"),
+    );
+    resp
+}
+
+/// Serves `router` over HTTP/1.1 and h2c on `acceptor` until `stop` turns
+/// true; then stops accepting, closes idle connections, lets requests in
+/// flight finish, and returns once every connection is closed.
+pub async fn serve_http(
+    acceptor: Acceptor,
+    router: Router,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> io::Result<()> {
+    let limits = acceptor.limits;
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.request_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(H2_KEEPALIVE)
+        .keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
+        .max_concurrent_streams(H2_MAX_STREAMS);
+    let builder = Arc::new(builder);
+    loop {
+        let io = tokio::select! {
+            io = acceptor.accept() => io,
+            _ = stop.wait_for(|s| *s) => break,
+        };
+        let router = router.clone();
+        let metrics = Arc::clone(&acceptor.metrics);
+        let builder = Arc::clone(&builder);
+        let mut stop = stop.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let router = router.clone();
+                let metrics = Arc::clone(&metrics);
+                async move {
+                    if announced_too_large(&req) {
+                        return Ok(closing_error(
+                            StatusCode::PAYLOAD_TOO_LARGE,
+                            &format!("body exceeds 64 KiB ({MAX_BODY_BYTES} bytes)"),
+                        ));
+                    }
+                    let call = router.oneshot(req.map(Body::new));
+                    match tokio::time::timeout(limits.request_timeout, call).await {
+                        Ok(Ok(resp)) => Ok::<_, Infallible>(resp),
+                        Ok(Err(never)) => match never {},
+                        Err(_) => {
+                            metrics.request_timed_out(Listener::Http);
+                            Ok(request_timeout_response(limits.request_timeout))
+                        }
+                    }
+                }
+            });
+            let conn = builder.serve_connection(TokioIo::new(io), service);
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                result = conn.as_mut() => {
+                    if let Err(e) = result {
+                        tracing::trace!("connection ended: {e}");
+                    }
+                    return;
+                }
+                _ = stop.wait_for(|s| *s) => conn.as_mut().graceful_shutdown(),
+            }
+            if let Err(e) = conn.await {
+                tracing::trace!("connection ended: {e}");
+            }
+        });
+    }
+    acceptor.drained().await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn permit() -> OwnedSemaphorePermit {
+        Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_fails_its_read_and_activity_keeps_it() {
+        let metrics = Arc::new(Metrics::default());
+        let (client, server) = tokio::io::duplex(64);
+        let idle = Duration::from_millis(100);
+        let mut conn = Guarded::new(server, permit(), idle, Listener::Http, Arc::clone(&metrics));
+        assert_eq!(metrics.open_connections(Listener::Http), 1);
+
+        // Bytes every 40 ms: never idle for 100 ms.
+        let (mut rx, mut tx) = tokio::io::split(client);
+        let writer = tokio::spawn(async move {
+            for _ in 0..6 {
+                tokio::time::sleep(Duration::from_millis(40)).await;
+                tx.write_all(b"x").await.unwrap();
+            }
+            tx
+        });
+        let mut buf = [0u8; 8];
+        let mut got = 0;
+        while got < 6 {
+            got += conn.read(&mut buf).await.unwrap();
+        }
+        let _tx = writer.await.unwrap();
+
+        // Then silence: the read fails once the timeout passes.
+        let started = Instant::now();
+        let err = conn.read(&mut buf).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(90), "{waited:?}");
+        assert!(waited < Duration::from_secs(2), "{waited:?}");
+        assert!(metrics
+            .render()
+            .contains("sluice_limiter_connections_idle_closed_total{listener=\"http\"} 1"));
+        drop(conn);
+        assert_eq!(metrics.open_connections(Listener::Http), 0);
+        let _ = rx.read(&mut buf).await;
+    }
+
+    #[tokio::test]
+    async fn connections_beyond_the_cap_are_closed_on_arrival() {
+        let metrics = Arc::new(Metrics::default());
+        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = Limits {
+            max_connections: 1,
+            ..Limits::default()
+        };
+        let acceptor = Arc::new(Acceptor::new(
+            listener,
+            limits,
+            Listener::Grpc,
+            Arc::clone(&metrics),
+        ));
+        let mut first = TcpStream::connect(addr).await.unwrap();
+        let held = acceptor.accept().await;
+        // The second is accepted and closed while the first holds the place.
+        let mut second = TcpStream::connect(addr).await.unwrap();
+        let waiting = {
+            let acceptor = Arc::clone(&acceptor);
+            tokio::spawn(async move { acceptor.accept().await })
+        };
+        let mut buf = [0u8; 1];
+        let n = tokio::time::timeout(Duration::from_secs(5), second.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap_or(0);
+        assert_eq!(n, 0);
+        assert!(metrics
+            .render()
+            .contains("sluice_limiter_connections_refused_total{listener=\"grpc\"} 1"));
+        // Once the first goes, a new connection takes its place.
+        drop(held);
+        let _third = TcpStream::connect(addr).await.unwrap();
+        let next = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(metrics.open_connections(Listener::Grpc), 1);
+        drop(next);
+        first.shutdown().await.unwrap();
+    }
+}
