@@ -16,7 +16,7 @@ What each asserts:
   its total shortfall must stay within that distribution's 1-in-a-million
   tail. `sluice.cas_exhausted` stays 0.
 - **Global key flood, memory store.** `sluice_limiter_store_keys` stays
-  within `--max-keys` (per shard: `ceil(max / shards)` each); once full,
+  within `--max-keys` (split exactly over the shards); once full,
   checks needing a new key are denied (the documented behaviour), while a
   client whose key is held is still limited exactly. Limiter memory bounded.
 - **Global key flood, Redis.** Every key expires: DBSIZE falls back to 0
@@ -275,7 +275,6 @@ def limiter_metric(lim, name: str) -> float:
 
 def test_global_key_flood_memory_store_holds_max_keys(envoy, processes):
     max_keys, shards = (100_000 if LONG else 10_000), 64
-    per_shard = -(-max_keys // shards)
     lim = processes.limiter(extra_args=["--max-keys", str(max_keys), "--shards", str(shards),
                                         "--store-timeout-ms", "5000"])
     # A long window: every key stays held (a key that took one request is
@@ -312,7 +311,7 @@ def test_global_key_flood_memory_store_holds_max_keys(envoy, processes):
             time.sleep(0.2)
         conn.close()
         # A client first seen once the store is full (every shard) is denied.
-        wait_until(lambda: lim.metric("sluice_limiter_store_keys") >= shards * per_shard, timeout=300,
+        wait_until(lambda: lim.metric("sluice_limiter_store_keys") >= max_keys, timeout=300,
                    what="every shard of the store full")
         newcomer = request(e.port, "/", headers={"x-forwarded-for": "203.0.113.99"}).status
         report = flood.wait(timeout=600)
@@ -325,8 +324,8 @@ def test_global_key_flood_memory_store_holds_max_keys(envoy, processes):
     # Each flood address sent once: admitted while there was room, denied after.
     admitted = report.count(200)
     assert admitted + report.count(429) == KEYS
-    assert max(keys_seen + [held]) <= shards * per_shard
-    assert admitted <= shards * per_shard
+    assert max(keys_seen + [held]) <= max_keys
+    assert admitted <= max_keys
     assert admitted >= max_keys * 0.9, admitted
     assert capacity >= KEYS - admitted - 1
     # The held key: exactly its limit (one before the flood, the rest during it).

@@ -133,3 +133,24 @@ fn checks_over_many_shards_in_any_order_do_not_deadlock() {
     }
     assert_eq!(shared.load(Ordering::Relaxed), 1000);
 }
+
+#[tokio::test]
+async fn the_store_fills_to_exactly_max_keys_over_every_shard() {
+    // Neither total divides evenly by the shard count; the second has fewer
+    // keys than shards.
+    for (shards, max_keys) in [(64, 100), (64, 10)] {
+        let store = MemoryStore::new(
+            MemoryConfig { shards, max_keys },
+            Arc::new(ManualClock::new(T0)),
+        );
+        let mut admitted = 0;
+        for i in 0..20 * max_keys {
+            let items = [item(&format!("flood-{i}"), Algorithm::FixedWindow, 5)];
+            if store.check(&items).await.unwrap().allowed {
+                admitted += 1;
+            }
+            assert!(store.len() <= max_keys);
+        }
+        assert_eq!((admitted, store.len()), (max_keys, max_keys));
+    }
+}

@@ -30,7 +30,8 @@ const INLINE_SWEEP_EVERY: Nanos = 10 * MILLISECOND;
 /// Sizing of a [`MemoryStore`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryConfig {
-    /// Number of shards (rounded up to a power of two).
+    /// Number of shards (rounded up to a power of two, and down to at most
+    /// `max_keys`, so every shard holds at least one key).
     pub shards: usize,
     /// Most keys held at once, over all shards.
     pub max_keys: usize,
@@ -56,6 +57,8 @@ struct Entry {
 struct Shard {
     map: HashMap<Box<str>, Entry>,
     next_inline_sweep: Nanos,
+    /// Most keys this shard holds; the shards' caps add up to `max_keys`.
+    cap: usize,
 }
 
 impl Shard {
@@ -70,7 +73,6 @@ impl Shard {
 pub struct MemoryStore {
     shards: Box<[Mutex<Shard>]>,
     mask: usize,
-    per_shard_cap: usize,
     max_keys: usize,
     hasher: RandomState,
     clock: Arc<dyn Clock>,
@@ -80,7 +82,7 @@ impl std::fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryStore")
             .field("shards", &self.shards.len())
-            .field("per_shard_cap", &self.per_shard_cap)
+            .field("max_keys", &self.max_keys)
             .finish()
     }
 }
@@ -94,13 +96,24 @@ fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
 impl MemoryStore {
     /// An empty store sized by `config`, reading time from `clock`.
     pub fn new(config: MemoryConfig, clock: Arc<dyn Clock>) -> Self {
-        let n = config.shards.clamp(1, 1 << 16).next_power_of_two();
-        let per_shard_cap = config.max_keys.div_ceil(n).max(1);
+        let max_keys = config.max_keys.max(1);
+        let mut n = config.shards.clamp(1, 1 << 16).next_power_of_two();
+        while n > max_keys {
+            n /= 2;
+        }
+        // `max_keys` split exactly: the first `max_keys % n` shards hold one more.
+        let (base, extra) = (max_keys / n, max_keys % n);
         MemoryStore {
-            shards: (0..n).map(|_| Mutex::new(Shard::default())).collect(),
+            shards: (0..n)
+                .map(|i| {
+                    Mutex::new(Shard {
+                        cap: base + usize::from(i < extra),
+                        ..Shard::default()
+                    })
+                })
+                .collect(),
             mask: n.saturating_sub(1),
-            per_shard_cap,
-            max_keys: config.max_keys,
+            max_keys,
             hasher: RandomState::new(),
             clock,
         }
@@ -274,14 +287,14 @@ impl MemoryStore {
             .zip(&new_per_guard)
             .zip(lacking.iter_mut())
         {
-            if n == 0 || g.map.len().saturating_add(n) <= self.per_shard_cap {
+            if n == 0 || g.map.len().saturating_add(n) <= g.cap {
                 continue;
             }
             if now >= g.next_inline_sweep {
                 g.sweep(now);
                 g.next_inline_sweep = now.saturating_add(INLINE_SWEEP_EVERY);
             }
-            *lack = g.map.len().saturating_add(n) > self.per_shard_cap;
+            *lack = g.map.len().saturating_add(n) > g.cap;
         }
         if !lacking.iter().any(|&l| l) {
             return None;
