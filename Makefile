@@ -25,7 +25,7 @@ ADMIN_PORT ?= 9901
 LIMITER_PORT ?= 8081
 
 .PHONY: help run test test-rust test-e2e wasm limiter lint fmt bench clean \
-        setup venv wasm-target redis wrk validate cli oci schema
+        setup venv wasm-target redis wrk validate cli oci schema fuzz fuzz-ci
 
 help:
 	@echo "make run    start Envoy with the Sluice filter and an in-memory limiter"
@@ -37,6 +37,8 @@ help:
 	@echo "make oci    the filter as an OCI image (build/oci, build/sluice-oci.tar), no Docker needed"
 	@echo "make cli    the sluice command (target/release/sluice): check-config FILE, schema"
 	@echo "make schema regenerate schema/sluice.schema.json from the configuration types"
+	@echo "make fuzz   libFuzzer on every parser, FUZZ_SECONDS per target (default 20); grows fuzz/corpus, writes fuzz/RESULTS.md"
+	@echo "make fuzz-ci  replay the fuzz corpus and regressions, then FUZZ_CI_SECONDS (default 5) per target"
 	@echo "make clean  remove build outputs and the local virtualenv"
 
 # ------------------------------------------------------------------ set-up
@@ -92,13 +94,23 @@ run: setup wasm limiter
 
 # ------------------------------------------------------------------ tests
 
-test: setup redis wasm limiter cli test-rust test-e2e
+test: setup redis wasm limiter cli test-rust test-e2e fuzz-ci
 
 test-rust:
 	$(CARGO) test --workspace
 
 test-e2e: setup wasm limiter cli
 	$(PY) -m pytest
+
+# Coverage-guided fuzzing on stable Rust (fuzz/, outside the workspace).
+FUZZ_SECONDS ?= 20
+FUZZ_CI_SECONDS ?= 5
+
+fuzz:
+	python3 fuzz/run.py fuzz --seconds $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+fuzz-ci:
+	python3 fuzz/run.py ci --seconds $(FUZZ_CI_SECONDS) $(FUZZ_TARGETS)
 
 validate: setup wasm
 	$(PY) -m pytest tests/test_validate.py
