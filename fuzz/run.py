@@ -5,6 +5,8 @@
       Each target for its time from the committed corpus (fuzz/corpus/<t>)
       and its dictionary; new inputs are merged back and the corpus is
       minimized (-merge=1); fuzz/RESULTS.md gets the figures.
+  python3 fuzz/run.py merge [TARGET ...]
+      Only minimizes the committed corpus.
   python3 fuzz/run.py ci [--seconds 5] [TARGET ...]
       Replays the whole corpus and fuzz/regressions/<t>, then fuzzes a few
       seconds per target; the committed corpus is left as it is.
@@ -140,8 +142,10 @@ def merge(binary, target, corpus, new, work):
     """The corpus and what this run found, minimized into the corpus."""
     merged = work / "merged"
     merged.mkdir()
-    args = [str(binary / target), "-merge=1", "-timeout=1", "-rss_limit_mb=2048", "-close_fd_mask=1",
-            str(merged), str(corpus), str(new)]
+    # Edges only (no hit counts, no compared values), fewest inputs that
+    # cover them: the committed corpus stays small; fuzzing regains the rest.
+    args = [str(binary / target), "-merge=1", "-set_cover_merge=1", "-use_counters=0", "-use_cmp=0",
+            "-timeout=1", "-rss_limit_mb=2048", "-close_fd_mask=1", str(merged), str(corpus), str(new)]
     if target in MAX_LEN:
         args.append(f"-max_len={MAX_LEN[target]}")
     p = subprocess.run(args, capture_output=True, text=True, errors="replace", timeout=600)
@@ -194,7 +198,7 @@ def git_rustc():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["fuzz", "ci"])
+    ap.add_argument("mode", choices=["fuzz", "ci", "merge"])
     ap.add_argument("--seconds", type=int)
     ap.add_argument("targets", nargs="*")
     a = ap.parse_args()
@@ -204,6 +208,14 @@ def main():
     if unknown:
         sys.exit(f"fuzz: unknown targets {unknown}; known: {' '.join(TARGETS)}")
     binary = build()
+    if a.mode == "merge":
+        for t in targets:
+            work = pathlib.Path(tempfile.mkdtemp(prefix=f"sluice-fuzz-{t}-"))
+            (work / "new").mkdir()
+            merge(binary, t, FUZZ / "corpus" / t, work / "new", work)
+            shutil.rmtree(work, ignore_errors=True)
+            print(f"fuzz: {t}: corpus {len(list((FUZZ / 'corpus' / t).iterdir()))} files", flush=True)
+        return
     artifacts = FUZZ / "artifacts"
     rows = [run_target(binary, t, seconds, a.mode == "ci", artifacts) for t in targets]
     if a.mode == "fuzz" and targets == TARGETS:
