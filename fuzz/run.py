@@ -222,10 +222,14 @@ def main():
     if a.mode == "fuzz" and targets == TARGETS:
         results(rows, seconds, f"make fuzz FUZZ_SECONDS={seconds}")
     failed = [s["target"] for s in rows if s["crashes"]]
+    print(f"fuzz: {len(rows)} targets, {sum(s['execs'] for s in rows):,} executions, "
+          f"{sum(s['crashes'] for s in rows)} crashes")
     if failed:
         print(f"fuzz: FAILED: {' '.join(failed)}; failing inputs in {artifacts}/", file=sys.stderr)
+    # The closing line test runners print: one target, one test.
+    print(f"fuzz: {len(rows) - len(failed)} passed, {len(failed)} failed", flush=True)
+    if failed:
         sys.exit(1)
-    print(f"fuzz: {len(rows)} targets, {sum(s['execs'] for s in rows):,} executions, 0 crashes")
 
 
 if __name__ == "__main__":
