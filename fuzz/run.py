@@ -202,7 +202,7 @@ def main():
     ap.add_argument("mode", choices=["fuzz", "ci", "merge"])
     ap.add_argument("--seconds", type=int)
     ap.add_argument("targets", nargs="*")
-    a = ap.parse_args()
+    a = ap.parse_intermixed_args()
     seconds = a.seconds or (20 if a.mode == "fuzz" else 5)
     targets = a.targets or TARGETS
     unknown = [t for t in targets if t not in TARGETS]
