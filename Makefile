@@ -31,7 +31,7 @@ help:
 	@echo "make run    start Envoy with the Sluice filter and an in-memory limiter"
 	@echo "make test   install what tests need, then run every test"
 	@echo "make wasm   build the filter: build/sluice.wasm"
-	@echo "make lint   rustfmt and clippy (native and wasm32), warnings denied"
+	@echo "make lint   rustfmt and clippy (native, wasm32 and the fuzz crate), warnings denied"
 	@echo "make validate  check every Envoy config in envoy/ with envoy --mode validate and the built filter"
 	@echo "make bench  Sluice against Envoy's own rate limiting (BENCH_ARGS=--quick for a smoke run)"
 	@echo "make oci    the filter as an OCI image (build/oci, build/sluice-oci.tar), no Docker needed"
