@@ -26,18 +26,20 @@ ADMIN_PORT ?= 9901
 LIMITER_PORT ?= 8081
 
 .PHONY: help run test test-rust test-e2e wasm limiter lint fmt bench clean \
-        setup venv wasm-target redis wrk validate cli oci schema load soak flood
+        setup venv wasm-target redis wrk validate cli oci schema load soak flood fuzz fuzz-ci
 
 help:
 	@echo "make run    start Envoy with the Sluice filter and an in-memory limiter"
 	@echo "make test   install what tests need, then run every test"
 	@echo "make wasm   build the filter: build/sluice.wasm"
-	@echo "make lint   rustfmt and clippy (native and wasm32), warnings denied"
+	@echo "make lint   rustfmt and clippy (native, wasm32 and the fuzz crate), warnings denied"
 	@echo "make validate  check every Envoy config in envoy/ with envoy --mode validate and the built filter"
 	@echo "make bench  Sluice against Envoy's own rate limiting (BENCH_ARGS=--quick for a smoke run)"
 	@echo "make oci    the filter as an OCI image (build/oci, build/sluice-oci.tar), no Docker needed"
 	@echo "make cli    the sluice command (target/release/sluice): check-config FILE, schema"
 	@echo "make schema regenerate schema/sluice.schema.json from the configuration types"
+	@echo "make fuzz   libFuzzer on every parser, FUZZ_SECONDS per target (default 20); grows fuzz/corpus, writes fuzz/RESULTS.md"
+	@echo "make fuzz-ci  replay the fuzz corpus and regressions, then FUZZ_CI_SECONDS (default 5) per target"
 	@echo "make flood  key floods (FLOOD_KEYS=1000000) and a hot key (WORKERS=2); writes tests/flood/RESULTS.md"
 	@echo "make soak   traffic, key floods and faults for SOAK_SECONDS (default 600); writes tests/soak/RESULTS.md"
 	@echo "make clean  remove build outputs and the local virtualenv"
@@ -99,13 +101,23 @@ run: setup wasm limiter
 
 # ------------------------------------------------------------------ tests
 
-test: setup redis wasm limiter cli load test-rust test-e2e
+test: setup redis wasm limiter cli load test-rust test-e2e fuzz-ci
 
 test-rust:
 	$(CARGO) test --workspace
 
 test-e2e: setup wasm limiter cli load
 	$(PY) -m pytest
+
+# Coverage-guided fuzzing on stable Rust (fuzz/, outside the workspace).
+FUZZ_SECONDS ?= 20
+FUZZ_CI_SECONDS ?= 5
+
+fuzz:
+	python3 fuzz/run.py fuzz --seconds $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+fuzz-ci:
+	python3 fuzz/run.py ci --seconds $(FUZZ_CI_SECONDS) $(FUZZ_TARGETS)
 
 validate: setup wasm
 	$(PY) -m pytest tests/test_validate.py
@@ -116,6 +128,8 @@ lint: wasm-target
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --target $(WASM_TARGET) -p sluice -p sluice-core -p sluice-wire -p sluice-bench-noop -- -D warnings
+	$(CARGO) fmt --manifest-path fuzz/Cargo.toml -- --check
+	$(CARGO) clippy --manifest-path fuzz/Cargo.toml --all-targets -- -D warnings
 
 fmt:
 	$(CARGO) fmt --all

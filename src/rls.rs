@@ -69,7 +69,7 @@ pub fn decode_response(bytes: &[u8], expected: usize) -> Option<(CheckResponse, 
     let mut r = Reader { bytes, at: 0 };
     while let Some((field, value)) = r.field()? {
         match (field, value) {
-            (1, Value::Varint(code)) => overall = code,
+            (1, Value::Varint(code)) => overall = low32(code),
             (2, Value::Bytes(status)) => {
                 let (result, window) = status_of(status)?;
                 limits.push(result);
@@ -102,7 +102,7 @@ fn status_of(bytes: &[u8]) -> Option<(LimitResult, Nanos)> {
     let mut r = Reader { bytes, at: 0 };
     while let Some((field, value)) = r.field()? {
         match (field, value) {
-            (1, Value::Varint(c)) => code = c,
+            (1, Value::Varint(c)) => code = low32(c),
             (2, Value::Bytes(current)) => {
                 let mut c = Reader {
                     bytes: current,
@@ -110,13 +110,13 @@ fn status_of(bytes: &[u8]) -> Option<(LimitResult, Nanos)> {
                 };
                 while let Some((f, v)) = c.field()? {
                     match (f, v) {
-                        (1, Value::Varint(n)) => limit = n,
-                        (2, Value::Varint(u)) => unit = u,
+                        (1, Value::Varint(n)) => limit = low32(n),
+                        (2, Value::Varint(u)) => unit = low32(u),
                         _ => {}
                     }
                 }
             }
-            (3, Value::Varint(n)) => remaining = n,
+            (3, Value::Varint(n)) => remaining = low32(n),
             (4, Value::Bytes(duration)) => reset = duration_of(duration)?,
             _ => {}
         }
@@ -137,6 +137,13 @@ fn status_of(bytes: &[u8]) -> Option<(LimitResult, Nanos)> {
     Some((result, window_of(unit)))
 }
 
+/// A 32-bit field (`uint32`, `int32`, an enum) read from a longer varint:
+/// protobuf keeps the low 32 bits, so an `OVER_LIMIT` code or a remaining
+/// count sent with high bits set reads as every other parser reads it.
+fn low32(n: u64) -> u64 {
+    n & 0xffff_ffff
+}
+
 /// A `google.protobuf.Duration`, in nanoseconds (negative: 0).
 fn duration_of(bytes: &[u8]) -> Option<Nanos> {
     let (mut seconds, mut nanos) = (0u64, 0u64);
@@ -145,7 +152,7 @@ fn duration_of(bytes: &[u8]) -> Option<Nanos> {
         match (field, value) {
             // int64 / int32: a negative value is a huge varint.
             (1, Value::Varint(s)) if i64::try_from(s).is_ok() => seconds = s,
-            (2, Value::Varint(n)) if n < SECOND => nanos = n,
+            (2, Value::Varint(n)) if low32(n) < SECOND => nanos = low32(n),
             _ => {}
         }
     }
@@ -380,6 +387,29 @@ mod tests {
                     prop_assert_eq!(answer.limits.len(), statuses.len());
                 }
             }
+        }
+
+        /// Found by the `rls_answer` fuzz target: 32-bit fields sent as
+        /// longer varints read as protobuf reads them (the low 32 bits),
+        /// so an `OVER_LIMIT` code with high bits set still denies.
+        #[test]
+        fn fuzz_rls_answer_regressions() {
+            let input = include_bytes!("../fuzz/regressions/rls_answer/remaining-high-bits");
+            let (answer, _) = decode_response(&input[1..], 1).unwrap();
+            assert_eq!(answer.limits[0].remaining, 2_096_755_688);
+
+            let mut big = Vec::new();
+            put_varint(&mut big, (1 << 32) | 2);
+            let mut status = vec![0x08];
+            status.extend_from_slice(&big);
+            let mut body = vec![0x08];
+            body.extend_from_slice(&big);
+            body.push(0x12);
+            body.push(status.len() as u8);
+            body.extend_from_slice(&status);
+            let (answer, _) = decode_response(&body, 1).unwrap();
+            assert!(!answer.allowed);
+            assert!(!answer.limits[0].allowed);
         }
 
         /// Lengths and varints at their limits.

@@ -9,3 +9,6 @@
 pub mod config;
 pub mod reload;
 pub mod service;
+
+#[cfg(test)]
+mod fuzz;

@@ -18,6 +18,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use prost::Message;
 use sluice_core::{Algorithm, Decision, Limit, Nanos, MILLISECOND};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -142,6 +143,16 @@ impl<S: Store> RlsService<S> {
     /// The tonic service to mount.
     pub fn into_server(self) -> RateLimitServiceServer<Self> {
         RateLimitServiceServer::new(self)
+    }
+
+    /// Answers one `ShouldRateLimit` call from its protobuf encoding, as
+    /// tonic would decode it: the whole path from bytes to a decision
+    /// without a transport (for the fuzzers and tests). Bytes that are no
+    /// `RateLimitRequest` are an invalid argument, as tonic answers them.
+    pub async fn decide_encoded(&self, bytes: &[u8]) -> Result<RateLimitResponse, Status> {
+        let req = RateLimitRequest::decode(bytes)
+            .map_err(|e| Status::invalid_argument(format!("malformed request: {e}")))?;
+        self.decide(&req).await
     }
 
     /// Answers one `ShouldRateLimit` call.
