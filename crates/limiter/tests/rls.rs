@@ -24,29 +24,8 @@ use sluice_limiter::store::Store;
 use std::sync::Arc;
 use std::time::Duration;
 
-const CONFIG: &str = r#"
-domain: edge
-descriptors:
-  - key: remote_address
-    rate_limit: {unit: minute, requests_per_unit: 3}
-  - key: remote_address
-    value: 50.0.0.5
-    rate_limit: {unit: second, requests_per_unit: 0}
-  - key: user
-    rate_limit: {unit: minute, requests_per_unit: 5, name: per_user}
-  - key: vip
-    descriptors:
-      - key: user
-        rate_limit: {unit: minute, requests_per_unit: 100, replaces: [{name: per_user}]}
-  - key: internal
-    rate_limit: {unlimited: true}
-  - key: canary
-    shadow_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-  - key: bucket
-    rate_limit: {window: 10s, requests_per_unit: 2, algorithm: token_bucket}
-  - key: placeholder
-"#;
+/// Every kind of descriptor: the fuzzers' configuration.
+const CONFIG: &str = sluice_limiter::rls::fuzzing::DESCRIPTORS;
 
 /// Midway through a minute, so windows do not roll over mid-test.
 const T0: u64 = 1_700_000_010 * SECOND;

@@ -12,3 +12,5 @@ pub mod service;
 
 #[cfg(test)]
 mod fuzz;
+#[doc(hidden)]
+pub mod fuzzing;
