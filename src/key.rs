@@ -199,7 +199,8 @@ impl<'a, V: RequestView> Request<'a, V> {
     }
 }
 
-#[cfg(test)]
+/// Requests built in memory, for the tests and the fuzzers (fuzz/).
+#[doc(hidden)]
 pub mod fake;
 
 #[cfg(test)]

@@ -1,45 +1,8 @@
 //! Key extraction and client-address parsing on arbitrary requests.
 
 use sluice::client_ip::{self, ClientIpPolicy};
+use sluice::key::fake::{address_candidates, FakeRequest};
 use sluice::key::{KeyPart, Request, RequestView};
-
-/// A request made of the fuzzer's bytes.
-#[derive(Debug, Default)]
-pub struct FuzzRequest {
-    /// Headers, lowercase names, pseudo-headers included.
-    pub headers: Vec<(String, String)>,
-    /// The downstream peer address.
-    pub source: Option<String>,
-}
-
-impl RequestView for FuzzRequest {
-    fn header(&self, name: &str) -> Option<String> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-    }
-
-    fn source_address(&self) -> Option<String> {
-        self.source.clone()
-    }
-}
-
-/// The masked text of every address the request carries.
-fn candidates(policy: &ClientIpPolicy, req: &FuzzRequest) -> Vec<String> {
-    let header = req.header("x-forwarded-for").unwrap_or_default();
-    let source = req.source_address();
-    header
-        .split(',')
-        .chain(source.as_deref())
-        .filter_map(client_ip::parse_address)
-        .map(|ip| {
-            let mut out = String::new();
-            client_ip::write_masked(policy, ip, &mut out);
-            out
-        })
-        .collect()
-}
 
 /// Three bytes of policy (trusted hops, IPv4 and IPv6 prefixes), then
 /// lines: key parts (comma-separated), `x-forwarded-for` (absent if there
@@ -67,7 +30,7 @@ pub fn key(data: &[u8]) {
             Err(e) => assert!(e.contains("unknown key part"), "{e}"),
         }
     }
-    let mut req = FuzzRequest::default();
+    let mut req = FakeRequest::default();
     if let Some(xff) = lines.next() {
         req.headers.push(("x-forwarded-for".into(), xff.into()));
     }
@@ -95,7 +58,7 @@ pub fn key(data: &[u8]) {
     let client = [KeyPart::ClientIp];
     let fresh = Request::new(&req, &policy);
     if fresh.write_key(&client, &mut out) {
-        let known = candidates(&policy, &req);
+        let known = address_candidates(&policy, &req);
         assert!(known.contains(&out), "{out:?} not among {known:?}");
     } else {
         assert!(req

@@ -1,6 +1,7 @@
-//! A request built in memory, for tests.
+//! A request built in memory, for the tests and the fuzzers.
 
 use super::RequestView;
+use crate::client_ip::{self, ClientIpPolicy};
 
 /// A request built in memory, for tests.
 #[derive(Debug, Default, Clone)]
@@ -42,4 +43,21 @@ impl RequestView for FakeRequest {
     fn source_address(&self) -> Option<String> {
         self.source.clone()
     }
+}
+
+/// The masked text of every address `req` carries (its `x-forwarded-for`
+/// entries and its peer): a client address in a key must be one of them.
+pub fn address_candidates(policy: &ClientIpPolicy, req: &impl RequestView) -> Vec<String> {
+    let header = req.header("x-forwarded-for").unwrap_or_default();
+    let source = req.source_address();
+    header
+        .split(',')
+        .chain(source.as_deref())
+        .filter_map(client_ip::parse_address)
+        .map(|ip| {
+            let mut out = String::new();
+            client_ip::write_masked(policy, ip, &mut out);
+            out
+        })
+        .collect()
 }

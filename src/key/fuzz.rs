@@ -7,7 +7,7 @@
 //!
 //! More cases: `PROPTEST_CASES=100000 cargo test -p sluice fuzz_`.
 
-use super::fake::FakeRequest;
+use super::fake::{address_candidates, FakeRequest};
 use super::*;
 use proptest::prelude::*;
 
@@ -76,22 +76,6 @@ fn any_text() -> impl Strategy<Value = String> {
     ]
 }
 
-/// The masked text of every address the request carries.
-fn candidates(policy: &ClientIpPolicy, req: &FakeRequest) -> Vec<String> {
-    let header = req.header("x-forwarded-for").unwrap_or_default();
-    let source = req.source_address();
-    header
-        .split(',')
-        .chain(source.as_deref())
-        .filter_map(client_ip::parse_address)
-        .map(|ip| {
-            let mut out = String::new();
-            client_ip::write_masked(policy, ip, &mut out);
-            out
-        })
-        .collect()
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
@@ -110,7 +94,7 @@ proptest! {
         let parts = [KeyPart::ClientIp];
         let mut out = String::new();
         if request.write_key(&parts, &mut out) {
-            let known = candidates(&policy, &req);
+            let known = address_candidates(&policy, &req);
             prop_assert!(known.contains(&out), "{out:?} not among {known:?}");
         } else {
             prop_assert!(req.source_address().and_then(|s| client_ip::parse_address(&s)).is_none());
@@ -170,7 +154,7 @@ proptest! {
         let request = Request::new(&req, &policy);
         let mut out = String::new();
         if request.write_key(&[KeyPart::ClientIp], &mut out) {
-            let known = candidates(&policy, &req);
+            let known = address_candidates(&policy, &req);
             prop_assert!(known.contains(&out));
         }
     }
