@@ -124,35 +124,11 @@ pub fn state(data: &[u8]) {
 }
 
 /// The limiter's reading of a check body: refused with a message, or valid
-/// and decided without a panic; its answer reads back as written.
+/// and decided without a panic; its answer reads back as written
+/// (`sluice_wire::fuzzing::check_body`).
 pub fn check(data: &[u8]) {
-    use sluice_core::{decide_all, decide_batch, Check, SECOND};
-    use sluice_wire::{parse_check, CheckResponse, LimitResult};
-    match parse_check(data) {
-        Err(e) => assert!(!e.message.is_empty(), "no message at {:?}", e.path),
-        Ok(check) => {
-            assert!(!check.limits.is_empty());
-            let checks: Vec<_> = check
-                .limits
-                .iter()
-                .map(|l| Check {
-                    limit: &l.limit,
-                    state: None,
-                    cost: l.hits,
-                })
-                .collect();
-            let now = 1_714_521_600 * SECOND;
-            let out = decide_all(&checks, now);
-            let _ = decide_batch(&checks, now, check.requests().min(64));
-            let answer = CheckResponse {
-                allowed: out.allowed,
-                limits: out.decisions.iter().map(LimitResult::from).collect(),
-                admitted: None,
-                delays_ms: Vec::new(),
-            };
-            let written = serde_json::to_vec(&answer).unwrap_or_default();
-            assert_eq!(CheckResponse::parse(&written, checks.len()), Some(answer));
-        }
+    if let Err(broken) = sluice_wire::fuzzing::check_body(data) {
+        panic!("{broken}");
     }
 }
 
@@ -160,22 +136,13 @@ pub fn check(data: &[u8]) {
 /// serde; `parse` and `parse_batch` keep their promises. The first byte
 /// chooses how many limits and requests are expected.
 pub fn answer(data: &[u8]) {
-    use sluice_wire::{parse_compact_answer, CheckResponse};
     let Some((&sel, body)) = data.split_first() else {
         return;
     };
     let expected = usize::from(sel & 3);
     let requests = u32::from(sel >> 2);
-    if let Some(fast) = parse_compact_answer(body) {
-        let serde: Option<CheckResponse> = serde_json::from_slice(body).ok();
-        assert_eq!(Some(fast), serde, "compact reader and serde disagree");
-    }
-    if let Some(r) = CheckResponse::parse(body, expected) {
-        assert_eq!(r.limits.len(), expected);
-    }
-    if let Some(r) = CheckResponse::parse_batch(body, expected, requests) {
-        assert!(r.admitted.is_some_and(|a| a <= requests));
-        assert_eq!(r.limits.len(), expected);
+    if let Err(broken) = sluice_wire::fuzzing::answer_body(body, expected, requests) {
+        panic!("{broken}");
     }
 }
 
@@ -210,25 +177,9 @@ pub fn rls_answer(data: &[u8]) {
 /// The limiter's descriptor YAML: descriptors, or an error naming what is
 /// wrong; lookups in what loads never panic.
 pub fn rls_yaml(data: &[u8]) {
-    use sluice_limiter::rls::config::Descriptors;
     let text = String::from_utf8_lossy(data);
-    match Descriptors::parse(&text) {
-        Err(e) => {
-            assert!(!e.message.is_empty(), "no message at {:?}", e.field);
-            let _ = e.to_string();
-        }
-        Ok(d) => {
-            for domain in d.domains.values() {
-                for entries in [
-                    &[("remote_address", "1.2.3.4")][..],
-                    &[("a", "x"), ("b", "y"), ("c", "")],
-                    &[("path", "/api/x/action"), ("files", "files/a")],
-                    &[("key", "value"), ("user", "u1")],
-                ] {
-                    let _ = domain.lookup(entries.iter().copied());
-                }
-            }
-        }
+    if let Err(broken) = sluice_limiter::rls::fuzzing::check_descriptor_yaml(&text) {
+        panic!("{broken}");
     }
 }
 

@@ -8,13 +8,11 @@
 //!
 //! More cases: `PROPTEST_CASES=100000 cargo test -p sluice-wire fuzz_`.
 
-use crate::answer::compact;
 use crate::json_mutation::mutate;
-use crate::{parse_check, CheckResponse, LimitResult};
+use crate::{parse_check, CheckResponse};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use serde_json::{json, Value};
-use sluice_core::{decide_all, decide_batch, Check, SECOND};
 
 const CHECKS: &[&str] = &[
     r#"{"domain":"d","limits":[{"key":"k","algorithm":"gcra","requests":1,"window_ms":1}]}"#,
@@ -73,53 +71,12 @@ fn byte_edit(body: &mut Vec<u8>, (at, op, byte): (Index, u8, u8)) {
     }
 }
 
-/// The limiter's side: a check is refused with a message, or valid and
-/// decided (one request and as a batch) without a panic, and its answer
-/// reads back as written.
 fn check_body(body: &[u8]) -> Result<(), TestCaseError> {
-    match parse_check(body) {
-        Err(e) => prop_assert!(!e.message.is_empty(), "{:?}", e.path),
-        Ok(check) => {
-            let checks: Vec<_> = check
-                .limits
-                .iter()
-                .map(|l| Check {
-                    limit: &l.limit,
-                    state: None,
-                    cost: l.hits,
-                })
-                .collect();
-            let now = 1_714_521_600 * SECOND;
-            let out = decide_all(&checks, now);
-            decide_batch(&checks, now, check.requests().min(64));
-            let answer = CheckResponse {
-                allowed: out.allowed,
-                limits: out.decisions.iter().map(LimitResult::from).collect(),
-                admitted: None,
-                delays_ms: Vec::new(),
-            };
-            let written =
-                serde_json::to_vec(&answer).map_err(|e| TestCaseError::fail(e.to_string()))?;
-            prop_assert_eq!(CheckResponse::parse(&written, checks.len()), Some(answer));
-        }
-    }
-    Ok(())
+    crate::fuzzing::check_body(body).map_err(TestCaseError::fail)
 }
 
-/// The filter's side: an answer is read or not, never a panic; what the
-/// compact reader reads, serde reads alike.
 fn answer_body(body: &[u8], expected: usize, requests: u32) -> Result<(), TestCaseError> {
-    if let Some(fast) = compact::parse(body) {
-        let serde: Option<CheckResponse> = serde_json::from_slice(body).ok();
-        prop_assert_eq!(Some(fast), serde);
-    }
-    if let Some(r) = CheckResponse::parse(body, expected) {
-        prop_assert_eq!(r.limits.len(), expected);
-    }
-    if let Some(r) = CheckResponse::parse_batch(body, expected, requests) {
-        prop_assert!(r.admitted.is_some_and(|a| a <= requests));
-    }
-    Ok(())
+    crate::fuzzing::answer_body(body, expected, requests).map_err(TestCaseError::fail)
 }
 
 fn nested(depth: usize, open: &str, close: &str) -> Vec<u8> {

@@ -23,6 +23,8 @@ mod validate;
 
 #[cfg(test)]
 mod fuzz;
+#[doc(hidden)]
+pub mod fuzzing;
 #[cfg(test)]
 mod json_mutation;
 #[cfg(test)]
@@ -30,12 +32,6 @@ mod test_rng;
 
 pub use answer::{CheckResponse, ErrorBody, LimitResult};
 
-/// The compact answer reader alone (what [`CheckResponse::parse`] tries
-/// before serde), so the fuzzers can check that it reads as serde does.
-#[doc(hidden)]
-pub fn parse_compact_answer(body: &[u8]) -> Option<CheckResponse> {
-    answer::compact::parse(body)
-}
 pub use key::{limiter_key, MAX_KEY_BYTES};
 pub use request::{check_json, CheckRequest, LimitSpec};
 pub use validate::{

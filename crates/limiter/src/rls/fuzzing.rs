@@ -120,3 +120,29 @@ pub async fn check_answer(
     }
     Ok(())
 }
+
+/// A descriptor file: loaded, or refused with a message naming what is
+/// wrong; lookups in what loads never panic.
+pub fn check_descriptor_yaml(text: &str) -> Result<(), String> {
+    match Descriptors::parse(text) {
+        Err(e) if e.message.is_empty() => Err(format!("no message at {:?}", e.field)),
+        Err(e) => {
+            let _ = e.to_string();
+            Ok(())
+        }
+        Ok(d) => {
+            for domain in d.domains.values() {
+                for entries in [
+                    &[("remote_address", "1.2.3.4")][..],
+                    &[("a", "x"), ("b", "y"), ("c", "")],
+                    &[("path", "/api/x/action"), ("files", "files/a")],
+                    &[("key", "value"), ("user", "u1")],
+                    &[("message_type", "marketing"), ("to_number", "1")],
+                ] {
+                    let _ = domain.lookup(entries.iter().copied());
+                }
+            }
+            Ok(())
+        }
+    }
+}

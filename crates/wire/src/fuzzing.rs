@@ -1,0 +1,71 @@
+//! The invariants of both ends of the wire, shared by the proptest fuzzers
+//! (`fuzz.rs`) and the libFuzzer targets `check` and `answer` (fuzz/).
+
+use crate::answer::compact;
+use crate::{parse_check, CheckResponse, LimitResult};
+use sluice_core::{decide_all, decide_batch, Check, SECOND};
+
+/// The limiter's side: a check is refused with a message, or valid (with a
+/// limit) and decided (one request and as a batch) without a panic, and its
+/// answer reads back as written.
+pub fn check_body(body: &[u8]) -> Result<(), String> {
+    let check = match parse_check(body) {
+        Err(e) if e.message.is_empty() => return Err(format!("no message at {:?}", e.path)),
+        Err(_) => return Ok(()),
+        Ok(check) => check,
+    };
+    if check.limits.is_empty() {
+        return Err("a valid check without limits".into());
+    }
+    let checks: Vec<_> = check
+        .limits
+        .iter()
+        .map(|l| Check {
+            limit: &l.limit,
+            state: None,
+            cost: l.hits,
+        })
+        .collect();
+    let now = 1_714_521_600 * SECOND;
+    let out = decide_all(&checks, now);
+    decide_batch(&checks, now, check.requests().min(64));
+    let answer = CheckResponse {
+        allowed: out.allowed,
+        limits: out.decisions.iter().map(LimitResult::from).collect(),
+        admitted: None,
+        delays_ms: Vec::new(),
+    };
+    let written = serde_json::to_vec(&answer).map_err(|e| e.to_string())?;
+    match CheckResponse::parse(&written, checks.len()) {
+        Some(read) if read == answer => Ok(()),
+        read => Err(format!("{answer:?} read back as {read:?}")),
+    }
+}
+
+/// The filter's side: an answer is read or not, never a panic; what the
+/// compact reader reads, serde reads alike; `parse` and `parse_batch` keep
+/// their promises for `expected` limits and `requests` requests.
+pub fn answer_body(body: &[u8], expected: usize, requests: u32) -> Result<(), String> {
+    if let Some(fast) = compact::parse(body) {
+        let serde: Option<CheckResponse> = serde_json::from_slice(body).ok();
+        if Some(&fast) != serde.as_ref() {
+            return Err(format!("compact reader {fast:?}, serde {serde:?}"));
+        }
+    }
+    if let Some(r) = CheckResponse::parse(body, expected) {
+        if r.limits.len() != expected {
+            return Err(format!(
+                "{} limits read, {expected} expected",
+                r.limits.len()
+            ));
+        }
+    }
+    if let Some(r) = CheckResponse::parse_batch(body, expected, requests) {
+        if !r.admitted.is_some_and(|a| a <= requests) || r.limits.len() != expected {
+            return Err(format!(
+                "batch answer {r:?} for {requests} requests, {expected} limits"
+            ));
+        }
+    }
+    Ok(())
+}
