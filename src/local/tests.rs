@@ -177,7 +177,9 @@ fn counts_cas_retries() {
 #[test]
 fn counts_real_races_between_threads() {
     // Every thread's retries are its own; together they are the writes
-    // that lost a race, and each decision still stands exactly once.
+    // that lost a race, and each decision still stands exactly once. On a
+    // loaded machine a decision may lose MAX_ATTEMPTS races and give up
+    // (consuming nothing); its last mismatch is not retried.
     let store = Arc::new(MemoryStore::default());
     let l = Arc::new(limit(Algorithm::FixedWindow, 2_000));
     let handles: Vec<_> = (0..4)
@@ -185,16 +187,21 @@ fn counts_real_races_between_threads() {
             let (store, l) = (Arc::clone(&store), Arc::clone(&l));
             std::thread::spawn(move || {
                 let _ = take_cas_retries();
-                let allowed = (0..1_000)
-                    .filter(|_| consume(&*store, "hot", &l, SECOND, 1).unwrap().allowed)
-                    .count();
-                (allowed, take_cas_retries())
+                let (mut allowed, mut gave_up) = (0u64, 0u64);
+                for _ in 0..1_000 {
+                    match consume(&*store, "hot", &l, SECOND, 1) {
+                        Ok(d) => allowed += u64::from(d.allowed),
+                        Err(Contended) => gave_up += 1,
+                    }
+                }
+                (allowed, gave_up, take_cas_retries())
             })
         })
         .collect();
-    let results: Vec<(usize, u64)> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    assert_eq!(results.iter().map(|r| r.0).sum::<usize>(), 2_000);
-    // No decision gave up, so every mismatch the store refused was retried.
-    let retries: u64 = results.iter().map(|r| r.1).sum();
-    assert_eq!(retries, store.mismatches.load(Ordering::SeqCst));
+    let results: Vec<(u64, u64, u64)> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let allowed: u64 = results.iter().map(|r| r.0).sum();
+    let gave_up: u64 = results.iter().map(|r| r.1).sum();
+    let retries: u64 = results.iter().map(|r| r.2).sum();
+    assert_eq!(allowed, 2_000u64.min(4_000 - gave_up));
+    assert_eq!(retries + gave_up, store.mismatches.load(Ordering::SeqCst));
 }
