@@ -8,7 +8,7 @@
 //!
 //! More cases: `PROPTEST_CASES=100000 cargo test -p sluice-wire fuzz_`.
 
-use crate::json_mutation::mutate;
+use crate::json_mutation::{edit_bytes, mutate};
 use crate::{parse_check, CheckResponse};
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -60,15 +60,7 @@ fn hostile() -> Vec<Value> {
 
 fn byte_edit(body: &mut Vec<u8>, (at, op, byte): (Index, u8, u8)) {
     const BYTES: &[u8] = b"0123456789,:{}[]\"\\ -.aeEtf\x00\xff";
-    let byte = BYTES[usize::from(byte) % BYTES.len()];
-    let i = at.index(body.len() + 1);
-    match op % 3 {
-        0 if i < body.len() => body[i] = byte,
-        1 if i < body.len() => {
-            body.remove(i);
-        }
-        _ => body.insert(i, byte),
-    }
+    edit_bytes(body, (at, op, BYTES[usize::from(byte) % BYTES.len()]));
 }
 
 fn check_body(body: &[u8]) -> Result<(), TestCaseError> {

@@ -80,3 +80,16 @@ pub fn mutate(v: &mut Value, (node, op, pick): &Mutation, hostile: &[Value]) {
         }
     }
 }
+
+/// One change to raw bytes: at the position `at` picks (the end included),
+/// `op` replaces the byte there with `byte`, removes it, or inserts `byte`.
+pub fn edit_bytes(body: &mut Vec<u8>, (at, op, byte): (Index, u8, u8)) {
+    let i = at.index(body.len() + 1);
+    match op % 3 {
+        0 if i < body.len() => body[i] = byte,
+        1 if i < body.len() => {
+            body.remove(i);
+        }
+        _ => body.insert(i, byte),
+    }
+}

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 #[path = "../../../crates/wire/src/json_mutation.rs"]
 mod json_mutation;
-use json_mutation::mutate;
+use json_mutation::{edit_bytes, mutate};
 
 /// Valid configurations covering every section the parser knows.
 fn seeds() -> Vec<String> {
@@ -93,15 +93,7 @@ fn check(json: &[u8]) -> Result<(), TestCaseError> {
 
 fn byte_edit(body: &mut Vec<u8>, (at, op, byte): (Index, u8, u8)) {
     const BYTES: &[u8] = b"0123456789,:{}[]\"\\ -.%aeEs\x00\xff";
-    let byte = BYTES[usize::from(byte) % BYTES.len()];
-    let i = at.index(body.len() + 1);
-    match op % 3 {
-        0 if i < body.len() => body[i] = byte,
-        1 if i < body.len() => {
-            body.remove(i);
-        }
-        _ => body.insert(i, byte),
-    }
+    edit_bytes(body, (at, op, BYTES[usize::from(byte) % BYTES.len()]));
 }
 
 proptest! {
