@@ -2,7 +2,7 @@
 """Writes the seed inputs of every fuzz target into fuzz/corpus/<target>/seed-*.
 
 Seeds are valid inputs taken from the repository (the filter configurations of
-envoy/, deploy/, README.md and the configuration tests; descriptor YAML of the
+envoy/, deploy/, docs/ and the configuration tests; descriptor YAML of the
 limiter's tests; check and answer bodies; encoded RLS requests and answers).
 The fuzzer grows the corpus from them and `make fuzz` minimizes it. Run once
 (or after new examples appear): python3 fuzz/seed.py. Needs PyYAML only to read
@@ -63,11 +63,11 @@ def configs():
             found.append(v)
         elif "key" in v and "limits" in v:
             found.append({"domain": "d", "rules": [v]})
-    readme = (ROOT / "README.md").read_text()
-    for block in re.findall(r"```json\n(.*?)```", readme, re.S):
-        for v in json_objects([block]):
-            if "rules" in v or "domain" in v:
-                found.append(v)
+    for doc in sorted((ROOT / "docs").rglob("*.md")):
+        for block in re.findall(r"```json\n(.*?)```", doc.read_text(), re.S):
+            for v in json_objects([block]):
+                if "rules" in v or "domain" in v:
+                    found.append(v)
     try:
         import yaml
     except ImportError:

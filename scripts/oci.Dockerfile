@@ -8,6 +8,6 @@
 #
 # One layer holding the module as /plugin.wasm: the "compat" variant of the
 # Wasm image specification, which Istio's WasmPlugin and Envoy Gateway's
-# EnvoyExtensionPolicy both pull (see the README, "The OCI image").
+# EnvoyExtensionPolicy both pull (see docs/guides/meshes.md, "The OCI image").
 FROM scratch
 COPY sluice.wasm /plugin.wasm

@@ -1,7 +1,6 @@
 """The conventions Envoy users know: IETF rate-limit headers, gRPC denials,
 access logs, Prometheus labels and Envoy's duration form, against real Envoy."""
 
-import re
 import socket
 import time
 
@@ -13,6 +12,7 @@ import yaml
 
 import support
 from support import request, sluice_config, wait_until
+from support.docs import code_blocks, doc_files
 
 
 def sf_list(value: str) -> list:
@@ -158,11 +158,12 @@ def test_a_delayed_grpc_call_never_waits_past_its_deadline(envoy):
 # ---------------------------------------------------------------- access log
 
 def readme_yaml(first_line: str):
-    """The README's YAML block that starts with `first_line`."""
-    for block in re.findall(r"```yaml\n(.*?)```", (support.ROOT / "README.md").read_text(), re.S):
-        if block.startswith(first_line):
-            return yaml.safe_load(block)
-    raise AssertionError(f"README.md has no yaml block starting with {first_line!r}")
+    """The documentation's YAML block (in docs/) that starts with `first_line`."""
+    for path in doc_files():
+        for info, block in code_blocks(path):
+            if info == "yaml" and block.startswith(first_line):
+                return yaml.safe_load(block)
+    raise AssertionError(f"docs/ has no yaml block starting with {first_line!r}")
 
 
 def test_denied_and_delayed_requests_are_in_the_access_log_as_the_readme_shows(tmp_path):
@@ -206,7 +207,7 @@ def test_the_readme_stats_tags_turn_the_rule_into_a_prometheus_label(tmp_path):
                           "limits": [{"algorithm": "gcra", "requests": 1, "window": "1m"}]},
                          {"name": "user_2", "key": ["const:k"], "mode": "shadow",
                           "limits": [{"algorithm": "gcra", "requests": 5, "window": "1m"}]}])
-    stats_config = readme_yaml("stats_config:")  # the README's snippet
+    stats_config = readme_yaml("stats_config:")  # docs/operations/metrics.md's snippet
     e = support.start_envoy(tmp_path, [support.wasm_filter(cfg)], bootstrap_extra=stats_config)
     try:
         assert [request(e.port, "/").status for _ in range(2)] == [200, 429]

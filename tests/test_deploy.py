@@ -34,7 +34,7 @@ GATEWAY = DEPLOY / "envoy-gateway" / "envoyextensionpolicy.yaml"
 LIMITER_K8S = DEPLOY / "kubernetes" / "sluice-limiter.yaml"
 REDIS_K8S = DEPLOY / "kubernetes" / "redis.yaml"
 ENVOY_CLUSTER = DEPLOY / "envoy" / "sluice-limiter-cluster.yaml"
-LIMITER_README = ROOT / "crates" / "limiter" / "README.md"
+LIMITER_FLAGS = ROOT / "docs" / "reference" / "limiter-cli.md"
 CLI = Path(os.environ.get("SLUICE_CLI", ROOT / "target" / "release" / "sluice"))
 
 LIMITER_PORT = 8081
@@ -123,8 +123,8 @@ def test_the_limiter_cluster_is_the_same_everywhere():
 
 
 def limiter_flags_env() -> set[str]:
-    """The environment variables sluice-limiter reads, from its README's flag table."""
-    return set(re.findall(r"^\| `--[^`]+` \| `(SLUICE_[A-Z_]+)` \|", LIMITER_README.read_text(), re.M))
+    """The environment variables sluice-limiter reads, from its documented flag table."""
+    return set(re.findall(r"^\| `--[^`]+` \| `(SLUICE_[A-Z_]+)` \|", LIMITER_FLAGS.read_text(), re.M))
 
 
 def test_the_limiter_manifests_agree():

@@ -1,21 +1,34 @@
-"""The configuration reference in README.md lists exactly what the filter accepts.
+"""The documentation in docs/ says what the code does.
 
-The fields come from the serde types of `src/config/raw.rs`, the algorithms
-from `sluice-core`: a field or an algorithm added there and not documented
-fails here, naming it.
+- The configuration reference (docs/reference/configuration.md) has a row for
+  every field of the JSON Schema (schema/sluice.schema.json, walked through
+  `definitions`) with the schema's type, and lists exactly the fields of the
+  serde types of `src/config/raw.rs`: a field added there and not documented
+  fails here, naming it.
+- The descriptors reference lists every field the limiter's descriptor files
+  accept (`crates/limiter/src/rls/config.rs`).
+- Every filter configuration of docs/ compiles with `sluice check-config`;
+  every descriptor file of docs/ is loaded by `sluice-limiter`.
+- Links point at files and headings that exist.
 """
 
+import json
 import re
 import subprocess
 
 import pytest
 import yaml
 
-from support import ALGORITHMS, ROOT
+from support import ALGORITHMS, ROOT, free_port
+from support.docs import (CONFIGURATION, DOCS, code_blocks, doc_files, headed_tables, parent_and_field,
+                          schema_fields, schema_type)
 
 RAW = ROOT / "src" / "config" / "raw.rs"
 README = ROOT / "README.md"
-CORE_README = ROOT / "crates" / "core" / "README.md"
+ALGORITHMS_DOC = DOCS / "reference" / "algorithms.md"
+DESCRIPTORS_DOC = DOCS / "reference" / "descriptors.md"
+RLS_CONFIG = ROOT / "crates" / "limiter" / "src" / "rls" / "config.rs"
+CLI = ROOT / "target" / "release" / "sluice"
 
 _STRUCT = re.compile(r"pub struct (Raw\w+) \{(.*?)\n\}", re.S)
 _FIELD = re.compile(r"((?:\s*#\[[^\n]*\]\n)*)\s*pub (\w+): ([^\n]+),")
@@ -49,53 +62,54 @@ def json_paths() -> dict[str, set[str]]:
             inner = re.search(r"\b(Raw\w+)\b", ty)
             if inner and inner.group(1) in structs:
                 child = f"{path}.{field}" if path else field
-                walk(inner.group(1), child + ("[]" if ty.startswith("Vec<") else ""))
+                walk(inner.group(1), child + ("[]" if "Vec<" in ty else ""))
 
     walk("RawConfig", "")
     return out
 
 
-def configuration_section() -> str:
-    text = README.read_text()
-    start = text.index("\n## Configuration\n")
-    end = text.index("\n## ", start + 1)
-    return text[start:end]
-
-
-# The heading of each object's table in the reference.
-HEADINGS = {"": "Top level", "rules[]": "Rules", "rules[].limits[]": "Limits",
-            "rules[].overrides[]": "Overrides"}
-
-
 def reference_tables() -> dict[str, list[list[str]]]:
-    """{heading: rows of the table right under it (cells)} in the Configuration section."""
-    tables: dict[str, list[list[str]]] = {}
-    heading = None
-    for line in configuration_section().splitlines():
-        if line.startswith("#"):
-            heading = line.lstrip("#").strip().strip("`")
-        elif line.startswith("|") and heading is not None:
-            cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
-            tables.setdefault(heading, []).append(cells)
+    """{object path ("" for the top level): rows of its table} in the configuration reference."""
+    tables = headed_tables(CONFIGURATION.read_text())
+    tables[""] = tables.pop("Top level", [])
     return tables
 
 
-def heading_of(path: str) -> str:
-    return HEADINGS.get(path, path.removeprefix("rules[]."))
+def documented_rows(path: str) -> dict[str, list[str]]:
+    """{field: its row} of the table of the object at `path`."""
+    tables = reference_tables()
+    assert path in tables, f"{CONFIGURATION.name} has no table under a heading `{path}`"
+    head, _, *rows = tables[path]
+    assert head == ["field", "type", "default", "example", "meaning"], f"{path}: {head}"
+    return {r[0].strip("`"): r for r in rows}
 
 
 @pytest.mark.parametrize("path", sorted(json_paths()), ids=lambda p: p or "top level")
-def test_every_field_is_documented_once_with_a_default(path):
-    tables = reference_tables()
-    heading = heading_of(path)
-    assert heading in tables, f"README.md's Configuration section has no table under a heading {heading!r}"
-    head, _, *rows = tables[heading]
-    assert head[:3] == ["field", "default", "meaning"], f"{heading}: {head}"
-    documented = [r[0].strip("`") for r in rows]
-    assert sorted(documented) == sorted(json_paths()[path]), \
-        f"{heading}: the table lists {documented}, src/config/raw.rs has {sorted(json_paths()[path])}"
-    for row in rows:
-        assert len(row) == 3 and row[1] and row[2], f"{heading}: row without a default or meaning: {row}"
+def test_every_object_lists_exactly_the_fields_of_raw_rs(path):
+    rows = documented_rows(path)
+    assert sorted(rows) == sorted(json_paths()[path]), \
+        f"{path or 'top level'}: the table lists {sorted(rows)}, src/config/raw.rs has {sorted(json_paths()[path])}"
+    for row in rows.values():
+        assert len(row) == 5 and all(row), f"{path or 'top level'}: a row with an empty cell: {row}"
+
+
+@pytest.mark.parametrize("field", sorted(schema_fields()))
+def test_every_schema_field_has_a_row_with_its_type(field):
+    parent, name = parent_and_field(field)
+    rows = documented_rows(parent)
+    assert name in rows, f"{CONFIGURATION.name} does not document `{field}` (no row `{name}` under `{parent}`)"
+    assert rows[name][1] == schema_type(schema_fields()[field]), \
+        f"`{field}`: documented as {rows[name][1]!r}, the schema says {schema_type(schema_fields()[field])!r}"
+
+
+def test_the_schema_walk_reaches_every_definition_and_nested_field():
+    fields = schema_fields()
+    assert {"domain", "client_ip.ipv4_prefix", "rules[].match.headers[].present", "rules[].limits[].sync.max_share",
+            "rules[].limits[].descriptor[].from", "rules[].limits[].elastic.pool", "rules[].overrides[].limit"} <= set(fields)
+    definitions = json.loads((ROOT / "schema" / "sluice.schema.json").read_text())["definitions"]
+    objects = [d for d in definitions.values() if "properties" in d]
+    assert len(fields) == len(json.loads((ROOT / "schema" / "sluice.schema.json").read_text())["properties"]) + \
+        sum(len(d["properties"]) for d in objects)
 
 
 def test_the_walk_finds_the_nested_objects():
@@ -107,10 +121,98 @@ def test_the_walk_finds_the_nested_objects():
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_every_algorithm_is_documented(algorithm):
-    limits = {r[0].strip("`"): r for r in reference_tables()["Limits"][2:]}
-    assert f"`{algorithm}`" in limits["algorithm"][2], f"README.md's Limits table does not list {algorithm}"
-    assert f"(`{algorithm}`)" in CORE_README.read_text(), \
-        f"crates/core/README.md's comparison table has no row for {algorithm}"
+    limits = documented_rows("rules[].limits[]")
+    assert f"`{algorithm}`" in limits["algorithm"][4], f"the reference's `rules[].limits[]` table does not list {algorithm}"
+    assert f"(`{algorithm}`)" in ALGORITHMS_DOC.read_text(), \
+        f"{ALGORITHMS_DOC.relative_to(ROOT)}'s comparison table has no row for {algorithm}"
+
+
+# ---------------------------------------------------------------- the descriptors reference
+
+_RLS_STRUCT = re.compile(r"struct (Raw(?:Domain|Descriptor|RateLimitFields|Replaces)) \{(.*?)\n\}", re.S)
+_RLS_FIELD = re.compile(r"^\s+(?:pub )?(\w+): ", re.M)
+# The table of each struct's fields in the descriptors reference.
+_RLS_TABLES = {"RawDomain": "File", "RawDescriptor": "descriptors[]", "RawRateLimitFields": "descriptors[].rate_limit"}
+
+
+@pytest.mark.parametrize("struct", sorted(_RLS_TABLES))
+def test_the_descriptors_reference_lists_every_field_a_file_may_have(struct):
+    fields = {name: set(_RLS_FIELD.findall(body)) for name, body in _RLS_STRUCT.findall(RLS_CONFIG.read_text())}
+    tables = headed_tables(DESCRIPTORS_DOC.read_text())
+    head, _, *rows = tables[_RLS_TABLES[struct]]
+    assert head == ["field", "type", "default", "example", "meaning"]
+    documented = {r[0].strip("`") for r in rows}
+    assert documented == fields[struct], \
+        f"{_RLS_TABLES[struct]}: documented {sorted(documented)}, {struct} has {sorted(fields[struct])}"
+    assert fields["RawReplaces"] == {"name"}, "`replaces` entries are documented as `{name}`"
+
+
+# ---------------------------------------------------------------- the examples of docs/
+
+FENCE_KINDS = {"json": "a filter configuration, compiled by `sluice check-config`",
+               "json fragment": "part of a filter configuration, parsed as JSON only",
+               "json limiter-api": "a limiter API body or answer (docs/reference/limiter-api.md)",
+               "json vscode-settings": "an editor's settings"}
+
+
+def json_blocks(kind: str) -> list[tuple[str, int, str]]:
+    """[(doc, index, text)] of the ```json blocks of docs/ with this info string."""
+    return [(str(p.relative_to(ROOT)), i, text) for p in doc_files()
+            for i, (info, text) in enumerate(code_blocks(p)) if info == kind]
+
+
+def test_every_json_block_says_what_it_holds():
+    for path in doc_files():
+        for info, _ in code_blocks(path):
+            if info.startswith("json"):
+                assert info in FENCE_KINDS, f"{path.relative_to(ROOT)}: ```{info} is none of {sorted(FENCE_KINDS)}"
+    assert len(json_blocks("json fragment")) <= 3, "keep partial configuration snippets few: complete them"
+
+
+def test_every_filter_configuration_in_docs_compiles(tmp_path):
+    if not CLI.exists():
+        pytest.fail(f"{CLI} is missing: run `make cli`")
+    blocks = json_blocks("json")
+    assert len(blocks) >= 5
+    files = []
+    for doc, i, text in blocks:
+        path = tmp_path / f"{doc.replace('/', '_')}-{i}.json"
+        path.write_text(text)
+        files.append(path)
+    result = subprocess.run([str(CLI), "check-config", *map(str, files)], capture_output=True, text=True)
+    assert result.returncode == 0, f"a configuration of docs/ does not compile:\n{result.stdout}{result.stderr}"
+    assert result.stdout.count(": ok (") == len(files), result.stdout
+
+
+@pytest.mark.parametrize("doc,i,text", json_blocks("json fragment"), ids=lambda v: str(v)[:40])
+def test_every_fragment_is_json(doc, i, text):
+    json.loads(text)
+
+
+def descriptor_files() -> list[tuple[str, int, str]]:
+    """[(doc, index, text)] of the ```yaml blocks of docs/ that are descriptor files (`domain` and `descriptors`)."""
+    out = []
+    for p in doc_files():
+        for i, (info, text) in enumerate(code_blocks(p)):
+            doc = yaml.safe_load(text) if info == "yaml" else None
+            if isinstance(doc, dict) and "domain" in doc and "descriptors" in doc:
+                out.append((str(p.relative_to(ROOT)), i, text))
+    return out
+
+
+def test_the_docs_have_descriptor_files():
+    docs = {doc for doc, _, _ in descriptor_files()}
+    assert {"docs/reference/descriptors.md", "docs/guides/envoy-ratelimit-filter.md"} <= docs
+
+
+@pytest.mark.parametrize("doc,i,text", descriptor_files(), ids=lambda v: str(v)[:40])
+def test_every_descriptor_file_in_docs_loads_in_the_limiter(doc, i, text, processes, tmp_path):
+    path = tmp_path / "descriptors.yaml"
+    path.write_text(text)
+    # The limiter refuses to start on a file it cannot load.
+    lim = processes.limiter(extra_args=["--grpc-listen", f"127.0.0.1:{free_port()}", "--descriptors", str(path)])
+    assert lim.metric('sluice_limiter_rls_config_loads_total{result="ok"}') == 1
+    assert lim.metric('sluice_limiter_rls_config_loads_total{result="error"}') == 0
 
 
 # ---------------------------------------------------------------- accuracy for a new user
@@ -120,23 +222,53 @@ MARKDOWN = sorted(p for p in ROOT.rglob("*.md")
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
+def anchors(doc) -> set[str]:
+    """The anchors GitHub gives the headings of a markdown file."""
+    out: set[str] = set()
+    text = re.sub(r"^```.*?^```", "", doc.read_text(), flags=re.S | re.M)
+    for heading in re.findall(r"^#{1,6} (.+)$", text, re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        n, candidate = 0, slug
+        while candidate in out:
+            n += 1
+            candidate = f"{slug}-{n}"
+        out.add(candidate)
+    return out
+
+
 @pytest.mark.parametrize("doc", MARKDOWN, ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_relative_link_names_a_file_of_the_repository(doc):
+def test_every_relative_link_names_a_file_and_heading_of_the_repository(doc):
     for target in _LINK.findall(doc.read_text()):
-        if target.startswith(("http://", "https://", "mailto:", "#")):
+        if target.startswith(("http://", "https://", "mailto:")):
             continue
-        path = (doc.parent / target.split("#")[0]).resolve()
+        file, _, anchor = target.partition("#")
+        path = (doc.parent / file).resolve() if file else doc
         assert path.exists(), f"{doc.relative_to(ROOT)} links to {target}, which is not in the repository"
+        if anchor and path.suffix == ".md":
+            assert anchor in anchors(path), \
+                f"{doc.relative_to(ROOT)} links to {target}: {path.relative_to(ROOT)} has no heading #{anchor}"
+
+
+def test_the_readme_is_a_front_door():
+    lines = README.read_text().count("\n")
+    assert lines <= 300, f"README.md has {lines} lines: the reference and the guides belong in docs/"
+    assert "docs/README.md" in README.read_text()
+    for doc in doc_files():
+        if doc.name != "README.md":
+            assert doc.relative_to(DOCS).as_posix() in (DOCS / "README.md").read_text(), \
+                f"docs/README.md does not list {doc.relative_to(ROOT)}"
 
 
 def make_help() -> str:
     return subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
 
 
-def test_every_make_target_the_readme_names_is_in_make_help():
-    named = set(re.findall(r"`make (\w[\w-]*)", README.read_text()))
-    helped = set(re.findall(r"^make (\w[\w-]*)", make_help(), re.M))
-    assert named <= helped, f"README.md names make targets that `make help` does not list: {named - helped}"
+def test_every_make_target_the_docs_name_is_in_make_help():
+    helped = set(re.findall(r"^make (\w[\w-]*)", make_help(), re.M)) | {"help"}
+    for doc in [README, *doc_files()]:
+        named = set(re.findall(r"`make (\w[\w-]*)", doc.read_text()))
+        assert named <= helped, \
+            f"{doc.relative_to(ROOT)} names make targets that `make help` does not list: {named - helped}"
     assert "validate" in helped
 
 

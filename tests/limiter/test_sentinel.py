@@ -4,7 +4,7 @@ Envoys. The primary is killed; the test measures how long until checks are
 served again, how many requests were answered per failure mode meanwhile,
 and how much counter state the failover lost, then checks that limits are
 exact again on the new primary. The figures are printed (run with -s) and
-written to `failover.json` in the test's directory; the limiter README
+written to `failover.json` in the test's directory; docs/benchmarks.md
 quotes them."""
 
 from __future__ import annotations
