@@ -1,10 +1,14 @@
-"""Sluice calling a rate limit service (limiter.protocol rls): sluice-limiter --grpc-listen as the service."""
+"""Sluice calling a rate limit service (limiter.protocol rls): sluice-limiter
+--grpc-listen as the service, then a fake service answering as Limitador and
+envoyproxy/ratelimit do (tests/support/fake_rls.py)."""
 
 import json
 
+import grpc
 import pytest
 
 from support import ALGORITHMS, free_port, limiter_cluster, load_through, request, sluice_config, wait_until
+from support.fake_rls import OK, OVER_LIMIT, UNKNOWN, EchoUpstream, FakeRls, grpc_request, raw_headers
 
 DESCRIPTORS = """\
 domain: test
@@ -27,9 +31,11 @@ descriptors:
 RULES = [{"name": "per-user", "key": ["header:x-user"], "limits": [{"scope": "global"}]}]
 
 
-def rls_config(rules=RULES, failure_mode="deny", timeout="5s"):
-    return sluice_config(rules, limiter={"cluster": "rls", "protocol": "rls", "timeout": timeout,
-                                         "failure_mode": failure_mode})
+def rls_config(rules=RULES, failure_mode="deny", timeout="5s", service_headers=None):
+    limiter = {"cluster": "rls", "protocol": "rls", "timeout": timeout, "failure_mode": failure_mode}
+    if service_headers is not None:
+        limiter["service_headers"] = service_headers
+    return sluice_config(rules, limiter=limiter)
 
 
 def rls_limiter(processes, tmp_path, store="memory", requests=20, algorithm="fixed_window"):
@@ -105,3 +111,262 @@ def test_limit_fields_on_an_rls_limit_are_refused(envoy):
     assert not e.push_config(json.dumps(rls_config(rules)))
     lines = [line for line in e.log().splitlines() if "sluice: invalid configuration" in line]
     assert lines and "rules[0].limits[0].requests:" in lines[-1], lines
+
+
+# ---------------------------------------------------------------- a fake service: answers as each service gives them
+
+RATE_LIMIT_HEADERS = ("x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", "ratelimit-policy",
+                      "ratelimit")
+FAILURE_REASONS = ("unreachable", "timeout", "status", "unreadable")
+
+
+@pytest.fixture
+def fake_rls():
+    """Starts fake rate limit services (see FakeRls); stops them after the test."""
+    started = []
+
+    def start(style="envoy_ratelimit", **kwargs):
+        fake = FakeRls(style, **kwargs)
+        started.append(fake)
+        return fake
+
+    yield start
+    for fake in started:
+        fake.stop()
+
+
+@pytest.fixture
+def echo():
+    upstream = EchoUpstream()
+    yield upstream
+    upstream.stop()
+
+
+def with_fake(envoy, fake, **config):
+    return envoy(rls_config(**config), clusters=[limiter_cluster("rls", [fake.port])])
+
+
+def user(name="a"):
+    return {"x-user": name}
+
+
+def reported(response) -> dict:
+    """The rate-limit headers of a response."""
+    return {h: response.header(h) for h in RATE_LIMIT_HEADERS if response.header(h) is not None}
+
+
+def test_overall_only_answers_give_exact_counts_for_one_user(envoy, fake_rls):
+    fake = fake_rls("limitador", limit=5)
+    e = with_fake(envoy, fake)
+    answers = [request(e.port, "/", headers=user()) for _ in range(8)]
+    assert [r.status for r in answers] == [200] * 5 + [429] * 3
+    assert request(e.port, "/", headers=user("b")).status == 200
+    admitted, denied = answers[0], answers[-1]
+    assert reported(admitted) == {} and reported(denied) == {}
+    assert denied.header("x-sluice-rule") == "per-user"
+    assert denied.header("retry-after") is None  # the answer gives no wait
+    assert fake.calls() == 9  # no wait known: no denial is cached
+    first = fake.requests[0]
+    assert (first.domain, first.descriptors, first.hits) == ("test", [[("generic_key", "per-user"), ("x-user", "a")]], 1)
+    assert sum(e.sluice_stat(f"sluice.limiter_failed.{r}") for r in FAILURE_REASONS) == 0
+    assert e.sluice_stat("sluice.limiter_errors") == 0
+
+
+def test_overall_only_answers_are_exact_across_envoys(envoy, fake_rls):
+    fake = fake_rls("limitador", limit=20)
+    envoys = [with_fake(envoy, fake) for _ in range(2)]
+    counts = load_through(envoys, per_envoy=100, connections=16, headers=user("hot"))
+    print(f"\noverall-only fake, limit 20, 200 requests from 32 connections across 2 Envoys: {counts}")
+    assert counts == {200: 20, 429: 180}
+    assert fake.calls() == 200
+    for e in envoys:
+        assert e.sluice_stat("sluice.limiter_errors") == 0
+        assert e.sluice_stat("sluice.failure_mode_allowed") == 0
+
+
+def test_one_status_per_descriptor_gives_the_headers_and_the_cache(envoy, fake_rls):
+    fake = fake_rls("envoy_ratelimit", limit=2, reset_seconds=42)
+    e = with_fake(envoy, fake)
+    answers = [request(e.port, "/", headers=user()) for _ in range(3)]
+    assert [r.status for r in answers] == [200, 200, 429]
+    assert (answers[0].header("x-ratelimit-limit"), answers[0].header("x-ratelimit-remaining")) == ("2", "1")
+    assert answers[0].header("ratelimit-policy") == '"per-user";q=2;w=60'
+    assert answers[2].header("retry-after") == "42"
+    assert answers[2].header("x-ratelimit-remaining") == "0"
+    # the denial is cached until the reset: the service is not asked again
+    assert all(request(e.port, "/", headers=user()).status == 429 for _ in range(5))
+    assert fake.calls() == 3
+
+
+# (name, overall code, statuses (code, limit, remaining, reset s), service headers,
+#  status, retry-after, rate-limit headers reported, denial cached)
+DECISIONS = [
+    ("longer-over", OVER_LIMIT, [(OVER_LIMIT, 10, 0, 7), (OVER_LIMIT, 10, 0, 30), (OK, 10, 3, 50)], [],
+     429, "30", False, True),
+    ("none-over-retry-after", OVER_LIMIT, [], [("retry-after", "12")], 429, "12", False, True),
+    ("none-over-ratelimit-reset", OVER_LIMIT, [], [("ratelimit-reset", "9")], 429, "9", False, True),
+    ("none-over-x-ratelimit-reset", OVER_LIMIT, [], [("x-ratelimit-reset", "8")], 429, "8", False, True),
+    ("none-over-unsaid", OVER_LIMIT, [], [], 429, None, False, False),
+    ("none-over-unparsable-header", OVER_LIMIT, [], [("retry-after", "soon")], 429, "soon", False, False),
+    ("over-code-ok-statuses", OVER_LIMIT, [(OK, 10, 4, 20)], [], 429, None, False, False),
+    ("ok-code-over-status", OK, [(OVER_LIMIT, 10, 0, 20)], [], 200, None, True, False),
+    ("ok-longer", OK, [(OK, 10, 4, 20), (OK, 10, 4, 20)], [], 200, None, False, False),
+    ("ok-none", OK, [], [], 200, None, False, False),
+]
+
+
+@pytest.mark.parametrize("name,code,statuses,headers,status,retry_after,reports,cached", DECISIONS,
+                         ids=[d[0] for d in DECISIONS])
+def test_the_decision_table(envoy, fake_rls, name, code, statuses, headers, status, retry_after, reports, cached):
+    fake = fake_rls("envoy_ratelimit", limit=100)
+    fake.code, fake.statuses, fake.response_headers = code, statuses, headers
+    e = with_fake(envoy, fake)
+    r = request(e.port, "/", headers=user())
+    assert r.status == status
+    assert r.header("retry-after") == retry_after
+    if reports:
+        assert (r.header("x-ratelimit-limit"), r.header("x-ratelimit-remaining")) == ("10", "0")
+    else:
+        assert reported(r) == {h: v for h, v in headers if h in RATE_LIMIT_HEADERS}
+    if status == 429:
+        assert r.header("x-sluice-rule") == "per-user"
+    again = request(e.port, "/", headers=user())
+    assert again.status == status
+    assert fake.calls() == (1 if cached else 2)
+    assert sum(e.sluice_stat(f"sluice.limiter_failed.{r}") for r in FAILURE_REASONS) == 0
+
+
+def test_two_descriptors_without_statuses_deny_as_the_first(envoy, fake_rls):
+    rules = [{"name": "per-user", "key": ["header:x-user"], "limits": [{"scope": "global"}]},
+             {"name": "site", "key": ["const:all"], "limits": [{"scope": "global"}]}]
+    fake = fake_rls("limitador", limit=1)
+    fake.response_headers = [("retry-after", "5")]
+    e = with_fake(envoy, fake, rules=rules)
+    assert request(e.port, "/", headers=user()).status == 200
+    denied = request(e.port, "/", headers=user())
+    assert (denied.status, denied.header("x-sluice-rule"), denied.header("retry-after")) == (429, "per-user", "5")
+    assert [len(r.descriptors) for r in fake.requests] == [2, 2]
+    # two descriptors: the denial is not known to be either one's, and is not cached
+    assert request(e.port, "/", headers=user()).status == 429
+    assert fake.calls() == 3
+
+
+@pytest.mark.parametrize("setting,on_admitted,on_denied",
+                         [(None, True, True), ("always", True, True), ("denied", False, True),
+                          ("never", False, False)])
+def test_service_headers_on_denials_and_admitted_responses(envoy, fake_rls, setting, on_admitted, on_denied):
+    fake = fake_rls("envoy_ratelimit", limit=1)
+    fake.response_headers = [("X-Service", "v1"), ("x-raw", "r", "raw")]
+    e = with_fake(envoy, fake, service_headers=setting)
+    admitted, denied = (request(e.port, "/", headers=user()) for _ in range(2))
+    assert (admitted.status, denied.status) == (200, 429)
+    assert (admitted.header("x-service"), admitted.header("x-raw")) == (("v1", "r") if on_admitted else (None, None))
+    assert (denied.header("x-service"), denied.header("x-raw")) == (("v1", "r") if on_denied else (None, None))
+    # the rate-limit headers of the statuses are there whatever the setting
+    assert admitted.header("x-ratelimit-limit") == "1"
+
+
+def test_a_service_header_replaces_sluices_own(envoy, fake_rls):
+    fake = fake_rls("envoy_ratelimit", limit=1, reset_seconds=42)
+    fake.response_headers = [("Content-Type", "application/problem+json"), ("retry-after", "99"),
+                             ("x-ratelimit-limit", "7")]
+    e = with_fake(envoy, fake)
+    status, headers, _ = raw_headers(e.port, user())
+    assert status == 200
+    assert [v for h, v in headers if h == "x-ratelimit-limit"] == ["7"]
+    status, headers, _ = raw_headers(e.port, user())
+    assert status == 429
+    assert [v for h, v in headers if h == "content-type"] == ["application/problem+json"]
+    assert [v for h, v in headers if h == "retry-after"] == ["99"]
+    assert [v for h, v in headers if h == "x-ratelimit-limit"] == ["7"]
+    assert [v for h, v in headers if h == "x-sluice-rule"] == ["per-user"]
+
+
+def test_headers_envoy_cannot_carry_are_dropped(envoy, fake_rls):
+    fake = fake_rls("envoy_ratelimit", limit=1)
+    fake.response_headers = [(":status", "500"), ("bad name", "x"), ("x-crlf", "a\r\nb"), ("x-nul", "a\0b"),
+                             ("", "empty"), ("X-Good", "1")]
+    e = with_fake(envoy, fake)
+    for expected in (200, 429):
+        status, headers, _ = raw_headers(e.port, user())
+        assert status == expected
+        names = [h for h, _ in headers]
+        assert [v for h, v in headers if h == "x-good"] == ["1"]
+        assert not {"bad name", "x-crlf", "x-nul", ""} & set(names), headers
+    assert e.sluice_stat("sluice.limiter_failed.unreadable") == 0
+
+
+def test_request_headers_reach_the_upstream_when_admitted(envoy, fake_rls, echo):
+    fake = fake_rls("envoy_ratelimit", limit=1)
+    fake.request_headers = [("x-from-rls", "yes"), ("X-Tenant", "t1", "raw"), ("x-crlf", "a\r\nb")]
+    e = envoy(rls_config(), clusters=[limiter_cluster("rls", [fake.port]), echo.cluster()],
+              hcm_extra=EchoUpstream.route_config())
+    admitted = request(e.port, "/", headers=user())
+    assert admitted.status == 200
+    seen = json.loads(admitted.body)
+    assert (seen.get("x-from-rls"), seen.get("x-tenant")) == ("yes", "t1")
+    assert "x-crlf" not in seen
+    assert "x-from-rls" not in {k.lower() for k in admitted.headers}
+    assert request(e.port, "/", headers=user()).status == 429
+    assert echo.count == 1
+
+
+def test_the_raw_body_is_the_body_of_an_http_denial(envoy, fake_rls):
+    fake = fake_rls("limitador", limit=1)
+    fake.raw_body = b'{"error": "slow down"}\n'
+    e = with_fake(envoy, fake)
+    admitted = request(e.port, "/", headers=user())
+    assert (admitted.status, admitted.body) == (200, b"ok\n")
+    denied = request(e.port, "/", headers=user())
+    assert (denied.status, denied.body) == (429, b'{"error": "slow down"}\n')
+    call = grpc_request(e.port, [("x-user", "a")])
+    assert call.get("grpc-status") == "8" and call.get("x-sluice-rule") == "per-user"
+    assert call["body"] == b""
+
+
+# reason -> how the fake (or its absence) brings it about, and the counter expected
+FAILURES = {
+    "unreachable": ("no service", "unreachable"),
+    "service-unavailable": (grpc.StatusCode.UNAVAILABLE, "unreachable"),
+    "timeout": ("delay", "timeout"),
+    "service-deadline-exceeded": (grpc.StatusCode.DEADLINE_EXCEEDED, "timeout"),
+    "internal": (grpc.StatusCode.INTERNAL, "status"),
+    "resource-exhausted": (grpc.StatusCode.RESOURCE_EXHAUSTED, "status"),
+    "unknown-code": ("unknown code", "unreadable"),
+    "other-code": ("code 7", "unreadable"),
+    "garbage": ("garbage", "unreadable"),
+}
+
+
+@pytest.mark.parametrize("failure_mode", ["allow", "deny"])
+@pytest.mark.parametrize("failure", list(FAILURES))
+def test_each_failure_is_counted_by_reason_and_follows_the_failure_mode(envoy, fake_rls, failure, failure_mode):
+    how, reason = FAILURES[failure]
+    if how == "no service":
+        port = free_port()
+    else:
+        fake = fake_rls("envoy_ratelimit", limit=100)
+        port = fake.port
+        if how == "delay":
+            fake.delay = 5.0
+        elif how == "unknown code":
+            fake.code = UNKNOWN
+        elif how == "code 7":
+            fake.code = 7
+        elif how == "garbage":
+            fake.garbage = b"\xff\xff\xff"
+        else:
+            fake.abort = how
+    e = envoy(rls_config(failure_mode=failure_mode, timeout="300ms"), clusters=[limiter_cluster("rls", [port])])
+    statuses = [request(e.port, "/", headers=user()).status for _ in range(3)]
+    assert statuses == [200 if failure_mode == "allow" else 429] * 3
+    counter = f"sluice.limiter_failed.{reason}"
+    wait_until(lambda: e.sluice_stat(counter) == 3, what=f"{counter} == 3")
+    assert {r: e.sluice_stat(f"sluice.limiter_failed.{r}") for r in FAILURE_REASONS if r != reason} == \
+        {r: 0 for r in FAILURE_REASONS if r != reason}
+    per_request = "sluice.failure_mode_allowed" if failure_mode == "allow" else "sluice.limiter_errors"
+    wait_until(lambda: e.sluice_stat(per_request) == 3, what=f"{per_request} == 3")
+    marker = 'sluice: limiter cluster "rls" failed:'
+    warnings = [line.split(marker, 1)[1] for line in e.log().splitlines() if marker in line]
+    assert 1 <= len(warnings) <= 2, warnings  # at most one per worker in 10 s (two workers)
+    assert all(reason in w for w in warnings), warnings
