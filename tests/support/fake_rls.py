@@ -390,3 +390,36 @@ def grpc_request(port: int, metadata=(), timeout: float = 10.0) -> dict:
         return out
     finally:
         sock.close()
+
+
+class SilentService:
+    """A loopback port that accepts connections and never answers: a hung
+    service, whose calls only Envoy's own timeout ends."""
+
+    def __init__(self):
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(64)
+        self.port = self._sock.getsockname()[1]
+        self._conns: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            self._conns.append(conn)
+
+    def stop(self):
+        # shutdown() wakes the accept() in the thread; close() alone may not
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+        self._thread.join(10)
+        for conn in self._conns:
+            conn.close()
