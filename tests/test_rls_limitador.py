@@ -53,6 +53,13 @@ class Limitador:
             self.process.stop()
             raise
 
+    def metric(self, name: str) -> int:
+        """A counter of Limitador's /metrics (0 before it first counts)."""
+        for line in request(self.http_port, "/metrics").body.decode().splitlines():
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                return int(float(line.rsplit(" ", 1)[1]))
+        return 0
+
     def stop(self):
         self.process.stop()
 
@@ -113,7 +120,8 @@ def test_exactly_five_of_two_hundred_across_two_envoys(envoy, limitador):
 
 
 def test_draft_03_headers_reach_the_client(envoy, limitador):
-    e = through(envoy, limitador(["--rate-limit-headers", "DRAFT_VERSION_03"]))
+    server = limitador(["--rate-limit-headers", "DRAFT_VERSION_03"])
+    e = through(envoy, server)
     answers = [request(e.port, "/", headers={"x-user": "carol"}) for _ in range(7)]
     print("\nLimitador with DRAFT_VERSION_03 headers:")
     for r in answers:
@@ -128,6 +136,11 @@ def test_draft_03_headers_reach_the_client(envoy, limitador):
     assert 1 <= int(denied.header("retry-after")) <= 60
     assert denied.header("retry-after") == denied.header("x-ratelimit-reset")
     assert denied.header("x-sluice-rule") == "per-user"
+    # with a known wait, the denial is cached: the last request never reached Limitador
+    assert answers[6].header("retry-after") is not None
+    limited, authorized = server.metric("limited_calls"), server.metric("authorized_calls")
+    print(f"  Limitador counted {authorized} authorized and {limited} limited calls")
+    assert (authorized, limited) == (5, 1)
 
 
 @pytest.mark.parametrize("failure_mode,status", [("allow", 200), ("deny", 429)])
