@@ -168,6 +168,8 @@ pub struct PendingCheck {
     tally: Tally,
     /// This is the second call, where elastic limits borrow.
     borrowing: bool,
+    /// What the rate limit service asked for besides its decision.
+    reply: Option<rls::Reply>,
 }
 
 impl PendingCheck {
@@ -187,16 +189,31 @@ impl PendingCheck {
         if let Some(c) = self.calls.get_mut(call) {
             let limits = c.batch.len();
             let answer = match body {
-                Some(b) if c.rls => rls::decode_response(b, limits).map(|(answer, windows)| {
-                    c.windows = windows;
-                    answer
+                Some(b) if c.rls => rls::decode_response(b, limits).map(|read| {
+                    c.windows = read.windows;
+                    if !c.shadow {
+                        self.reply = Some(read.reply);
+                    }
+                    read.check
                 }),
                 Some(b) => CheckResponse::parse(b, limits),
                 None => None,
             };
+            c.unreadable = body.is_some() && answer.is_none();
             c.answer = Some(answer);
         }
         self.calls.iter().all(|c| c.answer.is_some())
+    }
+
+    /// Whether call `call` was answered with a body that could not be read.
+    pub fn unreadable(&self, call: usize) -> bool {
+        self.calls.get(call).is_some_and(|c| c.unreadable)
+    }
+
+    /// What the rate limit service asked for in its answer to the enforcing
+    /// call, if it asked (`protocol: rls`); taken once.
+    pub fn take_reply(&mut self) -> Option<rls::Reply> {
+        self.reply.take()
     }
 
     /// The request's check, when it may share calls with requests that have
@@ -383,6 +400,7 @@ where
         calls,
         mut tally,
         borrowing,
+        ..
     } = pending;
     let mut denied: Option<Reported> = None;
     // Every enforcing denial so far can be retried by borrowing.
@@ -490,6 +508,7 @@ fn borrow_call(plan: &Plan, calls: Vec<Call>, tally: Tally) -> Verdict {
         calls,
         tally,
         borrowing: true,
+        reply: None,
     })
 }
 
@@ -982,6 +1001,7 @@ where
             calls,
             tally: self.tally,
             borrowing: false,
+            reply: None,
         })
     }
 }
@@ -1483,6 +1503,7 @@ impl Batch {
                 answer: None,
                 rls: true,
                 windows: Vec::new(),
+                unreadable: false,
             });
         }
         let body = check_json(domain, self.hits.unwrap_or(1), &self.limits, None);
@@ -1493,6 +1514,7 @@ impl Batch {
             answer: None,
             rls: false,
             windows: Vec::new(),
+            unreadable: false,
         })
     }
 }
@@ -1511,6 +1533,8 @@ struct Call {
     rls: bool,
     /// The windows its answer gave, per item (rate limit service only).
     windows: Vec<Nanos>,
+    /// It was answered with a body that could not be read.
+    unreadable: bool,
 }
 
 impl Call {

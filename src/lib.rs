@@ -32,6 +32,7 @@ pub mod coalesce;
 pub mod config;
 pub mod decimal;
 pub mod engine;
+pub mod failure;
 pub mod grpc;
 pub mod headers;
 pub mod key;

@@ -94,17 +94,29 @@ pub enum GlobalEvent {
     /// A shared-data write lost a compare-and-swap race and was retried
     /// (divided by requests: the contention on hot keys).
     CasRetries,
+    /// A limiter call failed: no connection could be had.
+    LimiterUnreachable,
+    /// A limiter call failed: no answer within the timeout.
+    LimiterTimeout,
+    /// A limiter call failed: an error status (HTTP or gRPC).
+    LimiterStatus,
+    /// A limiter call failed: its answer could not be read.
+    LimiterUnreadable,
 }
 
 impl GlobalEvent {
     /// Every global event, in the order of their metric ids.
-    pub const ALL: [GlobalEvent; 6] = [
+    pub const ALL: [GlobalEvent; 10] = [
         GlobalEvent::CasExhausted,
         GlobalEvent::ConfigErrors,
         GlobalEvent::FailureModeAllowed,
         GlobalEvent::LimiterErrors,
         GlobalEvent::Coalesced,
         GlobalEvent::CasRetries,
+        GlobalEvent::LimiterUnreachable,
+        GlobalEvent::LimiterTimeout,
+        GlobalEvent::LimiterStatus,
+        GlobalEvent::LimiterUnreadable,
     ];
 
     /// The metric name.
@@ -116,6 +128,10 @@ impl GlobalEvent {
             GlobalEvent::LimiterErrors => "sluice.limiter_errors",
             GlobalEvent::Coalesced => "sluice.coalesced",
             GlobalEvent::CasRetries => "sluice.cas_retries",
+            GlobalEvent::LimiterUnreachable => "sluice.limiter_failed.unreachable",
+            GlobalEvent::LimiterTimeout => "sluice.limiter_failed.timeout",
+            GlobalEvent::LimiterStatus => "sluice.limiter_failed.status",
+            GlobalEvent::LimiterUnreadable => "sluice.limiter_failed.unreadable",
         }
     }
 

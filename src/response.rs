@@ -34,15 +34,28 @@ pub const COST_EXCEEDS_CAPACITY: &str = "cost-exceeds-capacity";
 /// the limit can ever admit (then `retry-after` is the limit's window), and
 /// `x-sluice-shadow-denied` when some shadow rule would have denied too. The
 /// configured response headers come from the plan.
+///
+/// A denial by a rate limit service that reported no quota and no wait has
+/// `retry-after` only when the service said one otherwise (`service_wait`,
+/// in seconds).
 pub fn denial_headers(
     plan: &Plan,
     denied: &Reported,
     applied: &[Reported],
     shadow_denied: &[usize],
+    service_wait: Option<u64>,
 ) -> Vec<(&'static str, String)> {
     let mut out = Vec::with_capacity(9);
     let t = next_quota(denied, algorithm(plan, denied));
-    out.push(("retry-after", retry_after_seconds(denied, t).to_string()));
+    let unknown = denied.decision.limit == 0 && denied.decision.retry_after == 0;
+    let wait = if unknown {
+        service_wait
+    } else {
+        Some(retry_after_seconds(denied, t))
+    };
+    if let Some(wait) = wait {
+        out.push(("retry-after", wait.to_string()));
+    }
     push_limits(plan, denied, applied, t, &mut out);
     out.push((ENVOY_RATELIMITED_HEADER, "true".to_string()));
     out.push((RULE_HEADER, rule_name(plan, denied.rule).to_string()));
@@ -50,6 +63,19 @@ pub fn denial_headers(
         out.push((REASON_HEADER, COST_EXCEEDS_CAPACITY.to_string()));
     }
     push_shadow(plan, shadow_denied, &mut out);
+    out
+}
+
+/// `ours` with the headers a rate limit service asked for: a header the
+/// service sends replaces ours of that name.
+pub fn with_service_headers<'a>(
+    ours: impl Iterator<Item = (&'a str, &'a str)>,
+    service: &'a [(String, String)],
+) -> Vec<(&'a str, &'a str)> {
+    let mut out: Vec<(&str, &str)> = ours
+        .filter(|(name, _)| !service.iter().any(|(s, _)| s.eq_ignore_ascii_case(name)))
+        .collect();
+    out.extend(service.iter().map(|(n, v)| (n.as_str(), v.as_str())));
     out
 }
 
@@ -180,7 +206,7 @@ mod tests {
 
     #[test]
     fn denial_headers_in_order() {
-        let headers = denial_headers(&plan("ietf"), &denied(), &[], &[1, 2]);
+        let headers = denial_headers(&plan("ietf"), &denied(), &[], &[1, 2], None);
         let expected: Vec<(&str, String)> = vec![
             ("retry-after", "2".into()),
             ("ratelimit-policy", "\"a\";q=5;w=10".into()),
@@ -190,7 +216,7 @@ mod tests {
             (SHADOW_HEADER, "b,c".into()),
         ];
         assert_eq!(headers, expected);
-        let none = denial_headers(&plan("none"), &denied(), &[], &[]);
+        let none = denial_headers(&plan("none"), &denied(), &[], &[], None);
         assert_eq!(
             none,
             vec![
@@ -219,7 +245,7 @@ mod tests {
         third.limit = 1;
         third.window = 3_600 * SECOND;
         third.decision.limit = 100;
-        let headers = denial_headers(&p, &third, &[first, second, first, third], &[]);
+        let headers = denial_headers(&p, &third, &[first, second, first, third], &[], None);
         assert_eq!(
             headers[1],
             (
@@ -247,7 +273,7 @@ mod tests {
         let mut hopeless = denied();
         hopeless.decision.retry_after = 0;
         hopeless.decision.denial = Some(Denial::CostExceedsCapacity);
-        let headers = denial_headers(&plan("none"), &hopeless, &[], &[]);
+        let headers = denial_headers(&plan("none"), &hopeless, &[], &[], None);
         assert_eq!(
             headers,
             vec![
@@ -273,5 +299,43 @@ mod tests {
         let headers = admitted_headers(&p, Some(&ok), &[ok], &[]);
         assert_eq!(headers.len(), 3);
         assert_eq!(headers[1], ("x-ratelimit-remaining", "3".to_string()));
+    }
+
+    #[test]
+    fn a_denial_with_nothing_known_says_only_what_the_service_said() {
+        let mut unknown = denied();
+        unknown.decision.limit = 0;
+        unknown.decision.retry_after = 0;
+        let plan = plan("both");
+        let none = denial_headers(&plan, &unknown, &[], &[], None);
+        assert!(none.iter().all(|(n, _)| *n != "retry-after"), "{none:?}");
+        assert!(
+            none.iter().all(|(n, _)| !n.contains("ratelimit-")),
+            "{none:?}"
+        );
+        let told = denial_headers(&plan, &unknown, &[], &[], Some(42));
+        assert_eq!(told.first(), Some(&("retry-after", "42".to_string())));
+    }
+
+    #[test]
+    fn service_headers_replace_ours_of_the_same_name() {
+        let service = vec![
+            ("content-type".to_string(), "application/json".to_string()),
+            ("x-ratelimit-limit".to_string(), "5".to_string()),
+        ];
+        let ours = [
+            ("Content-Type", "text/plain"),
+            ("retry-after", "3"),
+            ("x-ratelimit-limit", "9"),
+        ];
+        let merged = with_service_headers(ours.into_iter(), &service);
+        assert_eq!(
+            merged,
+            [
+                ("retry-after", "3"),
+                ("content-type", "application/json"),
+                ("x-ratelimit-limit", "5")
+            ]
+        );
     }
 }

@@ -7,7 +7,7 @@ use super::plan::{
 };
 use super::raw::{
     Mode, OnExceed, Protocol, RawConfig, RawCost, RawElastic, RawLimit, RawMatch, RawOverride,
-    RawRule, RawSync, Scope, SyncMode, COST_EXPECTED,
+    RawRule, RawSync, Scope, ServiceHeaders, SyncMode, COST_EXPECTED,
 };
 use crate::client_ip::ClientIpPolicy;
 use crate::key::KeyPart;
@@ -104,12 +104,23 @@ pub fn compile(raw: RawConfig) -> Result<Plan, FieldError> {
             if timeout < MILLISECOND {
                 return Err(FieldError::at("limiter.timeout", "must be at least 1ms"));
             }
+            let service_headers = match (l.protocol, l.service_headers) {
+                (Protocol::Rls, headers) => headers.unwrap_or_default(),
+                (Protocol::Sluice, None) => ServiceHeaders::Never,
+                (Protocol::Sluice, Some(_)) => {
+                    return Err(FieldError::at(
+                        "limiter.service_headers",
+                        "only with protocol rls (sluice-limiter's answers carry no headers)",
+                    ));
+                }
+            };
             Some(LimiterTarget {
                 cluster: l.cluster,
                 authority,
                 protocol: l.protocol,
                 timeout,
                 failure_mode: l.failure_mode,
+                service_headers,
             })
         }
     };

@@ -12,7 +12,9 @@ pub use plan::{
     Cost, DenyResponse, Elastic, Entry, EntryValue, LeasePolicy, LimitScope, LimiterTarget,
     OverrideLimit, Plan, Rule, RuleLimit, Sync,
 };
-pub use raw::{FailureMode, HeadersMode, Mode, OnExceed, Protocol, RawConfig, Scope, SyncMode};
+pub use raw::{
+    FailureMode, HeadersMode, Mode, OnExceed, Protocol, RawConfig, Scope, ServiceHeaders, SyncMode,
+};
 pub use sluice_core::FieldError;
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! constant (shared-data key prefixes, overrides) computed once.
 
 use crate::client_ip::ClientIpPolicy;
-use crate::config::raw::{FailureMode, HeadersMode, Protocol};
+use crate::config::raw::{FailureMode, HeadersMode, Protocol, ServiceHeaders};
 use crate::key::KeyPart;
 use crate::matcher::Matcher;
 use sluice_core::{Limit, Nanos};
@@ -41,6 +41,10 @@ pub struct LimiterTarget {
     pub timeout: Nanos,
     /// What to do when the limiter cannot answer.
     pub failure_mode: FailureMode,
+    /// Which responses get a rate limit service's headers (always
+    /// [`ServiceHeaders::Never`] with `protocol: sluice`, whose answers have
+    /// none).
+    pub service_headers: ServiceHeaders,
 }
 
 /// The response sent to a denied request (before the per-request headers).

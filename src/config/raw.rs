@@ -113,6 +113,25 @@ pub struct RawLimiter {
     /// What to do when the limiter cannot answer.
     #[serde(default)]
     pub failure_mode: FailureMode,
+    /// Which responses get the headers a rate limit service asks for
+    /// (`protocol: rls` only; default `always`).
+    #[serde(default)]
+    pub service_headers: Option<ServiceHeaders>,
+}
+
+/// Which responses get a rate limit service's `response_headers_to_add`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ServiceHeaders {
+    /// Denials and admitted requests' responses, as Envoy's ratelimit
+    /// filter does.
+    #[default]
+    Always,
+    /// Denials only.
+    Denied,
+    /// None.
+    Never,
 }
 
 fn default_timeout() -> String {

@@ -892,3 +892,24 @@ fn a_limit_may_name_itself_for_the_rate_limit_headers() {
 }
 
 mod fuzz;
+
+#[test]
+fn service_headers_are_a_rate_limit_services_only() {
+    let plan =
+        parse(rls(r#"{"name":"r","key":["path"],"limits":[{"scope":"global"}]}"#).as_bytes())
+            .unwrap();
+    let limiter = plan.limiter.as_ref().unwrap();
+    assert_eq!(limiter.service_headers, ServiceHeaders::Always);
+    let denied =
+        r#"{"domain":"d","limiter":{"cluster":"rls","protocol":"rls","service_headers":"denied"}}"#;
+    let plan = parse(denied.as_bytes()).unwrap();
+    assert_eq!(
+        plan.limiter.as_ref().unwrap().service_headers,
+        ServiceHeaders::Denied
+    );
+    let sluice =
+        r#"{"domain":"d","limiter":{"cluster":"l","authority":"l","service_headers":"never"}}"#;
+    assert_eq!(err(sluice).path, "limiter.service_headers");
+    let bad = r#"{"domain":"d","limiter":{"cluster":"rls","protocol":"rls","service_headers":"sometimes"}}"#;
+    assert_eq!(err(bad).path, "limiter.service_headers");
+}

@@ -13,8 +13,10 @@
 //! each request its outcome.
 
 use crate::coalesce::{Coalescer, Joined};
+use crate::config::ServiceHeaders;
 use crate::config::{self, Plan, Protocol, Rule};
 use crate::engine::{self, Admitted, Delayed, Denied, PendingCheck, Verdict};
+use crate::failure::{self, CallFailure, Throttle};
 use crate::grpc;
 use crate::key::RequestView;
 use crate::local::{self, SetError, SharedStore};
@@ -23,7 +25,7 @@ use crate::metrics::{
 };
 use crate::queue::Queue;
 use crate::response;
-use crate::rls;
+use crate::rls::{self, Reply};
 use crate::slots::SlotHasher;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -33,7 +35,6 @@ use proxy_wasm::types::{
 use sluice_core::{Nanos, MILLISECOND};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, UNIX_EPOCH};
 
 proxy_wasm::main! {{
@@ -60,6 +61,8 @@ thread_local! {
     /// What the root decided for requests of this VM, until their contexts
     /// take it.
     static HANDOFF: RefCell<Vec<(u32, Handoff)>> = const { RefCell::new(Vec::new()) };
+    /// When this VM last logged a failed limiter call.
+    static FAILURE_LOG: RefCell<Throttle> = RefCell::new(Throttle::default());
 }
 
 /// A request waiting for a shared global check.
@@ -258,7 +261,11 @@ impl Context for Root {
         body_size: usize,
         _trailers: usize,
     ) {
-        coalesced::answered(self.id, token, call_answer(body_size).as_deref());
+        let answer = call_answer(body_size);
+        if let (Err(failure), Some(runtime)) = (&answer, &self.runtime) {
+            call_failed(runtime, *failure);
+        }
+        coalesced::answered(self.id, token, answer.ok().as_deref());
     }
 }
 
@@ -339,6 +346,8 @@ impl RootContext for Root {
             held: None,
             group: None,
             carrying: None,
+            reply: None,
+            called_at: 0,
         }))
     }
 
@@ -381,6 +390,10 @@ struct Filter {
     /// The group's call this request carries, and its own outcome, applied
     /// once that call is answered.
     carrying: Option<(coalesced::SharedCall, Verdict)>,
+    /// What the rate limit service asked for in its answer.
+    reply: Option<Reply>,
+    /// When this request's limiter calls were made.
+    called_at: Nanos,
 }
 
 impl Filter {
@@ -391,17 +404,19 @@ impl Filter {
                 if admitted.report.is_some() || !admitted.shadow_denied.is_empty() {
                     self.admitted = Some(admitted);
                 }
+                self.add_request_headers();
                 Action::Continue
             }
             Verdict::Delay(delayed) => {
                 if let Ok(held) = hold(self.context_id, runtime, delayed) {
                     self.admitted = Some(held.admitted());
                     self.held = Some(held);
+                    self.add_request_headers();
                 }
                 Action::Pause
             }
             Verdict::Deny(denied) => {
-                deny(&runtime.plan, &denied);
+                send_denial(&runtime.plan, &denied, self.reply.as_ref());
                 Action::Pause
             }
             Verdict::Check(pending) => self.check(runtime, pending),
@@ -434,6 +449,34 @@ impl Filter {
                 }
                 action
             }
+        }
+    }
+
+    /// Adds the request headers a rate limit service asked for to the
+    /// admitted request.
+    fn add_request_headers(&self) {
+        for (name, value) in self.reply.iter().flat_map(|r| &r.request_headers) {
+            let _ = hostcalls::add_map_value(MapType::HttpRequestHeaders, name, value);
+        }
+    }
+
+    /// Adds the response headers a rate limit service asked for to the
+    /// admitted request's response, in place of Sluice's of the same name.
+    fn add_service_response_headers(&self, plan: &Plan) {
+        let always = plan
+            .limiter
+            .as_ref()
+            .is_some_and(|l| l.service_headers == ServiceHeaders::Always);
+        let Some(reply) = self.reply.as_ref().filter(|_| always) else {
+            return;
+        };
+        for (i, (name, value)) in reply.response_headers.iter().enumerate() {
+            let repeated = reply.response_headers[..i].iter().any(|(n, _)| n == name);
+            let _ = if repeated {
+                hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value)
+            } else {
+                hostcalls::set_map_value(MapType::HttpResponseHeaders, name, Some(value))
+            };
         }
     }
 
@@ -487,10 +530,14 @@ impl Filter {
     fn call_limiter(&mut self, runtime: &Runtime, mut pending: PendingCheck) -> Action {
         let mut complete = false;
         self.tokens.clear();
+        self.called_at = now();
         for call in 0..pending.call_count() {
             match dispatch(runtime, pending.body(call)) {
                 Some(token) => self.tokens.push((token, call)),
-                None => complete = pending.record(call, None),
+                None => {
+                    call_failed(runtime, CallFailure::Unreachable);
+                    complete = pending.record(call, None);
+                }
             }
         }
         if self.tokens.is_empty() || complete {
@@ -517,7 +564,11 @@ impl Filter {
         let Some((shared, verdict)) = self.carrying.take() else {
             return;
         };
-        coalesced::carried(shared, call_answer(body_size).as_deref());
+        let answer = call_answer(body_size);
+        if let Err(failure) = answer {
+            call_failed(runtime, failure);
+        }
+        coalesced::carried(shared, answer.ok().as_deref());
         // Handing out the answers moved the effective context.
         let _ = hostcalls::set_effective_context(self.context_id);
         if self.apply(runtime, verdict) == Action::Continue {
@@ -565,23 +616,43 @@ fn hold(context: u32, runtime: &Runtime, delayed: Delayed) -> Result<Delayed, ()
     }
 }
 
-/// The body of the answer to the call being reported, when its status is
-/// 200.
-fn call_answer(body_size: usize) -> Option<Vec<u8>> {
-    let status_ok = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status")
-        .ok()
-        .flatten()
-        .is_some_and(|s| s == "200");
-    if !status_ok {
-        return None;
+/// The body of the answer to the HTTP call being reported, when its status
+/// is 200; else why the call failed.
+fn call_answer(body_size: usize) -> Result<Vec<u8>, CallFailure> {
+    let header = |name| {
+        hostcalls::get_map_value(MapType::HttpCallResponseHeaders, name)
+            .ok()
+            .flatten()
+    };
+    let status = header(":status");
+    // The limiter's own answers are JSON; Envoy's local replies are not.
+    let from_limiter = header("content-type").is_some_and(|c| c.starts_with("application/json"));
+    if let Some(failure) = CallFailure::of_http(status.as_deref(), from_limiter) {
+        return Err(failure);
     }
     hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
         .ok()
         .flatten()
+        .ok_or(CallFailure::Unreadable)
 }
 
-/// Whether a failed call-out was logged.
-static DISPATCH_WARNED: AtomicBool = AtomicBool::new(false);
+/// Counts a failed limiter call under its reason and, at most every
+/// [`crate::failure::WARN_PERIOD`] per VM, logs it.
+fn call_failed(runtime: &Runtime, failure: CallFailure) {
+    runtime.metrics.global(failure.event());
+    let Some(limiter) = runtime.plan.limiter.as_ref() else {
+        return;
+    };
+    let Some(quiet) = FAILURE_LOG.with(|t| t.borrow_mut().admit(now())) else {
+        return;
+    };
+    log::warn!(
+        "sluice: limiter cluster {:?} failed: {} ({quiet} more failed call(s) not logged since the last warning); failure_mode {:?} decides the request; counted in sluice.limiter_failed.*",
+        limiter.cluster,
+        failure.reason(),
+        limiter.failure_mode,
+    );
+}
 
 /// Calls the limiter; `None` when the call could not be made.
 fn dispatch(runtime: &Runtime, body: &[u8]) -> Option<u32> {
@@ -608,24 +679,24 @@ fn dispatch(runtime: &Runtime, body: &[u8]) -> Option<u32> {
             timeout,
         ),
     };
-    match sent {
-        Ok(token) => Some(token),
-        Err(status) => {
-            // Once per VM: during an outage every request would log it.
-            if !DISPATCH_WARNED.swap(true, Ordering::Relaxed) {
-                log::warn!(
-                    "sluice: cannot call the limiter cluster {:?}: {status:?} (counted in sluice.failure_mode_allowed or sluice.limiter_errors)",
-                    limiter.cluster
-                );
-            }
-            None
-        }
-    }
+    sent.ok()
 }
 
 fn deny(plan: &Plan, denied: &Denied) {
-    let extra =
-        response::denial_headers(plan, &denied.report, &denied.applied, &denied.shadow_denied);
+    send_denial(plan, denied, None);
+}
+
+/// Sends the denial, with what a rate limit service asked for in `reply`
+/// (its headers in place of Sluice's of the same name, its body).
+fn send_denial(plan: &Plan, denied: &Denied, reply: Option<&Reply>) {
+    let wait = reply.and_then(|r| r.retry_after);
+    let extra = response::denial_headers(
+        plan,
+        &denied.report,
+        &denied.applied,
+        &denied.shadow_denied,
+        wait,
+    );
     let rule = response::rule_name(plan, denied.report.rule);
     for_access_log("denied", rule);
     let configured = plan
@@ -634,18 +705,23 @@ fn deny(plan: &Plan, denied: &Denied) {
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()));
     let extra = extra.iter().map(|(k, v)| (*k, v.as_str()));
+    let service = reply
+        .filter(|_| plan.limiter.as_ref().map(|l| l.service_headers) != Some(ServiceHeaders::Never))
+        .map_or(&[][..], |r| r.response_headers.as_slice());
+    let headers = response::with_service_headers(configured.chain(extra), service);
     let sent = if is_grpc_request() {
         // Envoy writes the gRPC content type, status and message.
-        let metadata: Vec<(&str, &[u8])> = configured
+        let metadata: Vec<(&str, &[u8])> = headers
+            .into_iter()
             .filter(|(k, _)| *k != "content-type")
-            .chain(extra)
             .map(|(k, v)| (k, v.as_bytes()))
             .collect();
         let message = grpc::denial_message(rule);
         hostcalls::send_grpc_response(GrpcStatusCode::ResourceExhausted, Some(&message), metadata)
     } else {
-        let headers: Vec<(&str, &str)> = configured.chain(extra).collect();
-        let body = plan.response.body.as_bytes();
+        let body = reply
+            .and_then(|r| r.body.as_deref())
+            .unwrap_or(plan.response.body.as_bytes());
         hostcalls::send_http_response(plan.response.status, headers, Some(body))
     };
     if let Err(status) = sent {
@@ -711,7 +787,11 @@ impl Context for Filter {
             self.carried_answered(&runtime, token, body_size);
             return;
         }
-        self.answered(&runtime, token, call_answer(body_size));
+        let answer = call_answer(body_size);
+        if let Err(failure) = answer {
+            call_failed(&runtime, failure);
+        }
+        self.answered(&runtime, token, answer.ok());
     }
 
     fn on_grpc_call_response(&mut self, token: u32, status_code: u32, response_size: usize) {
@@ -719,6 +799,11 @@ impl Context for Filter {
             return;
         };
         // gRPC status 0 is OK; any other is a failed call.
+        let timeout = runtime.plan.limiter.as_ref().map_or(0, |l| l.timeout);
+        let timed_out = failure::timed_out(now().saturating_sub(self.called_at), timeout);
+        if let Some(failure) = CallFailure::of_grpc(status_code, timed_out) {
+            call_failed(&runtime, failure);
+        }
         let body = (status_code == 0)
             .then(|| hostcalls::get_buffer(BufferType::GrpcReceiveBuffer, 0, response_size))
             .and_then(|b| b.ok().flatten());
@@ -736,10 +821,15 @@ impl Filter {
         let Some(mut pending) = self.pending.take() else {
             return;
         };
-        if !pending.record(call, body.as_deref()) {
+        let complete = pending.record(call, body.as_deref());
+        if pending.unreadable(call) {
+            call_failed(runtime, CallFailure::Unreadable);
+        }
+        if !complete {
             self.pending = Some(pending);
             return;
         }
+        self.reply = pending.take_reply();
         let verdict = engine::finish(&runtime.plan, pending, &HostStore, &runtime.metrics);
         if let Some(signature) = self.group.take() {
             if let Some(shared) = coalesced::carry(signature) {
@@ -776,6 +866,9 @@ impl HttpContext for Filter {
         self.take_handoff();
         if let (Some(runtime), Some(admitted)) = (self.runtime.as_ref(), self.admitted.take()) {
             add_response_headers(&runtime.plan, &admitted);
+        }
+        if let Some(runtime) = self.runtime.as_ref() {
+            self.add_service_response_headers(&runtime.plan);
         }
         if let Some(held) = self.held.take() {
             let (name, value) = response::delayed_header(held.delay);

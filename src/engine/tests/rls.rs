@@ -83,9 +83,11 @@ fn an_over_limit_answer_denies_and_is_cached_until_the_reset() {
 #[test]
 fn a_failed_or_malformed_answer_applies_the_failure_mode() {
     let w = rls_world(PER_IP);
-    for body in [None, Some(vec![0x08]), Some(answer(1, &[]))] {
+    // No answer, an unreadable one, an UNKNOWN overall code.
+    for body in [None, Some(vec![0x08]), Some(answer(0, &[(2, 1, 1, 0, 1)]))] {
         let mut p = pending(w.eval(&FakeRequest::get("/")));
         p.record(0, body.as_deref());
+        assert_eq!(p.unreadable(0), body.is_some());
         assert!(matches!(
             finish(&w.plan, p, &w.store, &w.metrics),
             Verdict::Deny(_)
@@ -120,4 +122,51 @@ fn weights_go_in_hits_addend() {
     );
     assert_eq!(p.body(0), expected.as_slice());
     assert!(decode_response(&answer(1, &[(1, 1, 1, 1, 1), (1, 1, 1, 1, 1)]), 2).is_some());
+}
+
+/// Limitador's answers: the overall code only.
+#[test]
+fn an_answer_without_statuses_is_decided_by_its_overall_code() {
+    let w = rls_world(PER_IP);
+    let mut p = pending(w.eval(&FakeRequest::get("/")));
+    assert!(p.record(0, Some(&answer(1, &[]))));
+    assert!(!p.unreadable(0));
+    match finish(&w.plan, p, &w.store, &w.metrics) {
+        // Admitted, with no quota to report.
+        Verdict::Allow(a) => assert_eq!(a.report.map(|r| r.decision.limit), Some(0)),
+        other => panic!("{other:?}"),
+    }
+    let mut p = pending(w.eval(&FakeRequest::get("/")));
+    p.record(0, Some(&answer(2, &[])));
+    assert_eq!(p.take_reply().and_then(|r| r.retry_after), None);
+    match finish(&w.plan, p, &w.store, &w.metrics) {
+        Verdict::Deny(d) => {
+            assert_eq!(d.report.decision.limit, 0);
+            assert_eq!(d.report.decision.retry_after, 0);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Nothing said when to retry: the denial is not cached.
+    assert!(matches!(w.eval(&FakeRequest::get("/")), Verdict::Check(_)));
+    assert_eq!(w.metrics.count_global(GlobalEvent::LimiterErrors), 0);
+    assert_eq!(w.metrics.count_global(GlobalEvent::FailureModeAllowed), 0);
+}
+
+#[test]
+fn an_answer_whose_statuses_disagree_with_its_overall_code_follows_the_code() {
+    let w = rls_world(PER_IP);
+    // OK overall, a denying status: admitted.
+    let mut p = pending(w.eval(&FakeRequest::get("/")));
+    p.record(0, Some(&answer(1, &[(2, 10, 1, 0, 1)])));
+    assert!(matches!(
+        finish(&w.plan, p, &w.store, &w.metrics),
+        Verdict::Allow(_)
+    ));
+    // OVER_LIMIT overall, no denying status: denied, no quota reported.
+    let mut p = pending(w.eval(&FakeRequest::get("/")));
+    p.record(0, Some(&answer(2, &[(1, 10, 1, 5, 1)])));
+    match finish(&w.plan, p, &w.store, &w.metrics) {
+        Verdict::Deny(d) => assert_eq!(d.report.decision.limit, 0),
+        other => panic!("{other:?}"),
+    }
 }
