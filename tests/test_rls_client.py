@@ -339,16 +339,6 @@ FAILURES = {
 }
 
 
-# Envoy ends a gRPC call past its timeout with its own UNAVAILABLE (14),
-# which the filter counts as unreachable; a slow service that honours the
-# call's grpc-timeout answers DEADLINE_EXCEEDED first, or not, by a race.
-ENVOY_TIMEOUT = ("Envoy's own timeout of the gRPC call reaches the filter as UNAVAILABLE (14) and is counted in "
-                 "sluice.limiter_failed.unreachable, not sluice.limiter_failed.timeout")
-XFAIL = {"timeout-silent-service": pytest.mark.xfail(reason=ENVOY_TIMEOUT, strict=True),
-         "timeout-slow-service": pytest.mark.xfail(reason=ENVOY_TIMEOUT + " (unless the service's DEADLINE_EXCEEDED "
-                                                          "comes first)", strict=False)}
-
-
 @pytest.fixture
 def silent_service():
     service = SilentService()
@@ -357,7 +347,7 @@ def silent_service():
 
 
 @pytest.mark.parametrize("failure_mode", ["allow", "deny"])
-@pytest.mark.parametrize("failure", [pytest.param(f, marks=XFAIL.get(f, ())) for f in FAILURES])
+@pytest.mark.parametrize("failure", list(FAILURES))
 def test_each_failure_is_counted_by_reason_and_follows_the_failure_mode(envoy, fake_rls, silent_service, failure,
                                                                         failure_mode):
     how, reason = FAILURES[failure]
