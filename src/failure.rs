@@ -1,7 +1,7 @@
 //! Why a call to the limiter failed, read from what the host reports of
 //! it, and how often that is logged.
 //!
-//! Each failed call counts once under its reason (`sluice.limiter_failed.*`),
+//! Each failed call counts once under its reason (`sluice.limiter_failed_*`),
 //! whatever the failure mode then does with the request, so that an operator
 //! sees a limiter that fails open as clearly as one that fails closed.
 

@@ -128,10 +128,10 @@ impl GlobalEvent {
             GlobalEvent::LimiterErrors => "sluice.limiter_errors",
             GlobalEvent::Coalesced => "sluice.coalesced",
             GlobalEvent::CasRetries => "sluice.cas_retries",
-            GlobalEvent::LimiterUnreachable => "sluice.limiter_failed.unreachable",
-            GlobalEvent::LimiterTimeout => "sluice.limiter_failed.timeout",
-            GlobalEvent::LimiterStatus => "sluice.limiter_failed.status",
-            GlobalEvent::LimiterUnreadable => "sluice.limiter_failed.unreadable",
+            GlobalEvent::LimiterUnreachable => "sluice.limiter_failed_unreachable",
+            GlobalEvent::LimiterTimeout => "sluice.limiter_failed_timeout",
+            GlobalEvent::LimiterStatus => "sluice.limiter_failed_status",
+            GlobalEvent::LimiterUnreadable => "sluice.limiter_failed_unreadable",
         }
     }
 

@@ -168,7 +168,7 @@ def test_overall_only_answers_give_exact_counts_for_one_user(envoy, fake_rls):
     assert fake.calls() == 9  # no wait known: no denial is cached
     first = fake.requests[0]
     assert (first.domain, first.descriptors, first.hits) == ("test", [[("generic_key", "per-user"), ("x-user", "a")]], 1)
-    assert sum(e.sluice_stat(f"sluice.limiter_failed.{r}") for r in FAILURE_REASONS) == 0
+    assert sum(e.sluice_stat(f"sluice.limiter_failed_{r}") for r in FAILURE_REASONS) == 0
     assert e.sluice_stat("sluice.limiter_errors") == 0
 
 
@@ -233,7 +233,7 @@ def test_the_decision_table(envoy, fake_rls, name, code, statuses, headers, stat
     again = request(e.port, "/", headers=user())
     assert again.status == status
     assert fake.calls() == (1 if cached else 2)
-    assert sum(e.sluice_stat(f"sluice.limiter_failed.{r}") for r in FAILURE_REASONS) == 0
+    assert sum(e.sluice_stat(f"sluice.limiter_failed_{r}") for r in FAILURE_REASONS) == 0
 
 
 def test_two_descriptors_without_statuses_deny_as_the_first(envoy, fake_rls):
@@ -293,7 +293,7 @@ def test_headers_envoy_cannot_carry_are_dropped(envoy, fake_rls):
         names = [h for h, _ in headers]
         assert [v for h, v in headers if h == "x-good"] == ["1"]
         assert not {"bad name", "x-crlf", "x-nul", ""} & set(names), headers
-    assert e.sluice_stat("sluice.limiter_failed.unreadable") == 0
+    assert e.sluice_stat("sluice.limiter_failed_unreadable") == 0
 
 
 def test_request_headers_reach_the_upstream_when_admitted(envoy, fake_rls, echo):
@@ -371,9 +371,9 @@ def test_each_failure_is_counted_by_reason_and_follows_the_failure_mode(envoy, f
     e = envoy(rls_config(failure_mode=failure_mode, timeout="300ms"), clusters=[limiter_cluster("rls", [port])])
     statuses = [request(e.port, "/", headers=user()).status for _ in range(3)]
     assert statuses == [200 if failure_mode == "allow" else 429] * 3
-    counter = f"sluice.limiter_failed.{reason}"
+    counter = f"sluice.limiter_failed_{reason}"
     wait_until(lambda: e.sluice_stat(counter) == 3, what=f"{counter} == 3")
-    assert {r: e.sluice_stat(f"sluice.limiter_failed.{r}") for r in FAILURE_REASONS if r != reason} == \
+    assert {r: e.sluice_stat(f"sluice.limiter_failed_{r}") for r in FAILURE_REASONS if r != reason} == \
         {r: 0 for r in FAILURE_REASONS if r != reason}
     per_request = "sluice.failure_mode_allowed" if failure_mode == "allow" else "sluice.limiter_errors"
     wait_until(lambda: e.sluice_stat(per_request) == 3, what=f"{per_request} == 3")

@@ -89,7 +89,7 @@ def through(envoy, server, failure_mode="deny"):
 
 
 def failures(e) -> dict:
-    return {r: e.sluice_stat(f"sluice.limiter_failed.{r}") for r in FAILURE_REASONS}
+    return {r: e.sluice_stat(f"sluice.limiter_failed_{r}") for r in FAILURE_REASONS}
 
 
 def test_exactly_five_of_eight_for_one_user(envoy, limitador):
@@ -152,8 +152,8 @@ def test_limitador_down_follows_the_failure_mode(envoy, limitador, failure_mode,
     statuses = [request(e.port, "/", headers={"x-user": "dave"}).status for _ in range(10)]
     print(f"\nLimitador down, failure_mode {failure_mode}: {statuses}")
     assert statuses == [status] * 10
-    wait_until(lambda: e.sluice_stat("sluice.limiter_failed.unreachable") == 10,
-               what="sluice.limiter_failed.unreachable == 10")
+    wait_until(lambda: e.sluice_stat("sluice.limiter_failed_unreachable") == 10,
+               what="sluice.limiter_failed_unreachable == 10")
     per_request = "sluice.failure_mode_allowed" if failure_mode == "allow" else "sluice.limiter_errors"
     wait_until(lambda: e.sluice_stat(per_request) == 10, what=f"{per_request} == 10")
     print(f"  counters: {failures(e)}, {per_request} = {e.sluice_stat(per_request)}")

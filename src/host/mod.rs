@@ -647,7 +647,7 @@ fn call_failed(runtime: &Runtime, failure: CallFailure) {
         return;
     };
     log::warn!(
-        "sluice: limiter cluster {:?} failed: {} ({quiet} more failed call(s) not logged since the last warning); failure_mode {:?} decides the request; counted in sluice.limiter_failed.*",
+        "sluice: limiter cluster {:?} failed: {} ({quiet} more failed call(s) not logged since the last warning); failure_mode {:?} decides the request; counted in sluice.limiter_failed_*",
         limiter.cluster,
         failure.reason(),
         limiter.failure_mode,
