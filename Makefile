@@ -20,6 +20,11 @@ OCI_DIR := $(BUILD)/oci
 OCI_TAR := $(BUILD)/sluice-oci.tar
 CARGO ?= cargo
 
+# Peers no one here wrote, tested against when a binary is present beside the
+# project (never built or vendored here); LIMITADOR=path overrides.
+LIMITADOR ?= $(wildcard $(abspath ../shared/peers/limitador-server))
+export LIMITADOR
+
 # Ports for `make run`; override on the command line (make run PORT=8000).
 PORT ?= 10000
 ADMIN_PORT ?= 9901
