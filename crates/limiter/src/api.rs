@@ -4,7 +4,7 @@
 
 use crate::metrics::Metrics;
 use crate::overrides::Overrides;
-use crate::store::{Store, StoreItem};
+use crate::store::{state_id, Store, StoreItem};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
@@ -159,25 +159,13 @@ async fn decide<S: Store>(st: &AppState<S>, body: Result<Bytes, BytesRejection>)
     }
 }
 
-/// The store's identity for a limit's state: domain, key, algorithm and
-/// window, so that two limits on one key (say 10/s and 1000/h) keep separate
-/// state, and a key's state never meets another algorithm.
-pub fn state_id(domain: &str, keyed: &KeyedLimit) -> String {
-    format!(
-        "{domain}/{}|{}|{}",
-        keyed.key,
-        keyed.limit.algorithm.name(),
-        keyed.limit.window / MILLISECOND
-    )
-}
-
 /// Gives each limit its state identity; two limits with one identity (same
 /// key, algorithm and window) in one check are an error, since they would
 /// share one state.
 fn store_items(domain: &str, limits: Vec<KeyedLimit>) -> Result<Vec<StoreItem>, FieldError> {
     let mut items: Vec<StoreItem> = Vec::with_capacity(limits.len());
     for (i, kl) in limits.into_iter().enumerate() {
-        let id = state_id(domain, &kl);
+        let id = state_id(domain, &kl.key, &kl.limit);
         // At most 64 limits: a scan is cheaper than hashing.
         if let Some(first) = items.iter().position(|it| it.id == id) {
             return Err(FieldError::at(

@@ -6,9 +6,11 @@
 //! holds the one suite every store passes.
 
 pub mod connect;
+mod id;
 pub mod memory;
 pub mod redis;
 
+pub use id::state_id;
 use sluice_core::{Decision, Limit, Nanos};
 use std::fmt;
 use std::future::Future;
