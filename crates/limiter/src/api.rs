@@ -4,7 +4,7 @@
 
 use crate::metrics::Metrics;
 use crate::overrides::Overrides;
-use crate::store::{state_id, Store, StoreItem};
+use crate::store::{state_id, Store, StoreItem, Verdict};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
@@ -13,7 +13,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use sluice_core::{FieldError, MILLISECOND};
-use sluice_wire::{parse_check, CheckResponse, ErrorBody, KeyedLimit, LimitResult, MAX_BODY_BYTES};
+use sluice_wire::{
+    parse_check, CheckResponse, ErrorBody, KeyedLimit, LimitResult, ValidCheck, MAX_BODY_BYTES,
+};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -94,7 +96,7 @@ async fn decide<S: Store>(st: &AppState<S>, body: Result<Bytes, BytesRejection>)
         return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
     }
     let requests = check.requests();
-    let items = match store_items(&check.domain, check.limits) {
+    let items = match store_items(&check.domain, std::mem::take(&mut check.limits)) {
         Ok(items) => items,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
@@ -102,53 +104,7 @@ async fn decide<S: Store>(st: &AppState<S>, body: Result<Bytes, BytesRejection>)
         .iter()
         .fold(0u64, |sum, i| sum.saturating_add(i.returned));
     match st.store.check_batch(&items, requests).await {
-        Ok(verdict) => {
-            st.metrics.record_decision(&check.domain, verdict.allowed);
-            if verdict.capacity_denied {
-                st.metrics.inc_capacity_denials();
-                crate::warn_throttled!(
-                    "memory store full (--max-keys): checks needing a new key are denied"
-                );
-            }
-            if check.batch.is_some() {
-                st.metrics.record_batch(requests, verdict.admitted);
-            }
-            for &delay in verdict.delays.iter().filter(|&&d| d > 0) {
-                st.metrics.record_delay(delay);
-            }
-            let leased = verdict
-                .leased
-                .iter()
-                .fold(0u64, |s, &k| s.saturating_add(k));
-            st.metrics.record_leases(leased, returned);
-            let granted = verdict.leased.iter().chain(std::iter::repeat(&0));
-            let resp = CheckResponse {
-                allowed: verdict.allowed,
-                limits: verdict
-                    .decisions
-                    .iter()
-                    .zip(granted)
-                    .map(|(d, &leased)| LimitResult {
-                        leased,
-                        ..LimitResult::from(d)
-                    })
-                    .collect(),
-                // Only a check that said `batch` is answered with the count.
-                admitted: check.batch.map(|_| verdict.admitted),
-                delays_ms: match check.batch {
-                    Some(_) => verdict
-                        .delays
-                        .iter()
-                        .map(|d| d.div_ceil(MILLISECOND))
-                        .collect(),
-                    None => Vec::new(),
-                },
-            };
-            json(
-                StatusCode::OK,
-                serde_json::to_vec(&resp).unwrap_or_default(),
-            )
-        }
+        Ok(verdict) => respond(st, &check, &verdict, requests, returned),
         // No decision (see the `Store` contract): the filter applies its
         // failure mode.
         Err(e) => {
@@ -157,6 +113,61 @@ async fn decide<S: Store>(st: &AppState<S>, body: Result<Bytes, BytesRejection>)
             error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
         }
     }
+}
+
+/// The answer to a decided check, counted in metrics.
+fn respond<S: Store>(
+    st: &AppState<S>,
+    check: &ValidCheck,
+    verdict: &Verdict,
+    requests: u32,
+    returned: u64,
+) -> Response {
+    st.metrics.record_decision(&check.domain, verdict.allowed);
+    if verdict.capacity_denied {
+        st.metrics.inc_capacity_denials();
+        crate::warn_throttled!(
+            "memory store full (--max-keys): checks needing a new key are denied"
+        );
+    }
+    if check.batch.is_some() {
+        st.metrics.record_batch(requests, verdict.admitted);
+    }
+    for &delay in verdict.delays.iter().filter(|&&d| d > 0) {
+        st.metrics.record_delay(delay);
+    }
+    let leased = verdict
+        .leased
+        .iter()
+        .fold(0u64, |s, &k| s.saturating_add(k));
+    st.metrics.record_leases(leased, returned);
+    let granted = verdict.leased.iter().chain(std::iter::repeat(&0));
+    let resp = CheckResponse {
+        allowed: verdict.allowed,
+        limits: verdict
+            .decisions
+            .iter()
+            .zip(granted)
+            .map(|(d, &leased)| LimitResult {
+                leased,
+                ..LimitResult::from(d)
+            })
+            .collect(),
+        // Only a check that said `batch` is answered with the count.
+        admitted: check.batch.map(|_| verdict.admitted),
+        delays_ms: match check.batch {
+            Some(_) => verdict
+                .delays
+                .iter()
+                .map(|d| d.div_ceil(MILLISECOND))
+                .collect(),
+            None => Vec::new(),
+        },
+    };
+    json(
+        StatusCode::OK,
+        serde_json::to_vec(&resp).unwrap_or_default(),
+    )
 }
 
 /// Gives each limit its state identity; two limits with one identity (same
