@@ -211,20 +211,16 @@ async fn healthz<S: Store>(State(st): State<AppState<S>>) -> Response {
 }
 
 async fn metrics<S: Store>(State(st): State<AppState<S>>) -> Response {
-    let mut text = st.metrics.render();
     let status = st.store.status();
-    crate::metrics::render_store(
-        &mut text,
-        &crate::metrics::StoreGauges {
-            kind: st.store.kind(),
-            up: status.up,
-            keys: status.keys,
-            round_trips: st.store.round_trips(),
-        },
-    );
+    let text = st.metrics.render_with(Some(&crate::metrics::StoreGauges {
+        kind: st.store.kind(),
+        up: status.up,
+        keys: status.keys,
+        round_trips: st.store.round_trips(),
+    }));
     (
         StatusCode::OK,
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         text,
     )
         .into_response()

@@ -813,148 +813,170 @@ local function reply_of(allowed, now, admitted, decisions, delays)
   return reply
 end
 
-local function main(KEYS, ARGV)
-
-  local mode = ARGV[1]
-  local overridden = ARGV[2] ~= ''
-  local now
-  if overridden then
-    now = tonumber(ARGV[2])
+-- The call's arguments (see the top of the file) and each key's state.
+local function parse(KEYS, ARGV)
+  local call = {mode = ARGV[1], overridden = ARGV[2] ~= '', requests = tonumber(ARGV[4]) or 1,
+    admitted_at = tonumber(ARGV[3]), limits = {}, costs = {}, states = {}, leases = {},
+    returned = {}, returned_age = {}}
+  if call.overridden then
+    call.now = tonumber(ARGV[2])
   else
     local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    call.now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
-
-  local requests = tonumber(ARGV[4]) or 1
-  local limits, costs, states = {}, {}, {}
-  local leases, returned, returned_age = {}, {}, {}
   for i = 1, #KEYS do
     local a = 4 + (i - 1) * 11
-    limits[i] = params(tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
+    call.limits[i] = params(tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
       tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 8]))
-    costs[i] = tonumber(ARGV[a + 7])
-    leases[i] = tonumber(ARGV[a + 9]) or 0
-    returned[i] = tonumber(ARGV[a + 10]) or 0
-    returned_age[i] = tonumber(ARGV[a + 11]) or 0
+    call.costs[i] = tonumber(ARGV[a + 7])
+    call.leases[i] = tonumber(ARGV[a + 9]) or 0
+    call.returned[i] = tonumber(ARGV[a + 10]) or 0
+    call.returned_age[i] = tonumber(ARGV[a + 11]) or 0
     local raw = redis.call('GET', KEYS[i])
     if raw then
       local ok, st = pcall(cmsgpack.unpack, raw)
       -- Bytes that do not decode are no state, as in sluice-core.
-      if ok and type(st) == 'table' then states[i] = st end
+      if ok and type(st) == 'table' then call.states[i] = st end
     end
   end
+  return call
+end
 
-  local decisions, news = {}, {}
-  local allowed = true
-  if mode == 'refund' then
-    -- Give the cost back, then report each limit as a denied check reports
-    -- its admitting limits: decided again without consuming.
-    local admitted_at = tonumber(ARGV[3])
-    for i = 1, #KEYS do
-      if states[i] then
-        local new = refund_at(limits[i], states[i], admitted_at, now,
-          costs[i] * requests + leases[i])
-        if new then
-          redis.call('SET', KEYS[i], cmsgpack.pack(new), 'KEEPTTL')
-          states[i] = new
-        end
-      end
-      decisions[i] = decide_in(limits[i], states[i], now, costs[i], false)
-    end
-    return reply_of(true, now, 0, decisions, {})
-  end
-
-  -- Returns first, as sluice-core's decide_all_leased: written whether or
-  -- not the check is then admitted (returning is not consuming).
-  local given = {}
+-- Refund mode: give the cost back, then report each limit as a denied
+-- check reports its admitting limits: decided again without consuming.
+local function refund(KEYS, c)
+  local decisions = {}
   for i = 1, #KEYS do
-    if returned[i] > 0 and states[i] then
-      local new = refund_at(limits[i], states[i], max(now - returned_age[i], 0), now, returned[i])
+    if c.states[i] then
+      local new = refund_at(c.limits[i], c.states[i], c.admitted_at, c.now,
+        c.costs[i] * c.requests + c.leases[i])
       if new then
-        states[i] = new
+        redis.call('SET', KEYS[i], cmsgpack.pack(new), 'KEEPTTL')
+        c.states[i] = new
+      end
+    end
+    decisions[i] = decide_in(c.limits[i], c.states[i], c.now, c.costs[i], false)
+  end
+  return reply_of(true, c.now, 0, decisions, {})
+end
+
+-- Returns first, as sluice-core's decide_all_leased: written whether or
+-- not the check is then admitted (returning is not consuming). Returns
+-- which keys were given units back.
+local function take_returns(n, c)
+  local given = {}
+  for i = 1, n do
+    if c.returned[i] > 0 and c.states[i] then
+      local at = max(c.now - c.returned_age[i], 0)
+      local new = refund_at(c.limits[i], c.states[i], at, c.now, c.returned[i])
+      if new then
+        c.states[i] = new
         given[i] = true
       end
     end
   end
+  return given
+end
 
-  -- The requests are decided in arrival order, as sluice-core's
-  -- decide_batch: at one instant a limit that refuses a request refuses
-  -- every later one, so each limit's share is a binary search.
-  local admitted = requests
-  for i = 1, #KEYS do
+-- The requests are decided in arrival order, as sluice-core's
+-- decide_batch: at one instant a limit that refuses a request refuses
+-- every later one, so each limit's share is a binary search.
+local function admitted_of(n, c)
+  local admitted = c.requests
+  for i = 1, n do
     local lo, hi = 0, admitted
     while lo < hi do
       local mid = lo + floor((hi - lo + 1) / 2)
-      if admits(limits[i], states[i], now, costs[i], mid) then lo = mid else hi = mid - 1 end
+      if admits(c.limits[i], c.states[i], c.now, c.costs[i], mid) then lo = mid else hi = mid - 1 end
     end
     admitted = lo
   end
-  if admitted > 0 then
-    for i = 1, #KEYS do
-      decisions[i], news[i] = decide_times(limits[i], states[i], now, costs[i], admitted,
-        costs[i] ~= 0)
-    end
-  end
-  if admitted < requests then
-    -- The first refused request, after the admitted ones: a denied request
-    -- consumes nothing, so the limits that would admit it are decided
-    -- without consuming.
-    allowed = false
-    for i = 1, #KEYS do
-      local st = news[i] or states[i]
-      local d, new = decide_in(limits[i], st, now, costs[i], false)
-      decisions[i] = d
-      if new then news[i] = new end
-    end
-  end
-  -- Leases (one request, admitted): the largest k whose cost + k fits now,
-  -- without a wait, found by binary search; then one decision of cost + k.
-  if admitted == requests and requests == 1 then
-    for i = 1, #KEYS do
-      if leases[i] > 0 then
-        local lo, hi = 0, leases[i]
-        while lo < hi do
-          local mid = lo + floor((hi - lo + 1) / 2)
-          local d = decide_in(limits[i], states[i], now, costs[i] + mid, false)
-          if d.allowed and d.delay == 0 then lo = mid else hi = mid - 1 end
-        end
-        if lo > 0 then
-          decisions[i], news[i] = decide_in(limits[i], states[i], now, costs[i] + lo, true)
-          decisions[i].leased = lo
-        end
+  return admitted
+end
+
+-- Leases (one request, admitted): the largest k whose cost + k fits now,
+-- without a wait, found by binary search; then one decision of cost + k.
+local function lease(n, c, decisions, news)
+  for i = 1, n do
+    if c.leases[i] > 0 then
+      local lo, hi = 0, c.leases[i]
+      while lo < hi do
+        local mid = lo + floor((hi - lo + 1) / 2)
+        local d = decide_in(c.limits[i], c.states[i], c.now, c.costs[i] + mid, false)
+        if d.allowed and d.delay == 0 then lo = mid else hi = mid - 1 end
+      end
+      if lo > 0 then
+        decisions[i], news[i] = decide_in(c.limits[i], c.states[i], c.now, c.costs[i] + lo, true)
+        decisions[i].leased = lo
       end
     end
   end
+end
 
+-- Delay mode: each admitted request's wait, the longest of its limits';
+-- none when no request waits.
+local function delays_of(n, c, admitted)
   local delays, waits = {}, false
-  for i = 1, #KEYS do
-    if limits[i].max_delay then
+  for i = 1, n do
+    if c.limits[i].max_delay then
       for r = 1, admitted do
-        local d = decide_times(limits[i], states[i], now, costs[i], r, false)
+        local d = decide_times(c.limits[i], c.states[i], c.now, c.costs[i], r, false)
         delays[r] = max(delays[r] or 0, d.delay)
         if d.delay > 0 then waits = true end
       end
     end
   end
-  if not waits then delays = {} end
+  if not waits then return {} end
+  return delays
+end
 
+-- Writes the new states, each expiring when it is back to full (which
+-- reads as no state); a state given units back is written even when
+-- nothing else changed.
+local function write_back(KEYS, c, decisions, news, given)
   for i = 1, #KEYS do
-    local d = decisions[i]
-    -- A state given units back is written even when nothing else changed.
-    if given[i] and not news[i] then news[i] = states[i] end
+    if given[i] and not news[i] then news[i] = c.states[i] end
     if news[i] then
       local packed = cmsgpack.pack(news[i])
-      if overridden then
+      if c.overridden then
         -- Test clocks are not the server's: keep the state without expiry.
         redis.call('SET', KEYS[i], packed)
       else
-        -- Expire when the state is back to full, which reads as no state.
-        local ttl = max(floor_div(d.reset + 999, 1000), 1)
+        local ttl = max(floor_div(decisions[i].reset + 999, 1000), 1)
         redis.call('SET', KEYS[i], packed, 'PX', ttl)
       end
     end
   end
-  return reply_of(allowed, now, admitted, decisions, delays)
+end
+
+local function main(KEYS, ARGV)
+  local c = parse(KEYS, ARGV)
+  if c.mode == 'refund' then return refund(KEYS, c) end
+  local n, now = #KEYS, c.now
+  local given = take_returns(n, c)
+  local admitted = admitted_of(n, c)
+  local decisions, news = {}, {}
+  if admitted > 0 then
+    for i = 1, n do
+      decisions[i], news[i] = decide_times(c.limits[i], c.states[i], now, c.costs[i], admitted,
+        c.costs[i] ~= 0)
+    end
+  end
+  if admitted < c.requests then
+    -- The first refused request, after the admitted ones: a denied request
+    -- consumes nothing, so the limits that would admit it are decided
+    -- without consuming.
+    for i = 1, n do
+      local d, new = decide_in(c.limits[i], news[i] or c.states[i], now, c.costs[i], false)
+      decisions[i] = d
+      if new then news[i] = new end
+    end
+  elseif c.requests == 1 then
+    lease(n, c, decisions, news)
+  end
+  local delays = delays_of(n, c, admitted)
+  write_back(KEYS, c, decisions, news, given)
+  return reply_of(admitted == c.requests, now, admitted, decisions, delays)
 end
 
 return main
