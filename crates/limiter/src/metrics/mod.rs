@@ -7,15 +7,22 @@
 //! descriptors) are bounded: past the bound, new values count as `_other`,
 //! so a client sending random values cannot grow the metrics without end.
 
+mod labels;
+mod scrape;
+
+pub use labels::Listener;
+use labels::{
+    descriptor_labels, listener_label, reload_label, result_label, Bounded, Counters,
+    DescriptorResult, DomainResult, ListenerLabel, ReasonLabel, ResultLabel,
+};
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram;
 use prometheus_client::registry::Registry;
-use std::hash::Hash;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+pub use scrape::StoreGauges;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// The content type of the exposition.
@@ -49,121 +56,6 @@ impl Histogram {
     /// Records one duration.
     pub fn observe(&self, d: Duration) {
         self.0.observe(d.as_secs_f64());
-    }
-}
-
-/// What `/metrics` says about the store and the build besides the counters.
-#[derive(Debug, Clone, Copy)]
-pub struct StoreGauges<'a> {
-    /// `memory`, `redis`, `redis_cluster` or `redis_sentinel`.
-    pub kind: &'a str,
-    /// Last known state of the store.
-    pub up: bool,
-    /// Memory store: keys held and `--max-keys`.
-    pub keys: Option<(usize, usize)>,
-    /// Redis: round-trip times of the decision calls.
-    pub round_trips: Option<&'a Histogram>,
-}
-
-/// A listener of the limiter, as its connection metrics label it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Listener {
-    /// `--listen`: the HTTP API.
-    Http,
-    /// `--grpc-listen`: the rate limit service.
-    Grpc,
-}
-
-impl Listener {
-    /// The `listener` label's value.
-    pub fn label(self) -> &'static str {
-        match self {
-            Listener::Http => "http",
-            Listener::Grpc => "grpc",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ListenerLabel {
-    listener: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResultLabel {
-    result: String,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReasonLabel {
-    reason: String,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct DomainResult {
-    domain: String,
-    result: String,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct DescriptorResult {
-    domain: String,
-    descriptor: String,
-    result: String,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct BuildLabels {
-    version: &'static str,
-    store: String,
-}
-
-type Counters<L> = Family<L, Counter>;
-
-/// A labelled counter whose label sets are bounded: past `max` series, new
-/// label sets count under `other(labels)`.
-#[derive(Debug)]
-struct Bounded<L> {
-    family: Counters<L>,
-    /// Series created so far (concurrent first events may count one twice:
-    /// the bound only has to stop unbounded growth).
-    series: AtomicUsize,
-    max: usize,
-    other: fn(L) -> L,
-}
-
-impl<L: Clone + Hash + Eq> Bounded<L> {
-    fn new(max: usize, other: fn(L) -> L) -> Self {
-        Bounded {
-            family: Family::default(),
-            series: AtomicUsize::new(0),
-            max,
-            other,
-        }
-    }
-
-    /// Counts one event under `labels`.
-    fn inc(&self, labels: L) {
-        if let Some(c) = self.family.get(&labels) {
-            c.inc();
-            return;
-        }
-        let labels = if self.series.fetch_add(1, Ordering::Relaxed) >= self.max {
-            (self.other)(labels)
-        } else {
-            labels
-        };
-        self.family.get_or_create(&labels).inc();
-    }
-
-    fn get(&self, labels: &L) -> u64 {
-        self.family.get(labels).map_or(0, |c| c.get())
-    }
-}
-
-fn result_label(result: &str) -> ResultLabel {
-    ResultLabel {
-        result: result.to_string(),
     }
 }
 
@@ -522,7 +414,7 @@ impl Metrics {
             ConstCounter::new(Duration::from_nanos(delay_ns).as_secs_f64()),
         );
         if let Some(g) = store {
-            register_store(&mut scraped, g);
+            scrape::register_store(&mut scraped, g);
         }
         let mut out = String::with_capacity(4096);
         // Writing to a String does not fail.
@@ -530,70 +422,5 @@ impl Metrics {
         let _ = encode_registry(&mut out, &scraped);
         let _ = encode_eof(&mut out);
         out
-    }
-}
-
-fn listener_label(listener: Listener) -> ListenerLabel {
-    ListenerLabel {
-        listener: listener.label(),
-    }
-}
-
-fn reload_label(ok: bool) -> ResultLabel {
-    result_label(if ok { "ok" } else { "error" })
-}
-
-fn descriptor_labels(domain: &str, descriptor: &str, result: &str) -> DescriptorResult {
-    DescriptorResult {
-        domain: domain.to_string(),
-        descriptor: descriptor.to_string(),
-        result: result.to_string(),
-    }
-}
-
-/// Registers the build information and the store's gauges, read at scrape
-/// time.
-fn register_store(r: &mut Registry, g: &StoreGauges<'_>) {
-    let gauge = |v: i64| {
-        let g: Gauge = Gauge::default();
-        g.set(v);
-        g
-    };
-    let build: Family<BuildLabels, Gauge> = Family::default();
-    build
-        .get_or_create(&BuildLabels {
-            version: env!("CARGO_PKG_VERSION"),
-            store: g.kind.to_string(),
-        })
-        .set(1);
-    r.register(
-        "sluice_limiter_build_info",
-        "The limiter's version and store kind (always 1)",
-        build,
-    );
-    r.register(
-        "sluice_limiter_store_up",
-        "Whether the store answered its last call or probe (1) or not (0)",
-        gauge(i64::from(g.up)),
-    );
-    if let Some((held, max)) = g.keys {
-        let count = |n: usize| gauge(i64::try_from(n).unwrap_or(i64::MAX));
-        r.register(
-            "sluice_limiter_store_keys",
-            "Keys the memory store holds",
-            count(held),
-        );
-        r.register(
-            "sluice_limiter_store_max_keys",
-            "Most keys the memory store holds (--max-keys)",
-            count(max),
-        );
-    }
-    if let Some(h) = g.round_trips {
-        r.register(
-            "sluice_limiter_redis_round_trip_seconds",
-            "Time from sending a decision call to Redis to its answer",
-            h.0.clone(),
-        );
     }
 }
