@@ -220,11 +220,6 @@ local function wmin(a, b)
   return b
 end
 
-local function wmax(a, b)
-  if cmp(a, b) >= 0 then return a end
-  return b
-end
-
 -- Limits, as sluice-core's Params.
 
 local MAX_REQUESTS = 1000000000000
