@@ -22,7 +22,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram;
 use prometheus_client::registry::Registry;
 pub use scrape::StoreGauges;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::RwLock;
 use std::time::Duration;
 
 /// The content type of the exposition.
@@ -64,7 +66,10 @@ impl Histogram {
 pub struct Metrics {
     registry: Registry,
     checks: Counter,
-    decisions: Bounded<DomainResult>,
+    decisions: Counters<DomainResult>,
+    /// Each domain's (allowed, denied) series of `decisions`, looked up
+    /// without allocating on the request path.
+    domains: RwLock<HashMap<String, (Counter, Counter)>>,
     store_errors: Counter,
     store_error_reasons: Bounded<ReasonLabel>,
     capacity_denials: Counter,
@@ -90,10 +95,8 @@ impl Default for Metrics {
         let mut m = Metrics {
             registry: Registry::default(),
             checks: Counter::default(),
-            decisions: Bounded::new(2 * MAX_DOMAINS, |l| DomainResult {
-                domain: "_other".into(),
-                ..l
-            }),
+            decisions: Family::default(),
+            domains: RwLock::new(HashMap::new()),
             store_errors: Counter::default(),
             store_error_reasons: Bounded::new(MAX_SERIES, |_| ReasonLabel {
                 reason: "_other".into(),
@@ -170,7 +173,7 @@ impl Metrics {
         r.register(
             p("decisions"),
             "Decided checks by domain and result",
-            self.decisions.family.clone(),
+            self.decisions.clone(),
         );
         r.register(
             p("store_errors_by_reason"),
@@ -300,11 +303,35 @@ impl Metrics {
 
     /// Counts one decided check for `domain`.
     pub fn record_decision(&self, domain: &str, allowed: bool) {
-        let labels = DomainResult {
-            domain: domain.to_string(),
-            result: if allowed { "allowed" } else { "denied" }.to_string(),
+        let bump = |(a, d): &(Counter, Counter)| if allowed { a.inc() } else { d.inc() };
+        {
+            // The common case: a known domain, counted under the read lock.
+            let map = self.domains.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(c) = map.get(domain) {
+                bump(c);
+                return;
+            }
+        }
+        bump(&self.domain_counters(domain));
+    }
+
+    /// The series of a domain not seen yet (`_other` past [`MAX_DOMAINS`]).
+    fn domain_counters(&self, domain: &str) -> (Counter, Counter) {
+        let mut map = self.domains.write().unwrap_or_else(|e| e.into_inner());
+        let domain = if map.len() >= MAX_DOMAINS && !map.contains_key(domain) {
+            "_other"
+        } else {
+            domain
         };
-        self.decisions.inc(labels);
+        let series = |result: &str| {
+            self.decisions.get_or_create_owned(&DomainResult {
+                domain: domain.to_string(),
+                result: result.to_string(),
+            })
+        };
+        map.entry(domain.to_string())
+            .or_insert_with(|| (series("allowed"), series("denied")))
+            .clone()
     }
 
     /// Records how long one check took.
