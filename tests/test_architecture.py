@@ -71,6 +71,6 @@ def test_every_rust_source_file_is_named_or_in_a_named_folder():
 
 def test_the_check_sees_the_tree():
     sources = rust_sources()
-    assert "src/host/mod.rs" in sources and "crates/limiter/src/store/redis.rs" in sources
+    assert "src/host/mod.rs" in sources and "crates/limiter/src/store/redis/mod.rs" in sources
     assert not any(s.endswith("/tests.rs") or "/tests/" in s for s in sources)
     assert _is_crate_root("crates/core/src/") and not _is_crate_root("crates/limiter/src/rls/")

@@ -6,7 +6,7 @@
   serde types of `src/config/raw.rs`: a field added there and not documented
   fails here, naming it.
 - The descriptors reference lists every field the limiter's descriptor files
-  accept (`crates/limiter/src/rls/config.rs`).
+  accept (`crates/limiter/src/rls/config/`).
 - Every filter configuration of docs/ compiles with `sluice check-config`;
   every descriptor file of docs/ is loaded by `sluice-limiter`.
 - Links point at files and headings that exist.
@@ -27,7 +27,7 @@ RAW = ROOT / "src" / "config" / "raw.rs"
 README = ROOT / "README.md"
 ALGORITHMS_DOC = DOCS / "reference" / "algorithms.md"
 DESCRIPTORS_DOC = DOCS / "reference" / "descriptors.md"
-RLS_CONFIG = ROOT / "crates" / "limiter" / "src" / "rls" / "config.rs"
+RLS_CONFIG = ROOT / "crates" / "limiter" / "src" / "rls" / "config"
 CLI = ROOT / "target" / "release" / "sluice"
 
 _STRUCT = re.compile(r"pub struct (Raw\w+) \{(.*?)\n\}", re.S)
@@ -137,7 +137,8 @@ _RLS_TABLES = {"RawDomain": "File", "RawDescriptor": "descriptors[]", "RawRateLi
 
 @pytest.mark.parametrize("struct", sorted(_RLS_TABLES))
 def test_the_descriptors_reference_lists_every_field_a_file_may_have(struct):
-    fields = {name: set(_RLS_FIELD.findall(body)) for name, body in _RLS_STRUCT.findall(RLS_CONFIG.read_text())}
+    source = "\n".join(f.read_text() for f in sorted(RLS_CONFIG.glob("*.rs")))
+    fields = {name: set(_RLS_FIELD.findall(body)) for name, body in _RLS_STRUCT.findall(source)}
     tables = headed_tables(DESCRIPTORS_DOC.read_text())
     head, _, *rows = tables[_RLS_TABLES[struct]]
     assert head == ["field", "type", "default", "example", "meaning"]

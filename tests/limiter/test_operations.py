@@ -75,6 +75,44 @@ def test_memory_store_gauges(processes):
     assert request(lim.port, "/readyz").status == 200
 
 
+def test_metrics_parse_with_prometheus_client(processes):
+    """/metrics read by the Prometheus project's own Python parsers: the
+    OpenMetrics one (strict: the format the content type declares) and the
+    classic text one; each sample the tests read by name is there once,
+    with the value the limiter counted."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics
+    from prometheus_client.parser import text_string_to_metric_families as classic
+
+    lim = processes.limiter(extra_args=["--max-keys", "100"])
+    limit = dict(CHECK["limits"][0], requests=2, key="parsed")
+    statuses = [lim.check({"domain": "parsed", "limits": [limit]}).status for _ in range(3)]
+    assert statuses == [200, 200, 200]
+    assert lim.check(b"{").status == 400
+    r = request(lim.port, "/metrics")
+    assert r.headers.get("content-type", "").startswith("application/openmetrics-text")
+    text = r.body.decode()
+    families = {f.name: f for f in openmetrics(text)}
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in families.values() for s in f.samples}
+    assert families["sluice_limiter_checks"].type == "counter"
+    assert samples[("sluice_limiter_checks_total", ())] == 4
+    assert samples[("sluice_limiter_decisions_total", (("domain", "parsed"), ("result", "allowed")))] == 2
+    assert samples[("sluice_limiter_decisions_total", (("domain", "parsed"), ("result", "denied")))] == 1
+    assert families["sluice_limiter_check_duration_seconds"].type == "histogram"
+    assert samples[("sluice_limiter_check_duration_seconds_count", ())] == 4
+    assert samples[("sluice_limiter_check_duration_seconds_bucket", (("le", "+Inf"),))] == 4
+    assert samples[("sluice_limiter_store_max_keys", ())] == 100
+    assert samples[("sluice_limiter_connections", (("listener", "http"),))] >= 1
+    build = [s for s in families["sluice_limiter_build_info"].samples]
+    assert len(build) == 1 and build[0].labels["store"] == "memory" and build[0].value == 1
+    # The classic parser reads every sample alike, each once.
+    classic_samples = [(s.name, tuple(sorted(s.labels.items())), s.value)
+                       for f in classic(text) for s in f.samples]
+    assert len(classic_samples) == len(samples)
+    assert {(n, l): v for n, l, v in classic_samples} == samples
+    assert lim.metric("sluice_limiter_checks_total") == 4
+
+
 def slow_redis(redis, seconds: float):
     """Blocks `redis` for `seconds` (DEBUG SLEEP) on a thread; returns the thread."""
     t = threading.Thread(target=redis_command, args=(redis.port, "DEBUG", "SLEEP", str(seconds)))

@@ -123,6 +123,13 @@ impl Limit {
     /// Checks every field's range. [`decide`](crate::decide) never panics on
     /// an invalid limit, but it then clamps the fields into range.
     pub fn validate(&self) -> Result<(), FieldError> {
+        self.validate_sizes()?;
+        self.validate_precision_and_soft()?;
+        self.validate_algorithm_extras()
+    }
+
+    /// `requests`, `burst` and `window`, and a bucket's drain time.
+    fn validate_sizes(&self) -> Result<(), FieldError> {
         if self.requests == 0 || self.requests > MAX_REQUESTS {
             return invalid(
                 "requests",
@@ -162,6 +169,11 @@ impl Limit {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// `precision` (sliding_window only) and `soft_percent`.
+    fn validate_precision_and_soft(&self) -> Result<(), FieldError> {
         if self.algorithm == Algorithm::SlidingWindow {
             if self.precision == 0 || self.precision > MAX_PRECISION {
                 return invalid(
@@ -190,6 +202,12 @@ impl Limit {
                 ),
             );
         }
+        Ok(())
+    }
+
+    /// What only some algorithms take: sliding_log's entry bound, delay
+    /// mode.
+    fn validate_algorithm_extras(&self) -> Result<(), FieldError> {
         if self.algorithm == Algorithm::SlidingLog {
             if self.burst > MAX_LOG_ENTRIES {
                 return invalid(

@@ -4,7 +4,7 @@
 
 use crate::metrics::Metrics;
 use crate::overrides::Overrides;
-use crate::store::{Store, StoreItem};
+use crate::store::{state_id, Store, StoreItem, Verdict};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
@@ -13,7 +13,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use sluice_core::{FieldError, MILLISECOND};
-use sluice_wire::{parse_check, CheckResponse, ErrorBody, KeyedLimit, LimitResult, MAX_BODY_BYTES};
+use sluice_wire::{
+    parse_check, CheckResponse, ErrorBody, KeyedLimit, LimitResult, ValidCheck, MAX_BODY_BYTES,
+};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -94,7 +96,7 @@ async fn decide<S: Store>(st: &AppState<S>, body: Result<Bytes, BytesRejection>)
         return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
     }
     let requests = check.requests();
-    let items = match store_items(&check.domain, check.limits) {
+    let items = match store_items(&check.domain, std::mem::take(&mut check.limits)) {
         Ok(items) => items,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
@@ -102,53 +104,7 @@ async fn decide<S: Store>(st: &AppState<S>, body: Result<Bytes, BytesRejection>)
         .iter()
         .fold(0u64, |sum, i| sum.saturating_add(i.returned));
     match st.store.check_batch(&items, requests).await {
-        Ok(verdict) => {
-            st.metrics.record_decision(&check.domain, verdict.allowed);
-            if verdict.capacity_denied {
-                st.metrics.inc_capacity_denials();
-                crate::warn_throttled!(
-                    "memory store full (--max-keys): checks needing a new key are denied"
-                );
-            }
-            if check.batch.is_some() {
-                st.metrics.record_batch(requests, verdict.admitted);
-            }
-            for &delay in verdict.delays.iter().filter(|&&d| d > 0) {
-                st.metrics.record_delay(delay);
-            }
-            let leased = verdict
-                .leased
-                .iter()
-                .fold(0u64, |s, &k| s.saturating_add(k));
-            st.metrics.record_leases(leased, returned);
-            let granted = verdict.leased.iter().chain(std::iter::repeat(&0));
-            let resp = CheckResponse {
-                allowed: verdict.allowed,
-                limits: verdict
-                    .decisions
-                    .iter()
-                    .zip(granted)
-                    .map(|(d, &leased)| LimitResult {
-                        leased,
-                        ..LimitResult::from(d)
-                    })
-                    .collect(),
-                // Only a check that said `batch` is answered with the count.
-                admitted: check.batch.map(|_| verdict.admitted),
-                delays_ms: match check.batch {
-                    Some(_) => verdict
-                        .delays
-                        .iter()
-                        .map(|d| d.div_ceil(MILLISECOND))
-                        .collect(),
-                    None => Vec::new(),
-                },
-            };
-            json(
-                StatusCode::OK,
-                serde_json::to_vec(&resp).unwrap_or_default(),
-            )
-        }
+        Ok(verdict) => respond(st, &check, &verdict, requests, returned),
         // No decision (see the `Store` contract): the filter applies its
         // failure mode.
         Err(e) => {
@@ -159,15 +115,58 @@ async fn decide<S: Store>(st: &AppState<S>, body: Result<Bytes, BytesRejection>)
     }
 }
 
-/// The store's identity for a limit's state: domain, key, algorithm and
-/// window, so that two limits on one key (say 10/s and 1000/h) keep separate
-/// state, and a key's state never meets another algorithm.
-pub fn state_id(domain: &str, keyed: &KeyedLimit) -> String {
-    format!(
-        "{domain}/{}|{}|{}",
-        keyed.key,
-        keyed.limit.algorithm.name(),
-        keyed.limit.window / MILLISECOND
+/// The answer to a decided check, counted in metrics.
+fn respond<S: Store>(
+    st: &AppState<S>,
+    check: &ValidCheck,
+    verdict: &Verdict,
+    requests: u32,
+    returned: u64,
+) -> Response {
+    st.metrics.record_decision(&check.domain, verdict.allowed);
+    if verdict.capacity_denied {
+        st.metrics.inc_capacity_denials();
+        crate::warn_throttled!(
+            "memory store full (--max-keys): checks needing a new key are denied"
+        );
+    }
+    if check.batch.is_some() {
+        st.metrics.record_batch(requests, verdict.admitted);
+    }
+    for &delay in verdict.delays.iter().filter(|&&d| d > 0) {
+        st.metrics.record_delay(delay);
+    }
+    let leased = verdict
+        .leased
+        .iter()
+        .fold(0u64, |s, &k| s.saturating_add(k));
+    st.metrics.record_leases(leased, returned);
+    let granted = verdict.leased.iter().chain(std::iter::repeat(&0));
+    let resp = CheckResponse {
+        allowed: verdict.allowed,
+        limits: verdict
+            .decisions
+            .iter()
+            .zip(granted)
+            .map(|(d, &leased)| LimitResult {
+                leased,
+                ..LimitResult::from(d)
+            })
+            .collect(),
+        // Only a check that said `batch` is answered with the count.
+        admitted: check.batch.map(|_| verdict.admitted),
+        delays_ms: match check.batch {
+            Some(_) => verdict
+                .delays
+                .iter()
+                .map(|d| d.div_ceil(MILLISECOND))
+                .collect(),
+            None => Vec::new(),
+        },
+    };
+    json(
+        StatusCode::OK,
+        serde_json::to_vec(&resp).unwrap_or_default(),
     )
 }
 
@@ -177,7 +176,7 @@ pub fn state_id(domain: &str, keyed: &KeyedLimit) -> String {
 fn store_items(domain: &str, limits: Vec<KeyedLimit>) -> Result<Vec<StoreItem>, FieldError> {
     let mut items: Vec<StoreItem> = Vec::with_capacity(limits.len());
     for (i, kl) in limits.into_iter().enumerate() {
-        let id = state_id(domain, &kl);
+        let id = state_id(domain, &kl.key, &kl.limit);
         // At most 64 limits: a scan is cheaper than hashing.
         if let Some(first) = items.iter().position(|it| it.id == id) {
             return Err(FieldError::at(
@@ -212,20 +211,16 @@ async fn healthz<S: Store>(State(st): State<AppState<S>>) -> Response {
 }
 
 async fn metrics<S: Store>(State(st): State<AppState<S>>) -> Response {
-    let mut text = st.metrics.render();
     let status = st.store.status();
-    crate::metrics::render_store(
-        &mut text,
-        &crate::metrics::StoreGauges {
-            kind: st.store.kind(),
-            up: status.up,
-            keys: status.keys,
-            round_trips: st.store.round_trips(),
-        },
-    );
+    let text = st.metrics.render_with(Some(&crate::metrics::StoreGauges {
+        kind: st.store.kind(),
+        up: status.up,
+        keys: status.keys,
+        round_trips: st.store.round_trips(),
+    }));
     (
         StatusCode::OK,
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         text,
     )
         .into_response()

@@ -123,58 +123,8 @@ async fn run(args: Args) -> Result<(), String> {
     {
         tracing::warn!("Redis TLS or password options given, and no Redis is used: ignored");
     }
-    let store = match args.store.redis_target() {
-        None => {
-            let config = MemoryConfig {
-                shards: args.shards,
-                max_keys: args.max_keys,
-            };
-            let mem = Arc::new(MemoryStore::new(config, Arc::new(SystemClock)));
-            let weak = Arc::downgrade(&mem);
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(SWEEP_EVERY);
-                loop {
-                    tick.tick().await;
-                    let Some(mem) = weak.upgrade() else { return };
-                    let dropped = mem.sweep();
-                    tracing::trace!(dropped, "swept memory store");
-                }
-            });
-            AnyStore::Memory(mem)
-        }
-        Some(target) => AnyStore::Redis(
-            RedisStore::open(target, opts.clone(), timeout)
-                .await
-                .map_err(|e| format!("--store {}: {e}", args.store))?,
-        ),
-    };
-    let mut overrides = match &args.overrides {
-        Some(path) => Overrides::load(path)?,
-        None => Overrides::default(),
-    };
-    let ttl = Duration::from_millis(args.overrides_ttl_ms);
-    match (&args.overrides_redis, &store) {
-        (Some(spec), _) => {
-            let target = spec.redis_target().ok_or_else(|| {
-                "--overrides-redis: expected redis://host:port or redis-cluster://host:port,..."
-                    .to_string()
-            })?;
-            let redis = RedisStore::open(target, opts.clone(), timeout)
-                .await
-                .map_err(|e| format!("--overrides-redis {spec}: {e}"))?;
-            overrides = overrides.with_redis(redis, ttl);
-        }
-        (None, AnyStore::Redis(redis)) if args.redis_overrides => {
-            overrides = overrides.with_redis(Arc::clone(redis), ttl);
-        }
-        (None, AnyStore::Memory(_)) if args.redis_overrides => {
-            tracing::warn!(
-                "--redis-overrides reads the store's Redis, and the store is memory: \
-                 ignored (give --overrides-redis to read a Redis)"
-            );
-        }
-        (None, _) => {}
-    }
+    let store = open_store(&args, &opts, timeout).await?;
+    let overrides = open_overrides(&args, &opts, timeout, &store).await?;
     let state = AppState {
         store,
         metrics: Arc::new(Metrics::default()),
@@ -186,37 +136,7 @@ async fn run(args: Args) -> Result<(), String> {
     let listener = Acceptor::new(listener, limits, Listener::Http, Arc::clone(&state.metrics));
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let grpc = match rls {
-        Some((addr, cell)) => {
-            let metrics = Arc::clone(&state.metrics);
-            metrics.record_rls_reload(true);
-            spawn_watcher(
-                &cell,
-                Arc::clone(&metrics),
-                Duration::from_millis(args.descriptors_poll_ms),
-            );
-            let service = RlsService::new(
-                state.store.clone(),
-                cell,
-                Arc::clone(&metrics),
-                Arc::new(SystemClock),
-            );
-            let grpc_listener = sluice_limiter::server::bind(addr)
-                .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-            let incoming =
-                Acceptor::new(grpc_listener, limits, Listener::Grpc, Arc::clone(&metrics))
-                    .into_stream();
-            tracing::info!(grpc_listen = %addr, "serving Envoy's rate limit service protocol");
-            Some(tokio::spawn(
-                tonic::transport::Server::builder()
-                    // A call whose message never completes ends here.
-                    .timeout(limits.request_timeout)
-                    .http2_keepalive_interval(Some(sluice_limiter::server::H2_KEEPALIVE))
-                    .http2_keepalive_timeout(Some(sluice_limiter::server::H2_KEEPALIVE_TIMEOUT))
-                    .max_concurrent_streams(sluice_limiter::server::H2_MAX_STREAMS)
-                    .add_service(service.into_server())
-                    .serve_with_incoming_shutdown(incoming, stopped(stop.clone())),
-            ))
-        }
+        Some((addr, cell)) => Some(serve_rls(&args, addr, cell, &state, stop.clone())?),
         None => None,
     };
     tracing::info!(
@@ -228,9 +148,129 @@ async fn run(args: Args) -> Result<(), String> {
     let http = tokio::spawn(serve_http(listener, app(state), stop.clone()));
     shutdown_signal().await;
     let _ = stop_tx.send(true);
-    // Both servers stop accepting now and finish what is in flight, within
-    // the bound.
-    let bound = Duration::from_millis(args.shutdown_timeout_ms);
+    finish(http, grpc, args.shutdown_timeout_ms).await?;
+    tracing::info!("sluice-limiter stopped");
+    Ok(())
+}
+
+/// The store `--store` names; a memory store is swept in the background.
+async fn open_store(
+    args: &Args,
+    opts: &ConnectOptions,
+    timeout: Duration,
+) -> Result<AnyStore, String> {
+    let Some(target) = args.store.redis_target() else {
+        let config = MemoryConfig {
+            shards: args.shards,
+            max_keys: args.max_keys,
+        };
+        let mem = Arc::new(MemoryStore::new(config, Arc::new(SystemClock)));
+        let weak = Arc::downgrade(&mem);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(SWEEP_EVERY);
+            loop {
+                tick.tick().await;
+                let Some(mem) = weak.upgrade() else { return };
+                let dropped = mem.sweep();
+                tracing::trace!(dropped, "swept memory store");
+            }
+        });
+        return Ok(AnyStore::Memory(mem));
+    };
+    let redis = RedisStore::open(target, opts.clone(), timeout)
+        .await
+        .map_err(|e| format!("--store {}: {e}", args.store))?;
+    Ok(AnyStore::Redis(redis))
+}
+
+/// The overrides of `--overrides`, read through from the Redis of
+/// `--overrides-redis` (or the store's, with `--redis-overrides`).
+async fn open_overrides(
+    args: &Args,
+    opts: &ConnectOptions,
+    timeout: Duration,
+    store: &AnyStore,
+) -> Result<Overrides, String> {
+    let overrides = match &args.overrides {
+        Some(path) => Overrides::load(path)?,
+        None => Overrides::default(),
+    };
+    let ttl = Duration::from_millis(args.overrides_ttl_ms);
+    match (&args.overrides_redis, store) {
+        (Some(spec), _) => {
+            let target = spec.redis_target().ok_or_else(|| {
+                "--overrides-redis: expected redis://host:port or redis-cluster://host:port,..."
+                    .to_string()
+            })?;
+            let redis = RedisStore::open(target, opts.clone(), timeout)
+                .await
+                .map_err(|e| format!("--overrides-redis {spec}: {e}"))?;
+            Ok(overrides.with_redis(redis, ttl))
+        }
+        (None, AnyStore::Redis(redis)) if args.redis_overrides => {
+            Ok(overrides.with_redis(Arc::clone(redis), ttl))
+        }
+        (None, AnyStore::Memory(_)) if args.redis_overrides => {
+            tracing::warn!(
+                "--redis-overrides reads the store's Redis, and the store is memory: \
+                 ignored (give --overrides-redis to read a Redis)"
+            );
+            Ok(overrides)
+        }
+        (None, _) => Ok(overrides),
+    }
+}
+
+type GrpcServer = tokio::task::JoinHandle<Result<(), tonic::transport::Error>>;
+
+/// Serves Envoy's RLS protocol on `addr` from the descriptors in `cell`,
+/// watched for changes, until `stop`.
+fn serve_rls(
+    args: &Args,
+    addr: std::net::SocketAddr,
+    cell: Arc<ConfigCell>,
+    state: &AppState<AnyStore>,
+    stop: Stop,
+) -> Result<GrpcServer, String> {
+    let limits = args.connection_limits();
+    let metrics = Arc::clone(&state.metrics);
+    metrics.record_rls_reload(true);
+    spawn_watcher(
+        &cell,
+        Arc::clone(&metrics),
+        Duration::from_millis(args.descriptors_poll_ms),
+    );
+    let service = RlsService::new(
+        state.store.clone(),
+        cell,
+        Arc::clone(&metrics),
+        Arc::new(SystemClock),
+    );
+    let grpc_listener =
+        sluice_limiter::server::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let incoming =
+        Acceptor::new(grpc_listener, limits, Listener::Grpc, Arc::clone(&metrics)).into_stream();
+    tracing::info!(grpc_listen = %addr, "serving Envoy's rate limit service protocol");
+    Ok(tokio::spawn(
+        tonic::transport::Server::builder()
+            // A call whose message never completes ends here.
+            .timeout(limits.request_timeout)
+            .http2_keepalive_interval(Some(sluice_limiter::server::H2_KEEPALIVE))
+            .http2_keepalive_timeout(Some(sluice_limiter::server::H2_KEEPALIVE_TIMEOUT))
+            .max_concurrent_streams(sluice_limiter::server::H2_MAX_STREAMS)
+            .add_service(service.into_server())
+            .serve_with_incoming_shutdown(incoming, stopped(stop)),
+    ))
+}
+
+/// Waits, within `bound_ms`, for both servers to finish what is in flight
+/// (they stopped accepting when the stop signal came).
+async fn finish<E: std::fmt::Display>(
+    http: tokio::task::JoinHandle<Result<(), E>>,
+    grpc: Option<GrpcServer>,
+    bound_ms: u64,
+) -> Result<(), String> {
+    let bound = Duration::from_millis(bound_ms);
     let finished = tokio::time::timeout(bound, async {
         let http = http.await;
         let grpc = match grpc {
@@ -240,28 +280,23 @@ async fn run(args: Args) -> Result<(), String> {
         (http, grpc)
     })
     .await;
-    match finished {
-        Err(_) => {
-            tracing::warn!(
-                bound_ms = args.shutdown_timeout_ms,
-                "shutdown bound reached with checks still in flight; exiting"
-            );
-        }
-        Ok((http, grpc)) => {
-            match http {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return Err(format!("server error: {e}")),
-                Err(e) => return Err(format!("server stopped: {e}")),
-            }
-            match grpc {
-                None | Some(Ok(Ok(()))) => {}
-                Some(Ok(Err(e))) => return Err(format!("grpc server error: {e}")),
-                Some(Err(e)) => return Err(format!("grpc server stopped: {e}")),
-            }
-        }
+    let Ok((http, grpc)) = finished else {
+        tracing::warn!(
+            bound_ms,
+            "shutdown bound reached with checks still in flight; exiting"
+        );
+        return Ok(());
+    };
+    match http {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(format!("server error: {e}")),
+        Err(e) => return Err(format!("server stopped: {e}")),
     }
-    tracing::info!("sluice-limiter stopped");
-    Ok(())
+    match grpc {
+        None | Some(Ok(Ok(()))) => Ok(()),
+        Some(Ok(Err(e))) => Err(format!("grpc server error: {e}")),
+        Some(Err(e)) => Err(format!("grpc server stopped: {e}")),
+    }
 }
 
 async fn shutdown_signal() {

@@ -538,7 +538,7 @@ fn every_case_met(seen: &Coverage, batches: bool) {
 #[test]
 fn the_script_implements_every_algorithm() {
     for a in Algorithm::ALL {
-        let entry = format!("\n  {} = {{decide = ", a.name());
+        let entry = format!("\n  {} = ", a.name());
         assert!(
             DECIDE_LUA.contains(&entry),
             "decide.lua has no entry for {a} in ALGORITHMS"

@@ -80,6 +80,49 @@ impl<'a> Log<'a> {
     fn count_up_to(&self, bound: u64) -> usize {
         partition_point(self.len(), |i| u64::from(self.offset(i)) <= bound)
     }
+
+    /// How many entries (the first ones) have expired at `now`, counting
+    /// ticks from `base`: those at ticks up to `(now - window) >> shift`.
+    fn expired(&self, now: Nanos, window: Nanos, base: u64) -> usize {
+        match now.checked_sub(window) {
+            Some(edge) => match (edge >> self.shift).checked_sub(base) {
+                Some(bound) => self.count_up_to(bound),
+                None => 0,
+            },
+            None => 0,
+        }
+    }
+
+    /// The log without its `first` expired entries, counted from `base`,
+    /// plus `extra` entries at `now_tick`; `newest_after` is its newest tick.
+    fn rewritten(
+        &self,
+        first: usize,
+        base: u64,
+        newest_after: u64,
+        now_tick: u64,
+        extra: u64,
+    ) -> crate::Encoded {
+        let kept = self.offsets.get(first * 4..).unwrap_or(&[]);
+        // Keep the base while the new offsets fit (the live offsets are then
+        // copied as they are); otherwise rebase on the oldest live entry.
+        let (new_base, minus) = if first >= self.len() {
+            (newest_after, 0)
+        } else if newest_after.saturating_sub(base) <= u64::from(u32::MAX) {
+            (base, 0)
+        } else {
+            let oldest = self.offset(first);
+            (base.saturating_add(u64::from(oldest)), oldest)
+        };
+        write(
+            self.shift,
+            new_base,
+            kept,
+            minus,
+            offset(now_tick, new_base),
+            extra,
+        )
+    }
 }
 
 /// A new log: header, then `offsets`, each less `minus`, then `extra`
@@ -159,14 +202,7 @@ pub(crate) fn decide(
     let newest = n.checked_sub(1).map_or(0, |i| log.tick(i));
     let back = newest.saturating_sub(now_tick);
     let base = log.base.saturating_sub(back);
-    // Entries at ticks up to `(now - window) >> shift` have expired.
-    let first = match now.checked_sub(p.window) {
-        Some(edge) => match (edge >> shift).checked_sub(base) {
-            Some(bound) => log.count_up_to(bound),
-            None => 0,
-        },
-        None => 0,
-    };
+    let first = log.expired(now, p.window, base);
     let live = n - first;
     let live64 = live as u64;
     let tick = |i: usize| base.saturating_add(u64::from(log.offset(i)));
@@ -199,25 +235,8 @@ pub(crate) fn decide(
     };
     let decision = verdict.decision(p, p.cap.saturating_sub(after), reset);
     let new_state = (consumed || back > 0).then(|| {
-        let kept = log.offsets.get(first * 4..).unwrap_or(&[]);
-        // Keep the base while the new offsets fit (the live offsets are then
-        // copied as they are); otherwise rebase on the oldest live entry.
-        let (new_base, minus) = if live == 0 {
-            (newest_after, 0)
-        } else if newest_after.saturating_sub(base) <= u64::from(u32::MAX) {
-            (base, 0)
-        } else {
-            (tick(first), log.offset(first))
-        };
         let extra = if consumed { cost } else { 0 };
-        write(
-            shift,
-            new_base,
-            kept,
-            minus,
-            offset(now_tick, new_base),
-            extra,
-        )
+        log.rewritten(first, base, newest_after, now_tick, extra)
     });
     Outcome {
         decision,

@@ -3,12 +3,15 @@
 //! descriptor configuration in envoyproxy/ratelimit's format, deciding
 //! through the same [`Store`](crate::store::Store) as the HTTP API.
 //!
-//! [`config`] reads and matches the descriptors, [`service`] answers the
-//! calls, [`reload`] keeps the configuration current.
+//! [`config`] reads and matches the descriptors, `plan` turns a call's
+//! descriptors into store items, [`service`] asks the store, `status`
+//! answers each descriptor, [`reload`] keeps the configuration current.
 
 pub mod config;
+mod plan;
 pub mod reload;
 pub mod service;
+mod status;
 
 #[cfg(test)]
 mod fuzz;

@@ -220,11 +220,6 @@ local function wmin(a, b)
   return b
 end
 
-local function wmax(a, b)
-  if cmp(a, b) >= 0 then return a end
-  return b
-end
-
 -- Limits, as sluice-core's Params.
 
 local MAX_REQUESTS = 1000000000000
@@ -325,88 +320,83 @@ local function refundable(p, cost, admitted_at, at)
   return sub(need, mul(max(at - admitted_at, 0), p.rate))
 end
 
--- Token bucket: {TOKEN_BUCKET, last, whole tokens, fraction in 1/window}.
+-- Every algorithm runs one skeleton: `read` the state at `now` (its view,
+-- and whether a clock step back was repaired), `step` one decision on the
+-- view (the decision, whether it consumed, and what to write), `write` the
+-- new state when it consumed or repaired. A refund is `refund(p, st,
+-- admitted_at, now, cost)`: the new state, or nil when nothing changes.
 
-local function tb_decode(p, st)
-  if not st or st[1] ~= TOKEN_BUCKET then return nil end
-  local frac = min(st[4], p.window - 1)
-  local tokens = wmin(add(mul(st[3], p.window), frac), p.capacity)
-  return st[2], tokens
+-- The meters (token bucket, leaky bucket, GCRA) view a state as a level
+-- (scaled units) and step with `judge`; each gives `hold(p, st,
+-- admitted_at, now)`, the stamp to write a refund at, the level then and
+-- the instant the refund is measured at, and `store(p, t, level)`.
+local function meter(m)
+  return {
+    read = m.read,
+    step = function(p, level, _, cost, commit)
+      local d, after = judge(p, level, cost, commit)
+      return d, after ~= nil, after or level
+    end,
+    write = function(p, _, now, level) return m.store(p, now, level) end,
+    refund = function(p, st, admitted_at, now, cost)
+      local stamp, level, at = m.hold(p, st, admitted_at, now)
+      if stamp == nil then return nil end
+      local back = refundable(p, cost, admitted_at, at)
+      if cmp(back, 0) == 0 or cmp(level, 0) == 0 then return nil end
+      return m.store(p, stamp, sub(level, back))
+    end,
+  }
 end
 
-local function tb_encode(p, last, tokens)
-  local whole, frac = divmod(tokens, p.window)
-  return {TOKEN_BUCKET, last, sat(whole), frac}
+-- The buckets: {code, last, whole units, fraction in 1/window}; `decode`
+-- gives the last update and the level then.
+local function bucket(decode, store)
+  return meter({
+    read = function(p, st, now)
+      local last, level = decode(p, st)
+      if last == nil then return 0, false end
+      if now < last then return level, true end
+      return drain(p, level, now - last), false
+    end,
+    hold = function(p, st, admitted_at, now)
+      local last, level = decode(p, st)
+      if last == nil then return nil end
+      return last, level, max(now, admitted_at, last)
+    end,
+    store = store,
+  })
 end
 
-local function tb_decide(p, st, now, cost, commit)
-  local cap = p.capacity
-  local last, tokens = tb_decode(p, st)
-  local repaired = false
-  if last == nil then
-    tokens = cap
-  elseif now < last then
-    repaired = true
-  else
-    tokens = sub(cap, drain(p, sub(cap, tokens), now - last))
-  end
-  local d, after = judge(p, sub(cap, tokens), cost, commit)
-  if after ~= nil then return d, tb_encode(p, now, sub(cap, after)) end
-  if repaired then return d, tb_encode(p, now, tokens) end
-  return d, nil
-end
-
-local function tb_refund(p, st, admitted_at, now, cost)
-  local last, tokens = tb_decode(p, st)
-  if last == nil then return nil end
-  local at = max(now, admitted_at, last)
-  local back = refundable(p, cost, admitted_at, at)
-  if cmp(back, 0) == 0 or cmp(tokens, p.capacity) == 0 then return nil end
-  return tb_encode(p, last, wmin(add(tokens, back), p.capacity))
-end
+-- Token bucket: {TOKEN_BUCKET, last, whole tokens, fraction in 1/window};
+-- its level is what is missing from a full bucket.
+local TB = bucket(
+  function(p, st)
+    if not st or st[1] ~= TOKEN_BUCKET then return nil end
+    local frac = min(st[4], p.window - 1)
+    local tokens = wmin(add(mul(st[3], p.window), frac), p.capacity)
+    return st[2], sub(p.capacity, tokens)
+  end,
+  function(p, last, level)
+    local whole, frac = divmod(sub(p.capacity, level), p.window)
+    return {TOKEN_BUCKET, last, sat(whole), frac}
+  end)
 
 -- Leaky bucket: {LEAKY_BUCKET, last, whole level, fraction in 1/window}.
-
-local function lb_decode(p, st)
-  if not st or st[1] ~= LEAKY_BUCKET then return nil end
-  local level
-  if st[4] >= p.window then
-    level = mul(st[3] + 1, p.window)
-  else
-    level = add(mul(st[3], p.window), st[4])
-  end
-  return st[2], wmin(level, p.max_level)
-end
-
-local function lb_encode(p, last, level)
-  local whole, frac = divmod(level, p.window)
-  return {LEAKY_BUCKET, last, sat(whole), frac}
-end
-
-local function lb_decide(p, st, now, cost, commit)
-  local last, level = lb_decode(p, st)
-  local repaired = false
-  if last == nil then
-    level = 0
-  elseif now < last then
-    repaired = true
-  else
-    level = drain(p, level, now - last)
-  end
-  local d, after = judge(p, level, cost, commit)
-  if after ~= nil then return d, lb_encode(p, now, after) end
-  if repaired then return d, lb_encode(p, now, level) end
-  return d, nil
-end
-
-local function lb_refund(p, st, admitted_at, now, cost)
-  local last, level = lb_decode(p, st)
-  if last == nil then return nil end
-  local at = max(now, admitted_at, last)
-  local back = refundable(p, cost, admitted_at, at)
-  if cmp(back, 0) == 0 or cmp(level, 0) == 0 then return nil end
-  return lb_encode(p, last, sub(level, back))
-end
+local LB = bucket(
+  function(p, st)
+    if not st or st[1] ~= LEAKY_BUCKET then return nil end
+    local level
+    if st[4] >= p.window then
+      level = mul(st[3] + 1, p.window)
+    else
+      level = add(mul(st[3], p.window), st[4])
+    end
+    return st[2], wmin(level, p.max_level)
+  end,
+  function(p, last, level)
+    local whole, frac = divmod(level, p.window)
+    return {LEAKY_BUCKET, last, sat(whole), frac}
+  end)
 
 -- GCRA: {GCRA, TAT whole microseconds, fraction in 1/rate}. sluice-core keeps
 -- the TAT scaled by the rate (`tat * rate`, past 2^53 for any real clock);
@@ -426,37 +416,27 @@ local function gcra_ahead(p, whole, frac, t)
   return add(mul(whole - t, p.rate), frac)
 end
 
--- The state for a scaled TAT of `t * rate + ahead`.
-local function gcra_encode(p, t, ahead)
-  local q, r = divmod(ahead, p.rate)
-  return {GCRA, sat(add(t, q)), r}
-end
-
-local function gcra_decide(p, st, now, cost, commit)
-  local whole, frac = gcra_decode(p, st)
-  local level, repaired = 0, false
-  if whole ~= nil then
-    level = gcra_ahead(p, whole, frac, now)
+local GC = meter({
+  read = function(p, st, now)
+    local whole, frac = gcra_decode(p, st)
+    if whole == nil then return 0, false end
+    local level = gcra_ahead(p, whole, frac, now)
     -- More ahead than any valid state can be: the clock stepped back.
-    if cmp(level, p.max_level) > 0 then
-      level, repaired = p.max_level, true
-    end
-  end
-  local d, after = judge(p, level, cost, commit)
-  if after ~= nil then return d, gcra_encode(p, now, after) end
-  if repaired then return d, gcra_encode(p, now, level) end
-  return d, nil
-end
-
-local function gcra_refund(p, st, admitted_at, now, cost)
-  local whole, frac = gcra_decode(p, st)
-  if whole == nil then return nil end
-  local at = max(now, admitted_at)
-  local back = refundable(p, cost, admitted_at, at)
-  local ahead = gcra_ahead(p, whole, frac, at)
-  if cmp(back, 0) == 0 or cmp(ahead, 0) == 0 then return nil end
-  return gcra_encode(p, at, sub(ahead, back))
-end
+    if cmp(level, p.max_level) > 0 then return p.max_level, true end
+    return level, false
+  end,
+  hold = function(p, st, admitted_at, now)
+    local whole, frac = gcra_decode(p, st)
+    if whole == nil then return nil end
+    local at = max(now, admitted_at)
+    return at, gcra_ahead(p, whole, frac, at), at
+  end,
+  -- The state for a scaled TAT of `t * rate + ahead`.
+  store = function(p, t, ahead)
+    local q, r = divmod(ahead, p.rate)
+    return {GCRA, sat(add(t, q)), r}
+  end,
+})
 
 -- Fixed window: {FIXED_WINDOW, window start, count}.
 
@@ -465,34 +445,39 @@ local function window_of(p, now)
   return now - into, p.window - into
 end
 
-local function fw_decide(p, st, now, cost, commit)
-  local start, left = window_of(p, now)
-  local count, repaired = 0, false
-  if st and st[1] == FIXED_WINDOW then
-    if st[2] == start then
-      count = st[3]
-    elseif st[2] > start then
-      count, repaired = st[3], true
+local FW = {
+  read = function(p, st, now)
+    local start, left = window_of(p, now)
+    local view = {start = start, left = left, count = 0}
+    if st and st[1] == FIXED_WINDOW then
+      if st[2] == start then
+        view.count = st[3]
+      elseif st[2] > start then
+        view.count = st[3]
+        return view, true
+      end
     end
-  end
-  local allowed = count + cost <= p.cap
-  local consumed = allowed and commit
-  local after = count
-  if consumed then after = count + cost end
-  local reset, retry, denial = 0, 0, 0
-  if after > 0 then reset = left end
-  if not allowed then retry, denial = left, 1 end
-  local d = decision(allowed, p, max(p.cap - after, 0), reset, retry, denial)
-  if consumed or repaired then return d, {FIXED_WINDOW, start, after} end
-  return d, nil
-end
-
-local function fw_refund(p, st, admitted_at, _, cost)
-  if not st or st[1] ~= FIXED_WINDOW then return nil end
-  local start = window_of(p, admitted_at)
-  if st[2] ~= start or st[3] == 0 or cost == 0 then return nil end
-  return {FIXED_WINDOW, st[2], max(st[3] - cost, 0)}
-end
+    return view, false
+  end,
+  step = function(p, v, _, cost, commit)
+    local count, left = v.count, v.left
+    local allowed = count + cost <= p.cap
+    local consumed = allowed and commit
+    local after = count
+    if consumed then after = count + cost end
+    local reset, retry, denial = 0, 0, 0
+    if after > 0 then reset = left end
+    if not allowed then retry, denial = left, 1 end
+    return decision(allowed, p, max(p.cap - after, 0), reset, retry, denial), consumed, after
+  end,
+  write = function(_, v, _, after) return {FIXED_WINDOW, v.start, after} end,
+  refund = function(p, st, admitted_at, _, cost)
+    if not st or st[1] ~= FIXED_WINDOW then return nil end
+    local start = window_of(p, admitted_at)
+    if st[2] ~= start or st[3] == 0 or cost == 0 then return nil end
+    return {FIXED_WINDOW, st[2], max(st[3] - cost, 0)}
+  end,
+}
 
 -- Sliding log: {SLIDING_LOG, shift, base, tick, tick, ...}, ticks of 2^shift
 -- microseconds, sorted, rounded up.
@@ -543,59 +528,63 @@ local function sl_encode(shift, ticks, last, extra)
   return out
 end
 
-local function sl_decide(p, st, now, cost, commit)
-  local shift = shift_for(p.window)
-  local unit = POW2[shift]
-  local now_tick = tick_of(now, shift)
-  local log = sl_log(p, st)
-  local n = 0
-  if log then n = #log - 3 end
-  local newest = 0
-  if log and n > 0 then newest = sl_raw(log, n - 1) end
-  local back = max(newest - now_tick, 0)
-  local function tick(i) return max(sl_raw(log, i) - back, 0) end
-  local function expiry(t) return t * unit + p.window end
-  local first = partition(n, function(i) return expiry(tick(i)) <= now end)
-  local live = n - first
-  local allowed = live + cost <= p.cap
-  local consumed = allowed and commit
-  local after, newest_after = live, max(newest - back, 0)
-  if consumed then after, newest_after = live + cost, now_tick end
-  local retry, denial = 0, 0
-  if not allowed then
-    denial = 1
-    local drop = live + cost - p.cap
-    local at = min(max(first + drop - 1, 0), max(n - 1, 0))
-    retry = max(expiry(tick(at)) - now, 0)
-  end
-  local reset = 0
-  if after > 0 then reset = max(expiry(newest_after) - now, 0) end
-  local d = decision(allowed, p, max(p.cap - after, 0), reset, retry, denial)
-  if consumed or back > 0 then
+local SL = {
+  read = function(p, st, now)
+    local shift = shift_for(p.window)
+    local v = {shift = shift, unit = POW2[shift], now_tick = tick_of(now, shift), log = sl_log(p, st)}
+    v.n, v.newest = 0, 0
+    if v.log then v.n = #v.log - 3 end
+    if v.log and v.n > 0 then v.newest = sl_raw(v.log, v.n - 1) end
+    -- The clock stepped back behind the newest entry: every entry moves back.
+    v.back = max(v.newest - v.now_tick, 0)
+    v.tick = function(i) return max(sl_raw(v.log, i) - v.back, 0) end
+    v.expiry = function(t) return t * v.unit + p.window end
+    return v, v.back > 0
+  end,
+  step = function(p, v, now, cost, commit)
+    local n, tick, expiry = v.n, v.tick, v.expiry
+    local first = partition(n, function(i) return expiry(tick(i)) <= now end)
+    local live = n - first
+    local allowed = live + cost <= p.cap
+    local consumed = allowed and commit
+    local after, newest_after = live, max(v.newest - v.back, 0)
+    if consumed then after, newest_after = live + cost, v.now_tick end
+    local retry, denial = 0, 0
+    if not allowed then
+      denial = 1
+      local drop = live + cost - p.cap
+      local at = min(max(first + drop - 1, 0), max(n - 1, 0))
+      retry = max(expiry(tick(at)) - now, 0)
+    end
+    local reset = 0
+    if after > 0 then reset = max(expiry(newest_after) - now, 0) end
+    local d = decision(allowed, p, max(p.cap - after, 0), reset, retry, denial)
+    local extra = 0
+    if consumed then extra = cost end
+    return d, consumed, {first = first, last = newest_after, extra = extra}
+  end,
+  write = function(_, v, _, w)
     local ticks = {}
-    for i = first, n - 1 do ticks[#ticks + 1] = tick(i) end
-    if consumed then return d, sl_encode(shift, ticks, now_tick, cost) end
-    return d, sl_encode(shift, ticks, newest_after, 0)
-  end
-  return d, nil
-end
-
-local function sl_refund(p, st, admitted_at, _, cost)
-  local log = sl_log(p, st)
-  if not log then return nil end
-  local at = tick_of(admitted_at, log[2])
-  local n = #log - 3
-  local stop = partition(n, function(i) return sl_raw(log, i) <= at end)
-  local start = partition(stop, function(i) return sl_raw(log, i) < at end)
-  local take = min(stop - start, cost)
-  if take == 0 then return nil end
-  local kept = {}
-  for i = 0, n - 1 do
-    if i < stop - take or i >= stop then kept[#kept + 1] = sl_raw(log, i) end
-  end
-  local last = kept[#kept] or at
-  return sl_encode(log[2], kept, last, 0)
-end
+    for i = w.first, v.n - 1 do ticks[#ticks + 1] = v.tick(i) end
+    return sl_encode(v.shift, ticks, w.last, w.extra)
+  end,
+  refund = function(p, st, admitted_at, _, cost)
+    local log = sl_log(p, st)
+    if not log then return nil end
+    local at = tick_of(admitted_at, log[2])
+    local n = #log - 3
+    local stop = partition(n, function(i) return sl_raw(log, i) <= at end)
+    local start = partition(stop, function(i) return sl_raw(log, i) < at end)
+    local take = min(stop - start, cost)
+    if take == 0 then return nil end
+    local kept = {}
+    for i = 0, n - 1 do
+      if i < stop - take or i >= stop then kept[#kept + 1] = sl_raw(log, i) end
+    end
+    local last = kept[#kept] or at
+    return sl_encode(log[2], kept, last, 0)
+  end,
+}
 
 -- Sliding window: {SLIDING_WINDOW, precision, index, count oldest, ..., count newest}.
 
@@ -664,67 +653,81 @@ local function sw_retry(p, counts, index, into, cost, now)
   return 0
 end
 
-local function sw_decide(p, st, now, cost, commit)
-  local index, into = sw_position(p, now)
-  local slots = p.precision + 1
-  local repaired = false
-  local cindex, counts = sw_decode(p, st)
-  if cindex == nil then
-    counts = {}
-    for i = 1, slots do counts[i] = 0 end
-  elseif cindex > index then
-    repaired = true
-  else
-    local by = index - cindex
-    if by >= slots then
-      for i = 1, slots do counts[i] = 0 end
-    elseif by > 0 then
-      local moved = {}
-      for i = 1, slots do moved[i] = counts[i + by] or 0 end
-      counts = moved
+local SW = {
+  -- The view: the current sub-window's index, how far into it now is, and
+  -- the counts moved to end at it.
+  read = function(p, st, now)
+    local index, into = sw_position(p, now)
+    local v = {index = index, into = into}
+    local slots = p.precision + 1
+    local cindex, counts = sw_decode(p, st)
+    if cindex ~= nil and cindex > index then
+      v.counts = counts
+      return v, true
     end
-  end
-  local w = p.window
-  local cap = p.capacity
-  local need = mul(cost, w)
-  local est = 0
-  for i = 1, slots do
-    local weight = w
-    if i == 1 then weight = w - into end
-    est = add(est, mul(counts[i], weight))
-  end
-  local allowed = cmp(add(est, need), cap) <= 0
-  local consumed = allowed and commit
-  if consumed then counts[slots] = counts[slots] + cost end
-  local after = est
-  if consumed then after = add(est, need) end
-  local retry, denial = 0, 0
-  if not allowed then
-    denial = 1
-    retry = sw_retry(p, counts, index, into, cost, now)
-  end
-  local reset = 0
-  for i = slots, 1, -1 do
-    if counts[i] > 0 then
-      reset = sw_time(p, index + i, 0, now)
-      break
+    local by = slots
+    if cindex ~= nil then by = index - cindex end
+    v.counts = {}
+    for i = 1, slots do
+      if by >= slots then v.counts[i] = 0 else v.counts[i] = counts[i + by] or 0 end
     end
-  end
-  local d = decision(allowed, p, sat(floor_div(sub(cap, after), w)), reset, retry, denial)
-  if consumed or repaired then return d, sw_encode(p, index, counts) end
-  return d, nil
-end
+    return v, false
+  end,
+  step = function(p, v, now, cost, commit)
+    local index, into, counts = v.index, v.into, v.counts
+    local slots = p.precision + 1
+    local w = p.window
+    local cap = p.capacity
+    local need = mul(cost, w)
+    local est = 0
+    for i = 1, slots do
+      local weight = w
+      if i == 1 then weight = w - into end
+      est = add(est, mul(counts[i], weight))
+    end
+    local allowed = cmp(add(est, need), cap) <= 0
+    local consumed = allowed and commit
+    if consumed then counts[slots] = counts[slots] + cost end
+    local after = est
+    if consumed then after = add(est, need) end
+    local retry, denial = 0, 0
+    if not allowed then
+      denial = 1
+      retry = sw_retry(p, counts, index, into, cost, now)
+    end
+    local reset = 0
+    for i = slots, 1, -1 do
+      if counts[i] > 0 then
+        reset = sw_time(p, index + i, 0, now)
+        break
+      end
+    end
+    local d = decision(allowed, p, sat(floor_div(sub(cap, after), w)), reset, retry, denial)
+    return d, consumed, counts
+  end,
+  write = function(p, v, _, counts) return sw_encode(p, v.index, counts) end,
+  refund = function(p, st, admitted_at, _, cost)
+    local cindex, counts = sw_decode(p, st)
+    if cindex == nil then return nil end
+    local at = sw_position(p, admitted_at)
+    local back = cindex - at
+    if back < 0 then return nil end
+    local slot = #counts - back
+    if slot < 1 or counts[slot] == 0 or cost == 0 then return nil end
+    counts[slot] = max(counts[slot] - cost, 0)
+    return sw_encode(p, cindex, counts)
+  end,
+}
 
-local function sw_refund(p, st, admitted_at, _, cost)
-  local cindex, counts = sw_decode(p, st)
-  if cindex == nil then return nil end
-  local at = sw_position(p, admitted_at)
-  local back = cindex - at
-  if back < 0 then return nil end
-  local slot = #counts - back
-  if slot < 1 or counts[slot] == 0 or cost == 0 then return nil end
-  counts[slot] = max(counts[slot] - cost, 0)
-  return sw_encode(p, cindex, counts)
+-- One decision in the shared skeleton: read, step, write back when the
+-- step consumed or the read repaired a clock step.
+local function run(alg)
+  return function(p, st, now, cost, commit)
+    local view, repaired = alg.read(p, st, now)
+    local d, consumed, next = alg.step(p, view, now, cost, commit)
+    if consumed or repaired then return d, alg.write(p, view, now, next) end
+    return d, nil
+  end
 end
 
 -- Dispatch, as sluice-core's decide_in and refund_at.
@@ -732,13 +735,14 @@ end
 -- Every algorithm by name. Each one sluice-core knows (CODE) must be here:
 -- the first call fails otherwise, naming the algorithm.
 local ALGORITHMS = {
-  token_bucket = {decide = tb_decide, refund = tb_refund},
-  leaky_bucket = {decide = lb_decide, refund = lb_refund},
-  gcra = {decide = gcra_decide, refund = gcra_refund},
-  fixed_window = {decide = fw_decide, refund = fw_refund},
-  sliding_log = {decide = sl_decide, refund = sl_refund},
-  sliding_window = {decide = sw_decide, refund = sw_refund},
+  token_bucket = TB,
+  leaky_bucket = LB,
+  gcra = GC,
+  fixed_window = FW,
+  sliding_log = SL,
+  sliding_window = SW,
 }
+for _, alg in pairs(ALGORITHMS) do alg.decide = run(alg) end
 
 local BY_CODE = {}
 for name, code in pairs(CODE) do
@@ -804,148 +808,170 @@ local function reply_of(allowed, now, admitted, decisions, delays)
   return reply
 end
 
-local function main(KEYS, ARGV)
-
-  local mode = ARGV[1]
-  local overridden = ARGV[2] ~= ''
-  local now
-  if overridden then
-    now = tonumber(ARGV[2])
+-- The call's arguments (see the top of the file) and each key's state.
+local function parse(KEYS, ARGV)
+  local call = {mode = ARGV[1], overridden = ARGV[2] ~= '', requests = tonumber(ARGV[4]) or 1,
+    admitted_at = tonumber(ARGV[3]), limits = {}, costs = {}, states = {}, leases = {},
+    returned = {}, returned_age = {}}
+  if call.overridden then
+    call.now = tonumber(ARGV[2])
   else
     local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    call.now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
-
-  local requests = tonumber(ARGV[4]) or 1
-  local limits, costs, states = {}, {}, {}
-  local leases, returned, returned_age = {}, {}, {}
   for i = 1, #KEYS do
     local a = 4 + (i - 1) * 11
-    limits[i] = params(tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
+    call.limits[i] = params(tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
       tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 8]))
-    costs[i] = tonumber(ARGV[a + 7])
-    leases[i] = tonumber(ARGV[a + 9]) or 0
-    returned[i] = tonumber(ARGV[a + 10]) or 0
-    returned_age[i] = tonumber(ARGV[a + 11]) or 0
+    call.costs[i] = tonumber(ARGV[a + 7])
+    call.leases[i] = tonumber(ARGV[a + 9]) or 0
+    call.returned[i] = tonumber(ARGV[a + 10]) or 0
+    call.returned_age[i] = tonumber(ARGV[a + 11]) or 0
     local raw = redis.call('GET', KEYS[i])
     if raw then
       local ok, st = pcall(cmsgpack.unpack, raw)
       -- Bytes that do not decode are no state, as in sluice-core.
-      if ok and type(st) == 'table' then states[i] = st end
+      if ok and type(st) == 'table' then call.states[i] = st end
     end
   end
+  return call
+end
 
-  local decisions, news = {}, {}
-  local allowed = true
-  if mode == 'refund' then
-    -- Give the cost back, then report each limit as a denied check reports
-    -- its admitting limits: decided again without consuming.
-    local admitted_at = tonumber(ARGV[3])
-    for i = 1, #KEYS do
-      if states[i] then
-        local new = refund_at(limits[i], states[i], admitted_at, now,
-          costs[i] * requests + leases[i])
-        if new then
-          redis.call('SET', KEYS[i], cmsgpack.pack(new), 'KEEPTTL')
-          states[i] = new
-        end
-      end
-      decisions[i] = decide_in(limits[i], states[i], now, costs[i], false)
-    end
-    return reply_of(true, now, 0, decisions, {})
-  end
-
-  -- Returns first, as sluice-core's decide_all_leased: written whether or
-  -- not the check is then admitted (returning is not consuming).
-  local given = {}
+-- Refund mode: give the cost back, then report each limit as a denied
+-- check reports its admitting limits: decided again without consuming.
+local function refund(KEYS, c)
+  local decisions = {}
   for i = 1, #KEYS do
-    if returned[i] > 0 and states[i] then
-      local new = refund_at(limits[i], states[i], max(now - returned_age[i], 0), now, returned[i])
+    if c.states[i] then
+      local new = refund_at(c.limits[i], c.states[i], c.admitted_at, c.now,
+        c.costs[i] * c.requests + c.leases[i])
       if new then
-        states[i] = new
+        redis.call('SET', KEYS[i], cmsgpack.pack(new), 'KEEPTTL')
+        c.states[i] = new
+      end
+    end
+    decisions[i] = decide_in(c.limits[i], c.states[i], c.now, c.costs[i], false)
+  end
+  return reply_of(true, c.now, 0, decisions, {})
+end
+
+-- Returns first, as sluice-core's decide_all_leased: written whether or
+-- not the check is then admitted (returning is not consuming). Returns
+-- which keys were given units back.
+local function take_returns(n, c)
+  local given = {}
+  for i = 1, n do
+    if c.returned[i] > 0 and c.states[i] then
+      local at = max(c.now - c.returned_age[i], 0)
+      local new = refund_at(c.limits[i], c.states[i], at, c.now, c.returned[i])
+      if new then
+        c.states[i] = new
         given[i] = true
       end
     end
   end
+  return given
+end
 
-  -- The requests are decided in arrival order, as sluice-core's
-  -- decide_batch: at one instant a limit that refuses a request refuses
-  -- every later one, so each limit's share is a binary search.
-  local admitted = requests
-  for i = 1, #KEYS do
+-- The requests are decided in arrival order, as sluice-core's
+-- decide_batch: at one instant a limit that refuses a request refuses
+-- every later one, so each limit's share is a binary search.
+local function admitted_of(n, c)
+  local admitted = c.requests
+  for i = 1, n do
     local lo, hi = 0, admitted
     while lo < hi do
       local mid = lo + floor((hi - lo + 1) / 2)
-      if admits(limits[i], states[i], now, costs[i], mid) then lo = mid else hi = mid - 1 end
+      if admits(c.limits[i], c.states[i], c.now, c.costs[i], mid) then lo = mid else hi = mid - 1 end
     end
     admitted = lo
   end
-  if admitted > 0 then
-    for i = 1, #KEYS do
-      decisions[i], news[i] = decide_times(limits[i], states[i], now, costs[i], admitted,
-        costs[i] ~= 0)
-    end
-  end
-  if admitted < requests then
-    -- The first refused request, after the admitted ones: a denied request
-    -- consumes nothing, so the limits that would admit it are decided
-    -- without consuming.
-    allowed = false
-    for i = 1, #KEYS do
-      local st = news[i] or states[i]
-      local d, new = decide_in(limits[i], st, now, costs[i], false)
-      decisions[i] = d
-      if new then news[i] = new end
-    end
-  end
-  -- Leases (one request, admitted): the largest k whose cost + k fits now,
-  -- without a wait, found by binary search; then one decision of cost + k.
-  if admitted == requests and requests == 1 then
-    for i = 1, #KEYS do
-      if leases[i] > 0 then
-        local lo, hi = 0, leases[i]
-        while lo < hi do
-          local mid = lo + floor((hi - lo + 1) / 2)
-          local d = decide_in(limits[i], states[i], now, costs[i] + mid, false)
-          if d.allowed and d.delay == 0 then lo = mid else hi = mid - 1 end
-        end
-        if lo > 0 then
-          decisions[i], news[i] = decide_in(limits[i], states[i], now, costs[i] + lo, true)
-          decisions[i].leased = lo
-        end
+  return admitted
+end
+
+-- Leases (one request, admitted): the largest k whose cost + k fits now,
+-- without a wait, found by binary search; then one decision of cost + k.
+local function lease(n, c, decisions, news)
+  for i = 1, n do
+    if c.leases[i] > 0 then
+      local lo, hi = 0, c.leases[i]
+      while lo < hi do
+        local mid = lo + floor((hi - lo + 1) / 2)
+        local d = decide_in(c.limits[i], c.states[i], c.now, c.costs[i] + mid, false)
+        if d.allowed and d.delay == 0 then lo = mid else hi = mid - 1 end
+      end
+      if lo > 0 then
+        decisions[i], news[i] = decide_in(c.limits[i], c.states[i], c.now, c.costs[i] + lo, true)
+        decisions[i].leased = lo
       end
     end
   end
+end
 
+-- Delay mode: each admitted request's wait, the longest of its limits';
+-- none when no request waits.
+local function delays_of(n, c, admitted)
   local delays, waits = {}, false
-  for i = 1, #KEYS do
-    if limits[i].max_delay then
+  for i = 1, n do
+    if c.limits[i].max_delay then
       for r = 1, admitted do
-        local d = decide_times(limits[i], states[i], now, costs[i], r, false)
+        local d = decide_times(c.limits[i], c.states[i], c.now, c.costs[i], r, false)
         delays[r] = max(delays[r] or 0, d.delay)
         if d.delay > 0 then waits = true end
       end
     end
   end
-  if not waits then delays = {} end
+  if not waits then return {} end
+  return delays
+end
 
+-- Writes the new states, each expiring when it is back to full (which
+-- reads as no state); a state given units back is written even when
+-- nothing else changed.
+local function write_back(KEYS, c, decisions, news, given)
   for i = 1, #KEYS do
-    local d = decisions[i]
-    -- A state given units back is written even when nothing else changed.
-    if given[i] and not news[i] then news[i] = states[i] end
+    if given[i] and not news[i] then news[i] = c.states[i] end
     if news[i] then
       local packed = cmsgpack.pack(news[i])
-      if overridden then
+      if c.overridden then
         -- Test clocks are not the server's: keep the state without expiry.
         redis.call('SET', KEYS[i], packed)
       else
-        -- Expire when the state is back to full, which reads as no state.
-        local ttl = max(floor_div(d.reset + 999, 1000), 1)
+        local ttl = max(floor_div(decisions[i].reset + 999, 1000), 1)
         redis.call('SET', KEYS[i], packed, 'PX', ttl)
       end
     end
   end
-  return reply_of(allowed, now, admitted, decisions, delays)
+end
+
+local function main(KEYS, ARGV)
+  local c = parse(KEYS, ARGV)
+  if c.mode == 'refund' then return refund(KEYS, c) end
+  local n, now = #KEYS, c.now
+  local given = take_returns(n, c)
+  local admitted = admitted_of(n, c)
+  local decisions, news = {}, {}
+  if admitted > 0 then
+    for i = 1, n do
+      decisions[i], news[i] = decide_times(c.limits[i], c.states[i], now, c.costs[i], admitted,
+        c.costs[i] ~= 0)
+    end
+  end
+  if admitted < c.requests then
+    -- The first refused request, after the admitted ones: a denied request
+    -- consumes nothing, so the limits that would admit it are decided
+    -- without consuming.
+    for i = 1, n do
+      local d, new = decide_in(c.limits[i], news[i] or c.states[i], now, c.costs[i], false)
+      decisions[i] = d
+      if new then news[i] = new end
+    end
+  elseif c.requests == 1 then
+    lease(n, c, decisions, news)
+  end
+  local delays = delays_of(n, c, admitted)
+  write_back(KEYS, c, decisions, news, given)
+  return reply_of(admitted == c.requests, now, admitted, decisions, delays)
 end
 
 return main

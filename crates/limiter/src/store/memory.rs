@@ -145,22 +145,8 @@ impl MemoryStore {
     fn decide(&self, items: &[StoreItem], requests: u32) -> Verdict {
         let requests = requests.max(1);
         let now = self.clock.now();
-        let shard_ids: Vec<usize> = items.iter().map(|i| self.shard_of(&i.id)).collect();
-        let mut order = shard_ids.clone();
-        order.sort_unstable();
-        order.dedup();
-        let mut guards: Vec<MutexGuard<'_, Shard>> = order
-            .iter()
-            .filter_map(|&i| self.shards.get(i).map(lock))
-            .collect();
-        // Position of each item's shard among the held guards.
-        let pos: Vec<usize> = shard_ids
-            .iter()
-            .map(|s| order.binary_search(s).unwrap_or(0))
-            .collect();
-
+        let (mut guards, pos) = self.lock_shards(items);
         let full = self.make_room(items, &pos, &mut guards, now);
-
         let outcome = {
             let checks: Vec<Check<'_>> = items
                 .iter()
@@ -181,76 +167,10 @@ impl MemoryStore {
                 Decided::batch(decide_batch(&checks, now, requests))
             }
         };
-
         if let Some(full) = full {
-            // Returning is not consuming: the keys held get their units back.
-            for (item, &p) in items.iter().zip(&pos).filter(|(i, _)| i.returned != 0) {
-                let Some(e) = guards
-                    .get_mut(p)
-                    .and_then(|g| g.map.get_mut(item.id.as_str()))
-                else {
-                    continue;
-                };
-                let l = lease_of(item, now);
-                if let Some(back) = refund_at(&item.limit, &e.state, l.returned_at, now, l.returned)
-                {
-                    // Fuller than before: its old expiry is late enough.
-                    e.state.clear();
-                    e.state.extend_from_slice(back.as_bytes());
-                }
-            }
-            let decisions = outcome
-                .decisions
-                .into_iter()
-                .zip(items.iter().zip(full))
-                .map(|(d, (item, no_room))| {
-                    if no_room {
-                        full_decision(item.limit.requests)
-                    } else {
-                        d
-                    }
-                })
-                .collect();
-            return Verdict {
-                allowed: false,
-                admitted: 0,
-                decisions,
-                delays: Vec::new(),
-                capacity_denied: true,
-                leased: Vec::new(),
-            };
+            return denied_for_room(items, &pos, &mut guards, outcome, &full, now);
         }
-
-        {
-            // Denied checks carry states only where a clock step was repaired.
-            for ((item, &p), (state, d)) in items
-                .iter()
-                .zip(&pos)
-                .zip(outcome.new_states.iter().zip(&outcome.decisions))
-            {
-                let (Some(state), Some(g)) = (state, guards.get_mut(p)) else {
-                    continue;
-                };
-                let full_at = now.saturating_add(d.reset);
-                let bytes = state.as_bytes();
-                match g.map.get_mut(item.id.as_str()) {
-                    Some(e) => {
-                        e.state.clear();
-                        e.state.extend_from_slice(bytes);
-                        e.full_at = full_at;
-                    }
-                    None => {
-                        g.map.insert(
-                            item.id.as_str().into(),
-                            Entry {
-                                state: bytes.to_vec(),
-                                full_at,
-                            },
-                        );
-                    }
-                }
-            }
-        }
+        write_states(items, &pos, &mut guards, &outcome, now);
         Verdict {
             allowed: outcome.admitted >= requests,
             admitted: outcome.admitted,
@@ -259,6 +179,24 @@ impl MemoryStore {
             capacity_denied: false,
             leased: outcome.leased,
         }
+    }
+
+    /// Locks the shards of `items` in index order; returns the guards and,
+    /// per item, the position of its shard's guard.
+    fn lock_shards(&self, items: &[StoreItem]) -> (Vec<MutexGuard<'_, Shard>>, Vec<usize>) {
+        let shard_ids: Vec<usize> = items.iter().map(|i| self.shard_of(&i.id)).collect();
+        let mut order = shard_ids.clone();
+        order.sort_unstable();
+        order.dedup();
+        let guards = order
+            .iter()
+            .filter_map(|&i| self.shards.get(i).map(lock))
+            .collect();
+        let pos = shard_ids
+            .iter()
+            .map(|s| order.binary_search(s).unwrap_or(0))
+            .collect();
+        (guards, pos)
     }
 
     /// Checks that every shard has room for the new keys of this check,
@@ -376,6 +314,91 @@ impl Decided {
                 Vec::new()
             },
             leased,
+        }
+    }
+}
+
+/// A check denied because a shard had no room for one of its new keys
+/// (`full`, per item): nothing is consumed, but the returns of the keys
+/// held are applied, since returning is not consuming.
+fn denied_for_room(
+    items: &[StoreItem],
+    pos: &[usize],
+    guards: &mut [MutexGuard<'_, Shard>],
+    outcome: Decided,
+    full: &[bool],
+    now: Nanos,
+) -> Verdict {
+    for (item, &p) in items.iter().zip(pos).filter(|(i, _)| i.returned != 0) {
+        let Some(e) = guards
+            .get_mut(p)
+            .and_then(|g| g.map.get_mut(item.id.as_str()))
+        else {
+            continue;
+        };
+        let l = lease_of(item, now);
+        if let Some(back) = refund_at(&item.limit, &e.state, l.returned_at, now, l.returned) {
+            // Fuller than before: its old expiry is late enough.
+            e.state.clear();
+            e.state.extend_from_slice(back.as_bytes());
+        }
+    }
+    let decisions = outcome
+        .decisions
+        .into_iter()
+        .zip(items.iter().zip(full))
+        .map(|(d, (item, &no_room))| {
+            if no_room {
+                full_decision(item.limit.requests)
+            } else {
+                d
+            }
+        })
+        .collect();
+    Verdict {
+        allowed: false,
+        admitted: 0,
+        decisions,
+        delays: Vec::new(),
+        capacity_denied: true,
+        leased: Vec::new(),
+    }
+}
+
+/// Writes the new states of a decided check, each with when it is back to
+/// full (denied checks carry states only where a clock step was repaired).
+fn write_states(
+    items: &[StoreItem],
+    pos: &[usize],
+    guards: &mut [MutexGuard<'_, Shard>],
+    outcome: &Decided,
+    now: Nanos,
+) {
+    for ((item, &p), (state, d)) in items
+        .iter()
+        .zip(pos)
+        .zip(outcome.new_states.iter().zip(&outcome.decisions))
+    {
+        let (Some(state), Some(g)) = (state, guards.get_mut(p)) else {
+            continue;
+        };
+        let full_at = now.saturating_add(d.reset);
+        let bytes = state.as_bytes();
+        match g.map.get_mut(item.id.as_str()) {
+            Some(e) => {
+                e.state.clear();
+                e.state.extend_from_slice(bytes);
+                e.full_at = full_at;
+            }
+            None => {
+                g.map.insert(
+                    item.id.as_str().into(),
+                    Entry {
+                        state: bytes.to_vec(),
+                        full_at,
+                    },
+                );
+            }
         }
     }
 }

@@ -6,9 +6,11 @@
 //! holds the one suite every store passes.
 
 pub mod connect;
+mod id;
 pub mod memory;
 pub mod redis;
 
+pub use id::state_id;
 use sluice_core::{Decision, Limit, Nanos};
 use std::fmt;
 use std::future::Future;
@@ -410,68 +412,13 @@ impl std::str::FromStr for StoreSpec {
             .map(|r| ("redis", r))
             .or_else(|| s.strip_prefix("rediss-cluster://").map(|r| ("rediss", r)))
         {
-            let (userinfo, hosts) = split_userinfo(rest);
-            let prefix = match userinfo {
-                Some(u) => format!("{scheme}://{u}@"),
-                None => format!("{scheme}://"),
-            };
-            let nodes = host_ports(hosts.trim_end_matches('/'), &format!("{scheme}-cluster://"))?
-                .into_iter()
-                .map(|(h, p)| {
-                    if h.contains(':') {
-                        format!("{prefix}[{h}]:{p}")
-                    } else {
-                        format!("{prefix}{h}:{p}")
-                    }
-                })
-                .collect();
-            Ok(StoreSpec::RedisCluster(nodes))
+            cluster_spec(scheme, rest)
         } else if let Some((tls, rest)) = s
             .strip_prefix("redis+sentinel://")
             .map(|r| (false, r))
             .or_else(|| s.strip_prefix("rediss+sentinel://").map(|r| (true, r)))
         {
-            let what = if tls {
-                "rediss+sentinel://"
-            } else {
-                "redis+sentinel://"
-            };
-            let (userinfo, rest) = split_userinfo(rest);
-            let (hosts, path) = rest.split_once('/').ok_or_else(|| {
-                format!("{what}host:port,.../master-name: the master name is missing")
-            })?;
-            let sentinels = host_ports(hosts, what)?;
-            let mut parts = path.split('/').filter(|p| !p.is_empty());
-            let master = parts
-                .next()
-                .ok_or_else(|| {
-                    format!("{what}host:port,.../master-name: the master name is missing")
-                })?
-                .to_string();
-            let db = match parts.next() {
-                Some(db) => db
-                    .parse::<i64>()
-                    .map_err(|_| format!("{what}: bad database number {db:?}"))?,
-                None => 0,
-            };
-            let (username, password) = match userinfo {
-                None => (None, None),
-                Some(u) => match u.split_once(':') {
-                    Some((user, pass)) => (
-                        Some(percent_decode(user)).filter(|u| !u.is_empty()),
-                        Some(percent_decode(pass)),
-                    ),
-                    None => (Some(percent_decode(u)).filter(|u| !u.is_empty()), None),
-                },
-            };
-            Ok(StoreSpec::RedisSentinel(redis::SentinelTarget {
-                sentinels,
-                master,
-                tls,
-                username,
-                password,
-                db,
-            }))
+            sentinel_spec(tls, rest)
         } else {
             Err(format!(
                 "unknown store {:?} (expected memory, redis[s]://host:port, \
@@ -481,6 +428,65 @@ impl std::str::FromStr for StoreSpec {
             ))
         }
     }
+}
+
+/// `redis[s]-cluster://[userinfo@]host:port,...`: one node URL per host.
+fn cluster_spec(scheme: &str, rest: &str) -> Result<StoreSpec, String> {
+    let (userinfo, hosts) = split_userinfo(rest);
+    let prefix = match userinfo {
+        Some(u) => format!("{scheme}://{u}@"),
+        None => format!("{scheme}://"),
+    };
+    let nodes = host_ports(hosts.trim_end_matches('/'), &format!("{scheme}-cluster://"))?
+        .into_iter()
+        .map(|(h, p)| {
+            if h.contains(':') {
+                format!("{prefix}[{h}]:{p}")
+            } else {
+                format!("{prefix}{h}:{p}")
+            }
+        })
+        .collect();
+    Ok(StoreSpec::RedisCluster(nodes))
+}
+
+/// `redis[s]+sentinel://[userinfo@]host:port,.../master-name[/db]`.
+fn sentinel_spec(tls: bool, rest: &str) -> Result<StoreSpec, String> {
+    let what = if tls {
+        "rediss+sentinel://"
+    } else {
+        "redis+sentinel://"
+    };
+    let no_master = || format!("{what}host:port,.../master-name: the master name is missing");
+    let (userinfo, rest) = split_userinfo(rest);
+    let (hosts, path) = rest.split_once('/').ok_or_else(no_master)?;
+    let sentinels = host_ports(hosts, what)?;
+    let mut parts = path.split('/').filter(|p| !p.is_empty());
+    let master = parts.next().ok_or_else(no_master)?.to_string();
+    let db = match parts.next() {
+        Some(db) => db
+            .parse::<i64>()
+            .map_err(|_| format!("{what}: bad database number {db:?}"))?,
+        None => 0,
+    };
+    let (username, password) = match userinfo {
+        None => (None, None),
+        Some(u) => match u.split_once(':') {
+            Some((user, pass)) => (
+                Some(percent_decode(user)).filter(|u| !u.is_empty()),
+                Some(percent_decode(pass)),
+            ),
+            None => (Some(percent_decode(u)).filter(|u| !u.is_empty()), None),
+        },
+    };
+    Ok(StoreSpec::RedisSentinel(redis::SentinelTarget {
+        sentinels,
+        master,
+        tls,
+        username,
+        password,
+        db,
+    }))
 }
 
 impl StoreSpec {

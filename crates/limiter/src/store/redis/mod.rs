@@ -15,83 +15,20 @@
 //! another request may see the briefly consumed quota and be denied: a refund
 //! race errs on the side of limiting, never of admitting too much.
 
+mod cluster;
+mod script;
+
 use super::connect::{connect, explain, is_auth_error, jittered, Conn};
 pub use super::connect::{ConnectError, ConnectOptions, SentinelTarget, Target};
 use super::{Store, StoreError, StoreItem, StoreStatus, Verdict};
 use crate::metrics::Histogram;
+use cluster::{by_slot, granted, merge, with_leases_back};
 use futures_util::future::join_all;
-use redis::Script;
-use sluice_core::{Algorithm, Decision, Denial, Nanos};
-use std::collections::BTreeMap;
+pub use script::{parse_reply, ScriptOutcome, DECIDE_LUA};
+use script::{push_item_args, Packaged};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-
-/// The decision code: a Lua chunk returning `main(KEYS, ARGV)`; see the
-/// module documentation. The store runs it after defining `CODE`, each
-/// algorithm's name mapped to its [`Algorithm::code`].
-pub const DECIDE_LUA: &str = include_str!("decide.lua");
-
-/// The decision code as it runs: [`DECIDE_LUA`] after `CODE`, a table of
-/// every algorithm's name and [`Algorithm::code`], so that the script and
-/// sluice-core number the algorithms alike.
-fn lua_source() -> String {
-    let codes: Vec<String> = Algorithm::ALL
-        .iter()
-        .map(|a| format!("{} = {}", a.name(), a.code()))
-        .collect();
-    format!("local CODE = {{{}}}\n{DECIDE_LUA}", codes.join(", "))
-}
-
-/// The decision code packaged for Redis: as a function library (Redis 7+;
-/// its closures are built once, not on every call) and as an EVAL script
-/// for older servers.
-#[derive(Debug)]
-struct Packaged {
-    /// `FUNCTION LOAD` text.
-    library: String,
-    /// The function to `FCALL`; named after a hash of the code, so
-    /// limiters of different versions sharing a Redis never clash.
-    function: String,
-    /// The EVAL form.
-    script: Script,
-}
-
-impl Packaged {
-    fn new() -> Packaged {
-        let source = lua_source();
-        // FNV-1a: only to tell versions of the code apart.
-        let hash = source.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
-        let function = format!("sluice_{hash:016x}");
-        // Libraries may not touch globals such as `math` while loading, so
-        // the code is built on the first call and kept.
-        let library = format!(
-            "#!lua name={function}\nlocal function build()\n{source}\nend\n\
-             local main\n\
-             redis.register_function('{function}', function(keys, args)\n\
-             if not main then main = build() end\n\
-             return main(keys, args)\n\
-             end)\n"
-        );
-        let script = Script::new(&format!(
-            "local function build()\n{source}\nend\nreturn build()(KEYS, ARGV)\n"
-        ));
-        Packaged {
-            library,
-            function,
-            script,
-        }
-    }
-}
-
-/// Nanoseconds per microsecond, the script's time unit.
-const MICROS: u64 = 1_000;
-
-/// Values the script returns per limit.
-const FIELDS_PER_LIMIT: usize = 8;
-
 /// The Redis-backed store.
 pub struct RedisStore {
     conn: OnceLock<Conn>,
@@ -136,134 +73,10 @@ pub fn hash_slot(key: &[u8]) -> u16 {
         .unwrap_or(key);
     crc16::State::<crc16::XMODEM>::calculate(tagged) % 16384
 }
-
-/// Appends one item's script arguments (times in microseconds).
-fn push_item_args(args: &mut Vec<String>, item: &StoreItem) {
-    let limit = &item.limit;
-    args.extend([
-        limit.algorithm.code().to_string(),
-        limit.requests.to_string(),
-        (limit.window / MICROS).to_string(),
-        limit.burst.to_string(),
-        limit.precision.to_string(),
-        limit.soft_percent.to_string(),
-        item.hits.to_string(),
-        // Rounded up, so that a delay never ends before the request conforms.
-        limit
-            .max_delay
-            .map(|d| d.div_ceil(MICROS).to_string())
-            .unwrap_or_default(),
-        item.lease.to_string(),
-        item.returned.to_string(),
-        // Ages come in whole milliseconds: exact in microseconds.
-        (item.returned_age / MICROS).to_string(),
-    ]);
-}
-
 /// Whether `e` is the server saying `what` (case-insensitive).
 fn missing(e: &redis::RedisError, what: &str) -> bool {
     e.to_string().to_ascii_lowercase().contains(what)
 }
-
-/// What one script call decided.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ScriptOutcome {
-    /// True when every request of the call was admitted by every limit
-    /// (and states were written).
-    pub allowed: bool,
-    /// The script's clock, microseconds since the epoch.
-    pub now_us: u64,
-    /// How many of the call's requests were admitted (the first ones);
-    /// 0 for a refund.
-    pub admitted: u32,
-    /// One decision per key, of the last request decided (see
-    /// [`Verdict::decisions`]), times in nanoseconds (whole microseconds).
-    pub decisions: Vec<Decision>,
-    /// Delay mode: the wait of each admitted request, in nanoseconds (whole
-    /// microseconds); empty when none waits.
-    pub delays: Vec<Nanos>,
-    /// Leases: the units granted per key (0 when none, or not admitted).
-    pub leased: Vec<u64>,
-}
-
-fn denial_from_code(code: i64) -> Option<Denial> {
-    match code {
-        1 => Some(Denial::OverLimit),
-        2 => Some(Denial::CostExceedsCapacity),
-        3 => Some(Denial::DelayTooLong),
-        _ => None,
-    }
-}
-
-fn to_u64(v: i64) -> u64 {
-    u64::try_from(v).unwrap_or(0)
-}
-
-/// Reads the script's reply: `allowed, now_us, admitted, delays`, then per
-/// limit `allowed, limit, remaining, reset_us, retry_after_us, denial,
-/// delay_us, leased`, then `delays` waits (0, or one per admitted request).
-pub fn parse_reply(reply: &[i64], n: usize) -> Result<ScriptOutcome, StoreError> {
-    let (allowed, now_us, admitted, waits, rest) = match reply {
-        [a, t, k, w, rest @ ..] => (*a == 1, to_u64(*t), to_u64(*k), to_u64(*w), rest),
-        _ => return Err(StoreError::Protocol("short reply".into())),
-    };
-    let per_limit = n.saturating_mul(FIELDS_PER_LIMIT);
-    let waits = usize::try_from(waits).unwrap_or(usize::MAX);
-    let expected = per_limit.saturating_add(waits).saturating_add(4);
-    if reply.len() != expected {
-        return Err(StoreError::Protocol(format!(
-            "script returned {} values, expected {expected}",
-            reply.len()
-        )));
-    }
-    let admitted = u32::try_from(admitted)
-        .map_err(|_| StoreError::Protocol(format!("admitted {admitted}")))?;
-    if waits != 0 && u32::try_from(waits) != Ok(admitted) {
-        return Err(StoreError::Protocol(format!(
-            "{waits} delays for {admitted} admitted requests"
-        )));
-    }
-    let (limits, delays) = rest.split_at(per_limit.min(rest.len()));
-    let leased = limits
-        .chunks_exact(FIELDS_PER_LIMIT)
-        .map(|c| c.last().copied().map_or(0, to_u64))
-        .collect();
-    let decisions = limits
-        .chunks_exact(FIELDS_PER_LIMIT)
-        .map(|c| match c {
-            [a, l, rem, reset, retry, denial, delay, _] => Decision {
-                allowed: *a == 1,
-                limit: to_u64(*l),
-                remaining: to_u64(*rem),
-                reset: to_u64(*reset).saturating_mul(MICROS),
-                retry_after: to_u64(*retry).saturating_mul(MICROS),
-                delay: to_u64(*delay).saturating_mul(MICROS),
-                denial: denial_from_code(*denial),
-            },
-            _ => Decision {
-                allowed: false,
-                limit: 0,
-                remaining: 0,
-                reset: 0,
-                retry_after: 0,
-                delay: 0,
-                denial: None,
-            },
-        })
-        .collect();
-    Ok(ScriptOutcome {
-        allowed,
-        now_us,
-        admitted,
-        decisions,
-        delays: delays
-            .iter()
-            .map(|&d| to_u64(d).saturating_mul(MICROS))
-            .collect(),
-        leased,
-    })
-}
-
 impl RedisStore {
     fn empty(target: &Target, timeout: Duration) -> RedisStore {
         RedisStore {
@@ -510,28 +323,16 @@ impl RedisStore {
         requests: u32,
         now_us: Option<u64>,
     ) -> Result<ScriptOutcome, StoreError> {
-        let keys: Vec<String> = items.iter().map(|i| redis_key(&i.id)).collect();
-        let mut args = vec![
-            "check".to_string(),
-            now_us.map(|t| t.to_string()).unwrap_or_default(),
-            String::new(),
-            requests.to_string(),
-        ];
-        for item in items {
-            push_item_args(&mut args, item);
-        }
-        let started = Instant::now();
-        let reply = self.bounded(self.call(&keys, &args)).await?;
-        self.round_trips.observe(started.elapsed());
-        self.mark(None);
-        parse_reply(&reply, items.len())
+        self.run_script("check", items, None, requests, now_us)
+            .await
     }
 
     /// Gives back what `requests` requests of a check admitted at
     /// `admitted_us` took from `items` (all in one slot; each its own
-    /// weight, plus its [`StoreItem::lease`] units granted), and decides them again for one request without consuming
-    /// (what a denied check reports for its admitting limits). `now_us`
-    /// overrides the server clock (tests).
+    /// weight, plus its [`StoreItem::lease`] units granted), and decides
+    /// them again for one request without consuming (what a denied check
+    /// reports for its admitting limits). `now_us` overrides the server
+    /// clock (tests).
     pub async fn run_refund(
         &self,
         items: &[&StoreItem],
@@ -539,11 +340,24 @@ impl RedisStore {
         requests: u32,
         now_us: Option<u64>,
     ) -> Result<ScriptOutcome, StoreError> {
+        self.run_script("refund", items, Some(admitted_us), requests, now_us)
+            .await
+    }
+
+    /// One call of the decision code in `mode` (`check` or `refund`).
+    async fn run_script(
+        &self,
+        mode: &str,
+        items: &[&StoreItem],
+        admitted_us: Option<u64>,
+        requests: u32,
+        now_us: Option<u64>,
+    ) -> Result<ScriptOutcome, StoreError> {
         let keys: Vec<String> = items.iter().map(|i| redis_key(&i.id)).collect();
         let mut args = vec![
-            "refund".to_string(),
+            mode.to_string(),
             now_us.map(|t| t.to_string()).unwrap_or_default(),
-            admitted_us.to_string(),
+            admitted_us.map(|t| t.to_string()).unwrap_or_default(),
             requests.to_string(),
         ];
         for item in items {
@@ -555,35 +369,15 @@ impl RedisStore {
         self.mark(None);
         parse_reply(&reply, items.len())
     }
-}
 
-impl Store for RedisStore {
-    async fn check_batch(&self, items: &[StoreItem], requests: u32) -> Result<Verdict, StoreError> {
-        let requests = requests.max(1);
-        if !self.cluster {
-            let refs: Vec<&StoreItem> = items.iter().collect();
-            let out = self.run_check(&refs, requests, None).await?;
-            return Ok(Verdict {
-                allowed: out.allowed,
-                admitted: out.admitted,
-                decisions: out.decisions,
-                delays: out.delays,
-                capacity_denied: false,
-                leased: granted(out.leased),
-            });
-        }
-        // Group by slot, keeping each item's position.
-        let mut groups: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
-        for (i, item) in items.iter().enumerate() {
-            groups
-                .entry(hash_slot(redis_key(&item.id).as_bytes()))
-                .or_default()
-                .push(i);
-        }
-        let groups: Vec<Vec<&StoreItem>> = groups
-            .into_values()
-            .map(|idx| idx.iter().filter_map(|&i| items.get(i)).collect())
-            .collect();
+    /// A check on a cluster: one call per slot, run concurrently; the slots
+    /// that admitted more than another are refunded the difference.
+    async fn check_cluster(
+        &self,
+        items: &[StoreItem],
+        requests: u32,
+    ) -> Result<Verdict, StoreError> {
+        let groups = by_slot(items);
         let mut outcomes = join_all(groups.iter().map(|g| self.run_check(g, requests, None))).await;
         // A request is admitted when every slot admitted it: the fewest
         // that any slot admitted (none when a slot failed).
@@ -593,88 +387,66 @@ impl Store for RedisStore {
             .min()
             .unwrap_or(0);
         if admitted < requests {
-            // Give back what the slots admitted beyond that, so a refused
-            // request consumes nothing; see the module documentation for
-            // the race.
-            let refunds =
-                groups
-                    .iter()
-                    .zip(&outcomes)
-                    .enumerate()
-                    .filter_map(|(i, (g, o))| match o {
-                        Ok(o) if o.admitted > admitted => {
-                            let extra = o.admitted - admitted;
-                            // The slot's leases go back with the request.
-                            let back: Vec<StoreItem> = g
-                                .iter()
-                                .zip(o.leased.iter().chain(std::iter::repeat(&0)))
-                                .map(|(item, &k)| StoreItem {
-                                    lease: k,
-                                    returned: 0,
-                                    returned_age: 0,
-                                    ..(*item).clone()
-                                })
-                                .collect();
-                            Some(async move {
-                                let refs: Vec<&StoreItem> = back.iter().collect();
-                                (i, self.run_refund(&refs, o.now_us, extra, None).await)
-                            })
-                        }
-                        _ => None,
-                    });
-            for (i, r) in join_all(refunds).await {
-                match r {
-                    // Report the refunded state, as the other stores do.
-                    Ok(refunded) => {
-                        if let Some(Ok(o)) = outcomes.get_mut(i) {
-                            o.decisions = refunded.decisions;
-                        }
+            self.refund_excess(&groups, &mut outcomes, admitted).await;
+        }
+        merge(items, &groups, outcomes, admitted, requests)
+    }
+
+    /// Gives back what each slot admitted beyond `admitted`, so a refused
+    /// request consumes nothing (see the module documentation for the
+    /// race), and reports the refunded state, as the other stores do.
+    async fn refund_excess(
+        &self,
+        groups: &[Vec<&StoreItem>],
+        outcomes: &mut [Result<ScriptOutcome, StoreError>],
+        admitted: u32,
+    ) {
+        let refunds = groups
+            .iter()
+            .zip(outcomes.iter())
+            .enumerate()
+            .filter_map(|(i, (g, o))| match o {
+                Ok(o) if o.admitted > admitted => {
+                    let back = with_leases_back(g, &o.leased);
+                    let extra = o.admitted - admitted;
+                    Some(async move {
+                        let refs: Vec<&StoreItem> = back.iter().collect();
+                        (i, self.run_refund(&refs, o.now_us, extra, None).await)
+                    })
+                }
+                _ => None,
+            });
+        for (i, r) in join_all(refunds).await {
+            match r {
+                Ok(refunded) => {
+                    if let Some(Ok(o)) = outcomes.get_mut(i) {
+                        o.decisions = refunded.decisions;
                     }
-                    Err(e) => tracing::warn!(
-                        error = %e,
-                        "refund failed; quota stays consumed until it refills"
-                    ),
                 }
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "refund failed; quota stays consumed until it refills"
+                ),
             }
         }
-        let mut decisions: Vec<Option<Decision>> = vec![None; items.len()];
-        let mut leased = vec![0u64; items.len()];
-        let mut delays: Vec<Nanos> = Vec::new();
-        for (g, o) in groups.iter().zip(outcomes) {
-            let o = o?;
-            let granted = o.leased.iter().chain(std::iter::repeat(&0));
-            for ((item, d), &k) in g.iter().zip(o.decisions).zip(granted) {
-                let Some(p) = items.iter().position(|x| std::ptr::eq(x, *item)) else {
-                    continue;
-                };
-                if let Some(slot) = decisions.get_mut(p) {
-                    *slot = Some(d);
-                }
-                // Refunded with the request when another slot denied.
-                if let (Some(l), true) = (leased.get_mut(p), admitted == requests) {
-                    *l = k;
-                }
-            }
-            // Each admitted request waits for the longest of its slots.
-            if !o.delays.is_empty() {
-                delays.resize(admitted as usize, 0);
-                for (all, d) in delays.iter_mut().zip(o.delays) {
-                    *all = (*all).max(d);
-                }
-            }
+    }
+}
+
+impl Store for RedisStore {
+    async fn check_batch(&self, items: &[StoreItem], requests: u32) -> Result<Verdict, StoreError> {
+        let requests = requests.max(1);
+        if self.cluster {
+            return self.check_cluster(items, requests).await;
         }
-        if delays.iter().all(|&d| d == 0) {
-            delays.clear();
-        }
-        let decisions: Option<Vec<Decision>> = decisions.into_iter().collect();
-        let decisions = decisions.ok_or_else(|| StoreError::Protocol("missing decision".into()))?;
+        let refs: Vec<&StoreItem> = items.iter().collect();
+        let out = self.run_check(&refs, requests, None).await?;
         Ok(Verdict {
-            allowed: admitted == requests,
-            admitted,
-            decisions,
-            delays,
+            allowed: out.allowed,
+            admitted: out.admitted,
+            decisions: out.decisions,
+            delays: out.delays,
             capacity_denied: false,
-            leased: granted(leased),
+            leased: granted(out.leased),
         })
     }
 
@@ -715,15 +487,6 @@ fn spawn_prober(store: &Arc<RedisStore>) {
     });
 }
 
-/// The per-item grants of a verdict: empty when none was granted.
-fn granted(leased: Vec<u64>) -> Vec<u64> {
-    if leased.iter().any(|&k| k > 0) {
-        leased
-    } else {
-        Vec::new()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -750,45 +513,5 @@ mod tests {
             hash_slot(key.as_bytes()),
             hash_slot(b"demo/per-ip/0/203.0.113.7|gcra|60000")
         );
-    }
-
-    #[test]
-    fn replies_are_checked() {
-        assert!(parse_reply(&[], 0).is_err());
-        assert!(parse_reply(&[1, 5, 1, 0], 1).is_err());
-        let out = parse_reply(&[0, 7, 0, 0, 0, 10, 0, 5, 6, 1, 0, 0], 1).unwrap();
-        assert!(!out.allowed);
-        assert_eq!((out.now_us, out.admitted), (7, 0));
-        let d = out.decisions[0];
-        assert_eq!((d.limit, d.reset, d.retry_after), (10, 5_000, 6_000));
-        assert_eq!(d.denial, Some(Denial::OverLimit));
-        let out = parse_reply(&[1, 7, 1, 0, 1, 10, 0, 300, 0, 0, 200, 0], 1).unwrap();
-        let d = out.decisions[0];
-        assert_eq!((d.allowed, d.delay, d.denial), (true, 200_000, None));
-        let out = parse_reply(&[0, 7, 0, 0, 0, 10, 0, 5, 1_200, 3, 0, 0], 1).unwrap();
-        assert_eq!(out.decisions[0].denial, Some(Denial::DelayTooLong));
-        // A batch: two of three admitted, with their waits.
-        let out = parse_reply(&[0, 7, 2, 2, 0, 10, 0, 5, 6, 3, 0, 0, 0, 100], 1).unwrap();
-        assert_eq!((out.admitted, &out.delays[..]), (2, &[0, 100_000][..]));
-        // Delays that are not one per admitted request, or missing.
-        assert!(parse_reply(&[0, 7, 2, 1, 0, 10, 0, 5, 6, 3, 0, 0, 0], 1).is_err());
-        assert!(parse_reply(&[0, 7, 2, 2, 0, 10, 0, 5, 6, 3, 0, 0, 0], 1).is_err());
-        // A lease: 4 units granted on the second limit.
-        let reply = [
-            1, 7, 1, 0, 1, 10, 9, 100, 0, 0, 0, 0, 1, 10, 5, 500, 0, 0, 0, 4,
-        ];
-        let out = parse_reply(&reply, 2).unwrap();
-        assert_eq!(out.leased, [0, 4]);
-        assert_eq!(out.decisions[1].remaining, 5);
-    }
-
-    #[test]
-    fn the_library_is_named_after_its_code() {
-        let p = Packaged::new();
-        assert!(p.function.starts_with("sluice_"));
-        assert!(p
-            .library
-            .starts_with(&format!("#!lua name={}\n", p.function)));
-        assert_eq!(Packaged::new().function, p.function);
     }
 }

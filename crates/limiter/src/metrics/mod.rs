@@ -1,0 +1,453 @@
+//! The limiter's metrics, kept and exposed with the Prometheus project's
+//! Rust client (`prometheus-client`) as OpenMetrics text.
+//!
+//! Counters are registered without their `_total` suffix, which the
+//! exposition adds: `sluice_limiter_checks` is served as
+//! `sluice_limiter_checks_total`. Label sets that clients choose (domains,
+//! descriptors) are bounded: past the bound, new values count as `_other`,
+//! so a client sending random values cannot grow the metrics without end.
+
+mod labels;
+mod scrape;
+
+pub use labels::Listener;
+use labels::{
+    descriptor_labels, listener_label, reload_label, result_label, Bounded, Counters,
+    DescriptorResult, DomainResult, ListenerLabel, ReasonLabel, ResultLabel,
+};
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram;
+use prometheus_client::registry::Registry;
+pub use scrape::StoreGauges;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::RwLock;
+use std::time::Duration;
+
+/// The content type of the exposition.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Upper bounds of the duration histograms, in seconds.
+const BUCKETS: [f64; 12] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+];
+
+/// Distinct domains of `sluice_limiter_decisions_total`; further ones count
+/// as `_other`.
+const MAX_DOMAINS: usize = 256;
+
+/// Distinct label sets of each other labelled counter; further ones count
+/// under `_other` (the result label kept, so totals by result add up).
+const MAX_SERIES: usize = 10_000;
+
+/// A histogram of durations over the limiter's buckets. Clones share one
+/// state.
+#[derive(Debug, Clone)]
+pub struct Histogram(histogram::Histogram);
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram(histogram::Histogram::new(BUCKETS))
+    }
+}
+
+impl Histogram {
+    /// Records one duration.
+    pub fn observe(&self, d: Duration) {
+        self.0.observe(d.as_secs_f64());
+    }
+}
+
+/// The service's metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    checks: Counter,
+    decisions: Counters<DomainResult>,
+    /// Each domain's (allowed, denied) series of `decisions`, looked up
+    /// without allocating on the request path.
+    domains: RwLock<HashMap<String, (Counter, Counter)>>,
+    store_errors: Counter,
+    store_error_reasons: Bounded<ReasonLabel>,
+    capacity_denials: Counter,
+    delayed: Counter,
+    /// Waits summed in nanoseconds, exposed in seconds.
+    delay_ns: AtomicU64,
+    batches: Counter,
+    batched: Counters<ResultLabel>,
+    leased_units: Counter,
+    returned_units: Counter,
+    durations: Histogram,
+    rls_calls: Bounded<DomainResult>,
+    rls_descriptors: Bounded<DescriptorResult>,
+    rls_reloads: Counters<ResultLabel>,
+    connections: Family<ListenerLabel, Gauge>,
+    refused: Counters<ListenerLabel>,
+    idle_closed: Counters<ListenerLabel>,
+    request_timeouts: Counters<ListenerLabel>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut m = Metrics {
+            registry: Registry::default(),
+            checks: Counter::default(),
+            decisions: Family::default(),
+            domains: RwLock::new(HashMap::new()),
+            store_errors: Counter::default(),
+            store_error_reasons: Bounded::new(MAX_SERIES, |_| ReasonLabel {
+                reason: "_other".into(),
+            }),
+            capacity_denials: Counter::default(),
+            delayed: Counter::default(),
+            delay_ns: AtomicU64::new(0),
+            batches: Counter::default(),
+            batched: Family::default(),
+            leased_units: Counter::default(),
+            returned_units: Counter::default(),
+            durations: Histogram::default(),
+            rls_calls: Bounded::new(MAX_SERIES, |l| DomainResult {
+                domain: "_other".into(),
+                ..l
+            }),
+            rls_descriptors: Bounded::new(MAX_SERIES, |l| DescriptorResult {
+                domain: "_other".into(),
+                descriptor: "_other".into(),
+                ..l
+            }),
+            rls_reloads: Family::default(),
+            connections: Family::default(),
+            refused: Family::default(),
+            idle_closed: Family::default(),
+            request_timeouts: Family::default(),
+        };
+        m.register();
+        m
+    }
+}
+
+impl Metrics {
+    /// Registers every metric, in the order of the exposition.
+    fn register(&mut self) {
+        let r = &mut self.registry;
+        let plain: [(&str, &str, &Counter); 7] = [
+            ("checks", "Calls to /v1/check", &self.checks),
+            (
+                "store_errors",
+                "Store operations that failed",
+                &self.store_errors,
+            ),
+            (
+                "capacity_denials",
+                "Checks denied because the memory store held its maximum of keys",
+                &self.capacity_denials,
+            ),
+            (
+                "delayed",
+                "Requests admitted in delay mode with a wait",
+                &self.delayed,
+            ),
+            (
+                "batches",
+                "Decided checks carrying several coalesced requests (batch)",
+                &self.batches,
+            ),
+            (
+                "leased_units",
+                "Units granted to callers as leases",
+                &self.leased_units,
+            ),
+            (
+                "returned_units",
+                "Units callers gave back (returned), as sent",
+                &self.returned_units,
+            ),
+        ];
+        let p = |name: &str| format!("sluice_limiter_{name}");
+        for (name, help, counter) in plain {
+            r.register(p(name), help, counter.clone());
+        }
+        r.register(
+            p("decisions"),
+            "Decided checks by domain and result",
+            self.decisions.clone(),
+        );
+        r.register(
+            p("store_errors_by_reason"),
+            "Store operations that failed, by reason (timeout, unavailable, auth, protocol)",
+            self.store_error_reasons.family.clone(),
+        );
+        r.register(
+            p("batched_requests"),
+            "Requests carried by batches, by result",
+            self.batched.clone(),
+        );
+        r.register(
+            p("check_duration_seconds"),
+            "Time to answer /v1/check",
+            self.durations.0.clone(),
+        );
+        for result in ["admitted", "refused"] {
+            self.batched.get_or_create(&result_label(result)).inc_by(0);
+        }
+        self.register_rls_and_connections();
+    }
+
+    /// Registers the RLS and connection metrics, their series shown from
+    /// the start at zero.
+    fn register_rls_and_connections(&mut self) {
+        let r = &mut self.registry;
+        let p = |name: &str| format!("sluice_limiter_{name}");
+        r.register(
+            p("rls_calls"),
+            "RLS ShouldRateLimit calls by domain and result",
+            self.rls_calls.family.clone(),
+        );
+        r.register(
+            p("rls_descriptors"),
+            "RLS descriptors by domain, descriptor and result",
+            self.rls_descriptors.family.clone(),
+        );
+        r.register(
+            p("rls_config_loads"),
+            "Loads of the descriptor configuration by result (error: refused, the previous one stays)",
+            self.rls_reloads.clone(),
+        );
+        r.register(
+            p("connections"),
+            "Connections open now, by listener",
+            self.connections.clone(),
+        );
+        let by_listener: [(&str, &str, &Counters<ListenerLabel>); 3] = [
+            (
+                "connections_refused",
+                "Connections closed on arrival because the listener was at --max-connections",
+                &self.refused,
+            ),
+            (
+                "connections_idle_closed",
+                "Connections closed after --idle-timeout-ms with no byte read or written",
+                &self.idle_closed,
+            ),
+            (
+                "request_timeouts",
+                "HTTP requests not received within --request-timeout-ms (answered 408)",
+                &self.request_timeouts,
+            ),
+        ];
+        for (name, help, family) in by_listener {
+            r.register(p(name), help, family.clone());
+        }
+        for l in [Listener::Http, Listener::Grpc] {
+            let labels = listener_label(l);
+            self.connections.get_or_create(&labels).set(0);
+            for (_, _, family) in by_listener {
+                family.get_or_create(&labels).inc_by(0);
+            }
+        }
+    }
+
+    /// Counts one `/v1/check` call (valid or not).
+    pub fn inc_checks(&self) {
+        self.checks.inc();
+    }
+
+    /// Counts one failed store operation.
+    pub fn inc_store_errors(&self) {
+        self.store_errors.inc();
+    }
+
+    /// Counts one failed store operation and its reason
+    /// ([`StoreError::reason`](crate::store::StoreError::reason)).
+    pub fn record_store_error(&self, reason: &str) {
+        self.inc_store_errors();
+        let labels = ReasonLabel {
+            reason: reason.to_string(),
+        };
+        self.store_error_reasons.inc(labels);
+    }
+
+    /// Counts checks denied because the memory store was full.
+    pub fn inc_capacity_denials(&self) {
+        self.capacity_denials.inc();
+    }
+
+    /// Counts one decided check carrying `batch` (coalesced requests):
+    /// `requests` requests, of which `admitted` were admitted.
+    pub fn record_batch(&self, requests: u32, admitted: u32) {
+        self.batches.inc();
+        let refused = requests.saturating_sub(admitted);
+        for (result, n) in [("admitted", admitted), ("refused", refused)] {
+            self.batched
+                .get_or_create(&result_label(result))
+                .inc_by(u64::from(n));
+        }
+    }
+
+    /// Counts the units of one decided check's leases: `leased` granted,
+    /// `returned` given back (as sent).
+    pub fn record_leases(&self, leased: u64, returned: u64) {
+        self.leased_units.inc_by(leased);
+        self.returned_units.inc_by(returned);
+    }
+
+    /// Counts one request admitted in delay mode, to be held for `delay`
+    /// nanoseconds (more than zero) before it conforms.
+    pub fn record_delay(&self, delay: u64) {
+        self.delayed.inc();
+        self.delay_ns.fetch_add(delay, Ordering::Relaxed);
+    }
+
+    /// Counts one decided check for `domain`.
+    pub fn record_decision(&self, domain: &str, allowed: bool) {
+        let bump = |(a, d): &(Counter, Counter)| if allowed { a.inc() } else { d.inc() };
+        {
+            // The common case: a known domain, counted under the read lock.
+            let map = self.domains.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(c) = map.get(domain) {
+                bump(c);
+                return;
+            }
+        }
+        bump(&self.domain_counters(domain));
+    }
+
+    /// The series of a domain not seen yet (`_other` past [`MAX_DOMAINS`]).
+    fn domain_counters(&self, domain: &str) -> (Counter, Counter) {
+        let mut map = self.domains.write().unwrap_or_else(|e| e.into_inner());
+        let domain = if map.len() >= MAX_DOMAINS && !map.contains_key(domain) {
+            "_other"
+        } else {
+            domain
+        };
+        let series = |result: &str| {
+            self.decisions.get_or_create_owned(&DomainResult {
+                domain: domain.to_string(),
+                result: result.to_string(),
+            })
+        };
+        map.entry(domain.to_string())
+            .or_insert_with(|| (series("allowed"), series("denied")))
+            .clone()
+    }
+
+    /// Records how long one check took.
+    pub fn observe_duration(&self, d: Duration) {
+        self.durations.observe(d);
+    }
+
+    /// Counts one RLS call for `domain` (`_unknown` when not configured) by
+    /// its result: `ok`, `over_limit`, `error` or `invalid`.
+    pub fn record_rls_call(&self, domain: &str, result: &str) {
+        let labels = DomainResult {
+            domain: domain.to_string(),
+            result: result.to_string(),
+        };
+        self.rls_calls.inc(labels);
+    }
+
+    /// Counts one descriptor of an RLS call by `domain`, `descriptor` (the
+    /// configuration's path, or the request's values with
+    /// `detailed_metric`) and `result`: `ok`, `over_limit`,
+    /// `shadow_over_limit`, `unlimited`, `replaced` or `no_match`.
+    pub fn record_rls_descriptor(&self, domain: &str, descriptor: &str, result: &str) {
+        let labels = descriptor_labels(domain, descriptor, result);
+        self.rls_descriptors.inc(labels);
+    }
+
+    /// Counts one load of the descriptor configuration: `ok` or `error`
+    /// (refused; the previous configuration stays in force).
+    pub fn record_rls_reload(&self, ok: bool) {
+        self.rls_reloads.get_or_create(&reload_label(ok)).inc();
+    }
+
+    /// The value of an RLS descriptor counter (tests).
+    pub fn rls_descriptor_count(&self, domain: &str, descriptor: &str, result: &str) -> u64 {
+        let labels = descriptor_labels(domain, descriptor, result);
+        self.rls_descriptors.get(&labels)
+    }
+
+    /// The value of an RLS config load counter, `ok` or `error` (tests).
+    pub fn rls_reload_count(&self, ok: bool) -> u64 {
+        self.rls_reloads
+            .get(&reload_label(ok))
+            .map_or(0, |c| c.get())
+    }
+
+    /// Counts a connection accepted on `listener`.
+    pub fn connection_opened(&self, listener: Listener) {
+        self.connections
+            .get_or_create(&listener_label(listener))
+            .inc();
+    }
+
+    /// Counts a connection of `listener` closed (for any reason).
+    pub fn connection_closed(&self, listener: Listener) {
+        self.connections
+            .get_or_create(&listener_label(listener))
+            .dec();
+    }
+
+    /// Counts a connection closed on arrival: `listener` was at its cap.
+    pub fn connection_refused(&self, listener: Listener) {
+        self.refused.get_or_create(&listener_label(listener)).inc();
+    }
+
+    /// Counts a connection closed for being idle past its timeout.
+    pub fn connection_idle_closed(&self, listener: Listener) {
+        self.idle_closed
+            .get_or_create(&listener_label(listener))
+            .inc();
+    }
+
+    /// Counts a request not received within the request timeout.
+    pub fn request_timed_out(&self, listener: Listener) {
+        self.request_timeouts
+            .get_or_create(&listener_label(listener))
+            .inc();
+    }
+
+    /// Connections open now on `listener`.
+    pub fn open_connections(&self, listener: Listener) -> u64 {
+        let open = self
+            .connections
+            .get_or_create(&listener_label(listener))
+            .get();
+        u64::try_from(open).unwrap_or(0)
+    }
+
+    /// The number of `/v1/check` calls so far.
+    pub fn checks(&self) -> u64 {
+        self.checks.get()
+    }
+
+    /// The exposition of every metric.
+    pub fn render(&self) -> String {
+        self.render_with(None)
+    }
+
+    /// The exposition of every metric and, when given, of the store's
+    /// gauges and the build information.
+    pub fn render_with(&self, store: Option<&StoreGauges<'_>>) -> String {
+        let mut scraped = Registry::default();
+        // Summed in nanoseconds, so the seconds are exact to the nanosecond.
+        let delay_ns = self.delay_ns.load(Ordering::Relaxed);
+        scraped.register(
+            "sluice_limiter_delay_seconds",
+            "Waits given to delayed requests, summed",
+            ConstCounter::new(Duration::from_nanos(delay_ns).as_secs_f64()),
+        );
+        if let Some(g) = store {
+            scrape::register_store(&mut scraped, g);
+        }
+        let mut out = String::with_capacity(4096);
+        // Writing to a String does not fail.
+        let _ = encode_registry(&mut out, &self.registry);
+        let _ = encode_registry(&mut out, &scraped);
+        let _ = encode_eof(&mut out);
+        out
+    }
+}

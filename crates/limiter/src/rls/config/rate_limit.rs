@@ -1,0 +1,272 @@
+//! One `rate_limit` block: its unit, its fields as written, and the checks
+//! that span several of them, run while the block is read so that their
+//! errors carry its position.
+
+use serde::de::{self, Deserializer};
+use serde::Deserialize;
+use sluice_core::{Algorithm, Limit, Nanos, SECOND};
+
+/// A rate limit unit of the RLS protocol (`RateLimitResponse.RateLimit.Unit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Unit {
+    /// One second.
+    Second,
+    /// 60 seconds.
+    Minute,
+    /// 3,600 seconds.
+    Hour,
+    /// 86,400 seconds.
+    Day,
+    /// 7 days.
+    Week,
+    /// 30 days (as envoyproxy/ratelimit counts a month).
+    Month,
+    /// 365 days.
+    Year,
+}
+
+impl Unit {
+    /// Every unit, shortest first.
+    pub const ALL: [Unit; 7] = [
+        Unit::Second,
+        Unit::Minute,
+        Unit::Hour,
+        Unit::Day,
+        Unit::Week,
+        Unit::Month,
+        Unit::Year,
+    ];
+
+    /// The unit's length.
+    pub const fn window(self) -> Nanos {
+        let secs: u64 = match self {
+            Unit::Second => 1,
+            Unit::Minute => 60,
+            Unit::Hour => 3_600,
+            Unit::Day => 86_400,
+            Unit::Week => 7 * 86_400,
+            Unit::Month => 30 * 86_400,
+            Unit::Year => 365 * 86_400,
+        };
+        secs * SECOND
+    }
+
+    /// The unit's number in the protocol's enum.
+    pub const fn code(self) -> i32 {
+        match self {
+            Unit::Second => 1,
+            Unit::Minute => 2,
+            Unit::Hour => 3,
+            Unit::Day => 4,
+            Unit::Month => 5,
+            Unit::Year => 6,
+            Unit::Week => 7,
+        }
+    }
+
+    /// The unit numbered `code` in the protocol (`None` for `UNKNOWN`).
+    pub fn from_code(code: i32) -> Option<Unit> {
+        Unit::ALL.into_iter().find(|u| u.code() == code)
+    }
+
+    /// The unit exactly `window` long, if any (for `current_limit`).
+    pub fn of_window(window: Nanos) -> Option<Unit> {
+        Unit::ALL.into_iter().find(|u| u.window() == window)
+    }
+
+    fn parse(text: &str) -> Option<Unit> {
+        match text.to_ascii_lowercase().as_str() {
+            "second" => Some(Unit::Second),
+            "minute" => Some(Unit::Minute),
+            "hour" => Some(Unit::Hour),
+            "day" => Some(Unit::Day),
+            "week" => Some(Unit::Week),
+            "month" => Some(Unit::Month),
+            "year" => Some(Unit::Year),
+            _ => None,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Unit {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        Unit::parse(&text).ok_or_else(|| {
+            de::Error::custom(format!(
+                "invalid rate limit unit {text:?} (expected second, minute, hour, day, week, month or year)"
+            ))
+        })
+    }
+}
+
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Nanos>, D::Error> {
+    let text = String::deserialize(d)?;
+    sluice_core::parse_duration(&text)
+        .map(Some)
+        .map_err(de::Error::custom)
+}
+
+fn algorithm<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Algorithm>, D::Error> {
+    let text = String::deserialize(d)?;
+    text.parse::<Algorithm>()
+        .map(Some)
+        .map_err(|e| de::Error::custom(e.to_string()))
+}
+
+/// One entry of `replaces`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReplaces {
+    #[serde(default)]
+    name: String,
+}
+
+/// `rate_limit` as written, before its fields are checked together.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRateLimitFields {
+    #[serde(default)]
+    unit: Option<Unit>,
+    #[serde(default)]
+    requests_per_unit: Option<u32>,
+    #[serde(default)]
+    unlimited: bool,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    replaces: Vec<RawReplaces>,
+    // Sluice's extensions.
+    #[serde(default, deserialize_with = "algorithm")]
+    algorithm: Option<Algorithm>,
+    #[serde(default, deserialize_with = "duration")]
+    window: Option<Nanos>,
+    #[serde(default)]
+    burst: Option<u64>,
+    #[serde(default)]
+    soft_percent: Option<u32>,
+}
+
+/// What a `rate_limit` block does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Counted against a limit in the store.
+    Limit(Limit),
+    /// `requests_per_unit: 0`: every request is over the limit (nothing is
+    /// stored).
+    Block,
+    /// `unlimited: true`: never limited, never stored.
+    Unlimited,
+}
+
+/// A checked `rate_limit` block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateLimit {
+    /// What it does.
+    pub action: Action,
+    /// `requests_per_unit` as configured (reported in `current_limit`).
+    pub requests_per_unit: u32,
+    /// The window's unit when it is one (`None` for a `window` that is not
+    /// exactly a unit: reported as `UNKNOWN`).
+    pub unit: Option<Unit>,
+    /// The window.
+    pub window: Nanos,
+    /// `name`, reported in `current_limit` and matched by `replaces`.
+    pub name: String,
+    /// Names of the limits this one replaces when both apply.
+    pub replaces: Vec<String>,
+}
+
+impl TryFrom<RawRateLimitFields> for RateLimit {
+    type Error = String;
+
+    fn try_from(raw: RawRateLimitFields) -> Result<Self, String> {
+        let replaces: Vec<String> = raw.replaces.into_iter().map(|r| r.name).collect();
+        if replaces.iter().any(String::is_empty) {
+            return Err("replaces: an entry has an empty name".into());
+        }
+        if !raw.name.is_empty() && replaces.contains(&raw.name) {
+            return Err(format!("replaces: {:?} is this limit's own name", raw.name));
+        }
+        let extended = raw.algorithm.is_some()
+            || raw.window.is_some()
+            || raw.burst.is_some()
+            || raw.soft_percent.is_some();
+        if raw.unlimited {
+            if raw.unit.is_some() || raw.window.is_some() {
+                return Err("unit: an unlimited rate limit takes no unit or window".into());
+            }
+            if extended {
+                return Err(
+                    "unlimited: an unlimited rate limit takes no algorithm, burst or soft_percent"
+                        .into(),
+                );
+            }
+            return Ok(RateLimit {
+                action: Action::Unlimited,
+                requests_per_unit: raw.requests_per_unit.unwrap_or(0),
+                unit: None,
+                window: 0,
+                name: raw.name,
+                replaces,
+            });
+        }
+        let (unit, window) = match (raw.unit, raw.window) {
+            (Some(_), Some(_)) => return Err("window: give either unit or window, not both".into()),
+            (Some(u), None) => (Some(u), u.window()),
+            (None, Some(w)) => (Unit::of_window(w), w),
+            (None, None) => return Err("unit: missing (or a window, or unlimited: true)".into()),
+        };
+        let Some(requests_per_unit) = raw.requests_per_unit else {
+            return Err("requests_per_unit: missing".into());
+        };
+        let action = if requests_per_unit == 0 {
+            Action::Block
+        } else {
+            let limit = Limit {
+                algorithm: raw.algorithm.unwrap_or(Algorithm::FixedWindow),
+                requests: u64::from(requests_per_unit),
+                window,
+                burst: raw.burst.unwrap_or(u64::from(requests_per_unit)),
+                precision: 1,
+                soft_percent: raw.soft_percent.unwrap_or(0),
+                max_delay: None,
+            };
+            limit.validate().map_err(|e| {
+                let e = e
+                    .renamed("requests", "requests_per_unit")
+                    .renamed("window", if raw.unit.is_some() { "unit" } else { "window" });
+                e.to_string()
+            })?;
+            Action::Limit(limit)
+        };
+        Ok(RateLimit {
+            action,
+            requests_per_unit,
+            unit,
+            window,
+            name: raw.name,
+            replaces,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for RateLimit {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = RawRateLimitFields::deserialize(d)?;
+        RateLimit::try_from(raw).map_err(de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_round_trip_their_codes() {
+        for u in Unit::ALL {
+            assert_eq!(Unit::from_code(u.code()), Some(u));
+            assert_eq!(Unit::of_window(u.window()), Some(u));
+        }
+        assert_eq!(Unit::from_code(0), None);
+    }
+}

@@ -1,0 +1,41 @@
+//! The store's identity of a limit's state.
+
+use sluice_core::{Limit, MILLISECOND};
+
+/// The identity of a limit's state: `scope/key|algorithm|window_ms`. The
+/// algorithm and the window are part of it, so two limits on one key (say
+/// 10/s and 1000/h) keep separate states and a state never meets another
+/// algorithm; the count and the burst are not, so a limit whose count
+/// changes keeps its state. `scope` is the check's domain (RLS domains
+/// come escaped and prefixed with `rls:`, which no HTTP API domain has).
+pub fn state_id(scope: &str, key: &str, limit: &Limit) -> String {
+    let window = (limit.window / MILLISECOND).to_string();
+    let algorithm = limit.algorithm.name();
+    let mut id =
+        String::with_capacity(scope.len() + key.len() + algorithm.len() + window.len() + 3);
+    id.push_str(scope);
+    id.push('/');
+    id.push_str(key);
+    id.push('|');
+    id.push_str(algorithm);
+    id.push('|');
+    id.push_str(&window);
+    id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::{Algorithm, SECOND};
+
+    #[test]
+    fn the_identity_names_scope_key_algorithm_and_window() {
+        let limit = Limit::new(Algorithm::Gcra, 100, 60 * SECOND).unwrap();
+        assert_eq!(
+            state_id("demo", "per-ip/1.2.3.4", &limit),
+            "demo/per-ip/1.2.3.4|gcra|60000"
+        );
+        let other = Limit::new(Algorithm::Gcra, 7, 60 * SECOND).unwrap();
+        assert_eq!(state_id("d", "k", &limit), state_id("d", "k", &other));
+    }
+}
