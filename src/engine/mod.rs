@@ -9,14 +9,14 @@
 //!
 //! Each limit of a rule that applies takes the step of its kind, one module
 //! per kind of [`LimitKind`](crate::config::LimitKind), each with its compile
-//! step: [`local`] (consumed in shared data), [`global`] (denied at once if
-//! the over-limit cache holds its key, else joins the call of its rule's
-//! mode to the limiter, which [`finish`] completes), [`coalesced`] (shares
-//! calls), [`leased`] (spends units held here), [`service_held`] (a rate
-//! limit service's descriptor), and [`elastic`] (borrows from a pool). The
-//! walk over rules ([`walk`]) holds the one `match` over the kinds; what a
-//! request consumed, and its refund, is kept once ([`tally`]); the calls and
-//! what each limit in them is there for are in [`call`].
+//! step: `local` (consumed in shared data), `global` (denied at once if the
+//! over-limit cache holds its key, else joins the call of its rule's mode to
+//! the limiter, which [`finish`] completes), `coalesced` (shares calls),
+//! `leased` (spends units held here), `service_held` (a rate limit service's
+//! descriptor), and `elastic` (borrows from a pool). The walk over rules
+//! (`walk`) holds the one `match` over the kinds; what a request consumed,
+//! and its refund, is kept once (`tally`); the calls, and what each limit in
+//! them is there for (`Via`), are in `call`.
 //!
 //! A limit in delay mode admits a request over its quota with a delay (the
 //! core counts it as admitted at the time it conforms). An admitted request
@@ -24,10 +24,10 @@
 //! holds it for the longest of its delays, or, when it cannot hold it,
 //! refuses it with [`Delayed::refuse`]. Shadow rules never hold a request.
 //!
-//! A request weighs its rule's [`Cost`] in each limit of the rule: that many
+//! A request weighs its rule's [`Cost`](crate::config::Cost) in each limit of the rule: that many
 //! units are consumed (and refunded), and a global limit is checked with that
 //! many hits. A weight above what a limit can ever admit is denied with
-//! [`Denial::CostExceedsCapacity`].
+//! [`Denial::CostExceedsCapacity`](sluice_core::Denial::CostExceedsCapacity).
 //!
 //! Pool rules of elastic limits are never applied on their own.
 
