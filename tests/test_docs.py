@@ -1,6 +1,6 @@
 """The configuration reference in README.md lists exactly what the filter accepts.
 
-The fields come from the serde types of `src/config/raw.rs`, the algorithms
+The fields come from the serde types of `crates/filter/src/config/raw.rs`, the algorithms
 from `sluice-core`: a field or an algorithm added there and not documented
 fails here, naming it.
 """
@@ -13,7 +13,7 @@ import yaml
 
 from support import ALGORITHMS, ROOT
 
-RAW = ROOT / "src" / "config" / "raw.rs"
+RAW = ROOT / "crates" / "filter" / "src" / "config" / "raw.rs"
 README = ROOT / "README.md"
 CORE_README = ROOT / "crates" / "core" / "README.md"
 
@@ -93,7 +93,7 @@ def test_every_field_is_documented_once_with_a_default(path):
     assert head[:3] == ["field", "default", "meaning"], f"{heading}: {head}"
     documented = [r[0].strip("`") for r in rows]
     assert sorted(documented) == sorted(json_paths()[path]), \
-        f"{heading}: the table lists {documented}, src/config/raw.rs has {sorted(json_paths()[path])}"
+        f"{heading}: the table lists {documented}, crates/filter/src/config/raw.rs has {sorted(json_paths()[path])}"
     for row in rows:
         assert len(row) == 3 and row[1] and row[2], f"{heading}: row without a default or meaning: {row}"
 

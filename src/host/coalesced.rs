@@ -1,4 +1,4 @@
-//! The shared calls of coalescing groups (see [`crate::coalesce`]): the
+//! The shared calls of coalescing groups (see [`sluice_filter::coalesce`]): the
 //! requests of a call wait for the answer, and each gets its outcome from
 //! the context that made the call.
 //!
@@ -16,9 +16,9 @@ use super::outcome::{deny, hold};
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
 use super::state::{self, Handoff, Member, SharedCall};
-use crate::engine::{self, Verdict};
-use crate::metrics::{GlobalEvent, MetricSink};
 use proxy_wasm::hostcalls;
+use sluice_filter::engine::{self, Verdict};
+use sluice_filter::metrics::{GlobalEvent, MetricSink};
 
 /// The most requests one shared call carries, and one group holds waiting
 /// (beyond it, requests call alone).

@@ -10,12 +10,12 @@ use super::request::HostRequest;
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
 use super::state::{self, Member, SharedCall};
-use crate::coalesce::Joined;
-use crate::engine::{self, Admitted, Delayed, PendingCheck, Verdict};
-use crate::response;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType, MapType};
+use sluice_filter::coalesce::Joined;
+use sluice_filter::engine::{self, Admitted, Delayed, PendingCheck, Verdict};
+use sluice_filter::response;
 use std::rc::Rc;
 
 /// One request's context.

@@ -2,11 +2,11 @@
 //! service's gRPC method) and the answers' bodies.
 
 use super::runtime::Runtime;
-use crate::config::Protocol;
-use crate::rls;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType};
 use sluice_core::MILLISECOND;
+use sluice_filter::config::Protocol;
+use sluice_filter::rls;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 

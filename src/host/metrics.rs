@@ -2,12 +2,14 @@
 //! configuration is accepted, counted in batches, handed to Envoy at each
 //! flush.
 
-use crate::config::Rule;
-use crate::local;
-use crate::metrics::{ceil_millis, Batch, GlobalEvent, MetricSink, RuleEvent, DELAY_HISTOGRAM};
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::MetricType;
 use sluice_core::Nanos;
+use sluice_filter::config::Rule;
+use sluice_filter::local;
+use sluice_filter::metrics::{
+    ceil_millis, Batch, GlobalEvent, MetricSink, RuleEvent, DELAY_HISTOGRAM,
+};
 
 /// Metric ids, defined when a configuration is accepted, and the counts
 /// not yet handed to Envoy.

@@ -1,5 +1,5 @@
 //! The Envoy side: proxy-wasm contexts that adapt host calls to the pure
-//! request path in [`crate::engine`]. The only code that calls proxy-wasm.
+//! request path in [`sluice_filter::engine`]. The only code that calls proxy-wasm.
 //!
 //! Imports go one way, from the contexts down to the host calls:
 //! [`root`] (the root context) → [`filter`] (a request's context) →
@@ -10,7 +10,7 @@
 //!
 //! Requests held in delay mode wait in one queue per VM (a worker thread),
 //! shared by the root context and the HTTP contexts of that thread. Every
-//! root context ticks at [`crate::metrics::FLUSH_PERIOD`] to flush metrics,
+//! root context ticks at [`sluice_filter::metrics::FLUSH_PERIOD`] to flush metrics,
 //! and at [`clock::HOLD_TICK`] while requests wait, resuming those that are
 //! due; any root of the VM serves the queue, so requests held under a
 //! replaced configuration are still resumed.

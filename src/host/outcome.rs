@@ -7,12 +7,12 @@ use super::request::{grpc_deadline, is_grpc_request};
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
 use super::state;
-use crate::config::Plan;
-use crate::engine::{Admitted, Delayed, Denied};
-use crate::grpc;
-use crate::response;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{GrpcStatusCode, MapType};
+use sluice_filter::config::Plan;
+use sluice_filter::engine::{Admitted, Delayed, Denied};
+use sluice_filter::grpc;
+use sluice_filter::response;
 
 /// Queues a delayed request of `context` until it conforms, counting it as
 /// held; when its rule's queue is full, denies it instead (`Err`).

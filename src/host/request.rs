@@ -1,10 +1,10 @@
 //! The request being decided, as the host shows it.
 
-use crate::grpc;
-use crate::key::RequestView;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::MapType;
 use sluice_core::Nanos;
+use sluice_filter::grpc;
+use sluice_filter::key::RequestView;
 
 /// The request as the host shows it.
 pub(super) struct HostRequest;

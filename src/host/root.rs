@@ -10,14 +10,14 @@ use super::metrics::{config_error, Metrics};
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
 use super::state;
-use crate::config;
-use crate::local;
-use crate::metrics::FLUSH_PERIOD;
-use crate::slots::SlotHasher;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType};
 use sluice_core::Nanos;
+use sluice_filter::config;
+use sluice_filter::local;
+use sluice_filter::metrics::FLUSH_PERIOD;
+use sluice_filter::slots::SlotHasher;
 use std::rc::Rc;
 
 pub(super) struct Root {

@@ -2,8 +2,8 @@
 //! reconfiguration.
 
 use super::metrics::Metrics;
-use crate::config::Plan;
-use crate::slots::SlotHasher;
+use sluice_filter::config::Plan;
+use sluice_filter::slots::SlotHasher;
 
 /// Everything a request needs, replaced as a whole on reconfiguration.
 pub(super) struct Runtime {

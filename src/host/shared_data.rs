@@ -1,8 +1,8 @@
 //! Envoy shared data as the engine's [`SharedStore`].
 
-use crate::local::{SetError, SharedStore};
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::Status;
+use sluice_filter::local::{SetError, SharedStore};
 
 /// Shared data through host calls.
 pub(super) struct HostStore;

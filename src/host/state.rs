@@ -5,9 +5,9 @@
 //! others reach them through its functions.
 
 use super::runtime::Runtime;
-use crate::coalesce::Coalescer;
-use crate::engine::{Admitted, Delayed, PendingCheck};
-use crate::queue::Queue;
+use sluice_filter::coalesce::Coalescer;
+use sluice_filter::engine::{Admitted, Delayed, PendingCheck};
+use sluice_filter::queue::Queue;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 

@@ -394,7 +394,7 @@ mod tests {
         /// so an `OVER_LIMIT` code with high bits set still denies.
         #[test]
         fn fuzz_rls_answer_regressions() {
-            let input = include_bytes!("../fuzz/regressions/rls_answer/remaining-high-bits");
+            let input = include_bytes!("../../../fuzz/regressions/rls_answer/remaining-high-bits");
             let (answer, _) = decode_response(&input[1..], 1).unwrap();
             assert_eq!(answer.limits[0].remaining, 2_096_755_688);
 
