@@ -944,8 +944,8 @@ fn a_global_weighted_limit_in_delay_mode_sends_both() {
 
 mod elastic;
 
-mod coalesce;
+mod coalesced;
 
-mod lease;
+mod leased;
 
-mod rls;
+mod service_held;
