@@ -40,14 +40,14 @@ where
     let mut can_borrow = !borrowing;
     let mut failed: Option<&GlobalItem> = None;
     for call in &calls {
+        let held = settle_leases(&env, call, tally.now);
         if call.answered().is_none() {
             if !call.shadow && failed.is_none() {
                 failed = call.batch.items.first();
             }
-            settle_leases(&env, call, tally.now);
             continue;
         }
-        for (item, decision) in decisions(&env, call, tally.now) {
+        for (item, decision) in decisions(call, held) {
             if decision.allowed {
                 if !call.shadow {
                     note_allowed(&mut tally, &item, decision);
@@ -86,19 +86,14 @@ where
     }
 }
 
-/// The decision of each item of the answered `call`, its lease settled
-/// first: what a leased key has left counts the units this Envoy holds, and
-/// a rate limit service's answer gives its limit's window.
-fn decisions<'c, S, M>(
-    env: &Env<'_, S, M>,
-    call: &'c Call,
-    now: Nanos,
-) -> impl Iterator<Item = (std::borrow::Cow<'c, GlobalItem>, Decision)> + 'c
-where
-    S: SharedStore + ?Sized,
-    M: MetricSink + ?Sized,
-{
-    let held = settle_leases(env, call, now);
+/// The decision of each item of the answered `call`, given the units this
+/// Envoy `held` per item once its lease asks were settled: what a leased key
+/// has left counts them, and a rate limit service's answer gives its limit's
+/// window.
+fn decisions(
+    call: &Call,
+    held: Vec<u64>,
+) -> impl Iterator<Item = (std::borrow::Cow<'_, GlobalItem>, Decision)> + '_ {
     let answers = call.answered().map_or(&[][..], |a| a.limits.as_slice());
     call.batch
         .items
