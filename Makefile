@@ -132,7 +132,7 @@ validate: setup wasm
 lint: wasm-target
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(CARGO) clippy --target $(WASM_TARGET) -p sluice -p sluice-core -p sluice-wire -p sluice-bench-noop -- -D warnings
+	$(CARGO) clippy --target $(WASM_TARGET) -p sluice -p sluice-filter -p sluice-core -p sluice-wire -p sluice-bench-noop -- -D warnings
 	$(CARGO) fmt --manifest-path fuzz/Cargo.toml -- --check
 	$(CARGO) clippy --manifest-path fuzz/Cargo.toml --all-targets -- -D warnings
 

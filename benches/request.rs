@@ -9,14 +9,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use sluice::config::{self, Plan};
-use sluice::engine::{self, PendingCheck, Verdict};
-use sluice::key::RequestView;
-use sluice::local::{SetError, SharedStore};
-use sluice::metrics::{Batch, GlobalEvent, MetricSink, RuleEvent};
-use sluice::response;
-use sluice::slots::SlotHasher;
 use sluice_core::{Nanos, SECOND};
+use sluice_filter::config::{self, Plan};
+use sluice_filter::engine::{self, PendingCheck, Verdict};
+use sluice_filter::key::RequestView;
+use sluice_filter::local::{SetError, SharedStore};
+use sluice_filter::metrics::{Batch, GlobalEvent, MetricSink, RuleEvent};
+use sluice_filter::response;
+use sluice_filter::slots::SlotHasher;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::RefCell;
 use std::collections::HashMap;

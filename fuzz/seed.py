@@ -57,7 +57,7 @@ def json_objects(texts):
 
 def configs():
     found = []
-    tests = (ROOT / "src/config/tests.rs").read_text()
+    tests = (ROOT / "crates/filter/src/config/tests.rs").read_text()
     for v in json_objects(rust_raw_strings(tests)):
         if "domain" in v:
             found.append(v)

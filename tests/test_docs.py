@@ -3,7 +3,7 @@
 - The configuration reference (docs/reference/configuration.md) has a row for
   every field of the JSON Schema (schema/sluice.schema.json, walked through
   `definitions`) with the schema's type, and lists exactly the fields of the
-  serde types of `src/config/raw.rs`: a field added there and not documented
+  serde types of `crates/filter/src/config/raw.rs`: a field added there and not documented
   fails here, naming it.
 - The descriptors reference lists every field the limiter's descriptor files
   accept (`crates/limiter/src/rls/config/`).
@@ -23,7 +23,7 @@ from support import ALGORITHMS, ROOT, free_port
 from support.docs import (CONFIGURATION, DOCS, code_blocks, doc_files, headed_tables, parent_and_field,
                           schema_fields, schema_type)
 
-RAW = ROOT / "src" / "config" / "raw.rs"
+RAW = ROOT / "crates" / "filter" / "src" / "config" / "raw.rs"
 README = ROOT / "README.md"
 ALGORITHMS_DOC = DOCS / "reference" / "algorithms.md"
 DESCRIPTORS_DOC = DOCS / "reference" / "descriptors.md"
@@ -88,7 +88,7 @@ def documented_rows(path: str) -> dict[str, list[str]]:
 def test_every_object_lists_exactly_the_fields_of_raw_rs(path):
     rows = documented_rows(path)
     assert sorted(rows) == sorted(json_paths()[path]), \
-        f"{path or 'top level'}: the table lists {sorted(rows)}, src/config/raw.rs has {sorted(json_paths()[path])}"
+        f"{path or 'top level'}: the table lists {sorted(rows)}, crates/filter/src/config/raw.rs has {sorted(json_paths()[path])}"
     for row in rows.values():
         assert len(row) == 5 and all(row), f"{path or 'top level'}: a row with an empty cell: {row}"
 

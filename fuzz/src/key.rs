@@ -1,8 +1,8 @@
 //! Key extraction and client-address parsing on arbitrary requests.
 
-use sluice::client_ip::{self, ClientIpPolicy};
-use sluice::key::fake::{address_candidates, FakeRequest};
-use sluice::key::{KeyPart, Request, RequestView};
+use sluice_filter::client_ip::{self, ClientIpPolicy};
+use sluice_filter::key::fake::{address_candidates, FakeRequest};
+use sluice_filter::key::{KeyPart, Request, RequestView};
 
 /// Three bytes of policy (trusted hops, IPv4 and IPv6 prefixes), then
 /// lines: key parts (comma-separated), `x-forwarded-for` (absent if there

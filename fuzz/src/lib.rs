@@ -23,7 +23,7 @@ pub const TARGETS: &[&str] = &[
 /// The filter's configuration JSON → plan: a plan with a domain and
 /// prefixes in range, or an error with a message.
 pub fn config(data: &[u8]) {
-    match sluice::config::parse(data) {
+    match sluice_filter::config::parse(data) {
         Ok(plan) => {
             assert!(!plan.domain.is_empty());
             assert!(plan.client_ip.ipv4_prefix <= 32);
@@ -146,9 +146,10 @@ pub fn answer(data: &[u8]) {
     }
 }
 
-/// The filter's decoding of RLS answers (`src/rls/`): one result per
-/// descriptor or `None`; what it reads agrees with prost's decoding (the
-/// overall code decides; statuses count only one per descriptor).
+/// The filter's decoding of RLS answers (`crates/filter/src/rls/`): one
+/// result per descriptor or `None`; what it reads agrees with prost's
+/// decoding (the overall code decides; statuses count only one per
+/// descriptor).
 pub fn rls_answer(data: &[u8]) {
     use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
     use prost::Message;
@@ -156,7 +157,7 @@ pub fn rls_answer(data: &[u8]) {
         return;
     };
     let expected = usize::from(sel & 7);
-    let Some(read) = sluice::rls::decode_response(body, expected) else {
+    let Some(read) = sluice_filter::rls::decode_response(body, expected) else {
         return;
     };
     let answer = &read.check;

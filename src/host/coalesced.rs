@@ -1,4 +1,4 @@
-//! The shared calls of coalescing groups (see [`crate::coalesce`]): the
+//! The shared calls of coalescing groups (see [`sluice_filter::coalesce`]): the
 //! requests of a call wait for the answer, and each gets its outcome from
 //! the context that made the call.
 //!
@@ -10,34 +10,19 @@
 //! the root context, at its next tick and then one after another as each
 //! answer arrives, while requests keep coming.
 
-use super::{
-    deny, dispatch, hold, now, Handoff, HostStore, Member, Runtime, GROUPS, HANDOFF, HOLD_TICK,
-};
-use crate::engine::{self, Verdict};
-use crate::metrics::{GlobalEvent, MetricSink};
+use super::clock::{now, HOLD_TICK};
+use super::limiter::dispatch;
+use super::outcome::{deny, hold};
+use super::runtime::Runtime;
+use super::shared_data::HostStore;
+use super::state::{self, Handoff, Member, SharedCall};
 use proxy_wasm::hostcalls;
-use std::cell::RefCell;
+use sluice_filter::engine::{self, Verdict};
+use sluice_filter::metrics::{GlobalEvent, MetricSink};
 
 /// The most requests one shared call carries, and one group holds waiting
 /// (beyond it, requests call alone).
 pub(super) const MAX_BATCH: usize = sluice_wire::MAX_BATCH as usize;
-
-thread_local! {
-    /// Shared calls in flight on this VM, with their tokens (one per busy
-    /// group: a list is enough, and smaller in the wasm than a map).
-    static CALLS: RefCell<Vec<(u32, SharedCall)>> = const { RefCell::new(Vec::new()) };
-}
-
-/// A shared call in flight.
-pub(super) struct SharedCall {
-    /// The root context that made it (0 for a carried call).
-    root: u32,
-    /// Its token.
-    pub(super) token: u32,
-    pub(super) signature: Vec<u8>,
-    /// The requests it carries, in arrival order.
-    members: Vec<(u32, Member)>,
-}
 
 /// The own call of a request in `signature`'s group ended: makes the group's
 /// next call for the requests that wait (the caller carries it, see the
@@ -45,10 +30,10 @@ pub(super) struct SharedCall {
 /// requests then got the failure mode, and those that joined meanwhile are
 /// called for by the root).
 pub(super) fn carry(signature: Vec<u8>) -> Option<SharedCall> {
-    if !GROUPS.with(|g| g.borrow_mut().finished(&signature)) {
+    if !state::groups(|g| g.finished(&signature)) {
         return None;
     }
-    let members = GROUPS.with(|g| g.borrow_mut().take(&signature, MAX_BATCH));
+    let members = state::groups(|g| g.take(&signature, MAX_BATCH));
     match send(&members) {
         Some(token) => Some(SharedCall {
             root: 0,
@@ -83,7 +68,7 @@ fn send(members: &[(u32, Member)]) -> Option<u32> {
 /// A group's call in flight ended: if requests wait, the root calls for
 /// them at its next tick.
 pub(super) fn finished(signature: &[u8]) {
-    if GROUPS.with(|g| g.borrow_mut().finished(signature)) {
+    if state::groups(|g| g.finished(signature)) {
         let _ = hostcalls::set_tick_period(HOLD_TICK);
     }
 }
@@ -91,7 +76,7 @@ pub(super) fn finished(signature: &[u8]) {
 /// Makes the next call of every group whose requests wait with no call in
 /// flight (from the root context `root`).
 pub(super) fn call_ready(root: u32) {
-    let ready = GROUPS.with(|g| g.borrow().ready());
+    let ready = state::groups(|g| g.ready());
     for signature in ready {
         call(root, signature);
     }
@@ -104,28 +89,23 @@ fn call(root: u32, signature: Vec<u8>) {
     // moved to requests: a request's calls end with it, the root's do not.
     let _ = hostcalls::set_effective_context(root);
     loop {
-        let members = GROUPS.with(|g| g.borrow_mut().take(&signature, MAX_BATCH));
+        let members = state::groups(|g| g.take(&signature, MAX_BATCH));
         if members.is_empty() {
             return;
         }
         if let Some(token) = send(&members) {
-            CALLS.with(|c| {
-                c.borrow_mut().push((
-                    token,
-                    SharedCall {
-                        root,
-                        token,
-                        signature,
-                        members,
-                    },
-                ));
+            state::add_call(SharedCall {
+                root,
+                token,
+                signature,
+                members,
             });
             return;
         }
         // Not made: each request gets the failure mode, and the requests
         // that joined meanwhile try a call of their own.
         decide(members, None);
-        if !GROUPS.with(|g| g.borrow_mut().finished(&signature)) {
+        if !state::groups(|g| g.finished(&signature)) {
             return;
         }
     }
@@ -133,16 +113,11 @@ fn call(root: u32, signature: Vec<u8>) {
 
 /// The answer (`None`: failed) to the shared call `token` of root `root`.
 pub(super) fn answered(root: u32, token: u32, body: Option<&[u8]>) {
-    let shared = CALLS.with(|c| {
-        let mut calls = c.borrow_mut();
-        let at = calls.iter().position(|(t, _)| *t == token)?;
-        Some(calls.swap_remove(at).1)
-    });
-    let Some(shared) = shared else {
+    let Some(shared) = state::take_call(token) else {
         return;
     };
     decide(shared.members, body);
-    if GROUPS.with(|g| g.borrow_mut().finished(&shared.signature)) {
+    if state::groups(|g| g.finished(&shared.signature)) {
         call(root, shared.signature);
     }
 }
@@ -151,22 +126,13 @@ pub(super) fn answered(root: u32, token: u32, body: Option<&[u8]>) {
 /// requests get the failure mode now; when it is the VM's last root, so do
 /// the requests still waiting in groups.
 pub(super) fn root_closing(root: u32, last: bool) {
-    let orphaned: Vec<SharedCall> = CALLS.with(|c| {
-        let mut calls = c.borrow_mut();
-        let (gone, kept) = std::mem::take(&mut *calls)
-            .into_iter()
-            .partition(|(_, call)| call.root == root || last);
-        *calls = kept;
-        gone.into_iter()
-            .map(|(_, call): (u32, SharedCall)| call)
-            .collect()
-    });
+    let orphaned = state::take_calls(|call| call.root == root || last);
     for shared in orphaned {
         decide(shared.members, None);
         finished(&shared.signature);
     }
     if last {
-        let waiting = GROUPS.with(|g| g.borrow_mut().drain());
+        let waiting = state::groups(|g| g.drain());
         decide(waiting, None);
     }
 }
@@ -230,5 +196,5 @@ fn deliver(context: u32, runtime: &Runtime, mut verdict: Verdict) {
         }
         Verdict::Check(_) => return,
     };
-    HANDOFF.with(|h| h.borrow_mut().push((context, handoff)));
+    state::hand_off(context, handoff);
 }

@@ -2,7 +2,7 @@
 //! and editors.
 //!
 //! `sluice check-config FILE...` runs the very compiler the filter runs when
-//! Envoy hands it its configuration ([`sluice::config::parse`]) and prints
+//! Envoy hands it its configuration ([`sluice_filter::config::parse`]) and prints
 //! the same field-named errors; `sluice schema` prints the JSON Schema of the
 //! configuration, generated from the same types.
 
@@ -20,7 +20,7 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("check-config") if args.len() > 1 => check_config(&args[1..]),
         Some("schema") if args.len() == 1 => {
-            print(&sluice::schema::schema_text());
+            print(&sluice_filter::schema::schema_text());
             ExitCode::SUCCESS
         }
         Some("--version" | "-V") => {
@@ -50,7 +50,7 @@ fn check_config(files: &[String]) -> ExitCode {
                 return ExitCode::from(2);
             }
         };
-        match sluice::config::parse(&bytes) {
+        match sluice_filter::config::parse(&bytes) {
             Ok(plan) => print(&format!(
                 "{file}: ok (domain {}, {} rule{})\n",
                 plan.domain,

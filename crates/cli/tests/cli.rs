@@ -31,7 +31,7 @@ fn text(bytes: &[u8]) -> String {
 fn the_committed_schema_is_the_generated_one() {
     let committed = std::fs::read_to_string(repo().join("schema/sluice.schema.json")).unwrap();
     assert!(
-        committed == sluice::schema::schema_text(),
+        committed == sluice_filter::schema::schema_text(),
         "schema/sluice.schema.json is out of date: run `make schema` and commit it"
     );
     let out = sluice(&["schema"], b"");
@@ -41,7 +41,7 @@ fn the_committed_schema_is_the_generated_one() {
 
 #[test]
 fn the_schema_lists_every_top_level_field_and_denies_others() {
-    let schema = sluice::schema::schema();
+    let schema = sluice_filter::schema::schema();
     let props = schema["properties"].as_object().unwrap();
     for field in [
         "domain",
@@ -77,7 +77,7 @@ fn an_invalid_configuration_names_the_field_as_the_filter_does() {
             "limits": [{"algorithm": "gcra", "requests": 10, "window": "1s", "scope": "global"}]}]}"#,
     ];
     for cfg in cases {
-        let expected = sluice::config::parse(cfg).unwrap_err();
+        let expected = sluice_filter::config::parse(cfg).unwrap_err();
         let out = sluice(&["check-config", "-"], cfg);
         assert_eq!(out.status.code(), Some(1));
         assert_eq!(

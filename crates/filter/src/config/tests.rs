@@ -3,6 +3,14 @@ use crate::key::KeyPart;
 use crate::matcher::{HeaderTest, PathMatch};
 use sluice_core::{Algorithm, MILLISECOND, SECOND};
 
+/// The descriptor of a limit the rate limit service holds.
+fn descriptor(limit: &RuleLimit) -> &[Entry] {
+    match &limit.kind {
+        LimitKind::ServiceHeld(held) => &held.descriptor,
+        other => panic!("{other:?}"),
+    }
+}
+
 const FULL: &str = r#"{
   "domain": "demo",
   "headers": "both",
@@ -68,27 +76,24 @@ fn compiles_the_full_example() {
     );
     let gcra = &rule.limits[0];
     assert_eq!(
-        (gcra.limit.algorithm, gcra.limit.requests, gcra.limit.burst),
+        (
+            gcra.limit().algorithm,
+            gcra.limit().requests,
+            gcra.limit().burst
+        ),
         (Algorithm::Gcra, 100, 20)
     );
-    assert_eq!(gcra.limit.window, 60 * SECOND);
-    assert_eq!(
-        gcra.scope,
-        LimitScope::Local {
-            state_prefix: "sluice/demo/per-ip/0/gcra/60000/".into()
-        }
+    assert_eq!(gcra.limit().window, 60 * SECOND);
+    assert!(
+        matches!(&gcra.kind, LimitKind::Local(l) if l.state_prefix == "sluice/demo/per-ip/0/gcra/60000/")
     );
     let sw = &rule.limits[1];
-    assert_eq!(sw.limit.precision, 4);
-    assert_eq!(sw.limit.burst, 1000);
-    assert_eq!(
-        sw.scope,
-        LimitScope::Global {
-            deny_prefix: "sluice/demo/per-ip/1/deny/".into()
-        }
-    );
+    assert_eq!(sw.limit().precision, 4);
+    assert_eq!(sw.limit().burst, 1000);
+    assert_eq!(sw.deny_prefix(), Some("sluice/demo/per-ip/1/deny/"));
+    assert!(!sw.is_local());
     // The first override replaces both limits, burst following its requests.
-    let o0 = &gcra.overrides[gcra.override_index("203.0.113.7").unwrap()];
+    let o0 = &gcra.overrides()[gcra.override_index("203.0.113.7").unwrap()];
     assert_eq!(
         (o0.limit.requests, o0.limit.burst, o0.limit.window),
         (1000, 1000, 60 * SECOND)
@@ -97,7 +102,7 @@ fn compiles_the_full_example() {
     assert!(sw.override_index("203.0.113.7").is_some());
     // The second replaces only limit 1.
     assert!(gcra.override_index("vip").is_none());
-    let o1 = &sw.overrides[sw.override_index("vip").unwrap()];
+    let o1 = &sw.overrides()[sw.override_index("vip").unwrap()];
     assert_eq!(
         (o1.limit.requests, o1.limit.burst, o1.limit.window),
         (5, 7, SECOND)
@@ -122,7 +127,7 @@ fn applies_defaults() {
     let rule = &plan.rules[0];
     assert!(!rule.shadow);
     assert_eq!(rule.matcher, crate::matcher::Matcher::any());
-    assert_eq!(rule.limits[0].limit.burst, 10);
+    assert_eq!(rule.limits[0].limit().burst, 10);
     let empty = parse(br#"{"domain":"d"}"#).unwrap();
     assert!(empty.rules.is_empty());
     let limiter = parse(br#"{"domain":"d","limiter":{"cluster":"c","authority":"a"}}"#).unwrap();
@@ -329,7 +334,7 @@ fn each_limit_finds_its_overrides_in_any_order() {
     let requests = |limit: &RuleLimit, key: &str| {
         limit
             .override_index(key)
-            .map(|i| limit.overrides[i].limit.requests)
+            .map(|i| limit.overrides()[i].limit.requests)
     };
     let (first, second) = (&plan.rules[0].limits[0], &plan.rules[0].limits[1]);
     assert_eq!(
@@ -356,14 +361,14 @@ fn delay_mode_sets_the_limits_max_delay() {
         let json = delay_limit(algorithm, r#","on_exceed":"delay","max_delay":"750ms""#);
         let plan = parse(json.as_bytes()).unwrap();
         let rule = &plan.rules[0];
-        assert_eq!(rule.limits[0].limit.max_delay, None);
-        assert_eq!(rule.limits[1].limit.max_delay, Some(750 * MILLISECOND));
+        assert_eq!(rule.limits[0].limit().max_delay, None);
+        assert_eq!(rule.limits[1].limit().max_delay, Some(750 * MILLISECOND));
         assert_eq!(rule.max_queued, 1000);
     }
     let json = delay_limit("gcra", r#","on_exceed":"deny""#);
     assert_eq!(
         parse(json.as_bytes()).unwrap().rules[0].limits[1]
-            .limit
+            .limit()
             .max_delay,
         None
     );
@@ -376,7 +381,7 @@ fn overrides_keep_the_delay_mode() {
     );
     let plan = parse(json.as_bytes()).unwrap();
     assert_eq!(
-        plan.rules[0].limits[0].overrides[0].limit.max_delay,
+        plan.rules[0].limits[0].overrides()[0].limit.max_delay,
         Some(2 * SECOND)
     );
 }
@@ -457,10 +462,10 @@ fn soft_percent_is_checked_and_kept_by_overrides() {
     ).as_bytes())
     .unwrap();
     let rule_limit = &plan.rules[0].limits[0];
-    assert_eq!(rule_limit.limit.soft_percent, 20);
-    assert_eq!(rule_limit.limit.soft_burst(), 12);
-    assert_eq!(rule_limit.overrides[0].limit.soft_percent, 20);
-    assert_eq!(rule_limit.overrides[0].limit.soft_burst(), 60);
+    assert_eq!(rule_limit.limit().soft_percent, 20);
+    assert_eq!(rule_limit.limit().soft_burst(), 12);
+    assert_eq!(rule_limit.overrides()[0].limit.soft_percent, 20);
+    assert_eq!(rule_limit.overrides()[0].limit.soft_burst(), 60);
     let default = parse(
         with_rule(&format!(
             r#"{{"name":"r","key":["path"],"limits":[{LIMIT}]}}"#
@@ -468,7 +473,7 @@ fn soft_percent_is_checked_and_kept_by_overrides() {
         .as_bytes(),
     )
     .unwrap();
-    assert_eq!(default.rules[0].limits[0].limit.soft_percent, 0);
+    assert_eq!(default.rules[0].limits[0].limit().soft_percent, 0);
     let e = err(&with_rule(&format!(
         r#"{{"name":"r","key":["path"],"limits":[{LIMIT},{{"algorithm":"gcra","requests":1,"window":"1s","soft_percent":1001}}]}}"#
     )));
@@ -583,7 +588,7 @@ fn elastic_limits_compile_their_extra_allowance_and_pool() {
     let plan =
         parse(elastic_config(r#","elastic":{"ceiling":25,"pool":"spare"}"#, POOL).as_bytes())
             .unwrap();
-    let elastic = plan.rules[0].limits[0].elastic.as_ref().unwrap();
+    let elastic = plan.rules[0].limits[0].elastic().unwrap();
     assert_eq!(elastic.pool, 1);
     // 15 more per second, the burst scaled alike (4 * 15 / 10).
     assert_eq!((elastic.extra.requests, elastic.extra.burst), (15, 6));
@@ -694,22 +699,22 @@ fn sync_modes_compile() {
     let plan =
         parse(leased(r#"{"mode":"lease","max_share":"2.5%","ttl":"200ms"}"#).as_bytes()).unwrap();
     let rule_limit = &plan.rules[0].limits[0];
-    match &rule_limit.sync {
-        Sync::Lease(policy) => {
+    match rule_limit.sync() {
+        Some(Sync::Lease(policy)) => {
             assert_eq!((policy.share_ppm, policy.ttl), (25_000, 200 * MILLISECOND));
-            assert_eq!(policy.max_units(&rule_limit.limit), 25);
+            assert_eq!(policy.max_units(rule_limit.limit()), 25);
             assert_eq!(policy.prefix, "sluice/d/r/0/lease/");
         }
         other => panic!("{other:?}"),
     }
     let plan = parse(leased(r#"{"mode":"lease","max_share":"100%"}"#).as_bytes()).unwrap();
     assert!(
-        matches!(&plan.rules[0].limits[0].sync, Sync::Lease(p) if p.ttl == SECOND && p.share_ppm == 1_000_000)
+        matches!(plan.rules[0].limits[0].sync(), Some(Sync::Lease(p)) if p.ttl == SECOND && p.share_ppm == 1_000_000)
     );
     let plan = parse(leased(r#"{"mode":"coalesce"}"#).as_bytes()).unwrap();
-    assert_eq!(plan.rules[0].limits[0].sync, Sync::Coalesce);
+    assert_eq!(plan.rules[0].limits[0].sync(), Some(&Sync::Coalesce));
     let plan = parse(leased(r#"{"mode":"per_request"}"#).as_bytes()).unwrap();
-    assert_eq!(plan.rules[0].limits[0].sync, Sync::PerRequest);
+    assert_eq!(plan.rules[0].limits[0].sync(), Some(&Sync::PerRequest));
 }
 
 #[test]
@@ -788,7 +793,7 @@ fn rls_limits_name_descriptors() {
         value: EntryValue::Part(KeyPart::parse(p).unwrap()),
     };
     assert_eq!(
-        limits[0].descriptor.as_deref().unwrap(),
+        descriptor(&limits[0]),
         [
             fixed("generic_key", "per-user"),
             part("remote_address", "client_ip"),
@@ -796,12 +801,12 @@ fn rls_limits_name_descriptors() {
         ]
     );
     assert_eq!(
-        limits[1].descriptor.as_deref().unwrap(),
+        descriptor(&limits[1]),
         [fixed("plan", "free"), part("user", "header:x-user")]
     );
     // Local limits are the filter's own, whatever the protocol.
-    assert!(limits[2].descriptor.is_none());
-    assert_eq!(limits[2].limit.requests, 5);
+    assert!(limits[2].is_local());
+    assert_eq!(limits[2].limit().requests, 5);
 }
 
 #[test]
@@ -857,7 +862,7 @@ fn durations_take_envoy_decimal_seconds() {
         .as_bytes(),
     )
     .unwrap();
-    let limit = &plan.rules[0].limits[0].limit;
+    let limit = &plan.rules[0].limits[0].limit();
     assert_eq!(limit.window, 1_500 * MILLISECOND);
     assert_eq!(limit.max_delay, Some(250 * MILLISECOND));
 }

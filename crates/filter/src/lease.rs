@@ -116,80 +116,109 @@ pub fn take<S: SharedStore + ?Sized>(
 ) -> Result<Take, Contended> {
     measure_and_replace(store, key, |value| {
         let lease = value.and_then(Lease::decode).unwrap_or_default();
-        if lease.fingerprint != fingerprint {
-            // Another key's lease, or none: start this key's at one unit.
-            let fresh = Lease {
-                fingerprint,
-                next: 1,
-                asking_until: now.saturating_add(wait),
-                ..Lease::default()
-            };
-            if lease.fingerprint != 0 && now < lease.expires_at.max(lease.asking_until) {
-                // Still in use by the other key: check this one alone.
-                return (None, ask_alone());
-            }
-            let ask = Take::Ask {
-                ask: 1.min(max),
-                returned: 0,
-                age: 0,
-            };
-            return (Some(fresh.encode()), ask);
-        }
-        let asking = now < lease.asking_until;
-        if now < lease.expires_at && lease.left >= weight {
-            let after = lease.left - weight;
-            // Renew early: ask for twice the grant, within the share.
-            let renew = lease.granted.saturating_mul(2).clamp(1, max.max(1));
-            let ask = renew.min(max.saturating_sub(lease.left));
-            if asking || after >= lease.granted / 2 || ask == 0 {
-                let spent = Lease {
-                    left: after,
-                    ..lease
-                };
-                let take = Take::Spent {
-                    granted_at: lease.granted_at,
-                    lease: spent,
-                };
-                return (Some(spent.encode()), take);
-            }
-            let asking = Lease {
-                next: renew,
-                asking_until: now.saturating_add(wait),
-                ..lease
-            };
-            let take = Take::Ask {
-                ask,
-                returned: 0,
-                age: 0,
-            };
-            return (Some(asking.encode()), take);
-        }
-        if asking {
-            return (None, ask_alone());
-        }
-        let used = lease.granted.saturating_sub(lease.left);
-        let next = if used >= lease.granted {
-            // Spent before it expired: ask for more.
-            lease.granted.saturating_mul(2).max(lease.next)
+        let (write, take) = if lease.fingerprint != fingerprint {
+            start(&lease, fingerprint, now, max, wait)
+        } else if now < lease.expires_at && lease.left >= weight {
+            spend_from(lease, now, weight, max, wait)
+        } else if now < lease.asking_until {
+            (None, ask_alone())
         } else {
-            used
-        }
-        .clamp(1, max.max(1));
-        let asking = Lease {
-            left: 0,
-            granted: 0,
-            expires_at: 0,
-            next,
-            asking_until: now.saturating_add(wait),
+            ask_anew(lease, now, max, wait)
+        };
+        (write.map(|l| l.encode()), take)
+    })
+}
+
+/// [`take`] for a key whose slot holds another key's lease, or none: start
+/// this key's at one unit, unless the other is still in use.
+fn start(
+    lease: &Lease,
+    fingerprint: u64,
+    now: Nanos,
+    max: u64,
+    wait: Nanos,
+) -> (Option<Lease>, Take) {
+    if lease.fingerprint != 0 && now < lease.expires_at.max(lease.asking_until) {
+        // Still in use by the other key: check this one alone.
+        return (None, ask_alone());
+    }
+    let fresh = Lease {
+        fingerprint,
+        next: 1,
+        asking_until: now.saturating_add(wait),
+        ..Lease::default()
+    };
+    let ask = Take::Ask {
+        ask: 1.min(max),
+        returned: 0,
+        age: 0,
+    };
+    (Some(fresh), ask)
+}
+
+/// [`take`] from a lease with `weight` units left: spends them, or, when
+/// that would bring it below half of its grant and no ask is awaited, asks
+/// to renew it early (twice the grant, within the share).
+fn spend_from(
+    lease: Lease,
+    now: Nanos,
+    weight: u64,
+    max: u64,
+    wait: Nanos,
+) -> (Option<Lease>, Take) {
+    let asking = now < lease.asking_until;
+    let after = lease.left.saturating_sub(weight);
+    let renew = lease.granted.saturating_mul(2).clamp(1, max.max(1));
+    let ask = renew.min(max.saturating_sub(lease.left));
+    if asking || after >= lease.granted / 2 || ask == 0 {
+        let spent = Lease {
+            left: after,
             ..lease
         };
-        let take = Take::Ask {
-            ask: next.min(max),
-            returned: lease.left,
-            age: now.saturating_sub(lease.granted_at),
+        let take = Take::Spent {
+            granted_at: lease.granted_at,
+            lease: spent,
         };
-        (Some(asking.encode()), take)
-    })
+        return (Some(spent), take);
+    }
+    let asking = Lease {
+        next: renew,
+        asking_until: now.saturating_add(wait),
+        ..lease
+    };
+    let take = Take::Ask {
+        ask,
+        returned: 0,
+        age: 0,
+    };
+    (Some(asking), take)
+}
+
+/// [`take`] from a lease run out or expired, with no ask awaited: asks for
+/// a new grant sized by what was used, returning the units left.
+fn ask_anew(lease: Lease, now: Nanos, max: u64, wait: Nanos) -> (Option<Lease>, Take) {
+    let used = lease.granted.saturating_sub(lease.left);
+    let next = if used >= lease.granted {
+        // Spent before it expired: ask for more.
+        lease.granted.saturating_mul(2).max(lease.next)
+    } else {
+        used
+    }
+    .clamp(1, max.max(1));
+    let asking = Lease {
+        left: 0,
+        granted: 0,
+        expires_at: 0,
+        next,
+        asking_until: now.saturating_add(wait),
+        ..lease
+    };
+    let take = Take::Ask {
+        ask: next.min(max),
+        returned: lease.left,
+        age: now.saturating_sub(lease.granted_at),
+    };
+    (Some(asking), take)
 }
 
 fn ask_alone() -> Take {

@@ -1,6 +1,8 @@
 //! Leased global limits: units spent in the Envoy, asked for with checks.
 
 use super::*;
+use crate::engine::leased::lease_expiry;
+use sluice_core::Limit;
 
 const LEASED: &str = r#"{"name":"g","key":["client_ip"],"limits":[
     {"algorithm":"fixed_window","requests":100,"window":"1h","scope":"global","sync":{"mode":"lease","max_share":"10%","ttl":"1s"}}]}"#;

@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 use serde_json::{json, Value};
 
-#[path = "../../../crates/wire/src/json_mutation.rs"]
+#[path = "../../../../wire/src/json_mutation.rs"]
 mod json_mutation;
 use json_mutation::{edit_bytes, mutate};
 

@@ -442,7 +442,8 @@ mod tests {
         /// so an `OVER_LIMIT` code with high bits set still denies.
         #[test]
         fn fuzz_rls_answer_regressions() {
-            let input = include_bytes!("../../fuzz/regressions/rls_answer/remaining-high-bits");
+            let input =
+                include_bytes!("../../../../fuzz/regressions/rls_answer/remaining-high-bits");
             // Its overall code (10) is no code: an answer once it says OK.
             assert!(decode_response(&input[1..], 1).is_none());
             let body = [&input[1..], &[0x08, 1]].concat();

@@ -146,7 +146,7 @@ fn algorithm(plan: &Plan, reported: &Reported) -> Option<Algorithm> {
     plan.rules
         .get(reported.rule)
         .and_then(|r| r.limits.get(reported.limit))
-        .map(|l| l.limit.algorithm)
+        .map(|l| l.limit().algorithm)
 }
 
 /// The name of rule `rule`.

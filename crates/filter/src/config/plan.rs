@@ -98,20 +98,79 @@ pub enum Cost {
 pub struct RuleLimit {
     /// Its configured name in the IETF rate-limit headers, if any.
     pub name: Option<String>,
+    /// Who decides it, and how.
+    pub kind: LimitKind,
+}
+
+/// Who decides a limit, and how: one variant per kind of limit, each
+/// carrying only what that kind uses (see [`crate::engine`], where each
+/// kind has its module).
+#[derive(Debug)]
+pub enum LimitKind {
+    /// Decided by this filter in shared data.
+    Local(LocalLimit),
+    /// Decided by the `sluice-limiter` cluster.
+    Global(GlobalLimit),
+    /// Held by a rate limit service (`limiter.protocol: rls`): the service
+    /// knows its quota and window.
+    ServiceHeld(ServiceHeld),
+}
+
+/// A limit and its replacements for some keys.
+#[derive(Debug)]
+pub struct Quota {
     /// The limit.
     pub limit: Limit,
-    /// Who decides it, and where its shared data lives.
-    pub scope: LimitScope,
     /// Replacements of the limit for some keys, sorted by key.
     pub overrides: Vec<OverrideLimit>,
+}
+
+/// A limit decided by this filter. The state of a key lives in shared data
+/// under `state_prefix` followed by the key's slot number (or, for an
+/// override key, under the override's `state_key`).
+#[derive(Debug)]
+pub struct LocalLimit {
+    /// The limit and its overrides.
+    pub quota: Quota,
+    /// Prefix of the slot keys.
+    pub state_prefix: String,
     /// Admission beyond the quota while a pool has headroom.
     pub elastic: Option<Elastic>,
-    /// How a global limit's checks reach the limiter.
-    pub sync: Sync,
-    /// With `protocol: rls`, the descriptor this global limit sends (its
-    /// `limit` is then only a stand-in: the service holds the real one).
-    pub descriptor: Option<Vec<Entry>>,
 }
+
+/// A limit decided by the limiter; shared data holds only the over-limit
+/// cache, under `deny_prefix` followed by the key's slot number.
+#[derive(Debug)]
+pub struct GlobalLimit {
+    /// The limit and its overrides.
+    pub quota: Quota,
+    /// Prefix of the over-limit cache keys.
+    pub deny_prefix: String,
+    /// How its checks reach the limiter.
+    pub sync: Sync,
+}
+
+/// A global limit held by a rate limit service.
+#[derive(Debug)]
+pub struct ServiceHeld {
+    /// Prefix of the over-limit cache keys.
+    pub deny_prefix: String,
+    /// The descriptor it sends.
+    pub descriptor: Vec<Entry>,
+}
+
+/// The stand-in limit of a limit the rate limit service holds: it never
+/// refuses a weight (the service decides), and a decision made without the
+/// service reports no quota (`requests` unknown: see [`crate::headers`]).
+pub const SERVICE_HELD: Limit = Limit {
+    algorithm: sluice_core::Algorithm::FixedWindow,
+    requests: sluice_core::MAX_REQUESTS,
+    window: sluice_core::SECOND,
+    burst: sluice_core::MAX_REQUESTS,
+    precision: 1,
+    soft_percent: 0,
+    max_delay: None,
+};
 
 /// One entry of a rate limit service descriptor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,6 +195,9 @@ pub enum EntryValue {
 pub enum Sync {
     /// Every request makes its own call.
     PerRequest,
+    /// Every request makes its own call; one its quota denies may borrow in
+    /// a second call.
+    Elastic(Elastic),
     /// Requests with the same check share calls (see [`crate::coalesce`]).
     Coalesce,
     /// This Envoy spends leases of the quota (see [`crate::lease`]).
@@ -166,7 +228,7 @@ impl LeasePolicy {
 /// An elastic limit's borrowing: a request its own quota denies passes if
 /// the key's extra allowance (`ceiling - requests` per window) and every
 /// limit of the pool rule admit it; it then consumes both.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Elastic {
     /// The extra allowance: the limit's algorithm and window with
     /// `ceiling - requests` requests and the burst scaled alike.
@@ -180,7 +242,7 @@ pub struct Elastic {
     pub place: String,
 }
 
-impl RuleLimit {
+impl Quota {
     /// The position in [`overrides`](Self::overrides) of the override for
     /// the request key `key`, if any.
     pub fn override_index(&self, key: &str) -> Option<usize> {
@@ -201,22 +263,71 @@ impl RuleLimit {
     }
 }
 
-/// Who decides a limit, and where its shared data lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LimitScope {
-    /// Decided by this filter; the state of a key lives in shared data under
-    /// `state_prefix` followed by the key's slot number (or, for an override
-    /// key, under the override's `state_key`).
-    Local {
-        /// Prefix of the slot keys.
-        state_prefix: String,
-    },
-    /// Decided by the limiter; shared data holds only the over-limit cache,
-    /// under `deny_prefix` followed by the key's slot number.
-    Global {
-        /// Prefix of the over-limit cache keys.
-        deny_prefix: String,
-    },
+impl RuleLimit {
+    /// The limit, with its overrides; `None` for a limit the rate limit
+    /// service holds.
+    pub fn quota(&self) -> Option<&Quota> {
+        match &self.kind {
+            LimitKind::Local(local) => Some(&local.quota),
+            LimitKind::Global(global) => Some(&global.quota),
+            LimitKind::ServiceHeld(_) => None,
+        }
+    }
+
+    /// The limit (for a limit the rate limit service holds, its stand-in
+    /// [`SERVICE_HELD`]).
+    pub fn limit(&self) -> &Limit {
+        self.quota().map_or(&SERVICE_HELD, |q| &q.limit)
+    }
+
+    /// The overrides, sorted by key (none for a service-held limit).
+    pub fn overrides(&self) -> &[OverrideLimit] {
+        self.quota().map_or(&[], |q| q.overrides.as_slice())
+    }
+
+    /// See [`Quota::override_index`].
+    pub fn override_index(&self, key: &str) -> Option<usize> {
+        self.quota().and_then(|q| q.override_index(key))
+    }
+
+    /// See [`Quota::limit_for`].
+    pub fn limit_for(&self, key: &str) -> &Limit {
+        self.quota().map_or(&SERVICE_HELD, |q| q.limit_for(key))
+    }
+
+    /// The elastic borrowing, if the limit has one.
+    pub fn elastic(&self) -> Option<&Elastic> {
+        match &self.kind {
+            LimitKind::Local(local) => local.elastic.as_ref(),
+            LimitKind::Global(GlobalLimit {
+                sync: Sync::Elastic(elastic),
+                ..
+            }) => Some(elastic),
+            _ => None,
+        }
+    }
+
+    /// Whether this filter decides the limit.
+    pub fn is_local(&self) -> bool {
+        matches!(self.kind, LimitKind::Local(_))
+    }
+
+    /// The prefix of the over-limit cache keys of a global limit.
+    pub fn deny_prefix(&self) -> Option<&str> {
+        match &self.kind {
+            LimitKind::Local(_) => None,
+            LimitKind::Global(global) => Some(&global.deny_prefix),
+            LimitKind::ServiceHeld(held) => Some(&held.deny_prefix),
+        }
+    }
+
+    /// How a global limit's checks reach the limiter.
+    pub fn sync(&self) -> Option<&Sync> {
+        match &self.kind {
+            LimitKind::Global(global) => Some(&global.sync),
+            _ => None,
+        }
+    }
 }
 
 /// A limit replaced for one key.

@@ -1,10 +1,16 @@
 use super::*;
-use crate::config::parse;
+use crate::config::{parse, LimitKind, Plan};
 use crate::key::fake::FakeRequest;
+use crate::key::Request;
+use crate::layout;
+use crate::local;
 use crate::local::fake::MemoryStore;
 use crate::local::MAX_ATTEMPTS;
 use crate::metrics::fake::RecordingSink;
+use crate::metrics::{GlobalEvent, RuleEvent};
+use crate::slots::{self, SlotHasher};
 use sluice_core::{Denial, MILLISECOND};
+use sluice_core::{Nanos, SECOND};
 use std::sync::atomic::Ordering;
 
 const NOW: Nanos = 1_700_000_000 * SECOND;
@@ -133,13 +139,13 @@ fn several_limits_of_one_rule_refund_in_order() {
     }
     // gcra was refunded each time: 9 of its 10 remain.
     let slot = slots::slot_of(w.hasher.fingerprint("203.0.113.7"), w.plan.local_max_keys);
-    let LimitScope::Local { state_prefix } = &w.plan.rules[0].limits[0].scope else {
+    let LimitKind::Local(local) = &w.plan.rules[0].limits[0].kind else {
         panic!("local")
     };
     let mut key = String::new();
-    layout::slot_key(&mut key, state_prefix, slot);
+    layout::slot_key(&mut key, &local.state_prefix, slot);
     let state = w.store.value(&key).unwrap();
-    let probe = sluice_core::decide(&w.plan.rules[0].limits[0].limit, Some(&state), NOW, 1);
+    let probe = sluice_core::decide(&local.quota.limit, Some(&state), NOW, 1);
     assert_eq!(probe.decision.remaining, 8);
 }
 
@@ -445,7 +451,7 @@ fn time_the_request_path() {
     let per = start.elapsed() / n as u32;
     println!("evaluate: {per:?} per request (native, with a mutex-backed fake store)");
     w.metrics.rules.borrow_mut().clear();
-    let limit = &w.plan.rules[0].limits[0].limit;
+    let limit = w.plan.rules[0].limits[0].limit();
     let start = std::time::Instant::now();
     let mut state = None;
     for i in 0..n {
@@ -938,8 +944,8 @@ fn a_global_weighted_limit_in_delay_mode_sends_both() {
 
 mod elastic;
 
-mod coalesce;
+mod coalesced;
 
-mod lease;
+mod leased;
 
-mod rls;
+mod service_held;

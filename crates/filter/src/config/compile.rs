@@ -1,0 +1,526 @@
+//! Checking a raw configuration and turning it into a [`Plan`]. Each kind
+//! of limit compiles its own part of a limit (see [`crate::engine`]); this
+//! file checks the rest and puts the plan together.
+
+use super::checks::{in_range, limit_name, valid_name, validated, window, LimitSite, MAX_NAME_LEN};
+use super::duration::parse_duration;
+use super::plan::{
+    Cost, DenyResponse, LimitKind, LimiterTarget, OverrideLimit, Plan, Rule, RuleLimit,
+};
+use super::raw::{
+    Mode, Protocol, RawConfig, RawCost, RawLimit, RawLimiter, RawMatch, RawOverride, RawResponse,
+    RawRule, Scope, ServiceHeaders, COST_EXPECTED,
+};
+use crate::client_ip::ClientIpPolicy;
+use crate::engine::{elastic, global, local, service_held};
+use crate::key::KeyPart;
+use crate::layout;
+use crate::matcher::{HeaderCondition, HeaderTest, Matcher, PathMatch};
+use sluice_core::{FieldError, Limit, MAX_REQUESTS, MILLISECOND};
+use std::collections::BTreeSet;
+
+/// Largest `local_max_keys`.
+pub const MAX_LOCAL_KEYS: u64 = 10_000_000;
+
+/// Largest `max_queued` of a rule.
+pub const MAX_QUEUED: u64 = 100_000;
+
+/// Parses and checks the JSON configuration.
+pub fn parse(json: &[u8]) -> Result<Plan, FieldError> {
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let raw: RawConfig = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let path = if path == "." { String::new() } else { path };
+        FieldError::at(path, e.into_inner().to_string())
+    })?;
+    de.end().map_err(|e| FieldError::at("", e.to_string()))?;
+    compile(raw)
+}
+
+/// Checks `raw` and compiles it.
+pub fn compile(raw: RawConfig) -> Result<Plan, FieldError> {
+    if !valid_name(&raw.domain) {
+        return Err(FieldError::at(
+            "domain",
+            format!(
+                "{:?} must be 1 to {MAX_NAME_LEN} bytes of A-Z, a-z, 0-9, '_', '.', '-'",
+                raw.domain
+            ),
+        ));
+    }
+    let client_ip = ClientIpPolicy {
+        trusted_hops: in_range(
+            raw.client_ip.xff_trusted_hops,
+            0,
+            64,
+            "client_ip.xff_trusted_hops",
+        )?,
+        ipv4_prefix: in_range(raw.client_ip.ipv4_prefix, 0, 32, "client_ip.ipv4_prefix")?,
+        ipv6_prefix: in_range(raw.client_ip.ipv6_prefix, 0, 128, "client_ip.ipv6_prefix")?,
+    };
+    let local_max_keys: u64 = in_range(raw.local_max_keys, 1, MAX_LOCAL_KEYS, "local_max_keys")?;
+    let response = compile_response(raw.response)?;
+    let limiter = raw.limiter.map(compile_limiter).transpose()?;
+    let protocol = limiter.as_ref().map_or(Protocol::Sluice, |l| l.protocol);
+    let rules = compile_rules(&raw.domain, raw.rules, protocol, limiter.is_some())?;
+    Ok(Plan {
+        seed_key: layout::seed_key(&raw.domain),
+        domain: raw.domain,
+        headers: raw.headers,
+        client_ip,
+        limiter,
+        local_max_keys,
+        response,
+        rules,
+    })
+}
+
+/// Checks the denial response.
+fn compile_response(raw: RawResponse) -> Result<DenyResponse, FieldError> {
+    Ok(DenyResponse {
+        status: in_range(raw.status, 400, 599, "response.status")?,
+        body: raw.body,
+        headers: raw
+            .headers
+            .into_iter()
+            .map(|(name, value)| {
+                if name.is_empty() {
+                    Err(FieldError::at(
+                        "response.headers",
+                        "header names must not be empty",
+                    ))
+                } else {
+                    Ok((name.to_ascii_lowercase(), value))
+                }
+            })
+            .collect::<Result<_, _>>()?,
+    })
+}
+
+/// Checks where and how global limits are checked.
+fn compile_limiter(l: RawLimiter) -> Result<LimiterTarget, FieldError> {
+    if l.cluster.is_empty() {
+        return Err(FieldError::at("limiter.cluster", "must not be empty"));
+    }
+    let authority = match (l.protocol, l.authority) {
+        (Protocol::Sluice, Some(a)) if !a.is_empty() => a,
+        (Protocol::Sluice, Some(_)) => {
+            return Err(FieldError::at("limiter.authority", "must not be empty"));
+        }
+        (Protocol::Sluice, None) => {
+            return Err(FieldError::at("limiter.authority", "required"));
+        }
+        (Protocol::Rls, None) => String::new(),
+        (Protocol::Rls, Some(_)) => {
+            return Err(FieldError::at(
+                "limiter.authority",
+                "not used with protocol rls (the gRPC call names its service)",
+            ));
+        }
+    };
+    let timeout = parse_duration(&l.timeout).map_err(|m| FieldError::at("limiter.timeout", m))?;
+    if timeout < MILLISECOND {
+        return Err(FieldError::at("limiter.timeout", "must be at least 1ms"));
+    }
+    let service_headers = match (l.protocol, l.service_headers) {
+        (Protocol::Rls, headers) => headers.unwrap_or_default(),
+        (Protocol::Sluice, None) => ServiceHeaders::Never,
+        (Protocol::Sluice, Some(_)) => {
+            return Err(FieldError::at(
+                "limiter.service_headers",
+                "only with protocol rls (sluice-limiter's answers carry no headers)",
+            ));
+        }
+    };
+    Ok(LimiterTarget {
+        cluster: l.cluster,
+        authority,
+        protocol: l.protocol,
+        timeout,
+        failure_mode: l.failure_mode,
+        service_headers,
+    })
+}
+
+/// Checks the rules in order, then what relates them: elastic limits'
+/// pools and the limits' names.
+fn compile_rules(
+    domain: &str,
+    raw: Vec<RawRule>,
+    protocol: Protocol,
+    has_limiter: bool,
+) -> Result<Vec<Rule>, FieldError> {
+    // Rules named as an elastic limit's pool (collected by insertion: a
+    // collected set would sort, which costs the wasm a sort routine).
+    let mut pool_names = BTreeSet::new();
+    for r in &raw {
+        for e in r.limits.iter().filter_map(|l| l.elastic.as_ref()) {
+            pool_names.insert(e.pool.clone());
+        }
+    }
+    let mut names = BTreeSet::new();
+    let mut rules = Vec::with_capacity(raw.len());
+    for (i, rule) in raw.into_iter().enumerate() {
+        let path = format!("rules[{i}]");
+        if !names.insert(rule.name.clone()) {
+            return Err(FieldError::at(
+                format!("{path}.name"),
+                format!("duplicate rule name {:?}", rule.name),
+            ));
+        }
+        let pool = pool_names.contains(&rule.name);
+        if pool {
+            elastic::check_pool_rule(&path, &rule)?;
+        }
+        let mut compiled = compile_rule(domain, &path, rule, protocol)?;
+        compiled.pool = pool;
+        if !has_limiter {
+            if let Some(j) = compiled.limits.iter().position(|l| !l.is_local()) {
+                return Err(FieldError::at(
+                    "limiter",
+                    format!("required because {path}.limits[{j}] has scope global"),
+                ));
+            }
+        }
+        rules.push(compiled);
+    }
+    elastic::resolve_pools(&mut rules)?;
+    check_limit_names(&rules)?;
+    Ok(rules)
+}
+
+/// Every limit's name in the IETF headers (configured, the rule's, or
+/// `<rule>.<index>`) is distinct, so that `ratelimit` names one policy.
+fn check_limit_names(rules: &[Rule]) -> Result<(), FieldError> {
+    let mut seen = BTreeSet::new();
+    for (i, rule) in rules.iter().enumerate() {
+        for (j, limit) in rule.limits.iter().enumerate() {
+            let name = match &limit.name {
+                Some(name) => name.clone(),
+                None if rule.limits.len() == 1 => rule.name.clone(),
+                None => format!("{}.{j}", rule.name),
+            };
+            if !seen.insert(name) {
+                let field = if limit.name.is_some() {
+                    format!("rules[{i}].limits[{j}].name")
+                } else {
+                    format!("rules[{i}].name")
+                };
+                let name = limit.name.as_deref().unwrap_or(&rule.name);
+                return Err(FieldError::at(
+                    field,
+                    format!(
+                        "{name:?}: another limit already has this name in the rate-limit headers"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn compile_rule(
+    domain: &str,
+    path: &str,
+    rule: RawRule,
+    protocol: Protocol,
+) -> Result<Rule, FieldError> {
+    if !valid_name(&rule.name) || rule.name.contains('.') {
+        // No '.': a rule name is one segment of its stat names
+        // (`sluice.<rule>.<event>`) and of its IETF limit names (`<rule>.<n>`).
+        return Err(FieldError::at(
+            format!("{path}.name"),
+            format!(
+                "{:?} must be 1 to {MAX_NAME_LEN} bytes of A-Z, a-z, 0-9, '_', '-' (no '.': it is one segment of the rule's stat names)",
+                rule.name
+            ),
+        ));
+    }
+    let matcher = compile_match(&format!("{path}.match"), rule.matcher)?;
+    if rule.key.is_empty() {
+        return Err(FieldError::at(
+            format!("{path}.key"),
+            "must list at least one part",
+        ));
+    }
+    let key = rule
+        .key
+        .iter()
+        .enumerate()
+        .map(|(j, part)| {
+            KeyPart::parse(part).map_err(|m| FieldError::at(format!("{path}.key[{j}]"), m))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if rule.limits.is_empty() {
+        return Err(FieldError::at(
+            format!("{path}.limits"),
+            "must list at least one limit",
+        ));
+    }
+    let mut limits = Vec::with_capacity(rule.limits.len());
+    for (j, raw_limit) in rule.limits.iter().enumerate() {
+        let limit_path = format!("{path}.limits[{j}]");
+        let site = LimitSite {
+            domain,
+            rule: &rule.name,
+            mode: rule.mode,
+            key: &key,
+            index: j,
+            path: &limit_path,
+            protocol,
+        };
+        let kind = compile_kind(&site, raw_limit)?;
+        limits.push(RuleLimit {
+            name: limit_name(&limit_path, raw_limit)?,
+            kind,
+        });
+    }
+    add_overrides(domain, path, &rule.name, &rule.overrides, &mut limits)?;
+    let max_queued = in_range(
+        rule.max_queued,
+        1,
+        MAX_QUEUED,
+        &format!("{path}.max_queued"),
+    )?;
+    let cost = compile_cost(&format!("{path}.cost"), &rule.cost)?;
+    if let Cost::Fixed(weight) = cost {
+        check_capacity(path, &rule.overrides, &limits, weight)?;
+    }
+    Ok(Rule {
+        name: rule.name,
+        matcher,
+        key,
+        limits,
+        shadow: rule.mode == Mode::Shadow,
+        max_queued,
+        cost,
+        pool: false,
+    })
+}
+
+/// Compiles a limit by its kind: one line per kind.
+fn compile_kind(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind, FieldError> {
+    match (raw.scope, site.protocol) {
+        (Scope::Global, Protocol::Rls) => service_held::compile(site, raw),
+        _ if raw.descriptor.is_some() => Err(FieldError::at(
+            site.field("descriptor"),
+            "only for global limits with limiter.protocol rls",
+        )),
+        (Scope::Local, _) => local::compile(site, raw),
+        (Scope::Global, Protocol::Sluice) => global::compile(site, raw),
+    }
+}
+
+/// Adds the rule's overrides to the limits they replace.
+fn add_overrides(
+    domain: &str,
+    path: &str,
+    rule: &str,
+    overrides: &[RawOverride],
+    limits: &mut [RuleLimit],
+) -> Result<(), FieldError> {
+    let mut override_keys = BTreeSet::new();
+    for (k, raw_override) in overrides.iter().enumerate() {
+        let override_path = format!("{path}.overrides[{k}]");
+        if !override_keys.insert(raw_override.key.as_str()) {
+            return Err(FieldError::at(
+                format!("{override_path}.key"),
+                format!("duplicate override key {:?}", raw_override.key),
+            ));
+        }
+        add_override(domain, rule, &override_path, raw_override, limits)?;
+    }
+    Ok(())
+}
+
+/// Checks a rule's `cost`: an integer from 1 to the largest `requests`, or
+/// `header:NAME`.
+fn compile_cost(path: &str, raw: &RawCost) -> Result<Cost, FieldError> {
+    match raw {
+        RawCost::Fixed(n) if (1..=MAX_REQUESTS).contains(n) => Ok(Cost::Fixed(*n)),
+        RawCost::Fixed(n) => Err(FieldError::at(
+            path,
+            format!("must be between 1 and {MAX_REQUESTS}, got {n}"),
+        )),
+        RawCost::Text(text) => match text.split_once(':') {
+            Some(("header", name)) if !name.is_empty() => {
+                Ok(Cost::Header(name.to_ascii_lowercase()))
+            }
+            _ => Err(FieldError::at(
+                path,
+                format!("{COST_EXPECTED}, got {text:?}"),
+            )),
+        },
+    }
+}
+
+/// Refuses a fixed `weight` that some limit of the rule (or an override of
+/// one) can never admit: every request would be denied.
+fn check_capacity(
+    path: &str,
+    overrides: &[RawOverride],
+    limits: &[RuleLimit],
+    weight: u64,
+) -> Result<(), FieldError> {
+    for (j, rule_limit) in limits.iter().enumerate() {
+        let over = |limit: &Limit| weight > limit.soft_burst();
+        let culprit = if over(rule_limit.limit()) {
+            Some((
+                format!("{path}.limits[{j}]"),
+                rule_limit.limit().soft_burst(),
+            ))
+        } else {
+            rule_limit
+                .overrides()
+                .iter()
+                .find(|o| over(&o.limit))
+                .map(|o| {
+                    let k = overrides
+                        .iter()
+                        .position(|r| r.key == o.key)
+                        .unwrap_or_default();
+                    (format!("{path}.overrides[{k}]"), o.limit.soft_burst())
+                })
+        };
+        if let Some((at, capacity)) = culprit {
+            return Err(FieldError::at(
+                format!("{path}.cost"),
+                format!(
+                    "{weight} is more than {at} can ever admit ({capacity}: its burst with the soft allowance)"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn compile_match(path: &str, raw: RawMatch) -> Result<Matcher, FieldError> {
+    let path_match = match (raw.path_prefix, raw.path) {
+        (Some(_), Some(_)) => {
+            return Err(FieldError::at(
+                path,
+                "set at most one of path_prefix and path",
+            ));
+        }
+        (Some(prefix), None) => PathMatch::Prefix(prefix),
+        (None, Some(exact)) => PathMatch::Exact(exact),
+        (None, None) => PathMatch::Any,
+    };
+    let mut methods = Vec::with_capacity(raw.methods.len());
+    for (j, method) in raw.methods.into_iter().enumerate() {
+        if method.is_empty() {
+            return Err(FieldError::at(
+                format!("{path}.methods[{j}]"),
+                "must not be empty",
+            ));
+        }
+        methods.push(method.to_ascii_uppercase());
+    }
+    let mut headers = Vec::with_capacity(raw.headers.len());
+    for (j, h) in raw.headers.into_iter().enumerate() {
+        let header_path = format!("{path}.headers[{j}]");
+        if h.name.is_empty() {
+            return Err(FieldError::at(
+                format!("{header_path}.name"),
+                "must not be empty",
+            ));
+        }
+        let test = match (h.exact, h.present) {
+            (Some(value), None) => HeaderTest::Exact(value),
+            (None, Some(true)) => HeaderTest::Present,
+            (None, Some(false)) => HeaderTest::Absent,
+            _ => {
+                return Err(FieldError::at(
+                    header_path,
+                    "set exactly one of exact and present",
+                ));
+            }
+        };
+        headers.push(HeaderCondition {
+            name: h.name.to_ascii_lowercase(),
+            test,
+        });
+    }
+    Ok(Matcher {
+        path: path_match,
+        methods,
+        headers,
+    })
+}
+
+/// Adds `raw` to the overrides of the limits it replaces.
+fn add_override(
+    domain: &str,
+    rule: &str,
+    path: &str,
+    raw: &RawOverride,
+    limits: &mut [RuleLimit],
+) -> Result<(), FieldError> {
+    let only = match raw.limit {
+        None => None,
+        Some(index) => {
+            let index = usize::try_from(index)
+                .ok()
+                .filter(|&i| i < limits.len())
+                .ok_or_else(|| {
+                    FieldError::at(
+                        format!("{path}.limit"),
+                        format!("no limit {index} in this rule (it has {})", limits.len()),
+                    )
+                })?;
+            Some(index)
+        }
+    };
+    let window = raw
+        .window
+        .as_deref()
+        .map(|w| window(&format!("{path}.window"), w))
+        .transpose()?;
+    for (j, base) in limits.iter_mut().enumerate() {
+        if only.is_some_and(|o| o != j) {
+            continue;
+        }
+        if base.elastic().is_some() {
+            return Err(FieldError::at(
+                path,
+                format!("limit {j} is elastic, and elastic limits take no overrides"),
+            ));
+        }
+        let local = base.is_local();
+        let quota = match &mut base.kind {
+            LimitKind::Local(l) => &mut l.quota,
+            LimitKind::Global(g) => &mut g.quota,
+            LimitKind::ServiceHeld(_) => {
+                return Err(FieldError::at(
+                    path,
+                    format!("limit {j} is held by the rate limit service: override it there"),
+                ));
+            }
+        };
+        let limit = validated(
+            path,
+            Limit {
+                requests: raw.requests,
+                window: window.unwrap_or(quota.limit.window),
+                burst: raw.burst.unwrap_or(raw.requests),
+                ..quota.limit.clone()
+            },
+        )?;
+        let state_key = if local {
+            layout::override_key(domain, rule, j, &limit, &raw.key)
+        } else {
+            String::new()
+        };
+        // Kept sorted by key for the lookup.
+        let at = quota.overrides.partition_point(|o| o.key < raw.key);
+        quota.overrides.insert(
+            at,
+            OverrideLimit {
+                key: raw.key.clone(),
+                limit,
+                state_key,
+            },
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,90 @@
+//! Global limits with `sync: coalesce`: requests of one worker with the same
+//! check share calls (see [`crate::coalesce`]; the host keeps the groups).
+//! The limiter admits the first `admitted` requests of a shared call in
+//! arrival order; each request reads its share of the answer.
+
+use super::call::Via;
+use super::pending::PendingCheck;
+use sluice_wire::{check_json, CheckResponse, LimitResult};
+
+impl PendingCheck {
+    /// The request's check, when it may share calls with requests that have
+    /// the same (see [`crate::coalesce`]): one call, of enforcing limits that
+    /// all coalesce, none of them elastic. Requests with equal bodies have
+    /// the same check.
+    pub fn coalescable(&self) -> Option<&[u8]> {
+        let [call] = self.calls.as_slice() else {
+            return None;
+        };
+        let all = call
+            .batch
+            .items
+            .iter()
+            .all(|item| matches!(item.via, Via::Coalesced));
+        (!call.shadow && !self.borrowing && all).then_some(call.body.as_slice())
+    }
+
+    /// The body of one call carrying `n` requests with this check.
+    pub fn batch_body(&self, domain: &str, n: u32) -> Vec<u8> {
+        let Some(call) = self.calls.first() else {
+            return Vec::new();
+        };
+        let batch = &call.batch;
+        check_json(domain, batch.hits.unwrap_or(1), &batch.limits, Some(n))
+    }
+
+    /// Reads the answer `body` to a call carrying `n` requests with this
+    /// check; `None` when it is malformed.
+    pub fn parse_batch(&self, body: &[u8], n: u32) -> Option<CheckResponse> {
+        let limits = self.calls.first().map_or(0, |c| c.batch.len());
+        CheckResponse::parse_batch(body, limits, n)
+    }
+
+    /// Records this request's share of `answer` (see
+    /// [`parse_batch`](Self::parse_batch); `None`: the call failed), the
+    /// request being at `position` (0 first) in arrival order. A request
+    /// among the first `admitted` is admitted with its own delay and reports
+    /// what remained after the whole call; any later one is denied as the
+    /// first refused one was.
+    pub fn record_batch(&mut self, answer: Option<&CheckResponse>, position: u32) {
+        let Some(call) = self.calls.first_mut() else {
+            return;
+        };
+        call.answer = Some(answer.map(|a| share_of(a, position)));
+    }
+}
+
+/// The answer of one request at `position` of a batch answered with
+/// `batch`.
+fn share_of(batch: &CheckResponse, position: u32) -> CheckResponse {
+    let admitted = batch.admitted.unwrap_or(0);
+    if position >= admitted {
+        // Refused like the first refused one: the answer's limits are its.
+        return CheckResponse {
+            allowed: false,
+            limits: batch.limits.clone(),
+            admitted: None,
+            delays_ms: Vec::new(),
+        };
+    }
+    let delay_ms = usize::try_from(position)
+        .ok()
+        .and_then(|i| batch.delays_ms.get(i))
+        .copied()
+        .unwrap_or(0);
+    CheckResponse {
+        allowed: true,
+        limits: batch
+            .limits
+            .iter()
+            .map(|r| LimitResult {
+                allowed: true,
+                retry_after_ms: 0,
+                delay_ms,
+                ..*r
+            })
+            .collect(),
+        admitted: None,
+        delays_ms: Vec::new(),
+    }
+}

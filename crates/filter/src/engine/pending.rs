@@ -1,0 +1,82 @@
+//! A request waiting for the limiter: its calls, and their answers as they
+//! arrive.
+
+use super::call::Call;
+use super::tally::{Env, Tally};
+use crate::config::Plan;
+use crate::local::SharedStore;
+use crate::metrics::MetricSink;
+use crate::rls;
+use sluice_wire::CheckResponse;
+
+/// A request waiting for the limiter.
+///
+/// Enforcing and shadow limits go in separate calls: the limiter decides the
+/// limits of one call together (a denial consumes nothing), and a shadow
+/// denial must not stop the enforcing limits from being counted.
+#[derive(Debug)]
+pub struct PendingCheck {
+    /// The enforcing call first, if any.
+    pub(super) calls: Vec<Call>,
+    pub(super) tally: Tally,
+    /// This is the second call, where elastic limits borrow.
+    pub(super) borrowing: bool,
+    /// What the rate limit service asked for besides its decision.
+    pub(super) reply: Option<rls::Reply>,
+}
+
+impl PendingCheck {
+    /// Number of calls to make (one or two).
+    pub fn call_count(&self) -> usize {
+        self.calls.len()
+    }
+
+    /// The JSON body of call `call`.
+    pub fn body(&self, call: usize) -> &[u8] {
+        self.calls.get(call).map_or(&[], |c| c.body.as_slice())
+    }
+
+    /// Records the answer body of call `call` (`None`: error, timeout or
+    /// non-200 status). Returns true once every call has an answer.
+    pub fn record(&mut self, call: usize, body: Option<&[u8]>) -> bool {
+        if let Some(c) = self.calls.get_mut(call) {
+            let limits = c.batch.len();
+            let answer = match body {
+                Some(b) if c.rls => rls::decode_response(b, limits).map(|read| {
+                    c.windows = read.windows;
+                    if !c.shadow {
+                        self.reply = Some(read.reply);
+                    }
+                    read.check
+                }),
+                Some(b) => CheckResponse::parse(b, limits),
+                None => None,
+            };
+            c.unreadable = body.is_some() && answer.is_none();
+            c.answer = Some(answer);
+        }
+        self.calls.iter().all(|c| c.answer.is_some())
+    }
+
+    /// Whether call `call` was answered with a body that could not be read.
+    pub fn unreadable(&self, call: usize) -> bool {
+        self.calls.get(call).is_some_and(|c| c.unreadable)
+    }
+
+    /// What the rate limit service asked for in its answer to the enforcing
+    /// call, if it asked (`protocol: rls`); taken once.
+    pub fn take_reply(&mut self) -> Option<rls::Reply> {
+        self.reply.take()
+    }
+
+    /// Gives back what the request consumed locally: its client left before
+    /// the limiter answered.
+    pub fn abandon<S, M>(mut self, plan: &Plan, store: &S, metrics: &M)
+    where
+        S: SharedStore + ?Sized,
+        M: MetricSink + ?Sized,
+    {
+        let env = Env::new(plan, store, metrics);
+        self.tally.refund_since(0, &env);
+    }
+}

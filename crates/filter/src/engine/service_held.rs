@@ -1,0 +1,173 @@
+//! Global limits held by a rate limit service (`limiter.protocol: rls`):
+//! the request sends the limit's descriptor, and the service, which holds
+//! the quota and window, answers (see [`crate::rls`]). A denial is cached
+//! like any global limit's.
+
+use super::call::{GlobalItem, Via};
+use super::walk::{Applied, Walk};
+use crate::config::checks::LimitSite;
+use crate::config::raw::{OnExceed, RawLimit};
+use crate::config::{Entry, EntryValue, LimitKind, ServiceHeld};
+use crate::headers::Reported;
+use crate::key::{KeyPart, RequestView};
+use crate::layout;
+use crate::local::SharedStore;
+use crate::metrics::MetricSink;
+use crate::rls;
+use sluice_core::{Decision, FieldError};
+
+/// Compiles a limit the rate limit service holds: only `scope` and
+/// `descriptor` may be set.
+pub(crate) fn compile(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind, FieldError> {
+    let descriptor = compile_descriptor(site.path, raw, site.rule, site.key)?;
+    Ok(LimitKind::ServiceHeld(ServiceHeld {
+        deny_prefix: layout::deny_prefix(site.domain, site.rule, site.index),
+        descriptor,
+    }))
+}
+
+impl<'a, V, S, M> Walk<'a, V, S, M>
+where
+    V: RequestView,
+    S: SharedStore + ?Sized,
+    M: MetricSink + ?Sized,
+{
+    /// Denies global limit `l` of `applied`, held by a rate limit service,
+    /// if the over-limit cache holds its key, or adds its descriptor to the
+    /// call it belongs to. Its quota and window are known only from the
+    /// service's answer.
+    pub(super) fn service_held(
+        &mut self,
+        applied: &Applied<'_, '_>,
+        l: usize,
+        held: &'a ServiceHeld,
+    ) -> Result<(), Reported> {
+        let item = GlobalItem {
+            rule: applied.index,
+            limit: l,
+            window: 0,
+            requests: 0,
+            fingerprint: applied.fingerprint,
+            cacheable: applied.fixed_cost(),
+            via: Via::Alone,
+        };
+        if let Some(deadline) = self.cached_denial(applied, &held.deny_prefix) {
+            let now = self.tally.now;
+            return Err(item.reported(Decision::over_limit(0, deadline.saturating_sub(now))));
+        }
+        let mut value = String::new();
+        let entries = held
+            .descriptor
+            .iter()
+            .map(|e| {
+                let value = match &e.value {
+                    EntryValue::Fixed(text) => text.clone(),
+                    EntryValue::Part(part) => {
+                        // A part of the rule's key, which was built.
+                        self.request
+                            .write_key(std::slice::from_ref(part), &mut value);
+                        value.clone()
+                    }
+                };
+                (e.key.clone(), value)
+            })
+            .collect();
+        let descriptor = rls::Descriptor {
+            entries,
+            hits: None,
+        };
+        self.batch_of(applied)
+            .push_descriptor(item, descriptor, applied.weight);
+        Ok(())
+    }
+}
+
+/// Checks a global limit of `protocol: rls`: only `scope` and `descriptor`
+/// may be set (the service holds the limit). Without `descriptor`, it is
+/// `generic_key: <rule>` followed by one entry per key part of the rule
+/// (see [`default_entry_key`]).
+fn compile_descriptor(
+    path: &str,
+    raw: &RawLimit,
+    rule: &str,
+    key: &[KeyPart],
+) -> Result<Vec<Entry>, FieldError> {
+    let set = [
+        ("algorithm", raw.algorithm.is_some()),
+        ("requests", raw.requests.is_some()),
+        ("window", raw.window.is_some()),
+        ("burst", raw.burst.is_some()),
+        ("precision", raw.precision.is_some()),
+        ("soft_percent", raw.soft_percent != 0),
+        ("on_exceed", raw.on_exceed != OnExceed::Deny),
+        ("max_delay", raw.max_delay.is_some()),
+        ("elastic", raw.elastic.is_some()),
+        ("sync", raw.sync.is_some()),
+    ];
+    if let Some((field, _)) = set.iter().find(|(_, set)| *set) {
+        return Err(FieldError::at(
+            format!("{path}.{field}"),
+            "not with limiter.protocol rls: the rate limit service's configuration holds the limit",
+        ));
+    }
+    let Some(entries) = &raw.descriptor else {
+        let mut entries = vec![Entry {
+            key: "generic_key".to_string(),
+            value: EntryValue::Fixed(rule.to_string()),
+        }];
+        entries.extend(key.iter().map(|part| Entry {
+            key: default_entry_key(part),
+            value: EntryValue::Part(part.clone()),
+        }));
+        return Ok(entries);
+    };
+    if entries.is_empty() {
+        return Err(FieldError::at(
+            format!("{path}.descriptor"),
+            "must list at least one entry",
+        ));
+    }
+    entries
+        .iter()
+        .enumerate()
+        .map(|(k, e)| {
+            let at = format!("{path}.descriptor[{k}]");
+            if e.key.is_empty() {
+                return Err(FieldError::at(format!("{at}.key"), "must not be empty"));
+            }
+            let value = match (&e.value, &e.from) {
+                (Some(v), None) => EntryValue::Fixed(v.clone()),
+                (None, Some(from)) => {
+                    let part = KeyPart::parse(from)
+                        .map_err(|m| FieldError::at(format!("{at}.from"), m))?;
+                    if !key.contains(&part) {
+                        return Err(FieldError::at(
+                            format!("{at}.from"),
+                            format!("{from:?} is not a key part of the rule"),
+                        ));
+                    }
+                    EntryValue::Part(part)
+                }
+                _ => return Err(FieldError::at(at, "set exactly one of value and from")),
+            };
+            Ok(Entry {
+                key: e.key.clone(),
+                value,
+            })
+        })
+        .collect()
+}
+
+/// The descriptor key a key part gets by default: Envoy's own action names
+/// where there is one (`remote_address`, `generic_key`), else the part's
+/// name (`path`, `method`, `authority`) or its header or query name.
+fn default_entry_key(part: &KeyPart) -> String {
+    match part {
+        KeyPart::ClientIp => "remote_address".to_string(),
+        KeyPart::Header(name) | KeyPart::Query(name) => name.clone(),
+        KeyPart::Path => "path".to_string(),
+        KeyPart::Method => "method".to_string(),
+        KeyPart::Authority => "authority".to_string(),
+        KeyPart::Const(_) => "generic_key".to_string(),
+    }
+}

@@ -1,0 +1,120 @@
+//! What the engine answers for a request: let it through, hold it, deny it,
+//! or ask the limiter first.
+
+use super::pending::PendingCheck;
+use super::tally::{Env, Tally};
+use crate::config::Plan;
+use crate::headers::Reported;
+use crate::local::SharedStore;
+use crate::metrics::MetricSink;
+use sluice_core::{Decision, Denial, Nanos};
+
+/// What to do with a request.
+#[derive(Debug)]
+pub enum Verdict {
+    /// Let it through.
+    Allow(Admitted),
+    /// Let it through once it has been held for [`Delayed::delay`].
+    Delay(Delayed),
+    /// Answer with the denial response.
+    Deny(Denied),
+    /// Ask the limiter, then call [`finish`](super::finish).
+    Check(PendingCheck),
+}
+
+/// An admitted request and what its response reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admitted {
+    /// The most restrictive enforcing limit, for the rate-limit headers.
+    pub report: Option<Reported>,
+    /// Every enforcing limit that counted the request, in order (kept only
+    /// for the IETF headers' policies).
+    pub applied: Vec<Reported>,
+    /// Shadow rules that would have denied.
+    pub shadow_denied: Vec<usize>,
+}
+
+/// A denied request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denied {
+    /// The denying limit's decision (its rule is `report.rule`).
+    pub report: Reported,
+    /// Every enforcing limit decided for the request, in order, the denying
+    /// one last (kept only for the IETF headers' policies).
+    pub applied: Vec<Reported>,
+    /// Shadow rules that would have denied.
+    pub shadow_denied: Vec<usize>,
+}
+
+/// An admitted request that conforms only after a delay.
+///
+/// Its limits are already consumed as of the time it conforms; the host
+/// calls [`accept`](Self::accept) once it holds the request,
+/// [`refuse`](Self::refuse) if it cannot hold it, and
+/// [`give_back`](Self::give_back) if the client leaves while it waits.
+#[derive(Debug)]
+pub struct Delayed {
+    /// How long to hold the request: the longest delay of its limits.
+    pub delay: Nanos,
+    /// The rule of the limit with that delay (its `max_queued` bounds the
+    /// waiting requests, its metrics count the delay).
+    pub rule: usize,
+    /// The decision of that limit.
+    pub(super) limit: Reported,
+    pub(super) tally: Tally,
+}
+
+impl Delayed {
+    /// When the request conforms: the decision time plus its delay (for a
+    /// global limit, the filter's clock before the call).
+    pub fn resume_at(&self) -> Nanos {
+        self.tally.now.saturating_add(self.delay)
+    }
+
+    /// What the response reports once the request goes through.
+    pub fn admitted(&self) -> Admitted {
+        Admitted {
+            report: self.tally.report,
+            applied: self.tally.applied.clone(),
+            shadow_denied: self.tally.shadow_denied.clone(),
+        }
+    }
+
+    /// Counts the request as admitted and delayed, once it is held.
+    pub fn accept<M: MetricSink + ?Sized>(&self, metrics: &M) {
+        self.tally.count_allowed(metrics);
+        metrics.delayed(self.rule, self.delay);
+    }
+
+    /// Denies the request instead of holding it (its rule's queue is full):
+    /// what it consumed is refunded, and `retry-after` is its delay.
+    pub fn refuse<S, M>(self, plan: &Plan, store: &S, metrics: &M) -> Denied
+    where
+        S: SharedStore + ?Sized,
+        M: MetricSink + ?Sized,
+    {
+        let env = Env::new(plan, store, metrics);
+        let mut report = self.limit;
+        report.decision = Decision {
+            allowed: false,
+            remaining: 0,
+            retry_after: self.delay,
+            delay: 0,
+            denial: Some(Denial::OverLimit),
+            ..report.decision
+        };
+        self.tally.denied(report, &env)
+    }
+
+    /// Gives back at `now` what the request consumed locally, as admitted at
+    /// the time it would have conformed: its client left while it waited.
+    /// Global limits keep the consumption (the limiter has no refund).
+    pub fn give_back<S, M>(mut self, plan: &Plan, store: &S, metrics: &M, now: Nanos)
+    where
+        S: SharedStore + ?Sized,
+        M: MetricSink + ?Sized,
+    {
+        let env = Env::new(plan, store, metrics);
+        self.tally.refund_at(0, &env, now);
+    }
+}

@@ -1,0 +1,324 @@
+//! A request's context: it asks the engine for a verdict, carries it out
+//! (alone, or through a coalescing group's shared call), and adds the
+//! admitted response's headers.
+
+use super::clock::now;
+use super::coalesced::{self, MAX_BATCH};
+use super::limiter::{call_answer, call_failed, dispatch};
+use super::outcome::{
+    add_request_headers, add_response_headers, add_service_response_headers, hold, send_denial,
+};
+use super::request::HostRequest;
+use super::runtime::Runtime;
+use super::shared_data::HostStore;
+use super::state::{self, Member, SharedCall};
+use proxy_wasm::hostcalls;
+use proxy_wasm::traits::{Context, HttpContext};
+use proxy_wasm::types::{Action, BufferType, MapType};
+use sluice_core::Nanos;
+use sluice_filter::coalesce::Joined;
+use sluice_filter::engine::{self, Admitted, Delayed, PendingCheck, Verdict};
+use sluice_filter::failure::{self, CallFailure};
+use sluice_filter::response;
+use sluice_filter::rls::Reply;
+use std::rc::Rc;
+
+/// One request's context.
+pub(super) struct Filter {
+    context_id: u32,
+    runtime: Option<Rc<Runtime>>,
+    pending: Option<PendingCheck>,
+    /// Outstanding limiter calls: (token, call index).
+    tokens: Vec<(u32, usize)>,
+    admitted: Option<Admitted>,
+    /// A request held in delay mode: what to give back if its client leaves
+    /// while it waits; kept for the `x-sluice-delayed-ms` header after.
+    held: Option<Delayed>,
+    /// The check of the coalescing group whose call in flight is this
+    /// request's own: the group's next call waits for it.
+    group: Option<Vec<u8>>,
+    /// The group's call this request carries, and its own outcome, applied
+    /// once that call is answered.
+    carrying: Option<(SharedCall, Verdict)>,
+    /// What the rate limit service asked for in its answer.
+    reply: Option<Reply>,
+    /// When this request's limiter calls were made.
+    called_at: Nanos,
+}
+
+impl Filter {
+    pub(super) fn new(context_id: u32, runtime: Option<Rc<Runtime>>) -> Filter {
+        Filter {
+            context_id,
+            runtime,
+            pending: None,
+            tokens: Vec::new(),
+            admitted: None,
+            held: None,
+            group: None,
+            carrying: None,
+            reply: None,
+            called_at: 0,
+        }
+    }
+}
+
+impl Filter {
+    /// Carries out a final verdict; returns whether the request continues.
+    fn apply(&mut self, runtime: &Runtime, verdict: Verdict) -> Action {
+        match verdict {
+            Verdict::Allow(admitted) => {
+                if admitted.report.is_some() || !admitted.shadow_denied.is_empty() {
+                    self.admitted = Some(admitted);
+                }
+                self.reply.iter().for_each(add_request_headers);
+                Action::Continue
+            }
+            Verdict::Delay(delayed) => {
+                if let Ok(held) = hold(self.context_id, runtime, delayed) {
+                    self.admitted = Some(held.admitted());
+                    self.held = Some(held);
+                    self.reply.iter().for_each(add_request_headers);
+                }
+                Action::Pause
+            }
+            Verdict::Deny(denied) => {
+                send_denial(&runtime.plan, &denied, self.reply.as_ref());
+                Action::Pause
+            }
+            Verdict::Check(pending) => self.check(runtime, pending),
+        }
+    }
+
+    /// Asks the limiter: in a coalescing group's next call, or alone.
+    fn check(&mut self, runtime: &Runtime, pending: PendingCheck) -> Action {
+        let (Some(signature), Some(shared)) = (pending.coalescable(), self.runtime.as_ref()) else {
+            return self.call_limiter(runtime, pending);
+        };
+        let signature = signature.to_vec();
+        let member = Member {
+            runtime: Rc::clone(shared),
+            pending,
+        };
+        let joined = state::groups(|g| g.join(&signature, self.context_id, member, MAX_BATCH));
+        match joined {
+            Joined::Waiting => Action::Pause,
+            Joined::Full(member) => self.call_limiter(runtime, member.pending),
+            Joined::Call(member) => {
+                self.group = Some(signature);
+                let action = self.call_limiter(runtime, member.pending);
+                if self.tokens.is_empty() {
+                    // Answered already (the call could not be made).
+                    self.own_call_ended();
+                }
+                action
+            }
+        }
+    }
+
+    /// This request's call ended: its group's next call is due.
+    fn own_call_ended(&mut self) {
+        if let Some(signature) = self.group.take() {
+            coalesced::finished(&signature);
+        }
+    }
+
+    /// Takes the request out of the queue or its coalescing group if it
+    /// still waits (its client left) and gives back what it consumed.
+    fn leave(&mut self) {
+        self.take_handoff();
+        if !self.tokens.is_empty() {
+            // Its call is dropped with it: the group calls again.
+            self.own_call_ended();
+        }
+        if let Some((shared, _)) = self.carrying.take() {
+            // So is the call it carried: its requests get the failure mode.
+            coalesced::carried(shared, None);
+        }
+        let member = state::groups(|g| g.leave(self.context_id));
+        if let Some(member) = member {
+            let runtime = &member.runtime;
+            member
+                .pending
+                .abandon(&runtime.plan, &HostStore, &runtime.metrics);
+        }
+        let waited = state::queue(|q| q.remove(self.context_id));
+        let held = self.held.take();
+        if let (true, Some(held), Some(runtime)) = (waited, held, self.runtime.as_ref()) {
+            held.give_back(&runtime.plan, &HostStore, &runtime.metrics, now());
+        }
+    }
+
+    /// Takes what the root decided for this request, if anything.
+    fn take_handoff(&mut self) {
+        if let Some(handoff) = state::take_handoff(self.context_id) {
+            self.admitted = handoff.admitted.or(self.admitted.take());
+            self.held = handoff.held.or(self.held.take());
+        }
+    }
+
+    /// Sends the check calls; the request waits until all are answered.
+    fn call_limiter(&mut self, runtime: &Runtime, mut pending: PendingCheck) -> Action {
+        let mut complete = false;
+        self.tokens.clear();
+        self.called_at = now();
+        for call in 0..pending.call_count() {
+            match dispatch(runtime, pending.body(call)) {
+                Some(token) => self.tokens.push((token, call)),
+                None => {
+                    call_failed(runtime, CallFailure::Unreachable);
+                    complete = pending.record(call, None);
+                }
+            }
+        }
+        if self.tokens.is_empty() || complete {
+            let verdict = engine::finish(&runtime.plan, pending, &HostStore, &runtime.metrics);
+            return self.apply(runtime, verdict);
+        }
+        self.pending = Some(pending);
+        Action::Pause
+    }
+}
+
+impl Filter {
+    /// The answer to the call this request carries, if `token` is it:
+    /// decides the requests it carried, then applies this request's own
+    /// outcome.
+    fn carried_answered(&mut self, runtime: &Runtime, token: u32, body_size: usize) {
+        if !self
+            .carrying
+            .as_ref()
+            .is_some_and(|(shared, _)| shared.token == token)
+        {
+            return;
+        }
+        let Some((shared, verdict)) = self.carrying.take() else {
+            return;
+        };
+        let answer = call_answer(body_size);
+        if let Err(failure) = answer {
+            call_failed(runtime, failure);
+        }
+        coalesced::carried(shared, answer.ok().as_deref());
+        // Handing out the answers moved the effective context.
+        let _ = hostcalls::set_effective_context(self.context_id);
+        if self.apply(runtime, verdict) == Action::Continue {
+            let _ = hostcalls::resume_http_request();
+        }
+    }
+}
+
+impl Context for Filter {
+    fn on_done(&mut self) -> bool {
+        self.leave();
+        true
+    }
+
+    fn on_http_call_response(
+        &mut self,
+        token: u32,
+        _headers: usize,
+        body_size: usize,
+        _trailers: usize,
+    ) {
+        let Some(runtime) = self.runtime.clone() else {
+            return;
+        };
+        if !self.tokens.iter().any(|(t, _)| *t == token) {
+            self.carried_answered(&runtime, token, body_size);
+            return;
+        }
+        let answer = call_answer(body_size);
+        if let Err(failure) = answer {
+            call_failed(&runtime, failure);
+        }
+        self.answered(&runtime, token, answer.ok());
+    }
+
+    fn on_grpc_call_response(&mut self, token: u32, status_code: u32, response_size: usize) {
+        let Some(runtime) = self.runtime.clone() else {
+            return;
+        };
+        // gRPC status 0 is OK; any other is a failed call.
+        let timeout = runtime.plan.limiter.as_ref().map_or(0, |l| l.timeout);
+        let timed_out = failure::timed_out(now().saturating_sub(self.called_at), timeout);
+        if let Some(failure) = CallFailure::of_grpc(status_code, timed_out) {
+            call_failed(&runtime, failure);
+        }
+        let body = (status_code == 0)
+            .then(|| hostcalls::get_buffer(BufferType::GrpcReceiveBuffer, 0, response_size))
+            .and_then(|b| b.ok().flatten());
+        self.answered(&runtime, token, body);
+    }
+}
+
+impl Filter {
+    /// The answer to this request's own call `token` (`None`: failed).
+    fn answered(&mut self, runtime: &Runtime, token: u32, body: Option<Vec<u8>>) {
+        let Some(position) = self.tokens.iter().position(|(t, _)| *t == token) else {
+            return;
+        };
+        let (_, call) = self.tokens.swap_remove(position);
+        let Some(mut pending) = self.pending.take() else {
+            return;
+        };
+        let complete = pending.record(call, body.as_deref());
+        if pending.unreadable(call) {
+            call_failed(runtime, CallFailure::Unreadable);
+        }
+        if !complete {
+            self.pending = Some(pending);
+            return;
+        }
+        self.reply = pending.take_reply();
+        let verdict = engine::finish(&runtime.plan, pending, &HostStore, &runtime.metrics);
+        if let Some(signature) = self.group.take() {
+            if let Some(shared) = coalesced::carry(signature) {
+                self.carrying = Some((shared, verdict));
+                return;
+            }
+        }
+        if self.apply(runtime, verdict) == Action::Continue {
+            let _ = hostcalls::resume_http_request();
+        }
+    }
+}
+
+impl HttpContext for Filter {
+    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        let Some(runtime) = self.runtime.clone() else {
+            return Action::Continue;
+        };
+        if runtime.plan.rules.is_empty() {
+            return Action::Continue;
+        }
+        let verdict = engine::evaluate(
+            &runtime.plan,
+            &runtime.hasher,
+            &HostRequest,
+            &HostStore,
+            &runtime.metrics,
+            now,
+        );
+        self.apply(&runtime, verdict)
+    }
+
+    fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        self.take_handoff();
+        if let (Some(runtime), Some(admitted)) = (self.runtime.as_ref(), self.admitted.take()) {
+            add_response_headers(&runtime.plan, &admitted);
+        }
+        if let (Some(runtime), Some(reply)) = (self.runtime.as_ref(), self.reply.as_ref()) {
+            add_service_response_headers(&runtime.plan, reply);
+        }
+        if let Some(held) = self.held.take() {
+            let (name, value) = response::delayed_header(held.delay);
+            let _ = hostcalls::add_map_value(MapType::HttpResponseHeaders, name, &value);
+        }
+        Action::Continue
+    }
+
+    fn on_log(&mut self) {
+        self.leave();
+    }
+}

@@ -1,0 +1,80 @@
+//! Calls to the limiter cluster (`POST /v1/check`, or the rate limit
+//! service's gRPC method) and the answers' bodies.
+
+use super::clock::now;
+use super::runtime::Runtime;
+use super::state;
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::{BufferType, MapType};
+use sluice_core::MILLISECOND;
+use sluice_filter::config::Protocol;
+use sluice_filter::failure::CallFailure;
+use sluice_filter::metrics::MetricSink;
+use sluice_filter::rls;
+use std::time::Duration;
+
+/// The body of the answer to the HTTP call being reported, when its status
+/// is 200; else why the call failed.
+pub(super) fn call_answer(body_size: usize) -> Result<Vec<u8>, CallFailure> {
+    let header = |name| {
+        hostcalls::get_map_value(MapType::HttpCallResponseHeaders, name)
+            .ok()
+            .flatten()
+    };
+    let status = header(":status");
+    // The limiter's own answers are JSON; Envoy's local replies are not.
+    let from_limiter = header("content-type").is_some_and(|c| c.starts_with("application/json"));
+    if let Some(failure) = CallFailure::of_http(status.as_deref(), from_limiter) {
+        return Err(failure);
+    }
+    hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
+        .ok()
+        .flatten()
+        .ok_or(CallFailure::Unreadable)
+}
+
+/// Counts a failed limiter call under its reason and, at most every
+/// [`sluice_filter::failure::WARN_PERIOD`] per VM, logs it.
+pub(super) fn call_failed(runtime: &Runtime, failure: CallFailure) {
+    runtime.metrics.global(failure.event());
+    let Some(limiter) = runtime.plan.limiter.as_ref() else {
+        return;
+    };
+    let Some(quiet) = state::log_failure(now()) else {
+        return;
+    };
+    log::warn!(
+        "sluice: limiter cluster {:?} failed: {} ({quiet} more failed call(s) not logged since the last warning); failure_mode {:?} decides the request; counted in sluice.limiter_failed_*",
+        limiter.cluster,
+        failure.reason(),
+        limiter.failure_mode,
+    );
+}
+
+/// Calls the limiter; `None` when the call could not be made.
+pub(super) fn dispatch(runtime: &Runtime, body: &[u8]) -> Option<u32> {
+    let limiter = runtime.plan.limiter.as_ref()?;
+    let headers = vec![
+        (":method", "POST"),
+        (":path", "/v1/check"),
+        (":authority", limiter.authority.as_str()),
+        ("content-type", "application/json"),
+    ];
+    let timeout = Duration::from_millis(limiter.timeout / MILLISECOND);
+    let sent = match limiter.protocol {
+        Protocol::Sluice => {
+            hostcalls::dispatch_http_call(&limiter.cluster, headers, Some(body), vec![], timeout)
+        }
+        // Envoy takes a name that is not a GrpcService message as the
+        // cluster's name.
+        Protocol::Rls => hostcalls::dispatch_grpc_call(
+            &limiter.cluster,
+            rls::SERVICE,
+            rls::METHOD,
+            vec![],
+            Some(body),
+            timeout,
+        ),
+    };
+    sent.ok()
+}

@@ -1,0 +1,102 @@
+//! Counters and the delay histogram through host calls: defined when a
+//! configuration is accepted, counted in batches, handed to Envoy at each
+//! flush.
+
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::MetricType;
+use sluice_core::Nanos;
+use sluice_filter::config::Rule;
+use sluice_filter::local;
+use sluice_filter::metrics::{
+    ceil_millis, Batch, GlobalEvent, MetricSink, RuleEvent, DELAY_HISTOGRAM,
+};
+
+/// Metric ids, defined when a configuration is accepted, and the counts
+/// not yet handed to Envoy.
+#[derive(Default)]
+pub(super) struct Metrics {
+    /// Host metric id per [`Batch`] position.
+    ids: Vec<u32>,
+    batch: Batch,
+    /// Host metric id of [`DELAY_HISTOGRAM`].
+    delay_histogram: u32,
+}
+
+impl Metrics {
+    /// Defines every counter of `rules` rules (none before a plan exists).
+    pub(super) fn define(rules: &[Rule]) -> Metrics {
+        let mut ids: Vec<u32> = GlobalEvent::ALL
+            .iter()
+            .map(|e| define(e.metric_name()))
+            .collect();
+        for rule in rules {
+            ids.extend(RuleEvent::ALL.map(|e| define(&e.metric_name(&rule.name))));
+        }
+        Metrics {
+            ids,
+            batch: Batch::new(rules.len()),
+            delay_histogram: hostcalls::define_metric(MetricType::Histogram, DELAY_HISTOGRAM)
+                .unwrap_or(u32::MAX),
+        }
+    }
+
+    fn add(&self, position: usize) {
+        self.add_n(position, 1);
+    }
+
+    fn add_n(&self, position: usize, n: u64) {
+        if self.batch.add_n(position, n) {
+            self.flush();
+        }
+    }
+
+    /// Hands the batched counts to Envoy.
+    pub(super) fn flush(&self) {
+        // Retries are tallied per VM by the CAS loop, which has no sink.
+        let retries = local::take_cas_retries();
+        if retries > 0 {
+            self.batch
+                .add_n(Batch::global_position(GlobalEvent::CasRetries), retries);
+        }
+        self.batch.drain(|position, count| {
+            if let (Some(&id), Ok(count)) = (self.ids.get(position), i64::try_from(count)) {
+                let _ = hostcalls::increment_metric(id, count);
+            }
+        });
+    }
+}
+
+impl Drop for Metrics {
+    // A replaced configuration (or a rejected one) still reports what it counted.
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// Counts a rejected configuration, at once.
+pub(super) fn config_error() {
+    // Dropping the metrics flushes them.
+    Metrics::define(&[]).global(GlobalEvent::ConfigErrors);
+}
+
+fn define(name: &str) -> u32 {
+    hostcalls::define_metric(MetricType::Counter, name).unwrap_or(u32::MAX)
+}
+
+impl MetricSink for Metrics {
+    fn rule(&self, rule: usize, event: RuleEvent) {
+        self.add(Batch::rule_position(rule, event));
+    }
+
+    fn global(&self, event: GlobalEvent) {
+        self.add(Batch::global_position(event));
+    }
+
+    fn delayed(&self, rule: usize, delay: Nanos) {
+        let ms = ceil_millis(delay);
+        self.add(Batch::rule_position(rule, RuleEvent::Delayed));
+        self.add_n(Batch::rule_position(rule, RuleEvent::DelayedMs), ms);
+        // A histogram sample is one host call, made only for held requests.
+        let _ = hostcalls::record_metric(self.delay_histogram, ms);
+    }
+}

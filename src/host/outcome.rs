@@ -1,0 +1,151 @@
+//! Carrying out the engine's outcomes on the request: holding it in delay
+//! mode, sending the denial, adding the admitted response's headers, and
+//! telling the access log.
+
+use super::clock::HOLD_TICK;
+use super::request::{grpc_deadline, is_grpc_request};
+use super::runtime::Runtime;
+use super::shared_data::HostStore;
+use super::state;
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::{GrpcStatusCode, MapType};
+use sluice_filter::config::{Plan, ServiceHeaders};
+use sluice_filter::engine::{Admitted, Delayed, Denied};
+use sluice_filter::grpc;
+use sluice_filter::response;
+use sluice_filter::rls::Reply;
+
+/// Queues a delayed request of `context` until it conforms, counting it as
+/// held; when its rule's queue is full, denies it instead (`Err`).
+pub(super) fn hold(context: u32, runtime: &Runtime, delayed: Delayed) -> Result<Delayed, ()> {
+    let (rule, max_queued) = runtime
+        .plan
+        .rules
+        .get(delayed.rule)
+        .map_or(("", 0), |r| (r.name.as_str(), r.max_queued));
+    let resume_at = delayed.resume_at();
+    if grpc::outlives(delayed.delay, grpc_deadline()) {
+        // The client would give up first: deny now, as a full queue does.
+        let denied = delayed.refuse(&runtime.plan, &HostStore, &runtime.metrics);
+        deny(&runtime.plan, &denied);
+        return Err(());
+    }
+    let queued = state::queue(|q| {
+        let was_empty = q.is_empty();
+        q.push(context, rule, resume_at, max_queued)
+            .map(|()| was_empty)
+    });
+    match queued {
+        Ok(first) => {
+            if first {
+                // The root ticks finely until the queue is empty again.
+                let _ = hostcalls::set_tick_period(HOLD_TICK);
+            }
+            delayed.accept(&runtime.metrics);
+            for_access_log("delayed", rule);
+            Ok(delayed)
+        }
+        Err(_) => {
+            let denied = delayed.refuse(&runtime.plan, &HostStore, &runtime.metrics);
+            deny(&runtime.plan, &denied);
+            Err(())
+        }
+    }
+}
+
+pub(super) fn deny(plan: &Plan, denied: &Denied) {
+    send_denial(plan, denied, None);
+}
+
+/// Sends the denial, with what a rate limit service asked for in `reply`
+/// (its headers in place of Sluice's of the same name, its body).
+pub(super) fn send_denial(plan: &Plan, denied: &Denied, reply: Option<&Reply>) {
+    let wait = reply.and_then(|r| r.retry_after);
+    let extra = response::denial_headers(
+        plan,
+        &denied.report,
+        &denied.applied,
+        &denied.shadow_denied,
+        wait,
+    );
+    let rule = response::rule_name(plan, denied.report.rule);
+    for_access_log("denied", rule);
+    let configured = plan
+        .response
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()));
+    let extra = extra.iter().map(|(k, v)| (*k, v.as_str()));
+    let service = reply
+        .filter(|_| service_headers(plan) != ServiceHeaders::Never)
+        .map_or(&[][..], |r| r.response_headers.as_slice());
+    let headers = response::with_service_headers(configured.chain(extra), service);
+    let sent = if is_grpc_request() {
+        // Envoy writes the gRPC content type, status and message.
+        let metadata: Vec<(&str, &[u8])> = headers
+            .into_iter()
+            .filter(|(k, _)| *k != "content-type")
+            .map(|(k, v)| (k, v.as_bytes()))
+            .collect();
+        let message = grpc::denial_message(rule);
+        hostcalls::send_grpc_response(GrpcStatusCode::ResourceExhausted, Some(&message), metadata)
+    } else {
+        let body = reply
+            .and_then(|r| r.body.as_deref())
+            .unwrap_or(plan.response.body.as_bytes());
+        hostcalls::send_http_response(plan.response.status, headers, Some(body))
+    };
+    if let Err(status) = sent {
+        log::warn!("sluice: cannot send the denial: {status:?}");
+    }
+}
+
+/// Tells Envoy's access log what Sluice did with the request: filter state
+/// `wasm.sluice_outcome` (`denied` or `delayed`) and `wasm.sluice_rule`.
+fn for_access_log(outcome: &str, rule: &str) {
+    let _ = hostcalls::set_property(vec!["sluice_outcome"], Some(outcome.as_bytes()));
+    let _ = hostcalls::set_property(vec!["sluice_rule"], Some(rule.as_bytes()));
+}
+
+pub(super) fn add_response_headers(plan: &Plan, admitted: &Admitted) {
+    let headers = response::admitted_headers(
+        plan,
+        admitted.report.as_ref(),
+        &admitted.applied,
+        &admitted.shadow_denied,
+    );
+    for (name, value) in headers {
+        let _ = hostcalls::add_map_value(MapType::HttpResponseHeaders, name, &value);
+    }
+}
+
+/// Which responses get a rate limit service's headers.
+fn service_headers(plan: &Plan) -> ServiceHeaders {
+    plan.limiter
+        .as_ref()
+        .map_or(ServiceHeaders::Never, |l| l.service_headers)
+}
+
+/// Adds the request headers a rate limit service asked for to the admitted
+/// request.
+pub(super) fn add_request_headers(reply: &Reply) {
+    for (name, value) in &reply.request_headers {
+        let _ = hostcalls::add_map_value(MapType::HttpRequestHeaders, name, value);
+    }
+}
+
+/// Adds the response headers a rate limit service asked for to the admitted
+/// request's response, in place of Sluice's of the same name.
+pub(super) fn add_service_response_headers(plan: &Plan, reply: &Reply) {
+    if service_headers(plan) != ServiceHeaders::Always {
+        return;
+    }
+    for (i, (name, value)) in reply.response_headers.iter().enumerate() {
+        let repeated = reply.response_headers[..i].iter().any(|(n, _)| n == name);
+        let _ = if repeated {
+            hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value)
+        } else {
+            hostcalls::set_map_value(MapType::HttpResponseHeaders, name, Some(value))
+        };
+    }
+}

@@ -1,0 +1,124 @@
+//! What one VM (a worker thread) keeps between its contexts: the requests
+//! it holds in delay mode, its coalescing groups and their shared calls in
+//! flight, the outcomes its root decided for requests, and how many root
+//! contexts are alive. This module alone owns those thread-locals; the
+//! others reach them through its functions.
+
+use super::runtime::Runtime;
+use sluice_core::Nanos;
+use sluice_filter::coalesce::Coalescer;
+use sluice_filter::engine::{Admitted, Delayed, PendingCheck};
+use sluice_filter::failure::Throttle;
+use sluice_filter::queue::Queue;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+thread_local! {
+    /// The requests this VM holds in delay mode.
+    static WAITING: RefCell<Queue> = RefCell::new(Queue::default());
+    /// Root contexts alive in this VM: the last one to go resumes every
+    /// waiting request rather than leave it stuck.
+    static ROOTS: Cell<usize> = const { Cell::new(0) };
+    /// The requests of this VM waiting for a shared global check.
+    static GROUPS: RefCell<Coalescer<Member>> = RefCell::new(Coalescer::default());
+    /// Shared calls in flight on this VM, with their tokens (one per busy
+    /// group: a list is enough, and smaller in the wasm than a map).
+    static CALLS: RefCell<Vec<(u32, SharedCall)>> = const { RefCell::new(Vec::new()) };
+    /// What the root decided for requests of this VM, until their contexts
+    /// take it.
+    static HANDOFF: RefCell<Vec<(u32, Handoff)>> = const { RefCell::new(Vec::new()) };
+    /// When this VM last logged a failed limiter call.
+    static FAILURE_LOG: RefCell<Throttle> = RefCell::new(Throttle::default());
+}
+
+/// Whether a limiter failure at `now` is logged (see [`Throttle::admit`]).
+pub(super) fn log_failure(now: Nanos) -> Option<u64> {
+    FAILURE_LOG.with(|t| t.borrow_mut().admit(now))
+}
+
+/// A request waiting for a shared global check.
+pub(super) struct Member {
+    pub(super) runtime: Rc<Runtime>,
+    pub(super) pending: PendingCheck,
+}
+
+/// A shared call in flight.
+pub(super) struct SharedCall {
+    /// The root context that made it (0 for a carried call).
+    pub(super) root: u32,
+    /// Its token.
+    pub(super) token: u32,
+    pub(super) signature: Vec<u8>,
+    /// The requests it carries, in arrival order.
+    pub(super) members: Vec<(u32, Member)>,
+}
+
+/// An outcome the root decided for a request: what its response reports.
+#[derive(Default)]
+pub(super) struct Handoff {
+    pub(super) admitted: Option<Admitted>,
+    pub(super) held: Option<Delayed>,
+}
+
+/// Runs `f` on this VM's queue of held requests.
+pub(super) fn queue<R>(f: impl FnOnce(&mut Queue) -> R) -> R {
+    WAITING.with(|q| f(&mut q.borrow_mut()))
+}
+
+/// Runs `f` on this VM's coalescing groups.
+pub(super) fn groups<R>(f: impl FnOnce(&mut Coalescer<Member>) -> R) -> R {
+    GROUPS.with(|g| f(&mut g.borrow_mut()))
+}
+
+/// Keeps the shared call `call` in flight until [`take_call`].
+pub(super) fn add_call(call: SharedCall) {
+    CALLS.with(|c| c.borrow_mut().push((call.token, call)));
+}
+
+/// Takes the shared call in flight with `token`, if any.
+pub(super) fn take_call(token: u32) -> Option<SharedCall> {
+    CALLS.with(|c| {
+        let mut calls = c.borrow_mut();
+        let at = calls.iter().position(|(t, _)| *t == token)?;
+        Some(calls.swap_remove(at).1)
+    })
+}
+
+/// Takes every shared call in flight that `gone` says ends.
+pub(super) fn take_calls(gone: impl Fn(&SharedCall) -> bool) -> Vec<SharedCall> {
+    CALLS.with(|c| {
+        let mut calls = c.borrow_mut();
+        let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut *calls)
+            .into_iter()
+            .partition(|(_, call)| gone(call));
+        *calls = kept;
+        gone.into_iter().map(|(_, call)| call).collect()
+    })
+}
+
+/// Leaves `handoff` for the request of `context` to take.
+pub(super) fn hand_off(context: u32, handoff: Handoff) {
+    HANDOFF.with(|h| h.borrow_mut().push((context, handoff)));
+}
+
+/// Takes what the root decided for the request of `context`, if anything.
+pub(super) fn take_handoff(context: u32) -> Option<Handoff> {
+    HANDOFF.with(|h| {
+        let mut h = h.borrow_mut();
+        let at = h.iter().position(|(c, _)| *c == context)?;
+        Some(h.swap_remove(at).1)
+    })
+}
+
+/// Counts a root context created.
+pub(super) fn root_opened() {
+    ROOTS.with(|r| r.set(r.get().saturating_add(1)));
+}
+
+/// Counts a root context gone; returns whether it was the VM's last.
+pub(super) fn root_closed() -> bool {
+    ROOTS.with(|r| {
+        r.set(r.get().saturating_sub(1));
+        r.get() == 0
+    })
+}
