@@ -3,10 +3,13 @@
 
 mod compile;
 mod duration;
+mod from_json;
 mod plan;
 mod raw;
+mod reader;
+mod span;
 
-pub use compile::{compile, parse, MAX_LOCAL_KEYS, MAX_NAME_LEN, MAX_QUEUED};
+pub use compile::{compile, MAX_LOCAL_KEYS, MAX_NAME_LEN, MAX_QUEUED};
 pub use duration::parse_duration;
 pub use plan::{
     Cost, DenyResponse, Elastic, Entry, EntryValue, LeasePolicy, LimitScope, LimiterTarget,
@@ -14,6 +17,12 @@ pub use plan::{
 };
 pub use raw::{FailureMode, HeadersMode, Mode, OnExceed, Protocol, RawConfig, Scope, SyncMode};
 pub use sluice_core::FieldError;
+
+/// Parses and checks the JSON configuration; every error names the field at
+/// fault by its JSON path (`rules[2].limits[0].window`).
+pub fn parse(json: &[u8]) -> Result<Plan, FieldError> {
+    compile(from_json::raw_config(json)?)
+}
 
 #[cfg(test)]
 mod tests;
