@@ -12,15 +12,17 @@ use super::raw::{
     COST_EXPECTED,
 };
 use super::reader::Node;
+use super::syntax_path::syntax_error_path;
 use serde_json::Value;
 use sluice_core::FieldError;
 
 type Read<T> = Result<T, FieldError>;
 
-/// Reads the configuration's JSON text; a syntax error is serde_json's.
+/// Reads the configuration's JSON text; a syntax error is serde_json's,
+/// at the path where it stopped.
 pub fn raw_config(json: &[u8]) -> Read<RawConfig> {
-    let value: Value =
-        serde_json::from_slice(json).map_err(|e| FieldError::at("", e.to_string()))?;
+    let value: Value = serde_json::from_slice(json)
+        .map_err(|e| FieldError::at(syntax_error_path(json), e.to_string()))?;
     config(&Node::root(json, &value))
 }
 
@@ -383,4 +385,143 @@ fn headers_mode(n: &Node) -> Read<HeadersMode> {
         HeadersMode::Both,
     ];
     n.choice(names, modes)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::parse;
+
+    /// Each error as serde derive and serde_path_to_error reported it.
+    #[test]
+    fn errors_read_as_serde_reported_them() {
+        let cases = [
+            (
+                r#"{"domain":"d" ,  "colour" : "blue"}"#,
+                r#"colour: unknown field `colour`, expected one of `domain`, `headers`, `client_ip`, `limiter`, `local_max_keys`, `response`, `rules` at line 1 column 26"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":["path"]}]}"#,
+                r#"rules[0]: missing field `limits` at line 1 column 50"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[{"requests":-1}]}]}"#,
+                r#"rules[0].limits[0].requests: invalid value: integer `-1`, expected u64 at line 1 column 74"#,
+            ),
+            (
+                r#"{"domain":"d","headers":"fancy"}"#,
+                r#"headers: unknown variant `fancy`, expected one of `none`, `legacy`, `ietf`, `both` at line 1 column 31"#,
+            ),
+            (
+                r#"{"domain":"d","headers":5}"#,
+                r#"headers: expected value at line 1 column 25"#,
+            ),
+            (
+                r#"{"domain":"d","headers":{ }}"#,
+                r#"headers: expected value at line 1 column 27"#,
+            ),
+            (
+                r#"{"domain":"d","response":{"headers":{"A":5}}}"#,
+                r#"response.headers.A: invalid type: integer `5`, expected a string at line 1 column 42"#,
+            ),
+            (
+                r#"{"domain":"d","domain":"e"}"#,
+                r#"duplicate field `domain` at line 1 column 22"#,
+            ),
+            (
+                r#"{"domain":5,"domain":"e"}"#,
+                r#"domain: invalid type: integer `5`, expected a string at line 1 column 11"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[],"cost":[ 1]}]}"#,
+                r#"rules[0].cost: invalid type: sequence, expected must be an integer of at least 1 or "header:NAME" at line 1 column 71"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[],"cost":{}}]}"#,
+                r#"rules[0].cost: invalid type: map, expected must be an integer of at least 1 or "header:NAME" at line 1 column 71"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[],"cost":1.5}]}"#,
+                r#"rules[0].cost: must be an integer of at least 1 or "header:NAME", got 1.5 at line 1 column 72"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[],"cost":-3}]}"#,
+                r#"rules[0].cost: must be an integer of at least 1 or "header:NAME", got -3 at line 1 column 71"#,
+            ),
+            (
+                r#"{"domain":"d","client_ip":null}"#,
+                r#"client_ip: invalid type: null, expected struct RawClientIp at line 1 column 30"#,
+            ),
+            (
+                r#"{"domain":"d","local_max_keys":18446744073709551616}"#,
+                r#"local_max_keys: invalid type: floating point `1.8446744073709552e+19`, expected u64 at line 1 column 51"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[{"name":"#,
+                r#"rules[0].limits[0].name: EOF while parsing a value at line 1 column 68"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[],}]}"#,
+                r#"rules[0].?: trailing comma at line 1 column 63"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":["path",],"limits":[]}]}"#,
+                r#"rules[0].key: trailing comma at line 1 column 50"#,
+            ),
+            (
+                r#""config""#,
+                r#"invalid type: string "config", expected struct RawConfig at line 1 column 8"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[{"window":"1s","scope":"global","sync":{}}]}]}"#,
+                r#"rules[0].limits[0].sync: missing field `mode` at line 1 column 101"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":[{}],"limits":[]}]}"#,
+                r#"rules[0].key[0]: invalid type: map, expected a string at line 1 column 42"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[],"match":{"headers":[{"name":"x","present":"yes"}]}}]}"#,
+                r#"rules[0].match.headers[0].present: invalid type: string "yes", expected a boolean at line 1 column 109"#,
+            ),
+            (
+                r#"{
+  "domain": "d",
+  "rules": [
+    { "name": "r", "key": ["path"], "limits": [ { "requests": 1.0 } ] }
+  ]
+}"#,
+                r#"rules[0].limits[0].requests: invalid type: floating point `1.0`, expected u64 at line 4 column 65"#,
+            ),
+            (
+                r#"{"domain":"d","response":{"headers":{"A":"1","A":2}}}"#,
+                r#"response.headers.A: invalid type: integer `2`, expected a string at line 1 column 50"#,
+            ),
+            (r#""#, r#"EOF while parsing a value at line 1 column 0"#),
+            (
+                r#"{"domain":"d","limiter":{"cluster":"c","protocol":"grpc"}}"#,
+                r#"limiter.protocol: unknown variant `grpc`, expected `sluice` or `rls` at line 1 column 56"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[{"descriptor":[{"value":"v"}]}]}]}"#,
+                r#"rules[0].limits[0].descriptor[0]: missing field `key` at line 1 column 88"#,
+            ),
+        ];
+        for (json, expected) in cases {
+            match parse(json.as_bytes()) {
+                Ok(_) => panic!("accepted: {json}"),
+                Err(e) => assert_eq!(e.to_string(), expected, "{json}"),
+            }
+        }
+    }
+
+    /// serde derive also read an object from an array of its fields in
+    /// order; the contract (and the schema) says object.
+    #[test]
+    fn an_array_is_not_an_object() {
+        let e = parse(br#"{"domain":"d","client_ip":[1,24,48]}"#).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "client_ip: invalid type: sequence, expected struct RawClientIp at line 1 column 26"
+        );
+    }
 }

@@ -8,6 +8,7 @@ mod plan;
 mod raw;
 mod reader;
 mod span;
+mod syntax_path;
 
 pub use compile::{compile, MAX_LOCAL_KEYS, MAX_NAME_LEN, MAX_QUEUED};
 pub use duration::parse_duration;

@@ -166,9 +166,14 @@ impl<'a> Node<'a> {
         values: &[T],
     ) -> Result<T, FieldError> {
         let Value::String(s) = self.value else {
-            // serde_json reads an enum from a string: anything else is not
-            // a value to it, reported at the byte after.
-            let at = (self.start + 1).min(self.text.len());
+            // serde_json reads an enum from a string (or a one-member
+            // object, which the configuration does not use): anything else
+            // is not a value to it, reported one byte past where it looked.
+            let looked = match self.value {
+                Value::Object(_) => span::skip_ws(self.text, self.start + 1),
+                _ => self.start,
+            };
+            let at = (looked + 1).min(self.text.len());
             return Err(self.fail(&self.path, at, "expected value"));
         };
         names

@@ -15,7 +15,7 @@ pub struct Member {
     pub value: usize,
 }
 
-fn byte(text: &[u8], at: usize) -> u8 {
+pub fn byte(text: &[u8], at: usize) -> u8 {
     text.get(at).copied().unwrap_or(0)
 }
 
@@ -28,7 +28,7 @@ pub fn skip_ws(text: &[u8], mut at: usize) -> usize {
 }
 
 /// After the closing quote of the string whose opening quote is at `at`.
-fn string_end(text: &[u8], mut at: usize) -> usize {
+pub fn string_end(text: &[u8], mut at: usize) -> usize {
     at += 1;
     loop {
         match byte(text, at) {
