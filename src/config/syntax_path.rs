@@ -118,22 +118,19 @@ fn key(text: &[u8], at: &mut usize, object: &str) -> Result<String, String> {
 /// After the string, number or literal at `at`, if it is valid.
 fn scalar_end(text: &[u8], at: usize) -> Option<usize> {
     let rest = text.get(at..).unwrap_or_default();
-    if byte(text, at) == b'"' {
-        let end = string_end(text, at);
-        let quoted = text.get(at..end).unwrap_or_default();
-        return serde_json::from_slice::<Value>(quoted).ok().map(|_| end);
-    }
-    for literal in [&b"true"[..], b"false", b"null"] {
-        if rest.starts_with(literal) {
-            return Some(at + literal.len());
-        }
-    }
-    let len = number_len(rest)?;
-    let number = std::str::from_utf8(rest.get(..len)?).ok()?;
-    number
-        .parse::<f64>()
+    let len = if byte(text, at) == b'"' {
+        string_end(text, at) - at
+    } else if let Some(literal) = [&b"true"[..], b"false", b"null"]
+        .into_iter()
+        .find(|l| rest.starts_with(l))
+    {
+        literal.len()
+    } else {
+        number_len(rest)?
+    };
+    // serde_json's own reading (escapes, UTF-8, a number's range).
+    serde_json::from_slice::<Value>(rest.get(..len)?)
         .ok()
-        .filter(|n| n.is_finite())
         .map(|_| at + len)
 }
 
