@@ -256,6 +256,14 @@ impl<'a> Node<'a> {
 
 /// The key whose quotes span `(start, end)`, unescaped.
 fn decode_key(text: &[u8], (start, end): (usize, usize)) -> String {
+    let inner = text
+        .get(start + 1..end.saturating_sub(1))
+        .unwrap_or_default();
+    if !inner.contains(&b'\\') {
+        if let Ok(key) = std::str::from_utf8(inner) {
+            return key.to_string();
+        }
+    }
     let quoted = text.get(start..end).unwrap_or_default();
     match serde_json::from_slice(quoted) {
         Ok(Value::String(key)) => key,
