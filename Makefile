@@ -30,13 +30,14 @@ PORT ?= 10000
 ADMIN_PORT ?= 9901
 LIMITER_PORT ?= 8081
 
-.PHONY: help run test test-rust test-e2e wasm limiter lint fmt bench clean \
+.PHONY: help run test test-rust test-e2e wasm wasm-profiling limiter lint fmt bench clean \
         setup venv wasm-target redis wrk validate cli oci schema load soak flood fuzz fuzz-ci
 
 help:
 	@echo "make run    start Envoy with the Sluice filter and an in-memory limiter"
 	@echo "make test   install what tests need, then run every test"
 	@echo "make wasm   build the filter: build/sluice.wasm"
+	@echo "make wasm-profiling  the same with function names kept: build/sluice-profiling.wasm (SLUICE_WASM=... to use it)"
 	@echo "make lint   rustfmt and clippy (native, wasm32 and the fuzz crate), warnings denied"
 	@echo "make validate  check every Envoy config in envoy/ with envoy --mode validate and the built filter"
 	@echo "make bench  Sluice against Envoy's own rate limiting (BENCH_ARGS=--quick for a smoke run)"
@@ -80,6 +81,14 @@ wasm: wasm-target
 	@mkdir -p $(BUILD)
 	cp target/$(WASM_TARGET)/release/sluice.wasm $(WASM)
 	cp target/$(WASM_TARGET)/release/sluice_bench_noop.wasm $(NOOP_WASM)
+
+# The release filter with its name section (the release build strips it),
+# for profilers; the tests and the bench run it with SLUICE_WASM=$(PROFILING_WASM).
+PROFILING_WASM := $(BUILD)/sluice-profiling.wasm
+wasm-profiling: wasm-target
+	$(CARGO) build --profile profiling --target $(WASM_TARGET) -p sluice
+	@mkdir -p $(BUILD)
+	cp target/$(WASM_TARGET)/profiling/sluice.wasm $(PROFILING_WASM)
 
 limiter:
 	$(CARGO) build --release -p sluice-limiter

@@ -68,19 +68,29 @@ pub fn parse_check(body: &[u8]) -> Result<ValidCheck, FieldError> {
     }
     match serde_json::from_slice::<CheckRequest<'_>>(body) {
         Ok(req) => req.validate(),
-        // Parse again, slower, only to name the field at fault.
-        Err(plain) => {
-            let de = &mut serde_json::Deserializer::from_slice(body);
-            match serde_path_to_error::deserialize::<_, CheckRequest<'_>>(de) {
-                Err(e) => {
-                    let path = e.path().to_string();
-                    let field = if path == "." { String::new() } else { path };
-                    Err(FieldError::at(field, e.into_inner().to_string()))
-                }
-                Ok(_) => Err(FieldError::at("", plain.to_string())),
-            }
-        }
+        Err(plain) => Err(name_the_field(body, plain)),
     }
+}
+
+/// Parses again, slower, only to name the field at fault.
+#[cfg(feature = "field-paths")]
+fn name_the_field(body: &[u8], plain: serde_json::Error) -> FieldError {
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    match serde_path_to_error::deserialize::<_, CheckRequest<'_>>(de) {
+        Err(e) => {
+            let path = e.path().to_string();
+            let field = if path == "." { String::new() } else { path };
+            FieldError::at(field, e.into_inner().to_string())
+        }
+        Ok(_) => FieldError::at("", plain.to_string()),
+    }
+}
+
+/// Without `field-paths` (the filter, which never reads checks and should
+/// not carry the path tracking), serde's message alone.
+#[cfg(not(feature = "field-paths"))]
+fn name_the_field(_body: &[u8], plain: serde_json::Error) -> FieldError {
+    FieldError::at("", plain.to_string())
 }
 
 /// Whether `name` is a valid domain: 1 to [`MAX_DOMAIN_BYTES`] bytes of

@@ -25,18 +25,6 @@ pub const MAX_LOCAL_KEYS: u64 = 10_000_000;
 /// Largest `max_queued` of a rule.
 pub const MAX_QUEUED: u64 = 100_000;
 
-/// Parses and checks the JSON configuration.
-pub fn parse(json: &[u8]) -> Result<Plan, FieldError> {
-    let mut de = serde_json::Deserializer::from_slice(json);
-    let raw: RawConfig = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        let path = if path == "." { String::new() } else { path };
-        FieldError::at(path, e.into_inner().to_string())
-    })?;
-    de.end().map_err(|e| FieldError::at("", e.to_string()))?;
-    compile(raw)
-}
-
 /// Checks `raw` and compiles it.
 pub fn compile(raw: RawConfig) -> Result<Plan, FieldError> {
     if !valid_name(&raw.domain) {

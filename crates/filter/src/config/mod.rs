@@ -4,11 +4,15 @@
 pub(crate) mod checks;
 mod compile;
 mod duration;
+mod from_json;
 mod plan;
 pub(crate) mod raw;
+mod reader;
+mod span;
+mod syntax_path;
 
 pub use checks::MAX_NAME_LEN;
-pub use compile::{compile, parse, MAX_LOCAL_KEYS, MAX_QUEUED};
+pub use compile::{compile, MAX_LOCAL_KEYS, MAX_QUEUED};
 pub use duration::parse_duration;
 pub use plan::{
     Cost, DenyResponse, Elastic, Entry, EntryValue, GlobalLimit, LeasePolicy, LimitKind,
@@ -19,6 +23,12 @@ pub use raw::{
     FailureMode, HeadersMode, Mode, OnExceed, Protocol, RawConfig, Scope, ServiceHeaders, SyncMode,
 };
 pub use sluice_core::FieldError;
+
+/// Parses and checks the JSON configuration; every error names the field at
+/// fault by its JSON path (`rules[2].limits[0].window`).
+pub fn parse(json: &[u8]) -> Result<Plan, FieldError> {
+    compile(from_json::raw_config(json)?)
+}
 
 #[cfg(test)]
 mod tests;

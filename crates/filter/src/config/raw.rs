@@ -1,4 +1,4 @@
-//! The configuration as written: serde types mirroring the JSON contract.
+//! The configuration as written: types mirroring the JSON contract.
 //!
 //! The reference of every field (default, range, meaning) is the
 //! *Configuration* section of the repository's `README.md`; the field docs
@@ -6,47 +6,48 @@
 //! reference lists exactly the fields of these types.
 //!
 //! Every struct denies unknown fields so that a typo is an error rather than a
-//! silently ignored setting. Values are checked and converted by
+//! silently ignored setting. [`from_json`](super::from_json) reads them; the
+//! `serde` attributes only tell the schema generator (feature `schema`) the
+//! same contract. Values are checked and converted by
 //! [`compile`](super::compile).
 
-use serde::Deserialize;
 use std::collections::BTreeMap;
 
 /// The whole filter configuration.
-#[derive(Debug, Deserialize)]
+#[derive(Debug)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
 pub struct RawConfig {
     /// Namespace of every counter; required and non-empty.
     pub domain: String,
     /// Which rate-limit headers to send.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub headers: HeadersMode,
     /// How the client address is found and masked.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub client_ip: RawClientIp,
     /// The global limiter; required when some limit has `scope: global`.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub limiter: Option<RawLimiter>,
     /// Slots per local limit (bounded key space).
-    #[serde(default = "default_local_max_keys")]
+    #[cfg_attr(feature = "schema", serde(default = "default_local_max_keys"))]
     pub local_max_keys: u64,
     /// The response sent to denied requests.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub response: RawResponse,
     /// The rules; all matching rules apply.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub rules: Vec<RawRule>,
 }
 
-fn default_local_max_keys() -> u64 {
+pub(super) fn default_local_max_keys() -> u64 {
     100_000
 }
 
 /// Which rate-limit headers Sluice adds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", serde(rename_all = "snake_case"))]
 pub enum HeadersMode {
     /// No rate-limit headers (a denial still carries `retry-after`).
     None,
@@ -60,18 +61,18 @@ pub enum HeadersMode {
 }
 
 /// Client address settings.
-#[derive(Debug, Deserialize)]
+#[derive(Debug)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
 pub struct RawClientIp {
     /// Proxies in front of Envoy whose `x-forwarded-for` entries are trusted.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub xff_trusted_hops: u64,
     /// IPv4 prefix length that identifies a client.
-    #[serde(default = "default_ipv4_prefix")]
+    #[cfg_attr(feature = "schema", serde(default = "default_ipv4_prefix"))]
     pub ipv4_prefix: u64,
     /// IPv6 prefix length that identifies a client.
-    #[serde(default = "default_ipv6_prefix")]
+    #[cfg_attr(feature = "schema", serde(default = "default_ipv6_prefix"))]
     pub ipv6_prefix: u64,
 }
 
@@ -94,35 +95,35 @@ fn default_ipv6_prefix() -> u64 {
 }
 
 /// The global limiter cluster.
-#[derive(Debug, Deserialize)]
+#[derive(Debug)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
 pub struct RawLimiter {
     /// Envoy cluster of `sluice-limiter` instances (or of a rate limit
     /// service, with `protocol: rls`).
     pub cluster: String,
     /// `:authority` of the call-out (`protocol: sluice` only).
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub authority: Option<String>,
     /// The limiter's protocol.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub protocol: Protocol,
     /// Call-out timeout.
-    #[serde(default = "default_timeout")]
+    #[cfg_attr(feature = "schema", serde(default = "default_timeout"))]
     pub timeout: String,
     /// What to do when the limiter cannot answer.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub failure_mode: FailureMode,
     /// Which responses get the headers a rate limit service asks for
     /// (`protocol: rls` only; default `always`).
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub service_headers: Option<ServiceHeaders>,
 }
 
 /// Which responses get a rate limit service's `response_headers_to_add`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", serde(rename_all = "snake_case"))]
 pub enum ServiceHeaders {
     /// Denials and admitted requests' responses, as Envoy's ratelimit
     /// filter does.
@@ -134,14 +135,14 @@ pub enum ServiceHeaders {
     Never,
 }
 
-fn default_timeout() -> String {
+pub(super) fn default_timeout() -> String {
     "50ms".to_string()
 }
 
 /// How the filter talks to the limiter cluster.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", serde(rename_all = "snake_case"))]
 pub enum Protocol {
     /// `sluice-limiter`'s HTTP/JSON API.
     #[default]
@@ -151,9 +152,9 @@ pub enum Protocol {
 }
 
 /// What happens to a request whose global check failed (error, timeout, bad answer).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", serde(rename_all = "snake_case"))]
 pub enum FailureMode {
     /// Let the request through (fail open).
     #[default]
@@ -163,18 +164,18 @@ pub enum FailureMode {
 }
 
 /// The denial response.
-#[derive(Debug, Deserialize)]
+#[derive(Debug)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
 pub struct RawResponse {
     /// HTTP status, 400 to 599.
-    #[serde(default = "default_status")]
+    #[cfg_attr(feature = "schema", serde(default = "default_status"))]
     pub status: u64,
     /// Response body.
-    #[serde(default = "default_body")]
+    #[cfg_attr(feature = "schema", serde(default = "default_body"))]
     pub body: String,
     /// Extra response headers.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub headers: BTreeMap<String, String>,
 }
 
@@ -197,14 +198,14 @@ fn default_body() -> String {
 }
 
 /// One rule.
-#[derive(Debug, Deserialize)]
+#[derive(Debug)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
 pub struct RawRule {
     /// Unique name, `[A-Za-z0-9_.-]+`.
     pub name: String,
     /// Which requests the rule applies to; absent matches all.
-    #[serde(default, rename = "match")]
+    #[cfg_attr(feature = "schema", serde(default, rename = "match"))]
     pub matcher: RawMatch,
     /// Key parts (`client_ip`, `header:NAME`, `path`, `method`, `authority`,
     /// `query:NAME`, `const:TEXT`).
@@ -212,21 +213,21 @@ pub struct RawRule {
     /// The limits, all of which must pass.
     pub limits: Vec<RawLimit>,
     /// Per-key exceptions.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub overrides: Vec<RawOverride>,
     /// Enforce or only observe.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub mode: Mode,
     /// What one request weighs: a fixed integer or `header:NAME`.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     #[cfg_attr(feature = "schema", schemars(schema_with = "crate::schema::cost"))]
     pub cost: RawCost,
     /// Requests of this rule held in delay mode at once, per worker.
-    #[serde(default = "default_max_queued")]
+    #[cfg_attr(feature = "schema", serde(default = "default_max_queued"))]
     pub max_queued: u64,
 }
 
-fn default_max_queued() -> u64 {
+pub(super) fn default_max_queued() -> u64 {
     1000
 }
 
@@ -248,40 +249,13 @@ impl Default for RawCost {
     }
 }
 
-impl<'de> Deserialize<'de> for RawCost {
-    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
-        struct Visitor;
-        impl serde::de::Visitor<'_> for Visitor {
-            type Value = RawCost;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str(COST_EXPECTED)
-            }
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<RawCost, E> {
-                Ok(RawCost::Fixed(v))
-            }
-            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<RawCost, E> {
-                u64::try_from(v)
-                    .map(RawCost::Fixed)
-                    .map_err(|_| E::custom(format!("{COST_EXPECTED}, got {v}")))
-            }
-            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<RawCost, E> {
-                Err(E::custom(format!("{COST_EXPECTED}, got {v}")))
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawCost, E> {
-                Ok(RawCost::Text(v.to_string()))
-            }
-        }
-        de.deserialize_any(Visitor)
-    }
-}
-
 /// What a `cost` must be, for error messages.
 pub const COST_EXPECTED: &str = "must be an integer of at least 1 or \"header:NAME\"";
 
 /// Whether a rule blocks requests.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", serde(rename_all = "snake_case"))]
 pub enum Mode {
     /// Deny requests over the limit.
     #[default]
@@ -291,43 +265,43 @@ pub enum Mode {
 }
 
 /// Request matching conditions; all given conditions must hold.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
 pub struct RawMatch {
     /// The path (without query) starts with this.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub path_prefix: Option<String>,
     /// The path (without query) is exactly this.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub path: Option<String>,
     /// The method is one of these.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub methods: Vec<String>,
     /// Header conditions.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub headers: Vec<RawHeaderMatch>,
 }
 
 /// A header condition: `{name, exact}` or `{name, present}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
 pub struct RawHeaderMatch {
     /// Header name (case-insensitive).
     pub name: String,
     /// The header's value equals this.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub exact: Option<String>,
     /// `true`: the header is present; `false`: it is absent.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub present: Option<bool>,
 }
 
 /// Where a limit is decided.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", serde(rename_all = "snake_case"))]
 pub enum Scope {
     /// In this Envoy's shared data.
     #[default]
@@ -337,89 +311,89 @@ pub enum Scope {
 }
 
 /// One limit.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
 pub struct RawLimit {
     /// The limit's name in the IETF rate-limit headers; defaults to the
     /// rule's name, or `<rule>.<index>` when the rule has several limits.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub name: Option<String>,
     /// Algorithm name (not with `protocol: rls` for a global limit).
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub algorithm: Option<String>,
     /// Requests per window (not with `protocol: rls` for a global limit).
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub requests: Option<u64>,
     /// Window duration (not with `protocol: rls` for a global limit).
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub window: Option<String>,
     /// Requests a fresh key admits at once; defaults to `requests`.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub burst: Option<u64>,
     /// Local or global.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub scope: Scope,
     /// Sub-windows per window (`sliding_window` only).
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub precision: Option<u64>,
     /// Percent admitted above `requests`/`burst` (0 to 1000).
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub soft_percent: u64,
     /// What a request over the limit gets: denied, or held until it conforms.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub on_exceed: OnExceed,
     /// Longest hold in delay mode (required with `on_exceed: delay`).
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub max_delay: Option<String>,
     /// Admission above `requests`, up to a ceiling, while a pool rule has
     /// headroom.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub elastic: Option<RawElastic>,
     /// How a global limit's checks reach the limiter.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub sync: Option<RawSync>,
     /// The rate limit service descriptor of a global limit
     /// (`protocol: rls` only).
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub descriptor: Option<Vec<RawEntry>>,
 }
 
 /// One entry of a rate limit service descriptor: `{key, value}` or
 /// `{key, from}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
 pub struct RawEntry {
     /// The entry's key.
     pub key: String,
     /// A fixed value.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub value: Option<String>,
     /// The value of one of the rule's key parts.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub from: Option<String>,
 }
 
 /// How a global limit's checks reach the limiter.
-#[derive(Debug, Deserialize)]
+#[derive(Debug)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
 pub struct RawSync {
     /// `per_request`, `coalesce` or `lease`.
     pub mode: SyncMode,
     /// Lease: the most of the limit's `requests` one Envoy holds, e.g. `"1%"`.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub max_share: Option<String>,
     /// Lease: how long a grant may be spent.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub ttl: Option<String>,
 }
 
 /// How a global limit's checks reach the limiter.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", serde(rename_all = "snake_case"))]
 pub enum SyncMode {
     /// Every request makes its own call.
     #[default]
@@ -432,9 +406,9 @@ pub enum SyncMode {
 }
 
 /// An elastic limit: beyond its own quota, a request may borrow from a pool.
-#[derive(Debug, Deserialize)]
+#[derive(Debug)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
 pub struct RawElastic {
     /// Requests per window at most, own quota and borrowed together.
     pub ceiling: u64,
@@ -443,9 +417,9 @@ pub struct RawElastic {
 }
 
 /// What happens to a request over a limit.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "schema", serde(rename_all = "snake_case"))]
 pub enum OnExceed {
     /// Deny it at once.
     #[default]
@@ -456,21 +430,21 @@ pub enum OnExceed {
 }
 
 /// A per-key exception.
-#[derive(Debug, Deserialize)]
+#[derive(Debug)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
 pub struct RawOverride {
     /// The key text this override applies to.
     pub key: String,
     /// Requests per window for this key.
     pub requests: u64,
     /// Window for this key; defaults to the limit's window.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub window: Option<String>,
     /// Burst for this key; defaults to this override's `requests`.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub burst: Option<u64>,
     /// Index of the limit overridden; absent overrides every limit of the rule.
-    #[serde(default)]
+    #[cfg_attr(feature = "schema", serde(default))]
     pub limit: Option<u64>,
 }

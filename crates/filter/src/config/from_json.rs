@@ -1,0 +1,542 @@
+//! The raw configuration read from JSON: the text is parsed once into a
+//! `serde_json::Value`, then each type is read from it with the [`Node`]
+//! cursor, one function per type, its fields spelled as in the JSON and
+//! listed in the order of `raw.rs` (the order serde's messages list them).
+//! [`Node::object`] refuses a key that is not listed before its arm is
+//! reached.
+
+use super::raw::{
+    default_local_max_keys, default_max_queued, default_timeout, FailureMode, HeadersMode, Mode,
+    OnExceed, Protocol, RawClientIp, RawConfig, RawCost, RawElastic, RawEntry, RawHeaderMatch,
+    RawLimit, RawLimiter, RawMatch, RawOverride, RawResponse, RawRule, RawSync, Scope,
+    ServiceHeaders, SyncMode, COST_EXPECTED,
+};
+use super::reader::Node;
+use super::syntax_path::syntax_error_path;
+use serde_json::Value;
+use sluice_core::FieldError;
+
+type Read<T> = Result<T, FieldError>;
+
+/// Reads the configuration's JSON text; a syntax error is serde_json's,
+/// at the path where it stopped.
+pub fn raw_config(json: &[u8]) -> Read<RawConfig> {
+    let value: Value = serde_json::from_slice(json)
+        .map_err(|e| FieldError::at(syntax_error_path(json), e.to_string()))?;
+    config(&Node::root(json, &value))
+}
+
+fn config(n: &Node) -> Read<RawConfig> {
+    let (
+        mut domain,
+        mut headers,
+        mut client_ip,
+        mut limiter,
+        mut max_keys,
+        mut response,
+        mut rules,
+    ) = Default::default();
+    let fields = &[
+        "domain",
+        "headers",
+        "client_ip",
+        "limiter",
+        "local_max_keys",
+        "response",
+        "rules",
+    ];
+    n.object("struct RawConfig", fields, &mut |k: &str, v: &Node| {
+        match k {
+            "domain" => domain = Some(v.string()?),
+            "headers" => headers = Some(headers_mode(v)?),
+            "client_ip" => client_ip = Some(raw_client_ip(v)?),
+            "limiter" => limiter = v.optional(raw_limiter)?,
+            "local_max_keys" => max_keys = Some(v.u64()?),
+            "response" => response = Some(raw_response(v)?),
+            "rules" => rules = Some(v.list(raw_rule)?),
+            _ => {}
+        }
+        Ok(())
+    })?;
+    Ok(RawConfig {
+        domain: n.required(domain, "domain")?,
+        headers: headers.unwrap_or_default(),
+        client_ip: client_ip.unwrap_or_default(),
+        limiter,
+        local_max_keys: max_keys.unwrap_or_else(default_local_max_keys),
+        response: response.unwrap_or_default(),
+        rules: rules.unwrap_or_default(),
+    })
+}
+
+fn raw_client_ip(n: &Node) -> Read<RawClientIp> {
+    let mut out = RawClientIp::default();
+    let fields = &["xff_trusted_hops", "ipv4_prefix", "ipv6_prefix"];
+    n.object("struct RawClientIp", fields, &mut |k: &str, v: &Node| {
+        match k {
+            "xff_trusted_hops" => out.xff_trusted_hops = v.u64()?,
+            "ipv4_prefix" => out.ipv4_prefix = v.u64()?,
+            "ipv6_prefix" => out.ipv6_prefix = v.u64()?,
+            _ => {}
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+fn raw_limiter(n: &Node) -> Read<RawLimiter> {
+    let (mut cluster, mut authority, mut protocol, mut timeout, mut failure_mode) =
+        Default::default();
+    let mut service_headers = None;
+    let fields = &[
+        "cluster",
+        "authority",
+        "protocol",
+        "timeout",
+        "failure_mode",
+        "service_headers",
+    ];
+    n.object("struct RawLimiter", fields, &mut |k: &str, v: &Node| {
+        match k {
+            "cluster" => cluster = Some(v.string()?),
+            "authority" => authority = v.optional(Node::string)?,
+            "protocol" => {
+                protocol = Some(v.choice(&["sluice", "rls"], &[Protocol::Sluice, Protocol::Rls])?)
+            }
+            "timeout" => timeout = Some(v.string()?),
+            "failure_mode" => {
+                failure_mode =
+                    Some(v.choice(&["allow", "deny"], &[FailureMode::Allow, FailureMode::Deny])?)
+            }
+            "service_headers" => {
+                service_headers = v.optional(|v| {
+                    v.choice(
+                        &["always", "denied", "never"],
+                        &[
+                            ServiceHeaders::Always,
+                            ServiceHeaders::Denied,
+                            ServiceHeaders::Never,
+                        ],
+                    )
+                })?
+            }
+            _ => {}
+        }
+        Ok(())
+    })?;
+    Ok(RawLimiter {
+        cluster: n.required(cluster, "cluster")?,
+        authority,
+        protocol: protocol.unwrap_or_default(),
+        timeout: timeout.unwrap_or_else(default_timeout),
+        failure_mode: failure_mode.unwrap_or_default(),
+        service_headers,
+    })
+}
+
+fn raw_response(n: &Node) -> Read<RawResponse> {
+    let mut out = RawResponse::default();
+    n.object(
+        "struct RawResponse",
+        &["status", "body", "headers"],
+        &mut |k: &str, v: &Node| {
+            match k {
+                "status" => out.status = v.u64()?,
+                "body" => out.body = v.string()?,
+                "headers" => out.headers = v.string_map()?,
+                _ => {}
+            }
+            Ok(())
+        },
+    )?;
+    Ok(out)
+}
+
+fn raw_rule(n: &Node) -> Read<RawRule> {
+    let (
+        mut name,
+        mut matcher,
+        mut key,
+        mut limits,
+        mut overrides,
+        mut mode,
+        mut cost,
+        mut max_queued,
+    ) = Default::default();
+    let fields = &[
+        "name",
+        "match",
+        "key",
+        "limits",
+        "overrides",
+        "mode",
+        "cost",
+        "max_queued",
+    ];
+    n.object("struct RawRule", fields, &mut |k: &str, v: &Node| {
+        match k {
+            "name" => name = Some(v.string()?),
+            "match" => matcher = Some(raw_match(v)?),
+            "key" => key = Some(v.list(Node::string)?),
+            "limits" => limits = Some(v.list(raw_limit)?),
+            "overrides" => overrides = Some(v.list(raw_override)?),
+            "mode" => {
+                mode = Some(v.choice(&["enforce", "shadow"], &[Mode::Enforce, Mode::Shadow])?)
+            }
+            "cost" => cost = Some(raw_cost(v)?),
+            "max_queued" => max_queued = Some(v.u64()?),
+            _ => {}
+        }
+        Ok(())
+    })?;
+    Ok(RawRule {
+        name: n.required(name, "name")?,
+        matcher: matcher.unwrap_or_default(),
+        key: n.required(key, "key")?,
+        limits: n.required(limits, "limits")?,
+        overrides: overrides.unwrap_or_default(),
+        mode: mode.unwrap_or_default(),
+        cost: cost.unwrap_or_default(),
+        max_queued: max_queued.unwrap_or_else(default_max_queued),
+    })
+}
+
+/// `5` or `"header:x-cost"`; a negative or fractional number says what is
+/// expected.
+fn raw_cost(n: &Node) -> Read<RawCost> {
+    match n.value() {
+        Value::String(s) => Ok(RawCost::Text(s.clone())),
+        Value::Number(x) => match (x.as_u64(), x.as_i64()) {
+            (Some(v), _) => Ok(RawCost::Fixed(v)),
+            (None, Some(v)) => Err(n.error(format!("{COST_EXPECTED}, got {v}"))),
+            (None, None) => {
+                let v = x.as_f64().unwrap_or_default();
+                Err(n.error(format!("{COST_EXPECTED}, got {v}")))
+            }
+        },
+        _ => Err(n.invalid_type_any(COST_EXPECTED)),
+    }
+}
+
+fn raw_match(n: &Node) -> Read<RawMatch> {
+    let mut out = RawMatch::default();
+    let fields = &["path_prefix", "path", "methods", "headers"];
+    n.object("struct RawMatch", fields, &mut |k: &str, v: &Node| {
+        match k {
+            "path_prefix" => out.path_prefix = v.optional(Node::string)?,
+            "path" => out.path = v.optional(Node::string)?,
+            "methods" => out.methods = v.list(Node::string)?,
+            "headers" => out.headers = v.list(raw_header_match)?,
+            _ => {}
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+fn raw_header_match(n: &Node) -> Read<RawHeaderMatch> {
+    let (mut name, mut exact, mut present) = Default::default();
+    n.object(
+        "struct RawHeaderMatch",
+        &["name", "exact", "present"],
+        &mut |k: &str, v: &Node| {
+            match k {
+                "name" => name = Some(v.string()?),
+                "exact" => exact = v.optional(Node::string)?,
+                "present" => present = v.optional(Node::boolean)?,
+                _ => {}
+            }
+            Ok(())
+        },
+    )?;
+    Ok(RawHeaderMatch {
+        name: n.required(name, "name")?,
+        exact,
+        present,
+    })
+}
+
+const LIMIT_FIELDS: &[&str] = &[
+    "name",
+    "algorithm",
+    "requests",
+    "window",
+    "burst",
+    "scope",
+    "precision",
+    "soft_percent",
+    "on_exceed",
+    "max_delay",
+    "elastic",
+    "sync",
+    "descriptor",
+];
+
+fn raw_limit(n: &Node) -> Read<RawLimit> {
+    let mut out = RawLimit::default();
+    n.object("struct RawLimit", LIMIT_FIELDS, &mut |k: &str, v: &Node| {
+        match k {
+            "name" => out.name = v.optional(Node::string)?,
+            "algorithm" => out.algorithm = v.optional(Node::string)?,
+            "requests" => out.requests = v.optional(Node::u64)?,
+            "window" => out.window = v.optional(Node::string)?,
+            "burst" => out.burst = v.optional(Node::u64)?,
+            "scope" => {
+                out.scope = v.choice(&["local", "global"], &[Scope::Local, Scope::Global])?
+            }
+            "precision" => out.precision = v.optional(Node::u64)?,
+            "soft_percent" => out.soft_percent = v.u64()?,
+            "on_exceed" => {
+                out.on_exceed = v.choice(&["deny", "delay"], &[OnExceed::Deny, OnExceed::Delay])?
+            }
+            "max_delay" => out.max_delay = v.optional(Node::string)?,
+            "elastic" => out.elastic = v.optional(raw_elastic)?,
+            "sync" => out.sync = v.optional(raw_sync)?,
+            "descriptor" => out.descriptor = v.optional(|d| d.list(raw_entry))?,
+            _ => {}
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+fn raw_entry(n: &Node) -> Read<RawEntry> {
+    let (mut key, mut value, mut from) = Default::default();
+    n.object(
+        "struct RawEntry",
+        &["key", "value", "from"],
+        &mut |k: &str, v: &Node| {
+            match k {
+                "key" => key = Some(v.string()?),
+                "value" => value = v.optional(Node::string)?,
+                "from" => from = v.optional(Node::string)?,
+                _ => {}
+            }
+            Ok(())
+        },
+    )?;
+    Ok(RawEntry {
+        key: n.required(key, "key")?,
+        value,
+        from,
+    })
+}
+
+fn raw_sync(n: &Node) -> Read<RawSync> {
+    let (mut mode, mut max_share, mut ttl) = Default::default();
+    n.object(
+        "struct RawSync",
+        &["mode", "max_share", "ttl"],
+        &mut |k: &str, v: &Node| {
+            match k {
+                "mode" => {
+                    let names = &["per_request", "coalesce", "lease"];
+                    let modes = &[SyncMode::PerRequest, SyncMode::Coalesce, SyncMode::Lease];
+                    mode = Some(v.choice(names, modes)?);
+                }
+                "max_share" => max_share = v.optional(Node::string)?,
+                "ttl" => ttl = v.optional(Node::string)?,
+                _ => {}
+            }
+            Ok(())
+        },
+    )?;
+    Ok(RawSync {
+        mode: n.required(mode, "mode")?,
+        max_share,
+        ttl,
+    })
+}
+
+fn raw_elastic(n: &Node) -> Read<RawElastic> {
+    let (mut ceiling, mut pool) = Default::default();
+    n.object(
+        "struct RawElastic",
+        &["ceiling", "pool"],
+        &mut |k: &str, v: &Node| {
+            match k {
+                "ceiling" => ceiling = Some(v.u64()?),
+                "pool" => pool = Some(v.string()?),
+                _ => {}
+            }
+            Ok(())
+        },
+    )?;
+    Ok(RawElastic {
+        ceiling: n.required(ceiling, "ceiling")?,
+        pool: n.required(pool, "pool")?,
+    })
+}
+
+fn raw_override(n: &Node) -> Read<RawOverride> {
+    let (mut key, mut requests, mut window, mut burst, mut limit) = Default::default();
+    let fields = &["key", "requests", "window", "burst", "limit"];
+    n.object("struct RawOverride", fields, &mut |k: &str, v: &Node| {
+        match k {
+            "key" => key = Some(v.string()?),
+            "requests" => requests = Some(v.u64()?),
+            "window" => window = v.optional(Node::string)?,
+            "burst" => burst = v.optional(Node::u64)?,
+            "limit" => limit = v.optional(Node::u64)?,
+            _ => {}
+        }
+        Ok(())
+    })?;
+    Ok(RawOverride {
+        key: n.required(key, "key")?,
+        requests: n.required(requests, "requests")?,
+        window,
+        burst,
+        limit,
+    })
+}
+
+fn headers_mode(n: &Node) -> Read<HeadersMode> {
+    let names = &["none", "legacy", "ietf", "both"];
+    let modes = &[
+        HeadersMode::None,
+        HeadersMode::Legacy,
+        HeadersMode::Ietf,
+        HeadersMode::Both,
+    ];
+    n.choice(names, modes)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::parse;
+
+    /// Each error as serde derive and serde_path_to_error reported it.
+    #[test]
+    fn errors_read_as_serde_reported_them() {
+        let cases = [
+            (
+                r#"{"domain":"d" ,  "colour" : "blue"}"#,
+                r#"colour: unknown field `colour`, expected one of `domain`, `headers`, `client_ip`, `limiter`, `local_max_keys`, `response`, `rules` at line 1 column 26"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":["path"]}]}"#,
+                r#"rules[0]: missing field `limits` at line 1 column 50"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[{"requests":-1}]}]}"#,
+                r#"rules[0].limits[0].requests: invalid value: integer `-1`, expected u64 at line 1 column 74"#,
+            ),
+            (
+                r#"{"domain":"d","headers":"fancy"}"#,
+                r#"headers: unknown variant `fancy`, expected one of `none`, `legacy`, `ietf`, `both` at line 1 column 31"#,
+            ),
+            (
+                r#"{"domain":"d","headers":5}"#,
+                r#"headers: expected value at line 1 column 25"#,
+            ),
+            (
+                r#"{"domain":"d","headers":{ }}"#,
+                r#"headers: expected value at line 1 column 27"#,
+            ),
+            (
+                r#"{"domain":"d","response":{"headers":{"A":5}}}"#,
+                r#"response.headers.A: invalid type: integer `5`, expected a string at line 1 column 42"#,
+            ),
+            (
+                r#"{"domain":"d","domain":"e"}"#,
+                r#"duplicate field `domain` at line 1 column 22"#,
+            ),
+            (
+                r#"{"domain":5,"domain":"e"}"#,
+                r#"domain: invalid type: integer `5`, expected a string at line 1 column 11"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[],"cost":[ 1]}]}"#,
+                r#"rules[0].cost: invalid type: sequence, expected must be an integer of at least 1 or "header:NAME" at line 1 column 71"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[],"cost":{}}]}"#,
+                r#"rules[0].cost: invalid type: map, expected must be an integer of at least 1 or "header:NAME" at line 1 column 71"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[],"cost":1.5}]}"#,
+                r#"rules[0].cost: must be an integer of at least 1 or "header:NAME", got 1.5 at line 1 column 72"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[],"cost":-3}]}"#,
+                r#"rules[0].cost: must be an integer of at least 1 or "header:NAME", got -3 at line 1 column 71"#,
+            ),
+            (
+                r#"{"domain":"d","client_ip":null}"#,
+                r#"client_ip: invalid type: null, expected struct RawClientIp at line 1 column 30"#,
+            ),
+            (
+                r#"{"domain":"d","local_max_keys":18446744073709551616}"#,
+                r#"local_max_keys: invalid type: floating point `1.8446744073709552e+19`, expected u64 at line 1 column 51"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[{"name":"#,
+                r#"rules[0].limits[0].name: EOF while parsing a value at line 1 column 68"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[],}]}"#,
+                r#"rules[0].?: trailing comma at line 1 column 63"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":["path",],"limits":[]}]}"#,
+                r#"rules[0].key: trailing comma at line 1 column 50"#,
+            ),
+            (
+                r#""config""#,
+                r#"invalid type: string "config", expected struct RawConfig at line 1 column 8"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[{"window":"1s","scope":"global","sync":{}}]}]}"#,
+                r#"rules[0].limits[0].sync: missing field `mode` at line 1 column 101"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":[{}],"limits":[]}]}"#,
+                r#"rules[0].key[0]: invalid type: map, expected a string at line 1 column 42"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[],"match":{"headers":[{"name":"x","present":"yes"}]}}]}"#,
+                r#"rules[0].match.headers[0].present: invalid type: string "yes", expected a boolean at line 1 column 109"#,
+            ),
+            (
+                r#"{
+  "domain": "d",
+  "rules": [
+    { "name": "r", "key": ["path"], "limits": [ { "requests": 1.0 } ] }
+  ]
+}"#,
+                r#"rules[0].limits[0].requests: invalid type: floating point `1.0`, expected u64 at line 4 column 65"#,
+            ),
+            (
+                r#"{"domain":"d","response":{"headers":{"A":"1","A":2}}}"#,
+                r#"response.headers.A: invalid type: integer `2`, expected a string at line 1 column 50"#,
+            ),
+            (r#""#, r#"EOF while parsing a value at line 1 column 0"#),
+            (
+                r#"{"domain":"d","limiter":{"cluster":"c","protocol":"grpc"}}"#,
+                r#"limiter.protocol: unknown variant `grpc`, expected `sluice` or `rls` at line 1 column 56"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[{"descriptor":[{"value":"v"}]}]}]}"#,
+                r#"rules[0].limits[0].descriptor[0]: missing field `key` at line 1 column 88"#,
+            ),
+        ];
+        for (json, expected) in cases {
+            match parse(json.as_bytes()) {
+                Ok(_) => panic!("accepted: {json}"),
+                Err(e) => assert_eq!(e.to_string(), expected, "{json}"),
+            }
+        }
+    }
+
+    /// serde derive also read an object from an array of its fields in
+    /// order; the contract (and the schema) says object.
+    #[test]
+    fn an_array_is_not_an_object() {
+        let e = parse(br#"{"domain":"d","client_ip":[1,24,48]}"#).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "client_ip: invalid type: sequence, expected struct RawClientIp at line 1 column 26"
+        );
+    }
+}
