@@ -134,7 +134,27 @@ def redis_command(port: int, *args: str) -> bytes:
         return s.recv(65536)
 
 
-class Redis:
+class Service:
+    """A server started as `self.process`: stopped, or paused and resumed."""
+
+    process: "Process | None" = None
+
+    def stop(self):
+        if self.process:
+            self.process.stop()
+
+    def pause(self):
+        """SIGSTOP: the server holds its connections open and answers nothing until `resume`."""
+        if self.process:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self):
+        """SIGCONT after `pause`."""
+        if self.process:
+            self.process.send_signal(signal.SIGCONT)
+
+
+class Redis(Service):
     """A throwaway redis-server on a loopback port; no persistence.
 
     `args` adds server options (say `["--requirepass", "pw"]`); `tls`
@@ -200,20 +220,6 @@ class Redis:
         out = subprocess.run([*self.cli_args(), *command], capture_output=True, text=True, timeout=10)
         return out.stdout
 
-    def stop(self):
-        if self.process:
-            self.process.stop()
-
-    def pause(self):
-        """SIGSTOP: the server holds its connections open and answers nothing until `resume`."""
-        if self.process:
-            self.process.send_signal(signal.SIGSTOP)
-
-    def resume(self):
-        """SIGCONT after `pause`."""
-        if self.process:
-            self.process.send_signal(signal.SIGCONT)
-
     def used_memory(self) -> int | None:
         """INFO memory's `used_memory` in bytes, or None when the server does not answer."""
         try:
@@ -244,7 +250,7 @@ class RedisTls:
         self.auth_clients = auth_clients
 
 
-class Sentinel:
+class Sentinel(Service):
     """A redis-sentinel on a loopback port watching `master` at `primary_port`."""
 
     def __init__(self, workdir: Path, primary_port: int, master: str = "sluice", quorum: int = 2,
@@ -266,10 +272,6 @@ class Sentinel:
         args = [binary, str(self.conf)] if binary else [REDIS_BIN, str(self.conf), "--sentinel"]
         self.process = Process(args, self.workdir / f"sentinel-{self.port}.log")
         wait_until(lambda: redis_ping(self.port), what=f"sentinel on {self.port}")
-
-    def stop(self):
-        if self.process:
-            self.process.stop()
 
     def primary(self, master: str = "sluice") -> int | None:
         """The primary's port this sentinel names now."""
@@ -297,7 +299,7 @@ def start_redis_cluster(workdir: Path, nodes: int = 3, tls: RedisTls | None = No
 # ---------------------------------------------------------------- sluice-limiter
 
 
-class Limiter:
+class Limiter(Service):
     """A running sluice-limiter."""
 
     def __init__(self, workdir: Path, store: str = "memory", port: int | None = None,
@@ -345,20 +347,7 @@ class Limiter:
         return request(self.port, "/v1/check", method="POST", body=data,
                        headers={"content-type": content_type})
 
-    def stop(self):
-        if self.process:
-            self.process.stop()
-
     def kill(self):
         """`kill -9` the limiter (restart it on the same port with `start`)."""
         if self.process:
             self.process.kill()
-
-    def pause(self):
-        """SIGSTOP: connections stay open and no check is answered until `resume`."""
-        if self.process:
-            self.process.send_signal(signal.SIGSTOP)
-
-    def resume(self):
-        if self.process:
-            self.process.send_signal(signal.SIGCONT)

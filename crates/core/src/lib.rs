@@ -26,7 +26,7 @@
 //! Every state is version byte, the algorithm's code ([`Algorithm::code`]),
 //! then little-endian integers (the layouts are documented in each
 //! algorithm's module). The bytes per key of each algorithm are compared in
-//! the crate's `README.md` (*The algorithms compared*).
+//! `docs/reference/algorithms.md`.
 //!
 //! ```
 //! use sluice_core::{decide, Algorithm, Limit, SECOND};

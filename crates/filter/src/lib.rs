@@ -9,8 +9,8 @@
 //! `sluice-limiter` cluster through one HTTP call-out per request.
 //!
 //! The configuration, the responses and the metrics are documented once, for
-//! operators, in the repository's `README.md` (sections *Configuration*,
-//! *Responses* and *Metrics*). In the code, [`config`] parses that JSON into
+//! operators, in the repository's `docs/reference/configuration.md`,
+//! `docs/reference/responses.md` and `docs/operations/metrics.md`. In the code, [`config`] parses that JSON into
 //! an immutable plan, [`engine`] decides a request against it without the
 //! host, and the proxy-wasm glue (the root package's `src/host/`, the only
 //! code that talks to Envoy) adapts host calls to the engine.

@@ -26,8 +26,8 @@ pub fn schema() -> Value {
         "description".into(),
         Value::from(
             "The `configuration` of the Sluice proxy-wasm filter (Istio `pluginConfig`, \
-             Envoy Gateway `config`). The reference of every field is the Configuration \
-             section of Sluice's README.md; `sluice check-config FILE` runs the filter's \
+             Envoy Gateway `config`). The reference of every field is \
+             docs/reference/configuration.md in Sluice's repository; `sluice check-config FILE` runs the filter's \
              own checks (ranges, durations, rules between fields).",
         ),
     );

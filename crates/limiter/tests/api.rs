@@ -87,7 +87,7 @@ async fn delayed_answers_carry_the_wait() {
     );
 }
 
-/// A batch: the README's example answer, word for word, with the waits
+/// A batch: `docs/reference/limiter-api.md`'s example answer, word for word, with the waits
 /// rounded up, and the batch metrics.
 #[tokio::test]
 async fn batches_answer_the_count_and_each_wait() {
@@ -123,7 +123,7 @@ async fn batches_answer_the_count_and_each_wait() {
     assert!(text.contains("sluice_limiter_delayed_total 12"), "{text}");
 }
 
-/// Leases: the README's example answer, word for word, a return, the
+/// Leases: `docs/reference/limiter-api.md`'s example answer, word for word, a return, the
 /// fields refused where they do not apply, and the lease metrics.
 #[tokio::test]
 async fn leases_answer_what_was_granted() {

@@ -111,7 +111,7 @@ impl Stats {
         }
     }
 
-    /// The report printed at the end (see the crate's README in the main README).
+    /// The report printed at the end (its fields are described in `docs/testing.md`).
     pub fn report(mut self, elapsed: Duration, interval: Duration) -> Value {
         self.latencies_us.sort_unstable();
         let answered = self.latencies_us.len() as u64;

@@ -1,7 +1,7 @@
 //! The configuration as written: types mirroring the JSON contract.
 //!
-//! The reference of every field (default, range, meaning) is the
-//! *Configuration* section of the repository's `README.md`; the field docs
+//! The reference of every field (default, range, meaning) is
+//! `docs/reference/configuration.md`; the field docs
 //! here give a one-line meaning, and `tests/test_docs.py` checks that the
 //! reference lists exactly the fields of these types.
 //!

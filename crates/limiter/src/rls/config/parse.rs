@@ -22,7 +22,7 @@ struct RawDescriptor {
     shadow_mode: bool,
     #[serde(default)]
     detailed_metric: bool,
-    // Read so that envoyproxy/ratelimit files load; see the README.
+    // Read so that envoyproxy/ratelimit files load; see `docs/reference/descriptors.md`.
     #[serde(default)]
     value_to_metric: bool,
     #[serde(default)]
