@@ -65,7 +65,8 @@ pub fn decode_response(bytes: &[u8], expected: usize) -> Option<Read> {
             (2, Value::Bytes(status)) => statuses.push(status_of(status)?),
             (3, Value::Bytes(header)) => push_header(&mut reply.response_headers, header)?,
             (4, Value::Bytes(header)) => push_header(&mut reply.request_headers, header)?,
-            (5, Value::Bytes(body)) if !body.is_empty() => reply.body = Some(body.to_vec()),
+            // The last occurrence wins, as protobuf reads a repeated scalar.
+            (5, Value::Bytes(body)) => reply.body = (!body.is_empty()).then(|| body.to_vec()),
             _ => {}
         }
     }
@@ -378,6 +379,10 @@ mod tests {
             [("x-tenant-tier".to_string(), "free".to_string())]
         );
         assert_eq!(reply.body.as_deref(), Some(&b"nope"[..]));
+        // A later empty raw_body replaces it, as protobuf reads the field.
+        let mut twice = body.clone();
+        twice.extend([0x2a, 0]);
+        assert_eq!(decode_response(&twice, 1).unwrap().reply.body, None);
         // No status: the wait comes from the service's reset header.
         assert_eq!(reply.retry_after, Some(42));
         assert_eq!(read.check.limits[0].retry_after_ms, 42_000);
