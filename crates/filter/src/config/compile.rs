@@ -17,7 +17,6 @@ use crate::key::KeyPart;
 use crate::layout;
 use crate::matcher::{HeaderCondition, HeaderTest, Matcher, PathMatch};
 use sluice_core::{FieldError, Limit, MAX_REQUESTS, MILLISECOND};
-use std::collections::BTreeSet;
 
 /// Largest `local_max_keys`.
 pub const MAX_LOCAL_KEYS: u64 = 10_000_000;
@@ -138,25 +137,28 @@ fn compile_rules(
     protocol: Protocol,
     has_limiter: bool,
 ) -> Result<Vec<Rule>, FieldError> {
-    // Rules named as an elastic limit's pool (collected by insertion: a
-    // collected set would sort, which costs the wasm a sort routine).
-    let mut pool_names = BTreeSet::new();
-    for r in &raw {
-        for e in r.limits.iter().filter_map(|l| l.elastic.as_ref()) {
-            pool_names.insert(e.pool.clone());
-        }
-    }
-    let mut names = BTreeSet::new();
+    // Rules named as an elastic limit's pool. Rules are few: plain lists
+    // searched in order cost the wasm less than a set's tree code.
+    let pool_names: Vec<&str> = raw
+        .iter()
+        .flat_map(|r| r.limits.iter().filter_map(|l| l.elastic.as_ref()))
+        .map(|e| e.pool.as_str())
+        .collect();
+    let pool_flags: Vec<bool> = raw
+        .iter()
+        .map(|r| pool_names.contains(&r.name.as_str()))
+        .collect();
+    let mut names: Vec<String> = Vec::with_capacity(raw.len());
     let mut rules = Vec::with_capacity(raw.len());
-    for (i, rule) in raw.into_iter().enumerate() {
+    for (i, (rule, pool)) in raw.into_iter().zip(pool_flags).enumerate() {
         let path = format!("rules[{i}]");
-        if !names.insert(rule.name.clone()) {
+        if names.contains(&rule.name) {
             return Err(FieldError::at(
                 format!("{path}.name"),
                 format!("duplicate rule name {:?}", rule.name),
             ));
         }
-        let pool = pool_names.contains(&rule.name);
+        names.push(rule.name.clone());
         if pool {
             elastic::check_pool_rule(&path, &rule)?;
         }
@@ -180,7 +182,7 @@ fn compile_rules(
 /// Every limit's name in the IETF headers (configured, the rule's, or
 /// `<rule>.<index>`) is distinct, so that `ratelimit` names one policy.
 fn check_limit_names(rules: &[Rule]) -> Result<(), FieldError> {
-    let mut seen = BTreeSet::new();
+    let mut seen: Vec<String> = Vec::new();
     for (i, rule) in rules.iter().enumerate() {
         for (j, limit) in rule.limits.iter().enumerate() {
             let name = match &limit.name {
@@ -188,7 +190,7 @@ fn check_limit_names(rules: &[Rule]) -> Result<(), FieldError> {
                 None if rule.limits.len() == 1 => rule.name.clone(),
                 None => format!("{}.{j}", rule.name),
             };
-            if !seen.insert(name) {
+            if seen.contains(&name) {
                 let field = if limit.name.is_some() {
                     format!("rules[{i}].limits[{j}].name")
                 } else {
@@ -202,6 +204,7 @@ fn check_limit_names(rules: &[Rule]) -> Result<(), FieldError> {
                     ),
                 ));
             }
+            seen.push(name);
         }
     }
     Ok(())
@@ -307,10 +310,9 @@ fn add_overrides(
     overrides: &[RawOverride],
     limits: &mut [RuleLimit],
 ) -> Result<(), FieldError> {
-    let mut override_keys = BTreeSet::new();
     for (k, raw_override) in overrides.iter().enumerate() {
         let override_path = format!("{path}.overrides[{k}]");
-        if !override_keys.insert(raw_override.key.as_str()) {
+        if overrides.iter().take(k).any(|o| o.key == raw_override.key) {
             return Err(FieldError::at(
                 format!("{override_path}.key"),
                 format!("duplicate override key {:?}", raw_override.key),
