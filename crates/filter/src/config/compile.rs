@@ -162,7 +162,7 @@ fn compile_rules(
         if pool {
             elastic::check_pool_rule(&path, &rule)?;
         }
-        let mut compiled = compile_rule(domain, &path, rule, protocol)?;
+        let mut compiled = compile_rule(domain, &path, &rule, protocol)?;
         compiled.pool = pool;
         if !has_limiter {
             if let Some(j) = compiled.limits.iter().position(|l| !l.is_local()) {
@@ -213,7 +213,7 @@ fn check_limit_names(rules: &[Rule]) -> Result<(), FieldError> {
 fn compile_rule(
     domain: &str,
     path: &str,
-    rule: RawRule,
+    rule: &RawRule,
     protocol: Protocol,
 ) -> Result<Rule, FieldError> {
     if !valid_name(&rule.name) || rule.name.contains('.') {
@@ -227,7 +227,7 @@ fn compile_rule(
             ),
         ));
     }
-    let matcher = compile_match(&format!("{path}.match"), rule.matcher)?;
+    let matcher = compile_match(&format!("{path}.match"), &rule.matcher)?;
     if rule.key.is_empty() {
         return Err(FieldError::at(
             format!("{path}.key"),
@@ -278,7 +278,7 @@ fn compile_rule(
         check_capacity(path, &rule.overrides, &limits, weight)?;
     }
     Ok(Rule {
-        name: rule.name,
+        name: rule.name.clone(),
         matcher,
         key,
         limits,
@@ -384,8 +384,8 @@ fn check_capacity(
     Ok(())
 }
 
-fn compile_match(path: &str, raw: RawMatch) -> Result<Matcher, FieldError> {
-    let path_match = match (raw.path_prefix, raw.path) {
+fn compile_match(path: &str, raw: &RawMatch) -> Result<Matcher, FieldError> {
+    let path_match = match (raw.path_prefix.clone(), raw.path.clone()) {
         (Some(_), Some(_)) => {
             return Err(FieldError::at(
                 path,
@@ -397,7 +397,7 @@ fn compile_match(path: &str, raw: RawMatch) -> Result<Matcher, FieldError> {
         (None, None) => PathMatch::Any,
     };
     let mut methods = Vec::with_capacity(raw.methods.len());
-    for (j, method) in raw.methods.into_iter().enumerate() {
+    for (j, method) in raw.methods.iter().enumerate() {
         if method.is_empty() {
             return Err(FieldError::at(
                 format!("{path}.methods[{j}]"),
@@ -407,7 +407,7 @@ fn compile_match(path: &str, raw: RawMatch) -> Result<Matcher, FieldError> {
         methods.push(method.to_ascii_uppercase());
     }
     let mut headers = Vec::with_capacity(raw.headers.len());
-    for (j, h) in raw.headers.into_iter().enumerate() {
+    for (j, h) in raw.headers.iter().enumerate() {
         let header_path = format!("{path}.headers[{j}]");
         if h.name.is_empty() {
             return Err(FieldError::at(
@@ -415,8 +415,8 @@ fn compile_match(path: &str, raw: RawMatch) -> Result<Matcher, FieldError> {
                 "must not be empty",
             ));
         }
-        let test = match (h.exact, h.present) {
-            (Some(value), None) => HeaderTest::Exact(value),
+        let test = match (&h.exact, h.present) {
+            (Some(value), None) => HeaderTest::Exact(value.clone()),
             (None, Some(true)) => HeaderTest::Present,
             (None, Some(false)) => HeaderTest::Absent,
             _ => {
