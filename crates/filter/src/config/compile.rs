@@ -2,7 +2,9 @@
 //! of limit compiles its own part of a limit (see [`crate::engine`]); this
 //! file checks the rest and puts the plan together.
 
-use super::checks::{in_range, limit_name, valid_name, validated, window, LimitSite, MAX_NAME_LEN};
+use super::checks::{
+    field_path, in_range, limit_name, valid_name, validated, window, LimitSite, MAX_NAME_LEN,
+};
 use super::duration::parse_duration;
 use super::plan::{
     Cost, DenyResponse, LimitKind, LimiterTarget, OverrideLimit, Plan, Rule, RuleLimit,
@@ -154,7 +156,7 @@ fn compile_rules(
         let path = format!("rules[{i}]");
         if names.contains(&rule.name) {
             return Err(FieldError::at(
-                format!("{path}.name"),
+                field_path(&path, "name"),
                 format!("duplicate rule name {:?}", rule.name),
             ));
         }
@@ -220,17 +222,17 @@ fn compile_rule(
         // No '.': a rule name is one segment of its stat names
         // (`sluice.<rule>.<event>`) and of its IETF limit names (`<rule>.<n>`).
         return Err(FieldError::at(
-            format!("{path}.name"),
+            field_path(path, "name"),
             format!(
                 "{:?} must be 1 to {MAX_NAME_LEN} bytes of A-Z, a-z, 0-9, '_', '-' (no '.': it is one segment of the rule's stat names)",
                 rule.name
             ),
         ));
     }
-    let matcher = compile_match(&format!("{path}.match"), &rule.matcher)?;
+    let matcher = compile_match(&field_path(path, "match"), &rule.matcher)?;
     if rule.key.is_empty() {
         return Err(FieldError::at(
-            format!("{path}.key"),
+            field_path(path, "key"),
             "must list at least one part",
         ));
     }
@@ -244,7 +246,7 @@ fn compile_rule(
         .collect::<Result<Vec<_>, _>>()?;
     if rule.limits.is_empty() {
         return Err(FieldError::at(
-            format!("{path}.limits"),
+            field_path(path, "limits"),
             "must list at least one limit",
         ));
     }
@@ -271,9 +273,9 @@ fn compile_rule(
         rule.max_queued,
         1,
         MAX_QUEUED,
-        &format!("{path}.max_queued"),
+        &field_path(path, "max_queued"),
     )?;
-    let cost = compile_cost(&format!("{path}.cost"), &rule.cost)?;
+    let cost = compile_cost(&field_path(path, "cost"), &rule.cost)?;
     if let Cost::Fixed(weight) = cost {
         check_capacity(path, &rule.overrides, &limits, weight)?;
     }
@@ -314,7 +316,7 @@ fn add_overrides(
         let override_path = format!("{path}.overrides[{k}]");
         if overrides.iter().take(k).any(|o| o.key == raw_override.key) {
             return Err(FieldError::at(
-                format!("{override_path}.key"),
+                field_path(&override_path, "key"),
                 format!("duplicate override key {:?}", raw_override.key),
             ));
         }
@@ -374,7 +376,7 @@ fn check_capacity(
         };
         if let Some((at, capacity)) = culprit {
             return Err(FieldError::at(
-                format!("{path}.cost"),
+                field_path(path, "cost"),
                 format!(
                     "{weight} is more than {at} can ever admit ({capacity}: its burst with the soft allowance)"
                 ),
@@ -411,7 +413,7 @@ fn compile_match(path: &str, raw: &RawMatch) -> Result<Matcher, FieldError> {
         let header_path = format!("{path}.headers[{j}]");
         if h.name.is_empty() {
             return Err(FieldError::at(
-                format!("{header_path}.name"),
+                field_path(&header_path, "name"),
                 "must not be empty",
             ));
         }
@@ -454,7 +456,7 @@ fn add_override(
                 .filter(|&i| i < limits.len())
                 .ok_or_else(|| {
                     FieldError::at(
-                        format!("{path}.limit"),
+                        field_path(path, "limit"),
                         format!("no limit {index} in this rule (it has {})", limits.len()),
                     )
                 })?;
@@ -464,7 +466,7 @@ fn add_override(
     let window = raw
         .window
         .as_deref()
-        .map(|w| window(&format!("{path}.window"), w))
+        .map(|w| window(&field_path(path, "window"), w))
         .transpose()?;
     for (j, base) in limits.iter_mut().enumerate() {
         if only.is_some_and(|o| o != j) {
