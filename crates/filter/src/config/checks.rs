@@ -31,15 +31,27 @@ pub struct LimitSite<'a> {
 impl LimitSite<'_> {
     /// The JSON path of the limit's field `field`.
     pub fn field(&self, field: &str) -> String {
-        format!("{}.{field}", self.path)
+        field_path(self.path, field)
     }
+}
+
+/// The JSON path of the member `field` of the object at `path`
+/// (`{path}.{field}`).
+// Not inlined: one copy for the many error paths that name a field.
+#[inline(never)]
+pub fn field_path(path: &str, field: &str) -> String {
+    let mut out = String::with_capacity(path.len() + 1 + field.len());
+    out.push_str(path);
+    out.push('.');
+    out.push_str(field);
+    out
 }
 
 /// A limit's configured IETF name, checked as a name.
 pub fn limit_name(limit_path: &str, raw: &RawLimit) -> Result<Option<String>, FieldError> {
     match &raw.name {
         Some(name) if !valid_name(name) => Err(FieldError::at(
-            format!("{limit_path}.name"),
+            field_path(limit_path, "name"),
             format!("{name:?} must be 1 to {MAX_NAME_LEN} bytes of A-Z, a-z, 0-9, '_', '.', '-'"),
         )),
         name => Ok(name.clone()),
@@ -93,29 +105,29 @@ pub fn compile_limit(path: &str, raw: &RawLimit) -> Result<Limit, FieldError> {
         .as_deref()
         .ok_or_else(|| required("algorithm"))?
         .parse::<Algorithm>()
-        .map_err(|e| FieldError::at(format!("{path}.algorithm"), e.to_string()))?;
+        .map_err(|e| FieldError::at(field_path(path, "algorithm"), e.to_string()))?;
     let requests = raw.requests.ok_or_else(|| required("requests"))?;
     let window = window(
-        &format!("{path}.window"),
+        &field_path(path, "window"),
         raw.window.as_deref().ok_or_else(|| required("window"))?,
     )?;
     let precision = match raw.precision {
         None => 1,
         Some(_) if algorithm != Algorithm::SlidingWindow => {
             return Err(FieldError::at(
-                format!("{path}.precision"),
+                field_path(path, "precision"),
                 "only applies to the sliding_window algorithm",
             ));
         }
         Some(p) => u32::try_from(p).map_err(|_| {
-            FieldError::at(format!("{path}.precision"), format!("out of range: {p}"))
+            FieldError::at(field_path(path, "precision"), format!("out of range: {p}"))
         })?,
     };
     let soft_percent = in_range(
         raw.soft_percent,
         0,
         u64::from(MAX_SOFT_PERCENT),
-        &format!("{path}.soft_percent"),
+        &field_path(path, "soft_percent"),
     )?;
     validated(
         path,
@@ -140,23 +152,23 @@ pub fn max_delay(
     match (raw.on_exceed, raw.max_delay.as_deref()) {
         (OnExceed::Deny, None) => Ok(None),
         (OnExceed::Deny, Some(_)) => Err(FieldError::at(
-            format!("{path}.max_delay"),
+            field_path(path, "max_delay"),
             "only applies with on_exceed: delay",
         )),
         (OnExceed::Delay, None) => Err(FieldError::at(
-            format!("{path}.max_delay"),
+            field_path(path, "max_delay"),
             "required with on_exceed: delay",
         )),
         (OnExceed::Delay, Some(_))
             if !matches!(algorithm, Algorithm::Gcra | Algorithm::LeakyBucket) =>
         {
             Err(FieldError::at(
-                format!("{path}.on_exceed"),
+                field_path(path, "on_exceed"),
                 format!("delay is for gcra and leaky_bucket only, not {algorithm}"),
             ))
         }
         (OnExceed::Delay, Some(text)) => {
-            let field = format!("{path}.max_delay");
+            let field = field_path(path, "max_delay");
             let delay = parse_duration(text).map_err(|m| FieldError::at(&field, m))?;
             if delay < MILLISECOND {
                 return Err(FieldError::at(field, "must be at least 1ms"));

@@ -2,7 +2,9 @@
 //! of limit compiles its own part of a limit (see [`crate::engine`]); this
 //! file checks the rest and puts the plan together.
 
-use super::checks::{in_range, limit_name, valid_name, validated, window, LimitSite, MAX_NAME_LEN};
+use super::checks::{
+    field_path, in_range, limit_name, valid_name, validated, window, LimitSite, MAX_NAME_LEN,
+};
 use super::duration::parse_duration;
 use super::plan::{
     Cost, DenyResponse, LimitKind, LimiterTarget, OverrideLimit, Plan, Rule, RuleLimit,
@@ -17,7 +19,6 @@ use crate::key::KeyPart;
 use crate::layout;
 use crate::matcher::{HeaderCondition, HeaderTest, Matcher, PathMatch};
 use sluice_core::{FieldError, Limit, MAX_REQUESTS, MILLISECOND};
-use std::collections::BTreeSet;
 
 /// Largest `local_max_keys`.
 pub const MAX_LOCAL_KEYS: u64 = 10_000_000;
@@ -138,29 +139,32 @@ fn compile_rules(
     protocol: Protocol,
     has_limiter: bool,
 ) -> Result<Vec<Rule>, FieldError> {
-    // Rules named as an elastic limit's pool (collected by insertion: a
-    // collected set would sort, which costs the wasm a sort routine).
-    let mut pool_names = BTreeSet::new();
-    for r in &raw {
-        for e in r.limits.iter().filter_map(|l| l.elastic.as_ref()) {
-            pool_names.insert(e.pool.clone());
-        }
-    }
-    let mut names = BTreeSet::new();
+    // Rules named as an elastic limit's pool. Rules are few: plain lists
+    // searched in order cost the wasm less than a set's tree code.
+    let pool_names: Vec<&str> = raw
+        .iter()
+        .flat_map(|r| r.limits.iter().filter_map(|l| l.elastic.as_ref()))
+        .map(|e| e.pool.as_str())
+        .collect();
+    let pool_flags: Vec<bool> = raw
+        .iter()
+        .map(|r| pool_names.contains(&r.name.as_str()))
+        .collect();
+    let mut names: Vec<String> = Vec::with_capacity(raw.len());
     let mut rules = Vec::with_capacity(raw.len());
-    for (i, rule) in raw.into_iter().enumerate() {
+    for (i, (rule, pool)) in raw.into_iter().zip(pool_flags).enumerate() {
         let path = format!("rules[{i}]");
-        if !names.insert(rule.name.clone()) {
+        if names.contains(&rule.name) {
             return Err(FieldError::at(
-                format!("{path}.name"),
+                field_path(&path, "name"),
                 format!("duplicate rule name {:?}", rule.name),
             ));
         }
-        let pool = pool_names.contains(&rule.name);
+        names.push(rule.name.clone());
         if pool {
             elastic::check_pool_rule(&path, &rule)?;
         }
-        let mut compiled = compile_rule(domain, &path, rule, protocol)?;
+        let mut compiled = compile_rule(domain, &path, &rule, protocol)?;
         compiled.pool = pool;
         if !has_limiter {
             if let Some(j) = compiled.limits.iter().position(|l| !l.is_local()) {
@@ -180,7 +184,7 @@ fn compile_rules(
 /// Every limit's name in the IETF headers (configured, the rule's, or
 /// `<rule>.<index>`) is distinct, so that `ratelimit` names one policy.
 fn check_limit_names(rules: &[Rule]) -> Result<(), FieldError> {
-    let mut seen = BTreeSet::new();
+    let mut seen: Vec<String> = Vec::new();
     for (i, rule) in rules.iter().enumerate() {
         for (j, limit) in rule.limits.iter().enumerate() {
             let name = match &limit.name {
@@ -188,7 +192,7 @@ fn check_limit_names(rules: &[Rule]) -> Result<(), FieldError> {
                 None if rule.limits.len() == 1 => rule.name.clone(),
                 None => format!("{}.{j}", rule.name),
             };
-            if !seen.insert(name) {
+            if seen.contains(&name) {
                 let field = if limit.name.is_some() {
                     format!("rules[{i}].limits[{j}].name")
                 } else {
@@ -202,6 +206,7 @@ fn check_limit_names(rules: &[Rule]) -> Result<(), FieldError> {
                     ),
                 ));
             }
+            seen.push(name);
         }
     }
     Ok(())
@@ -210,24 +215,24 @@ fn check_limit_names(rules: &[Rule]) -> Result<(), FieldError> {
 fn compile_rule(
     domain: &str,
     path: &str,
-    rule: RawRule,
+    rule: &RawRule,
     protocol: Protocol,
 ) -> Result<Rule, FieldError> {
     if !valid_name(&rule.name) || rule.name.contains('.') {
         // No '.': a rule name is one segment of its stat names
         // (`sluice.<rule>.<event>`) and of its IETF limit names (`<rule>.<n>`).
         return Err(FieldError::at(
-            format!("{path}.name"),
+            field_path(path, "name"),
             format!(
                 "{:?} must be 1 to {MAX_NAME_LEN} bytes of A-Z, a-z, 0-9, '_', '-' (no '.': it is one segment of the rule's stat names)",
                 rule.name
             ),
         ));
     }
-    let matcher = compile_match(&format!("{path}.match"), rule.matcher)?;
+    let matcher = compile_match(&field_path(path, "match"), &rule.matcher)?;
     if rule.key.is_empty() {
         return Err(FieldError::at(
-            format!("{path}.key"),
+            field_path(path, "key"),
             "must list at least one part",
         ));
     }
@@ -241,7 +246,7 @@ fn compile_rule(
         .collect::<Result<Vec<_>, _>>()?;
     if rule.limits.is_empty() {
         return Err(FieldError::at(
-            format!("{path}.limits"),
+            field_path(path, "limits"),
             "must list at least one limit",
         ));
     }
@@ -268,14 +273,14 @@ fn compile_rule(
         rule.max_queued,
         1,
         MAX_QUEUED,
-        &format!("{path}.max_queued"),
+        &field_path(path, "max_queued"),
     )?;
-    let cost = compile_cost(&format!("{path}.cost"), &rule.cost)?;
+    let cost = compile_cost(&field_path(path, "cost"), &rule.cost)?;
     if let Cost::Fixed(weight) = cost {
         check_capacity(path, &rule.overrides, &limits, weight)?;
     }
     Ok(Rule {
-        name: rule.name,
+        name: rule.name.clone(),
         matcher,
         key,
         limits,
@@ -307,12 +312,11 @@ fn add_overrides(
     overrides: &[RawOverride],
     limits: &mut [RuleLimit],
 ) -> Result<(), FieldError> {
-    let mut override_keys = BTreeSet::new();
     for (k, raw_override) in overrides.iter().enumerate() {
         let override_path = format!("{path}.overrides[{k}]");
-        if !override_keys.insert(raw_override.key.as_str()) {
+        if overrides.iter().take(k).any(|o| o.key == raw_override.key) {
             return Err(FieldError::at(
-                format!("{override_path}.key"),
+                field_path(&override_path, "key"),
                 format!("duplicate override key {:?}", raw_override.key),
             ));
         }
@@ -372,7 +376,7 @@ fn check_capacity(
         };
         if let Some((at, capacity)) = culprit {
             return Err(FieldError::at(
-                format!("{path}.cost"),
+                field_path(path, "cost"),
                 format!(
                     "{weight} is more than {at} can ever admit ({capacity}: its burst with the soft allowance)"
                 ),
@@ -382,8 +386,8 @@ fn check_capacity(
     Ok(())
 }
 
-fn compile_match(path: &str, raw: RawMatch) -> Result<Matcher, FieldError> {
-    let path_match = match (raw.path_prefix, raw.path) {
+fn compile_match(path: &str, raw: &RawMatch) -> Result<Matcher, FieldError> {
+    let path_match = match (raw.path_prefix.clone(), raw.path.clone()) {
         (Some(_), Some(_)) => {
             return Err(FieldError::at(
                 path,
@@ -395,7 +399,7 @@ fn compile_match(path: &str, raw: RawMatch) -> Result<Matcher, FieldError> {
         (None, None) => PathMatch::Any,
     };
     let mut methods = Vec::with_capacity(raw.methods.len());
-    for (j, method) in raw.methods.into_iter().enumerate() {
+    for (j, method) in raw.methods.iter().enumerate() {
         if method.is_empty() {
             return Err(FieldError::at(
                 format!("{path}.methods[{j}]"),
@@ -405,16 +409,16 @@ fn compile_match(path: &str, raw: RawMatch) -> Result<Matcher, FieldError> {
         methods.push(method.to_ascii_uppercase());
     }
     let mut headers = Vec::with_capacity(raw.headers.len());
-    for (j, h) in raw.headers.into_iter().enumerate() {
+    for (j, h) in raw.headers.iter().enumerate() {
         let header_path = format!("{path}.headers[{j}]");
         if h.name.is_empty() {
             return Err(FieldError::at(
-                format!("{header_path}.name"),
+                field_path(&header_path, "name"),
                 "must not be empty",
             ));
         }
-        let test = match (h.exact, h.present) {
-            (Some(value), None) => HeaderTest::Exact(value),
+        let test = match (&h.exact, h.present) {
+            (Some(value), None) => HeaderTest::Exact(value.clone()),
             (None, Some(true)) => HeaderTest::Present,
             (None, Some(false)) => HeaderTest::Absent,
             _ => {
@@ -452,7 +456,7 @@ fn add_override(
                 .filter(|&i| i < limits.len())
                 .ok_or_else(|| {
                     FieldError::at(
-                        format!("{path}.limit"),
+                        field_path(path, "limit"),
                         format!("no limit {index} in this rule (it has {})", limits.len()),
                     )
                 })?;
@@ -462,7 +466,7 @@ fn add_override(
     let window = raw
         .window
         .as_deref()
-        .map(|w| window(&format!("{path}.window"), w))
+        .map(|w| window(&field_path(path, "window"), w))
         .transpose()?;
     for (j, base) in limits.iter_mut().enumerate() {
         if only.is_some_and(|o| o != j) {

@@ -11,8 +11,6 @@
 //! same contract. Values are checked and converted by
 //! [`compile`](super::compile).
 
-use std::collections::BTreeMap;
-
 /// The whole filter configuration.
 #[derive(Debug)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -175,8 +173,13 @@ pub struct RawResponse {
     #[cfg_attr(feature = "schema", serde(default = "default_body"))]
     pub body: String,
     /// Extra response headers.
-    #[cfg_attr(feature = "schema", serde(default))]
-    pub headers: BTreeMap<String, String>,
+    // An object in the JSON; read as pairs sorted by name.
+    #[cfg_attr(
+        feature = "schema",
+        serde(default, serialize_with = "headers_as_object"),
+        schemars(with = "std::collections::BTreeMap<String, String>")
+    )]
+    pub headers: Vec<(String, String)>,
 }
 
 impl Default for RawResponse {
@@ -184,9 +187,18 @@ impl Default for RawResponse {
         RawResponse {
             status: default_status(),
             body: default_body(),
-            headers: BTreeMap::new(),
+            headers: Vec::new(),
         }
     }
+}
+
+/// The schema's default of `response.headers`: an object, as written.
+#[cfg(feature = "schema")]
+fn headers_as_object<S: serde::Serializer>(
+    headers: &[(String, String)],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(headers.iter().map(|(name, value)| (name, value)))
 }
 
 fn default_status() -> u64 {

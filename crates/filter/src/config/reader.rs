@@ -12,7 +12,6 @@ use super::span;
 use serde::de::{Error as _, Unexpected};
 use serde_json::Value;
 use sluice_core::FieldError;
-use std::collections::BTreeMap;
 use std::fmt::Display;
 
 /// serde_json's messages ("invalid type: ..., expected ..."), built without
@@ -183,11 +182,20 @@ impl<'a> Node<'a> {
             .ok_or_else(|| self.error(Message::unknown_variant(s, names)))
     }
 
-    /// An object of strings; a repeated key keeps its last value.
-    pub fn string_map(&self) -> Result<BTreeMap<String, String>, FieldError> {
-        let mut map = BTreeMap::new();
+    /// An object of strings as pairs sorted by key; a repeated key keeps
+    /// its last value (a map's reading, without a map's code in the wasm).
+    pub fn string_map(&self) -> Result<Vec<(String, String)>, FieldError> {
+        let mut map: Vec<(String, String)> = Vec::new();
         self.members("a map", None, &mut |key, value| {
-            map.insert(key.to_string(), value.string()?);
+            let value = value.string()?;
+            match map.binary_search_by(|(k, _)| k.as_str().cmp(key)) {
+                Ok(at) => {
+                    if let Some(pair) = map.get_mut(at) {
+                        pair.1 = value;
+                    }
+                }
+                Err(at) => map.insert(at, (key.to_string(), value)),
+            }
             Ok(())
         })?;
         Ok(map)

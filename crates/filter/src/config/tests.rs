@@ -109,6 +109,20 @@ fn compiles_the_full_example() {
     );
 }
 
+/// Response headers come sorted by name as written, a repeated name
+/// keeping its last value, then lowercased.
+#[test]
+fn response_headers_are_sorted_and_the_last_repeat_wins() {
+    let json = r#"{"domain":"d","response":{"headers":{"b":"1","A":"2","a":"3","b":"4"}}}"#;
+    let plan = parse(json.as_bytes()).unwrap();
+    let pairs = [("a", "2"), ("a", "3"), ("b", "4")];
+    let expected: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
+    assert_eq!(plan.response.headers, expected);
+}
+
 #[test]
 fn applies_defaults() {
     let plan = parse(

@@ -11,7 +11,7 @@ use super::pending::PendingCheck;
 use super::tally::{Tally, Target};
 use super::verdict::Verdict;
 use super::walk::{slot, Applied, Walk};
-use crate::config::checks::LimitSite;
+use crate::config::checks::{field_path, LimitSite};
 use crate::config::raw::{Mode, OnExceed, RawCost, RawLimit, RawRule, Scope};
 use crate::config::{Elastic, GlobalLimit, LimitKind, LocalLimit, Plan, Rule, Sync};
 use crate::key::RequestView;
@@ -65,7 +65,7 @@ fn extra_allowance(
     limit: &Limit,
     raw: &crate::config::raw::RawElastic,
 ) -> Result<Limit, FieldError> {
-    let field = format!("{path}.ceiling");
+    let field = field_path(path, "ceiling");
     if raw.ceiling <= limit.requests || raw.ceiling > MAX_REQUESTS {
         return Err(FieldError::at(
             field,
@@ -97,19 +97,19 @@ pub(crate) fn check_pool_rule(path: &str, rule: &RawRule) -> Result<(), FieldErr
     if m.path_prefix.is_some() || m.path.is_some() || !m.methods.is_empty() || !m.headers.is_empty()
     {
         return Err(FieldError::at(
-            format!("{path}.match"),
+            field_path(path, "match"),
             "a pool rule is consulted only by elastic limits, never matched on its own: remove match",
         ));
     }
     if rule.cost != RawCost::default() {
         return Err(FieldError::at(
-            format!("{path}.cost"),
+            field_path(path, "cost"),
             "a pool rule is consumed with the borrowing request's weight: remove cost",
         ));
     }
     if rule.mode == Mode::Shadow {
         return Err(FieldError::at(
-            format!("{path}.mode"),
+            field_path(path, "mode"),
             "a pool rule cannot be in shadow mode",
         ));
     }

@@ -7,7 +7,7 @@
 use super::call::{Call, LeaseAsk};
 use super::tally::{Consumed, Env, Tally, Target};
 use super::walk::{Applied, Walk};
-use crate::config::checks::LimitSite;
+use crate::config::checks::{field_path, LimitSite};
 use crate::config::raw::{Mode, OnExceed, RawLimit, RawSync};
 use crate::config::{parse_duration, LeasePolicy, Sync};
 use crate::key::RequestView;
@@ -40,9 +40,9 @@ pub(crate) fn compile(
         None
     };
     if let Some(conflict) = conflict {
-        return Err(FieldError::at(format!("{path}.mode"), conflict));
+        return Err(FieldError::at(field_path(path, "mode"), conflict));
     }
-    let share_path = format!("{path}.max_share");
+    let share_path = field_path(path, "max_share");
     let text = raw
         .max_share
         .as_deref()
@@ -51,7 +51,7 @@ pub(crate) fn compile(
     let ttl = match raw.ttl.as_deref() {
         None => DEFAULT_LEASE_TTL,
         Some(text) => {
-            let field = format!("{path}.ttl");
+            let field = field_path(path, "ttl");
             let ttl = parse_duration(text).map_err(|m| FieldError::at(&field, m))?;
             if ttl < MILLISECOND {
                 return Err(FieldError::at(field, "must be at least 1ms"));

@@ -5,7 +5,7 @@
 
 use super::call::{GlobalItem, Via};
 use super::walk::{Applied, Walk};
-use crate::config::checks::LimitSite;
+use crate::config::checks::{field_path, LimitSite};
 use crate::config::raw::{OnExceed, RawLimit};
 use crate::config::{Entry, EntryValue, LimitKind, ServiceHeld};
 use crate::headers::Reported;
@@ -123,7 +123,7 @@ fn compile_descriptor(
     };
     if entries.is_empty() {
         return Err(FieldError::at(
-            format!("{path}.descriptor"),
+            field_path(path, "descriptor"),
             "must list at least one entry",
         ));
     }
@@ -133,16 +133,16 @@ fn compile_descriptor(
         .map(|(k, e)| {
             let at = format!("{path}.descriptor[{k}]");
             if e.key.is_empty() {
-                return Err(FieldError::at(format!("{at}.key"), "must not be empty"));
+                return Err(FieldError::at(field_path(&at, "key"), "must not be empty"));
             }
             let value = match (&e.value, &e.from) {
                 (Some(v), None) => EntryValue::Fixed(v.clone()),
                 (None, Some(from)) => {
                     let part = KeyPart::parse(from)
-                        .map_err(|m| FieldError::at(format!("{at}.from"), m))?;
+                        .map_err(|m| FieldError::at(field_path(&at, "from"), m))?;
                     if !key.contains(&part) {
                         return Err(FieldError::at(
-                            format!("{at}.from"),
+                            field_path(&at, "from"),
                             format!("{from:?} is not a key part of the rule"),
                         ));
                     }
