@@ -1,17 +1,12 @@
 """The conventions Envoy users know: IETF rate-limit headers, gRPC denials,
 access logs, Prometheus labels and Envoy's duration form, against real Envoy."""
 
-import socket
-import time
-
-import h2.config
-import h2.connection
-import h2.events
 import http_sfv
 import yaml
 
 import support
 from support import request, sluice_config, wait_until
+from support.client import grpc_call
 from support.docs import code_blocks, doc_files
 
 
@@ -84,50 +79,16 @@ def test_t_is_the_time_until_additional_quota(envoy):
 
 # ---------------------------------------------------------------- gRPC
 
-def grpc_call(port, metadata=(), timeout=10.0):
-    """One unary gRPC call over h2c (an empty message); returns (seconds, headers, trailers)."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    try:
-        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
-        conn.initiate_connection()
-        sock.sendall(conn.data_to_send())
-        stream = conn.get_next_available_stream_id()
-        conn.send_headers(stream, [(":method", "POST"), (":scheme", "http"), (":path", "/test.Echo/Say"),
-                                   (":authority", "127.0.0.1"), ("content-type", "application/grpc"),
-                                   ("te", "trailers"), *metadata])
-        conn.send_data(stream, b"\x00\x00\x00\x00\x00", end_stream=True)
-        sock.sendall(conn.data_to_send())
-        start = time.monotonic()
-        headers, trailers, done = {}, {}, False
-        while not done:
-            data = sock.recv(65536)
-            if not data:
-                break
-            for event in conn.receive_data(data):
-                if isinstance(event, h2.events.ResponseReceived):
-                    headers.update(event.headers)
-                elif isinstance(event, h2.events.TrailersReceived):
-                    trailers.update(event.headers)
-                elif isinstance(event, h2.events.DataReceived):
-                    conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-                elif isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)):
-                    done = True
-            sock.sendall(conn.data_to_send())
-        return time.monotonic() - start, headers, trailers
-    finally:
-        sock.close()
-
-
 def test_a_denied_grpc_call_gets_resource_exhausted(envoy):
     e = envoy(sluice_config([{"name": "rpc", "key": ["const:k"],
                               "limits": [{"algorithm": "gcra", "requests": 1, "window": "1m"}]}],
                             response={"status": 429, "body": "{}", "headers": {"content-type": "application/json",
                                                                               "x-extra": "1"}},
                             headers="ietf"))
-    _, ok, _ = grpc_call(e.port)
+    _, ok, _, _ = grpc_call(e.port)
     assert ok[":status"] == "200"
     assert sf_list(ok["ratelimit"])[0][0] == "rpc"
-    _, denied, trailers = grpc_call(e.port)
+    _, denied, trailers, _ = grpc_call(e.port)
     fields = {**denied, **trailers}  # a trailers-only response carries everything in its headers
     assert fields[":status"] == "200"
     assert fields["grpc-status"] == "8"  # RESOURCE_EXHAUSTED, not 14 (UNAVAILABLE, retried at once)
@@ -144,11 +105,11 @@ def test_a_delayed_grpc_call_never_waits_past_its_deadline(envoy):
                               "limits": [{"algorithm": "gcra", "requests": 2, "window": "1s", "burst": 1,
                                           "on_exceed": "delay", "max_delay": "5s"}]}]))
     grpc_call(e.port)  # spends the burst: the next call conforms in 500 ms
-    elapsed, headers, _ = grpc_call(e.port, [("grpc-timeout", "200m")])
+    elapsed, headers, _, _ = grpc_call(e.port, [("grpc-timeout", "200m")])
     assert headers["grpc-status"] == "8" and headers["x-sluice-rule"] == "paced"
     assert elapsed < 0.2
     # with time enough, it is held and goes through
-    elapsed, headers, _ = grpc_call(e.port, [("grpc-timeout", "5S")])
+    elapsed, headers, _, _ = grpc_call(e.port, [("grpc-timeout", "5S")])
     # (the direct response answers a gRPC call with its own grpc-status)
     assert headers.get("grpc-status") != "8" and "x-sluice-rule" not in headers
     assert 0.3 < elapsed < 1.5
@@ -183,7 +144,7 @@ def test_denied_and_delayed_requests_are_in_the_access_log_as_the_readme_shows(t
                          for _ in range(2)])
         assert sorted(results) == [200, 429]
         # a gRPC call over "a"'s quota, which cannot wait
-        _, headers, _ = grpc_call(e.port, [("x-user", "a"), ("grpc-timeout", "1n")])
+        _, headers, _, _ = grpc_call(e.port, [("x-user", "a"), ("grpc-timeout", "1n")])
         assert headers["grpc-status"] == "8"
 
         def lines():

@@ -8,7 +8,8 @@ import grpc
 import pytest
 
 from support import ALGORITHMS, free_port, limiter_cluster, load_through, request, sluice_config, wait_until
-from support.fake_rls import OK, OVER_LIMIT, UNKNOWN, EchoUpstream, FakeRls, SilentService, grpc_request, raw_headers
+from support.client import grpc_call
+from support.fake_rls import OK, OVER_LIMIT, UNKNOWN, EchoUpstream, FakeRls, SilentService, raw_headers
 
 DESCRIPTORS = """\
 domain: test
@@ -319,9 +320,10 @@ def test_the_raw_body_is_the_body_of_an_http_denial(envoy, fake_rls):
     assert (admitted.status, admitted.body) == (200, b"ok\n")
     denied = request(e.port, "/", headers=user())
     assert (denied.status, denied.body) == (429, b'{"error": "slow down"}\n')
-    call = grpc_request(e.port, [("x-user", "a")])
+    answer = grpc_call(e.port, [("x-user", "a")])
+    call = {**answer.headers, **answer.trailers}
     assert call.get("grpc-status") == "8" and call.get("x-sluice-rule") == "per-user"
-    assert call["body"] == b""
+    assert answer.body == b""
 
 
 # reason -> how the fake (or its absence) brings it about, and the counter expected

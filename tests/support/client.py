@@ -9,8 +9,11 @@ end-to-end tests assert on.
 from __future__ import annotations
 
 import http.client
+import socket
 import threading
+import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 @dataclass
@@ -107,3 +110,50 @@ def load_through(envoys, per_envoy: int, connections: int = 16, headers: dict | 
 
     run_all([lambda e=e: one(e) for e in envoys])
     return merged
+
+
+class GrpcAnswer(NamedTuple):
+    """A unary gRPC call's answer: seconds from the request sent to the stream's end, response headers, trailers,
+    and the body's bytes."""
+    seconds: float
+    headers: dict
+    trailers: dict
+    body: bytes
+
+
+def grpc_call(port: int, metadata=(), timeout: float = 10.0) -> GrpcAnswer:
+    """One unary gRPC call over h2c (an empty message) to `/test.Echo/Say` on loopback."""
+    import h2.config
+    import h2.connection
+    import h2.events
+    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        conn.initiate_connection()
+        sock.sendall(conn.data_to_send())
+        stream = conn.get_next_available_stream_id()
+        conn.send_headers(stream, [(":method", "POST"), (":scheme", "http"), (":path", "/test.Echo/Say"),
+                                   (":authority", "127.0.0.1"), ("content-type", "application/grpc"),
+                                   ("te", "trailers"), *metadata])
+        conn.send_data(stream, b"\x00\x00\x00\x00\x00", end_stream=True)
+        sock.sendall(conn.data_to_send())
+        start = time.monotonic()
+        headers, trailers, body, done = {}, {}, b"", False
+        while not done:
+            data = sock.recv(65536)
+            if not data:
+                break
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.ResponseReceived):
+                    headers.update(event.headers)
+                elif isinstance(event, h2.events.TrailersReceived):
+                    trailers.update(event.headers)
+                elif isinstance(event, h2.events.DataReceived):
+                    body += event.data
+                    conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)):
+                    done = True
+            sock.sendall(conn.data_to_send())
+        return GrpcAnswer(time.monotonic() - start, headers, trailers, body)
+    finally:
+        sock.close()

@@ -356,42 +356,6 @@ def raw_headers(port: int, headers: dict | None = None, path: str = "/") -> tupl
         conn.close()
 
 
-def grpc_request(port: int, metadata=(), timeout: float = 10.0) -> dict:
-    """One unary gRPC call over h2c (an empty message); its response headers
-    and trailers merged."""
-    import h2.config
-    import h2.connection
-    import h2.events
-    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    try:
-        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
-        conn.initiate_connection()
-        stream = conn.get_next_available_stream_id()
-        conn.send_headers(stream, [(":method", "POST"), (":scheme", "http"), (":path", "/test.Echo/Say"),
-                                   (":authority", "127.0.0.1"), ("content-type", "application/grpc"),
-                                   ("te", "trailers"), *metadata])
-        conn.send_data(stream, b"\x00\x00\x00\x00\x00", end_stream=True)
-        sock.sendall(conn.data_to_send())
-        out, body, done = {}, b"", False
-        while not done:
-            data = sock.recv(65536)
-            if not data:
-                break
-            for event in conn.receive_data(data):
-                if isinstance(event, (h2.events.ResponseReceived, h2.events.TrailersReceived)):
-                    out.update(event.headers)
-                elif isinstance(event, h2.events.DataReceived):
-                    body += event.data
-                    conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-                elif isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)):
-                    done = True
-            sock.sendall(conn.data_to_send())
-        out["body"] = body
-        return out
-    finally:
-        sock.close()
-
-
 class SilentService:
     """A loopback port that accepts connections and never answers: a hung
     service, whose calls only Envoy's own timeout ends."""
