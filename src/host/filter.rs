@@ -15,7 +15,6 @@ use super::state::{self, Member, SharedCall};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType, MapType};
-use sluice_core::Nanos;
 use sluice_filter::coalesce::Joined;
 use sluice_filter::engine::{self, Admitted, Delayed, PendingCheck, Verdict};
 use sluice_filter::failure::{self, CallFailure};
@@ -42,8 +41,6 @@ pub(super) struct Filter {
     carrying: Option<(SharedCall, Verdict)>,
     /// What the rate limit service asked for in its answer.
     reply: Option<Reply>,
-    /// When this request's limiter calls were made.
-    called_at: Nanos,
 }
 
 impl Filter {
@@ -58,7 +55,6 @@ impl Filter {
             group: None,
             carrying: None,
             reply: None,
-            called_at: 0,
         }
     }
 }
@@ -161,7 +157,6 @@ impl Filter {
     fn call_limiter(&mut self, runtime: &Runtime, mut pending: PendingCheck) -> Action {
         let mut complete = false;
         self.tokens.clear();
-        self.called_at = now();
         for call in 0..pending.call_count() {
             match dispatch(runtime, pending.body(call)) {
                 Some(token) => self.tokens.push((token, call)),
@@ -195,11 +190,8 @@ impl Filter {
         let Some((shared, verdict)) = self.carrying.take() else {
             return;
         };
-        let answer = call_answer(body_size);
-        if let Err(failure) = answer {
-            call_failed(runtime, failure);
-        }
-        coalesced::carried(shared, answer.ok().as_deref());
+        let answer = call_answer(Some(runtime), body_size);
+        coalesced::carried(shared, answer.as_deref());
         // Handing out the answers moved the effective context.
         let _ = hostcalls::set_effective_context(self.context_id);
         if self.apply(runtime, verdict) == Action::Continue {
@@ -228,22 +220,23 @@ impl Context for Filter {
             self.carried_answered(&runtime, token, body_size);
             return;
         }
-        let answer = call_answer(body_size);
-        if let Err(failure) = answer {
-            call_failed(&runtime, failure);
-        }
-        self.answered(&runtime, token, answer.ok());
+        let answer = call_answer(Some(&runtime), body_size);
+        self.answered(&runtime, token, answer);
     }
 
     fn on_grpc_call_response(&mut self, token: u32, status_code: u32, response_size: usize) {
         let Some(runtime) = self.runtime.clone() else {
             return;
         };
-        // gRPC status 0 is OK; any other is a failed call.
-        let timeout = runtime.plan.limiter.as_ref().map_or(0, |l| l.timeout);
-        let timed_out = failure::timed_out(now().saturating_sub(self.called_at), timeout);
-        if let Some(failure) = CallFailure::of_grpc(status_code, timed_out) {
-            call_failed(&runtime, failure);
+        // gRPC status 0 is OK; any other is a failed call (the clock is read
+        // only then, to tell a timeout from a refused connection).
+        if status_code != 0 {
+            let timeout = runtime.plan.limiter.as_ref().map_or(0, |l| l.timeout);
+            let since = self.pending.as_ref().map_or(0, PendingCheck::decided_at);
+            let timed_out = failure::timed_out(now().saturating_sub(since), timeout);
+            if let Some(failure) = CallFailure::of_grpc(status_code, timed_out) {
+                call_failed(&runtime, failure);
+            }
         }
         let body = (status_code == 0)
             .then(|| hostcalls::get_buffer(BufferType::GrpcReceiveBuffer, 0, response_size))

@@ -14,8 +14,18 @@ use sluice_filter::rls;
 use std::time::Duration;
 
 /// The body of the answer to the HTTP call being reported, when its status
-/// is 200; else why the call failed.
-pub(super) fn call_answer(body_size: usize) -> Result<Vec<u8>, CallFailure> {
+/// is 200; else `None`, the failure counted (and logged) for `runtime`.
+pub(super) fn call_answer(runtime: Option<&Runtime>, body_size: usize) -> Option<Vec<u8>> {
+    let answer = read_answer(body_size);
+    if let (Err(failure), Some(runtime)) = (&answer, runtime) {
+        call_failed(runtime, *failure);
+    }
+    answer.ok()
+}
+
+/// The body of the answer to the HTTP call being reported, or why the call
+/// failed.
+fn read_answer(body_size: usize) -> Result<Vec<u8>, CallFailure> {
     let header = |name| {
         hostcalls::get_map_value(MapType::HttpCallResponseHeaders, name)
             .ok()

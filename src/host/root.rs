@@ -5,7 +5,7 @@
 use super::clock::{nanos, now, HOLD_TICK};
 use super::coalesced;
 use super::filter::Filter;
-use super::limiter::{call_answer, call_failed};
+use super::limiter::call_answer;
 use super::metrics::{config_error, Metrics};
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
@@ -75,11 +75,8 @@ impl Context for Root {
         body_size: usize,
         _trailers: usize,
     ) {
-        let answer = call_answer(body_size);
-        if let (Err(failure), Some(runtime)) = (&answer, &self.runtime) {
-            call_failed(runtime, *failure);
-        }
-        coalesced::answered(self.id, token, answer.ok().as_deref());
+        let answer = call_answer(self.runtime.as_deref(), body_size);
+        coalesced::answered(self.id, token, answer.as_deref());
     }
 }
 

@@ -7,6 +7,7 @@ use crate::config::Plan;
 use crate::local::SharedStore;
 use crate::metrics::MetricSink;
 use crate::rls;
+use sluice_core::Nanos;
 use sluice_wire::CheckResponse;
 
 /// A request waiting for the limiter.
@@ -56,6 +57,12 @@ impl PendingCheck {
             c.answer = Some(answer);
         }
         self.calls.iter().all(|c| c.answer.is_some())
+    }
+
+    /// When the request was decided, just before its calls were made (the
+    /// filter's clock): how long a call took is measured from it.
+    pub fn decided_at(&self) -> Nanos {
+        self.tally.now
     }
 
     /// Whether call `call` was answered with a body that could not be read.
