@@ -5,6 +5,7 @@
 //! [`Node::object`] refuses a key that is not listed before its arm is
 //! reached.
 
+use super::doc::{self, Kind};
 use super::raw::{
     default_local_max_keys, default_max_queued, default_timeout, FailureMode, HeadersMode, Mode,
     OnExceed, Protocol, RawClientIp, RawConfig, RawCost, RawElastic, RawEntry, RawHeaderMatch,
@@ -13,7 +14,6 @@ use super::raw::{
 };
 use super::reader::Node;
 use super::syntax_path::syntax_error_path;
-use serde_json::Value;
 use sluice_core::FieldError;
 
 type Read<T> = Result<T, FieldError>;
@@ -21,9 +21,9 @@ type Read<T> = Result<T, FieldError>;
 /// Reads the configuration's JSON text; a syntax error is serde_json's,
 /// at the path where it stopped.
 pub fn raw_config(json: &[u8]) -> Read<RawConfig> {
-    let value: Value = serde_json::from_slice(json)
-        .map_err(|e| FieldError::at(syntax_error_path(json), e.to_string()))?;
-    config(&Node::root(json, &value))
+    let doc =
+        doc::read(json).map_err(|e| FieldError::at(syntax_error_path(json), e.to_string()))?;
+    config(&Node::root(&doc))
 }
 
 fn config(n: &Node) -> Read<RawConfig> {
@@ -204,16 +204,11 @@ fn raw_rule(n: &Node) -> Read<RawRule> {
 /// `5` or `"header:x-cost"`; a negative or fractional number says what is
 /// expected.
 fn raw_cost(n: &Node) -> Read<RawCost> {
-    match n.value() {
-        Value::String(s) => Ok(RawCost::Text(s.clone())),
-        Value::Number(x) => match (x.as_u64(), x.as_i64()) {
-            (Some(v), _) => Ok(RawCost::Fixed(v)),
-            (None, Some(v)) => Err(n.error(format!("{COST_EXPECTED}, got {v}"))),
-            (None, None) => {
-                let v = x.as_f64().unwrap_or_default();
-                Err(n.error(format!("{COST_EXPECTED}, got {v}")))
-            }
-        },
+    match n.kind() {
+        Kind::Str(s) => Ok(RawCost::Text(s.to_string())),
+        Kind::Unsigned(v) => Ok(RawCost::Fixed(*v)),
+        Kind::Signed(v) => Err(n.error(format!("{COST_EXPECTED}, got {v}"))),
+        Kind::Float(v) => Err(n.error(format!("{COST_EXPECTED}, got {v}"))),
         _ => Err(n.invalid_type_any(COST_EXPECTED)),
     }
 }

@@ -3,6 +3,7 @@
 
 pub(crate) mod checks;
 mod compile;
+mod doc;
 mod duration;
 mod from_json;
 mod plan;

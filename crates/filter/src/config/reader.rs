@@ -8,9 +8,9 @@
 //! written, an unknown or repeated key is refused at its colon, a missing
 //! field after the object's closing brace.
 
+use super::doc::{Doc, Item, Kind};
 use super::span;
 use serde::de::{Error as _, Unexpected};
-use serde_json::Value;
 use sluice_core::FieldError;
 use std::fmt::Display;
 
@@ -21,109 +21,149 @@ type Message = serde_json::Error;
 /// What a member of an object does with its value.
 pub type OnMember<'f> = dyn FnMut(&str, &Node<'_>) -> Result<(), FieldError> + 'f;
 
-/// A value of the configuration, its path and where it is written.
+/// A value of the configuration: its path is found from the document only
+/// when a message names it.
+#[derive(Clone, Copy)]
 pub struct Node<'a> {
-    value: &'a Value,
-    text: &'a [u8],
-    start: usize,
-    path: String,
+    doc: &'a Doc<'a>,
+    at: usize,
 }
 
+/// Stands in for a value the document does not have (never, once read).
+const NONE: Item<'static> = Item {
+    kind: Kind::Null,
+    key: None,
+    parent: usize::MAX,
+    next: usize::MAX,
+    start: 0,
+    end: 0,
+    colon: 0,
+};
+
 impl<'a> Node<'a> {
-    /// The whole document: `value` parsed from `text`.
-    pub fn root(text: &'a [u8], value: &'a Value) -> Node<'a> {
-        Node {
-            value,
-            text,
-            start: span::skip_ws(text, 0),
-            path: String::new(),
-        }
+    /// The whole document.
+    pub fn root(doc: &'a Doc<'a>) -> Node<'a> {
+        Node { doc, at: 0 }
     }
 
-    fn child(&self, value: &'a Value, start: usize, path: String) -> Node<'a> {
-        Node {
-            value,
-            text: self.text,
-            start,
-            path,
+    fn item(&self) -> &'a Item<'a> {
+        self.doc.items.get(self.at).unwrap_or(&NONE)
+    }
+
+    fn at(&self, at: usize) -> Node<'a> {
+        Node { doc: self.doc, at }
+    }
+
+    /// The path naming this value (`rules[2].limits[0]`, "" for the
+    /// document).
+    fn path(&self) -> String {
+        let mut path = String::new();
+        self.write_path(&mut path);
+        path
+    }
+
+    fn write_path(&self, out: &mut String) {
+        let item = self.item();
+        let Some(parent) = self.doc.items.get(item.parent) else {
+            return;
+        };
+        self.at(item.parent).write_path(out);
+        match &item.key {
+            Some(key) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(key);
+            }
+            None => {
+                // Its place among the array's elements.
+                let mut index = 0usize;
+                let mut sibling = item.parent + 1;
+                while sibling < self.at && sibling < parent.next {
+                    sibling = self.at(sibling).item().next;
+                    index += 1;
+                }
+                out.push('[');
+                out.push_str(itoa::Buffer::new().format(index));
+                out.push(']');
+            }
         }
     }
 
     fn fail(&self, path: &str, offset: usize, message: impl Display) -> FieldError {
-        let (line, column) = span::line_column(self.text, offset);
+        let (line, column) = span::line_column(self.doc.text, offset);
         FieldError::at(path, format!("{message} at line {line} column {column}"))
     }
 
     fn end(&self) -> usize {
-        span::value_end(self.text, self.start)
+        self.item().end
     }
 
     /// `message` about this value, placed after it.
     pub fn error(&self, message: impl Display) -> FieldError {
-        self.fail(&self.path, self.end(), message)
+        self.fail(&self.path(), self.end(), message)
     }
 
     /// serde's "invalid type" for this value: after a scalar, at the bracket
     /// of an array or object (where serde_json stops reading).
     pub fn invalid_type(&self, expected: &str) -> FieldError {
-        let at = match self.value {
-            Value::Array(_) | Value::Object(_) => self.start,
-            _ => self.end(),
+        let item = self.item();
+        let at = match item.kind {
+            Kind::Array | Kind::Object => item.start,
+            _ => item.end,
         };
-        let message = Message::invalid_type(unexpected(self.value), &expected);
-        self.fail(&self.path, at, message)
+        let message = Message::invalid_type(unexpected(&item.kind), &expected);
+        self.fail(&self.path(), at, message)
     }
 
     /// "invalid type" as a self-describing read (`deserialize_any`) reports
     /// it: an array or object is read up to its first element or past its
     /// closing bracket.
     pub fn invalid_type_any(&self, expected: &str) -> FieldError {
-        let message = Message::invalid_type(unexpected(self.value), &expected);
-        let at = match self.value {
-            Value::Array(_) | Value::Object(_) => {
-                let first = span::skip_ws(self.text, self.start + 1);
-                match self.text.get(first) {
+        let item = self.item();
+        let message = Message::invalid_type(unexpected(&item.kind), &expected);
+        let at = match item.kind {
+            Kind::Array | Kind::Object => {
+                let first = span::skip_ws(self.doc.text, item.start + 1);
+                match self.doc.text.get(first) {
                     Some(b']' | b'}') => first + 1,
                     _ => first,
                 }
             }
-            _ => self.end(),
+            _ => item.end,
         };
-        self.fail(&self.path, at, message)
+        self.fail(&self.path(), at, message)
     }
 
-    /// The value itself.
-    pub fn value(&self) -> &'a Value {
-        self.value
+    /// What the value is.
+    pub fn kind(&self) -> &'a Kind<'a> {
+        &self.item().kind
     }
 
     /// A string.
     pub fn string(&self) -> Result<String, FieldError> {
-        match self.value {
-            Value::String(s) => Ok(s.clone()),
+        match self.kind() {
+            Kind::Str(s) => Ok(s.to_string()),
             _ => Err(self.invalid_type("a string")),
         }
     }
 
     /// `true` or `false`.
     pub fn boolean(&self) -> Result<bool, FieldError> {
-        match self.value {
-            Value::Bool(b) => Ok(*b),
+        match self.kind() {
+            Kind::Bool(b) => Ok(*b),
             _ => Err(self.invalid_type("a boolean")),
         }
     }
 
     /// A non-negative integer.
     pub fn u64(&self) -> Result<u64, FieldError> {
-        let Value::Number(n) = self.value else {
-            return Err(self.invalid_type("u64"));
-        };
-        match (n.as_u64(), n.as_i64()) {
-            (Some(v), _) => Ok(v),
-            (None, Some(v)) => {
-                Err(self.error(Message::invalid_value(Unexpected::Signed(v), &"u64")))
+        match self.kind() {
+            Kind::Unsigned(v) => Ok(*v),
+            Kind::Signed(v) => {
+                Err(self.error(Message::invalid_value(Unexpected::Signed(*v), &"u64")))
             }
-            (None, None) => Err(self.invalid_type("u64")),
+            _ => Err(self.invalid_type("u64")),
         }
     }
 
@@ -132,10 +172,19 @@ impl<'a> Node<'a> {
         &self,
         read: impl FnOnce(&Node<'a>) -> Result<T, FieldError>,
     ) -> Result<Option<T>, FieldError> {
-        match self.value {
-            Value::Null => Ok(None),
+        match self.kind() {
+            Kind::Null => Ok(None),
             _ => read(self).map(Some),
         }
+    }
+
+    /// The values an array or object holds, in the order written.
+    fn children(&self) -> impl Iterator<Item = Node<'a>> + 'a {
+        let node = *self;
+        let end = self.item().next;
+        std::iter::successors(Some(self.at + 1), move |&at| Some(node.at(at).item().next))
+            .take_while(move |&at| at < end)
+            .map(move |at| node.at(at))
     }
 
     /// An array, each element read by `read`.
@@ -143,18 +192,10 @@ impl<'a> Node<'a> {
         &self,
         read: impl Fn(&Node<'a>) -> Result<T, FieldError>,
     ) -> Result<Vec<T>, FieldError> {
-        let Value::Array(items) = self.value else {
+        let Kind::Array = self.kind() else {
             return Err(self.invalid_type("a sequence"));
         };
-        let starts = span::elements(self.text, self.start);
-        items
-            .iter()
-            .zip(starts)
-            .enumerate()
-            .map(|(i, (value, start))| {
-                read(&self.child(value, start, format!("{}[{i}]", self.path)))
-            })
-            .collect()
+        self.children().map(|n| read(&n)).collect()
     }
 
     /// One of the unit variants `names` (a string), as the matching entry of
@@ -164,16 +205,17 @@ impl<'a> Node<'a> {
         names: &'static [&'static str],
         values: &[T],
     ) -> Result<T, FieldError> {
-        let Value::String(s) = self.value else {
+        let item = self.item();
+        let Kind::Str(s) = &item.kind else {
             // serde_json reads an enum from a string (or a one-member
             // object, which the configuration does not use): anything else
             // is not a value to it, reported one byte past where it looked.
-            let looked = match self.value {
-                Value::Object(_) => span::skip_ws(self.text, self.start + 1),
-                _ => self.start,
+            let looked = match item.kind {
+                Kind::Object => span::skip_ws(self.doc.text, item.start + 1),
+                _ => item.start,
             };
-            let at = (looked + 1).min(self.text.len());
-            return Err(self.fail(&self.path, at, "expected value"));
+            let at = (looked + 1).min(self.doc.text.len());
+            return Err(self.fail(&self.path(), at, "expected value"));
         };
         names
             .iter()
@@ -223,74 +265,42 @@ impl<'a> Node<'a> {
         fields: Option<&'static [&'static str]>,
         each: &mut OnMember<'_>,
     ) -> Result<(), FieldError> {
-        let Value::Object(map) = self.value else {
+        let Kind::Object = self.kind() else {
             return Err(self.invalid_type(expected));
         };
-        let members = span::members(self.text, self.start);
-        let keys = members
-            .iter()
-            .map(|m| decode_key(self.text, m.key))
-            .collect::<Vec<_>>();
-        for (i, (m, key)) in members.iter().zip(&keys).enumerate() {
-            let path = if self.path.is_empty() {
-                key.clone()
-            } else {
-                format!("{}.{key}", self.path)
-            };
+        // The fields met so far, one bit each (no object has 64).
+        let mut seen = 0u64;
+        for member in self.children() {
+            let item = member.item();
+            let key = item.key.as_deref().unwrap_or_default();
             if let Some(fields) = fields {
-                let Some(field) = fields.iter().find(|f| *f == key) else {
-                    return Err(self.fail(&path, m.colon, Message::unknown_field(key, fields)));
+                let Some(field) = fields.iter().position(|f| *f == key) else {
+                    let message = Message::unknown_field(key, fields);
+                    return Err(member.fail(&member.path(), item.colon, message));
                 };
-                if keys[..i].contains(key) {
-                    let message = Message::duplicate_field(field);
-                    return Err(self.fail(&self.path, m.colon, message));
+                let bit = 1u64 << (field % 64);
+                if seen & bit != 0 {
+                    let message = Message::duplicate_field(fields.get(field).unwrap_or(&""));
+                    return Err(self.fail(&self.path(), item.colon, message));
                 }
+                seen |= bit;
             }
-            // A key written again: this occurrence's value is only in the text.
-            let reparsed;
-            let value = if keys[i + 1..].contains(key) {
-                let end = span::value_end(self.text, m.value);
-                let bytes = self.text.get(m.value..end).unwrap_or_default();
-                reparsed = serde_json::from_slice(bytes).unwrap_or(Value::Null);
-                &reparsed
-            } else {
-                map.get(key.as_str()).unwrap_or(&Value::Null)
-            };
-            each(key, &self.child(value, m.value, path))?;
+            each(key, &member)?;
         }
         Ok(())
     }
 }
 
-/// The key whose quotes span `(start, end)`, unescaped.
-fn decode_key(text: &[u8], (start, end): (usize, usize)) -> String {
-    let inner = text
-        .get(start + 1..end.saturating_sub(1))
-        .unwrap_or_default();
-    if !inner.contains(&b'\\') {
-        if let Ok(key) = std::str::from_utf8(inner) {
-            return key.to_string();
-        }
-    }
-    let quoted = text.get(start..end).unwrap_or_default();
-    match serde_json::from_slice(quoted) {
-        Ok(Value::String(key)) => key,
-        _ => String::new(),
-    }
-}
-
 /// How serde names what it found instead of what it expected.
-fn unexpected(value: &Value) -> Unexpected<'_> {
-    match value {
-        Value::Null => Unexpected::Unit,
-        Value::Bool(b) => Unexpected::Bool(*b),
-        Value::Number(n) => match (n.as_u64(), n.as_i64()) {
-            (Some(v), _) => Unexpected::Unsigned(v),
-            (None, Some(v)) => Unexpected::Signed(v),
-            (None, None) => Unexpected::Float(n.as_f64().unwrap_or_default()),
-        },
-        Value::String(s) => Unexpected::Str(s),
-        Value::Array(_) => Unexpected::Seq,
-        Value::Object(_) => Unexpected::Map,
+fn unexpected<'k>(kind: &'k Kind) -> Unexpected<'k> {
+    match kind {
+        Kind::Null => Unexpected::Unit,
+        Kind::Bool(b) => Unexpected::Bool(*b),
+        Kind::Unsigned(v) => Unexpected::Unsigned(*v),
+        Kind::Signed(v) => Unexpected::Signed(*v),
+        Kind::Float(v) => Unexpected::Float(*v),
+        Kind::Str(s) => Unexpected::Str(s),
+        Kind::Array => Unexpected::Seq,
+        Kind::Object => Unexpected::Map,
     }
 }
