@@ -207,8 +207,9 @@ fn raw_cost(n: &Node) -> Read<RawCost> {
     match n.kind() {
         Kind::Str(s) => Ok(RawCost::Text(s.to_string())),
         Kind::Unsigned(v) => Ok(RawCost::Fixed(*v)),
-        Kind::Signed(v) => Err(n.error(format!("{COST_EXPECTED}, got {v}"))),
-        Kind::Float(v) => Err(n.error(format!("{COST_EXPECTED}, got {v}"))),
+        Kind::Signed(_) | Kind::Float => {
+            Err(n.error(format!("{COST_EXPECTED}, got {}", n.written())))
+        }
         _ => Err(n.invalid_type_any(COST_EXPECTED)),
     }
 }
@@ -463,7 +464,7 @@ mod tests {
             ),
             (
                 r#"{"domain":"d","local_max_keys":18446744073709551616}"#,
-                r#"local_max_keys: invalid type: floating point `1.8446744073709552e+19`, expected u64 at line 1 column 51"#,
+                r#"local_max_keys: invalid type: floating point `18446744073709551616`, expected u64 at line 1 column 51"#,
             ),
             (
                 r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[{"name":"#,

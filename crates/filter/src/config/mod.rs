@@ -6,6 +6,7 @@ mod compile;
 mod doc;
 mod duration;
 mod from_json;
+mod message;
 mod plan;
 pub(crate) mod raw;
 mod reader;

@@ -2,21 +2,16 @@
 //! names it in messages (`rules[2].limits[0].window`) and where it starts in
 //! the text.
 //!
-//! Its messages are serde's own, with serde_json's `at line L column C`, so
+//! Its messages are serde's (written in `message.rs`), with serde_json's `at line L column C`, so
 //! an error reads as it did when serde derive read the raw types, at no cost
 //! per type in the wasm: objects are read member by member in the order
 //! written, an unknown or repeated key is refused at its colon, a missing
 //! field after the object's closing brace.
 
 use super::doc::{Doc, Item, Kind};
-use super::span;
-use serde::de::{Error as _, Unexpected};
+use super::{message, span};
 use sluice_core::FieldError;
 use std::fmt::Display;
-
-/// serde_json's messages ("invalid type: ..., expected ..."), built without
-/// a position (and so displayed without one).
-type Message = serde_json::Error;
 
 /// What a member of an object does with its value.
 pub type OnMember<'f> = dyn FnMut(&str, &Node<'_>) -> Result<(), FieldError> + 'f;
@@ -112,8 +107,7 @@ impl<'a> Node<'a> {
             Kind::Array | Kind::Object => item.start,
             _ => item.end,
         };
-        let message = Message::invalid_type(unexpected(&item.kind), &expected);
-        self.fail(&self.path(), at, message)
+        self.fail(&self.path(), at, self.invalid_type_message(expected))
     }
 
     /// "invalid type" as a self-describing read (`deserialize_any`) reports
@@ -121,7 +115,7 @@ impl<'a> Node<'a> {
     /// closing bracket.
     pub fn invalid_type_any(&self, expected: &str) -> FieldError {
         let item = self.item();
-        let message = Message::invalid_type(unexpected(&item.kind), &expected);
+        let message = self.invalid_type_message(expected);
         let at = match item.kind {
             Kind::Array | Kind::Object => {
                 let first = span::skip_ws(self.doc.text, item.start + 1);
@@ -133,6 +127,17 @@ impl<'a> Node<'a> {
             _ => item.end,
         };
         self.fail(&self.path(), at, message)
+    }
+
+    fn invalid_type_message(&self, expected: &str) -> String {
+        message::invalid_type(&message::found(self.kind(), self.written()), expected)
+    }
+
+    /// The value as written in the text.
+    pub fn written(&self) -> &'a str {
+        let item = self.item();
+        let bytes = self.doc.text.get(item.start..item.end);
+        std::str::from_utf8(bytes.unwrap_or_default()).unwrap_or_default()
     }
 
     /// What the value is.
@@ -160,8 +165,9 @@ impl<'a> Node<'a> {
     pub fn u64(&self) -> Result<u64, FieldError> {
         match self.kind() {
             Kind::Unsigned(v) => Ok(*v),
-            Kind::Signed(v) => {
-                Err(self.error(Message::invalid_value(Unexpected::Signed(*v), &"u64")))
+            Kind::Signed(_) => {
+                let found = message::found(self.kind(), self.written());
+                Err(self.error(message::invalid_value(&found, "u64")))
             }
             _ => Err(self.invalid_type("u64")),
         }
@@ -221,7 +227,7 @@ impl<'a> Node<'a> {
             .iter()
             .position(|n| n == s)
             .and_then(|i| values.get(i).copied())
-            .ok_or_else(|| self.error(Message::unknown_variant(s, names)))
+            .ok_or_else(|| self.error(message::unknown_variant(s, names)))
     }
 
     /// An object of strings as pairs sorted by key; a repeated key keeps
@@ -256,7 +262,7 @@ impl<'a> Node<'a> {
 
     /// `value` of a field this object must have.
     pub fn required<T>(&self, value: Option<T>, field: &'static str) -> Result<T, FieldError> {
-        value.ok_or_else(|| self.error(Message::missing_field(field)))
+        value.ok_or_else(|| self.error(message::missing_field(field)))
     }
 
     fn members(
@@ -275,12 +281,12 @@ impl<'a> Node<'a> {
             let key = item.key.as_deref().unwrap_or_default();
             if let Some(fields) = fields {
                 let Some(field) = fields.iter().position(|f| *f == key) else {
-                    let message = Message::unknown_field(key, fields);
+                    let message = message::unknown_field(key, fields);
                     return Err(member.fail(&member.path(), item.colon, message));
                 };
                 let bit = 1u64 << (field % 64);
                 if seen & bit != 0 {
-                    let message = Message::duplicate_field(fields.get(field).unwrap_or(&""));
+                    let message = message::duplicate_field(fields.get(field).unwrap_or(&""));
                     return Err(self.fail(&self.path(), item.colon, message));
                 }
                 seen |= bit;
@@ -288,19 +294,5 @@ impl<'a> Node<'a> {
             each(key, &member)?;
         }
         Ok(())
-    }
-}
-
-/// How serde names what it found instead of what it expected.
-fn unexpected<'k>(kind: &'k Kind) -> Unexpected<'k> {
-    match kind {
-        Kind::Null => Unexpected::Unit,
-        Kind::Bool(b) => Unexpected::Bool(*b),
-        Kind::Unsigned(v) => Unexpected::Unsigned(*v),
-        Kind::Signed(v) => Unexpected::Signed(*v),
-        Kind::Float(v) => Unexpected::Float(*v),
-        Kind::Str(s) => Unexpected::Str(s),
-        Kind::Array => Unexpected::Seq,
-        Kind::Object => Unexpected::Map,
     }
 }
