@@ -6,8 +6,8 @@
 //! Only run after serde_json refused the text: it walks the text as far as
 //! it is JSON and names where it stopped.
 
+use super::doc::{self, Kind};
 use super::span::{byte, skip_ws, string_end};
-use serde_json::Value;
 
 /// Containers open at once when serde_json gives up (its recursion limit).
 const MAX_DEPTH: usize = 127;
@@ -103,8 +103,9 @@ fn key(text: &[u8], at: &mut usize, object: &str) -> Result<String, String> {
         return Err(join(object, "?"));
     }
     let end = string_end(text, *at);
-    let key = match serde_json::from_slice(text.get(*at..end).unwrap_or_default()) {
-        Ok(Value::String(key)) => key,
+    let read = doc::read(text.get(*at..end).unwrap_or_default());
+    let key = match read.as_ref().map(|d| d.items.first().map(|i| &i.kind)) {
+        Ok(Some(Kind::Str(key))) => key.to_string(),
         _ => return Err(join(object, "?")),
     };
     let colon = skip_ws(text, end);
@@ -129,9 +130,7 @@ fn scalar_end(text: &[u8], at: usize) -> Option<usize> {
         number_len(rest)?
     };
     // serde_json's own reading (escapes, UTF-8, a number's range).
-    serde_json::from_slice::<Value>(rest.get(..len)?)
-        .ok()
-        .map(|_| at + len)
+    doc::read(rest.get(..len)?).ok().map(|_| at + len)
 }
 
 /// The length of the JSON number at the start of `s`, if one starts there.
