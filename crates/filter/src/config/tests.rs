@@ -911,6 +911,8 @@ fn a_limit_may_name_itself_for_the_rate_limit_headers() {
 }
 
 mod fuzz;
+#[cfg(feature = "schema")]
+mod schema_fields;
 
 #[test]
 fn service_headers_are_a_rate_limit_services_only() {

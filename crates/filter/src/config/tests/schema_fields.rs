@@ -1,0 +1,120 @@
+//! Every field of the schema (generated from `raw.rs`) is read by
+//! `from_json.rs`: a document setting every property of every object is
+//! accepted, and giving any one property another value changes what is
+//! read. A field missing from the reader's list is refused as unknown; one
+//! listed without its arm reads the same whatever its value.
+
+use super::super::from_json::raw_config;
+use crate::schema::schema;
+use serde_json::{json, Value};
+
+/// A value `schema` allows; `other` gives a second, different one (the
+/// last variant, `null` where allowed, an empty object or array).
+fn example(schema: &Value, defs: &Value, other: bool) -> Value {
+    if let Some(name) = schema["$ref"].as_str() {
+        let name = name.trim_start_matches("#/definitions/");
+        return example(&defs[name], defs, other);
+    }
+    if let Some(all) = schema["allOf"].as_array() {
+        return example(&all[0], defs, other);
+    }
+    if let Some(any) = schema["anyOf"].as_array() {
+        let null = json!({"type": "null"});
+        if other && any.contains(&null) {
+            return Value::Null;
+        }
+        let value = any.iter().find(|s| **s != null).unwrap();
+        return example(value, defs, false);
+    }
+    if let Some(one) = schema["oneOf"].as_array() {
+        let variant = if other { one.last() } else { one.first() }.unwrap();
+        return match variant.get("const") {
+            Some(name) => name.clone(),
+            None => example(variant, defs, false),
+        };
+    }
+    // `["string", "null"]`: `null` is the other value.
+    let kind = match &schema["type"] {
+        Value::Array(_) if other => return Value::Null,
+        Value::Array(kinds) => kinds[0].as_str().unwrap(),
+        kind => kind.as_str().unwrap(),
+    };
+    match (kind, other) {
+        ("object", true) => json!({}),
+        ("array", true) => json!([]),
+        ("object", false) => match schema["properties"].as_object() {
+            Some(properties) => properties
+                .iter()
+                .map(|(k, s)| (k.clone(), example(s, defs, false)))
+                .collect(),
+            None => json!({"x": example(&schema["additionalProperties"], defs, false)}),
+        },
+        ("array", false) => json!([example(&schema["items"], defs, false)]),
+        ("string", other) => json!(if other { "y" } else { "x" }),
+        ("integer", other) => json!(if other { 2 } else { 1 }),
+        ("boolean", other) => json!(!other),
+        (kind, _) => panic!("no example for type {kind}"),
+    }
+}
+
+/// The object schema `schema` names, through references and `null`.
+fn object_schema<'a>(schema: &'a Value, defs: &'a Value) -> &'a Value {
+    if let Some(name) = schema["$ref"].as_str() {
+        return object_schema(&defs[name.trim_start_matches("#/definitions/")], defs);
+    }
+    if let Some(all) = schema["allOf"].as_array() {
+        return object_schema(&all[0], defs);
+    }
+    if let Some(any) = schema["anyOf"].as_array() {
+        let value = any.iter().find(|s| s["type"] != "null").unwrap();
+        return object_schema(value, defs);
+    }
+    if schema["type"] == "array" || schema["type"][0] == "array" {
+        return object_schema(&schema["items"], defs);
+    }
+    schema
+}
+
+fn read(doc: &Value) -> String {
+    format!("{:?}", raw_config(doc.to_string().as_bytes()))
+}
+
+/// Checks each property of the object at `pointer` in `full`, then the
+/// objects inside it; the count of properties checked.
+fn check_object(full: &Value, pointer: &str, schema: &Value, defs: &Value) -> usize {
+    let schema = object_schema(schema, defs);
+    let Some(properties) = schema["properties"].as_object() else {
+        return 0;
+    };
+    let mut checked = 0;
+    for (name, property) in properties {
+        let at = format!("{pointer}/{name}");
+        let mut changed = full.clone();
+        *changed.pointer_mut(&at).unwrap() = example(property, defs, true);
+        assert_ne!(read(full), read(&changed), "{at} is not read");
+        // An array's objects are checked through its first element.
+        let inner = match full.pointer(&at) {
+            Some(Value::Array(_)) => format!("{at}/0"),
+            _ => at,
+        };
+        checked += 1 + check_object(full, &inner, property, defs);
+    }
+    checked
+}
+
+#[test]
+fn the_reader_reads_every_field_of_the_schema() {
+    let schema = schema();
+    let defs = &schema["definitions"];
+    let full = example(&schema, defs, false);
+    let read_full = raw_config(full.to_string().as_bytes());
+    assert!(read_full.is_ok(), "{full}: {:?}", read_full.err());
+    let checked = check_object(&full, "", &schema, defs);
+    // Every property of every object type, each met once in `full`.
+    let expected: usize = std::iter::once(&schema)
+        .chain(defs.as_object().unwrap().values())
+        .filter_map(|s| s["properties"].as_object())
+        .map(|p| p.len())
+        .sum();
+    assert_eq!(checked, expected);
+}
