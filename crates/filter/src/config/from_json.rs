@@ -1,6 +1,6 @@
 //! The raw configuration read from JSON: the text is parsed once into a
-//! flat list of values (`doc.rs`), then each type is read from it with the [`Node`]
-//! cursor, one function per type, its fields spelled as in the JSON and
+//! flat list of values (`doc.rs`), then each type is read from it with the
+//! [`Node`] cursor, one function per type, its fields spelled as in the JSON and
 //! listed in the order of `raw.rs` (the order serde's messages list them).
 //! [`Node::object`] refuses a key that is not listed before its arm is
 //! reached.

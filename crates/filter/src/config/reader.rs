@@ -1,10 +1,9 @@
-//! A cursor over the configuration's parsed JSON: a value, the path that
-//! names it in messages (`rules[2].limits[0].window`) and where it starts in
-//! the text.
+//! A cursor over the configuration's parsed JSON (`doc.rs`): a value, whose
+//! path (`rules[2].limits[0].window`) is found only for a message.
 //!
-//! Its messages are serde's (written in `message.rs`), with serde_json's `at line L column C`, so
-//! an error reads as it did when serde derive read the raw types, at no cost
-//! per type in the wasm: objects are read member by member in the order
+//! Its messages are serde's (written in `message.rs`), with serde_json's
+//! `at line L column C`, so an error reads as it did when serde derive read
+//! the raw types, at no cost per type in the wasm: objects are read member by member in the order
 //! written, an unknown or repeated key is refused at its colon, a missing
 //! field after the object's closing brace.
 
