@@ -4,7 +4,7 @@
 
 mod support;
 
-use support::rls::{ask, descriptor, memory, over, request, service, T0};
+use support::rls::{ask, descriptor, memory, observed, over, request, service, T0};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
@@ -13,7 +13,6 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use sluice_core::SECOND;
 use sluice_limiter::clock::{Clock, ManualClock};
 use sluice_limiter::metrics::Metrics;
-use sluice_limiter::rls::config::Descriptors;
 use sluice_limiter::rls::reload::ConfigCell;
 use sluice_limiter::rls::service::RlsService;
 use sluice_limiter::store::redis::Target;
@@ -264,9 +263,7 @@ async fn reload_keeps_counters_and_refuses_a_bad_file() {
 async fn metrics_count_descriptors_by_result() {
     let clock = Arc::new(ManualClock::new(T0));
     let metrics = Arc::new(Metrics::default());
-    let cell = Arc::new(ConfigCell::fixed(Descriptors::parse(CONFIG).unwrap()));
-    let dyn_clock: Arc<dyn Clock> = Arc::clone(&clock) as Arc<dyn Clock>;
-    let svc = RlsService::new(memory(&clock), cell, Arc::clone(&metrics), dyn_clock);
+    let svc = observed(memory(&clock), CONFIG, &clock, Arc::clone(&metrics));
     let req = request("edge", vec![descriptor(&[("canary", "c")])]);
     for _ in 0..3 {
         ask(&svc, &req).await;

@@ -13,12 +13,10 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use sluice_core::SECOND;
 use sluice_limiter::clock::{Clock, ManualClock};
 use sluice_limiter::metrics::Metrics;
-use sluice_limiter::rls::config::Descriptors;
-use sluice_limiter::rls::reload::ConfigCell;
 use sluice_limiter::rls::service::RlsService;
 use sluice_limiter::store::memory::MemoryStore;
 use std::sync::Arc;
-use support::rls::{ask, descriptor, memory, over, request, service, T0};
+use support::rls::{ask, descriptor, memory, observed, over, request, service, T0};
 
 type Svc = RlsService<Arc<MemoryStore>>;
 
@@ -292,9 +290,7 @@ descriptors:
 async fn example_8_detailed_metric_names_the_value() {
     let clock = Arc::new(ManualClock::new(T0));
     let metrics = Arc::new(Metrics::default());
-    let cell = Arc::new(ConfigCell::fixed(Descriptors::parse(EXAMPLE_8).unwrap()));
-    let dyn_clock: Arc<dyn Clock> = Arc::clone(&clock) as Arc<dyn Clock>;
-    let svc = RlsService::new(memory(&clock), cell, Arc::clone(&metrics), dyn_clock);
+    let svc = observed(memory(&clock), EXAMPLE_8, &clock, Arc::clone(&metrics));
     let minute = peer_reset(T0, 60);
     for (value, limit) in [
         ("unspecified_value", 10),

@@ -30,9 +30,19 @@ pub fn memory(clock: &Arc<ManualClock>) -> Arc<MemoryStore> {
 }
 
 pub fn service<S: Store>(store: S, config: &str, clock: &Arc<ManualClock>) -> RlsService<S> {
+    observed(store, config, clock, Arc::new(Metrics::default()))
+}
+
+/// A service that records into `metrics`.
+pub fn observed<S: Store>(
+    store: S,
+    config: &str,
+    clock: &Arc<ManualClock>,
+    metrics: Arc<Metrics>,
+) -> RlsService<S> {
     let cell = ConfigCell::fixed(Descriptors::parse(config).unwrap());
     let clock: Arc<dyn Clock> = Arc::clone(clock) as Arc<dyn Clock>;
-    RlsService::new(store, Arc::new(cell), Arc::new(Metrics::default()), clock)
+    RlsService::new(store, Arc::new(cell), metrics, clock)
 }
 
 pub fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
