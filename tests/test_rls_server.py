@@ -262,6 +262,36 @@ def test_x_ratelimit_headers(rls_envoy, processes, tmp_path):
     assert 0 <= int(seen[0].header("x-ratelimit-reset")) <= 60
 
 
+RESETS = """
+domain: resets
+descriptors:
+  - key: user
+    value: per-second
+    rate_limit: {unit: second, requests_per_unit: 1000}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+"""
+
+
+def test_x_ratelimit_reset_is_envoyproxy_ratelimits_whole_seconds(rls_envoy, processes, tmp_path):
+    """`duration_until_reset` is whole seconds rounded up (`unit - now % unit` in
+    whole seconds, as envoyproxy/ratelimit sends it): Envoy keeps only the
+    seconds, so a fraction would make the header a second low, and 0 through a
+    per-second window."""
+    lim = rls_limiter(processes, tmp_path, RESETS)
+    env = rls_envoy("resets", [lim.grpc_port], [USER], x_ratelimit_headers=True)
+    for _ in range(5):
+        r = request(env.port, "/", headers={"x-user": "per-second"})
+        assert (r.status, r.header("x-ratelimit-reset")) == (200, "1")
+    # Whichever second of the minute the limiter decided in: `60 - s % 60`.
+    for _ in range(5):
+        before = int(time.time())
+        r = request(env.port, "/", headers={"x-user": "u"})
+        after = int(time.time())
+        assert r.status == 200
+        assert int(r.header("x-ratelimit-reset")) in {60 - s % 60 for s in range(before, after + 1)}
+
+
 RELOAD = """
 domain: reload
 descriptors:

@@ -4,77 +4,23 @@
 
 mod support;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
-    Entry, RateLimitOverride,
-};
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use support::rls::{ask, descriptor, memory, observed, over, request, service, T0};
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
 use sluice_core::SECOND;
 use sluice_limiter::clock::{Clock, ManualClock};
 use sluice_limiter::metrics::Metrics;
-use sluice_limiter::rls::config::Descriptors;
 use sluice_limiter::rls::reload::ConfigCell;
 use sluice_limiter::rls::service::RlsService;
-use sluice_limiter::store::memory::{MemoryConfig, MemoryStore};
 use sluice_limiter::store::redis::Target;
-use sluice_limiter::store::Store;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Every kind of descriptor: the fuzzers' configuration.
 const CONFIG: &str = sluice_limiter::rls::fuzzing::DESCRIPTORS;
-
-/// Midway through a minute, so windows do not roll over mid-test.
-const T0: u64 = 1_700_000_010 * SECOND;
-
-fn memory(clock: &Arc<ManualClock>) -> Arc<MemoryStore> {
-    let clock: Arc<dyn Clock> = Arc::clone(clock) as Arc<dyn Clock>;
-    Arc::new(MemoryStore::new(
-        MemoryConfig {
-            shards: 4,
-            max_keys: 10_000,
-        },
-        clock,
-    ))
-}
-
-fn service<S: Store>(store: S, config: &str, clock: &Arc<ManualClock>) -> RlsService<S> {
-    let cell = ConfigCell::fixed(Descriptors::parse(config).unwrap());
-    let clock: Arc<dyn Clock> = Arc::clone(clock) as Arc<dyn Clock>;
-    RlsService::new(store, Arc::new(cell), Arc::new(Metrics::default()), clock)
-}
-
-fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(k, v)| Entry {
-                key: k.to_string(),
-                value: v.to_string(),
-            })
-            .collect(),
-        ..RateLimitDescriptor::default()
-    }
-}
-
-fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: domain.into(),
-        descriptors,
-        hits_addend: 0,
-    }
-}
-
-async fn ask<S: Store>(svc: &RlsService<S>, req: &RateLimitRequest) -> RateLimitResponse {
-    svc.decide(req).await.unwrap()
-}
-
-fn over(r: &RateLimitResponse) -> bool {
-    r.overall_code == Code::OverLimit as i32
-}
 
 #[tokio::test]
 async fn a_matched_descriptor_is_limited_with_its_status() {
@@ -317,9 +263,7 @@ async fn reload_keeps_counters_and_refuses_a_bad_file() {
 async fn metrics_count_descriptors_by_result() {
     let clock = Arc::new(ManualClock::new(T0));
     let metrics = Arc::new(Metrics::default());
-    let cell = Arc::new(ConfigCell::fixed(Descriptors::parse(CONFIG).unwrap()));
-    let dyn_clock: Arc<dyn Clock> = Arc::clone(&clock) as Arc<dyn Clock>;
-    let svc = RlsService::new(memory(&clock), cell, Arc::clone(&metrics), dyn_clock);
+    let svc = observed(memory(&clock), CONFIG, &clock, Arc::clone(&metrics));
     let req = request("edge", vec![descriptor(&[("canary", "c")])]);
     for _ in 0..3 {
         ask(&svc, &req).await;

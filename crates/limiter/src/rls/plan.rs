@@ -48,6 +48,10 @@ pub(super) enum Plan {
         report: Report,
         shadow: bool,
         index: usize,
+        /// On a counter shared with other descriptors of the call: the hits
+        /// of this descriptor and of those before it, and of those after it.
+        prefix: u64,
+        later: u64,
     },
 }
 
@@ -116,7 +120,26 @@ pub(super) fn plan_call(
         };
         out.plans.push(planned);
     }
+    count_later_hits(&mut out);
     Ok(out)
+}
+
+/// Sets each enforcing check's `later`: the hits that descriptors after it
+/// add to its counter (its item weighs every descriptor's).
+fn count_later_hits(out: &mut Planned) {
+    for (plan, _) in &mut out.plans {
+        if let Plan::Check {
+            shadow: false,
+            index,
+            prefix,
+            later,
+            ..
+        } = plan
+        {
+            let total = out.enforcing.get(*index).map_or(*prefix, |it| it.hits);
+            *later = total.saturating_sub(*prefix);
+        }
+    }
 }
 
 /// Envoy's own limit for descriptor `i` (enforcing, fixed window).
@@ -155,11 +178,13 @@ fn plan_override(
     )
     .map_err(|e| format!("descriptors[{i}].limit: {e}"))?;
     let id = state_id(scope, &override_key(d), &limit);
-    let index = add_item(&mut out.enforcing, id, limit, hits);
+    let (index, prefix) = add_item(&mut out.enforcing, id, limit, hits);
     Ok(Plan::Check {
         report,
         shadow: false,
         index,
+        prefix,
+        later: 0,
     })
 }
 
@@ -172,9 +197,7 @@ fn plan_found(
     hits: u64,
 ) -> Plan {
     let rl = f.rate_limit;
-    if !rl.name.is_empty() && replacing.contains(rl.name.as_str()) {
-        return Plan::Replaced;
-    }
+    let replaced = !rl.name.is_empty() && replacing.contains(rl.name.as_str());
     let report = Report {
         requests_per_unit: rl.requests_per_unit,
         unit: rl.unit,
@@ -183,13 +206,15 @@ fn plan_found(
     };
     let shadow = f.node.shadow;
     match &rl.action {
+        // Unlimited even when replaced, as envoyproxy/ratelimit answers it.
         Action::Unlimited => Plan::Unlimited,
+        _ if replaced => Plan::Replaced,
         Action::Block => Plan::Block { report, shadow },
         Action::Limit(limit) => {
             let id = state_id(scope, &f.key, limit);
-            let index = if shadow {
+            let (index, prefix) = if shadow {
                 out.shadows.push(StoreItem::new(id, limit.clone(), hits));
-                out.shadows.len() - 1
+                (out.shadows.len() - 1, hits)
             } else {
                 add_item(&mut out.enforcing, id, limit.clone(), hits)
             };
@@ -197,6 +222,8 @@ fn plan_found(
                 report,
                 shadow,
                 index,
+                prefix,
+                later: 0,
             }
         }
     }
@@ -228,14 +255,14 @@ fn override_key(d: &RateLimitDescriptor) -> String {
 
 /// Adds an item to the enforcing check, or its hits to the item with the
 /// same identity (two descriptors of one call on one counter weigh both);
-/// returns its index.
-fn add_item(items: &mut Vec<StoreItem>, id: String, limit: Limit, hits: u64) -> usize {
+/// returns its index and its hits so far, this descriptor's included.
+fn add_item(items: &mut Vec<StoreItem>, id: String, limit: Limit, hits: u64) -> (usize, u64) {
     if let Some(i) = items.iter().position(|it| it.id == id) {
         if let Some(it) = items.get_mut(i) {
             it.hits = it.hits.saturating_add(hits);
+            return (i, it.hits);
         }
-        return i;
     }
     items.push(StoreItem::new(id, limit, hits));
-    items.len() - 1
+    (items.len() - 1, hits)
 }

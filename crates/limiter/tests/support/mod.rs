@@ -2,6 +2,8 @@
 //! redis-servers.
 #![allow(dead_code)]
 
+pub mod rls;
+
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
