@@ -154,6 +154,34 @@ pub struct Args {
     )]
     pub request_timeout_ms: u64,
 
+    /// TLS on every listener (HTTP and gRPC): PEM file of the server's
+    /// certificate chain, its certificate first; needs `--tls-key`. Re-read
+    /// when it changes and on SIGHUP.
+    #[arg(long = "tls-cert", env = "SLUICE_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM file of the private key of `--tls-cert` (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long = "tls-key", env = "SLUICE_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Mutual TLS: PEM file of the CA certificates that client certificates
+    /// must chain to; a client without one is refused at the handshake.
+    /// Needs `--tls-cert`.
+    #[arg(
+        long = "tls-client-ca",
+        env = "SLUICE_TLS_CLIENT_CA",
+        requires = "tls_cert"
+    )]
+    pub tls_client_ca: Option<PathBuf>,
+
+    /// How often the TLS files are checked for changes, in ms.
+    #[arg(
+        long = "tls-poll-ms",
+        env = "SLUICE_TLS_POLL_MS",
+        default_value_t = 1_000
+    )]
+    pub tls_poll_ms: u64,
+
     /// How often the descriptor files are checked for changes, in ms.
     #[arg(
         long = "descriptors-poll-ms",
@@ -171,6 +199,15 @@ impl Args {
             idle_timeout: std::time::Duration::from_millis(self.idle_timeout_ms),
             request_timeout: std::time::Duration::from_millis(self.request_timeout_ms),
         }
+    }
+
+    /// The TLS files of the listeners, when `--tls-cert` is given.
+    pub fn tls_files(&self) -> Option<crate::tls::TlsFiles> {
+        Some(crate::tls::TlsFiles {
+            cert: self.tls_cert.clone()?,
+            key: self.tls_key.clone()?,
+            client_ca: self.tls_client_ca.clone(),
+        })
     }
 }
 
