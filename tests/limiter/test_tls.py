@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -217,6 +218,25 @@ def test_a_rotated_certificate_is_served_without_a_restart(processes, tmp_path, 
                what="bad certificate refused")
     assert served_certificate(limiter.port, context)["serialNumber"] == now["serialNumber"]
     assert "TLS files refused" in limiter.process.log()
+
+
+def test_sighup_reloads_at_once(processes, tmp_path, pki):
+    b = pki.ca.issue("server-b")
+    cert, key = tmp_path / "served.crt", tmp_path / "served.key"
+    replace(pki.server.cert, cert)
+    replace(pki.server.key, key)
+    context = pki.context(mtls=False)
+    # polled once an hour: only the signal reloads within the test
+    limiter = processes.limiter(tls=context, extra_args=[
+        "--tls-cert", str(cert), "--tls-key", str(key), "--tls-poll-ms", "3600000"])
+    replace(b.key, key)
+    replace(b.cert, cert)
+    limiter.process.send_signal(signal.SIGHUP)
+    wait_until(lambda: limiter.metric('sluice_limiter_tls_config_loads_total{result="ok"}') == 2,
+               what="reload on SIGHUP")
+    served = served_certificate(limiter.port, context)
+    assert dict(x[0] for x in served["subject"])["commonName"] == "server-b"
+    assert "SIGHUP: reloading TLS certificates" in limiter.process.log()
 
 
 def test_startup_with_a_bad_tls_file_fails_clearly(tmp_path, pki):

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, Parser)]
 #[command(name = "sluice-limiter", version, about)]
 pub struct Args {
-    /// Address to listen on (HTTP/1.1 and h2c).
+    /// Address to listen on (HTTP/1.1 and h2c; over TLS with `--tls-cert`).
     #[arg(long, env = "SLUICE_LISTEN", default_value = "127.0.0.1:8081")]
     pub listen: SocketAddr,
 
@@ -108,8 +108,8 @@ pub struct Args {
     pub store_timeout_ms: u64,
 
     /// Also serve Envoy's rate limit service protocol
-    /// (`envoy.service.ratelimit.v3.RateLimitService`, gRPC over h2c) on
-    /// this address; needs `--descriptors`.
+    /// (`envoy.service.ratelimit.v3.RateLimitService`, gRPC over h2c, or TLS
+    /// with `--tls-cert`) on this address; needs `--descriptors`.
     #[arg(long = "grpc-listen", env = "SLUICE_GRPC_LISTEN")]
     pub grpc_listen: Option<SocketAddr>,
 

@@ -214,9 +214,10 @@ pub(crate) mod testing {
     use std::path::{Path, PathBuf};
     use std::process::Command;
 
-    fn openssl(dir: &Path, args: &[&str]) {
+    /// Runs `openssl` with `args` (split at whitespace) in `dir`.
+    fn openssl(dir: &Path, args: &str) {
         let out = Command::new("openssl")
-            .args(args)
+            .args(args.split_whitespace())
             .current_dir(dir)
             .output()
             .unwrap();
@@ -224,6 +225,17 @@ pub(crate) mod testing {
             out.status.success(),
             "{}",
             String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// A new P-256 key in `name.key` and its request (`req_args`) in `out`.
+    fn new_key(dir: &Path, req_args: &str, name: &str, out: &str) {
+        openssl(
+            dir,
+            &format!(
+                "req {req_args} -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+                 -keyout {name}.key -out {out} -subj /CN={name}"
+            ),
         );
     }
 
@@ -237,83 +249,30 @@ pub(crate) mod testing {
 
     /// A CA in `dir` (`<ca>.crt`, `<ca>.key`).
     pub(crate) fn ca(dir: &Path, ca: &str) -> PathBuf {
-        let (crt, key) = (format!("{ca}.crt"), format!("{ca}.key"));
-        openssl(
-            dir,
-            &[
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-                &key,
-                "-out",
-                &crt,
-                "-days",
-                "2",
-                "-subj",
-                &format!("/CN={ca}"),
-            ],
-        );
-        dir.join(crt)
+        new_key(dir, "-x509 -days 2", ca, &format!("{ca}.crt"));
+        dir.join(format!("{ca}.crt"))
     }
 
     /// A certificate for `localhost` named `name`, signed by the CA `ca`
     /// with serial `serial`: (certificate, key).
     pub(crate) fn leaf(dir: &Path, ca: &str, name: &str, serial: u32) -> (PathBuf, PathBuf) {
-        let (crt, key, csr, ext) = (
-            format!("{name}.crt"),
-            format!("{name}.key"),
-            format!("{name}.csr"),
-            format!("{name}.ext"),
-        );
         std::fs::write(
-            dir.join(&ext),
+            dir.join(format!("{name}.ext")),
             "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n",
         )
         .unwrap();
+        new_key(dir, "", name, &format!("{name}.csr"));
         openssl(
             dir,
-            &[
-                "req",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-                &key,
-                "-out",
-                &csr,
-                "-subj",
-                &format!("/CN={name}"),
-            ],
+            &format!(
+                "x509 -req -in {name}.csr -CA {ca}.crt -CAkey {ca}.key -set_serial {serial} \
+                 -out {name}.crt -days 2 -extfile {name}.ext"
+            ),
         );
-        openssl(
-            dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                &format!("{ca}.crt"),
-                "-CAkey",
-                &format!("{ca}.key"),
-                "-set_serial",
-                &serial.to_string(),
-                "-out",
-                &crt,
-                "-days",
-                "2",
-                "-extfile",
-                &ext,
-            ],
-        );
-        (dir.join(crt), dir.join(key))
+        (
+            dir.join(format!("{name}.crt")),
+            dir.join(format!("{name}.key")),
+        )
     }
 }
 
