@@ -403,6 +403,12 @@ impl Acceptor {
                     io = self.accept() => io,
                     () = tx.closed() => return,
                 };
+                if handshake.tls.is_none() {
+                    if tx.send(Conn::Plain(io)).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
                 let tx = tx.clone();
                 let handshake = handshake.clone();
                 tokio::spawn(async move {
