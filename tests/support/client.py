@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -27,9 +28,11 @@ class Response:
 
 
 def request(port: int, path: str = "/", method: str = "GET", headers: dict | None = None,
-            body: bytes | None = None, host: str = "127.0.0.1", timeout: float = 10.0) -> Response:
-    """One HTTP/1.1 request on a new connection."""
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+            body: bytes | None = None, host: str = "127.0.0.1", timeout: float = 10.0,
+            tls: ssl.SSLContext | None = None) -> Response:
+    """One HTTP/1.1 request on a new connection (HTTPS with `tls`)."""
+    conn = (http.client.HTTPSConnection(host, port, timeout=timeout, context=tls) if tls
+            else http.client.HTTPConnection(host, port, timeout=timeout))
     try:
         conn.request(method, path, body=body, headers=headers or {})
         resp = conn.getresponse()

@@ -91,9 +91,12 @@ def listener(port: int, http_filters: list[dict], name: str = "main", hcm_extra:
     }
 
 
-def limiter_cluster(name: str, ports: list[int]) -> dict:
-    """A cluster of sluice-limiters on loopback, spoken to in HTTP/2."""
+def limiter_cluster(name: str, ports: list[int], transport_socket: dict | None = None) -> dict:
+    """A cluster of sluice-limiters on loopback, spoken to in HTTP/2 (over
+    `transport_socket` when given, e.g. `tls.upstream_tls`)."""
+    tls = {"transport_socket": transport_socket} if transport_socket else {}
     return {
+        **tls,
         "name": name,
         "type": "STATIC",
         "connect_timeout": "0.25s",

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from pathlib import Path
@@ -304,8 +305,10 @@ class Limiter(Service):
 
     def __init__(self, workdir: Path, store: str = "memory", port: int | None = None,
                  extra_args: list[str] | None = None, binary: Path = LIMITER_BIN,
-                 env: dict | None = None, ready_path: str = "/healthz"):
+                 env: dict | None = None, ready_path: str = "/healthz", tls: ssl.SSLContext | None = None):
         self.port = port or free_port()
+        # the client side of the HTTP listener's TLS (--tls-cert), when it has it
+        self.tls = tls
         self.workdir = workdir
         self.binary = binary
         self.store = store
@@ -325,14 +328,14 @@ class Limiter(Service):
         def up():
             if not self.process.alive():
                 raise RuntimeError(f"limiter exited:\n{self.process.log()[-3000:]}")
-            return request(self.port, self.ready_path, timeout=2).status == 200
+            return request(self.port, self.ready_path, timeout=2, tls=self.tls).status == 200
 
         wait_until(up, what="sluice-limiter")
 
     def metric(self, name: str) -> float:
         """Sum of a Prometheus metric's samples whose name (before labels) is
         `name`; with labels (`name{a="b"}`), that one sample."""
-        text = request(self.port, "/metrics").body.decode()
+        text = request(self.port, "/metrics", tls=self.tls).body.decode()
         total = 0.0
         for line in text.splitlines():
             if line.startswith("#"):
@@ -345,7 +348,7 @@ class Limiter(Service):
     def check(self, body: dict | bytes, content_type: str = "application/json") -> Response:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         return request(self.port, "/v1/check", method="POST", body=data,
-                       headers={"content-type": content_type})
+                       headers={"content-type": content_type}, tls=self.tls)
 
     def kill(self):
         """`kill -9` the limiter (restart it on the same port with `start`)."""

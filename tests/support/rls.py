@@ -70,9 +70,11 @@ def _listener(name: str, port: int, route: dict, http_filters: list[dict]) -> di
 
 
 def start_rls_envoy(workdir: Path, domain: str, limiter_ports: list[int], rate_limits: list[list[dict]],
-                    *, concurrency: int = 2, envoy_bin: Path = ENVOY_BIN, **filter_args) -> Envoy:
+                    *, concurrency: int = 2, envoy_bin: Path = ENVOY_BIN, transport_socket: dict | None = None,
+                    **filter_args) -> Envoy:
     """An Envoy whose route carries `rate_limits` (one list of actions per
-    descriptor) and whose ratelimit filter asks the limiters on `limiter_ports`."""
+    descriptor) and whose ratelimit filter asks the limiters on `limiter_ports`
+    (over `transport_socket` when given)."""
     rundir = Path(tempfile.mkdtemp(prefix="envoy-rls-", dir=workdir))
     env = Envoy(rundir, free_port(), free_port())
     backend_port = free_port()
@@ -94,7 +96,7 @@ def start_rls_envoy(workdir: Path, domain: str, limiter_ports: list[int], rate_l
                 _listener("main", env.port, route, [ratelimit_filter(domain, **filter_args)]),
                 _listener("backend", backend_port, backend_route, []),
             ],
-            "clusters": [limiter_cluster("rls", limiter_ports), backend_cluster],
+            "clusters": [limiter_cluster("rls", limiter_ports, transport_socket), backend_cluster],
         },
     }
     (rundir / "bootstrap.json").write_text(json.dumps(bootstrap, indent=1))

@@ -2,12 +2,15 @@
 
 `CA(dir)` makes a certificate authority (P-256, valid two days); its `issue`
 signs a leaf certificate for the names given (server and client use).
+`client_context` is the Python side of a TLS connection trusting a CA, and
+`upstream_tls` Envoy's side (a cluster's `transport_socket`).
 Nothing here is meant to be secret: the keys live in the test's directory.
 """
 
 from __future__ import annotations
 
 import shutil
+import ssl
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,3 +57,34 @@ class CA:
         # redis-server runs as this user and reads the key; keep it private all the same
         key.chmod(0o600)
         return Leaf(cert, key)
+
+
+def client_context(ca: CA, cert: Leaf | None = None) -> ssl.SSLContext:
+    """A client context trusting `ca` (and checking the name), presenting `cert` when given."""
+    ctx = ssl.create_default_context(cafile=str(ca.cert))
+    if cert is not None:
+        ctx.load_cert_chain(str(cert.cert), str(cert.key))
+    return ctx
+
+
+def upstream_tls(ca: CA, cert: Leaf | None = None, sni: str = "localhost") -> dict:
+    """An Envoy cluster's `transport_socket`: TLS to `sni`, whose certificate
+    must chain to `ca` and name `sni`; with `cert`, presented as the client's."""
+    context: dict = {
+        "alpn_protocols": ["h2"],
+        "validation_context": {
+            "trusted_ca": {"filename": str(ca.cert)},
+            "match_typed_subject_alt_names": [{"san_type": "DNS", "matcher": {"exact": sni}}],
+        },
+    }
+    if cert is not None:
+        context["tls_certificates"] = [{"certificate_chain": {"filename": str(cert.cert)},
+                                        "private_key": {"filename": str(cert.key)}}]
+    return {
+        "name": "envoy.transport_sockets.tls",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+            "sni": sni,
+            "common_tls_context": context,
+        },
+    }

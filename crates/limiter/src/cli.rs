@@ -9,7 +9,7 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, Parser)]
 #[command(name = "sluice-limiter", version, about)]
 pub struct Args {
-    /// Address to listen on (HTTP/1.1 and h2c).
+    /// Address to listen on (HTTP/1.1 and h2c; over TLS with `--tls-cert`).
     #[arg(long, env = "SLUICE_LISTEN", default_value = "127.0.0.1:8081")]
     pub listen: SocketAddr,
 
@@ -108,8 +108,8 @@ pub struct Args {
     pub store_timeout_ms: u64,
 
     /// Also serve Envoy's rate limit service protocol
-    /// (`envoy.service.ratelimit.v3.RateLimitService`, gRPC over h2c) on
-    /// this address; needs `--descriptors`.
+    /// (`envoy.service.ratelimit.v3.RateLimitService`, gRPC over h2c, or TLS
+    /// with `--tls-cert`) on this address; needs `--descriptors`.
     #[arg(long = "grpc-listen", env = "SLUICE_GRPC_LISTEN")]
     pub grpc_listen: Option<SocketAddr>,
 
@@ -154,6 +154,34 @@ pub struct Args {
     )]
     pub request_timeout_ms: u64,
 
+    /// TLS on every listener (HTTP and gRPC): PEM file of the server's
+    /// certificate chain, its certificate first; needs `--tls-key`. Re-read
+    /// when it changes and on SIGHUP.
+    #[arg(long = "tls-cert", env = "SLUICE_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM file of the private key of `--tls-cert` (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long = "tls-key", env = "SLUICE_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Mutual TLS: PEM file of the CA certificates that client certificates
+    /// must chain to; a client without one is refused at the handshake.
+    /// Needs `--tls-cert`.
+    #[arg(
+        long = "tls-client-ca",
+        env = "SLUICE_TLS_CLIENT_CA",
+        requires = "tls_cert"
+    )]
+    pub tls_client_ca: Option<PathBuf>,
+
+    /// How often the TLS files are checked for changes, in ms.
+    #[arg(
+        long = "tls-poll-ms",
+        env = "SLUICE_TLS_POLL_MS",
+        default_value_t = 1_000
+    )]
+    pub tls_poll_ms: u64,
+
     /// How often the descriptor files are checked for changes, in ms.
     #[arg(
         long = "descriptors-poll-ms",
@@ -171,6 +199,15 @@ impl Args {
             idle_timeout: std::time::Duration::from_millis(self.idle_timeout_ms),
             request_timeout: std::time::Duration::from_millis(self.request_timeout_ms),
         }
+    }
+
+    /// The TLS files of the listeners, when `--tls-cert` is given.
+    pub fn tls_files(&self) -> Option<crate::tls::TlsFiles> {
+        Some(crate::tls::TlsFiles {
+            cert: self.tls_cert.clone()?,
+            key: self.tls_key.clone()?,
+            client_ca: self.tls_client_ca.clone(),
+        })
     }
 }
 

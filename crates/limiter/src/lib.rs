@@ -16,3 +16,5 @@ pub mod overrides;
 pub mod rls;
 pub mod server;
 pub mod store;
+pub mod tls;
+pub mod watch;

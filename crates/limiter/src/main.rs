@@ -12,6 +12,7 @@ use sluice_limiter::server::{serve_http, Acceptor};
 use sluice_limiter::store::memory::{MemoryConfig, MemoryStore};
 use sluice_limiter::store::redis::{ConnectOptions, RedisStore};
 use sluice_limiter::store::AnyStore;
+use sluice_limiter::tls::{ListenerTls, TlsCell, ALPN_GRPC, ALPN_HTTP};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -115,6 +116,11 @@ async fn run(args: Args) -> Result<(), String> {
         (None, Some(_)) => return Err("--descriptors is served by --grpc-listen ADDR".into()),
         (None, None) => None,
     };
+    // The TLS files too: a bad one refuses to start.
+    let tls = args
+        .tls_files()
+        .map(|files| TlsCell::load(files).map(Arc::new))
+        .transpose()?;
     let timeout = Duration::from_millis(args.store_timeout_ms.max(1));
     let opts = connect_options(&args)?;
     if args.store.redis_target().is_none()
@@ -130,18 +136,31 @@ async fn run(args: Args) -> Result<(), String> {
         metrics: Arc::new(Metrics::default()),
         overrides: Arc::new(overrides),
     };
+    if let Some(tls) = &tls {
+        state.metrics.record_tls_load(true);
+        sluice_limiter::watch::spawn(
+            tls,
+            Arc::clone(&state.metrics),
+            Duration::from_millis(args.tls_poll_ms),
+        );
+    }
     let limits = args.connection_limits();
     let listener = sluice_limiter::server::bind(args.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-    let listener = Acceptor::new(listener, limits, Listener::Http, Arc::clone(&state.metrics));
+    let listener = Acceptor::new(listener, limits, Listener::Http, Arc::clone(&state.metrics))
+        .tls(tls.as_ref().map(|t| t.listener(ALPN_HTTP)));
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let grpc = match rls {
-        Some((addr, cell)) => Some(serve_rls(&args, addr, cell, &state, stop.clone())?),
+        Some((addr, cell)) => {
+            let tls = tls.as_ref().map(|t| t.listener(ALPN_GRPC));
+            Some(serve_rls(&args, addr, cell, &state, tls, stop.clone())?)
+        }
         None => None,
     };
     tracing::info!(
         listen = %args.listen,
         store = %args.store,
+        tls = tls.is_some(),
         version = env!("CARGO_PKG_VERSION"),
         "sluice-limiter serving"
     );
@@ -230,6 +249,7 @@ fn serve_rls(
     addr: std::net::SocketAddr,
     cell: Arc<ConfigCell>,
     state: &AppState<AnyStore>,
+    tls: Option<ListenerTls>,
     stop: Stop,
 ) -> Result<GrpcServer, String> {
     let limits = args.connection_limits();
@@ -248,8 +268,9 @@ fn serve_rls(
     );
     let grpc_listener =
         sluice_limiter::server::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    let incoming =
-        Acceptor::new(grpc_listener, limits, Listener::Grpc, Arc::clone(&metrics)).into_stream();
+    let incoming = Acceptor::new(grpc_listener, limits, Listener::Grpc, Arc::clone(&metrics))
+        .tls(tls)
+        .into_stream();
     tracing::info!(grpc_listen = %addr, "serving Envoy's rate limit service protocol");
     Ok(tokio::spawn(
         tonic::transport::Server::builder()

@@ -17,8 +17,13 @@
 //!   answer within [`H2_KEEPALIVE_TIMEOUT`] is dropped. A connection has
 //!   at most [`H2_MAX_STREAMS`] streams open, and one resetting streams
 //!   faster than they are served gets a GOAWAY (hyper's and h2's guards).
+//! - **TLS** (when the listener has a [`ListenerTls`], [`Acceptor::tls`]):
+//!   the handshake runs in the connection's own task, within
+//!   `request_timeout`, and one that fails or does not finish in time
+//!   closes that connection only (`sluice_limiter_tls_handshake_failures_total`).
 
 use crate::metrics::{Listener, Metrics};
+use crate::tls::ListenerTls;
 use axum::body::Body;
 use axum::http::{header, Request, Response, StatusCode};
 use axum::Router;
@@ -35,8 +40,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
+use tokio_rustls::server::TlsStream;
 use tower::ServiceExt;
 
 /// How often an HTTP/2 peer is pinged.
@@ -213,6 +219,83 @@ impl tonic::transport::server::Connected for Guarded<TcpStream> {
     }
 }
 
+/// A connection as served: plain, or TLS once its handshake is done.
+pub enum Conn {
+    /// No TLS on the listener.
+    Plain(Guarded<TcpStream>),
+    /// A finished TLS handshake.
+    Tls(Box<TlsStream<Guarded<TcpStream>>>),
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(io) => Pin::new(io).poll_read(cx, buf),
+            Conn::Tls(io) => Pin::new(io.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(io) => Pin::new(io).poll_write(cx, buf),
+            Conn::Tls(io) => Pin::new(io.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(io) => Pin::new(io).poll_write_vectored(cx, bufs),
+            Conn::Tls(io) => Pin::new(io.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Conn::Plain(io) => io.is_write_vectored(),
+            Conn::Tls(io) => io.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(io) => Pin::new(io).poll_flush(cx),
+            Conn::Tls(io) => Pin::new(io.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(io) => Pin::new(io).poll_shutdown(cx),
+            Conn::Tls(io) => Pin::new(io.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+impl tonic::transport::server::Connected for Conn {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        match self {
+            Conn::Plain(io) => io.connect_info(),
+            Conn::Tls(io) => io.get_ref().0.connect_info(),
+        }
+    }
+}
+
 /// The accept queue asked of the kernel (capped by `net.core.somaxconn`):
 /// a burst of connections waits there rather than having its SYNs dropped,
 /// which would cost every client caught in it a one-second retransmission.
@@ -237,6 +320,7 @@ pub struct Acceptor {
     limits: Limits,
     name: Listener,
     metrics: Arc<Metrics>,
+    tls: Option<Arc<ListenerTls>>,
 }
 
 impl Acceptor {
@@ -253,7 +337,15 @@ impl Acceptor {
             limits,
             name,
             metrics,
+            tls: None,
         }
+    }
+
+    /// Serves TLS with `tls` (none: plain text).
+    #[must_use]
+    pub fn tls(mut self, tls: Option<ListenerTls>) -> Self {
+        self.tls = tls.map(Arc::new);
+        self
     }
 
     /// The next connection with a place under the cap; connections beyond
@@ -299,14 +391,75 @@ impl Acceptor {
         let _ = self.permits.acquire_many(all).await;
     }
 
-    /// The connections as a stream, for tonic's `serve_with_incoming`.
-    pub fn into_stream(
-        self,
-    ) -> impl futures_util::Stream<Item = Result<Guarded<TcpStream>, io::Error>> {
-        futures_util::stream::unfold(self, |acceptor| async move {
-            let io = acceptor.accept().await;
-            Some((Ok(io), acceptor))
+    /// The connections as a stream, for tonic's `serve_with_incoming`:
+    /// accepted in a task of their own, each TLS handshake in its own, until
+    /// the stream is dropped.
+    pub fn into_stream(self) -> impl futures_util::Stream<Item = Result<Conn, io::Error>> {
+        let (tx, rx) = mpsc::channel::<Conn>(64);
+        let handshake = Handshake::of(&self);
+        tokio::spawn(async move {
+            loop {
+                let io = tokio::select! {
+                    io = self.accept() => io,
+                    () = tx.closed() => return,
+                };
+                if handshake.tls.is_none() {
+                    if tx.send(Conn::Plain(io)).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                let tx = tx.clone();
+                let handshake = handshake.clone();
+                tokio::spawn(async move {
+                    if let Some(conn) = handshake.run(io).await {
+                        let _ = tx.send(conn).await;
+                    }
+                });
+            }
+        });
+        futures_util::stream::unfold(rx, |mut rx| async move {
+            let conn = rx.recv().await?;
+            Some((Ok(conn), rx))
         })
+    }
+}
+
+/// What a connection goes through before it is served: the listener's TLS
+/// handshake, if any, within the request timeout.
+#[derive(Clone)]
+struct Handshake {
+    tls: Option<Arc<ListenerTls>>,
+    timeout: Duration,
+    name: Listener,
+    metrics: Arc<Metrics>,
+}
+
+impl Handshake {
+    fn of(acceptor: &Acceptor) -> Self {
+        Handshake {
+            tls: acceptor.tls.clone(),
+            timeout: acceptor.limits.request_timeout,
+            name: acceptor.name,
+            metrics: Arc::clone(&acceptor.metrics),
+        }
+    }
+
+    /// The connection ready to serve; `None` (the connection closed, the
+    /// failure counted) when its handshake fails or takes too long.
+    async fn run(&self, io: Guarded<TcpStream>) -> Option<Conn> {
+        let Some(tls) = &self.tls else {
+            return Some(Conn::Plain(io));
+        };
+        let accept = tokio_rustls::TlsAcceptor::from(tls.config()).accept(io);
+        let error = match tokio::time::timeout(self.timeout, accept).await {
+            Ok(Ok(stream)) => return Some(Conn::Tls(Box::new(stream))),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("not done within {} ms", self.timeout.as_millis()),
+        };
+        self.metrics.tls_handshake_failed(self.name);
+        crate::warn_throttled!(listener = self.name.label(), error = %error, "TLS handshake failed");
+        None
     }
 }
 
@@ -369,6 +522,7 @@ pub async fn serve_http(
         .keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
         .max_concurrent_streams(H2_MAX_STREAMS);
     let builder = Arc::new(builder);
+    let handshake = Handshake::of(&acceptor);
     loop {
         let io = tokio::select! {
             io = acceptor.accept() => io,
@@ -378,7 +532,11 @@ pub async fn serve_http(
         let metrics = Arc::clone(&acceptor.metrics);
         let builder = Arc::clone(&builder);
         let mut stop = stop.clone();
+        let handshake = handshake.clone();
         tokio::spawn(async move {
+            let Some(io) = handshake.run(io).await else {
+                return;
+            };
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let router = router.clone();
                 let metrics = Arc::clone(&metrics);
@@ -510,5 +668,109 @@ mod tests {
         assert_eq!(metrics.open_connections(Listener::Grpc), 1);
         drop(next);
         first.shutdown().await.unwrap();
+    }
+
+    fn client_config(
+        ca: &std::path::Path,
+        cert: Option<(&std::path::Path, &std::path::Path)>,
+    ) -> Arc<rustls::ClientConfig> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(ca).unwrap() {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+        let mut config = match cert {
+            Some((cert, key)) => builder
+                .with_client_auth_cert(
+                    CertificateDer::pem_file_iter(cert)
+                        .unwrap()
+                        .map(|c| c.unwrap())
+                        .collect(),
+                    PrivateKeyDer::from_pem_file(key).unwrap(),
+                )
+                .unwrap(),
+            None => builder.with_no_client_auth(),
+        };
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Arc::new(config)
+    }
+
+    async fn handshake_failures(metrics: &Metrics, n: usize) {
+        let want =
+            format!("sluice_limiter_tls_handshake_failures_total{{listener=\"grpc\"}} {n}\n");
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while !metrics.render().contains(&want) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_failed_or_silent_handshake_closes_its_connection_only() {
+        use crate::tls::testing::{ca, leaf, temp_dir};
+        use crate::tls::{TlsCell, TlsFiles, ALPN_GRPC};
+        use futures_util::StreamExt;
+        let dir = temp_dir("handshake");
+        let ca_cert = ca(&dir, "ca");
+        let (cert, key) = leaf(&dir, "ca", "server", 1);
+        let (client_cert, client_key) = leaf(&dir, "ca", "client", 2);
+        let cell = Arc::new(
+            TlsCell::load(TlsFiles {
+                cert,
+                key,
+                client_ca: Some(ca_cert.clone()),
+            })
+            .unwrap(),
+        );
+        let metrics = Arc::new(Metrics::default());
+        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = Limits {
+            request_timeout: Duration::from_millis(300),
+            ..Limits::default()
+        };
+        let mut incoming = Box::pin(
+            Acceptor::new(listener, limits, Listener::Grpc, Arc::clone(&metrics))
+                .tls(Some(cell.listener(ALPN_GRPC)))
+                .into_stream(),
+        );
+
+        // A client that sends nothing holds no one up, and is closed.
+        let mut silent = TcpStream::connect(addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let good = tokio_rustls::TlsConnector::from(client_config(
+            &ca_cert,
+            Some((&client_cert, &client_key)),
+        ));
+        let mut client = good
+            .connect(name.clone(), TcpStream::connect(addr).await.unwrap())
+            .await
+            .unwrap();
+        assert_eq!(client.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+        let served = incoming.next().await.unwrap().unwrap();
+        assert!(matches!(served, Conn::Tls(_)));
+        let mut buf = [0u8; 1];
+        assert_eq!(silent.read(&mut buf).await.unwrap_or(0), 0);
+        handshake_failures(&metrics, 1).await;
+
+        // No client certificate: refused.
+        let anonymous = tokio_rustls::TlsConnector::from(client_config(&ca_cert, None));
+        if let Ok(mut tls) = anonymous
+            .connect(name, TcpStream::connect(addr).await.unwrap())
+            .await
+        {
+            assert!(tls.read(&mut buf).await.is_err());
+        }
+        handshake_failures(&metrics, 2).await;
+        client.shutdown().await.unwrap();
     }
 }

@@ -88,6 +88,8 @@ pub struct Metrics {
     refused: Counters<ListenerLabel>,
     idle_closed: Counters<ListenerLabel>,
     request_timeouts: Counters<ListenerLabel>,
+    tls_loads: Counters<ResultLabel>,
+    tls_handshake_failures: Counters<ListenerLabel>,
 }
 
 impl Default for Metrics {
@@ -123,6 +125,8 @@ impl Default for Metrics {
             refused: Family::default(),
             idle_closed: Family::default(),
             request_timeouts: Family::default(),
+            tls_loads: Family::default(),
+            tls_handshake_failures: Family::default(),
         };
         m.register();
         m
@@ -221,7 +225,12 @@ impl Metrics {
             "Connections open now, by listener",
             self.connections.clone(),
         );
-        let by_listener: [(&str, &str, &Counters<ListenerLabel>); 3] = [
+        r.register(
+            p("tls_config_loads"),
+            "Loads of the TLS certificate, key and client CA by result (error: refused, the previous ones stay)",
+            self.tls_loads.clone(),
+        );
+        let by_listener: [(&str, &str, &Counters<ListenerLabel>); 4] = [
             (
                 "connections_refused",
                 "Connections closed on arrival because the listener was at --max-connections",
@@ -236,6 +245,11 @@ impl Metrics {
                 "request_timeouts",
                 "HTTP requests not received within --request-timeout-ms (answered 408)",
                 &self.request_timeouts,
+            ),
+            (
+                "tls_handshake_failures",
+                "TLS handshakes that failed or did not finish within --request-timeout-ms",
+                &self.tls_handshake_failures,
             ),
         ];
         for (name, help, family) in by_listener {
@@ -406,6 +420,24 @@ impl Metrics {
     /// Counts a request not received within the request timeout.
     pub fn request_timed_out(&self, listener: Listener) {
         self.request_timeouts
+            .get_or_create(&listener_label(listener))
+            .inc();
+    }
+
+    /// Counts one load of the TLS files: `ok` or `error` (refused; the
+    /// material in force stays).
+    pub fn record_tls_load(&self, ok: bool) {
+        self.tls_loads.get_or_create(&reload_label(ok)).inc();
+    }
+
+    /// The value of a TLS load counter, `ok` or `error` (tests).
+    pub fn tls_load_count(&self, ok: bool) -> u64 {
+        self.tls_loads.get(&reload_label(ok)).map_or(0, |c| c.get())
+    }
+
+    /// Counts a TLS handshake on `listener` that failed or timed out.
+    pub fn tls_handshake_failed(&self, listener: Listener) {
+        self.tls_handshake_failures
             .get_or_create(&listener_label(listener))
             .inc();
     }

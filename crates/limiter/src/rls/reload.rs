@@ -111,43 +111,20 @@ impl ConfigCell {
     }
 }
 
+impl crate::watch::Reloadable for ConfigCell {
+    const WHAT: &'static str = "descriptors";
+
+    fn reload_now(&self, metrics: &Metrics) {
+        let _ = self.reload(metrics);
+    }
+
+    fn reload_changed(&self, metrics: &Metrics) {
+        let _ = self.reload_if_changed(metrics);
+    }
+}
+
 /// Watches the files every `poll` and on SIGHUP, reloading on change, for
 /// as long as the cell is in use.
 pub fn spawn_watcher(cell: &Arc<ConfigCell>, metrics: Arc<Metrics>, poll: Duration) {
-    let weak = Arc::downgrade(cell);
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(poll.max(Duration::from_millis(10)));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        #[cfg(unix)]
-        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-        loop {
-            #[cfg(unix)]
-            let forced = {
-                let hangup = async {
-                    match hup.as_mut() {
-                        Some(s) => {
-                            s.recv().await;
-                        }
-                        None => std::future::pending::<()>().await,
-                    }
-                };
-                tokio::select! {
-                    _ = tick.tick() => false,
-                    () = hangup => true,
-                }
-            };
-            #[cfg(not(unix))]
-            let forced = {
-                tick.tick().await;
-                false
-            };
-            let Some(cell) = weak.upgrade() else { return };
-            if forced {
-                tracing::info!("SIGHUP: reloading descriptors");
-                let _ = cell.reload(&metrics);
-            } else {
-                let _ = cell.reload_if_changed(&metrics);
-            }
-        }
-    });
+    crate::watch::spawn(cell, metrics, poll);
 }
