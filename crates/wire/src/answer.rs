@@ -36,7 +36,7 @@ impl CheckResponse {
     pub fn parse(body: &[u8], expected: usize) -> Option<CheckResponse> {
         let response = match compact::parse(body) {
             Some(response) => response,
-            None => serde_json::from_slice(body).ok()?,
+            None => crate::loose::parse(body)?,
         };
         (response.limits.len() == expected).then_some(response)
     }
@@ -125,7 +125,8 @@ pub struct ErrorBody {
 /// A reader of answers in the one form the limiter writes them (compact,
 /// fields in declaration order), without serde's machinery. It reads only
 /// that form, and whatever it reads serde reads alike; anything else
-/// (spaces, other field orders, unknown fields, escapes) is left to serde.
+/// (spaces, other field orders, unknown fields, escapes) is left to the
+/// loose reader (`crate::loose`).
 pub(crate) mod compact {
     use super::{CheckResponse, LimitResult};
 
@@ -368,7 +369,7 @@ mod tests {
             }
         }
         assert!(read > 1000, "{read}");
-        // Other forms are serde's.
+        // Other forms are the loose reader's.
         let spaced = br#"{ "allowed": true, "limits": [] }"#;
         assert!(compact::parse(spaced).is_none());
         assert!(CheckResponse::parse(spaced, 0).is_some());

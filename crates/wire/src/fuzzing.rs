@@ -2,6 +2,7 @@
 //! (`fuzz.rs`) and the libFuzzer targets `check` and `answer` (fuzz/).
 
 use crate::answer::compact;
+use crate::loose;
 use crate::{parse_check, CheckResponse, LimitResult};
 use sluice_core::{decide_all, decide_batch, Check, SECOND};
 
@@ -43,13 +44,19 @@ pub fn check_body(body: &[u8]) -> Result<(), String> {
 }
 
 /// The filter's side: an answer is read or not, never a panic; what the
-/// compact reader reads, serde reads alike; `parse` and `parse_batch` keep
+/// compact and the loose readers read, serde reads alike; `parse` and `parse_batch` keep
 /// their promises for `expected` limits and `requests` requests.
 pub fn answer_body(body: &[u8], expected: usize, requests: u32) -> Result<(), String> {
     if let Some(fast) = compact::parse(body) {
         let serde: Option<CheckResponse> = serde_json::from_slice(body).ok();
         if Some(&fast) != serde.as_ref() {
             return Err(format!("compact reader {fast:?}, serde {serde:?}"));
+        }
+    }
+    if let Some(read) = loose::parse(body) {
+        let serde: Option<CheckResponse> = serde_json::from_slice(body).ok();
+        if Some(&read) != serde.as_ref() {
+            return Err(format!("loose reader {read:?}, serde {serde:?}"));
         }
     }
     if let Some(r) = CheckResponse::parse(body, expected) {

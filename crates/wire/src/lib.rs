@@ -18,6 +18,7 @@
 
 mod answer;
 mod key;
+mod loose;
 mod request;
 mod validate;
 
