@@ -189,27 +189,30 @@ def test_redis_paused_then_resumed(stack):
 
 # ---------------------------------------------------------------- configuration and Envoy restarts
 
+PUSHES = 15  # a push a second; the soak (`make soak`) pushes for its whole run
+
+
 def test_configuration_pushed_every_second(stack):
     # (Stack runs Envoy with `--drain-strategy immediate`: with the gradual
     # default, each push resets a few keep-alive connections mid-request.)
     s = stack(limiters=1, failure_mode="deny")
     pushes = []
     # the accounting key is spent while the configuration changes under it
-    acct = Load(s.urls(), duration=30, rate=8, connections=2, headers={"x-acct": "during-pushes"})
+    acct = Load(s.urls(), duration=PUSHES, rate=8, connections=2, headers={"x-acct": "during-pushes"})
 
     def push_every_second():
         started = time.monotonic()
-        for i in range(30):
+        for i in range(PUSHES):
             # alternately a changed quota and an added rule (the accounting limit never changes)
             s.push(traffic_requests=1_000_000 - (i % 2), extra_rule=(i % 4 >= 2))
             pushes.append(time.monotonic())
             time.sleep(max(0.0, started + i + 1 - time.monotonic()))
 
-    run = under_fault(s, push_every_second, lambda: None, before=1.0, fault=0.0, duration=33.0)
+    run = under_fault(s, push_every_second, lambda: None, before=1.0, fault=0.0, duration=PUSHES + 3.0)
     acct_report = acct.wait(timeout=60)
     run.figures(f"{len(pushes)} configuration pushes in {pushes[-1] - pushes[0]:.1f}s (deny)")
     print(f"[faults] accounting key during the pushes: {summary(acct_report)}")
-    assert len(pushes) == 30
+    assert len(pushes) == PUSHES
     assert_answered_in_time(run, {200})
     assert run.watch.count() == 0
     assert acct_report.sent == acct_report.answered and acct_report.timeouts == 0

@@ -1,7 +1,7 @@
 """Floods: a million client addresses against per-IP limits (local and
 global), and one hot key from every worker.
 
-The fast checks (part of `make test`) flood 100,000 distinct addresses;
+The fast checks (part of `make test`) flood 40,000 distinct addresses;
 `make flood` runs the same scenarios at FLOOD_KEYS (1,000,000) with WORKERS
 Envoy workers and writes the figures to tests/flood/RESULTS.md.
 
@@ -44,7 +44,7 @@ from support.load import run_load, start_load
 from support.processes import redis_command
 
 LONG = os.environ.get("SLUICE_FLOOD") == "1"
-KEYS = int(os.environ.get("FLOOD_KEYS", "1000000")) if LONG else 100_000
+KEYS = int(os.environ.get("FLOOD_KEYS", "1000000")) if LONG else 40_000
 # Envoy workers: WORKERS, else one per CPU up to 8 (make flood passes WORKERS=2 by default).
 WORKERS = int(os.environ.get("WORKERS") or min(os.cpu_count() or 2, 8))
 CONNECTIONS = 16
