@@ -350,17 +350,7 @@ mod tests {
             let body = serde_json::to_vec(&response).unwrap();
             assert_eq!(compact::parse(&body).as_ref(), Some(&response));
             for _ in 0..20 {
-                let mut changed = body.clone();
-                let at = rng.below(changed.len() as u64 + 1) as usize;
-                const BYTES: &[u8] = b"0123456789,:{}[]\" ae-.";
-                let byte = BYTES[rng.below(BYTES.len() as u64) as usize];
-                match rng.below(3) {
-                    0 if at < changed.len() => changed[at] = byte,
-                    1 if at < changed.len() => {
-                        changed.remove(at);
-                    }
-                    _ => changed.insert(at, byte),
-                }
+                let changed = rng.mutate(&body, b"0123456789,:{}[]\" ae-.");
                 let serde: Option<CheckResponse> = serde_json::from_slice(&changed).ok();
                 if let Some(fast) = compact::parse(&changed) {
                     read += 1;

@@ -42,4 +42,20 @@ impl Rng {
             .map(|_| PIECES[self.below(PIECES.len() as u64) as usize])
             .collect()
     }
+
+    /// `body` with one byte from `bytes` written over, inserted, or one
+    /// byte removed, at a random place.
+    pub fn mutate(&mut self, body: &[u8], bytes: &[u8]) -> Vec<u8> {
+        let mut changed = body.to_vec();
+        let at = self.below(changed.len() as u64 + 1) as usize;
+        let byte = bytes[self.below(bytes.len() as u64) as usize];
+        match self.below(3) {
+            0 if at < changed.len() => changed[at] = byte,
+            1 if at < changed.len() => {
+                changed.remove(at);
+            }
+            _ => changed.insert(at, byte),
+        }
+        changed
+    }
 }
