@@ -302,7 +302,8 @@ fn serve_rlqs(
         Arc::clone(&metrics),
         Arc::new(SystemClock),
         args.rlqs_settings(),
-    );
+    )
+    .until(stop.clone());
     let listener =
         sluice_limiter::server::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let incoming = Acceptor::new(listener, limits, Listener::Rlqs, metrics).into_stream();

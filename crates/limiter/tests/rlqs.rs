@@ -247,3 +247,40 @@ async fn a_stream_is_answered_report_by_report() {
     }
     panic!("the stream stayed open: {}", metrics.render());
 }
+
+/// A limiter shutting down ends its streams instead of waiting for Envoy.
+#[tokio::test]
+async fn streams_end_when_the_service_stops() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let metrics = Arc::new(Metrics::default());
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let svc = service(&clock, &metrics).until(stop);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(svc.into_server())
+            .serve_with_incoming(incoming),
+    );
+    let mut client = RateLimitQuotaServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel::<RateLimitQuotaUsageReports>(4);
+    let outbound =
+        futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|r| (r, rx)) });
+    let id = bucket("api", "stopping");
+    tx.send(reports("quota", &[(&id, 1, 0)])).await.unwrap();
+    let mut inbound = client
+        .stream_rate_limit_quotas(outbound)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        action(&inbound.message().await.unwrap().unwrap()),
+        ("token_bucket", 9)
+    );
+    stop_tx.send(true).unwrap();
+    assert!(inbound.message().await.unwrap().is_none());
+    drop(tx);
+}

@@ -34,6 +34,7 @@ use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::watch;
 use tonic::{Request, Response, Status, Streaming};
 
 /// Most buckets one stream may hold; reports of further ones are answered
@@ -71,6 +72,8 @@ struct Inner<S> {
 /// The RLQS service over a store.
 pub struct RlqsService<S> {
     inner: Arc<Inner<S>>,
+    /// Ends every stream once true (the limiter shutting down).
+    stop: Option<watch::Receiver<bool>>,
 }
 
 /// One bucket as a stream holds it.
@@ -121,7 +124,16 @@ impl<S: Store> RlqsService<S> {
                 clock,
                 settings,
             }),
+            stop: None,
         }
+    }
+
+    /// Ends every stream (Envoy reconnects, to another limiter if there is
+    /// one) once `stop` turns true: a stream lasts as long as Envoy runs, so
+    /// a shutdown would otherwise wait out its bound.
+    pub fn until(mut self, stop: watch::Receiver<bool>) -> Self {
+        self.stop = Some(stop);
+        self
     }
 
     /// The tonic service to mount.
@@ -286,8 +298,13 @@ impl<S: Store> RlqsService<S> {
     ) {
         let _open = self.inner.metrics.rlqs_stream_opened();
         let mut stream = StreamState::default();
+        let mut stop = self.stop.clone();
         loop {
-            let reports = match inbound.message().await {
+            let next = tokio::select! {
+                next = inbound.message() => next,
+                () = stopped(stop.as_mut()) => break,
+            };
+            let reports = match next {
                 Ok(Some(r)) => r,
                 Ok(None) => break,
                 Err(status) => {
@@ -308,7 +325,18 @@ impl<S> Clone for RlqsService<S> {
     fn clone(&self) -> Self {
         RlqsService {
             inner: Arc::clone(&self.inner),
+            stop: self.stop.clone(),
         }
+    }
+}
+
+/// Resolves once `stop` is true or its sender is gone; never without one.
+async fn stopped(stop: Option<&mut watch::Receiver<bool>>) {
+    match stop {
+        Some(rx) => {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+        None => std::future::pending().await,
     }
 }
 
