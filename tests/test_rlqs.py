@@ -51,13 +51,13 @@ def envoys(tmp_path):
 
 
 def rlqs_limiter(processes, tmp_path, store="memory", requests=20, port=None):
-    """A limiter serving RLQS (assignments live 2 s); (limiter, its RLQS port)."""
+    """A limiter serving RLQS (assignments live 11 s: Envoy reports every 5 s); (limiter, its RLQS port)."""
     path = tmp_path / f"descriptors-{free_port()}.yaml"
     path.write_text(DESCRIPTORS.format(requests=requests))
     port = port or free_port()
     limiter = processes.limiter(store=store, extra_args=[
         "--rlqs-listen", f"127.0.0.1:{port}", "--descriptors", str(path),
-        "--rlqs-assignment-ttl-ms", "2000", "--store-timeout-ms", "5000"])
+        "--rlqs-assignment-ttl-ms", "11000", "--store-timeout-ms", "5000"])
     return limiter, port
 
 
@@ -101,14 +101,23 @@ def test_a_fleet_sharing_redis_stays_within_the_bound(envoys, processes, tmp_pat
         assert status(env, who) == 200
     for lim, _ in served:
         wait_until(lambda lim=lim: lim.metric("sluice_limiter_rlqs_reports_total") >= 3, what="reports")
-    counts = load_through(fleet, per_envoy=200, connections=4, headers={"x-tenant": who})
-    admitted = 2 + counts.get(200, 0)
-    print(f"fleet admitted {admitted} of a limit of {limit}: {counts}")
+    denied_before = [assignments(lim, "deny_all") for lim, _ in served]
+    # Load in rounds through both Envoys, across reporting intervals, until
+    # both were told to deny and a round admits nothing: every grant spent.
+    totals: dict[int, int] = {}
+    while True:
+        counts = load_through(fleet, per_envoy=10, connections=2, headers={"x-tenant": who})
+        for code, n in counts.items():
+            totals[code] = totals.get(code, 0) + n
+        denied = all(assignments(lim, "deny_all") > before for (lim, _), before in zip(served, denied_before))
+        if denied and 200 not in counts:
+            break
+    admitted = 2 + totals.get(200, 0)
+    print(f"fleet admitted {admitted} of a limit of {limit}: {totals}")
     # The bound (docs/guides/rate-limit-quota.md): the limit, plus what the
     # Envoys admit from the token buckets they hold when it runs out, each its
     # last share of what remained: at most the limit again.
-    assert limit <= admitted <= 2 * limit, counts
-    assert set(counts) == {200, 429}
+    assert limit <= admitted <= 2 * limit, totals
 
 
 def test_limiter_down_then_back(envoys, processes, tmp_path):
@@ -120,7 +129,7 @@ def test_limiter_down_then_back(envoys, processes, tmp_path):
     assert status(env, who) == 200
     wait_until(lambda: assignments(limiter, "token_bucket") >= 1, what="first assignment")
     limiter.kill()
-    # No report is answered: the 2 s assignment expires, and the filter's
+    # No report is answered: the 11 s assignment expires, and the filter's
     # expired_assignment_behavior (deny) applies to the bucket ...
     wait_until(lambda: status(env, who) == 429, what="expired assignment behaviour")
     # ... while a bucket first seen now has no assignment: admitted.
