@@ -250,6 +250,14 @@ async fn open_overrides(
 
 type GrpcServer = tokio::task::JoinHandle<Result<(), tonic::transport::Error>>;
 
+/// tonic's server with the HTTP/2 guards of every gRPC listener.
+fn grpc_builder() -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(sluice_limiter::server::H2_KEEPALIVE))
+        .http2_keepalive_timeout(Some(sluice_limiter::server::H2_KEEPALIVE_TIMEOUT))
+        .max_concurrent_streams(sluice_limiter::server::H2_MAX_STREAMS)
+}
+
 /// Serves Envoy's RLS protocol on `addr` from the descriptors in `cell`,
 /// watched for changes, until `stop`.
 fn serve_rls(
@@ -273,12 +281,9 @@ fn serve_rls(
         Acceptor::new(grpc_listener, limits, Listener::Grpc, Arc::clone(&metrics)).into_stream();
     tracing::info!(grpc_listen = %addr, "serving Envoy's rate limit service protocol");
     Ok(tokio::spawn(
-        tonic::transport::Server::builder()
+        grpc_builder()
             // A call whose message never completes ends here.
             .timeout(limits.request_timeout)
-            .http2_keepalive_interval(Some(sluice_limiter::server::H2_KEEPALIVE))
-            .http2_keepalive_timeout(Some(sluice_limiter::server::H2_KEEPALIVE_TIMEOUT))
-            .max_concurrent_streams(sluice_limiter::server::H2_MAX_STREAMS)
             .add_service(service.into_server())
             .serve_with_incoming_shutdown(incoming, stopped(stop)),
     ))
@@ -309,10 +314,7 @@ fn serve_rlqs(
     let incoming = Acceptor::new(listener, limits, Listener::Rlqs, metrics).into_stream();
     tracing::info!(rlqs_listen = %addr, "serving Envoy's rate limit quota service protocol");
     Ok(tokio::spawn(
-        tonic::transport::Server::builder()
-            .http2_keepalive_interval(Some(sluice_limiter::server::H2_KEEPALIVE))
-            .http2_keepalive_timeout(Some(sluice_limiter::server::H2_KEEPALIVE_TIMEOUT))
-            .max_concurrent_streams(sluice_limiter::server::H2_MAX_STREAMS)
+        grpc_builder()
             .add_service(service.into_server())
             .serve_with_incoming_shutdown(incoming, stopped(stop)),
     ))

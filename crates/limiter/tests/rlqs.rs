@@ -200,12 +200,15 @@ async fn a_stream_without_a_domain_is_refused() {
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
 }
 
-/// Over a socket with tonic's client, one long-lived stream as Envoy keeps it.
-#[tokio::test]
-async fn a_stream_is_answered_report_by_report() {
-    let clock = Arc::new(ManualClock::new(T0));
-    let metrics = Arc::new(Metrics::default());
-    let svc = service(&clock, &metrics);
+/// Serves `svc` on a loopback port and opens a stream to it with `first`:
+/// the sender of the next reports, and the answers.
+async fn open_stream(
+    svc: RlqsService<Arc<MemoryStore>>,
+    first: RateLimitQuotaUsageReports,
+) -> (
+    tokio::sync::mpsc::Sender<RateLimitQuotaUsageReports>,
+    tonic::Streaming<RateLimitQuotaResponse>,
+) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let incoming = tonic::transport::server::TcpIncoming::from(listener);
@@ -220,13 +223,23 @@ async fn a_stream_is_answered_report_by_report() {
     let (tx, rx) = tokio::sync::mpsc::channel::<RateLimitQuotaUsageReports>(4);
     let outbound =
         futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|r| (r, rx)) });
-    let id = bucket("api", "socket");
-    tx.send(reports("quota", &[(&id, 2, 0)])).await.unwrap();
-    let mut inbound = client
+    tx.send(first).await.unwrap();
+    let inbound = client
         .stream_rate_limit_quotas(outbound)
         .await
         .unwrap()
         .into_inner();
+    (tx, inbound)
+}
+
+/// Over a socket with tonic's client, one long-lived stream as Envoy keeps it.
+#[tokio::test]
+async fn a_stream_is_answered_report_by_report() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let metrics = Arc::new(Metrics::default());
+    let svc = service(&clock, &metrics);
+    let id = bucket("api", "socket");
+    let (tx, mut inbound) = open_stream(svc, reports("quota", &[(&id, 2, 0)])).await;
     let first = inbound.message().await.unwrap().unwrap();
     assert_eq!(action(&first), ("token_bucket", 8));
     tx.send(reports("", &[(&id, 8, 1)])).await.unwrap();
@@ -255,27 +268,8 @@ async fn streams_end_when_the_service_stops() {
     let metrics = Arc::new(Metrics::default());
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let svc = service(&clock, &metrics).until(stop);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let incoming = tonic::transport::server::TcpIncoming::from(listener);
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(svc.into_server())
-            .serve_with_incoming(incoming),
-    );
-    let mut client = RateLimitQuotaServiceClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap();
-    let (tx, rx) = tokio::sync::mpsc::channel::<RateLimitQuotaUsageReports>(4);
-    let outbound =
-        futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|r| (r, rx)) });
     let id = bucket("api", "stopping");
-    tx.send(reports("quota", &[(&id, 1, 0)])).await.unwrap();
-    let mut inbound = client
-        .stream_rate_limit_quotas(outbound)
-        .await
-        .unwrap()
-        .into_inner();
+    let (tx, mut inbound) = open_stream(svc, reports("quota", &[(&id, 1, 0)])).await;
     assert_eq!(
         action(&inbound.message().await.unwrap().unwrap()),
         ("token_bucket", 9)
