@@ -317,3 +317,39 @@ def start_envoy(workdir: Path, http_filters: list[dict], *, concurrency: int = 2
         env.stop()
         raise
     return env
+
+
+def rlqs_filter(domain: str = "quota", header: str = "x-tenant", reporting_interval: str = "5s",
+                expired: dict | None = None) -> dict:
+    """Envoy's `rate_limit_quota` filter: a bucket `{name: api, tenant: <header value>}` per value of
+    `header` (requests without it are not limited), reported every `reporting_interval` (Envoy 1.40 reports every 5 s whatever it says) to the
+    RLQS server of cluster `rlqs`; admitted while no assignment came; `expired`: the
+    `expired_assignment_behavior` (none: Envoy's default)."""
+    header_input = {"@type": "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput",
+                    "header_name": header}
+    settings = {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings",
+        "bucket_id_builder": {"bucket_id_builder": {
+            "name": {"string_value": "api"},
+            "tenant": {"custom_value": {"name": "tenant", "typed_config": header_input}},
+        }},
+        "reporting_interval": reporting_interval,
+        "no_assignment_behavior": {"fallback_rate_limit": {"blanket_rule": "ALLOW_ALL"}},
+    }
+    if expired is not None:
+        settings["expired_assignment_behavior"] = expired
+    return {
+        "name": "envoy.filters.http.rate_limit_quota",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig",
+            "rlqs_server": {"envoy_grpc": {"cluster_name": "rlqs"}},
+            "domain": domain,
+            "bucket_matchers": {"matcher_list": {"matchers": [{
+                "predicate": {"single_predicate": {
+                    "input": {"name": "tenant", "typed_config": header_input},
+                    "value_match": {"safe_regex": {"google_re2": {}, "regex": ".+"}},
+                }},
+                "on_match": {"action": {"name": "rate_limit_quota", "typed_config": settings}},
+            }]}},
+        },
+    }

@@ -113,9 +113,36 @@ pub struct Args {
     #[arg(long = "grpc-listen", env = "SLUICE_GRPC_LISTEN")]
     pub grpc_listen: Option<SocketAddr>,
 
+    /// Also serve Envoy's rate limit quota service
+    /// (`envoy.service.rate_limit_quota.v3.RateLimitQuotaService`, gRPC over
+    /// h2c, for the `rate_limit_quota` filter) on this address; needs
+    /// `--descriptors`.
+    #[arg(long = "rlqs-listen", env = "SLUICE_RLQS_LISTEN")]
+    pub rlqs_listen: Option<SocketAddr>,
+
+    /// RLQS: the `assignment_time_to_live` of every assignment, in ms (at
+    /// least a second; keep it above Envoy's `reporting_interval`). Also the
+    /// window over which the Envoys reporting a bucket are counted.
+    #[arg(
+        long = "rlqs-assignment-ttl-ms",
+        env = "SLUICE_RLQS_ASSIGNMENT_TTL_MS",
+        default_value_t = 10_000,
+        value_parser = clap::value_parser!(u64).range(1_000..)
+    )]
+    pub rlqs_assignment_ttl_ms: u64,
+
+    /// RLQS: a bucket with no request reported for this long, in ms, is
+    /// abandoned (Envoy forgets it until its next request).
+    #[arg(
+        long = "rlqs-abandon-after-ms",
+        env = "SLUICE_RLQS_ABANDON_AFTER_MS",
+        default_value_t = 300_000
+    )]
+    pub rlqs_abandon_after_ms: u64,
+
     /// The RLS descriptor configuration: a YAML file in envoyproxy/ratelimit's
     /// format (one domain), or a directory of them. Re-read when it changes
-    /// and on SIGHUP.
+    /// and on SIGHUP. Serves `--grpc-listen` and `--rlqs-listen`.
     #[arg(long, env = "SLUICE_DESCRIPTORS")]
     pub descriptors: Option<PathBuf>,
 
@@ -208,6 +235,14 @@ impl Args {
             key: self.tls_key.clone()?,
             client_ca: self.tls_client_ca.clone(),
         })
+    }
+
+    /// How the RLQS service sends assignments.
+    pub fn rlqs_settings(&self) -> crate::rlqs::service::Settings {
+        crate::rlqs::service::Settings {
+            ttl: std::time::Duration::from_millis(self.rlqs_assignment_ttl_ms),
+            abandon_after: std::time::Duration::from_millis(self.rlqs_abandon_after_ms),
+        }
     }
 }
 

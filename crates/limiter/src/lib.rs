@@ -5,7 +5,8 @@
 //! consumes nothing) against shared state kept in memory or in Redis.
 //!
 //! The HTTP surface is built by [`api::app`]; the stores live in [`store`];
-//! [`rls`] serves Envoy's rate limit service protocol over the same store.
+//! [`rls`] serves Envoy's rate limit service protocol over the same store,
+//! [`rlqs`] its rate limit quota service.
 
 pub mod api;
 pub mod cli;
@@ -13,6 +14,7 @@ pub mod clock;
 pub mod events;
 pub mod metrics;
 pub mod overrides;
+pub mod rlqs;
 pub mod rls;
 pub mod server;
 pub mod store;

@@ -6,6 +6,7 @@ use sluice_limiter::cli::{Args, LogFormat};
 use sluice_limiter::clock::SystemClock;
 use sluice_limiter::metrics::{Listener, Metrics};
 use sluice_limiter::overrides::Overrides;
+use sluice_limiter::rlqs::service::RlqsService;
 use sluice_limiter::rls::reload::{spawn_watcher, ConfigCell};
 use sluice_limiter::rls::service::RlsService;
 use sluice_limiter::server::{serve_http, Acceptor};
@@ -106,21 +107,30 @@ async fn stopped(mut stop: Stop) {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    // The RLS configuration first: a bad file refuses to start.
-    let rls = match (&args.grpc_listen, &args.descriptors) {
-        (Some(addr), Some(path)) => {
-            let cell = ConfigCell::load(path).map_err(|e| format!("--descriptors: {e}"))?;
-            Some((*addr, Arc::new(cell)))
-        }
-        (Some(_), None) => return Err("--grpc-listen needs --descriptors FILE".into()),
-        (None, Some(_)) => return Err("--descriptors is served by --grpc-listen ADDR".into()),
-        (None, None) => None,
+    // The descriptors first: a bad file refuses to start.
+    let cell = match &args.descriptors {
+        Some(path) => Some(Arc::new(
+            ConfigCell::load(path).map_err(|e| format!("--descriptors: {e}"))?,
+        )),
+        None => None,
     };
     // The TLS files too: a bad one refuses to start.
     let tls = args
         .tls_files()
         .map(|files| TlsCell::load(files).map(Arc::new))
         .transpose()?;
+    let served = args.grpc_listen.is_some() || args.rlqs_listen.is_some();
+    match (&cell, served) {
+        (None, true) => {
+            return Err("--grpc-listen and --rlqs-listen need --descriptors FILE".into())
+        }
+        (Some(_), false) => {
+            return Err(
+                "--descriptors is served by --grpc-listen ADDR or --rlqs-listen ADDR".into(),
+            )
+        }
+        _ => {}
+    }
     let timeout = Duration::from_millis(args.store_timeout_ms.max(1));
     let opts = connect_options(&args)?;
     if args.store.redis_target().is_none()
@@ -150,13 +160,29 @@ async fn run(args: Args) -> Result<(), String> {
     let listener = Acceptor::new(listener, limits, Listener::Http, Arc::clone(&state.metrics))
         .tls(tls.as_ref().map(|t| t.listener(ALPN_HTTP)));
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let grpc = match rls {
-        Some((addr, cell)) => {
-            let tls = tls.as_ref().map(|t| t.listener(ALPN_GRPC));
-            Some(serve_rls(&args, addr, cell, &state, tls, stop.clone())?)
+    let mut grpc = Vec::new();
+    if let Some(cell) = cell {
+        state.metrics.record_rls_reload(true);
+        spawn_watcher(
+            &cell,
+            Arc::clone(&state.metrics),
+            Duration::from_millis(args.descriptors_poll_ms),
+        );
+        if let Some(addr) = args.grpc_listen {
+            grpc.push(serve_rls(
+                &args,
+                addr,
+                Arc::clone(&cell),
+                &state,
+                tls.as_ref().map(|t| t.listener(ALPN_GRPC)),
+                stop.clone(),
+            )?);
         }
-        None => None,
-    };
+        if let Some(addr) = args.rlqs_listen {
+            let tls = tls.as_ref().map(|t| t.listener(ALPN_GRPC));
+            grpc.push(serve_rlqs(&args, addr, cell, &state, tls, stop.clone())?);
+        }
+    }
     tracing::info!(
         listen = %args.listen,
         store = %args.store,
@@ -242,6 +268,14 @@ async fn open_overrides(
 
 type GrpcServer = tokio::task::JoinHandle<Result<(), tonic::transport::Error>>;
 
+/// tonic's server with the HTTP/2 guards of every gRPC listener.
+fn grpc_builder() -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(sluice_limiter::server::H2_KEEPALIVE))
+        .http2_keepalive_timeout(Some(sluice_limiter::server::H2_KEEPALIVE_TIMEOUT))
+        .max_concurrent_streams(sluice_limiter::server::H2_MAX_STREAMS)
+}
+
 /// Serves Envoy's RLS protocol on `addr` from the descriptors in `cell`,
 /// watched for changes, until `stop`.
 fn serve_rls(
@@ -254,12 +288,6 @@ fn serve_rls(
 ) -> Result<GrpcServer, String> {
     let limits = args.connection_limits();
     let metrics = Arc::clone(&state.metrics);
-    metrics.record_rls_reload(true);
-    spawn_watcher(
-        &cell,
-        Arc::clone(&metrics),
-        Duration::from_millis(args.descriptors_poll_ms),
-    );
     let service = RlsService::new(
         state.store.clone(),
         cell,
@@ -273,12 +301,43 @@ fn serve_rls(
         .into_stream();
     tracing::info!(grpc_listen = %addr, "serving Envoy's rate limit service protocol");
     Ok(tokio::spawn(
-        tonic::transport::Server::builder()
+        grpc_builder()
             // A call whose message never completes ends here.
             .timeout(limits.request_timeout)
-            .http2_keepalive_interval(Some(sluice_limiter::server::H2_KEEPALIVE))
-            .http2_keepalive_timeout(Some(sluice_limiter::server::H2_KEEPALIVE_TIMEOUT))
-            .max_concurrent_streams(sluice_limiter::server::H2_MAX_STREAMS)
+            .add_service(service.into_server())
+            .serve_with_incoming_shutdown(incoming, stopped(stop)),
+    ))
+}
+
+/// Serves Envoy's rate limit quota service on `addr` from the descriptors
+/// in `cell`, until `stop`. Its streams live as long as Envoy keeps them:
+/// no request timeout (HTTP/2 pings find the dead ones).
+fn serve_rlqs(
+    args: &Args,
+    addr: std::net::SocketAddr,
+    cell: Arc<ConfigCell>,
+    state: &AppState<AnyStore>,
+    tls: Option<ListenerTls>,
+    stop: Stop,
+) -> Result<GrpcServer, String> {
+    let limits = args.connection_limits();
+    let metrics = Arc::clone(&state.metrics);
+    let service = RlqsService::new(
+        state.store.clone(),
+        cell,
+        Arc::clone(&metrics),
+        Arc::new(SystemClock),
+        args.rlqs_settings(),
+    )
+    .until(stop.clone());
+    let listener =
+        sluice_limiter::server::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let incoming = Acceptor::new(listener, limits, Listener::Rlqs, metrics)
+        .tls(tls)
+        .into_stream();
+    tracing::info!(rlqs_listen = %addr, "serving Envoy's rate limit quota service protocol");
+    Ok(tokio::spawn(
+        grpc_builder()
             .add_service(service.into_server())
             .serve_with_incoming_shutdown(incoming, stopped(stop)),
     ))
@@ -288,16 +347,13 @@ fn serve_rls(
 /// (they stopped accepting when the stop signal came).
 async fn finish<E: std::fmt::Display>(
     http: tokio::task::JoinHandle<Result<(), E>>,
-    grpc: Option<GrpcServer>,
+    grpc: Vec<GrpcServer>,
     bound_ms: u64,
 ) -> Result<(), String> {
     let bound = Duration::from_millis(bound_ms);
     let finished = tokio::time::timeout(bound, async {
         let http = http.await;
-        let grpc = match grpc {
-            Some(g) => Some(g.await),
-            None => None,
-        };
+        let grpc = futures_util::future::join_all(grpc).await;
         (http, grpc)
     })
     .await;
@@ -313,11 +369,14 @@ async fn finish<E: std::fmt::Display>(
         Ok(Err(e)) => return Err(format!("server error: {e}")),
         Err(e) => return Err(format!("server stopped: {e}")),
     }
-    match grpc {
-        None | Some(Ok(Ok(()))) => Ok(()),
-        Some(Ok(Err(e))) => Err(format!("grpc server error: {e}")),
-        Some(Err(e)) => Err(format!("grpc server stopped: {e}")),
+    for g in grpc {
+        match g {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(format!("grpc server error: {e}")),
+            Err(e) => return Err(format!("grpc server stopped: {e}")),
+        }
     }
+    Ok(())
 }
 
 async fn shutdown_signal() {

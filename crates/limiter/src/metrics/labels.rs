@@ -14,6 +14,8 @@ pub enum Listener {
     Http,
     /// `--grpc-listen`: the rate limit service.
     Grpc,
+    /// `--rlqs-listen`: the rate limit quota service.
+    Rlqs,
 }
 
 impl Listener {
@@ -22,6 +24,7 @@ impl Listener {
         match self {
             Listener::Http => "http",
             Listener::Grpc => "grpc",
+            Listener::Rlqs => "rlqs",
         }
     }
 }
@@ -29,6 +32,11 @@ impl Listener {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct ListenerLabel {
     pub(super) listener: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct KindLabel {
+    pub(super) kind: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]

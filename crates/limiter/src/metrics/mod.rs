@@ -8,6 +8,7 @@
 //! so a client sending random values cannot grow the metrics without end.
 
 mod labels;
+mod rlqs;
 mod scrape;
 
 pub use labels::Listener;
@@ -21,6 +22,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram;
 use prometheus_client::registry::Registry;
+pub use rlqs::StreamGuard;
 pub use scrape::StoreGauges;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -90,6 +92,7 @@ pub struct Metrics {
     request_timeouts: Counters<ListenerLabel>,
     tls_loads: Counters<ResultLabel>,
     tls_handshake_failures: Counters<ListenerLabel>,
+    rlqs: rlqs::Rlqs,
 }
 
 impl Default for Metrics {
@@ -127,6 +130,7 @@ impl Default for Metrics {
             request_timeouts: Family::default(),
             tls_loads: Family::default(),
             tls_handshake_failures: Family::default(),
+            rlqs: rlqs::Rlqs::default(),
         };
         m.register();
         m
@@ -198,6 +202,7 @@ impl Metrics {
             self.batched.get_or_create(&result_label(result)).inc_by(0);
         }
         self.register_rls_and_connections();
+        self.rlqs.register(&mut self.registry);
     }
 
     /// Registers the RLS and connection metrics, their series shown from
@@ -255,7 +260,7 @@ impl Metrics {
         for (name, help, family) in by_listener {
             r.register(p(name), help, family.clone());
         }
-        for l in [Listener::Http, Listener::Grpc] {
+        for l in [Listener::Http, Listener::Grpc, Listener::Rlqs] {
             let labels = listener_label(l);
             self.connections.get_or_create(&labels).set(0);
             for (_, _, family) in by_listener {
@@ -389,6 +394,26 @@ impl Metrics {
         self.rls_reloads
             .get(&reload_label(ok))
             .map_or(0, |c| c.get())
+    }
+
+    /// Counts an RLQS stream open until the guard is dropped.
+    pub fn rlqs_stream_opened(&self) -> StreamGuard {
+        self.rlqs.stream_opened()
+    }
+
+    /// Counts `n` RLQS bucket usage reports.
+    pub fn rlqs_reports_received(&self, n: usize) {
+        self.rlqs.reports(n);
+    }
+
+    /// Counts one RLQS bucket action sent, by kind.
+    pub fn rlqs_assignment_sent(&self, kind: &str) {
+        self.rlqs.assignment(kind);
+    }
+
+    /// RLQS bucket actions sent so far of `kind`.
+    pub fn rlqs_assignments(&self, kind: &'static str) -> u64 {
+        self.rlqs.assignments(kind)
     }
 
     /// Counts a connection accepted on `listener`.

@@ -9,6 +9,7 @@
 
 pub mod config;
 mod plan;
+pub(crate) use plan::rls_scope;
 pub mod reload;
 pub mod service;
 mod status;

@@ -231,7 +231,7 @@ fn plan_found(
 
 /// The scope of an RLS domain's state identities: `rls:` (no HTTP API
 /// domain has a colon), then the domain escaped.
-fn rls_scope(domain: &str) -> String {
+pub(crate) fn rls_scope(domain: &str) -> String {
     let mut scope = String::with_capacity(domain.len() + 4);
     scope.push_str("rls:");
     push_escaped(&mut scope, domain);
