@@ -9,7 +9,7 @@ use sluice_limiter::overrides::Overrides;
 use sluice_limiter::rlqs::service::RlqsService;
 use sluice_limiter::rls::reload::{spawn_watcher, ConfigCell};
 use sluice_limiter::rls::service::RlsService;
-use sluice_limiter::server::{serve_http, Acceptor};
+use sluice_limiter::server::{serve_http, Acceptor, Conn};
 use sluice_limiter::store::memory::{MemoryConfig, MemoryStore};
 use sluice_limiter::store::redis::{ConnectOptions, RedisStore};
 use sluice_limiter::store::AnyStore;
@@ -119,18 +119,7 @@ async fn run(args: Args) -> Result<(), String> {
         .tls_files()
         .map(|files| TlsCell::load(files).map(Arc::new))
         .transpose()?;
-    let served = args.grpc_listen.is_some() || args.rlqs_listen.is_some();
-    match (&cell, served) {
-        (None, true) => {
-            return Err("--grpc-listen and --rlqs-listen need --descriptors FILE".into())
-        }
-        (Some(_), false) => {
-            return Err(
-                "--descriptors is served by --grpc-listen ADDR or --rlqs-listen ADDR".into(),
-            )
-        }
-        _ => {}
-    }
+    descriptors_served(&args, cell.is_some())?;
     let timeout = Duration::from_millis(args.store_timeout_ms.max(1));
     let opts = connect_options(&args)?;
     if args.store.redis_target().is_none()
@@ -160,29 +149,10 @@ async fn run(args: Args) -> Result<(), String> {
     let listener = Acceptor::new(listener, limits, Listener::Http, Arc::clone(&state.metrics))
         .tls(tls.as_ref().map(|t| t.listener(ALPN_HTTP)));
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let mut grpc = Vec::new();
-    if let Some(cell) = cell {
-        state.metrics.record_rls_reload(true);
-        spawn_watcher(
-            &cell,
-            Arc::clone(&state.metrics),
-            Duration::from_millis(args.descriptors_poll_ms),
-        );
-        if let Some(addr) = args.grpc_listen {
-            grpc.push(serve_rls(
-                &args,
-                addr,
-                Arc::clone(&cell),
-                &state,
-                tls.as_ref().map(|t| t.listener(ALPN_GRPC)),
-                stop.clone(),
-            )?);
-        }
-        if let Some(addr) = args.rlqs_listen {
-            let tls = tls.as_ref().map(|t| t.listener(ALPN_GRPC));
-            grpc.push(serve_rlqs(&args, addr, cell, &state, tls, stop.clone())?);
-        }
-    }
+    let grpc = match cell {
+        Some(cell) => serve_grpc(&args, cell, &state, tls.as_ref(), &stop)?,
+        None => Vec::new(),
+    };
     tracing::info!(
         listen = %args.listen,
         store = %args.store,
@@ -196,6 +166,67 @@ async fn run(args: Args) -> Result<(), String> {
     finish(http, grpc, args.shutdown_timeout_ms).await?;
     tracing::info!("sluice-limiter stopped");
     Ok(())
+}
+
+/// Refuses descriptors without a gRPC listener to serve them, and the other
+/// way round.
+fn descriptors_served(args: &Args, descriptors: bool) -> Result<(), String> {
+    let served = args.grpc_listen.is_some() || args.rlqs_listen.is_some();
+    match (descriptors, served) {
+        (false, true) => Err("--grpc-listen and --rlqs-listen need --descriptors FILE".into()),
+        (true, false) => {
+            Err("--descriptors is served by --grpc-listen ADDR or --rlqs-listen ADDR".into())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The gRPC listeners the descriptors in `cell` serve (watched for
+/// changes): RLS on `--grpc-listen`, RLQS on `--rlqs-listen`.
+fn serve_grpc(
+    args: &Args,
+    cell: Arc<ConfigCell>,
+    state: &AppState<AnyStore>,
+    tls: Option<&Arc<TlsCell>>,
+    stop: &Stop,
+) -> Result<Vec<GrpcServer>, String> {
+    state.metrics.record_rls_reload(true);
+    spawn_watcher(
+        &cell,
+        Arc::clone(&state.metrics),
+        Duration::from_millis(args.descriptors_poll_ms),
+    );
+    let tls = || tls.map(|t| t.listener(ALPN_GRPC));
+    let mut servers = Vec::new();
+    if let Some(addr) = args.grpc_listen {
+        let cell = Arc::clone(&cell);
+        servers.push(serve_rls(args, addr, cell, state, tls(), stop.clone())?);
+    }
+    if let Some(addr) = args.rlqs_listen {
+        servers.push(serve_rlqs(args, addr, cell, state, tls(), stop.clone())?);
+    }
+    Ok(servers)
+}
+
+/// The connections of a gRPC listener on `addr`: bound, capped, TLS when
+/// given.
+fn grpc_incoming(
+    args: &Args,
+    addr: std::net::SocketAddr,
+    name: Listener,
+    metrics: &Arc<Metrics>,
+    tls: Option<ListenerTls>,
+) -> Result<impl futures_util::Stream<Item = std::io::Result<Conn>>, String> {
+    let listener =
+        sluice_limiter::server::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    Ok(Acceptor::new(
+        listener,
+        args.connection_limits(),
+        name,
+        Arc::clone(metrics),
+    )
+    .tls(tls)
+    .into_stream())
 }
 
 /// The store `--store` names; a memory store is swept in the background.
@@ -294,11 +325,7 @@ fn serve_rls(
         Arc::clone(&metrics),
         Arc::new(SystemClock),
     );
-    let grpc_listener =
-        sluice_limiter::server::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    let incoming = Acceptor::new(grpc_listener, limits, Listener::Grpc, Arc::clone(&metrics))
-        .tls(tls)
-        .into_stream();
+    let incoming = grpc_incoming(args, addr, Listener::Grpc, &metrics, tls)?;
     tracing::info!(grpc_listen = %addr, "serving Envoy's rate limit service protocol");
     Ok(tokio::spawn(
         grpc_builder()
@@ -320,7 +347,6 @@ fn serve_rlqs(
     tls: Option<ListenerTls>,
     stop: Stop,
 ) -> Result<GrpcServer, String> {
-    let limits = args.connection_limits();
     let metrics = Arc::clone(&state.metrics);
     let service = RlqsService::new(
         state.store.clone(),
@@ -330,11 +356,7 @@ fn serve_rlqs(
         args.rlqs_settings(),
     )
     .until(stop.clone());
-    let listener =
-        sluice_limiter::server::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    let incoming = Acceptor::new(listener, limits, Listener::Rlqs, metrics)
-        .tls(tls)
-        .into_stream();
+    let incoming = grpc_incoming(args, addr, Listener::Rlqs, &metrics, tls)?;
     tracing::info!(rlqs_listen = %addr, "serving Envoy's rate limit quota service protocol");
     Ok(tokio::spawn(
         grpc_builder()
