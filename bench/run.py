@@ -389,7 +389,7 @@ def main(argv=None) -> int:
         workdir = Path(tmp)
         stores = {r.store for r in rows if r.store}
         limiter_ports, limiter_procs = setups.start_limiters(
-            workdir, a.limiter, stores, rls=any(r.rls and r.store in ("memory", "redis") for r in rows),
+            workdir, a.limiter, stores, rls=any((r.rls or r.rlqs) and r.store in ("memory", "redis") for r in rows),
             limitador=a.limitador) if stores else ({}, [])
         try:
             for c in a.concurrencies:
@@ -428,6 +428,10 @@ def main(argv=None) -> int:
                      "Envoy's ratelimit filter needs a route action, so its rows route to a cluster they "
                      "never reach: the fault filter answers 200 locally (`envoy-rls-route` is that answer "
                      "alone).")
+    if any(r.rlqs for r in rows):
+        notes.append("The rate limit quota row (Envoy's `rate_limit_quota` filter) puts each client address in "
+                     f"a bucket of {setups.RLQS_LIMIT:,} requests per hour in the limiter; Envoy admits by the "
+                     "token bucket the limiter assigns and reports its usage every 5 s, no call per request.")
     notes += [f"Skipped: `{r.id}` (no Limitador binary: set LIMITADOR)" for r in skipped]
     notes += [f"Left out: {f}" for f in failures]
     text = report.markdown(meta, by_conc, limiter, goals, core, notes)

@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import load  # noqa: E402
 import support  # noqa: E402
 from support import ALGORITHMS  # noqa: E402
+from support.envoy import rlqs_filter  # noqa: E402
 from support.rls import REMOTE_ADDRESS, generic_key, ratelimit_filter  # noqa: E402
 
 # Distinct client addresses for the "10,000 keys" rows.
@@ -75,6 +76,15 @@ LIMITER_CLUSTER = "sluice_limiter"
 # (`generic_key`, then `remote_address`, from the trusted X-Forwarded-For
 # entry with `xff_num_trusted_hops: 1`).
 RLS_DOMAIN = "bench"
+# The rate limit quota row: Envoy's rate_limit_quota filter puts each
+# X-Forwarded-For address in a bucket `{name: api, tenant: <address>}`
+# (the descriptor `name=api, tenant=<address>`), decides in Envoy by the
+# token bucket the limiter assigns (all that remains of the limit, refilled
+# over the rest of its window) and reports usage every 5 s. A limit per hour
+# far above what one machine sends: nothing is denied. Assignments live
+# RLQS_TTL_MS, two of Envoy's 5 s reporting intervals.
+RLQS_LIMIT = 1_000_000_000
+RLQS_TTL_MS = 10_000
 RLS_ACTIONS = [generic_key(RULE), REMOTE_ADDRESS]
 # The limiter's descriptor file (envoyproxy/ratelimit's format, Sluice's
 # `algorithm` and `window`): ALLOW_LIMIT under GCRA, as in the global rows.
@@ -86,6 +96,11 @@ descriptors:
     descriptors:
       - key: remote_address
         rate_limit: {{requests_per_unit: {ALLOW_LIMIT['requests']}, window: {ALLOW_LIMIT['window']}, algorithm: gcra}}
+  - key: name
+    value: api
+    descriptors:
+      - key: tenant
+        rate_limit: {{requests_per_unit: {RLQS_LIMIT}, unit: hour}}
 """
 # Limitador's limits file for the same descriptor (its current condition
 # syntax): a fixed window of whole seconds, so ALLOW_LIMIT's rate per second
@@ -142,6 +157,7 @@ class Row:
     expect: str = "allow"
     store: str | None = None  # limiter store a row needs: "memory", "redis" or "limitador"
     rls: bool = False  # whether the row calls the limiter over gRPC (RLS) rather than HTTP/JSON
+    rlqs: bool = False  # whether the row reports to the limiter over RLQS (Envoy's rate_limit_quota filter)
     clusters: list = field(default_factory=list)  # Envoy clusters the row needs besides the limiter's
     filters: list = field(default_factory=list)
     hcm_extra: dict = field(default_factory=dict)
@@ -335,6 +351,9 @@ def rls_rows(sluice, noop_wasm: Path) -> list[Row]:
                    "(limiter memory store)", store="memory", rls=True,
                    filters=[support.wasm_filter({"mode": "grpc_call_out", "cluster": LIMITER_CLUSTER},
                                                 noop_wasm, vm_id="grpc-call-out", name="grpc-call-out")]))
+    out.append(Row("rlqs-memory", "Envoy rate_limit_quota filter → sluice-limiter (RLQS), one bucket, decided "
+                   "in Envoy, usage reported every 5 s, limiter memory store", store="memory", rlqs=True,
+                   filters=[rlqs_filter(RLS_DOMAIN, header="x-forwarded-for", cluster=LIMITER_CLUSTER)]))
     out.append(Row("envoy-limitador", "Envoy ratelimit filter → Limitador (gRPC), one key, memory storage",
                    store="limitador", rls=True, filters=envoy_ratelimit(), hcm_extra=ROUTED_HCM,
                    clusters=[BACKEND_CLUSTER]))
@@ -385,8 +404,8 @@ def start_envoy(row: Row, concurrency: int, workdir: Path, envoy_bin: Path,
 
 def port_key(row: Row) -> str:
     """The key of `start_limiters`'s ports the row calls: its store, with
-    "-rls" for the gRPC port."""
-    return f"{row.store}-rls" if row.rls else str(row.store)
+    "-rls" for the gRPC port, "-rlqs" for the RLQS one."""
+    return f"{row.store}-rls" if row.rls else f"{row.store}-rlqs" if row.rlqs else str(row.store)
 
 
 def serves(item, store: str | None) -> bool:
@@ -439,23 +458,26 @@ class Limitador:
 
 
 def limiter_args(workdir: Path) -> list[str]:
-    """The limiter's arguments to serve RLS: a gRPC port of its own and the
-    descriptor file, written into `workdir`."""
+    """The limiter's arguments to serve RLS and RLQS: a gRPC port of its own
+    for each, the descriptor file (written into `workdir`), the RLQS
+    assignments' time to live."""
     path = workdir / "rls-descriptors.yaml"
     path.write_text(RLS_DESCRIPTORS)
-    return ["--grpc-listen", f"127.0.0.1:{support.free_port()}", "--descriptors", str(path)]
+    return ["--grpc-listen", f"127.0.0.1:{support.free_port()}", "--descriptors", str(path),
+            "--rlqs-listen", f"127.0.0.1:{support.free_port()}", "--rlqs-assignment-ttl-ms", str(RLQS_TTL_MS)]
 
 
-def grpc_port(args: list[str]) -> int:
-    """The gRPC port in `limiter_args`'s arguments."""
-    return int(args[args.index("--grpc-listen") + 1].rsplit(":", 1)[1])
+def grpc_port(args: list[str], flag: str = "--grpc-listen") -> int:
+    """The gRPC port in `limiter_args`'s arguments: RLS's, or `flag`'s."""
+    return int(args[args.index(flag) + 1].rsplit(":", 1)[1])
 
 
 def start_limiters(workdir: Path, limiter_bin: Path, stores: set[str], rls: bool = False,
                    limitador: Path | None = None) -> tuple[dict, list]:
     """Starts the limiter (and Redis) for each store named, also serving RLS
-    if `rls`, and Limitador if "limitador" is named; returns
-    ({store: port, store-rls: gRPC port}, [things to stop, in stop order]).
+    and RLQS if `rls`, and Limitador if "limitador" is named; returns
+    ({store: port, store-rls: RLS port, store-rlqs: RLQS port}, [things to
+    stop, in stop order]).
     The limiters' own arguments are kept in their `base_args`."""
     os.environ.setdefault("SLUICE_LOG", "warn")
     ports: dict[str, int] = {}
@@ -468,6 +490,7 @@ def start_limiters(workdir: Path, limiter_bin: Path, stores: set[str], rls: bool
         ports[key] = lim.port
         if rls:
             ports[f"{key}-rls"] = grpc_port(args)
+            ports[f"{key}-rlqs"] = grpc_port(args, "--rlqs-listen")
         return lim
 
     try:

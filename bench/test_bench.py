@@ -381,6 +381,11 @@ descriptors:
     descriptors:
       - key: remote_address
         rate_limit: {requests_per_unit: 1000, window: 10ms, algorithm: gcra}
+  - key: name
+    value: api
+    descriptors:
+      - key: tenant
+        rate_limit: {requests_per_unit: 1000000000, unit: hour}
 """
     assert (setups.RLS_DOMAIN, setups.RULE) == ("bench", "per-ip")
     [a] = _limit(rows["global-memory"])
@@ -449,6 +454,25 @@ def test_rls_calls_and_the_rls_targets_are_reported():
     assert (t.measured, t.met) == ("not measured", None)
 
 
+def test_the_rlqs_row_buckets_the_client_address_under_a_limit_it_never_reaches():
+    rows = {r.id: r for r in setups.rows(Path("s"), Path("n"))}
+    row = rows["rlqs-memory"]
+    assert row.store == "memory" and row.rlqs and not row.rls and row.expect == "allow" and row.keys == 1
+    assert setups.port_key(row) == "memory-rlqs"
+    assert not row.hcm_extra and not row.clusters  # decided before the direct response, no route action needed
+    [quota] = row.filters
+    cfg = quota["typed_config"]
+    assert quota["name"] == "envoy.filters.http.rate_limit_quota"
+    assert cfg["domain"] == setups.RLS_DOMAIN
+    assert cfg["rlqs_server"]["envoy_grpc"]["cluster_name"] == setups.LIMITER_CLUSTER
+    [matcher] = cfg["bucket_matchers"]["matcher_list"]["matchers"]
+    assert matcher["predicate"]["single_predicate"]["input"]["typed_config"]["header_name"] == "x-forwarded-for"
+    bucket = matcher["on_match"]["action"]["typed_config"]["bucket_id_builder"]["bucket_id_builder"]
+    assert sorted(bucket) == ["name", "tenant"] and bucket["name"] == {"string_value": "api"}
+    # Two of Envoy's 5 s reporting intervals, so assignments never lapse between reports.
+    assert setups.RLQS_TTL_MS == 10_000
+
+
 def test_the_limiters_serve_rls_beside_http_and_keep_it_across_restarts(tmp_path):
     import run
 
@@ -456,6 +480,8 @@ def test_the_limiters_serve_rls_beside_http_and_keep_it_across_restarts(tmp_path
     assert args[0] == "--grpc-listen" and args[2] == "--descriptors"
     assert Path(args[3]).read_text() == setups.RLS_DESCRIPTORS
     assert setups.grpc_port(args) == int(args[1].rsplit(":", 1)[1])
+    assert args[4] == "--rlqs-listen" and args[6:] == ["--rlqs-assignment-ttl-ms", "10000"]
+    assert setups.grpc_port(args, "--rlqs-listen") == int(args[5].rsplit(":", 1)[1]) != setups.grpc_port(args)
 
     class Limiter(run.support.Limiter):
         def __init__(self):

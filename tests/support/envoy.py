@@ -320,10 +320,10 @@ def start_envoy(workdir: Path, http_filters: list[dict], *, concurrency: int = 2
 
 
 def rlqs_filter(domain: str = "quota", header: str = "x-tenant", reporting_interval: str = "5s",
-                expired: dict | None = None) -> dict:
+                expired: dict | None = None, cluster: str = "rlqs") -> dict:
     """Envoy's `rate_limit_quota` filter: a bucket `{name: api, tenant: <header value>}` per value of
     `header` (requests without it are not limited), reported every `reporting_interval` (Envoy 1.40 reports every 5 s whatever it says) to the
-    RLQS server of cluster `rlqs`; admitted while no assignment came; `expired`: the
+    RLQS server of `cluster`; admitted while no assignment came; `expired`: the
     `expired_assignment_behavior` (none: Envoy's default)."""
     header_input = {"@type": "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput",
                     "header_name": header}
@@ -342,7 +342,7 @@ def rlqs_filter(domain: str = "quota", header: str = "x-tenant", reporting_inter
         "name": "envoy.filters.http.rate_limit_quota",
         "typed_config": {
             "@type": "type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig",
-            "rlqs_server": {"envoy_grpc": {"cluster_name": "rlqs"}},
+            "rlqs_server": {"envoy_grpc": {"cluster_name": cluster}},
             "domain": domain,
             "bucket_matchers": {"matcher_list": {"matchers": [{
                 "predicate": {"single_predicate": {
