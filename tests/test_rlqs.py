@@ -10,6 +10,7 @@ import pytest
 
 from support import free_port, limiter_cluster, load_through, request, start_envoy, wait_until
 from support.envoy import rlqs_filter
+from support.tls import CA, client_context, upstream_tls
 
 DESCRIPTORS = """\
 domain: quota
@@ -39,9 +40,9 @@ def tenant(label: str) -> str:
 def envoys(tmp_path):
     started = []
 
-    def start(rlqs_ports, **filter_args):
+    def start(rlqs_ports, transport_socket=None, **filter_args):
         env = start_envoy(tmp_path, [rlqs_filter(**filter_args)], lds=False, component_log_level=None,
-                          clusters=[limiter_cluster("rlqs", rlqs_ports)], name="envoy-rlqs")
+                          clusters=[limiter_cluster("rlqs", rlqs_ports, transport_socket)], name="envoy-rlqs")
         started.append(env)
         return env
 
@@ -50,13 +51,13 @@ def envoys(tmp_path):
         env.stop()
 
 
-def rlqs_limiter(processes, tmp_path, store="memory", requests=20, port=None):
+def rlqs_limiter(processes, tmp_path, store="memory", requests=20, port=None, tls=None, tls_flags=()):
     """A limiter serving RLQS (assignments live 11 s: Envoy reports every 5 s); (limiter, its RLQS port)."""
     path = tmp_path / f"descriptors-{free_port()}.yaml"
     path.write_text(DESCRIPTORS.format(requests=requests))
     port = port or free_port()
-    limiter = processes.limiter(store=store, extra_args=[
-        "--rlqs-listen", f"127.0.0.1:{port}", "--descriptors", str(path),
+    limiter = processes.limiter(store=store, tls=tls, extra_args=[
+        *tls_flags, "--rlqs-listen", f"127.0.0.1:{port}", "--descriptors", str(path),
         "--rlqs-assignment-ttl-ms", "11000", "--store-timeout-ms", "5000"])
     return limiter, port
 
@@ -139,3 +140,19 @@ def test_limiter_down_then_back(envoys, processes, tmp_path):
     limiter.start()
     wait_until(lambda: limiter.metric("sluice_limiter_rlqs_streams") == 1, what="stream reopened")
     wait_until(lambda: status(env, who) == 200, what="assignment after restart")
+
+
+def test_quotas_over_mutual_tls(envoys, processes, tmp_path):
+    """The RLQS listener takes the limiter's TLS like the others: Envoy's
+    stream over mutual TLS is assigned and enforced as in plain text."""
+    ca = CA(tmp_path, "ca")
+    server, client = ca.issue("server"), ca.issue("client")
+    flags = ["--tls-cert", str(server.cert), "--tls-key", str(server.key), "--tls-client-ca", str(ca.cert)]
+    limiter, port = rlqs_limiter(processes, tmp_path, requests=20, tls=client_context(ca, client), tls_flags=flags)
+    env = envoys([port], transport_socket=upstream_tls(ca, client))
+    who = tenant("tls")
+    assert status(env, who) == 200
+    wait_until(lambda: assignments(limiter, "token_bucket") >= 1, what="first assignment over TLS")
+    codes = [status(env, who) for _ in range(30)]
+    assert codes.count(200) == 19, codes
+    assert limiter.metric('sluice_limiter_tls_handshake_failures_total{listener="rlqs"}') == 0
