@@ -328,25 +328,7 @@ mod tests {
         let mut rng = Rng(0x00dd_ba11_5eed_0001);
         let mut read = 0;
         for _ in 0..3000 {
-            let limits = (0..rng.below(4))
-                .map(|_| LimitResult {
-                    allowed: rng.below(2) == 0,
-                    limit: rng.number(),
-                    remaining: rng.number(),
-                    reset_ms: rng.number(),
-                    retry_after_ms: rng.number(),
-                    delay_ms: if rng.below(2) == 0 { 0 } else { rng.number() },
-                    leased: if rng.below(2) == 0 { 0 } else { rng.number() },
-                })
-                .collect();
-            let admitted = (rng.below(2) == 0).then(|| rng.below(1 << 33) as u32);
-            let delays_ms = (0..rng.below(3)).map(|_| rng.number()).collect();
-            let response = CheckResponse {
-                allowed: rng.below(2) == 0,
-                limits,
-                admitted,
-                delays_ms,
-            };
+            let response = rng.answer();
             let body = serde_json::to_vec(&response).unwrap();
             assert_eq!(compact::parse(&body).as_ref(), Some(&response));
             for _ in 0..20 {

@@ -296,26 +296,6 @@ mod tests {
     use crate::test_rng::Rng;
     use serde_json::{json, Value};
 
-    fn answer(rng: &mut Rng) -> CheckResponse {
-        let limits = (0..rng.below(3))
-            .map(|_| LimitResult {
-                allowed: rng.below(2) == 0,
-                limit: rng.number(),
-                remaining: rng.number(),
-                reset_ms: rng.number(),
-                retry_after_ms: rng.number(),
-                delay_ms: if rng.below(2) == 0 { 0 } else { rng.number() },
-                leased: rng.number(),
-            })
-            .collect();
-        CheckResponse {
-            allowed: rng.below(2) == 0,
-            limits,
-            admitted: (rng.below(2) == 0).then(|| rng.below(1 << 20) as u32),
-            delays_ms: (0..rng.below(3)).map(|_| rng.number()).collect(),
-        }
-    }
-
     /// Answers in other forms (sorted keys, spaces and new lines, unknown
     /// fields of every JSON type) read as serde reads them; and whatever the
     /// reader reads after bytes are changed, serde reads alike.
@@ -324,7 +304,7 @@ mod tests {
         let mut rng = Rng(0x0105_e0ff_5eed_0002);
         let mut read = 0;
         for _ in 0..2000 {
-            let response = answer(&mut rng);
+            let response = rng.answer();
             let mut value = serde_json::to_value(&response).unwrap();
             value["extra"] = json!({"a": [1, -2.5e3, "x\\u00e9\"", null, true], "b": {}});
             if let Some(Value::Object(first)) = value["limits"].get_mut(0) {

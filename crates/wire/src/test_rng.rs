@@ -1,6 +1,8 @@
 //! A small deterministic generator (xorshift) for the wire tests' varied
 //! inputs.
 
+use crate::{CheckResponse, LimitResult};
+
 pub struct Rng(pub u64);
 
 impl Rng {
@@ -57,5 +59,29 @@ impl Rng {
             _ => changed.insert(at, byte),
         }
         changed
+    }
+
+    /// An answer of up to three limits, batch fields present or not, each
+    /// optional field zero (absent when written) half the time.
+    pub fn answer(&mut self) -> CheckResponse {
+        let limits = (0..self.below(4))
+            .map(|_| LimitResult {
+                allowed: self.below(2) == 0,
+                limit: self.number(),
+                remaining: self.number(),
+                reset_ms: self.number(),
+                retry_after_ms: self.number(),
+                delay_ms: if self.below(2) == 0 { 0 } else { self.number() },
+                leased: if self.below(2) == 0 { 0 } else { self.number() },
+            })
+            .collect();
+        let admitted = (self.below(2) == 0).then(|| self.below(1 << 33) as u32);
+        let delays_ms = (0..self.below(3)).map(|_| self.number()).collect();
+        CheckResponse {
+            allowed: self.below(2) == 0,
+            limits,
+            admitted,
+            delays_ms,
+        }
     }
 }
