@@ -2,6 +2,8 @@
 //! abandoned, and a stream over a socket as Envoy opens it.
 #![cfg(test)]
 
+mod support;
+
 use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
@@ -17,6 +19,7 @@ use sluice_limiter::rls::config::Descriptors;
 use sluice_limiter::rls::reload::ConfigCell;
 use sluice_limiter::store::memory::{MemoryConfig, MemoryStore};
 use std::sync::Arc;
+use tonic::service::Routes;
 use std::time::Duration;
 
 const CONFIG: &str = "\
@@ -209,14 +212,7 @@ async fn open_stream(
     tokio::sync::mpsc::Sender<RateLimitQuotaUsageReports>,
     tonic::Streaming<RateLimitQuotaResponse>,
 ) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let incoming = tonic::transport::server::TcpIncoming::from(listener);
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(svc.into_server())
-            .serve_with_incoming(incoming),
-    );
+    let addr = support::serve_grpc(Routes::new(svc.into_server())).await;
     let mut client = RateLimitQuotaServiceClient::connect(format!("http://{addr}"))
         .await
         .unwrap();

@@ -18,6 +18,7 @@ use sluice_limiter::rls::service::RlsService;
 use sluice_limiter::store::redis::Target;
 use std::sync::Arc;
 use std::time::Duration;
+use tonic::service::Routes;
 
 /// Every kind of descriptor: the fuzzers' configuration.
 const CONFIG: &str = sluice_limiter::rls::fuzzing::DESCRIPTORS;
@@ -288,14 +289,7 @@ async fn metrics_count_descriptors_by_result() {
 async fn a_grpc_client_is_answered() {
     let clock = Arc::new(ManualClock::new(T0));
     let svc = service(memory(&clock), CONFIG, &clock);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let incoming = tonic::transport::server::TcpIncoming::from(listener);
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(svc.into_server())
-            .serve_with_incoming(incoming),
-    );
+    let addr = support::serve_grpc(Routes::new(svc.into_server())).await;
     let mut client = RateLimitServiceClient::connect(format!("http://{addr}"))
         .await
         .unwrap();

@@ -16,6 +16,20 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tower::ServiceExt;
 
+/// Serves `routes` (tonic services) on a loopback port in the background,
+/// reached over a socket as Envoy reaches them; returns the address.
+pub async fn serve_grpc(routes: tonic::service::Routes) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_routes(routes)
+            .serve_with_incoming(incoming),
+    );
+    addr
+}
+
 /// Sends one request to the router over `state`, without a socket; returns
 /// the status and the body.
 pub async fn send<S: Store + Clone>(
