@@ -48,6 +48,7 @@ mod lease;
 mod limit;
 mod math;
 mod multi;
+pub mod permits;
 mod state;
 
 use algo::gcra::Gcra;
@@ -67,6 +68,7 @@ pub use limit::{
     MIN_WINDOW,
 };
 pub use multi::{decide_all, most_restrictive, Check, MultiOutcome};
+pub use permits::{Holder, Permits};
 pub use state::{Encoded, VERSION};
 
 /// Nanoseconds: since the Unix epoch for instants, elapsed for durations.
