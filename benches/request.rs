@@ -130,6 +130,7 @@ impl World {
         let verdict = engine::evaluate(
             &self.plan,
             &self.hasher,
+            1,
             &Request,
             &self.store,
             &self.metrics,

@@ -8,6 +8,7 @@ use super::limiter::{call_answer, call_failed, dispatch};
 use super::outcome::{
     add_request_headers, add_response_headers, add_service_response_headers, hold, send_denial,
 };
+use super::permits;
 use super::request::HostRequest;
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
@@ -16,6 +17,7 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType, MapType};
 use sluice_filter::coalesce::Joined;
+use sluice_filter::engine::concurrency::Held;
 use sluice_filter::engine::{self, Admitted, Delayed, PendingCheck, Verdict};
 use sluice_filter::failure::{self, CallFailure};
 use sluice_filter::response;
@@ -41,6 +43,9 @@ pub(super) struct Filter {
     carrying: Option<(SharedCall, Verdict)>,
     /// What the rate limit service asked for in its answer.
     reply: Option<Reply>,
+    /// The permits of concurrency limits the request holds until its
+    /// stream ends.
+    holding: Held,
 }
 
 impl Filter {
@@ -55,6 +60,7 @@ impl Filter {
             group: None,
             carrying: None,
             reply: None,
+            holding: Held::default(),
         }
     }
 }
@@ -63,7 +69,8 @@ impl Filter {
     /// Carries out a final verdict; returns whether the request continues.
     fn apply(&mut self, runtime: &Runtime, verdict: Verdict) -> Action {
         match verdict {
-            Verdict::Allow(admitted) => {
+            Verdict::Allow(mut admitted) => {
+                self.keep(runtime, std::mem::take(&mut admitted.held));
                 if admitted.report.is_some() || !admitted.shadow_denied.is_empty() {
                     self.admitted = Some(admitted);
                 }
@@ -71,7 +78,8 @@ impl Filter {
                 Action::Continue
             }
             Verdict::Delay(delayed) => {
-                if let Ok(held) = hold(self.context_id, runtime, delayed) {
+                if let Ok(mut held) = hold(self.context_id, runtime, delayed) {
+                    self.keep(runtime, held.take_held());
                     self.admitted = Some(held.admitted());
                     self.held = Some(held);
                     self.reply.iter().for_each(add_request_headers);
@@ -112,6 +120,31 @@ impl Filter {
         }
     }
 
+    /// Gives back what a verdict never carried out consumed: its client
+    /// left first.
+    fn unapplied(&mut self, verdict: Verdict) {
+        let Some(runtime) = self.runtime.clone() else {
+            return;
+        };
+        let (plan, metrics) = (&runtime.plan, &runtime.metrics);
+        match verdict {
+            Verdict::Allow(mut admitted) => self.keep(&runtime, std::mem::take(&mut admitted.held)),
+            Verdict::Delay(mut delayed) => {
+                self.keep(&runtime, delayed.take_held());
+                delayed.give_back(plan, &HostStore, metrics, now());
+            }
+            Verdict::Check(pending) => pending.abandon(plan, &HostStore, metrics),
+            Verdict::Deny(_) => {}
+        }
+    }
+
+    /// Keeps the permits `held` until the stream ends.
+    fn keep(&mut self, runtime: &Runtime, held: Held) {
+        permits::keep(runtime, &held);
+        self.holding.local.extend(held.local);
+        self.holding.global.extend(held.global);
+    }
+
     /// This request's call ended: its group's next call is due.
     fn own_call_ended(&mut self) {
         if let Some(signature) = self.group.take() {
@@ -127,9 +160,10 @@ impl Filter {
             // Its call is dropped with it: the group calls again.
             self.own_call_ended();
         }
-        if let Some((shared, _)) = self.carrying.take() {
+        if let Some((shared, verdict)) = self.carrying.take() {
             // So is the call it carried: its requests get the failure mode.
             coalesced::carried(shared, None);
+            self.unapplied(verdict);
         }
         let member = state::groups(|g| g.leave(self.context_id));
         if let Some(member) = member {
@@ -143,14 +177,31 @@ impl Filter {
         if let (true, Some(held), Some(runtime)) = (waited, held, self.runtime.as_ref()) {
             held.give_back(&runtime.plan, &HostStore, &runtime.metrics, now());
         }
+        let Some(runtime) = self.runtime.clone() else {
+            return;
+        };
+        if let Some(pending) = self.pending.take() {
+            // Its call is still out: what it took locally goes back.
+            pending.abandon(&runtime.plan, &HostStore, &runtime.metrics);
+        }
+        permits::release(&runtime, std::mem::take(&mut self.holding));
     }
 
     /// Takes what the root decided for this request, if anything.
     fn take_handoff(&mut self) {
-        if let Some(handoff) = state::take_handoff(self.context_id) {
-            self.admitted = handoff.admitted.or(self.admitted.take());
-            self.held = handoff.held.or(self.held.take());
+        let Some(mut handoff) = state::take_handoff(self.context_id) else {
+            return;
+        };
+        if let Some(runtime) = self.runtime.clone() {
+            if let Some(admitted) = handoff.admitted.as_mut() {
+                self.keep(&runtime, std::mem::take(&mut admitted.held));
+            }
+            if let Some(held) = handoff.held.as_mut() {
+                self.keep(&runtime, held.take_held());
+            }
         }
+        self.admitted = handoff.admitted.or(self.admitted.take());
+        self.held = handoff.held.or(self.held.take());
     }
 
     /// Sends the check calls; the request waits until all are answered.
@@ -288,6 +339,7 @@ impl HttpContext for Filter {
         let verdict = engine::evaluate(
             &runtime.plan,
             &runtime.hasher,
+            runtime.holder,
             &HostRequest,
             &HostStore,
             &runtime.metrics,

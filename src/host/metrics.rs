@@ -20,6 +20,9 @@ pub(super) struct Metrics {
     batch: Batch,
     /// Host metric id of [`DELAY_HISTOGRAM`].
     delay_histogram: u32,
+    /// Per rule, the id of its permits gauge (rules with a concurrency
+    /// limit only).
+    permit_gauges: Vec<Option<u32>>,
 }
 
 impl Metrics {
@@ -32,12 +35,35 @@ impl Metrics {
         for rule in rules {
             ids.extend(RuleEvent::ALL.map(|e| define(&e.metric_name(&rule.name))));
         }
+        let permit_gauges = rules
+            .iter()
+            .map(|rule| {
+                let concurrent = rule.limits.iter().any(|l| l.concurrency().is_some());
+                concurrent
+                    .then(|| {
+                        hostcalls::define_metric(MetricType::Gauge, &permits_gauge(&rule.name))
+                    })
+                    .and_then(Result::ok)
+            })
+            .collect();
         Metrics {
             ids,
+            permit_gauges,
             batch: Batch::new(rules.len()),
             delay_histogram: hostcalls::define_metric(MetricType::Histogram, DELAY_HISTOGRAM)
                 .unwrap_or(u32::MAX),
         }
+    }
+
+    /// Moves rule `rule`'s permits gauge by `weight`, up when `taken`.
+    /// Gauges are not batched: Envoy adds every worker's moves into one
+    /// value, the permits the Envoy's requests hold.
+    pub(super) fn permits(&self, rule: usize, weight: u64, taken: bool) {
+        let Some(&Some(id)) = self.permit_gauges.get(rule) else {
+            return;
+        };
+        let weight = i64::try_from(weight).unwrap_or(i64::MAX);
+        let _ = hostcalls::increment_metric(id, if taken { weight } else { -weight });
     }
 
     fn add(&self, position: usize) {
@@ -71,6 +97,11 @@ impl Drop for Metrics {
     fn drop(&mut self) {
         self.flush();
     }
+}
+
+/// The name of rule `rule`'s permits gauge.
+fn permits_gauge(rule: &str) -> String {
+    format!("sluice.{rule}.permits_in_use")
 }
 
 /// Counts a rejected configuration, at once.

@@ -4,7 +4,8 @@
 //! Imports go one way, from the contexts down to the host calls:
 //! [`root`] (the root context) → [`filter`] (a request's context) →
 //! [`coalesced`] (shared calls of coalescing groups) → [`outcome`] (hold,
-//! deny, response headers), [`limiter`] (call-outs) → [`state`] (the VM's
+//! deny, response headers), [`limiter`] (call-outs), [`permits`] (the
+//! permits of concurrency limits: kept, given back, renewed) → [`state`] (the VM's
 //! thread-locals, owned there alone), [`shared_data`], [`request`],
 //! [`clock`], [`metrics`], [`runtime`].
 //!
@@ -38,6 +39,7 @@ mod filter;
 mod limiter;
 mod metrics;
 mod outcome;
+mod permits;
 mod request;
 mod root;
 mod runtime;

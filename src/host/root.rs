@@ -7,6 +7,7 @@ use super::coalesced;
 use super::filter::Filter;
 use super::limiter::call_answer;
 use super::metrics::{config_error, Metrics};
+use super::permits;
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
 use super::state;
@@ -15,6 +16,7 @@ use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType};
 use sluice_core::Nanos;
 use sluice_filter::config;
+use sluice_filter::engine::concurrency;
 use sluice_filter::local;
 use sluice_filter::metrics::FLUSH_PERIOD;
 use sluice_filter::slots::SlotHasher;
@@ -97,6 +99,7 @@ impl RootContext for Root {
         // Every slow tick flushes, as do fine ticks a flush period apart.
         if !fine || now.saturating_sub(self.last_flush) >= nanos(FLUSH_PERIOD) {
             self.last_flush = now;
+            permits::renew_due();
             if let Some(runtime) = &self.runtime {
                 runtime.metrics.flush();
             }
@@ -133,6 +136,11 @@ impl RootContext for Root {
             config_error();
             return false;
         };
+        let Ok(holder) = concurrency::new_holder(&HostStore, &plan.domain, &hasher) else {
+            log::error!("sluice: cannot number this configuration's permit holder");
+            config_error();
+            return false;
+        };
         let metrics = Metrics::define(&plan.rules);
         log::info!(
             "sluice: configured domain {:?} with {} rule(s)",
@@ -143,6 +151,7 @@ impl RootContext for Root {
             plan,
             hasher,
             metrics,
+            holder,
         }));
         true
     }

@@ -2,6 +2,7 @@
 //! reconfiguration.
 
 use super::metrics::Metrics;
+use sluice_core::Holder;
 use sluice_filter::config::Plan;
 use sluice_filter::slots::SlotHasher;
 
@@ -10,4 +11,6 @@ pub(super) struct Runtime {
     pub(super) plan: Plan,
     pub(super) hasher: SlotHasher,
     pub(super) metrics: Metrics,
+    /// Who holds the permits this configuration's requests take.
+    pub(super) holder: Holder,
 }

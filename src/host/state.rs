@@ -1,6 +1,6 @@
 //! What one VM (a worker thread) keeps between its contexts: the requests
 //! it holds in delay mode, its coalescing groups and their shared calls in
-//! flight, the outcomes its root decided for requests, and how many root
+//! flight, the keys its requests hold permits of, the outcomes its root decided for requests, and how many root
 //! contexts are alive. This module alone owns those thread-locals; the
 //! others reach them through its functions.
 
@@ -9,6 +9,7 @@ use sluice_core::Nanos;
 use sluice_filter::coalesce::Coalescer;
 use sluice_filter::engine::{Admitted, Delayed, PendingCheck};
 use sluice_filter::failure::Throttle;
+use sluice_filter::holdings::Holdings;
 use sluice_filter::queue::Queue;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -27,6 +28,8 @@ thread_local! {
     /// What the root decided for requests of this VM, until their contexts
     /// take it.
     static HANDOFF: RefCell<Vec<(u32, Handoff)>> = const { RefCell::new(Vec::new()) };
+    /// The keys this VM's requests hold permits of, to renew.
+    static HOLDINGS: RefCell<Holdings> = RefCell::new(Holdings::default());
     /// When this VM last logged a failed limiter call.
     static FAILURE_LOG: RefCell<Throttle> = RefCell::new(Throttle::default());
 }
@@ -63,6 +66,11 @@ pub(super) struct Handoff {
 /// Runs `f` on this VM's queue of held requests.
 pub(super) fn queue<R>(f: impl FnOnce(&mut Queue) -> R) -> R {
     WAITING.with(|q| f(&mut q.borrow_mut()))
+}
+
+/// Runs `f` on the keys this VM's requests hold permits of.
+pub(super) fn holdings<R>(f: impl FnOnce(&mut Holdings) -> R) -> R {
+    HOLDINGS.with(|h| f(&mut h.borrow_mut()))
 }
 
 /// Runs `f` on this VM's coalescing groups.

@@ -196,8 +196,11 @@ fn push_item(out: &mut String, named: &Named<'_>, k1: &str, v1: u64, k2: &str, v
     out.push('"');
     out.push_str(k1);
     push_u64(out, v1);
-    out.push_str(k2);
-    push_u64(out, v2);
+    // A concurrency limit has no window: its policy item has no `w`.
+    if k2 != ";w=" || named.reported.window > 0 {
+        out.push_str(k2);
+        push_u64(out, v2);
+    }
 }
 
 #[cfg(test)]

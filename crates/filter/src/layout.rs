@@ -12,6 +12,8 @@
 //! | `sluice/<domain>/<rule>/<limit>/deny/<slot>` | over-limit cache of a global limit |
 //! | `sluice/<domain>/<rule>+elastic/<limit>/<algorithm>/<window ms>/<slot>` | extra allowance of a local elastic limit |
 //! | `sluice/<domain>/<rule>/<limit>/lease/<slot>` | lease of a leased global limit |
+//! | `sluice/<domain>/<rule>/<limit>/permits/<slot>` | permits of a local concurrency limit (one entry per holder) |
+//! | `sluice/<domain>/holders` | the number of the last configuration loaded (each is a permit holder) |
 
 use crate::decimal::push_u64;
 use sluice_core::{Limit, MILLISECOND};
@@ -53,6 +55,18 @@ pub fn deny_prefix(domain: &str, rule: &str, index: usize) -> String {
 /// The prefix of a leased global limit's lease slots (the slot number follows).
 pub fn lease_prefix(domain: &str, rule: &str, index: usize) -> String {
     format!("sluice/{domain}/{rule}/{index}/lease/")
+}
+
+/// The prefix of a local concurrency limit's permit slots (the slot number
+/// follows).
+pub fn permits_prefix(domain: &str, rule: &str, index: usize) -> String {
+    format!("sluice/{domain}/{rule}/{index}/permits/")
+}
+
+/// The key of the counter that numbers the configurations loaded in this
+/// Envoy for `domain`: each takes the next number as its permit holder.
+pub fn holders_key(domain: &str) -> String {
+    format!("sluice/{domain}/holders")
 }
 
 /// Writes `prefix` followed by `slot` into `out`, reusing its allocation.

@@ -37,6 +37,7 @@ pub mod engine;
 pub mod failure;
 pub mod grpc;
 pub mod headers;
+pub mod holdings;
 pub mod key;
 pub mod layout;
 pub mod lease;

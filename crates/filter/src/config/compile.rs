@@ -14,7 +14,7 @@ use super::raw::{
     RawRule, Scope, ServiceHeaders, COST_EXPECTED,
 };
 use crate::client_ip::ClientIpPolicy;
-use crate::engine::{elastic, global, local, service_held};
+use crate::engine::{concurrency, elastic, global, local, service_held};
 use crate::key::KeyPart;
 use crate::layout;
 use crate::matcher::{HeaderCondition, HeaderTest, Matcher, PathMatch};
@@ -293,6 +293,12 @@ fn compile_rule(
 
 /// Compiles a limit by its kind: one line per kind.
 fn compile_kind(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind, FieldError> {
+    if let Some(max) = raw.concurrency {
+        return concurrency::compile(site, raw, max);
+    }
+    if raw.permit_ttl.is_some() {
+        return Err(concurrency::stray_ttl(site));
+    }
     match (raw.scope, site.protocol) {
         (Scope::Global, Protocol::Rls) => service_held::compile(site, raw),
         _ if raw.descriptor.is_some() => Err(FieldError::at(
@@ -348,6 +354,9 @@ fn compile_cost(path: &str, raw: &RawCost) -> Result<Cost, FieldError> {
 
 /// Refuses a fixed `weight` that some limit of the rule (or an override of
 /// one) can never admit: every request would be denied.
+/// What a rate limit admits at most at once, in `check_capacity`'s message.
+const SOFT_BURST: &str = "its burst with the soft allowance";
+
 fn check_capacity(
     path: &str,
     overrides: &[RawOverride],
@@ -356,10 +365,16 @@ fn check_capacity(
 ) -> Result<(), FieldError> {
     for (j, rule_limit) in limits.iter().enumerate() {
         let over = |limit: &Limit| weight > limit.soft_burst();
-        let culprit = if over(rule_limit.limit()) {
+        let culprit = if let Some(c) = rule_limit.concurrency() {
+            (weight > c.permits.max).then(|| {
+                let at = format!("{path}.limits[{j}]");
+                (at, c.permits.max, "its permits")
+            })
+        } else if over(rule_limit.limit()) {
             Some((
                 format!("{path}.limits[{j}]"),
                 rule_limit.limit().soft_burst(),
+                SOFT_BURST,
             ))
         } else {
             rule_limit
@@ -371,15 +386,14 @@ fn check_capacity(
                         .iter()
                         .position(|r| r.key == o.key)
                         .unwrap_or_default();
-                    (format!("{path}.overrides[{k}]"), o.limit.soft_burst())
+                    let at = format!("{path}.overrides[{k}]");
+                    (at, o.limit.soft_burst(), SOFT_BURST)
                 })
         };
-        if let Some((at, capacity)) = culprit {
+        if let Some((at, capacity, what)) = culprit {
             return Err(FieldError::at(
                 field_path(path, "cost"),
-                format!(
-                    "{weight} is more than {at} can ever admit ({capacity}: its burst with the soft allowance)"
-                ),
+                format!("{weight} is more than {at} can ever admit ({capacity}: {what})"),
             ));
         }
     }
@@ -486,6 +500,15 @@ fn add_override(
                 return Err(FieldError::at(
                     path,
                     format!("limit {j} is held by the rate limit service: override it there"),
+                ));
+            }
+            LimitKind::Concurrency(_) => {
+                return Err(FieldError::at(
+                    path,
+                    format!(
+                        "limit {j} is a concurrency limit, which takes no overrides \
+                         (give the override a limit index)"
+                    ),
                 ));
             }
         };

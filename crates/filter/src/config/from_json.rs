@@ -266,6 +266,8 @@ const LIMIT_FIELDS: &[&str] = &[
     "elastic",
     "sync",
     "descriptor",
+    "concurrency",
+    "permit_ttl",
 ];
 
 fn raw_limit(n: &Node) -> Read<RawLimit> {
@@ -289,6 +291,8 @@ fn raw_limit(n: &Node) -> Read<RawLimit> {
             "elastic" => out.elastic = v.optional(raw_elastic)?,
             "sync" => out.sync = v.optional(raw_sync)?,
             "descriptor" => out.descriptor = v.optional(|d| d.list(raw_entry))?,
+            "concurrency" => out.concurrency = v.optional(Node::u64)?,
+            "permit_ttl" => out.permit_ttl = v.optional(Node::string)?,
             _ => {}
         }
         Ok(())

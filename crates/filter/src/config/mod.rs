@@ -17,9 +17,9 @@ pub use checks::MAX_NAME_LEN;
 pub use compile::{compile, MAX_LOCAL_KEYS, MAX_QUEUED};
 pub use duration::parse_duration;
 pub use plan::{
-    Cost, DenyResponse, Elastic, Entry, EntryValue, GlobalLimit, LeasePolicy, LimitKind,
-    LimiterTarget, LocalLimit, OverrideLimit, Plan, Quota, Rule, RuleLimit, ServiceHeld, Sync,
-    SERVICE_HELD,
+    ConcurrencyLimit, Cost, DenyResponse, Elastic, Entry, EntryValue, GlobalLimit, LeasePolicy,
+    LimitKind, LimiterTarget, LocalLimit, OverrideLimit, PermitPlace, Plan, Quota, Rule, RuleLimit,
+    ServiceHeld, Sync, SERVICE_HELD,
 };
 pub use raw::{
     FailureMode, HeadersMode, Mode, OnExceed, Protocol, RawConfig, Scope, ServiceHeaders, SyncMode,

@@ -5,7 +5,7 @@ use crate::client_ip::ClientIpPolicy;
 use crate::config::raw::{FailureMode, HeadersMode, Protocol, ServiceHeaders};
 use crate::key::KeyPart;
 use crate::matcher::Matcher;
-use sluice_core::{Limit, Nanos};
+use sluice_core::{Limit, Nanos, Permits};
 
 /// A validated configuration, shared read-only by every request.
 #[derive(Debug)]
@@ -114,6 +114,29 @@ pub enum LimitKind {
     /// Held by a rate limit service (`limiter.protocol: rls`): the service
     /// knows its quota and window.
     ServiceHeld(ServiceHeld),
+    /// A concurrency limit: permits held while requests are in flight.
+    Concurrency(ConcurrencyLimit),
+}
+
+/// A concurrency limit: a request takes `weight` permits of its key when
+/// admitted and gives them back when its stream ends.
+#[derive(Debug)]
+pub struct ConcurrencyLimit {
+    /// Permits per key, and how long a worker's permits outlive its last
+    /// renewal.
+    pub permits: Permits,
+    /// Where the permits are counted.
+    pub place: PermitPlace,
+}
+
+/// Where a concurrency limit's permits are counted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PermitPlace {
+    /// In this Envoy's shared data, under this prefix followed by the key's
+    /// slot number.
+    Local(String),
+    /// By the limiter.
+    Global,
 }
 
 /// A limit and its replacements for some keys.
@@ -270,12 +293,21 @@ impl RuleLimit {
         match &self.kind {
             LimitKind::Local(local) => Some(&local.quota),
             LimitKind::Global(global) => Some(&global.quota),
-            LimitKind::ServiceHeld(_) => None,
+            LimitKind::ServiceHeld(_) | LimitKind::Concurrency(_) => None,
         }
     }
 
-    /// The limit (for a limit the rate limit service holds, its stand-in
-    /// [`SERVICE_HELD`]).
+    /// The concurrency limit, if this is one.
+    pub fn concurrency(&self) -> Option<&ConcurrencyLimit> {
+        match &self.kind {
+            LimitKind::Concurrency(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The limit (for a limit the rate limit service holds, or a
+    /// concurrency limit, the stand-in [`SERVICE_HELD`], which refuses no
+    /// weight).
     pub fn limit(&self) -> &Limit {
         self.quota().map_or(&SERVICE_HELD, |q| &q.limit)
     }
@@ -309,13 +341,17 @@ impl RuleLimit {
 
     /// Whether this filter decides the limit.
     pub fn is_local(&self) -> bool {
-        matches!(self.kind, LimitKind::Local(_))
+        match &self.kind {
+            LimitKind::Local(_) => true,
+            LimitKind::Concurrency(c) => matches!(c.place, PermitPlace::Local(_)),
+            LimitKind::Global(_) | LimitKind::ServiceHeld(_) => false,
+        }
     }
 
     /// The prefix of the over-limit cache keys of a global limit.
     pub fn deny_prefix(&self) -> Option<&str> {
         match &self.kind {
-            LimitKind::Local(_) => None,
+            LimitKind::Local(_) | LimitKind::Concurrency(_) => None,
             LimitKind::Global(global) => Some(&global.deny_prefix),
             LimitKind::ServiceHeld(held) => Some(&held.deny_prefix),
         }

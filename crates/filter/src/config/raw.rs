@@ -369,6 +369,14 @@ pub struct RawLimit {
     /// (`protocol: rls` only).
     #[cfg_attr(feature = "schema", serde(default))]
     pub descriptor: Option<Vec<RawEntry>>,
+    /// A concurrency limit: requests in flight at once per key (instead of
+    /// `algorithm`, `requests` and `window`).
+    #[cfg_attr(feature = "schema", serde(default))]
+    pub concurrency: Option<u64>,
+    /// Concurrency: how long a worker's permits count after it last
+    /// renewed them (a crashed Envoy's permits come back after this).
+    #[cfg_attr(feature = "schema", serde(default))]
+    pub permit_ttl: Option<String>,
 }
 
 /// One entry of a rate limit service descriptor: `{key, value}` or

@@ -141,7 +141,9 @@ pub(crate) fn resolve_pools(rules: &mut [Rule]) -> Result<(), FieldError> {
             }
             let local = rule_limit.is_local();
             for (k, pool_limit) in pool.limits.iter().enumerate() {
-                let problem = if pool_limit.elastic().is_some() {
+                let problem = if pool_limit.concurrency().is_some() {
+                    Some("is a concurrency limit; a pool cannot be".to_string())
+                } else if pool_limit.elastic().is_some() {
                     Some("is itself elastic; a pool cannot be".to_string())
                 } else if pool_limit.limit().max_delay.is_some() {
                     Some("is in delay mode; a pool cannot be".to_string())

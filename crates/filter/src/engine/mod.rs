@@ -33,6 +33,7 @@
 
 mod call;
 pub(crate) mod coalesced;
+pub mod concurrency;
 mod deny_cache;
 pub(crate) mod elastic;
 mod finish;

@@ -2,6 +2,7 @@
 //! admitted it, and what it consumed, so that a denial refunds it. The
 //! refund of every kind of consumption is here, once.
 
+use super::concurrency::{self, Held};
 use super::verdict::{Admitted, Delayed, Denied, Verdict};
 use crate::config::{HeadersMode, LeasePolicy, LimitKind, LocalLimit, Plan, RuleLimit, Sync};
 use crate::headers::{more_restrictive, Reported};
@@ -59,6 +60,9 @@ pub(super) struct Tally {
     pub(super) borrowed: Vec<usize>,
     pub(super) shadow_denied: Vec<usize>,
     pub(super) consumed: Vec<Consumed>,
+    /// The permits taken: one local entry per [`Target::Permit`] consumed,
+    /// in the same order; global ones once the limiter granted them.
+    pub(super) held: Held,
 }
 
 /// Something this request consumed, to refund if the request is denied.
@@ -83,6 +87,9 @@ pub(super) enum Target {
     Override(usize),
     /// The extra allowance of an elastic local limit, in this slot.
     Extra(u64),
+    /// Permits of a local concurrency limit: the last of the tally's
+    /// `held.local`.
+    Permit,
     /// This Envoy's lease of a global limit, in this slot: the grant made
     /// at `granted_at` for the key of `fingerprint`.
     Lease {
@@ -114,7 +121,7 @@ impl Target {
                 layout::slot_key(out, &elastic.place, slot);
                 Some((&elastic.extra, out.as_str()))
             }
-            Target::Lease { .. } => None,
+            Target::Lease { .. } | Target::Permit => None,
         }
     }
 }
@@ -132,6 +139,7 @@ impl Tally {
             borrowed: Vec::new(),
             shadow_denied: Vec::new(),
             consumed: Vec::new(),
+            held: Held::default(),
         }
     }
 
@@ -184,6 +192,10 @@ impl Tally {
                     layout::slot_key(&mut key, &policy.prefix, slot);
                     lease::give_back(env.store, &key, fingerprint, granted_at, c.weight)
                 }
+                Target::Permit => match self.held.local.pop() {
+                    Some(permit) => concurrency::release_local(env.store, &permit, now),
+                    None => continue,
+                },
                 target => {
                     let located = match env.rule_limit(c.rule, c.limit).map(|l| &l.kind) {
                         Some(LimitKind::Local(local)) => target.locate(local, &mut key),
@@ -244,6 +256,7 @@ impl Tally {
             report: self.report,
             applied: self.applied,
             shadow_denied: self.shadow_denied,
+            held: self.held,
         })
     }
 

@@ -8,6 +8,9 @@ use crate::local::fake::MemoryStore;
 use crate::local::MAX_ATTEMPTS;
 use crate::metrics::fake::RecordingSink;
 use crate::metrics::{GlobalEvent, RuleEvent};
+
+/// The permit holder of the tests' configuration.
+pub(super) const HOLDER: sluice_core::Holder = 7;
 use crate::slots::{self, SlotHasher};
 use sluice_core::{Denial, MILLISECOND};
 use sluice_core::{Nanos, SECOND};
@@ -40,6 +43,7 @@ impl World {
         evaluate(
             &self.plan,
             &self.hasher,
+            HOLDER,
             req,
             &self.store,
             &self.metrics,
@@ -315,14 +319,21 @@ fn global_denial_refunds_local_and_is_cached() {
     let mut other = req.clone();
     other.source = Some("198.51.100.1:1".into());
     assert!(matches!(w.eval(&other), Verdict::Check(_)));
-    let later = evaluate(&w.plan, &w.hasher, &req, &w.store, &w.metrics, || {
-        NOW + 3 * SECOND
-    });
+    let later = evaluate(
+        &w.plan,
+        &w.hasher,
+        HOLDER,
+        &req,
+        &w.store,
+        &w.metrics,
+        || NOW + 3 * SECOND,
+    );
     let p = pending(later);
     assert!(allowed(&w.finish(p, answer(true, 0))));
     let p = pending(evaluate(
         &w.plan,
         &w.hasher,
+        HOLDER,
         &req,
         &w.store,
         &w.metrics,
@@ -332,6 +343,7 @@ fn global_denial_refunds_local_and_is_cached() {
     assert!(!allowed(&evaluate(
         &w.plan,
         &w.hasher,
+        HOLDER,
         &req,
         &w.store,
         &w.metrics,
@@ -445,7 +457,15 @@ fn time_the_request_path() {
     let n = 200_000;
     let start = std::time::Instant::now();
     for i in 0..n {
-        let v = evaluate(&w.plan, &w.hasher, &req, &w.store, &w.metrics, || NOW + i);
+        let v = evaluate(
+            &w.plan,
+            &w.hasher,
+            HOLDER,
+            &req,
+            &w.store,
+            &w.metrics,
+            || NOW + i,
+        );
         assert!(allowed(&v));
     }
     let per = start.elapsed() / n as u32;
@@ -949,3 +969,5 @@ mod coalesced;
 mod leased;
 
 mod service_held;
+
+mod concurrency;

@@ -1,6 +1,7 @@
 //! What the engine answers for a request: let it through, hold it, deny it,
 //! or ask the limiter first.
 
+use super::concurrency::Held;
 use super::pending::PendingCheck;
 use super::tally::{Env, Tally};
 use crate::config::Plan;
@@ -32,6 +33,9 @@ pub struct Admitted {
     pub applied: Vec<Reported>,
     /// Shadow rules that would have denied.
     pub shadow_denied: Vec<usize>,
+    /// The permits of concurrency limits the request holds until its
+    /// stream ends.
+    pub held: Held,
 }
 
 /// A denied request.
@@ -71,13 +75,22 @@ impl Delayed {
         self.tally.now.saturating_add(self.delay)
     }
 
-    /// What the response reports once the request goes through.
+    /// What the response reports once the request goes through (the
+    /// permits it holds are [`take_held`](Self::take_held)'s).
     pub fn admitted(&self) -> Admitted {
         Admitted {
             report: self.tally.report,
             applied: self.tally.applied.clone(),
             shadow_denied: self.tally.shadow_denied.clone(),
+            held: Held::default(),
         }
+    }
+
+    /// The permits the request holds, taken out once the host holds it:
+    /// the host gives them back when the stream ends, whether or not it
+    /// waited to the end ([`give_back`](Self::give_back) leaves them).
+    pub fn take_held(&mut self) -> Held {
+        std::mem::take(&mut self.tally.held)
     }
 
     /// Counts the request as admitted and delayed, once it is held.

@@ -11,17 +11,19 @@ use crate::key::{Request, RequestView};
 use crate::local::SharedStore;
 use crate::metrics::{MetricSink, RuleEvent};
 use crate::slots::{self, SlotHasher};
-use sluice_core::{Decision, Limit, Nanos};
+use sluice_core::{Decision, Holder, Limit, Nanos};
 
 /// The capacity of the request's key and shared-data key buffers: most keys
 /// fit, so that writing them allocates once.
 const KEY_ROOM: usize = 64;
 
 /// Decides a request's local limits and prepares its global check. `clock`
-/// is read once, and only when some rule applies.
+/// is read once, and only when some rule applies; `holder` holds the
+/// permits of concurrency limits (see [`super::concurrency`]).
 pub fn evaluate<V, S, M, C>(
     plan: &Plan,
     hasher: &SlotHasher,
+    holder: Holder,
     view: &V,
     store: &S,
     metrics: &M,
@@ -38,6 +40,7 @@ where
         env: Env::new(plan, store, metrics),
         request: &request,
         hasher,
+        holder,
         tally: Tally::new(plan),
         enforcing: Batch::default(),
         shadow: Batch::default(),
@@ -134,6 +137,8 @@ pub(super) struct Walk<'a, V: RequestView, S: ?Sized, M: ?Sized> {
     /// The request, for the keys of pool rules.
     pub(super) request: &'a Request<'a, V>,
     pub(super) hasher: &'a SlotHasher,
+    /// Who holds the permits this request takes.
+    pub(super) holder: Holder,
     pub(super) tally: Tally,
     /// The global limits of enforcing rules, and of shadow rules.
     pub(super) enforcing: Batch,
@@ -178,6 +183,7 @@ where
                 LimitKind::Local(local) => self.local(applied, l, local)?,
                 LimitKind::Global(global) => self.global(applied, l, global)?,
                 LimitKind::ServiceHeld(held) => self.service_held(applied, l, held)?,
+                LimitKind::Concurrency(c) => self.concurrency(applied, l, c)?,
             }
         }
         Ok(())

@@ -1,0 +1,295 @@
+//! Concurrency limits: a request takes `weight` permits of its key when
+//! admitted and gives them back when its stream ends, however it ends.
+//!
+//! Local permits live in a shared-data slot per key (colliding keys share
+//! one count, as local rate limits do: never more in flight than the
+//! limit), taken and given back by compare-and-swap, so every worker of the
+//! Envoy sees one exact count. Global permits are taken by the limiter in
+//! the request's check, with its rate limits, all or nothing. Either way
+//! each worker's configuration is a **holder** (see
+//! [`sluice_core::permits`]): it renews the permits its requests hold, and
+//! a holder that stops (a crashed Envoy) loses its permits after
+//! `permit_ttl`.
+//!
+//! What an admitted request holds is its [`Held`] list: the host gives it
+//! back when the stream ends (see `src/host/filter.rs`); a refused request
+//! gives back at once what it took ([`super::tally`]).
+
+use super::tally::{undecided, Consumed, Target};
+use super::walk::{Applied, Walk};
+use crate::config::checks::{field_path, LimitSite};
+use crate::config::raw::{OnExceed, Protocol, RawLimit, Scope};
+use crate::config::{ConcurrencyLimit, LimitKind, PermitPlace};
+use crate::headers::Reported;
+use crate::key::RequestView;
+use crate::layout;
+use crate::local::{self, Contended, SharedStore};
+use crate::metrics::{GlobalEvent, MetricSink};
+use crate::slots::SlotHasher;
+use sluice_core::permits::{self, Holder, Permits};
+use sluice_core::{
+    parse_duration, Decision, Denial, FieldError, Nanos, MAX_REQUESTS, MILLISECOND, SECOND,
+};
+
+/// `permit_ttl` when not given.
+pub const DEFAULT_PERMIT_TTL: Nanos = 30 * SECOND;
+/// The shortest `permit_ttl`: renewals run about a third of it apart.
+pub const MIN_PERMIT_TTL: Nanos = SECOND;
+/// The longest `permit_ttl`.
+pub const MAX_PERMIT_TTL: Nanos = 3600 * SECOND;
+
+/// Permits an admitted request holds until its stream ends.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Held {
+    /// Permits in this Envoy's shared data.
+    pub local: Vec<HeldPermit>,
+    /// Permits the limiter holds for this Envoy.
+    pub global: Vec<HeldPermit>,
+}
+
+/// Permits of one key, held by one holder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldPermit {
+    /// The shared-data key (local) or the limiter key (global).
+    pub key: String,
+    /// The units held.
+    pub weight: u64,
+    /// Who holds them: the configuration that took them.
+    pub holder: Holder,
+    /// How long they count after a renewal.
+    pub ttl: Nanos,
+    /// The rule whose limit took them (its gauge counts them).
+    pub rule: usize,
+}
+
+impl Held {
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.local.is_empty() && self.global.is_empty()
+    }
+}
+
+/// Gives back, at `now`, the local permit `held` (by compare-and-swap).
+pub fn release_local<S: SharedStore + ?Sized>(
+    store: &S,
+    held: &HeldPermit,
+    now: Nanos,
+) -> Result<(), Contended> {
+    local::measure_and_replace(store, &held.key, |value| {
+        (permits::release(value, held.holder, now, held.weight), ())
+    })
+}
+
+/// Keeps, at `now`, the local permits of `holder` at `key` for `ttl` more.
+/// Returns whether the holder still held some there.
+pub fn renew_local<S: SharedStore + ?Sized>(
+    store: &S,
+    key: &str,
+    holder: Holder,
+    now: Nanos,
+    ttl: Nanos,
+) -> Result<bool, Contended> {
+    local::measure_and_replace(store, key, |value| {
+        let held = permits::held_by(value, holder, now) > 0;
+        (permits::renew(value, holder, now, ttl), held)
+    })
+}
+
+/// A holder for a configuration of `domain` loaded now: the next number of
+/// the Envoy's counter of loaded configurations, hashed with the domain's
+/// seed (which differs between Envoys), so that holders differ within an
+/// Envoy for sure and between Envoys but for a 2^-64 chance.
+pub fn new_holder<S: SharedStore + ?Sized>(
+    store: &S,
+    domain: &str,
+    hasher: &SlotHasher,
+) -> Result<Holder, Contended> {
+    let number = local::measure_and_replace(store, &layout::holders_key(domain), |value| {
+        let last = value
+            .and_then(|v| <[u8; 8]>::try_from(v).ok())
+            .map_or(0, u64::from_le_bytes);
+        let next = last.wrapping_add(1);
+        (Some(next.to_le_bytes()), next)
+    })?;
+    let mut text = String::from("holder/");
+    crate::decimal::push_u64(&mut text, number);
+    Ok(hasher.fingerprint(&text))
+}
+
+/// Compiles a concurrency limit (a limit with `concurrency`).
+pub(crate) fn compile(
+    site: &LimitSite<'_>,
+    raw: &RawLimit,
+    max: u64,
+) -> Result<LimitKind, FieldError> {
+    let rate_fields = [
+        ("algorithm", raw.algorithm.is_some()),
+        ("requests", raw.requests.is_some()),
+        ("window", raw.window.is_some()),
+        ("burst", raw.burst.is_some()),
+        ("precision", raw.precision.is_some()),
+        ("soft_percent", raw.soft_percent != 0),
+        ("elastic", raw.elastic.is_some()),
+        ("sync", raw.sync.is_some()),
+        ("descriptor", raw.descriptor.is_some()),
+        ("max_delay", raw.max_delay.is_some()),
+    ];
+    if let Some((field, _)) = rate_fields.iter().find(|(_, given)| *given) {
+        return Err(FieldError::at(
+            site.field(field),
+            "does not apply to a concurrency limit",
+        ));
+    }
+    if raw.on_exceed == OnExceed::Delay {
+        return Err(FieldError::at(
+            site.field("on_exceed"),
+            "a concurrency limit denies when no permit is free (delay is for rate limits)",
+        ));
+    }
+    if !(1..=MAX_REQUESTS).contains(&max) {
+        return Err(FieldError::at(
+            site.field("concurrency"),
+            format!("must be between 1 and {MAX_REQUESTS}, got {max}"),
+        ));
+    }
+    let ttl = permit_ttl(&site.field("permit_ttl"), raw.permit_ttl.as_deref())?;
+    let place = match (raw.scope, site.protocol) {
+        (Scope::Local, _) => {
+            PermitPlace::Local(layout::permits_prefix(site.domain, site.rule, site.index))
+        }
+        (Scope::Global, Protocol::Sluice) => {
+            return Err(FieldError::at(
+                site.field("scope"),
+                "global concurrency limits are not available yet",
+            ))
+        }
+        (Scope::Global, Protocol::Rls) => {
+            return Err(FieldError::at(
+                site.field("scope"),
+                "a global concurrency limit needs limiter.protocol sluice \
+                 (a rate limit service cannot be given permits back)",
+            ));
+        }
+    };
+    Ok(LimitKind::Concurrency(ConcurrencyLimit {
+        permits: Permits { max, ttl },
+        place,
+    }))
+}
+
+fn permit_ttl(path: &str, raw: Option<&str>) -> Result<Nanos, FieldError> {
+    let Some(text) = raw else {
+        return Ok(DEFAULT_PERMIT_TTL);
+    };
+    let ttl = parse_duration(text).map_err(|e| FieldError::at(path, e))?;
+    if !(MIN_PERMIT_TTL..=MAX_PERMIT_TTL).contains(&ttl) || ttl % MILLISECOND != 0 {
+        return Err(FieldError::at(
+            path,
+            "must be whole milliseconds from 1s to 1h",
+        ));
+    }
+    Ok(ttl)
+}
+
+/// The JSON path of a limit's `permit_ttl` given without `concurrency`.
+pub(crate) fn stray_ttl(site: &LimitSite<'_>) -> FieldError {
+    FieldError::at(
+        field_path(site.path, "permit_ttl"),
+        "only applies to concurrency limits",
+    )
+}
+
+impl<V, S, M> Walk<'_, V, S, M>
+where
+    V: RequestView,
+    S: SharedStore + ?Sized,
+    M: MetricSink + ?Sized,
+{
+    /// Takes the permits of concurrency limit `l` of `applied`: locally at
+    /// once, globally in the request's check.
+    pub(super) fn concurrency(
+        &mut self,
+        applied: &Applied<'_, '_>,
+        l: usize,
+        limit: &ConcurrencyLimit,
+    ) -> Result<(), Reported> {
+        let p = &limit.permits;
+        // A concurrency limit has no window: its policy header says none.
+        let report = |decision| Reported {
+            rule: applied.index,
+            limit: l,
+            window: 0,
+            decision,
+        };
+        if applied.weight > p.max {
+            return Err(report(too_many(p.max)));
+        }
+        let prefix = match &limit.place {
+            PermitPlace::Local(prefix) => prefix,
+            PermitPlace::Global => return self.global_permits(applied, l, p),
+        };
+        let (holder, now, weight) = (self.holder, self.tally.now, applied.weight);
+        layout::slot_key(&mut self.scratch, prefix, applied.slot);
+        let taken = local::measure_and_replace(self.env.store, &self.scratch, |value| {
+            let out = permits::acquire(p, value, holder, now, weight);
+            (out.new_state, out.decision)
+        });
+        let decision = match taken {
+            Ok(decision) => decision,
+            Err(Contended) => {
+                self.env.metrics.global(GlobalEvent::CasExhausted);
+                return Err(report(undecided(p.max)));
+            }
+        };
+        if !decision.allowed {
+            return Err(report(decision));
+        }
+        self.tally.consumed.push(Consumed {
+            rule: applied.index,
+            limit: l,
+            target: Target::Permit,
+            weight,
+            delay: 0,
+        });
+        self.tally.held.local.push(HeldPermit {
+            key: self.scratch.clone(),
+            weight,
+            holder,
+            ttl: p.ttl,
+            rule: applied.index,
+        });
+        if !applied.rule.shadow {
+            self.tally.note(report(decision));
+        }
+        Ok(())
+    }
+}
+
+impl<V, S, M> Walk<'_, V, S, M>
+where
+    V: RequestView,
+    S: SharedStore + ?Sized,
+    M: MetricSink + ?Sized,
+{
+    fn global_permits(
+        &mut self,
+        _applied: &Applied<'_, '_>,
+        _l: usize,
+        _p: &Permits,
+    ) -> Result<(), Reported> {
+        Ok(())
+    }
+}
+
+/// The denial of a weight above the permits: retrying does not help.
+fn too_many(max: u64) -> Decision {
+    Decision {
+        allowed: false,
+        limit: max,
+        remaining: 0,
+        reset: 0,
+        retry_after: 0,
+        delay: 0,
+        denial: Some(Denial::CostExceedsCapacity),
+    }
+}

@@ -1,0 +1,157 @@
+//! Concurrency limits: permits taken at admission, given back at the end.
+
+use super::*;
+use crate::engine::concurrency::{release_local, Held};
+use crate::local::SharedStore;
+use sluice_core::permits;
+
+/// Two requests in flight per user, and 10 per minute.
+const LOCAL: &str = r#"{"name":"user","key":["header:x-user"],"limits":[
+    {"concurrency":2},
+    {"algorithm":"fixed_window","requests":10,"window":"1m"}]}"#;
+
+fn user(name: &str) -> FakeRequest {
+    FakeRequest::get("/").with("x-user", name)
+}
+
+fn held(v: Verdict) -> Held {
+    match v {
+        Verdict::Allow(a) => a.held,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn end(w: &World, held: &Held) {
+    for permit in &held.local {
+        release_local(&w.store, permit, NOW).unwrap();
+    }
+}
+
+#[test]
+fn at_most_the_permits_are_in_flight_and_an_end_frees_one() {
+    let w = World::new(&rules(LOCAL));
+    let first = held(w.eval(&user("a")));
+    let second = held(w.eval(&user("a")));
+    assert_eq!(first.local.len(), 1);
+    assert_eq!(first.local[0].holder, HOLDER);
+    let refused = match w.eval(&user("a")) {
+        Verdict::Deny(d) => d,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!((refused.report.rule, refused.report.limit), (0, 0));
+    assert_eq!(
+        refused.report.decision.retry_after,
+        permits::PERMIT_RETRY_AFTER
+    );
+    assert_eq!(refused.report.window, 0);
+    // Another user has permits of its own.
+    let other = held(w.eval(&user("b")));
+    end(&w, &first);
+    let third = held(w.eval(&user("a")));
+    for h in [second, other, third] {
+        end(&w, &h);
+    }
+    let key = &first.local[0].key;
+    let (state, _) = w.store.get(key);
+    assert_eq!(permits::in_use(state.as_deref(), NOW), 0);
+}
+
+#[test]
+fn a_rate_limit_that_denies_gives_the_permit_back() {
+    let w = World::new(&rules(
+        r#"{"name":"user","key":["header:x-user"],"limits":[
+        {"concurrency":5},
+        {"algorithm":"fixed_window","requests":1,"window":"1m"}]}"#,
+    ));
+    let first = held(w.eval(&user("a")));
+    assert!(matches!(w.eval(&user("a")), Verdict::Deny(_)));
+    let (state, _) = w.store.get(&first.local[0].key);
+    assert_eq!(permits::in_use(state.as_deref(), NOW), 1);
+}
+
+#[test]
+fn a_later_rule_that_denies_gives_the_permit_back() {
+    let w = World::new(&rules(
+        r#"{"name":"user","key":["header:x-user"],"limits":[{"concurrency":5}]},
+           {"name":"all","key":["const:x"],"limits":[{"algorithm":"fixed_window","requests":1,"window":"1m"}]}"#,
+    ));
+    let first = held(w.eval(&user("a")));
+    assert!(matches!(w.eval(&user("a")), Verdict::Deny(_)));
+    let (state, _) = w.store.get(&first.local[0].key);
+    assert_eq!(permits::in_use(state.as_deref(), NOW), 1);
+}
+
+#[test]
+fn a_weighted_request_holds_its_weight() {
+    let w = World::new(&rules(
+        r#"{"name":"user","key":["header:x-user"],"cost":"header:x-cost","limits":[{"concurrency":3}]}"#,
+    ));
+    let two = held(w.eval(&user("a").with("x-cost", "2")));
+    assert_eq!(two.local[0].weight, 2);
+    assert!(matches!(
+        w.eval(&user("a").with("x-cost", "2")),
+        Verdict::Deny(_)
+    ));
+    let never = match w.eval(&user("a").with("x-cost", "4")) {
+        Verdict::Deny(d) => d,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        never.report.decision.denial,
+        Some(Denial::CostExceedsCapacity)
+    );
+    assert!(matches!(w.eval(&user("a")), Verdict::Allow(_)));
+}
+
+#[test]
+fn a_shadow_rule_holds_permits_but_never_denies() {
+    let w = World::new(&rules(
+        r#"{"name":"user","mode":"shadow","key":["header:x-user"],"limits":[{"concurrency":1}]}"#,
+    ));
+    let first = held(w.eval(&user("a")));
+    assert_eq!(first.local.len(), 1);
+    let second = match w.eval(&user("a")) {
+        Verdict::Allow(a) => a,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(second.shadow_denied, vec![0]);
+    assert!(second.held.is_empty());
+}
+
+#[test]
+fn configuration_errors_name_the_field() {
+    let cases = [
+        (r#"{"concurrency":0}"#, "rules[0].limits[0].concurrency"),
+        (
+            r#"{"concurrency":2,"window":"1s"}"#,
+            "rules[0].limits[0].window",
+        ),
+        (
+            r#"{"concurrency":2,"algorithm":"gcra"}"#,
+            "rules[0].limits[0].algorithm",
+        ),
+        (
+            r#"{"concurrency":2,"on_exceed":"delay","max_delay":"1s"}"#,
+            "rules[0].limits[0].max_delay",
+        ),
+        (
+            r#"{"concurrency":2,"permit_ttl":"10ms"}"#,
+            "rules[0].limits[0].permit_ttl",
+        ),
+        (
+            r#"{"algorithm":"gcra","requests":1,"window":"1s","permit_ttl":"10s"}"#,
+            "rules[0].limits[0].permit_ttl",
+        ),
+    ];
+    for (limit, path) in cases {
+        let json = rules(&format!(
+            r#"{{"name":"r","key":["path"],"limits":[{limit}]}}"#
+        ));
+        let err = parse(json.as_bytes()).unwrap_err();
+        assert_eq!(err.path, path, "{limit}: {err}");
+    }
+    let json = rules(r#"{"name":"r","key":["path"],"cost":3,"limits":[{"concurrency":2}]}"#);
+    let err = parse(json.as_bytes()).unwrap_err();
+    assert_eq!(err.path, "rules[0].cost", "{err}");
+    assert!(err.to_string().contains("its permits"), "{err}");
+}
