@@ -188,7 +188,8 @@ fn deliver(context: u32, runtime: &Runtime, mut verdict: Verdict) {
                 admitted: Some(held.admitted()),
                 held: Some(held),
             },
-            Err(()) => return,
+            // A coalesced check takes no permits: nothing to give back.
+            Err(_) => return,
         },
         Verdict::Deny(denied) => {
             deny(&runtime.plan, &denied);

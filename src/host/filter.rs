@@ -78,15 +78,23 @@ impl Filter {
                 Action::Continue
             }
             Verdict::Delay(delayed) => {
-                if let Ok(mut held) = hold(self.context_id, runtime, delayed) {
-                    self.keep(runtime, held.take_held());
-                    self.admitted = Some(held.admitted());
-                    self.held = Some(held);
-                    self.reply.iter().for_each(add_request_headers);
+                match hold(self.context_id, runtime, delayed) {
+                    Ok(mut held) => {
+                        self.keep(runtime, held.take_held());
+                        self.admitted = Some(held.admitted());
+                        self.held = Some(held);
+                        self.reply.iter().for_each(add_request_headers);
+                    }
+                    Err(taken) => self.keep(runtime, taken),
                 }
                 Action::Pause
             }
-            Verdict::Deny(denied) => {
+            Verdict::Deny(mut denied) => {
+                if let Some(shared) = self.runtime.clone() {
+                    let held = std::mem::take(&mut denied.held);
+                    permits::keep(&shared, &held);
+                    permits::release(&shared, held);
+                }
                 send_denial(&runtime.plan, &denied, self.reply.as_ref());
                 Action::Pause
             }

@@ -61,6 +61,21 @@ pub(super) fn call_failed(runtime: &Runtime, failure: CallFailure) {
     );
 }
 
+/// Sends a `POST /v1/permits` (permits given back or renewed) to the
+/// limiter of `runtime`; `None` when the call could not be made. Its answer
+/// comes to the context current now (a root context's).
+pub(super) fn dispatch_permits(runtime: &Runtime, body: &[u8]) -> Option<u32> {
+    let limiter = runtime.plan.limiter.as_ref()?;
+    let headers = vec![
+        (":method", "POST"),
+        (":path", "/v1/permits"),
+        (":authority", limiter.authority.as_str()),
+        ("content-type", "application/json"),
+    ];
+    let timeout = Duration::from_millis(limiter.timeout / MILLISECOND);
+    hostcalls::dispatch_http_call(&limiter.cluster, headers, Some(body), vec![], timeout).ok()
+}
+
 /// Calls the limiter; `None` when the call could not be made.
 pub(super) fn dispatch(runtime: &Runtime, body: &[u8]) -> Option<u32> {
     let limiter = runtime.plan.limiter.as_ref()?;

@@ -10,14 +10,16 @@ use super::state;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{GrpcStatusCode, MapType};
 use sluice_filter::config::{Plan, ServiceHeaders};
+use sluice_filter::engine::concurrency::Held;
 use sluice_filter::engine::{Admitted, Delayed, Denied};
 use sluice_filter::grpc;
 use sluice_filter::response;
 use sluice_filter::rls::Reply;
 
 /// Queues a delayed request of `context` until it conforms, counting it as
-/// held; when its rule's queue is full, denies it instead (`Err`).
-pub(super) fn hold(context: u32, runtime: &Runtime, delayed: Delayed) -> Result<Delayed, ()> {
+/// held; when its rule's queue is full, denies it instead (`Err`, with the
+/// global permits the request took, for the caller to give back).
+pub(super) fn hold(context: u32, runtime: &Runtime, delayed: Delayed) -> Result<Delayed, Held> {
     let (rule, max_queued) = runtime
         .plan
         .rules
@@ -26,9 +28,9 @@ pub(super) fn hold(context: u32, runtime: &Runtime, delayed: Delayed) -> Result<
     let resume_at = delayed.resume_at();
     if grpc::outlives(delayed.delay, grpc_deadline()) {
         // The client would give up first: deny now, as a full queue does.
-        let denied = delayed.refuse(&runtime.plan, &HostStore, &runtime.metrics);
+        let mut denied = delayed.refuse(&runtime.plan, &HostStore, &runtime.metrics);
         deny(&runtime.plan, &denied);
-        return Err(());
+        return Err(std::mem::take(&mut denied.held));
     }
     let queued = state::queue(|q| {
         let was_empty = q.is_empty();
@@ -46,9 +48,9 @@ pub(super) fn hold(context: u32, runtime: &Runtime, delayed: Delayed) -> Result<
             Ok(delayed)
         }
         Err(_) => {
-            let denied = delayed.refuse(&runtime.plan, &HostStore, &runtime.metrics);
+            let mut denied = delayed.refuse(&runtime.plan, &HostStore, &runtime.metrics);
             deny(&runtime.plan, &denied);
-            Err(())
+            Err(std::mem::take(&mut denied.held))
         }
     }
 }

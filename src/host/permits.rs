@@ -2,14 +2,24 @@
 //! once it is admitted, given back when its stream ends (whichever way),
 //! and renewed from the root context's ticks while some request holds
 //! them (see [`sluice_filter::engine::concurrency`]).
+//!
+//! Local permits go back at once, by compare-and-swap. Global ones wait for
+//! the root context's next tick (the tick turns fine while some wait), which
+//! gives back all of a configuration's in one `POST /v1/permits`: the
+//! stream's own context is ending and could not take the call's answer.
 
-use super::clock::now;
+use super::clock::{now, HOLD_TICK};
+use super::limiter::dispatch_permits;
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
 use super::state;
-use sluice_filter::engine::concurrency::{self, Held};
-use sluice_filter::holdings::Place;
+use proxy_wasm::hostcalls;
+use sluice_core::{Holder, Nanos, MILLISECOND};
+use sluice_filter::engine::concurrency::{self, Held, HeldPermit};
+use sluice_filter::holdings::{Due, Place};
 use sluice_filter::metrics::{GlobalEvent, MetricSink};
+use sluice_wire::permits_json;
+use std::rc::Rc;
 
 /// Counts the permits `held` as held by a request of `runtime` from now.
 pub(super) fn keep(runtime: &Runtime, held: &Held) {
@@ -21,14 +31,17 @@ pub(super) fn keep(runtime: &Runtime, held: &Held) {
         for permit in &held.local {
             h.add(Place::Local, permit, now);
         }
+        for permit in &held.global {
+            h.add(Place::Global, permit, now);
+        }
     });
-    for permit in &held.local {
+    for permit in held.local.iter().chain(&held.global) {
         runtime.metrics.permits(permit.rule, permit.weight, true);
     }
 }
 
 /// Gives back every permit of `held`, kept by a request of `runtime`.
-pub(super) fn release(runtime: &Runtime, held: Held) {
+pub(super) fn release(runtime: &Rc<Runtime>, held: Held) {
     if held.is_empty() {
         return;
     }
@@ -37,26 +50,86 @@ pub(super) fn release(runtime: &Runtime, held: Held) {
         if concurrency::release_local(&HostStore, permit, now).is_err() {
             runtime.metrics.global(GlobalEvent::CasExhausted);
         }
-        runtime.metrics.permits(permit.rule, permit.weight, false);
     }
     state::holdings(|h| {
         for permit in &held.local {
             h.remove(Place::Local, permit);
         }
+        for permit in &held.global {
+            h.remove(Place::Global, permit);
+        }
     });
-}
-
-/// Renews the permits held on this VM that are due at the time of the
-/// tick; returns how many keys no longer held any (they expired first).
-pub(super) fn renew_due() -> usize {
-    let now = now();
-    let due = state::holdings(|h| h.due(now));
-    let mut lost = 0;
-    for d in due {
-        if d.place == Place::Local {
-            let kept = concurrency::renew_local(&HostStore, &d.key, d.holder, now, d.ttl);
-            lost += usize::from(kept == Ok(false));
+    for permit in held.local.iter().chain(&held.global) {
+        runtime.metrics.permits(permit.rule, permit.weight, false);
+    }
+    for permit in held.global {
+        if state::release_later(Rc::clone(runtime), permit) {
+            // The root sends them at its next tick.
+            let _ = hostcalls::set_tick_period(HOLD_TICK);
         }
     }
-    lost
+}
+
+/// Sends, from the root context ticking now, the global permits given back
+/// since the last tick: one call per configuration, holder and ttl.
+pub(super) fn send_releases() {
+    let mut waiting = state::take_releases();
+    while let Some((runtime, first)) = waiting.pop() {
+        let same = |(r, p): &(Rc<Runtime>, HeldPermit)| {
+            Rc::ptr_eq(r, &runtime) && p.holder == first.holder && p.ttl == first.ttl
+        };
+        let (group, rest): (Vec<_>, Vec<_>) = waiting.into_iter().partition(same);
+        waiting = rest;
+        let release: Vec<(&str, u64)> = std::iter::once(&first)
+            .chain(group.iter().map(|(_, p)| p))
+            .map(|p| (p.key.as_str(), p.weight))
+            .collect();
+        let body = permits_json(
+            &runtime.plan.domain,
+            first.holder,
+            first.ttl / MILLISECOND,
+            &release,
+            &[],
+        );
+        if dispatch_permits(&runtime, &body).is_none() {
+            runtime.metrics.global(GlobalEvent::LimiterUnreachable);
+        }
+    }
+}
+
+/// Renews, from the root context of `runtime` ticking now, the permits
+/// held on this VM that are due.
+pub(super) fn renew_due(runtime: Option<&Runtime>) {
+    let now = now();
+    let due = state::holdings(|h| h.due(now));
+    let mut global: Vec<Due> = Vec::new();
+    for d in due {
+        match d.place {
+            Place::Local => {
+                let _ = concurrency::renew_local(&HostStore, &d.key, d.holder, now, d.ttl);
+            }
+            Place::Global => global.push(d),
+        }
+    }
+    let Some(runtime) = runtime else {
+        return;
+    };
+    while let Some(first) = global.pop() {
+        let (group, rest): (Vec<Due>, Vec<Due>) = global
+            .into_iter()
+            .partition(|d| d.holder == first.holder && d.ttl == first.ttl);
+        global = rest;
+        renew_global(runtime, first.holder, first.ttl, &first, &group);
+    }
+}
+
+fn renew_global(runtime: &Runtime, holder: Holder, ttl: Nanos, first: &Due, rest: &[Due]) {
+    let keys: Vec<&str> = std::iter::once(first)
+        .chain(rest)
+        .map(|d| d.key.as_str())
+        .collect();
+    let body = permits_json(&runtime.plan.domain, holder, ttl / MILLISECOND, &[], &keys);
+    if dispatch_permits(runtime, &body).is_none() {
+        runtime.metrics.global(GlobalEvent::LimiterUnreachable);
+    }
 }

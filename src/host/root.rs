@@ -85,6 +85,7 @@ impl Context for Root {
 impl RootContext for Root {
     fn on_tick(&mut self) {
         let now = now();
+        permits::send_releases();
         coalesced::call_ready(self.id);
         let waiting = resume_due(now) || state::groups(|g| g.any_ready());
         // The period follows the queue whoever set it last (an HTTP context
@@ -99,7 +100,7 @@ impl RootContext for Root {
         // Every slow tick flushes, as do fine ticks a flush period apart.
         if !fine || now.saturating_sub(self.last_flush) >= nanos(FLUSH_PERIOD) {
             self.last_flush = now;
-            permits::renew_due();
+            permits::renew_due(self.runtime.as_deref());
             if let Some(runtime) = &self.runtime {
                 runtime.metrics.flush();
             }

@@ -7,6 +7,7 @@
 use super::runtime::Runtime;
 use sluice_core::Nanos;
 use sluice_filter::coalesce::Coalescer;
+use sluice_filter::engine::concurrency::HeldPermit;
 use sluice_filter::engine::{Admitted, Delayed, PendingCheck};
 use sluice_filter::failure::Throttle;
 use sluice_filter::holdings::Holdings;
@@ -30,6 +31,9 @@ thread_local! {
     static HANDOFF: RefCell<Vec<(u32, Handoff)>> = const { RefCell::new(Vec::new()) };
     /// The keys this VM's requests hold permits of, to renew.
     static HOLDINGS: RefCell<Holdings> = RefCell::new(Holdings::default());
+    /// Global permits ended requests gave back, for the root's next tick
+    /// to send, with the configuration that took them.
+    static RELEASES: RefCell<Vec<(Rc<Runtime>, HeldPermit)>> = const { RefCell::new(Vec::new()) };
     /// When this VM last logged a failed limiter call.
     static FAILURE_LOG: RefCell<Throttle> = RefCell::new(Throttle::default());
 }
@@ -71,6 +75,21 @@ pub(super) fn queue<R>(f: impl FnOnce(&mut Queue) -> R) -> R {
 /// Runs `f` on the keys this VM's requests hold permits of.
 pub(super) fn holdings<R>(f: impl FnOnce(&mut Holdings) -> R) -> R {
     HOLDINGS.with(|h| f(&mut h.borrow_mut()))
+}
+
+/// Leaves global permits `permit` of `runtime` for the next tick to give
+/// back; returns whether none waited before.
+pub(super) fn release_later(runtime: Rc<Runtime>, permit: HeldPermit) -> bool {
+    RELEASES.with(|r| {
+        let mut r = r.borrow_mut();
+        r.push((runtime, permit));
+        r.len() == 1
+    })
+}
+
+/// Takes the global permits waiting to be given back.
+pub(super) fn take_releases() -> Vec<(Rc<Runtime>, HeldPermit)> {
+    RELEASES.with(|r| std::mem::take(&mut *r.borrow_mut()))
 }
 
 /// Runs `f` on this VM's coalescing groups.

@@ -3,7 +3,7 @@
 
 use crate::headers::Reported;
 use crate::rls;
-use sluice_core::{Decision, Nanos};
+use sluice_core::{Decision, Holder, Nanos};
 use sluice_wire::{check_json, CheckResponse, LimitSpec};
 
 /// A global limit to check for this request.
@@ -38,6 +38,9 @@ pub(super) enum Via {
     /// Borrowing for an elastic limit that denied with `own` (reported in
     /// its place): its extra allowance (`extra`), or a limit of its pool.
     Lent { own: Reported, extra: bool },
+    /// A concurrency limit's permits, held for this long after a renewal
+    /// once the call admits.
+    Permit(Nanos),
 }
 
 /// A leased limit's ask for units, made with the request's check.
@@ -142,7 +145,7 @@ impl Batch {
     }
 
     /// The call checking these limits; `None` when there are none.
-    pub(super) fn into_call(self, domain: &str, shadow: bool) -> Option<Call> {
+    pub(super) fn into_call(self, domain: &str, shadow: bool, holder: Holder) -> Option<Call> {
         if self.is_empty() {
             return None;
         }
@@ -151,7 +154,14 @@ impl Batch {
         let body = if rls {
             rls::encode_request(domain, &self.descriptors, hits)
         } else {
-            check_json(domain, hits, &self.limits, None, None)
+            let takes_permits = self.items.iter().any(|i| matches!(i.via, Via::Permit(_)));
+            check_json(
+                domain,
+                hits,
+                &self.limits,
+                None,
+                takes_permits.then_some(holder),
+            )
         };
         Some(Call {
             shadow,

@@ -15,6 +15,7 @@
 //! back when the stream ends (see `src/host/filter.rs`); a refused request
 //! gives back at once what it took ([`super::tally`]).
 
+use super::call::{GlobalItem, Via};
 use super::tally::{undecided, Consumed, Target};
 use super::walk::{Applied, Walk};
 use crate::config::checks::{field_path, LimitSite};
@@ -30,6 +31,7 @@ use sluice_core::permits::{self, Holder, Permits};
 use sluice_core::{
     parse_duration, Decision, Denial, FieldError, Nanos, MAX_REQUESTS, MILLISECOND, SECOND,
 };
+use sluice_wire::{limiter_key, LimitSpec};
 
 /// `permit_ttl` when not given.
 pub const DEFAULT_PERMIT_TTL: Nanos = 30 * SECOND;
@@ -157,12 +159,7 @@ pub(crate) fn compile(
         (Scope::Local, _) => {
             PermitPlace::Local(layout::permits_prefix(site.domain, site.rule, site.index))
         }
-        (Scope::Global, Protocol::Sluice) => {
-            return Err(FieldError::at(
-                site.field("scope"),
-                "global concurrency limits are not available yet",
-            ))
-        }
+        (Scope::Global, Protocol::Sluice) => PermitPlace::Global,
         (Scope::Global, Protocol::Rls) => {
             return Err(FieldError::at(
                 site.field("scope"),
@@ -271,12 +268,26 @@ where
     S: SharedStore + ?Sized,
     M: MetricSink + ?Sized,
 {
+    /// Adds the permits of global concurrency limit `l` of `applied` to
+    /// the request's check: the limiter takes them with the check's other
+    /// limits, all or nothing ([`super::finish`] notes them held).
     fn global_permits(
         &mut self,
-        _applied: &Applied<'_, '_>,
-        _l: usize,
-        _p: &Permits,
+        applied: &Applied<'_, '_>,
+        l: usize,
+        p: &Permits,
     ) -> Result<(), Reported> {
+        let spec = LimitSpec::permits(limiter_key(&applied.rule.name, l, applied.key), p);
+        let item = GlobalItem {
+            rule: applied.index,
+            limit: l,
+            window: 0,
+            requests: p.max,
+            fingerprint: applied.fingerprint,
+            cacheable: false,
+            via: Via::Permit(p.ttl),
+        };
+        self.batch_of(applied).push(item, spec, applied.weight);
         Ok(())
     }
 }

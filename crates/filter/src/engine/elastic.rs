@@ -304,7 +304,11 @@ pub(super) fn borrow_call(plan: &Plan, calls: Vec<Call>, tally: Tally) -> Verdic
             let weight = spec.hits.unwrap_or(hits);
             let lent = match std::mem::replace(&mut item.via, Via::Alone) {
                 Via::Elastic(lent) if !answer.allowed => *lent,
-                _ => {
+                via => {
+                    // Permits are asked for again; nothing else is.
+                    if let Via::Permit(ttl) = via {
+                        item.via = Via::Permit(ttl);
+                    }
                     // The first call settled its lease ask and returns.
                     let spec = LimitSpec {
                         lease: None,
@@ -329,7 +333,10 @@ pub(super) fn borrow_call(plan: &Plan, calls: Vec<Call>, tally: Tally) -> Verdic
             }
         }
     }
-    let calls = batch.into_call(&plan.domain, false).into_iter().collect();
+    let calls = batch
+        .into_call(&plan.domain, false, tally.holder)
+        .into_iter()
+        .collect();
     Verdict::Check(PendingCheck {
         calls,
         tally,

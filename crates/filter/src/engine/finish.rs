@@ -5,6 +5,7 @@
 //! `failure_mode`.
 
 use super::call::{Call, GlobalItem, Via};
+use super::concurrency::HeldPermit;
 use super::deny_cache;
 use super::elastic::{borrow_call, lent};
 use super::leased::{serve_from_leases, settle_leases};
@@ -48,6 +49,7 @@ where
             }
             continue;
         }
+        hold_permits(&mut tally, call);
         for (item, decision) in decisions(call, held) {
             if decision.allowed {
                 if !call.shadow {
@@ -84,6 +86,26 @@ where
         Some(_) if can_borrow => borrow_call(plan, calls, tally),
         Some(report) => tally.deny(report, &env),
         None => tally.admit(metrics),
+    }
+}
+
+/// Notes the permits the answered `call` took: all of its concurrency
+/// limits', when it admitted (a denied check takes nothing).
+fn hold_permits(tally: &mut Tally, call: &Call) {
+    if !call.answered().is_some_and(|a| a.allowed) {
+        return;
+    }
+    let hits = call.batch.hits.unwrap_or(1);
+    for (item, spec) in call.batch.items.iter().zip(&call.batch.limits) {
+        if let Via::Permit(ttl) = item.via {
+            tally.held.global.push(HeldPermit {
+                key: spec.key.to_string(),
+                weight: spec.hits.unwrap_or(hits),
+                holder: tally.holder,
+                ttl,
+                rule: item.rule,
+            });
+        }
     }
 }
 

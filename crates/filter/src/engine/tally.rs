@@ -10,7 +10,7 @@ use crate::layout;
 use crate::lease;
 use crate::local::{self, SharedStore};
 use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
-use sluice_core::{Decision, Limit, Nanos, SECOND};
+use sluice_core::{Decision, Holder, Limit, Nanos, SECOND};
 
 /// The plan, shared data and metrics a request is decided with.
 pub(super) struct Env<'a, S: ?Sized, M: ?Sized> {
@@ -46,6 +46,8 @@ impl<'a, S: ?Sized, M: ?Sized> Env<'a, S, M> {
 #[derive(Debug)]
 pub(super) struct Tally {
     pub(super) now: Nanos,
+    /// Who holds the permits the request takes.
+    pub(super) holder: Holder,
     pub(super) report: Option<Reported>,
     /// Every enforcing limit that admitted, in order (only when `policies`).
     pub(super) applied: Vec<Reported>,
@@ -128,9 +130,10 @@ impl Target {
 
 impl Tally {
     /// A request decided at `now` (set once a rule applies).
-    pub(super) fn new(plan: &Plan) -> Tally {
+    pub(super) fn new(plan: &Plan, holder: Holder) -> Tally {
         Tally {
             now: 0,
+            holder,
             report: None,
             applied: Vec::new(),
             policies: matches!(plan.headers, HeadersMode::Ietf | HeadersMode::Both),
@@ -237,6 +240,7 @@ impl Tally {
             report,
             applied,
             shadow_denied: self.shadow_denied,
+            held: self.held,
         }
     }
 

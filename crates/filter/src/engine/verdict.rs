@@ -48,6 +48,10 @@ pub struct Denied {
     pub applied: Vec<Reported>,
     /// Shadow rules that would have denied.
     pub shadow_denied: Vec<usize>,
+    /// Global permits a call took though the request is denied (its other
+    /// call, or the failure mode, denied it): the host gives them back at
+    /// once. Local ones are given back already.
+    pub held: Held,
 }
 
 /// An admitted request that conforms only after a delay.

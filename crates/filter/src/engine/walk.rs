@@ -41,7 +41,7 @@ where
         request: &request,
         hasher,
         holder,
-        tally: Tally::new(plan),
+        tally: Tally::new(plan, holder),
         enforcing: Batch::default(),
         shadow: Batch::default(),
         // Room for a shared-data key (prefix and slot) without growing.
@@ -205,8 +205,9 @@ where
         }
         let domain = &self.env.plan.domain;
         let mut calls = Vec::with_capacity(2);
-        calls.extend(self.enforcing.into_call(domain, false));
-        calls.extend(self.shadow.into_call(domain, true));
+        let holder = self.holder;
+        calls.extend(self.enforcing.into_call(domain, false, holder));
+        calls.extend(self.shadow.into_call(domain, true, holder));
         Verdict::Check(PendingCheck {
             calls,
             tally: self.tally,
