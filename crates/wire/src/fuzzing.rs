@@ -3,7 +3,7 @@
 
 use crate::answer::compact;
 use crate::loose;
-use crate::{parse_check, CheckResponse, LimitResult};
+use crate::{parse_check, CheckResponse, LimitResult, Rule};
 use sluice_core::{decide_all, decide_batch, Check, SECOND};
 
 /// The limiter's side: a check is refused with a message, or valid (with a
@@ -21,23 +21,32 @@ pub fn check_body(body: &[u8]) -> Result<(), String> {
     let checks: Vec<_> = check
         .limits
         .iter()
-        .map(|l| Check {
-            limit: &l.limit,
-            state: None,
-            cost: l.hits,
+        .filter_map(|l| {
+            l.limit().map(|limit| Check {
+                limit,
+                state: None,
+                cost: l.hits,
+            })
         })
         .collect();
     let now = 1_714_521_600 * SECOND;
     let out = decide_all(&checks, now);
     decide_batch(&checks, now, check.requests().min(64));
+    let permits = check.limits.iter().filter_map(|l| match &l.rule {
+        Rule::Permits { permits, holder } => {
+            Some(sluice_core::permits::acquire(permits, None, *holder, now, l.hits).decision)
+        }
+        Rule::Rate(_) => None,
+    });
+    let decisions: Vec<_> = out.decisions.into_iter().chain(permits).collect();
     let answer = CheckResponse {
-        allowed: out.allowed,
-        limits: out.decisions.iter().map(LimitResult::from).collect(),
+        allowed: decisions.iter().all(|d| d.allowed),
+        limits: decisions.iter().map(LimitResult::from).collect(),
         admitted: None,
         delays_ms: Vec::new(),
     };
     let written = serde_json::to_vec(&answer).map_err(|e| e.to_string())?;
-    match CheckResponse::parse(&written, checks.len()) {
+    match CheckResponse::parse(&written, decisions.len()) {
         Some(read) if read == answer => Ok(()),
         read => Err(format!("{answer:?} read back as {read:?}")),
     }

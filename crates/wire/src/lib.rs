@@ -13,12 +13,16 @@
 //! ```
 //!
 //! All limits of one check are decided together: a check denied by one
-//! limit consumes nothing from the others. A malformed check is answered
+//! limit consumes nothing from the others. A limit may be a concurrency
+//! limit (`"algorithm": "concurrency"`): its permits are taken by the
+//! check's `holder` and given back or renewed with `POST /v1/permits`
+//! ([`PermitsRequest`]). A malformed check is answered
 //! with a 4xx and an [`ErrorBody`] naming the field (`limits[2].burst: ...`).
 
 mod answer;
 mod key;
 mod loose;
+mod permits;
 mod request;
 mod validate;
 
@@ -34,8 +38,13 @@ mod test_rng;
 pub use answer::{CheckResponse, ErrorBody, LimitResult};
 
 pub use key::{limiter_key, MAX_KEY_BYTES};
-pub use request::{check_json, CheckRequest, LimitSpec};
+pub use permits::{
+    parse_permits, permits_json, PermitRelease, PermitsRequest, PermitsResponse, ValidPermits,
+    MAX_PERMIT_KEYS,
+};
+pub use request::{check_json, CheckRequest, LimitSpec, CONCURRENCY};
 pub use validate::{
-    build_limit, parse_check, valid_domain, validate_domain, KeyedLimit, ValidCheck, MAX_BATCH,
-    MAX_BODY_BYTES, MAX_COUNT, MAX_DOMAIN_BYTES, MAX_LIMITS, MAX_WINDOW_MS,
+    build_limit, parse_check, valid_domain, validate_domain, KeyedLimit, RateRule, Rule,
+    ValidCheck, MAX_BATCH, MAX_BODY_BYTES, MAX_COUNT, MAX_DOMAIN_BYTES, MAX_LIMITS, MAX_WINDOW_MS,
+    MIN_PERMITS_TTL_MS,
 };

@@ -1,8 +1,12 @@
 //! The body of `POST /v1/check`.
 
 use serde::{Deserialize, Serialize};
-use sluice_core::{Algorithm, Limit, MILLISECOND};
+use sluice_core::{Algorithm, Holder, Limit, Permits, MILLISECOND};
 use std::borrow::Cow;
+
+/// The `algorithm` of a concurrency limit ([`LimitSpec::permits`]): not a
+/// rate algorithm, so not among sluice-core's [`Algorithm`]s.
+pub const CONCURRENCY: &str = "concurrency";
 
 /// `POST /v1/check` body: the limits one request falls under.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -25,6 +29,12 @@ pub struct CheckRequest<'a> {
     /// before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<u32>,
+    /// Who takes the permits of the check's concurrency limits: one filter
+    /// VM, which gives them back (`POST /v1/permits`) when its requests
+    /// end and renews them while they live. Required when a limit is a
+    /// concurrency limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<Holder>,
 }
 
 fn one() -> u64 {
@@ -39,12 +49,16 @@ pub struct LimitSpec<'a> {
     /// (the filter sends `<rule>/<limit index>/<key text>`, see [`limiter_key`](crate::limiter_key)).
     #[serde(borrow)]
     pub key: Cow<'a, str>,
-    /// One of the algorithm names (`gcra`, `token_bucket`, ...).
+    /// One of the algorithm names (`gcra`, `token_bucket`, ...), or
+    /// [`CONCURRENCY`] for a concurrency limit.
     #[serde(borrow)]
     pub algorithm: Cow<'a, str>,
-    /// Requests per window.
+    /// Requests per window; a concurrency limit: the units in flight at
+    /// once (its permits).
     pub requests: u64,
-    /// The window in milliseconds.
+    /// The window in milliseconds; a concurrency limit: how long a
+    /// holder's permits count after its last acquire or renewal (at least
+    /// 1000).
     pub window_ms: u64,
     /// Requests a fresh key admits at once; defaults to `requests`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -117,13 +131,41 @@ impl LimitSpec<'static> {
     }
 }
 
+impl LimitSpec<'static> {
+    /// The wire form of the concurrency limit `permits` under the limiter
+    /// key `key` (`window_ms` is its ttl), weighing the check's `hits`.
+    #[inline]
+    pub fn permits(key: String, permits: &Permits) -> Self {
+        LimitSpec {
+            key: Cow::Owned(key),
+            algorithm: Cow::Borrowed(CONCURRENCY),
+            requests: permits.max,
+            window_ms: permits.ttl / MILLISECOND,
+            burst: None,
+            precision: None,
+            soft_percent: None,
+            hits: None,
+            max_delay_ms: None,
+            lease: None,
+            returned: None,
+            returned_age_ms: None,
+        }
+    }
+}
+
 impl CheckRequest<'_> {
     /// This check's JSON, exactly as `serde_json::to_vec` writes it (compact,
     /// fields in declaration order, absent options left out), without
     /// serde's machinery: see [`check_json`].
     #[inline]
     pub fn to_json(&self) -> Vec<u8> {
-        check_json(&self.domain, self.hits, &self.limits, self.batch)
+        check_json(
+            &self.domain,
+            self.hits,
+            &self.limits,
+            self.batch,
+            self.holder,
+        )
     }
 }
 
@@ -137,6 +179,7 @@ pub fn check_json(
     hits: u64,
     limits: &[LimitSpec<'_>],
     batch: Option<u32>,
+    holder: Option<Holder>,
 ) -> Vec<u8> {
     let capacity = limits.iter().fold(domain.len().saturating_add(48), |n, l| {
         n.saturating_add(l.key.len()).saturating_add(96)
@@ -157,6 +200,10 @@ pub fn check_json(
     if let Some(batch) = batch {
         out.extend_from_slice(br#","batch":"#);
         push_u64(&mut out, u64::from(batch));
+    }
+    if let Some(holder) = holder {
+        out.extend_from_slice(br#","holder":"#);
+        push_u64(&mut out, holder);
     }
     out.push(b'}');
     out
@@ -194,7 +241,7 @@ impl LimitSpec<'_> {
 }
 
 /// Appends `n` in decimal.
-fn push_u64(out: &mut Vec<u8>, mut n: u64) {
+pub(crate) fn push_u64(out: &mut Vec<u8>, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
     loop {
@@ -214,7 +261,7 @@ fn push_u64(out: &mut Vec<u8>, mut n: u64) {
 /// Appends `s` as a JSON string, escaped as serde_json escapes it: `"`,
 /// `\` and control characters (`\b \t \n \f \r`, others `\u00XX`);
 /// everything else as is.
-fn push_str(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn push_str(out: &mut Vec<u8>, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push(b'"');
     let bytes = s.as_bytes();
@@ -247,8 +294,42 @@ fn push_str(out: &mut Vec<u8>, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter_key;
+    use crate::{limiter_key, Rule};
     use sluice_core::SECOND;
+
+    const PERMITS: Permits = Permits {
+        max: 5,
+        ttl: 30 * SECOND,
+    };
+
+    #[test]
+    fn a_concurrency_limit_goes_out_and_comes_back() {
+        let sent = CheckRequest {
+            domain: "demo".into(),
+            hits: 2,
+            limits: vec![
+                LimitSpec::permits("r/0/alice".into(), &PERMITS),
+                LimitSpec::new("r/1/alice".into(), &gcra()),
+            ],
+            batch: None,
+            holder: Some(7),
+        };
+        let wire = String::from_utf8(sent.to_json()).unwrap();
+        assert_eq!(
+            wire,
+            r#"{"domain":"demo","hits":2,"limits":[{"key":"r/0/alice","algorithm":"concurrency","requests":5,"window_ms":30000},{"key":"r/1/alice","algorithm":"gcra","requests":100,"window_ms":60000,"burst":20}],"holder":7}"#
+        );
+        let check = crate::parse_check(wire.as_bytes()).unwrap();
+        assert_eq!(
+            check.limits[0].rule,
+            Rule::Permits {
+                permits: PERMITS,
+                holder: 7
+            }
+        );
+        assert_eq!(check.limits[0].hits, 2);
+        assert_eq!(check.limits[1].limit(), Some(&gcra()));
+    }
 
     fn gcra() -> Limit {
         Limit::new(Algorithm::Gcra, 100, 60 * SECOND)
@@ -266,6 +347,7 @@ mod tests {
                 &gcra(),
             )],
             batch: None,
+            holder: None,
         };
         assert_eq!(
             serde_json::to_string(&body).unwrap(),
@@ -306,7 +388,9 @@ mod tests {
         );
         let body = format!(r#"{{"domain":"d","limits":[{wire}]}}"#);
         let check = crate::parse_check(body.as_bytes()).unwrap();
-        let l = &check.limits[0];
+        let Rule::Rate(l) = &check.limits[0].rule else {
+            panic!("a rate limit")
+        };
         assert_eq!(
             (l.lease, l.returned, l.returned_age),
             (50, 7, 1200 * MILLISECOND)
@@ -327,6 +411,7 @@ mod tests {
                 },
             ],
             batch: None,
+            holder: None,
         };
         let bytes = serde_json::to_vec(&sent).unwrap();
         assert!(!String::from_utf8_lossy(&bytes).contains("batch"));
@@ -341,10 +426,13 @@ mod tests {
         assert!(String::from_utf8_lossy(&bytes).ends_with(r#","batch":7}"#));
         assert_eq!(crate::parse_check(&bytes).unwrap().batch, Some(7));
         assert_eq!(check.limits[0].key, "r/0/alice");
-        assert_eq!((&check.limits[0].limit, check.limits[0].hits), (&gcra(), 3));
         assert_eq!(
-            (&check.limits[1].limit, check.limits[1].hits),
-            (&delayed, 5)
+            (check.limits[0].limit(), check.limits[0].hits),
+            (Some(&gcra()), 3)
+        );
+        assert_eq!(
+            (check.limits[1].limit(), check.limits[1].hits),
+            (Some(&delayed), 5)
         );
     }
 
@@ -375,6 +463,7 @@ mod tests {
                 hits: rng.number(),
                 limits,
                 batch: rng.option().map(|n| n as u32),
+                holder: rng.option(),
             };
             let serde = serde_json::to_vec(&request).unwrap();
             assert_eq!(
@@ -387,8 +476,12 @@ mod tests {
         let request = CheckRequest {
             domain: all.into(),
             hits: 1,
-            limits: vec![LimitSpec::new(limiter_key("r", 0, "k"), &gcra())],
+            limits: vec![
+                LimitSpec::new(limiter_key("r", 0, "k"), &gcra()),
+                LimitSpec::permits(limiter_key("r", 1, "k"), &PERMITS),
+            ],
             batch: Some(3),
+            holder: Some(u64::MAX),
         };
         assert_eq!(request.to_json(), serde_json::to_vec(&request).unwrap());
     }

@@ -1,8 +1,9 @@
 //! The limiter's side: a check body parsed strictly and validated into core
 //! limits before any store is touched; every error names its field.
 
+use crate::request::CONCURRENCY;
 use crate::{CheckRequest, LimitSpec, MAX_KEY_BYTES};
-use sluice_core::{Algorithm, FieldError, Limit, Nanos, MILLISECOND};
+use sluice_core::{Algorithm, FieldError, Holder, Limit, Nanos, Permits, MILLISECOND};
 
 /// Largest accepted request body.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -18,16 +19,53 @@ pub const MAX_COUNT: u64 = sluice_core::MAX_REQUESTS;
 /// Most requests one coalesced check may carry (`batch`).
 pub const MAX_BATCH: u32 = 10_000;
 
+/// The shortest ttl of a concurrency limit (its `window_ms`): a holder
+/// renews well within it.
+pub const MIN_PERMITS_TTL_MS: u64 = 1000;
+
 /// A validated limit with its key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyedLimit {
     /// The client key as sent (without the domain).
     pub key: String,
-    /// The limit to enforce.
-    pub limit: Limit,
     /// The request's weight under this limit: the limit's `hits` when
     /// given, else the check's.
     pub hits: u64,
+    /// What the limit is.
+    pub rule: Rule,
+}
+
+impl KeyedLimit {
+    /// The rate limit, when this is one.
+    pub fn limit(&self) -> Option<&Limit> {
+        match &self.rule {
+            Rule::Rate(r) => Some(&r.limit),
+            Rule::Permits { .. } => None,
+        }
+    }
+}
+
+/// A limit of a check: a rate limit, or a concurrency limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rule {
+    /// A rate limit (one of sluice-core's algorithms), with its lease terms.
+    Rate(RateRule),
+    /// A concurrency limit: `hits` permits taken for `holder` while the
+    /// request lives, given back with `POST /v1/permits`.
+    Permits {
+        /// At most `max` units held at once; a holder's permits count for
+        /// `ttl` after its last acquire or renewal.
+        permits: Permits,
+        /// Who takes them (the check's `holder`).
+        holder: Holder,
+    },
+}
+
+/// A rate limit of a check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateRule {
+    /// The limit to enforce.
+    pub limit: Limit,
     /// Leases: the most units to take beyond `hits` when admitted (0: none).
     pub lease: u64,
     /// Leases: units to give back before deciding (0: none).
@@ -47,7 +85,8 @@ pub struct ValidCheck {
     /// The limits, in request order.
     pub limits: Vec<KeyedLimit>,
     /// Coalescing: how many identical requests the check carries, when it
-    /// said (`None` is one request, answered without `admitted`).
+    /// said (`None` is one request, answered without `admitted`); never
+    /// with a concurrency limit.
     pub batch: Option<u32>,
 }
 
@@ -68,15 +107,18 @@ pub fn parse_check(body: &[u8]) -> Result<ValidCheck, FieldError> {
     }
     match serde_json::from_slice::<CheckRequest<'_>>(body) {
         Ok(req) => req.validate(),
-        Err(plain) => Err(name_the_field(body, plain)),
+        Err(plain) => Err(name_the_field::<CheckRequest<'_>>(body, plain)),
     }
 }
 
 /// Parses again, slower, only to name the field at fault.
 #[cfg(feature = "field-paths")]
-fn name_the_field(body: &[u8], plain: serde_json::Error) -> FieldError {
+pub(crate) fn name_the_field<'a, T: serde::Deserialize<'a>>(
+    body: &'a [u8],
+    plain: serde_json::Error,
+) -> FieldError {
     let de = &mut serde_json::Deserializer::from_slice(body);
-    match serde_path_to_error::deserialize::<_, CheckRequest<'_>>(de) {
+    match serde_path_to_error::deserialize::<_, T>(de) {
         Err(e) => {
             let path = e.path().to_string();
             let field = if path == "." { String::new() } else { path };
@@ -89,7 +131,10 @@ fn name_the_field(body: &[u8], plain: serde_json::Error) -> FieldError {
 /// Without `field-paths` (the filter, which never reads checks and should
 /// not carry the path tracking), serde's message alone.
 #[cfg(not(feature = "field-paths"))]
-fn name_the_field(_body: &[u8], plain: serde_json::Error) -> FieldError {
+pub(crate) fn name_the_field<'a, T: serde::Deserialize<'a>>(
+    _body: &'a [u8],
+    plain: serde_json::Error,
+) -> FieldError {
     FieldError::at("", plain.to_string())
 }
 
@@ -144,15 +189,30 @@ impl CheckRequest<'_> {
                 format!("at most {MAX_LIMITS} limits per check"),
             ));
         }
+        if let Some(i) = self.limits.iter().position(|l| l.algorithm == CONCURRENCY) {
+            if self.holder.is_none() {
+                return Err(FieldError::at(
+                    "holder",
+                    format!("required with a concurrency limit (limits[{i}])"),
+                ));
+            }
+            // Permits are taken per request and given back per request.
+            if self.batch.is_some() {
+                return Err(FieldError::at(
+                    "batch",
+                    format!("not allowed with a concurrency limit (limits[{i}])"),
+                ));
+            }
+        }
         let mut limits = Vec::with_capacity(self.limits.len());
         for (i, spec) in self.limits.into_iter().enumerate() {
-            let keyed = KeyedLimit::from_spec(spec, self.hits)
+            let keyed = KeyedLimit::from_spec(spec, self.hits, self.holder)
                 .map_err(|e| e.under(&format!("limits[{i}]")))?;
             // Leases are for single requests: a batch's requests share none.
-            if self.batch.is_some() {
-                let field = if keyed.lease != 0 {
+            if let (Some(_), Rule::Rate(r)) = (self.batch, &keyed.rule) {
+                let field = if r.lease != 0 {
                     Some("lease")
-                } else if keyed.returned != 0 {
+                } else if r.returned != 0 {
                     Some("returned")
                 } else {
                     None
@@ -230,18 +290,77 @@ pub fn build_limit(
     Ok(limit)
 }
 
+/// The fields a concurrency limit does not take, with whether each is set.
+fn rate_only_fields(spec: &LimitSpec<'_>) -> [(&'static str, bool); 7] {
+    [
+        ("burst", spec.burst.is_some()),
+        ("precision", spec.precision.is_some()),
+        ("soft_percent", spec.soft_percent.is_some()),
+        ("max_delay_ms", spec.max_delay_ms.is_some()),
+        ("lease", spec.lease.is_some()),
+        ("returned", spec.returned.is_some()),
+        ("returned_age_ms", spec.returned_age_ms.is_some()),
+    ]
+}
+
+/// A concurrency limit's terms: `requests` permits, a ttl of `window_ms`.
+fn build_permits(spec: &LimitSpec<'_>) -> Result<Permits, FieldError> {
+    if let Some((field, _)) = rate_only_fields(spec).into_iter().find(|(_, set)| *set) {
+        return Err(FieldError::at(field, "not allowed in a concurrency limit"));
+    }
+    if spec.requests == 0 || spec.requests > MAX_COUNT {
+        return Err(FieldError::at(
+            "requests",
+            format!("must be between 1 and {MAX_COUNT}"),
+        ));
+    }
+    if !(MIN_PERMITS_TTL_MS..=MAX_WINDOW_MS).contains(&spec.window_ms) {
+        return Err(FieldError::at(
+            "window_ms",
+            format!("must be between {MIN_PERMITS_TTL_MS} and {MAX_WINDOW_MS} (the holders' ttl)"),
+        ));
+    }
+    Ok(Permits {
+        max: spec.requests,
+        ttl: spec.window_ms.saturating_mul(MILLISECOND),
+    })
+}
+
+/// The ttl of `POST /v1/permits` (`ttl_ms`), checked as a concurrency
+/// limit's `window_ms`.
+pub(crate) fn permits_ttl(ttl_ms: u64) -> Result<Nanos, String> {
+    if (MIN_PERMITS_TTL_MS..=MAX_WINDOW_MS).contains(&ttl_ms) {
+        Ok(ttl_ms.saturating_mul(MILLISECOND))
+    } else {
+        Err(format!(
+            "must be between {MIN_PERMITS_TTL_MS} and {MAX_WINDOW_MS}"
+        ))
+    }
+}
+
+/// Checks a key as a check's and a permits body's keys are checked.
+pub(crate) fn check_key(key: &str) -> Result<(), FieldError> {
+    if key.is_empty() {
+        return Err(FieldError::at("key", "must not be empty"));
+    }
+    if key.len() > MAX_KEY_BYTES {
+        return Err(FieldError::at(
+            "key",
+            format!("longer than {MAX_KEY_BYTES} bytes"),
+        ));
+    }
+    Ok(())
+}
+
 impl KeyedLimit {
-    /// Validates one limit of a check whose weight is `check_hits`.
-    pub fn from_spec(spec: LimitSpec<'_>, check_hits: u64) -> Result<Self, FieldError> {
-        if spec.key.is_empty() {
-            return Err(FieldError::at("key", "must not be empty"));
-        }
-        if spec.key.len() > MAX_KEY_BYTES {
-            return Err(FieldError::at(
-                "key",
-                format!("longer than {MAX_KEY_BYTES} bytes"),
-            ));
-        }
+    /// Validates one limit of a check whose weight is `check_hits`, whose
+    /// permits (if it is a concurrency limit) `holder` takes.
+    pub fn from_spec(
+        spec: LimitSpec<'_>,
+        check_hits: u64,
+        holder: Option<Holder>,
+    ) -> Result<Self, FieldError> {
+        check_key(&spec.key)?;
         let hits = spec.hits.unwrap_or(check_hits);
         if hits == 0 || hits > MAX_COUNT {
             return Err(FieldError::at(
@@ -249,6 +368,28 @@ impl KeyedLimit {
                 format!("must be between 1 and {MAX_COUNT}"),
             ));
         }
+        if spec.algorithm == CONCURRENCY {
+            let permits = build_permits(&spec)?;
+            let holder =
+                holder.ok_or_else(|| FieldError::at("holder", "required (the check's holder)"))?;
+            return Ok(KeyedLimit {
+                key: spec.key.into_owned(),
+                hits,
+                rule: Rule::Permits { permits, holder },
+            });
+        }
+        let rule = Rule::Rate(RateRule::from_spec(&spec)?);
+        Ok(KeyedLimit {
+            key: spec.key.into_owned(),
+            hits,
+            rule,
+        })
+    }
+}
+
+impl RateRule {
+    /// Validates the rate limit of `spec`.
+    fn from_spec(spec: &LimitSpec<'_>) -> Result<Self, FieldError> {
         let algorithm = spec
             .algorithm
             .parse::<Algorithm>()
@@ -301,10 +442,8 @@ impl KeyedLimit {
             }
             (Some(n), Some(ms)) => (n, ms.saturating_mul(MILLISECOND)),
         };
-        Ok(KeyedLimit {
-            key: spec.key.into_owned(),
+        Ok(RateRule {
             limit,
-            hits,
             lease,
             returned,
             returned_age,
@@ -315,6 +454,83 @@ impl KeyedLimit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn rate(l: &KeyedLimit) -> &RateRule {
+        match &l.rule {
+            Rule::Rate(r) => r,
+            Rule::Permits { .. } => panic!("a rate limit"),
+        }
+    }
+
+    #[test]
+    fn concurrency_limits_take_permits_and_nothing_else() {
+        let body = |limit: &str, check: &str| {
+            format!(
+                r#"{{"domain":"d"{check},"limits":[{{"key":"g","algorithm":"gcra","requests":1,"window_ms":1}},{{"key":"c","algorithm":"concurrency","requests":5,"window_ms":1000{limit}}}]}}"#
+            )
+        };
+        let err = |limit: &str, check: &str| {
+            parse_check(body(limit, check).as_bytes())
+                .unwrap_err()
+                .to_string()
+        };
+        let ok = parse_check(body(r#","hits":2"#, r#","holder":9"#).as_bytes()).unwrap();
+        assert_eq!(
+            ok.limits[1],
+            KeyedLimit {
+                key: "c".into(),
+                hits: 2,
+                rule: Rule::Permits {
+                    permits: Permits {
+                        max: 5,
+                        ttl: sluice_core::SECOND
+                    },
+                    holder: 9
+                }
+            }
+        );
+        assert_eq!(
+            err("", ""),
+            "holder: required with a concurrency limit (limits[1])"
+        );
+        assert_eq!(
+            err("", r#","holder":1,"batch":2"#),
+            "batch: not allowed with a concurrency limit (limits[1])"
+        );
+        let h = r#","holder":1"#;
+        for (field, extra) in [
+            ("burst", r#","burst":5"#),
+            ("precision", r#","precision":2"#),
+            ("soft_percent", r#","soft_percent":10"#),
+            ("max_delay_ms", r#","max_delay_ms":0"#),
+            ("lease", r#","lease":1"#),
+            ("returned", r#","returned":1,"returned_age_ms":0"#),
+            ("returned_age_ms", r#","returned_age_ms":0"#),
+        ] {
+            assert_eq!(
+                err(extra, h),
+                format!("limits[1].{field}: not allowed in a concurrency limit")
+            );
+        }
+        assert!(err(r#","hits":0"#, h).starts_with("limits[1].hits: "));
+        let bad = |requests: u64, window_ms: u64| {
+            parse_check(
+                format!(
+                    r#"{{"domain":"d","holder":1,"limits":[{{"key":"c","algorithm":"concurrency","requests":{requests},"window_ms":{window_ms}}}]}}"#
+                )
+                .as_bytes(),
+            )
+            .unwrap_err()
+            .to_string()
+        };
+        assert!(bad(0, 1000).starts_with("limits[0].requests: must be between 1"));
+        assert!(bad(MAX_COUNT + 1, 1000).starts_with("limits[0].requests: "));
+        assert!(bad(1, 999).starts_with("limits[0].window_ms: must be between 1000"));
+        assert!(bad(1, MAX_WINDOW_MS + 1).starts_with("limits[0].window_ms: "));
+        // A holder without a concurrency limit is harmless.
+        let plain = br#"{"domain":"d","holder":3,"limits":[{"key":"g","algorithm":"gcra","requests":1,"window_ms":1}]}"#;
+        assert!(parse_check(plain).is_ok());
+    }
 
     #[test]
     fn errors_name_the_field() {
@@ -375,14 +591,21 @@ mod tests {
         .unwrap();
         let hits: Vec<u64> = check.limits.iter().map(|l| l.hits).collect();
         assert_eq!(hits, [2, 5, 2]);
-        let delays: Vec<_> = check.limits.iter().map(|l| l.limit.max_delay).collect();
+        let delays: Vec<_> = check
+            .limits
+            .iter()
+            .map(|l| l.limit().unwrap().max_delay)
+            .collect();
         assert_eq!(delays, [Some(1000 * MILLISECOND), Some(0), None]);
         let max = parse_check(
             format!(r#"{{"domain":"d","limits":[{{"key":"k","algorithm":"gcra","requests":1,"window_ms":1,"max_delay_ms":{MAX_WINDOW_MS}}}]}}"#)
                 .as_bytes(),
         )
         .unwrap();
-        assert_eq!(max.limits[0].limit.max_delay, Some(sluice_core::MAX_WINDOW));
+        assert_eq!(
+            max.limits[0].limit().unwrap().max_delay,
+            Some(sluice_core::MAX_WINDOW)
+        );
     }
 
     #[test]
@@ -464,7 +687,8 @@ mod tests {
             .as_bytes(),
         )
         .unwrap();
-        assert_eq!((ok.limits[0].returned, ok.limits[0].returned_age), (3, 0));
+        let r = rate(&ok.limits[0]);
+        assert_eq!((r.returned, r.returned_age), (3, 0));
         let ok = parse_check(
             body(
                 &format!(r#","lease":{MAX_COUNT},"returned":2,"returned_age_ms":{MAX_WINDOW_MS}"#),
@@ -473,14 +697,15 @@ mod tests {
             .as_bytes(),
         )
         .unwrap();
-        let l = &ok.limits[0];
+        let l = rate(&ok.limits[0]);
         assert_eq!(
             (l.lease, l.returned, l.returned_age),
             (MAX_COUNT, 2, sluice_core::MAX_WINDOW)
         );
         // Absent: nothing leased or returned, as before.
         let plain = parse_check(body("", r#","batch":3"#).as_bytes()).unwrap();
-        assert_eq!((plain.limits[0].lease, plain.limits[0].returned), (0, 0));
+        let r = rate(&plain.limits[0]);
+        assert_eq!((r.lease, r.returned), (0, 0));
     }
 
     #[test]

@@ -151,7 +151,7 @@ impl Batch {
         let body = if rls {
             rls::encode_request(domain, &self.descriptors, hits)
         } else {
-            check_json(domain, hits, &self.limits, None)
+            check_json(domain, hits, &self.limits, None, None)
         };
         Some(Call {
             shadow,

@@ -30,7 +30,13 @@ impl PendingCheck {
             return Vec::new();
         };
         let batch = &call.batch;
-        check_json(domain, batch.hits.unwrap_or(1), &batch.limits, Some(n))
+        check_json(
+            domain,
+            batch.hits.unwrap_or(1),
+            &batch.limits,
+            Some(n),
+            None,
+        )
     }
 
     /// Reads the answer `body` to a call carrying `n` requests with this
