@@ -1,10 +1,10 @@
-//! The HTTP surface: `POST /v1/check`, the probes (`GET /livez`: the
+//! The HTTP surface: `POST /v1/check`, `POST /v1/permits`, the probes (`GET /livez`: the
 //! process serves; `GET /readyz` and `GET /healthz`: the store answers) and
 //! `GET /metrics`, over any [`Store`].
 
 use crate::metrics::Metrics;
 use crate::overrides::Overrides;
-use crate::store::{state_id, Store, StoreItem, Verdict};
+use crate::store::{permits_id, state_id, PermitItem, RateItem, Store, StoreItem, Verdict};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
@@ -14,7 +14,8 @@ use axum::routing::{get, post};
 use axum::Router;
 use sluice_core::{FieldError, MILLISECOND};
 use sluice_wire::{
-    parse_check, CheckResponse, ErrorBody, KeyedLimit, LimitResult, ValidCheck, MAX_BODY_BYTES,
+    parse_check, parse_permits, CheckResponse, ErrorBody, KeyedLimit, LimitResult, PermitsResponse,
+    Rule, ValidCheck, MAX_BODY_BYTES,
 };
 use std::sync::Arc;
 use std::time::Instant;
@@ -45,6 +46,7 @@ impl<S: Store> AppState<S> {
 pub fn app<S: Store + Clone>(state: AppState<S>) -> Router {
     Router::new()
         .route("/v1/check", post(check::<S>))
+        .route("/v1/permits", post(permits::<S>))
         .route("/healthz", get(healthz::<S>))
         .route("/livez", get(livez))
         .route("/readyz", get(healthz::<S>))
@@ -73,18 +75,23 @@ async fn check<S: Store>(
     response
 }
 
+/// The body, or the answer to a body that could not be read.
+fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, Response> {
+    body.map_err(|e| {
+        let status = e.status();
+        let msg = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            format!("body exceeds 64 KiB ({MAX_BODY_BYTES} bytes)")
+        } else {
+            e.body_text()
+        };
+        error(status, msg)
+    })
+}
+
 async fn decide<S: Store>(st: &AppState<S>, body: Result<Bytes, BytesRejection>) -> Response {
-    let body = match body {
+    let body = match read_body(body) {
         Ok(b) => b,
-        Err(e) => {
-            let status = e.status();
-            let msg = if status == StatusCode::PAYLOAD_TOO_LARGE {
-                format!("body exceeds 64 KiB ({MAX_BODY_BYTES} bytes)")
-            } else {
-                e.body_text()
-            };
-            return error(status, msg);
-        }
+        Err(answer) => return answer,
     };
     let mut check = match parse_check(&body) {
         Ok(c) => c,
@@ -102,6 +109,7 @@ async fn decide<S: Store>(st: &AppState<S>, body: Result<Bytes, BytesRejection>)
     };
     let returned = items
         .iter()
+        .filter_map(StoreItem::rate)
         .fold(0u64, |sum, i| sum.saturating_add(i.returned));
     match st.store.check_batch(&items, requests).await {
         Ok(verdict) => respond(st, &check, &verdict, requests, returned),
@@ -171,29 +179,95 @@ fn respond<S: Store>(
 }
 
 /// Gives each limit its state identity; two limits with one identity (same
-/// key, algorithm and window) in one check are an error, since they would
-/// share one state.
+/// key, algorithm and window; or two concurrency limits on one key) in one
+/// check are an error, since they would share one state.
 fn store_items(domain: &str, limits: Vec<KeyedLimit>) -> Result<Vec<StoreItem>, FieldError> {
     let mut items: Vec<StoreItem> = Vec::with_capacity(limits.len());
     for (i, kl) in limits.into_iter().enumerate() {
-        let id = state_id(domain, &kl.key, &kl.limit);
+        let item: StoreItem = match kl.rule {
+            Rule::Rate(r) => RateItem {
+                id: state_id(domain, &kl.key, &r.limit),
+                limit: r.limit,
+                hits: kl.hits,
+                lease: r.lease,
+                returned: r.returned,
+                returned_age: r.returned_age,
+            }
+            .into(),
+            Rule::Permits { permits, holder } => PermitItem {
+                id: permits_id(domain, &kl.key),
+                permits,
+                holder,
+                hits: kl.hits,
+            }
+            .into(),
+        };
         // At most 64 limits: a scan is cheaper than hashing.
-        if let Some(first) = items.iter().position(|it| it.id == id) {
+        if let Some(first) = items.iter().position(|it| it.id() == item.id()) {
             return Err(FieldError::at(
                 format!("limits[{i}].key"),
                 format!("same key, algorithm and window as limits[{first}]"),
             ));
         }
-        items.push(StoreItem {
-            id,
-            limit: kl.limit,
-            hits: kl.hits,
-            lease: kl.lease,
-            returned: kl.returned,
-            returned_age: kl.returned_age,
-        });
+        items.push(item);
     }
     Ok(items)
+}
+
+/// `POST /v1/permits`: a holder gives back permits and renews the others.
+async fn permits<S: Store>(
+    State(st): State<AppState<S>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    st.metrics.inc_permits_calls();
+    let body = match read_body(body) {
+        Ok(b) => b,
+        Err(answer) => return answer,
+    };
+    let req = match parse_permits(&body) {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let release: Vec<(String, u64)> = req
+        .release
+        .iter()
+        .map(|(key, hits)| (permits_id(&req.domain, key), *hits))
+        .collect();
+    let renew: Vec<String> = req
+        .renew
+        .iter()
+        .map(|key| permits_id(&req.domain, key))
+        .collect();
+    match st
+        .store
+        .permits(req.holder, req.ttl, &release, &renew)
+        .await
+    {
+        Ok(out) => {
+            let keep = |keys: Vec<String>, flags: &[bool]| -> Vec<String> {
+                keys.into_iter()
+                    .zip(flags)
+                    .filter_map(|(k, &held)| held.then_some(k))
+                    .collect()
+            };
+            let released: Vec<String> = req.release.into_iter().map(|(k, _)| k).collect();
+            let answer = PermitsResponse {
+                released: keep(released, &out.released),
+                renewed: keep(req.renew, &out.renewed),
+            };
+            st.metrics
+                .record_permits(answer.released.len(), answer.renewed.len());
+            json(
+                StatusCode::OK,
+                serde_json::to_vec(&answer).unwrap_or_default(),
+            )
+        }
+        Err(e) => {
+            st.metrics.record_store_error(e.reason());
+            crate::warn_throttled!(error = %e, "permits failed");
+            error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+        }
+    }
 }
 
 /// The process serves: answered without touching the store.

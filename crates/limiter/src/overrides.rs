@@ -11,13 +11,15 @@
 //! An override replaces `requests`, `window_ms` and `burst` (which defaults
 //! to the override's `requests`); the algorithm, its extras (precision, soft
 //! allowance, delay mode) and the request's weights stay the request's. A
-//! file entry wins over a Redis entry for the same key.
+//! file entry wins over a Redis entry for the same key. Overrides are for
+//! rate limits: a concurrency limit (`"algorithm": "concurrency"`) is
+//! decided as the request gives it, whatever the sources hold for its key.
 
 use crate::store::redis::RedisStore;
 use crate::store::StoreError;
 use serde::Deserialize;
 use sluice_core::Algorithm;
-use sluice_wire::{build_limit, validate_domain, ValidCheck};
+use sluice_wire::{build_limit, validate_domain, Rule, ValidCheck};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -119,9 +121,13 @@ impl Overrides {
         }
         let mut missing: Vec<usize> = Vec::new();
         for (i, kl) in check.limits.iter_mut().enumerate() {
+            // Concurrency limits are the request's own: no override applies.
+            let Rule::Rate(rate) = &mut kl.rule else {
+                continue;
+            };
             let name = format!("{}/{}", check.domain, kl.key);
             match self.file.get(&name) {
-                Some(spec) => replace(&mut kl.limit, spec),
+                Some(spec) => replace(&mut rate.limit, spec),
                 None => missing.push(i),
             }
         }
@@ -175,7 +181,9 @@ impl RedisHashes {
         }
         for (i, spec) in found {
             if let (Some(spec), Some(kl)) = (spec, check.limits.get_mut(i)) {
-                replace(&mut kl.limit, &spec);
+                if let Rule::Rate(rate) = &mut kl.rule {
+                    replace(&mut rate.limit, &spec);
+                }
             }
         }
         Ok(())

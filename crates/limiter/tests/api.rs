@@ -14,7 +14,7 @@ use sluice_core::SECOND;
 use sluice_limiter::api::AppState;
 use sluice_limiter::clock::ManualClock;
 use sluice_limiter::store::memory::{MemoryConfig, MemoryStore};
-use sluice_limiter::store::{Store, StoreError, StoreItem, Verdict};
+use sluice_limiter::store::{PermitsOutcome, Store, StoreError, StoreItem, Verdict};
 use std::sync::Arc;
 
 const T0: u64 = 1_700_000_000 * SECOND;
@@ -41,6 +41,13 @@ impl Harness {
     async fn check(&self, body: Value) -> (StatusCode, Value) {
         let (status, bytes) = self
             .raw("POST", "/v1/check", serde_json::to_vec(&body).unwrap())
+            .await;
+        (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    async fn permits(&self, body: Value) -> (StatusCode, Value) {
+        let (status, bytes) = self
+            .raw("POST", "/v1/permits", serde_json::to_vec(&body).unwrap())
             .await;
         (status, serde_json::from_slice(&bytes).unwrap())
     }
@@ -351,6 +358,16 @@ impl Store for Down {
         Err(StoreError::Timeout)
     }
 
+    async fn permits(
+        &self,
+        _: u64,
+        _: u64,
+        _: &[(String, u64)],
+        _: &[String],
+    ) -> Result<PermitsOutcome, StoreError> {
+        Err(StoreError::Timeout)
+    }
+
     async fn healthy(&self) -> bool {
         false
     }
@@ -371,4 +388,118 @@ async fn a_store_that_cannot_decide_gets_a_503_and_is_counted() {
         "{text}"
     );
     assert!(text.contains("sluice_limiter_checks_total 1"), "{text}");
+    let body = json!({"domain": "d", "holder": 1, "ttl_ms": 1000, "renew": ["k"]});
+    let (status, v) = support::send_json(&state, "POST", "/v1/permits", &body).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+    assert!(support::metrics(&state)
+        .await
+        .contains("sluice_limiter_store_errors_total 2"));
+}
+
+fn concurrency(extra: Value) -> Value {
+    let mut limit =
+        json!({"key": "c", "algorithm": "concurrency", "requests": 2, "window_ms": 1000});
+    if let (Some(l), Some(e)) = (limit.as_object_mut(), extra.as_object()) {
+        l.extend(e.clone());
+    }
+    limit
+}
+
+#[tokio::test]
+async fn concurrency_limits_refuse_what_they_do_not_take_naming_the_field() {
+    let h = Harness::new();
+    let bad = StatusCode::BAD_REQUEST;
+    let gcra = json!({"key": "g", "algorithm": "gcra", "requests": 5, "window_ms": 1000});
+    let body = |check: Value| serde_json::to_vec(&check).unwrap();
+    let no_holder = json!({"domain": "demo", "limits": [gcra, concurrency(json!({}))]});
+    assert_bad(&h, body(no_holder), bad, "holder").await;
+    let batched =
+        json!({"domain": "demo", "holder": 1, "batch": 2, "limits": [concurrency(json!({}))]});
+    assert_bad(&h, body(batched), bad, "batch").await;
+    for (field, extra) in [
+        ("burst", json!({"burst": 2})),
+        ("precision", json!({"precision": 2})),
+        ("soft_percent", json!({"soft_percent": 5})),
+        ("max_delay_ms", json!({"max_delay_ms": 10})),
+        ("lease", json!({"lease": 1})),
+        ("returned", json!({"returned": 1, "returned_age_ms": 0})),
+        ("returned_age_ms", json!({"returned_age_ms": 0})),
+        ("requests", json!({"requests": 0})),
+        ("window_ms", json!({"window_ms": 999})),
+    ] {
+        let check = json!({"domain": "demo", "holder": 1, "limits": [concurrency(extra)]});
+        assert_bad(&h, body(check), bad, &format!("limits[0].{field}")).await;
+    }
+    let twice = json!({"domain": "demo", "holder": 1,
+        "limits": [concurrency(json!({})), concurrency(json!({"requests": 9}))]});
+    assert_bad(&h, body(twice), bad, "limits[1].key").await;
+    assert_eq!(h.mem.len(), 0);
+}
+
+#[tokio::test]
+async fn permits_are_taken_by_a_check_and_given_back_by_the_permits_endpoint() {
+    let h = Harness::new();
+    let check = |holder: u64| json!({"domain": "demo", "holder": holder, "limits": [concurrency(json!({}))]});
+    let (status, v) = h.check(check(1)).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(
+        v,
+        json!({"allowed": true, "limits": [{"allowed": true, "limit": 2, "remaining": 1, "reset_ms": 0, "retry_after_ms": 0}]})
+    );
+    assert!(h.allowed(&check(2)).await);
+    let (_, v) = h.check(check(3)).await;
+    assert_eq!(v["allowed"], json!(false));
+    assert_eq!(v["limits"][0]["retry_after_ms"], json!(1000));
+    let (status, v) = h
+        .permits(json!({"domain": "demo", "holder": 1, "ttl_ms": 1000,
+        "release": [{"key": "c", "hits": 1}, {"key": "other", "hits": 1}], "renew": ["c"]}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    // Holder 1 gave its permit back: nothing of its left to renew.
+    assert_eq!(v, json!({"released": ["c"], "renewed": []}));
+    let (_, v) = h
+        .permits(json!({"domain": "demo", "holder": 2, "ttl_ms": 1000, "renew": ["c", "x"]}))
+        .await;
+    assert_eq!(v, json!({"released": [], "renewed": ["c"]}));
+    assert!(h.allowed(&check(3)).await);
+    for (body, field) in [
+        (json!({"domain": "demo", "ttl_ms": 1000}), "holder"),
+        (
+            json!({"domain": "demo", "holder": 1, "ttl_ms": 10}),
+            "ttl_ms",
+        ),
+        (
+            json!({"domain": "a b", "holder": 1, "ttl_ms": 1000}),
+            "domain",
+        ),
+        (
+            json!({"domain": "demo", "holder": 1, "ttl_ms": 1000, "release": [{"key": "c", "hits": 0}]}),
+            "release[0].hits",
+        ),
+        (
+            json!({"domain": "demo", "holder": 1, "ttl_ms": 1000, "renew": ["c", "c"]}),
+            "renew[1]",
+        ),
+        (
+            json!({"domain": "demo", "holder": 1, "ttl_ms": 1000, "more": 1}),
+            "more",
+        ),
+    ] {
+        let (status, v) = h.permits(body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
+        assert!(v["error"].as_str().unwrap().contains(field), "{field}: {v}");
+    }
+    let text = support::metrics(&h.state).await;
+    assert!(
+        text.contains("sluice_limiter_permits_calls_total 8"),
+        "{text}"
+    );
+    assert!(
+        text.contains("sluice_limiter_permits_released_total 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("sluice_limiter_permits_renewed_total 1"),
+        "{text}"
+    );
 }

@@ -18,7 +18,7 @@ use sluice_limiter::api::AppState;
 use sluice_limiter::clock::ManualClock;
 use sluice_limiter::store::memory::{MemoryConfig, MemoryStore};
 use sluice_limiter::store::redis::{RedisStore, Target};
-use sluice_limiter::store::{Store, StoreItem};
+use sluice_limiter::store::{RateItem, Store, StoreItem};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -737,14 +737,14 @@ async fn returns_apply_on_a_denied_check<S: Store + Clone>(s: &Subject<S>) {
 /// requests and leased units together.
 async fn concurrent_leases_never_debit_more_than_the_limit<S: Store + Clone>(s: &Subject<S>) {
     for alg in Algorithm::ALL {
-        let items = Arc::new([StoreItem {
+        let items = Arc::new([StoreItem::from(RateItem {
             lease: 6,
-            ..StoreItem::new(
+            ..RateItem::new(
                 format!("{}-hot-lease/k|{}|86400000", s.name, alg.name()),
                 Limit::new(alg, 500, 86_400 * SECOND).unwrap(),
                 1,
             )
-        }]);
+        })]);
         let debited = Arc::new(AtomicU64::new(0));
         let tasks: Vec<_> = (0..8)
             .map(|_| {

@@ -116,7 +116,7 @@ fn checks_over_many_shards_in_any_order_do_not_deadlock() {
                             )
                         })
                         .collect();
-                    items.dedup_by(|a, b| a.id == b.id);
+                    items.dedup_by(|a, b| a.id() == b.id());
                     items.push(item("shared", Algorithm::TokenBucket, 1000));
                     if t % 2 == 0 {
                         items.reverse();

@@ -14,7 +14,7 @@ use sluice_core::{
     Lease, Limit,
 };
 use sluice_limiter::store::redis::{RedisStore, Target, DECIDE_LUA};
-use sluice_limiter::store::StoreItem;
+use sluice_limiter::store::{RateItem, StoreItem};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -188,16 +188,23 @@ impl Coverage {
 struct Trace<'a> {
     store: &'a RedisStore,
     limits: Vec<Limit>,
-    items: Vec<StoreItem>,
+    items: Vec<RateItem>,
     states: HashMap<usize, Vec<u8>>,
 }
 
 impl Trace<'_> {
     /// The store items of `chosen` (limit index, weight).
     fn items(&self, chosen: &[(usize, u64)]) -> Vec<StoreItem> {
+        self.rate_items(chosen)
+            .into_iter()
+            .map(Into::into)
+            .collect()
+    }
+
+    fn rate_items(&self, chosen: &[(usize, u64)]) -> Vec<RateItem> {
         chosen
             .iter()
-            .map(|&(i, hits)| StoreItem {
+            .map(|&(i, hits)| RateItem {
                 hits,
                 ..self.items[i].clone()
             })
@@ -262,15 +269,18 @@ impl Trace<'_> {
         seen: &mut Coverage,
     ) -> Option<Vec<u64>> {
         let items: Vec<StoreItem> = self
-            .items(chosen)
+            .rate_items(chosen)
             .into_iter()
             .zip(leases)
-            .map(|(item, l)| StoreItem {
-                lease: l.take,
-                returned: l.returned,
-                // The store takes nanoseconds.
-                returned_age: (now - l.returned_at) * 1_000,
-                ..item
+            .map(|(item, l)| {
+                RateItem {
+                    lease: l.take,
+                    returned: l.returned,
+                    // The store takes nanoseconds.
+                    returned_age: (now - l.returned_at) * 1_000,
+                    ..item
+                }
+                .into()
             })
             .collect();
         let refs: Vec<&StoreItem> = items.iter().collect();
@@ -337,7 +347,7 @@ impl Trace<'_> {
             .items(chosen)
             .into_iter()
             .zip(leased.iter().chain(std::iter::repeat(&0)))
-            .map(|(item, &lease)| StoreItem { lease, ..item })
+            .map(|(item, &lease)| RateItem { lease, ..item }.into())
             .collect();
         let refs: Vec<&StoreItem> = items.iter().collect();
         let lua = self
@@ -398,7 +408,7 @@ async fn run_traces(
             .iter()
             .enumerate()
             .map(|(i, l)| {
-                StoreItem::new(
+                RateItem::new(
                     format!("diff/{seed}/{t}/{i}|{}", l.algorithm.name()),
                     // The store takes nanoseconds and hands the script microseconds.
                     Limit {

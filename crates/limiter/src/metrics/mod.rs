@@ -82,6 +82,9 @@ pub struct Metrics {
     batched: Counters<ResultLabel>,
     leased_units: Counter,
     returned_units: Counter,
+    permits_calls: Counter,
+    permits_released: Counter,
+    permits_renewed: Counter,
     durations: Histogram,
     rls_calls: Bounded<DomainResult>,
     rls_descriptors: Bounded<DescriptorResult>,
@@ -113,6 +116,9 @@ impl Default for Metrics {
             batched: Family::default(),
             leased_units: Counter::default(),
             returned_units: Counter::default(),
+            permits_calls: Counter::default(),
+            permits_released: Counter::default(),
+            permits_renewed: Counter::default(),
             durations: Histogram::default(),
             rls_calls: Bounded::new(MAX_SERIES, |l| DomainResult {
                 domain: "_other".into(),
@@ -141,7 +147,7 @@ impl Metrics {
     /// Registers every metric, in the order of the exposition.
     fn register(&mut self) {
         let r = &mut self.registry;
-        let plain: [(&str, &str, &Counter); 7] = [
+        let plain: [(&str, &str, &Counter); 10] = [
             ("checks", "Calls to /v1/check", &self.checks),
             (
                 "store_errors",
@@ -172,6 +178,17 @@ impl Metrics {
                 "returned_units",
                 "Units callers gave back (returned), as sent",
                 &self.returned_units,
+            ),
+            ("permits_calls", "Calls to /v1/permits", &self.permits_calls),
+            (
+                "permits_released",
+                "Keys where a holder gave permits back (POST /v1/permits release)",
+                &self.permits_released,
+            ),
+            (
+                "permits_renewed",
+                "Keys where a holder's permits were renewed (POST /v1/permits renew)",
+                &self.permits_renewed,
             ),
         ];
         let p = |name: &str| format!("sluice_limiter_{name}");
@@ -311,6 +328,19 @@ impl Metrics {
     pub fn record_leases(&self, leased: u64, returned: u64) {
         self.leased_units.inc_by(leased);
         self.returned_units.inc_by(returned);
+    }
+
+    /// Counts one `/v1/permits` call (valid or not).
+    pub fn inc_permits_calls(&self) {
+        self.permits_calls.inc();
+    }
+
+    /// Counts one decided `/v1/permits` call: the keys where permits were
+    /// given back and the keys where they were renewed.
+    pub fn record_permits(&self, released: usize, renewed: usize) {
+        let n = |k: usize| u64::try_from(k).unwrap_or(u64::MAX);
+        self.permits_released.inc_by(n(released));
+        self.permits_renewed.inc_by(n(renewed));
     }
 
     /// Counts one request admitted in delay mode, to be held for `delay`

@@ -75,14 +75,14 @@ mod tests {
         let mut p = Presence::new(10 * SECOND);
         assert_eq!(p.envoys(), 1);
         let first = p.item("b", 3 * SECOND).unwrap();
-        assert_eq!(first.hits, 1);
-        assert_eq!(first.limit.window, 10 * SECOND);
+        assert_eq!(first.hits(), 1);
+        assert_eq!(first.rate().unwrap().limit.window, 10 * SECOND);
         p.observe(3 * SECOND, MAX_ENVOYS - 1);
-        assert_eq!(p.item("b", 4 * SECOND).unwrap().hits, 0);
+        assert_eq!(p.item("b", 4 * SECOND).unwrap().hits(), 0);
         p.observe(4 * SECOND, MAX_ENVOYS - 3);
         assert_eq!(p.envoys(), 3);
         // A new window: counted again, the previous window still read.
-        assert_eq!(p.item("b", 11 * SECOND).unwrap().hits, 1);
+        assert_eq!(p.item("b", 11 * SECOND).unwrap().hits(), 1);
         p.observe(11 * SECOND, MAX_ENVOYS - 1);
         assert_eq!(p.envoys(), 3);
         p.observe(21 * SECOND, MAX_ENVOYS - 1);

@@ -245,14 +245,14 @@ impl<S: Store> RlqsService<S> {
     ) -> Option<Standing> {
         let inner = &self.inner;
         let mut usage = item.clone();
-        if allowed == 0 {
-            usage.hits = 0;
+        if let (0, StoreItem::Rate(r)) = (allowed, &mut usage) {
+            r.hits = 0;
         }
         let requests = u32::try_from(allowed).unwrap_or(u32::MAX);
         let charged = inner
             .store
             .check_batch(std::slice::from_ref(&usage), requests);
-        let seen = presence.item(&item.id, now);
+        let seen = presence.item(item.id(), now);
         let counted = async {
             match &seen {
                 Some(p) => Some(inner.store.check(std::slice::from_ref(p)).await),

@@ -136,7 +136,7 @@ fn count_later_hits(out: &mut Planned) {
             ..
         } = plan
         {
-            let total = out.enforcing.get(*index).map_or(*prefix, |it| it.hits);
+            let total = out.enforcing.get(*index).map_or(*prefix, StoreItem::hits);
             *later = total.saturating_sub(*prefix);
         }
     }
@@ -257,8 +257,8 @@ fn override_key(d: &RateLimitDescriptor) -> String {
 /// same identity (two descriptors of one call on one counter weigh both);
 /// returns its index and its hits so far, this descriptor's included.
 fn add_item(items: &mut Vec<StoreItem>, id: String, limit: Limit, hits: u64) -> (usize, u64) {
-    if let Some(i) = items.iter().position(|it| it.id == id) {
-        if let Some(it) = items.get_mut(i) {
+    if let Some(i) = items.iter().position(|it| it.id() == id) {
+        if let Some(StoreItem::Rate(it)) = items.get_mut(i) {
             it.hits = it.hits.saturating_add(hits);
             return (i, it.hits);
         }

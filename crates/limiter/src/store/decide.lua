@@ -13,6 +13,8 @@
 --
 -- CODE: each algorithm's name mapped to its code (sluice-core's
 --       `Algorithm::code`), defined by the service before this chunk.
+-- PERMITS: sluice-core's permits constants (`code`, `max_holders`,
+--       `retry_us`), defined by the service before this chunk.
 -- KEYS: one state key per limit.
 -- ARGV: mode ("check" or "refund"), now in microseconds ("" = server TIME),
 --       admitted_at in microseconds (refund only), requests (check: how
@@ -36,6 +38,15 @@
 --       microseconds, of each admitted request (delay mode, when any waits).
 -- Refund reply: as a check's, with each limit decided again after the
 --       refund without consuming (a request of its weight).
+-- Concurrency limits: a limit whose code is PERMITS.code takes, per limit,
+--       code, permits, ttl_us, holder (decimal), "", "", cost, "", 0, 0, 0;
+--       sluice-core's `permits` semantics. Its key is a hash: field = holder
+--       in decimal, value = "count:expires_us"; it expires (PX) when the
+--       last holder's permits do. A refund gives the cost back (a release).
+-- Permits mode ("permits"): now ("" = TIME), holder, ttl_us, then per key:
+--       units to release (0 = none), renew (1 or 0). Releases first, then
+--       renewals. Reply: now, then per key: released, renewed (1 or 0):
+--       the holder held permits there.
 --
 -- States are msgpack arrays whose first element is the algorithm code.
 
@@ -787,6 +798,127 @@ local function refund_at(p, st, admitted_at, now, cost)
   return BY_CODE[p.alg].refund(p, st, admitted_at, now, cost)
 end
 
+-- Concurrency limits, as sluice-core's `permits`: a key's live holders
+-- (expiry after now, count above 0), whose permits add up to `used`.
+
+local function holders_read(key, now)
+  local flat = redis.call('HGETALL', key)
+  local hs = {n = 0, used = 0, list = {}, dropped = false}
+  for j = 1, #flat, 2 do
+    local count, expires = string.match(flat[j + 1], '^(%d+):(%d+)$')
+    count, expires = tonumber(count), tonumber(expires)
+    if count and expires and expires > now and count > 0 then
+      hs.list[flat[j]] = {count = count, expires = expires}
+      hs.n = hs.n + 1
+      hs.used = hs.used + count
+    else
+      hs.dropped = true
+    end
+  end
+  return hs
+end
+
+-- Rewrites the hash with the live holders, expiring with the last of them
+-- (test clocks are not the server's: then without expiry).
+local function holders_write(key, hs, now, overridden)
+  redis.call('DEL', key)
+  local args, last = {}, 0
+  for holder, e in pairs(hs.list) do
+    args[#args + 1] = holder
+    args[#args + 1] = string.format('%.0f:%.0f', e.count, e.expires)
+    last = max(last, e.expires)
+  end
+  if #args == 0 then return end
+  redis.call('HSET', key, unpack(args))
+  if not overridden then
+    redis.call('PEXPIRE', key, max(ceil_div(last - now, 1000), 1))
+  end
+end
+
+-- permits::acquire: takes `cost` permits for the item's holder when they
+-- fit (cost 0 asks whether one more unit fits, taking nothing).
+local function acquire(pp, hs, now, cost, commit)
+  local cap = max(pp.max, 1)
+  local probe = max(cost, 1)
+  local mine = hs.list[pp.holder]
+  local room = mine ~= nil or hs.n < PERMITS.max_holders
+  if probe > cap or not room or hs.used + probe > cap then
+    local denial, wait = 1, PERMITS.retry_us
+    if probe > cap then denial, wait = 2, 0 end
+    return {allowed = false, limit = cap, remaining = max(cap - hs.used, 0), reset = wait,
+      retry = wait, denial = denial, delay = 0}, false
+  end
+  local after = hs.used + cost
+  local d = {allowed = true, limit = cap, remaining = cap - after, reset = 0, retry = 0,
+    denial = 0, delay = 0}
+  if cost == 0 or not commit then
+    d.remaining = cap - hs.used
+    return d, false
+  end
+  local expires = now + pp.ttl
+  if mine then
+    mine.count = mine.count + cost
+    mine.expires = expires
+  else
+    hs.list[pp.holder] = {count = cost, expires = expires}
+    hs.n = hs.n + 1
+  end
+  hs.used = after
+  return d, true
+end
+
+-- What a check that takes nothing reports: refused as acquire refuses, or,
+-- when the permits would fit, the free units without taking them.
+local function acquire_report(pp, hs, now, cost)
+  local d = acquire(pp, hs, now, cost, false)
+  if d.allowed then d = acquire(pp, hs, now, 0, false) end
+  return d
+end
+
+-- permits::release: no more than the holder holds.
+local function release(hs, holder, cost)
+  local mine = hs.list[holder]
+  if not mine or cost <= 0 then return false end
+  local back = min(cost, mine.count)
+  mine.count = mine.count - back
+  hs.used = hs.used - back
+  if mine.count == 0 then
+    hs.list[holder] = nil
+    hs.n = hs.n - 1
+  end
+  return true
+end
+
+-- permits::renew: never earlier than before.
+local function renew(hs, holder, now, ttl)
+  local mine = hs.list[holder]
+  if not mine then return false end
+  mine.expires = max(mine.expires, now + ttl)
+  return true
+end
+
+local function clock(override)
+  if override ~= '' then return tonumber(override) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- Permits mode: one holder's releases, then renewals, key by key.
+local function permits_op(KEYS, ARGV)
+  local now, holder, ttl = clock(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+  local reply = {now}
+  for i = 1, #KEYS do
+    local back, again = tonumber(ARGV[3 + 2 * i]) or 0, ARGV[4 + 2 * i] == '1'
+    local hs = holders_read(KEYS[i], now)
+    local released = back > 0 and release(hs, holder, back)
+    local renewed = again and renew(hs, holder, now, ttl)
+    if released or renewed or hs.dropped then holders_write(KEYS[i], hs, now, ARGV[2] ~= '') end
+    reply[#reply + 1] = released and 1 or 0
+    reply[#reply + 1] = renewed and 1 or 0
+  end
+  return reply
+end
+
 -- Main: decides or refunds one call.
 
 local function reply_of(allowed, now, admitted, decisions, delays)
@@ -812,22 +944,23 @@ end
 local function parse(KEYS, ARGV)
   local call = {mode = ARGV[1], overridden = ARGV[2] ~= '', requests = tonumber(ARGV[4]) or 1,
     admitted_at = tonumber(ARGV[3]), limits = {}, costs = {}, states = {}, leases = {},
-    returned = {}, returned_age = {}}
-  if call.overridden then
-    call.now = tonumber(ARGV[2])
-  else
-    local t = redis.call('TIME')
-    call.now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  end
+    returned = {}, returned_age = {}, permits = {}}
+  call.now = clock(ARGV[2])
   for i = 1, #KEYS do
     local a = 4 + (i - 1) * 11
-    call.limits[i] = params(tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
-      tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 8]))
+    if tonumber(ARGV[a + 1]) == PERMITS.code then
+      call.permits[i] = {max = tonumber(ARGV[a + 2]), ttl = tonumber(ARGV[a + 3]),
+        holder = ARGV[a + 4]}
+      call.states[i] = holders_read(KEYS[i], call.now)
+    end
     call.costs[i] = tonumber(ARGV[a + 7])
     call.leases[i] = tonumber(ARGV[a + 9]) or 0
     call.returned[i] = tonumber(ARGV[a + 10]) or 0
     call.returned_age[i] = tonumber(ARGV[a + 11]) or 0
-    local raw = redis.call('GET', KEYS[i])
+    if not call.permits[i] then call.limits[i] = params(tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
+      tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 8]))
+    end
+    local raw = call.limits[i] and redis.call('GET', KEYS[i])
     if raw then
       local ok, st = pcall(cmsgpack.unpack, raw)
       -- Bytes that do not decode are no state, as in sluice-core.
@@ -842,7 +975,13 @@ end
 local function refund(KEYS, c)
   local decisions = {}
   for i = 1, #KEYS do
-    if c.states[i] then
+    local pp = c.permits[i]
+    if pp then
+      if release(c.states[i], pp.holder, c.costs[i] * c.requests) then
+        holders_write(KEYS[i], c.states[i], c.now, c.overridden)
+      end
+      decisions[i] = acquire_report(pp, c.states[i], c.now, c.costs[i])
+    elseif c.states[i] then
       local new = refund_at(c.limits[i], c.states[i], c.admitted_at, c.now,
         c.costs[i] * c.requests + c.leases[i])
       if new then
@@ -850,7 +989,9 @@ local function refund(KEYS, c)
         c.states[i] = new
       end
     end
-    decisions[i] = decide_in(c.limits[i], c.states[i], c.now, c.costs[i], false)
+    if not pp then
+      decisions[i] = decide_in(c.limits[i], c.states[i], c.now, c.costs[i], false)
+    end
   end
   return reply_of(true, c.now, 0, decisions, {})
 end
@@ -882,7 +1023,13 @@ local function admitted_of(n, c)
     local lo, hi = 0, admitted
     while lo < hi do
       local mid = lo + floor((hi - lo + 1) / 2)
-      if admits(c.limits[i], c.states[i], c.now, c.costs[i], mid) then lo = mid else hi = mid - 1 end
+      local ok
+      if c.permits[i] then
+        ok = acquire(c.permits[i], c.states[i], c.now, c.costs[i] * mid, false).allowed
+      else
+        ok = admits(c.limits[i], c.states[i], c.now, c.costs[i], mid)
+      end
+      if ok then lo = mid else hi = mid - 1 end
     end
     admitted = lo
   end
@@ -913,7 +1060,7 @@ end
 local function delays_of(n, c, admitted)
   local delays, waits = {}, false
   for i = 1, n do
-    if c.limits[i].max_delay then
+    if c.limits[i] and c.limits[i].max_delay then
       for r = 1, admitted do
         local d = decide_times(c.limits[i], c.states[i], c.now, c.costs[i], r, false)
         delays[r] = max(delays[r] or 0, d.delay)
@@ -931,7 +1078,11 @@ end
 local function write_back(KEYS, c, decisions, news, given)
   for i = 1, #KEYS do
     if given[i] and not news[i] then news[i] = c.states[i] end
-    if news[i] then
+    if c.permits[i] then
+      if news[i] or c.states[i].dropped then
+        holders_write(KEYS[i], c.states[i], c.now, c.overridden)
+      end
+    elseif news[i] then
       local packed = cmsgpack.pack(news[i])
       if c.overridden then
         -- Test clocks are not the server's: keep the state without expiry.
@@ -945,6 +1096,7 @@ local function write_back(KEYS, c, decisions, news, given)
 end
 
 local function main(KEYS, ARGV)
+  if ARGV[1] == 'permits' then return permits_op(KEYS, ARGV) end
   local c = parse(KEYS, ARGV)
   if c.mode == 'refund' then return refund(KEYS, c) end
   local n, now = #KEYS, c.now
@@ -953,8 +1105,12 @@ local function main(KEYS, ARGV)
   local decisions, news = {}, {}
   if admitted > 0 then
     for i = 1, n do
-      decisions[i], news[i] = decide_times(c.limits[i], c.states[i], now, c.costs[i], admitted,
-        c.costs[i] ~= 0)
+      if c.permits[i] then
+        decisions[i], news[i] = acquire(c.permits[i], c.states[i], now, c.costs[i] * admitted, true)
+      else
+        decisions[i], news[i] = decide_times(c.limits[i], c.states[i], now, c.costs[i], admitted,
+          c.costs[i] ~= 0)
+      end
     end
   end
   if admitted < c.requests then
@@ -962,9 +1118,13 @@ local function main(KEYS, ARGV)
     -- consumes nothing, so the limits that would admit it are decided
     -- without consuming.
     for i = 1, n do
-      local d, new = decide_in(c.limits[i], news[i] or c.states[i], now, c.costs[i], false)
-      decisions[i] = d
-      if new then news[i] = new end
+      if c.permits[i] then
+        decisions[i] = acquire_report(c.permits[i], c.states[i], now, c.costs[i])
+      else
+        local d, new = decide_in(c.limits[i], news[i] or c.states[i], now, c.costs[i], false)
+        decisions[i] = d
+        if new then news[i] = new end
+      end
     end
   elseif c.requests == 1 then
     lease(n, c, decisions, news)

@@ -23,6 +23,19 @@ pub fn state_id(scope: &str, key: &str, limit: &Limit) -> String {
     id
 }
 
+/// The identity of a concurrency limit's state: `scope/key|concurrency`.
+/// Neither the permits nor the ttl are part of it, so a limit whose count
+/// or ttl changes keeps its holders; no rate algorithm is named
+/// `concurrency`, so it never meets a rate limit's state.
+pub fn permits_id(scope: &str, key: &str) -> String {
+    let mut id = String::with_capacity(scope.len() + key.len() + 13);
+    id.push_str(scope);
+    id.push('/');
+    id.push_str(key);
+    id.push_str("|concurrency");
+    id
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -37,5 +50,6 @@ mod tests {
         );
         let other = Limit::new(Algorithm::Gcra, 7, 60 * SECOND).unwrap();
         assert_eq!(state_id("d", "k", &limit), state_id("d", "k", &other));
+        assert_eq!(permits_id("demo", "conc/0/a"), "demo/conc/0/a|concurrency");
     }
 }

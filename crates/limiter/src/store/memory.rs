@@ -5,16 +5,20 @@
 //! when all allowed. An entry is dropped once its state is back to full (its
 //! `reset` has passed), by [`MemoryStore::sweep`] or when a full shard makes room.
 //!
+//! A concurrency limit's entry holds its holders' permits and goes once the
+//! last of them expires (`permits::expires_at`).
+//!
 //! Memory is bounded by `max_keys`. When a shard is full even after dropping
 //! the entries that are back to full, a check that needs a new key in it is
 //! **denied** (nothing is consumed; `retry_after` is [`FULL_RETRY_AFTER`]): the
 //! store errs on the side of limiting and never admits a key it cannot track.
 
-use super::{Store, StoreError, StoreItem, Verdict};
+use super::{PermitsOutcome, RateItem, Store, StoreError, StoreItem, Verdict};
 use crate::clock::Clock;
+use sluice_core::permits::{self, Holder};
 use sluice_core::{
-    decide_all_leased, decide_batch, refund_at, BatchOutcome, Check, Decision, Denial, Lease,
-    LeasedOutcome, Nanos, MILLISECOND, SECOND,
+    decide_all_leased, decide_batch, refund_at, Algorithm, BatchOutcome, Check, Decision, Denial,
+    Lease, LeasedOutcome, Limit, Nanos, Outcome, MILLISECOND, SECOND,
 };
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -145,27 +149,21 @@ impl MemoryStore {
     fn decide(&self, items: &[StoreItem], requests: u32) -> Verdict {
         let requests = requests.max(1);
         let now = self.clock.now();
-        let (mut guards, pos) = self.lock_shards(items);
+        let ids: Vec<&str> = items.iter().map(StoreItem::id).collect();
+        let (mut guards, pos) = self.lock_shards(&ids);
         let full = self.make_room(items, &pos, &mut guards, now);
         let outcome = {
-            let checks: Vec<Check<'_>> = items
+            let states: Vec<Option<&[u8]>> = ids
                 .iter()
                 .zip(&pos)
-                .map(|(item, &p)| Check {
-                    limit: &item.limit,
-                    state: guards
+                .map(|(id, &p)| {
+                    guards
                         .get(p)
-                        .and_then(|g| g.map.get(item.id.as_str()))
-                        .map(|e| e.state.as_slice()),
-                    cost: item.hits,
+                        .and_then(|g| g.map.get(*id))
+                        .map(|e| e.state.as_slice())
                 })
                 .collect();
-            if requests == 1 && items.iter().any(StoreItem::leases) {
-                let leases: Vec<Lease> = items.iter().map(|i| lease_of(i, now)).collect();
-                Decided::leased(decide_all_leased(&checks, &leases, now))
-            } else {
-                Decided::batch(decide_batch(&checks, now, requests))
-            }
+            decide_items(items, &states, now, requests)
         };
         if let Some(full) = full {
             return denied_for_room(items, &pos, &mut guards, outcome, &full, now);
@@ -181,10 +179,50 @@ impl MemoryStore {
         }
     }
 
-    /// Locks the shards of `items` in index order; returns the guards and,
-    /// per item, the position of its shard's guard.
-    fn lock_shards(&self, items: &[StoreItem]) -> (Vec<MutexGuard<'_, Shard>>, Vec<usize>) {
-        let shard_ids: Vec<usize> = items.iter().map(|i| self.shard_of(&i.id)).collect();
+    /// Gives back, then renews, `holder`'s permits (see [`Store::permits`]).
+    fn permits_op(
+        &self,
+        holder: Holder,
+        ttl: Nanos,
+        release: &[(String, u64)],
+        renew: &[String],
+    ) -> PermitsOutcome {
+        let now = self.clock.now();
+        let ids: Vec<&str> = release
+            .iter()
+            .map(|(id, _)| id.as_str())
+            .chain(renew.iter().map(String::as_str))
+            .collect();
+        let (mut guards, pos) = self.lock_shards(&ids);
+        let mut flags = ids.iter().zip(&pos).enumerate().map(|(i, (id, &p))| {
+            let Some(g) = guards.get_mut(p) else {
+                return false;
+            };
+            let state = g.map.get(*id).map(|e| e.state.as_slice());
+            let (held, new) = match release.get(i) {
+                Some(&(_, hits)) => (
+                    permits::held_by(state, holder, now) > 0,
+                    permits::release(state, holder, now, hits),
+                ),
+                None => (
+                    permits::held_by(state, holder, now) > 0,
+                    permits::renew(state, holder, now, ttl),
+                ),
+            };
+            if let Some(new) = new {
+                put_permits(&mut g.map, id, new.as_bytes(), now);
+            }
+            held
+        });
+        let released = flags.by_ref().take(release.len()).collect();
+        let renewed = flags.collect();
+        PermitsOutcome { released, renewed }
+    }
+
+    /// Locks the shards of `ids` in index order; returns the guards and,
+    /// per id, the position of its shard's guard.
+    fn lock_shards(&self, ids: &[&str]) -> (Vec<MutexGuard<'_, Shard>>, Vec<usize>) {
+        let shard_ids: Vec<usize> = ids.iter().map(|id| self.shard_of(id)).collect();
         let mut order = shard_ids.clone();
         order.sort_unstable();
         order.dedup();
@@ -213,7 +251,7 @@ impl MemoryStore {
         let mut is_new = vec![false; items.len()];
         for ((item, &p), new) in items.iter().zip(pos).zip(is_new.iter_mut()) {
             if let (Some(g), Some(n)) = (guards.get(p), new_per_guard.get_mut(p)) {
-                if !g.map.contains_key(item.id.as_str()) {
+                if !g.map.contains_key(item.id()) {
                     *new = true;
                     *n = n.saturating_add(1);
                 }
@@ -248,7 +286,18 @@ impl MemoryStore {
 
 impl Store for MemoryStore {
     async fn check_batch(&self, items: &[StoreItem], requests: u32) -> Result<Verdict, StoreError> {
+        refuse_batched_permits(items, requests)?;
         Ok(self.decide(items, requests))
+    }
+
+    async fn permits(
+        &self,
+        holder: Holder,
+        ttl: Nanos,
+        release: &[(String, u64)],
+        renew: &[String],
+    ) -> Result<PermitsOutcome, StoreError> {
+        Ok(self.permits_op(holder, ttl, release, renew))
     }
 
     async fn healthy(&self) -> bool {
@@ -267,8 +316,87 @@ impl Store for MemoryStore {
     }
 }
 
+/// The store contract's refusal of a batch carrying a concurrency limit.
+pub(super) fn refuse_batched_permits(items: &[StoreItem], requests: u32) -> Result<(), StoreError> {
+    if requests > 1 && items.iter().any(|i| matches!(i, StoreItem::Permits(_))) {
+        return Err(StoreError::Protocol(
+            "a batch cannot carry a concurrency limit".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A limit that refuses whatever its state (a fixed window of 1 asked for
+/// 2): added to the rate limits of a check that a concurrency limit
+/// refused, so that sluice-core reports them as it reports any denied
+/// check, decided without consuming.
+const REFUSED: Limit = Limit {
+    algorithm: Algorithm::FixedWindow,
+    requests: 1,
+    window: SECOND,
+    burst: 1,
+    precision: 1,
+    soft_percent: 0,
+    max_delay: None,
+};
+
+/// Decides `items` (their stored `states`, in order) at `now`: the
+/// concurrency limits by `permits::acquire`, the rate limits by
+/// sluice-core's batch or leased decision, all or nothing across both.
+fn decide_items(
+    items: &[StoreItem],
+    states: &[Option<&[u8]>],
+    now: Nanos,
+    requests: u32,
+) -> Decided {
+    let taken: Vec<Option<Outcome>> = items
+        .iter()
+        .zip(states)
+        .map(|(item, &state)| match item {
+            StoreItem::Permits(p) => {
+                Some(permits::acquire(&p.permits, state, p.holder, now, p.hits))
+            }
+            StoreItem::Rate(_) => None,
+        })
+        .collect();
+    let permits_admit = taken.iter().flatten().all(|o| o.decision.allowed);
+    let mut checks: Vec<Check<'_>> = items
+        .iter()
+        .zip(states)
+        .filter_map(|(item, &state)| {
+            item.rate().map(|r| Check {
+                limit: &r.limit,
+                state,
+                cost: r.hits,
+            })
+        })
+        .collect();
+    let rates = checks.len();
+    if !permits_admit {
+        checks.push(Check {
+            limit: &REFUSED,
+            state: None,
+            cost: 2,
+        });
+    }
+    let mut rate = if requests == 1 && items.iter().any(StoreItem::leases) {
+        let leases: Vec<Lease> = items
+            .iter()
+            .filter_map(StoreItem::rate)
+            .map(|r| lease_of(r, now))
+            .collect();
+        Decided::leased(decide_all_leased(&checks, &leases, now))
+    } else {
+        Decided::batch(decide_batch(&checks, now, requests))
+    };
+    rate.decisions.truncate(rates);
+    rate.new_states.truncate(rates);
+    rate.leased.truncate(rates);
+    rate.with_permits(items, states, taken, now)
+}
+
 /// An item's lease terms at the clock reading `now`.
-fn lease_of(item: &StoreItem, now: Nanos) -> Lease {
+fn lease_of(item: &RateItem, now: Nanos) -> Lease {
     Lease {
         take: item.lease,
         returned: item.returned,
@@ -286,6 +414,57 @@ struct Decided {
 }
 
 impl Decided {
+    /// The rate limits' outcome with the concurrency limits' (`taken`, per
+    /// item) put in item order: their permits kept when the check is
+    /// admitted, else what `acquire` reports without taking.
+    fn with_permits(
+        self,
+        items: &[StoreItem],
+        states: &[Option<&[u8]>],
+        taken: Vec<Option<Outcome>>,
+        now: Nanos,
+    ) -> Decided {
+        if taken.iter().all(Option::is_none) {
+            return self;
+        }
+        let admitted = self.admitted > 0;
+        let mut rate_decisions = self.decisions.into_iter();
+        let mut rate_states = self.new_states.into_iter();
+        let mut rate_leased = self.leased.into_iter();
+        let granted = !rate_leased.as_slice().is_empty();
+        let (mut decisions, mut new_states, mut leased) = (Vec::new(), Vec::new(), Vec::new());
+        for ((item, &state), took) in items.iter().zip(states).zip(taken) {
+            let (d, s, k) = match (item, took) {
+                (StoreItem::Permits(p), Some(o)) => {
+                    let kept = if admitted {
+                        (o.decision, o.new_state)
+                    } else if o.decision.allowed {
+                        let peek = permits::acquire(&p.permits, state, p.holder, now, 0);
+                        (peek.decision, None)
+                    } else {
+                        (o.decision, None)
+                    };
+                    (Some(kept.0), kept.1, Some(0))
+                }
+                _ => (
+                    rate_decisions.next(),
+                    rate_states.next().flatten(),
+                    rate_leased.next(),
+                ),
+            };
+            decisions.extend(d);
+            new_states.push(s);
+            leased.extend(k.filter(|_| granted));
+        }
+        Decided {
+            admitted: self.admitted,
+            decisions,
+            new_states,
+            delays: self.delays,
+            leased,
+        }
+    }
+
     fn batch(o: BatchOutcome) -> Decided {
         Decided {
             admitted: o.admitted,
@@ -329,7 +508,11 @@ fn denied_for_room(
     full: &[bool],
     now: Nanos,
 ) -> Verdict {
-    for (item, &p) in items.iter().zip(pos).filter(|(i, _)| i.returned != 0) {
+    let rates = items
+        .iter()
+        .zip(pos)
+        .filter_map(|(i, p)| Some((i.rate()?, p)));
+    for (item, &p) in rates.filter(|(i, _)| i.returned != 0) {
         let Some(e) = guards
             .get_mut(p)
             .and_then(|g| g.map.get_mut(item.id.as_str()))
@@ -349,7 +532,7 @@ fn denied_for_room(
         .zip(items.iter().zip(full))
         .map(|(d, (item, &no_room))| {
             if no_room {
-                full_decision(item.limit.requests)
+                full_decision(item.quota())
             } else {
                 d
             }
@@ -382,23 +565,42 @@ fn write_states(
         let (Some(state), Some(g)) = (state, guards.get_mut(p)) else {
             continue;
         };
-        let full_at = now.saturating_add(d.reset);
         let bytes = state.as_bytes();
-        match g.map.get_mut(item.id.as_str()) {
-            Some(e) => {
-                e.state.clear();
-                e.state.extend_from_slice(bytes);
-                e.full_at = full_at;
-            }
-            None => {
-                g.map.insert(
-                    item.id.as_str().into(),
-                    Entry {
-                        state: bytes.to_vec(),
-                        full_at,
-                    },
-                );
-            }
+        let full_at = match item {
+            StoreItem::Rate(_) => now.saturating_add(d.reset),
+            StoreItem::Permits(_) => permits::expires_at(Some(bytes), now).unwrap_or(now),
+        };
+        put(&mut g.map, item.id(), bytes, full_at);
+    }
+}
+
+/// Stores `bytes` as the state of `id`, going at `full_at`.
+fn put(map: &mut HashMap<Box<str>, Entry>, id: &str, bytes: &[u8], full_at: Nanos) {
+    match map.get_mut(id) {
+        Some(e) => {
+            e.state.clear();
+            e.state.extend_from_slice(bytes);
+            e.full_at = full_at;
+        }
+        None => {
+            map.insert(
+                id.into(),
+                Entry {
+                    state: bytes.to_vec(),
+                    full_at,
+                },
+            );
+        }
+    }
+}
+
+/// Stores a permits state that a release or a renewal changed: it goes
+/// when its last permit expires, at once when none is held.
+fn put_permits(map: &mut HashMap<Box<str>, Entry>, id: &str, bytes: &[u8], now: Nanos) {
+    match permits::expires_at(Some(bytes), now) {
+        Some(at) => put(map, id, bytes, at),
+        None => {
+            map.remove(id);
         }
     }
 }

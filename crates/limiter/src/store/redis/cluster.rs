@@ -2,7 +2,7 @@
 //! slots' outcomes merged into one verdict.
 
 use super::{hash_slot, redis_key, ScriptOutcome};
-use crate::store::{StoreError, StoreItem, Verdict};
+use crate::store::{RateItem, StoreError, StoreItem, Verdict};
 use sluice_core::{Decision, Nanos};
 use std::collections::BTreeMap;
 
@@ -11,7 +11,7 @@ pub(super) fn by_slot(items: &[StoreItem]) -> Vec<Vec<&StoreItem>> {
     let mut groups: BTreeMap<u16, Vec<&StoreItem>> = BTreeMap::new();
     for item in items {
         groups
-            .entry(hash_slot(redis_key(&item.id).as_bytes()))
+            .entry(hash_slot(redis_key(item.id()).as_bytes()))
             .or_default()
             .push(item);
     }
@@ -19,16 +19,20 @@ pub(super) fn by_slot(items: &[StoreItem]) -> Vec<Vec<&StoreItem>> {
 }
 
 /// A slot's items to refund: each gives back the lease it was granted with
-/// the request, and returns nothing again.
+/// the request, and returns nothing again; a concurrency limit gives back
+/// its permits.
 pub(super) fn with_leases_back(group: &[&StoreItem], leased: &[u64]) -> Vec<StoreItem> {
     group
         .iter()
         .zip(leased.iter().chain(std::iter::repeat(&0)))
-        .map(|(item, &k)| StoreItem {
-            lease: k,
-            returned: 0,
-            returned_age: 0,
-            ..(*item).clone()
+        .map(|(item, &k)| match item {
+            StoreItem::Rate(r) => StoreItem::Rate(RateItem {
+                lease: k,
+                returned: 0,
+                returned_age: 0,
+                ..r.clone()
+            }),
+            StoreItem::Permits(_) => (*item).clone(),
         })
         .collect()
 }

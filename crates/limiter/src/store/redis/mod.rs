@@ -14,18 +14,26 @@
 //! (`refund` mode of the same script, each limit its own weight). Between the admit and the refund
 //! another request may see the briefly consumed quota and be denied: a refund
 //! race errs on the side of limiting, never of admitting too much.
+//!
+//! A concurrency limit's key is a hash of its holders (`permits` in the
+//! script's header); a check decides it with the rate limits of its slot in
+//! the same call, and a slot's refund gives its permits back (a release).
+//! `POST /v1/permits` is one call of the script's `permits` mode per slot.
 
 mod cluster;
 mod script;
 
 use super::connect::{connect, explain, is_auth_error, jittered, Conn};
 pub use super::connect::{ConnectError, ConnectOptions, SentinelTarget, Target};
-use super::{Store, StoreError, StoreItem, StoreStatus, Verdict};
+use super::memory::refuse_batched_permits;
+use super::{PermitsOutcome, Store, StoreError, StoreItem, StoreStatus, Verdict};
 use crate::metrics::Histogram;
 use cluster::{by_slot, granted, merge, with_leases_back};
 use futures_util::future::join_all;
-pub use script::{parse_reply, ScriptOutcome, DECIDE_LUA};
+pub use script::{parse_permits_reply, parse_reply, ScriptOutcome, DECIDE_LUA};
 use script::{push_item_args, Packaged};
+use sluice_core::{Holder, Nanos};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -353,7 +361,7 @@ impl RedisStore {
         requests: u32,
         now_us: Option<u64>,
     ) -> Result<ScriptOutcome, StoreError> {
-        let keys: Vec<String> = items.iter().map(|i| redis_key(&i.id)).collect();
+        let keys: Vec<String> = items.iter().map(|i| redis_key(i.id())).collect();
         let mut args = vec![
             mode.to_string(),
             now_us.map(|t| t.to_string()).unwrap_or_default(),
@@ -368,6 +376,35 @@ impl RedisStore {
         self.round_trips.observe(started.elapsed());
         self.mark(None);
         parse_reply(&reply, items.len())
+    }
+
+    /// One call of the script's `permits` mode for `holder` over `keys`
+    /// (state ids in one slot, each with the units to release and whether
+    /// to renew): per key, whether the holder held permits to release and
+    /// to renew. `now_us` overrides the server clock (tests).
+    pub async fn run_permits(
+        &self,
+        holder: Holder,
+        ttl: Nanos,
+        keys: &[(&str, u64, bool)],
+        now_us: Option<u64>,
+    ) -> Result<Vec<(bool, bool)>, StoreError> {
+        let names: Vec<String> = keys.iter().map(|(id, _, _)| redis_key(id)).collect();
+        let mut args = vec![
+            "permits".to_string(),
+            now_us.map(|t| t.to_string()).unwrap_or_default(),
+            holder.to_string(),
+            (ttl / script::MICROS).to_string(),
+        ];
+        for (_, back, again) in keys {
+            args.push(back.to_string());
+            args.push(if *again { "1" } else { "0" }.to_string());
+        }
+        let started = Instant::now();
+        let reply = self.bounded(self.call(&names, &args)).await?;
+        self.round_trips.observe(started.elapsed());
+        self.mark(None);
+        parse_permits_reply(&reply, keys.len())
     }
 
     /// A check on a cluster: one call per slot, run concurrently; the slots
@@ -434,6 +471,7 @@ impl RedisStore {
 
 impl Store for RedisStore {
     async fn check_batch(&self, items: &[StoreItem], requests: u32) -> Result<Verdict, StoreError> {
+        refuse_batched_permits(items, requests)?;
         let requests = requests.max(1);
         if self.cluster {
             return self.check_cluster(items, requests).await;
@@ -447,6 +485,48 @@ impl Store for RedisStore {
             delays: out.delays,
             capacity_denied: false,
             leased: granted(out.leased),
+        })
+    }
+
+    async fn permits(
+        &self,
+        holder: Holder,
+        ttl: Nanos,
+        release: &[(String, u64)],
+        renew: &[String],
+    ) -> Result<PermitsOutcome, StoreError> {
+        // Each key once (an id may be both released and renewed), by slot.
+        let mut keys: BTreeMap<&str, (u64, bool)> = BTreeMap::new();
+        for (id, hits) in release {
+            let e = keys.entry(id.as_str()).or_default();
+            e.0 = e.0.saturating_add(*hits);
+        }
+        for id in renew {
+            keys.entry(id.as_str()).or_default().1 = true;
+        }
+        let mut slots: BTreeMap<u16, Vec<(&str, u64, bool)>> = BTreeMap::new();
+        for (id, (back, again)) in keys {
+            let slot = if self.cluster {
+                hash_slot(redis_key(id).as_bytes())
+            } else {
+                0
+            };
+            slots.entry(slot).or_default().push((id, back, again));
+        }
+        let calls = slots
+            .values()
+            .map(|group| self.run_permits(holder, ttl, group, None));
+        let mut found: BTreeMap<&str, (bool, bool)> = BTreeMap::new();
+        for (group, reply) in slots.values().zip(join_all(calls).await) {
+            for (&(id, _, _), flags) in group.iter().zip(reply?) {
+                found.insert(id, flags);
+            }
+        }
+        let flag =
+            |id: &str, which: fn((bool, bool)) -> bool| found.get(id).is_some_and(|&f| which(f));
+        Ok(PermitsOutcome {
+            released: release.iter().map(|(id, _)| flag(id, |f| f.0)).collect(),
+            renewed: renew.iter().map(|id| flag(id, |f| f.1)).collect(),
         })
     }
 

@@ -3,6 +3,7 @@
 
 use crate::store::{StoreError, StoreItem};
 use redis::Script;
+use sluice_core::permits::{MAX_HOLDERS, PERMITS_CODE, PERMIT_RETRY_AFTER};
 use sluice_core::{Algorithm, Decision, Denial, Nanos};
 
 /// The decision code: a Lua chunk returning `main(KEYS, ARGV)`; see the
@@ -12,13 +13,19 @@ pub const DECIDE_LUA: &str = include_str!("../decide.lua");
 
 /// The decision code as it runs: [`DECIDE_LUA`] after `CODE`, a table of
 /// every algorithm's name and [`Algorithm::code`], so that the script and
-/// sluice-core number the algorithms alike.
+/// sluice-core number the algorithms alike, and `PERMITS`, sluice-core's
+/// constants of concurrency limits.
 fn lua_source() -> String {
     let codes: Vec<String> = Algorithm::ALL
         .iter()
         .map(|a| format!("{} = {}", a.name(), a.code()))
         .collect();
-    format!("local CODE = {{{}}}\n{DECIDE_LUA}", codes.join(", "))
+    format!(
+        "local CODE = {{{}}}\nlocal PERMITS = {{code = {PERMITS_CODE}, max_holders = {MAX_HOLDERS}, \
+         retry_us = {}}}\n{DECIDE_LUA}",
+        codes.join(", "),
+        PERMIT_RETRY_AFTER / MICROS
+    )
 }
 
 /// The decision code packaged for Redis: as a function library (Redis 7+;
@@ -72,6 +79,25 @@ const FIELDS_PER_LIMIT: usize = 8;
 
 /// Appends one item's script arguments (times in microseconds).
 pub(super) fn push_item_args(args: &mut Vec<String>, item: &StoreItem) {
+    let item = match item {
+        StoreItem::Rate(r) => r,
+        StoreItem::Permits(p) => {
+            args.extend([
+                PERMITS_CODE.to_string(),
+                p.permits.max.to_string(),
+                (p.permits.ttl / MICROS).to_string(),
+                p.holder.to_string(),
+                String::new(),
+                String::new(),
+                p.hits.to_string(),
+                String::new(),
+                "0".into(),
+                "0".into(),
+                "0".into(),
+            ]);
+            return;
+        }
+    };
     let limit = &item.limit;
     args.extend([
         limit.algorithm.code().to_string(),
@@ -190,6 +216,21 @@ pub fn parse_reply(reply: &[i64], n: usize) -> Result<ScriptOutcome, StoreError>
             .collect(),
         leased,
     })
+}
+
+/// Reads the permits mode's reply: `now`, then per key `released,
+/// renewed`; the two flags of each of `n` keys.
+pub fn parse_permits_reply(reply: &[i64], n: usize) -> Result<Vec<(bool, bool)>, StoreError> {
+    match reply {
+        [_, flags @ ..] if flags.len() == n.saturating_mul(2) => Ok(flags
+            .chunks_exact(2)
+            .map(|c| (c.first() == Some(&1), c.get(1) == Some(&1)))
+            .collect()),
+        _ => Err(StoreError::Protocol(format!(
+            "permits reply of {} values for {n} keys",
+            reply.len()
+        ))),
+    }
 }
 
 #[cfg(test)]
