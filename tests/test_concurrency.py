@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from support import request, run_all, sluice_config, start_envoy, wait_until, wasm_filter
+from support import limiter_cluster, request, run_all, sluice_config, start_envoy, wait_until, wasm_filter
 from support.slow_upstream import SlowUpstream
 
 PERMITS = 3
@@ -164,3 +164,85 @@ def test_permits_held_across_a_configuration_push(proxy, upstream):
     # Given back under the configuration that took them.
     wait_until(lambda: in_use(e) == 0, what="permits_in_use == 0")
     assert upstream.peak["a"] <= PERMITS + 1
+
+
+# ------------------------------------------------------------------ global
+
+
+def global_config(permits: int = PERMITS, permit_ttl: str = "30s") -> dict:
+    return sluice_config(
+        concurrency_rule(permits, scope="global", permit_ttl=permit_ttl),
+        limiter={"cluster": "sluice_limiter", "authority": "sluice-limiter", "timeout": "5s",
+                 "failure_mode": "deny"})
+
+
+@pytest.fixture
+def fleet(tmp_path, processes, upstream):
+    """Two Envoys, each in front of the slow upstream, and two limiters on one Redis."""
+    started = []
+
+    def start(config: dict) -> list:
+        redis = processes.redis()
+        limiters = [processes.limiter(store=redis.url, extra_args=["--store-timeout-ms", "5000"]) for _ in range(2)]
+        clusters = [upstream.cluster(), limiter_cluster("sluice_limiter", [lim.port for lim in limiters])]
+        for name in ("a", "b"):
+            started.append(start_envoy(tmp_path, [wasm_filter(config)], clusters=clusters, name=f"envoy-{name}",
+                                       hcm_extra=SlowUpstream.route_config()))
+        return started
+
+    yield start
+    for e in started:
+        e.stop()
+
+
+def test_global_never_more_than_the_permits_in_flight_across_envoys(fleet, upstream):
+    envoys = fleet(global_config())
+    counts: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def one_connection(i: int):
+        e = envoys[i % 2]
+        for j in range(5):
+            status = request(e.port, "/", headers={"x-user": "ab"[(i + j) % 2]}).status
+            with lock:
+                counts[status] = counts.get(status, 0) + 1
+
+    run_all([lambda i=i: one_connection(i) for i in range(64)])
+    assert sum(counts.values()) == 64 * 5
+    assert set(counts) <= {200, 429}, counts
+    assert upstream.peak == {"a": PERMITS, "b": PERMITS}, upstream.peak
+    for e in envoys:
+        wait_until(lambda e=e: in_use(e) == 0, what="permits_in_use == 0")
+    # Every permit is back at the limiter: N at once pass again, through both Envoys.
+    statuses = []
+    run_all([lambda i=i: statuses.append(
+        request(envoys[i % 2].port, "/", headers={"x-user": "a", "x-hold-ms": "300"}).status)
+        for i in range(PERMITS)])
+    assert statuses == [200] * PERMITS
+
+
+def test_a_killed_envoys_permits_come_back_within_the_ttl(fleet):
+    a, b = fleet(global_config(permits=2, permit_ttl="2s"))
+    holders = [threading.Thread(target=lambda: _quietly(
+        lambda: request(a.port, "/", headers={"x-user": "a", "x-hold-ms": "20000"}, timeout=30)))
+        for _ in range(2)]
+    for t in holders:
+        t.start()
+    wait_until(lambda: in_use(a) == 2, what="Envoy a holds both permits")
+    assert request(b.port, "/", headers={"x-user": "a", "x-hold-ms": "1"}).status == 429
+    a.process.kill()
+    killed = time.monotonic()
+    wait_until(lambda: request(b.port, "/", headers={"x-user": "a", "x-hold-ms": "1"}).status == 200,
+               timeout=10, what="the killed Envoy's permits back", interval=0.1)
+    back = time.monotonic() - killed
+    # At most the ttl after a's last renewal (renewals run every third of it).
+    assert back <= 2.5, back
+    for t in holders:
+        t.join()
+
+
+def _quietly(call):
+    try:
+        call()
+    except (OSError, http.client.HTTPException):
+        pass
