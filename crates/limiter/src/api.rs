@@ -75,8 +75,9 @@ async fn check<S: Store>(
     response
 }
 
-/// The body, or the answer to a body that could not be read.
-fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, Response> {
+/// The body, or why it could not be read (the status and the message to
+/// answer with).
+fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, (StatusCode, String)> {
     body.map_err(|e| {
         let status = e.status();
         let msg = if status == StatusCode::PAYLOAD_TOO_LARGE {
@@ -84,14 +85,14 @@ fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, Response> {
         } else {
             e.body_text()
         };
-        error(status, msg)
+        (status, msg)
     })
 }
 
 async fn decide<S: Store>(st: &AppState<S>, body: Result<Bytes, BytesRejection>) -> Response {
     let body = match read_body(body) {
         Ok(b) => b,
-        Err(answer) => return answer,
+        Err((status, msg)) => return error(status, msg),
     };
     let mut check = match parse_check(&body) {
         Ok(c) => c,
@@ -222,7 +223,7 @@ async fn permits<S: Store>(
     st.metrics.inc_permits_calls();
     let body = match read_body(body) {
         Ok(b) => b,
-        Err(answer) => return answer,
+        Err((status, msg)) => return error(status, msg),
     };
     let req = match parse_permits(&body) {
         Ok(r) => r,

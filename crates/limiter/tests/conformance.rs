@@ -13,12 +13,12 @@ mod support;
 
 use axum::http::StatusCode;
 use serde_json::{json, Value};
-use sluice_core::{Algorithm, Limit, MILLISECOND, SECOND};
+use sluice_core::{Algorithm, Limit, Permits, MILLISECOND, SECOND};
 use sluice_limiter::api::AppState;
 use sluice_limiter::clock::ManualClock;
 use sluice_limiter::store::memory::{MemoryConfig, MemoryStore};
 use sluice_limiter::store::redis::{RedisStore, Target};
-use sluice_limiter::store::{RateItem, Store, StoreItem};
+use sluice_limiter::store::{permits_id, PermitItem, RateItem, Store, StoreItem};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -59,7 +59,40 @@ impl<S: Store + Clone> Client<S> {
     }
 }
 
+impl<S: Store + Clone> Client<S> {
+    /// A check of `limits` for `holder`.
+    async fn take(&self, holder: u64, limits: Value) -> Value {
+        let body = json!({"domain": self.domain, "holder": holder, "limits": limits});
+        let (status, v) = support::send_json(&self.state, "POST", "/v1/check", &body).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        v
+    }
+
+    /// `POST /v1/permits` for `holder`.
+    async fn permits(&self, holder: u64, ttl_ms: u64, release: Value, renew: Value) -> Value {
+        let body = json!({"domain": self.domain, "holder": holder, "ttl_ms": ttl_ms,
+            "release": release, "renew": renew});
+        let (status, v) = support::send_json(&self.state, "POST", "/v1/permits", &body).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        v
+    }
+}
+
+/// A concurrency limit of `n` permits on `key`.
+fn permits(key: &str, n: u64, ttl_ms: u64) -> Value {
+    json!({"key": key, "algorithm": "concurrency", "requests": n, "window_ms": ttl_ms})
+}
+
 impl<S: Store + Clone> Subject<S> {
+    /// Lets `ms` pass: the suite's clock, or real time where the store
+    /// reads its own.
+    async fn pass(&self, ms: u64) {
+        match &self.clock {
+            Some(clock) => clock.advance(ms * MILLISECOND),
+            None => tokio::time::sleep(Duration::from_millis(ms)).await,
+        }
+    }
+
     fn client(&self, name: &str) -> Client<S> {
         Client {
             state: AppState::new(self.store.clone()),
@@ -91,6 +124,11 @@ async fn suite<S: Store + Clone>(s: Subject<S>) {
     returns_give_back_as_the_core_does(&s).await;
     returns_apply_on_a_denied_check(&s).await;
     concurrent_leases_never_debit_more_than_the_limit(&s).await;
+    racing_holders_get_exactly_the_permits(&s).await;
+    a_release_makes_room_and_another_holders_takes_nothing(&s).await;
+    renewed_permits_outlive_the_ttl_and_unrenewed_ones_come_back(&s).await;
+    permits_and_rate_limits_are_all_or_nothing(&s).await;
+    the_permits_operation_says_what_it_released_and_renewed(&s).await;
 }
 
 /// Exact admits for every algorithm; the next one waits, and (where the
@@ -768,6 +806,174 @@ async fn concurrent_leases_never_debit_more_than_the_limit<S: Store + Clone>(s: 
         // 320 requests of up to 7 units each for 500.
         assert_eq!(debited.load(Ordering::Relaxed), 500, "{} {alg}", s.name);
     }
+}
+
+/// Many holders racing for the permits of one key: exactly the permits are
+/// taken.
+async fn racing_holders_get_exactly_the_permits<S: Store + Clone>(s: &Subject<S>) {
+    let item = |holder: u64| {
+        StoreItem::from(PermitItem {
+            id: permits_id(&format!("{}-race", s.name), "k"),
+            permits: Permits {
+                max: 5,
+                ttl: 60 * SECOND,
+            },
+            holder,
+            hits: 1,
+        })
+    };
+    let tasks: Vec<_> = (0..64)
+        .map(|holder| {
+            let store = s.store.clone();
+            let items = [item(holder)];
+            tokio::spawn(async move { store.check(&items).await.unwrap().allowed })
+        })
+        .collect();
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += usize::from(t.await.unwrap());
+    }
+    assert_eq!(admitted, 5, "{}", s.name);
+    let v = s.store.check(&[item(99)]).await.unwrap();
+    assert!(!v.allowed, "{}", s.name);
+    assert_eq!(v.decisions[0].retry_after, SECOND);
+    assert_eq!((v.decisions[0].limit, v.decisions[0].remaining), (5, 0));
+}
+
+/// A release gives its units back to everyone; another holder's release
+/// takes nothing.
+async fn a_release_makes_room_and_another_holders_takes_nothing<S: Store + Clone>(s: &Subject<S>) {
+    let store = s.name;
+    let c = s.client("release");
+    let limit = json!([permits("k", 2, 60_000)]);
+    let v = c.take(1, limit.clone()).await;
+    assert_eq!(v["limits"][0]["remaining"], json!(1), "{store}: {v}");
+    assert_eq!(c.take(1, limit.clone()).await["allowed"], json!(true));
+    assert_eq!(c.take(2, limit.clone()).await["allowed"], json!(false));
+    let release = json!([{"key": "k", "hits": 1}]);
+    let v = c.permits(3, 60_000, release.clone(), json!([])).await;
+    assert_eq!(v["released"], json!([]), "{store}: {v}");
+    assert_eq!(c.take(2, limit.clone()).await["allowed"], json!(false));
+    let v = c.permits(1, 60_000, release, json!([])).await;
+    assert_eq!(v["released"], json!(["k"]), "{store}: {v}");
+    let v = c.take(2, limit.clone()).await;
+    assert_eq!(v["allowed"], json!(true), "{store}: {v}");
+    assert_eq!(c.take(4, limit).await["allowed"], json!(false), "{store}");
+}
+
+/// A holder that renews keeps its permits past the ttl; one that stops
+/// renewing (a crashed Envoy) has its permits come back after the ttl.
+async fn renewed_permits_outlive_the_ttl_and_unrenewed_ones_come_back<S: Store + Clone>(
+    s: &Subject<S>,
+) {
+    let store = s.name;
+    let c = s.client("ttl");
+    let limit = json!([permits("k", 2, 1000)]);
+    assert_eq!(c.take(1, limit.clone()).await["allowed"], json!(true));
+    assert_eq!(c.take(2, limit.clone()).await["allowed"], json!(true));
+    let started = Instant::now();
+    let mut waited = 0;
+    loop {
+        s.pass(100).await;
+        waited += 100;
+        let v = c.permits(2, 1000, json!([]), json!(["k"])).await;
+        assert_eq!(v["renewed"], json!(["k"]), "{store} after {waited} ms: {v}");
+        if c.take(3, limit.clone()).await["allowed"] == json!(true) {
+            break;
+        }
+        let elapsed = started.elapsed().as_millis() as u64;
+        assert!(
+            waited.max(elapsed) < 5000,
+            "{store}: holder 1 never expired"
+        );
+    }
+    // Holder 1's permit came back no earlier than its ttl.
+    assert!(
+        waited.max(started.elapsed().as_millis() as u64) >= 900,
+        "{store}"
+    );
+    // Holder 2 renewed: its permit still counts.
+    assert_eq!(
+        c.take(4, limit.clone()).await["allowed"],
+        json!(false),
+        "{store}"
+    );
+    let v = c.permits(1, 1000, json!([]), json!(["k"])).await;
+    assert_eq!(v["renewed"], json!([]), "{store}: {v}");
+}
+
+/// A concurrency limit that refuses takes nothing from the check's rate
+/// limits, and a rate limit that refuses takes no permit.
+async fn permits_and_rate_limits_are_all_or_nothing<S: Store + Clone>(s: &Subject<S>) {
+    let store = s.name;
+    let c = s.client("mixed");
+    let rate = |key: &str, n: u64| json!({"key": key, "algorithm": "fixed_window", "requests": n, "window_ms": 86_400_000});
+    // The permits refuse: the rate limit consumes nothing.
+    assert_eq!(
+        c.take(1, json!([permits("a", 1, 60_000)])).await["allowed"],
+        json!(true)
+    );
+    let v = c
+        .take(2, json!([rate("r", 3), permits("a", 1, 60_000)]))
+        .await;
+    assert_eq!(v["allowed"], json!(false), "{store}: {v}");
+    assert_eq!(v["limits"][0]["allowed"], json!(true), "{store}: {v}");
+    assert_eq!(v["limits"][0]["remaining"], json!(3), "{store}: {v}");
+    assert_eq!(v["limits"][1]["allowed"], json!(false), "{store}: {v}");
+    for i in 0..3 {
+        let v = c.check(json!([rate("r", 3)]), 1).await;
+        assert_eq!(v["allowed"], json!(true), "{store} #{i}: {v}");
+    }
+    // The rate limit refuses: no permit is taken.
+    let v = c
+        .take(3, json!([rate("r", 3), permits("b", 1, 60_000)]))
+        .await;
+    assert_eq!(v["allowed"], json!(false), "{store}: {v}");
+    assert_eq!(v["limits"][1]["allowed"], json!(true), "{store}: {v}");
+    assert_eq!(v["limits"][1]["remaining"], json!(1), "{store}: {v}");
+    let v = c.take(4, json!([permits("b", 1, 60_000)])).await;
+    assert_eq!(v["allowed"], json!(true), "{store}: {v}");
+    // Both admit: both take.
+    let v = c
+        .take(5, json!([rate("s", 1), permits("c", 1, 60_000)]))
+        .await;
+    assert_eq!(v["allowed"], json!(true), "{store}: {v}");
+    assert_eq!(
+        c.take(6, json!([permits("c", 1, 60_000)])).await["allowed"],
+        json!(false)
+    );
+    assert_eq!(
+        c.check(json!([rate("s", 1)]), 1).await["allowed"],
+        json!(false)
+    );
+}
+
+/// The permits operation releases before it renews, and says where the
+/// holder held permits.
+async fn the_permits_operation_says_what_it_released_and_renewed<S: Store + Clone>(s: &Subject<S>) {
+    let store = s.name;
+    let c = s.client("op");
+    for key in ["a", "b", "c"] {
+        let mut limit = permits(key, 5, 60_000);
+        limit["hits"] = json!(2);
+        let v = c.take(7, json!([limit])).await;
+        assert_eq!(v["limits"][0]["remaining"], json!(3), "{store} {key}: {v}");
+    }
+    let v = c
+        .permits(
+            7,
+            60_000,
+            json!([{"key": "a", "hits": 2}, {"key": "b", "hits": 1}, {"key": "none", "hits": 1}]),
+            json!(["a", "b", "c", "none"]),
+        )
+        .await;
+    assert_eq!(
+        v,
+        json!({"released": ["a", "b"], "renewed": ["b", "c"]}),
+        "{store}"
+    );
+    let v = c.take(8, json!([permits("b", 5, 60_000)])).await;
+    assert_eq!(v["limits"][0]["remaining"], json!(3), "{store}: {v}");
 }
 
 async fn connected(target: Target) -> Arc<RedisStore> {

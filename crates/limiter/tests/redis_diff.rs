@@ -344,7 +344,7 @@ impl Trace<'_> {
         ctx: &str,
     ) {
         let items: Vec<StoreItem> = self
-            .items(chosen)
+            .rate_items(chosen)
             .into_iter()
             .zip(leased.iter().chain(std::iter::repeat(&0)))
             .map(|(item, &lease)| RateItem { lease, ..item }.into())

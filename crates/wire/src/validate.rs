@@ -131,6 +131,7 @@ pub(crate) fn name_the_field<'a, T: serde::Deserialize<'a>>(
 /// Without `field-paths` (the filter, which never reads checks and should
 /// not carry the path tracking), serde's message alone.
 #[cfg(not(feature = "field-paths"))]
+#[allow(clippy::extra_unused_type_parameters)] // One signature with and without the feature.
 pub(crate) fn name_the_field<'a, T: serde::Deserialize<'a>>(
     _body: &'a [u8],
     plain: serde_json::Error,
