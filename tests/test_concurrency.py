@@ -101,6 +101,17 @@ def test_a_denial_says_no_permit_is_free(proxy):
     assert ok.header("ratelimit-policy") == '"inflight";q=1'
 
 
+def test_held_permits_outlive_their_ttl_while_renewed(proxy):
+    e = proxy(sluice_config(concurrency_rule(permits=1, permit_ttl="1s")))
+    held = threading.Thread(target=lambda: request(e.port, "/", headers={"x-user": "a", "x-hold-ms": "3000"}))
+    held.start()
+    wait_until(lambda: in_use(e) == 1, what="one permit held")
+    time.sleep(2)
+    assert request(e.port, "/", headers={"x-user": "a", "x-hold-ms": "1"}).status == 429
+    held.join()
+    assert request(e.port, "/", headers={"x-user": "a", "x-hold-ms": "1"}).status == 200
+
+
 def reset_midway(port: int, user: str, after: float):
     """Sends a request and closes the connection before the answer."""
     s = socket.create_connection(("127.0.0.1", port))
@@ -213,12 +224,20 @@ def test_global_never_more_than_the_permits_in_flight_across_envoys(fleet, upstr
     assert upstream.peak == {"a": PERMITS, "b": PERMITS}, upstream.peak
     for e in envoys:
         wait_until(lambda e=e: in_use(e) == 0, what="permits_in_use == 0")
-    # Every permit is back at the limiter: N at once pass again, through both Envoys.
-    statuses = []
-    run_all([lambda i=i: statuses.append(
-        request(envoys[i % 2].port, "/", headers={"x-user": "a", "x-hold-ms": "300"}).status)
-        for i in range(PERMITS)])
-    assert statuses == [200] * PERMITS
+    # Every permit is back at the limiter (the last releases are a tick and a
+    # call away): N at once pass again, through both Envoys.
+
+    def all_back():
+        statuses = []
+        run_all([lambda i=i: statuses.append(
+            request(envoys[i % 2].port, "/", headers={"x-user": "a", "x-hold-ms": "200"}).status)
+            for i in range(PERMITS)])
+        return statuses == [200] * PERMITS
+
+    wait_until(all_back, timeout=5, what="every permit back at the limiter")
+    failed = sum(e.sluice_stat(f"sluice.limiter_failed_{r}") for e in envoys
+                 for r in ("unreachable", "timeout", "status", "unreadable"))
+    assert failed == 0
 
 
 def test_a_killed_envoys_permits_come_back_within_the_ttl(fleet):
@@ -229,6 +248,9 @@ def test_a_killed_envoys_permits_come_back_within_the_ttl(fleet):
     for t in holders:
         t.start()
     wait_until(lambda: in_use(a) == 2, what="Envoy a holds both permits")
+    assert request(b.port, "/", headers={"x-user": "a", "x-hold-ms": "1"}).status == 429
+    # Past the ttl, a's renewals keep them counted.
+    time.sleep(3)
     assert request(b.port, "/", headers={"x-user": "a", "x-hold-ms": "1"}).status == 429
     a.process.kill()
     killed = time.monotonic()

@@ -18,7 +18,7 @@ use sluice_core::{Holder, Nanos, MILLISECOND};
 use sluice_filter::engine::concurrency::{self, Held, HeldPermit};
 use sluice_filter::holdings::{Due, Place};
 use sluice_filter::metrics::{GlobalEvent, MetricSink};
-use sluice_wire::permits_json;
+use sluice_wire::{permits_json, MAX_PERMIT_KEYS};
 use std::rc::Rc;
 
 /// Counts the permits `held` as held by a request of `runtime` from now.
@@ -80,19 +80,20 @@ pub(super) fn send_releases() {
         };
         let (group, rest): (Vec<_>, Vec<_>) = waiting.into_iter().partition(same);
         waiting = rest;
-        let release: Vec<(&str, u64)> = std::iter::once(&first)
-            .chain(group.iter().map(|(_, p)| p))
-            .map(|p| (p.key.as_str(), p.weight))
-            .collect();
-        let body = permits_json(
-            &runtime.plan.domain,
-            first.holder,
-            first.ttl / MILLISECOND,
-            &release,
-            &[],
-        );
-        if dispatch_permits(&runtime, &body).is_none() {
-            runtime.metrics.global(GlobalEvent::LimiterUnreachable);
+        // One entry per key (the limiter refuses a key listed twice).
+        let mut release: Vec<(&str, u64)> = Vec::with_capacity(group.len() + 1);
+        for p in std::iter::once(&first).chain(group.iter().map(|(_, p)| p)) {
+            match release.iter_mut().find(|(key, _)| *key == p.key) {
+                Some((_, weight)) => *weight = weight.saturating_add(p.weight),
+                None => release.push((p.key.as_str(), p.weight)),
+            }
+        }
+        for chunk in release.chunks(MAX_PERMIT_KEYS) {
+            let ttl_ms = first.ttl / MILLISECOND;
+            let body = permits_json(&runtime.plan.domain, first.holder, ttl_ms, chunk, &[]);
+            if dispatch_permits(&runtime, &body).is_none() {
+                runtime.metrics.global(GlobalEvent::LimiterUnreachable);
+            }
         }
     }
 }
@@ -128,8 +129,10 @@ fn renew_global(runtime: &Runtime, holder: Holder, ttl: Nanos, first: &Due, rest
         .chain(rest)
         .map(|d| d.key.as_str())
         .collect();
-    let body = permits_json(&runtime.plan.domain, holder, ttl / MILLISECOND, &[], &keys);
-    if dispatch_permits(runtime, &body).is_none() {
-        runtime.metrics.global(GlobalEvent::LimiterUnreachable);
+    for chunk in keys.chunks(MAX_PERMIT_KEYS) {
+        let body = permits_json(&runtime.plan.domain, holder, ttl / MILLISECOND, &[], chunk);
+        if dispatch_permits(runtime, &body).is_none() {
+            runtime.metrics.global(GlobalEvent::LimiterUnreachable);
+        }
     }
 }
