@@ -352,11 +352,11 @@ fn compile_cost(path: &str, raw: &RawCost) -> Result<Cost, FieldError> {
     }
 }
 
-/// Refuses a fixed `weight` that some limit of the rule (or an override of
-/// one) can never admit: every request would be denied.
 /// What a rate limit admits at most at once, in `check_capacity`'s message.
 const SOFT_BURST: &str = "its burst with the soft allowance";
 
+/// Refuses a fixed `weight` that some limit of the rule (or an override of
+/// one) can never admit: every request would be denied.
 fn check_capacity(
     path: &str,
     overrides: &[RawOverride],
