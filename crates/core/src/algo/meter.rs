@@ -323,7 +323,8 @@ pub(crate) fn refund<M: Meter>(
             bucket_refund_view(last, level, admitted_at, now)
         }
     };
-    let need = u128::from(cost).min(u128::from(p.cap)) * p.window();
+    // Not capped: a charge may have consumed beyond the capacity.
+    let need = u128::from(cost) * p.window();
     let drained = u128::from(view.until.saturating_sub(admitted_at)) * p.rate();
     let back = need.saturating_sub(drained);
     if back == 0 || view.level == 0 {

@@ -334,7 +334,7 @@ local function judge(p, level, cost, commit)
 end
 
 local function refundable(p, cost, admitted_at, at)
-  local need = mul(min(cost, p.cap), p.window)
+  local need = mul(cost, p.window)
   return sub(need, mul(max(at - admitted_at, 0), p.rate))
 end
 
