@@ -3,13 +3,11 @@
 //! quota) or given units back.
 //!
 //! ```text
-//! POST /v1/charge
-//! {"domain":"llm","limits":[{"key":"tokens/0/alice","algorithm":"token_bucket",
-//!   "requests":10000,"window_ms":60000,"charge":1500},
-//!  {"key":"tokens/1/alice","algorithm":"gcra","requests":100000,"window_ms":3600000,
-//!   "refund":200,"refund_age_ms":1800}]}
-//! 200 {"limits":[{"allowed":false,"limit":10000,"remaining":0,"reset_ms":69000,
-//!   "retry_after_ms":9006},{"allowed":true,"limit":100000,"remaining":99100,"reset_ms":32400}]}
+//! POST /v1/check  {"domain":"llm","hits":2,"limits":[{"key":"t","algorithm":"token_bucket",
+//!   "requests":10,"window_ms":1000}]}                      (admitted for an estimate of 2)
+//! POST /v1/charge {"domain":"llm","limits":[{"key":"t","algorithm":"token_bucket",
+//!   "requests":10,"window_ms":1000,"burst":10,"charge":15}]}   (the response cost 17)
+//! 200 {"limits":[{"allowed":false,"limit":10,"remaining":0,"reset_ms":1700,"retry_after_ms":800}]}
 //! ```
 //!
 //! Every limit is adjusted, each key on its own; the answer holds, per
