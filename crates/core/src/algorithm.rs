@@ -72,6 +72,16 @@ const _: () = {
     }
 };
 
+impl Algorithm {
+    /// Whether a key of this algorithm can carry debt, i.e. be charged
+    /// ([`charge`](crate::charge)) beyond its quota: every algorithm but the
+    /// sliding log, whose one entry per unit makes charging thousands of
+    /// units impractical.
+    pub const fn carries_debt(self) -> bool {
+        !matches!(self, Algorithm::SlidingLog)
+    }
+}
+
 impl fmt::Display for Algorithm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())

@@ -15,6 +15,15 @@
 //! query: it is decided as a request of cost 1 ("would one more request
 //! pass now?") and consumes nothing.
 //!
+//! # Debt
+//! A request's real cost may be known only after its response (an LLM's
+//! tokens): it is admitted for an estimate, and the difference is charged
+//! ([`charge`]) or refunded ([`refund_at`]) afterwards ([`adjust`] does
+//! either). A charge is unconditional and may take a key beyond its quota,
+//! into debt: while in debt the key denies, and its decisions'
+//! `retry_after` and `reset` say when it recovers. What debt means per
+//! algorithm is documented on [`charge`].
+//!
 //! # Clock steps
 //! When `now` is earlier than the stored state's time (the wall clock stepped
 //! back), the state is taken as if `now` were its time and rebased on `now`:
@@ -170,6 +179,106 @@ fn run(
         Algorithm::FixedWindow => fixed_window::decide(p, state, now, cost, mode),
         Algorithm::SlidingLog => sliding_log::decide(p, state, now, cost, mode),
         Algorithm::SlidingWindow => sliding_window::decide(p, state, now, cost, mode),
+    }
+}
+
+/// Consumes `cost` units at `now` whatever the state holds, possibly beyond
+/// the quota (debt). Returns the new state and the decision describing the
+/// key after the charge as a query would ([`decide`] with cost 0):
+/// `allowed` says whether one more unit would pass now, `remaining`,
+/// `reset` (when the quota is entirely back, debt included) and
+/// `retry_after` (when a unit of cost 1 passes again). `None` for an
+/// algorithm that cannot carry debt ([`Algorithm::carries_debt`]). A `cost`
+/// of 0 changes nothing: the query's decision (and a rebased state, if the
+/// clock stepped back).
+///
+/// Debt per algorithm:
+/// - token bucket, leaky bucket, GCRA: the level goes beyond the capacity
+///   (for the token bucket: below zero tokens) and drains at the limit's
+///   rate as always; a request of cost `c` passes again when `level + c *
+///   window <= capacity` (in the meter's scaled units), so `retry_after` is
+///   exact. A level their own layouts cannot hold is written in a debt
+///   layout (27 bytes, documented in `crates/core/src/algo/debt.rs`);
+///   states written before decode as they did.
+/// - fixed window: the count goes beyond the capacity; the key denies
+///   until the window ends, and the debt ends with it (it is not carried
+///   into the next window).
+/// - sliding window: the current sub-window's counter goes beyond; the
+///   estimate decays as the window slides, and `retry_after` is when it
+///   leaves room again.
+/// - sliding log: `None` (one entry per unit).
+///
+/// [`decide`] on a state in debt denies with `remaining` 0 and the exact
+/// `retry_after` of its cost; [`refund_at`] gives back from it as from any
+/// state (never more permissive than if the refunded units had never been
+/// consumed).
+///
+/// ```
+/// use sluice_core::{charge, decide, Algorithm, Limit, SECOND};
+/// let limit = Limit::new(Algorithm::Gcra, 10, SECOND).unwrap();
+/// // Admitted for an estimate of 2, the response cost 15: 13 more.
+/// let admitted = decide(&limit, None, 0, 2);
+/// let state = admitted.new_state.as_ref().map(|s| s.as_bytes());
+/// let charged = charge(&limit, state, 0, 13).unwrap();
+/// // 15 units of 10 per second: 5 beyond, 0.6 s until one unit fits.
+/// assert!(!charged.decision.allowed);
+/// assert_eq!(charged.decision.retry_after, 600_000_000);
+/// assert_eq!(charged.decision.reset, 1_500_000_000);
+/// ```
+pub fn charge(limit: &Limit, state: Option<&[u8]>, now: Nanos, cost: u64) -> Option<Outcome> {
+    if !limit.algorithm.carries_debt() {
+        return None;
+    }
+    if cost == 0 {
+        return Some(decide(limit, state, now, 0));
+    }
+    let p = Params::of(limit);
+    let new = match limit.algorithm {
+        Algorithm::TokenBucket => meter::charge::<TokenBucket>(&p, state, now, cost),
+        Algorithm::LeakyBucket => meter::charge::<LeakyBucket>(&p, state, now, cost),
+        Algorithm::Gcra => meter::charge::<Gcra>(&p, state, now, cost),
+        Algorithm::FixedWindow => fixed_window::charge(&p, state, now, cost),
+        Algorithm::SlidingWindow => sliding_window::charge(&p, state, now, cost),
+        Algorithm::SlidingLog => return None,
+    };
+    let decision = decide(limit, Some(new.as_bytes()), now, 0).decision;
+    Some(Outcome {
+        decision,
+        new_state: Some(new),
+    })
+}
+
+/// What is known of a request's cost once it is over: more than it was
+/// admitted for, or less.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Adjust {
+    /// Consume this many more units, unconditionally ([`charge`]).
+    Charge(u64),
+    /// Give back `cost` units consumed `age` ago ([`refund_at`]).
+    Refund {
+        /// Units to give back.
+        cost: u64,
+        /// How long before now they were consumed.
+        age: Nanos,
+    },
+}
+
+/// Applies `adjust` to a key at `now`: a charge as [`charge`], a refund as
+/// [`refund_at`] of units consumed at `now - age`. Returns the new state
+/// (`None` when unchanged) and the decision of a query on the key after
+/// it; `None` for a charge on an algorithm that cannot carry debt.
+pub fn adjust(limit: &Limit, state: Option<&[u8]>, now: Nanos, adjust: Adjust) -> Option<Outcome> {
+    match adjust {
+        Adjust::Charge(cost) => charge(limit, state, now, cost),
+        Adjust::Refund { cost, age } => {
+            let back = state.and_then(|s| refund_at(limit, s, now.saturating_sub(age), now, cost));
+            let after = back.as_ref().map(Encoded::as_bytes).or(state);
+            let query = decide(limit, after, now, 0);
+            Some(Outcome {
+                decision: query.decision,
+                new_state: back.or(query.new_state),
+            })
+        }
     }
 }
 

@@ -594,3 +594,149 @@ fn several_limits_weigh_the_request_each_their_own_way() {
     assert_eq!(denied.decisions[0].remaining, 7);
     assert_eq!(denied.decisions[1].retry_after, MINUTE / 5);
 }
+
+/// Debt, for every algorithm that carries it: 10 per minute, admitted for
+/// an estimate of 2, the response cost 25, so 23 are charged: 15 beyond
+/// the quota. The key denies with the exact wait and recovers at that
+/// instant; a query reports the same.
+#[test]
+fn a_charge_takes_the_key_into_debt_and_it_recovers_exactly() {
+    let t0 = MIDNIGHT + 12 * SECOND;
+    for a in Algorithm::ALL.into_iter().filter(|a| a.carries_debt()) {
+        let l = limit(a, 10, MINUTE);
+        let mut key = Key::default();
+        assert!(key.hit(&l, t0, 2).allowed, "{a}");
+        let d = key.charge(&l, t0, 23);
+        assert!(!d.allowed, "{a}");
+        assert_eq!(d.remaining, 0, "{a}");
+        assert_eq!(d.denial, Some(Denial::OverLimit), "{a}");
+        let (retry, reset) = match a {
+            // 25 units drain at 10 a minute: one unit fits after 16 have
+            // drained (96 s), the bucket is empty after 150 s.
+            Algorithm::TokenBucket | Algorithm::LeakyBucket | Algorithm::Gcra => {
+                (96 * SECOND, 150 * SECOND)
+            }
+            // The debt ends with the window, 48 s on.
+            Algorithm::FixedWindow => (48 * SECOND, 48 * SECOND),
+            // 25 in this minute weigh 25 × (1 − e/60 s) next minute: 9 fit
+            // when e = 38.4 s, so 48 + 38.4 s; gone at 48 + 60 s.
+            Algorithm::SlidingWindow => (86_400 * MILLISECOND, 108 * SECOND),
+            Algorithm::SlidingLog => unreachable!(),
+        };
+        assert_eq!((d.retry_after, d.reset), (retry, reset), "{a}");
+        // A request is denied with the same wait, less the time passed.
+        let later = key.hit(&l, t0 + SECOND, 1);
+        assert!(!later.allowed, "{a}");
+        assert_eq!(later.retry_after, retry - SECOND, "{a}");
+        assert_eq!(later.remaining, 0, "{a}");
+        // Weighted requests wait for their own weight.
+        let heavy = key.peek(&l, t0, 4);
+        assert!(!heavy.allowed && heavy.retry_after >= retry, "{a}");
+        assert!(!key.peek(&l, t0 + retry - 1, 1).allowed, "{a}");
+        assert!(key.hit(&l, t0 + retry, 1).allowed, "{a}");
+    }
+}
+
+/// A charge is never refused: a key already in debt goes deeper, a fresh
+/// key too; a charge of 0 changes nothing; the sliding log cannot carry
+/// debt.
+#[test]
+fn charges_are_unconditional() {
+    let t0 = MIDNIGHT;
+    for a in Algorithm::ALL {
+        let l = limit(a, 3, MINUTE);
+        let fresh = sluice_core::charge(&l, None, t0, 0);
+        if !a.carries_debt() {
+            assert_eq!(fresh, None);
+            assert_eq!(sluice_core::charge(&l, None, t0, 5), None);
+            continue;
+        }
+        let fresh = fresh.unwrap();
+        assert_eq!(fresh.new_state, None, "{a}");
+        assert!(
+            fresh.decision.allowed && fresh.decision.remaining == 3,
+            "{a}"
+        );
+        let mut key = Key::default();
+        let first = key.charge(&l, t0, 5);
+        let deeper = key.charge(&l, t0, 1_000);
+        assert!(!first.allowed && !deeper.allowed, "{a}");
+        assert!(deeper.retry_after >= first.retry_after, "{a}");
+        assert!(deeper.reset >= first.reset, "{a}");
+    }
+}
+
+/// A refund after a charge gives back exactly what was charged right away,
+/// and out of debt only what can still be in the bucket later.
+#[test]
+fn a_refund_after_a_charge_gives_back() {
+    let t0 = MIDNIGHT + 12 * SECOND;
+    for a in Algorithm::ALL.into_iter().filter(|a| a.carries_debt()) {
+        let l = limit(a, 10, MINUTE);
+        let mut key = Key::default();
+        key.hit(&l, t0, 4);
+        let before = key.clone();
+        key.charge(&l, t0, 8);
+        let back = refund_at(&l, key.state.as_deref().unwrap(), t0, t0, 8).unwrap();
+        let restored = Key {
+            state: Some(back.into_vec()),
+        };
+        for at in [t0, t0 + SECOND, t0 + 30 * SECOND] {
+            assert_eq!(restored.peek(&l, at, 1), before.peek(&l, at, 1), "{a}");
+        }
+        // In debt, a refund of units consumed 12 s ago (2 drained, for the
+        // meters) gives back the rest.
+        let mut key = Key::default();
+        key.charge(&l, t0, 30);
+        let later = t0 + 12 * SECOND;
+        let deep = key.peek(&l, later, 1);
+        let back = refund_at(&l, key.state.as_deref().unwrap(), t0, later, 10).unwrap();
+        let refunded = Key {
+            state: Some(back.into_vec()),
+        }
+        .peek(&l, later, 1);
+        assert!(!deep.allowed && !refunded.allowed, "{a}");
+        let gained = deep.retry_after - refunded.retry_after;
+        match a {
+            // 8 of the 10 units are given back: 48 s sooner.
+            Algorithm::TokenBucket | Algorithm::LeakyBucket | Algorithm::Gcra => {
+                assert_eq!(gained, 48 * SECOND, "{a}")
+            }
+            // The debt ends with the window whatever it is.
+            Algorithm::FixedWindow => assert_eq!(gained, 0, "{a}"),
+            _ => assert!(gained > 0, "{a}"),
+        }
+    }
+}
+
+/// A meter's state in debt survives a limit change and a clock step as a
+/// level: never read as less debt than it holds.
+#[test]
+fn a_meter_in_debt_keeps_its_level() {
+    let t0 = MIDNIGHT;
+    for a in [
+        Algorithm::TokenBucket,
+        Algorithm::LeakyBucket,
+        Algorithm::Gcra,
+    ] {
+        let l = limit(a, 10, SECOND);
+        let mut key = Key::default();
+        key.charge(&l, t0, 40);
+        assert_eq!(key.state.as_ref().unwrap().len(), 27, "{a}");
+        // 30 beyond, draining 10 a second: back under the quota in 3 s.
+        assert_eq!(key.peek(&l, t0, 1).retry_after, 3_100 * MILLISECOND, "{a}");
+        // The clock steps back a minute: the debt is kept, not forgotten.
+        let back = key.peek(&l, t0 - MINUTE, 1);
+        assert_eq!(back.retry_after, 3_100 * MILLISECOND, "{a}");
+        // A larger burst reads the same level: less beyond it.
+        let wider = l.clone().with_burst(20);
+        assert_eq!(
+            key.peek(&wider, t0, 1).retry_after,
+            2_100 * MILLISECOND,
+            "{a}"
+        );
+        // Once drained, decisions write the meter's own layout again.
+        key.hit(&l, t0 + 4 * SECOND, 1);
+        assert_ne!(key.state.as_ref().unwrap().len(), 27, "{a}");
+    }
+}

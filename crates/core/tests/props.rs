@@ -8,8 +8,8 @@ use common::naive::{self, Verdict};
 use common::{soft, Key};
 use proptest::prelude::*;
 use sluice_core::{
-    decide, decide_all, decide_all_leased, decide_batch, refund, refund_at, Algorithm, Check,
-    Decision, Denial, Lease, Limit, Nanos, MILLISECOND, SECOND,
+    charge, decide, decide_all, decide_all_leased, decide_batch, refund, refund_at, Algorithm,
+    Check, Decision, Denial, Lease, Limit, Nanos, MILLISECOND, SECOND,
 };
 
 const T0: Nanos = 1_714_521_600 * SECOND;
@@ -110,6 +110,41 @@ fn trace(len: usize) -> impl Strategy<Value = Vec<(u64, u64)>> {
     )
 }
 
+/// A trace with charges: gaps as in [`trace`], costs, and whether the
+/// event is a charge (debt) rather than a request.
+fn charged_trace(len: usize) -> impl Strategy<Value = Vec<(u64, u64, bool)>> {
+    prop::collection::vec(
+        (
+            prop_oneof![3 => Just(0u64), 4 => 0u64..200, 2 => 0u64..1500, 1 => 900u64..1100],
+            prop_oneof![4 => Just(1u64), 2 => 1u64..=4, 1 => Just(0u64), 2 => 1u64..=40],
+            prop_oneof![2 => Just(false), 1 => Just(true)],
+        ),
+        1..len,
+    )
+}
+
+/// [`charged_trace`]'s absolute times for a window.
+fn charged_times(window: Nanos, trace: &[(u64, u64, bool)]) -> Vec<(Nanos, u64, bool)> {
+    let plain: Vec<(u64, u64)> = trace.iter().map(|&(gap, cost, _)| (gap, cost)).collect();
+    times(window, &plain)
+        .into_iter()
+        .zip(trace)
+        .map(|((t, cost), &(_, _, charged))| (t, cost, charged))
+        .collect()
+}
+
+/// A limit of an algorithm that carries debt.
+fn debt_limit(window: fn() -> BoxedStrategy<Nanos>) -> BoxedStrategy<Limit> {
+    prop::sample::select(
+        Algorithm::ALL
+            .into_iter()
+            .filter(|a| a.carries_debt())
+            .collect::<Vec<_>>(),
+    )
+    .prop_flat_map(move |a| limit_of(a, window()))
+    .boxed()
+}
+
 /// The trace's absolute times for a window.
 fn times(window: Nanos, trace: &[(u64, u64)]) -> Vec<(Nanos, u64)> {
     let mut t = T0 + window / 3;
@@ -156,6 +191,21 @@ impl Model {
             Model::Meter(m) => m.decide(t, cost),
             Model::Fixed(m) => m.decide(t, cost),
             Model::Log(m) => m.decide(t, cost),
+        }
+    }
+
+    /// Debt: the query after a charge (the sliding log carries none).
+    fn charge(&mut self, t: Nanos, cost: u64) -> Option<Verdict> {
+        match self {
+            Model::Meter(m) => {
+                m.charge(t, cost);
+                Some(m.query(t))
+            }
+            Model::Fixed(m) => {
+                m.charge(t, cost);
+                Some(m.query(t))
+            }
+            Model::Log(_) => None,
         }
     }
 }
@@ -216,6 +266,144 @@ proptest! {
             }
             let v = model.decide(t, cost);
             prop_assert_eq!(verdict(&d), v, "at {} cost {}", t - T0, cost);
+        }
+    }
+
+    /// With charges (debt) in the trace, token bucket, leaky bucket, GCRA
+    /// and fixed window agree exactly with the naive models extended with
+    /// debt: a charge is consumed whatever the level, and the decisions
+    /// after it (and the charge's own, a query's) are the model's.
+    #[test]
+    fn charges_agree_with_the_naive_model(l in exact_limit(), trace in charged_trace(60)) {
+        let mut model = Model::new(&l).unwrap();
+        let mut key = Key::default();
+        for (t, cost, charged) in charged_times(l.window, &trace) {
+            if charged {
+                let Some(want) = model.charge(t, cost) else {
+                    prop_assert!(charge(&l, None, t, cost).is_none());
+                    continue;
+                };
+                let d = key.charge(&l, t, cost);
+                prop_assert_eq!(verdict(&d), want, "charge at {} cost {}", t - T0, cost);
+                continue;
+            }
+            let d = key.hit(&l, t, cost);
+            if cost == 0 || cost > cap(&l) {
+                continue;
+            }
+            let v = model.decide(t, cost);
+            prop_assert_eq!(verdict(&d), v, "at {} cost {}", t - T0, cost);
+        }
+    }
+
+    /// The window algorithms count a charge as an admission under a quota
+    /// without bound: their states do not depend on the quota.
+    #[test]
+    fn a_window_charge_is_an_admission_without_quota(
+        a in prop::sample::select(vec![Algorithm::FixedWindow, Algorithm::SlidingWindow]),
+        window in any_window(),
+        precision in 1u32..=6,
+        trace in charged_trace(40),
+    ) {
+        let l = Limit::new(a, 3, window).unwrap().with_precision(if a == Algorithm::SlidingWindow { precision } else { 1 });
+        let unbounded = l.clone().with_burst(sluice_core::MAX_REQUESTS);
+        let mut key = Key::default();
+        for (t, cost, charged) in charged_times(window, &trace) {
+            if charged && cost > 0 {
+                let got = charge(&l, key.state.as_deref(), t, cost).unwrap().new_state;
+                let want = decide(&unbounded, key.state.as_deref(), t, cost).new_state;
+                prop_assert_eq!(&got, &want);
+                key.state = got.map(|s| s.into_vec());
+            } else {
+                key.hit(&l, t, cost);
+            }
+        }
+    }
+
+    /// In debt as out of it, `retry_after` and `reset` are exact: waiting
+    /// exactly `retry_after` passes, a nanosecond less does not; after
+    /// `reset` the whole quota is back. Every algorithm that carries debt,
+    /// any window, delay mode.
+    #[test]
+    fn debt_recovers_exactly(l in debt_limit(anyw), trace in charged_trace(40)) {
+        let mut key = Key::default();
+        for (t, cost, charged) in charged_times(l.window, &trace) {
+            let before = key.clone();
+            let (d, probe) = if charged {
+                let d = key.charge(&l, t, cost);
+                (d, 1)
+            } else {
+                (key.hit(&l, t, cost), cost.max(1))
+            };
+            let after = if charged { &key } else { &before };
+            if matches!(d.denial, Some(Denial::OverLimit | Denial::DelayTooLong)) {
+                let r = d.retry_after;
+                prop_assert!(r > 0);
+                if charged {
+                    // Not even one unit fits.
+                    prop_assert_eq!(d.remaining, 0);
+                }
+                let then = after.peek(&l, t + r, probe);
+                prop_assert!(then.allowed && then.delay == 0, "{} {:?} then {:?}", l.algorithm, d, then);
+                let early = after.peek(&l, t + r - 1, probe);
+                prop_assert!(!early.allowed || early.delay > 0);
+            }
+            let full = key.peek(&l, t + d.reset, 0);
+            prop_assert_eq!(full.remaining, l.burst);
+            prop_assert_eq!(full.reset, 0);
+            if d.reset > 0 {
+                prop_assert!(key.peek(&l, t + d.reset - 1, 0).remaining < l.burst);
+            }
+        }
+    }
+
+    /// A refund of charged units never leaves a key more permissive than if
+    /// they had never been charged, with requests and charges before and
+    /// after; right away it restores the key exactly.
+    #[test]
+    fn a_refund_after_a_charge_is_never_too_generous(
+        l in debt_limit(short),
+        before in charged_trace(20),
+        after in charged_trace(10),
+        cost in 1u64..=12,
+        probes in prop::collection::vec((0u64..2000, 1u64..4), 1..8),
+    ) {
+        let cost = cost.min(cap(&l));
+        let mut with = Key::default();
+        let mut t = T0;
+        for (ti, c, charged) in charged_times(l.window, &before) {
+            if charged { with.charge(&l, ti, c); } else { with.hit(&l, ti, c); }
+            t = ti;
+        }
+        let mut without = with.clone();
+        with.charge(&l, t, cost);
+        let back = refund_at(&l, with.state.as_deref().unwrap(), t, t, cost).map(|s| s.into_vec());
+        let restored = Key { state: back.or_else(|| with.state.clone()) };
+        for &(gap, c) in &probes {
+            let at = t + (u128::from(l.window) * u128::from(gap) / 1000) as u64;
+            prop_assert_eq!(restored.peek(&l, at, c), without.peek(&l, at, c));
+        }
+        let mut now = t;
+        for (gap, c, charged) in &after {
+            now += (u128::from(l.window) * u128::from(*gap) / 1000) as u64;
+            if *charged {
+                with.charge(&l, now, *c);
+                without.charge(&l, now, *c);
+            } else if with.hit(&l, now, *c).allowed && *c > 0 {
+                prop_assert!(without.hit(&l, now, *c).allowed);
+            }
+        }
+        let refunded = refund_at(&l, with.state.as_deref().unwrap(), t, now, cost)
+            .map(|s| s.into_vec())
+            .or_else(|| with.state.clone());
+        let refunded = Key { state: refunded };
+        for &(gap, c) in &probes {
+            let at = now + (u128::from(l.window) * u128::from(gap) / 1000) as u64;
+            let (r, w) = (refunded.peek(&l, at, c), without.peek(&l, at, c));
+            prop_assert!(!r.allowed || w.allowed, "{:?} vs {:?}", r, w);
+            prop_assert!(!r.allowed || r.delay >= w.delay, "{:?} vs {:?}", r, w);
+            let (r, w) = (refunded.peek(&l, at, 0), without.peek(&l, at, 0));
+            prop_assert!(r.remaining <= w.remaining, "{:?} vs {:?}", r, w);
         }
     }
 
@@ -648,6 +836,11 @@ proptest! {
         decide(&l, Some(&bytes), now, 1);
         refund_at(&l, &bytes, now, now, cost);
         refund(&l, &bytes, now.wrapping_sub(cost), 1);
+        if let Some(out) = charge(&l, Some(&bytes), now, cost) {
+            let s = out.new_state.map(|s| s.into_vec());
+            decide(&l, s.as_deref(), now, cost);
+            refund_at(&l, s.as_deref().unwrap_or(&bytes), now, now, cost);
+        }
     }
 
     /// A valid state with bytes changed, cut or extended decodes or is
@@ -674,5 +867,6 @@ proptest! {
         decide(&l, Some(&bytes), now, cost);
         decide_batch(&[Check { limit: &l, state: Some(&bytes), cost: 1 }], now, 3);
         refund_at(&l, &bytes, t, now, cost);
+        charge(&l, Some(&bytes), now, cost);
     }
 }

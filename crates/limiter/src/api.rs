@@ -1,10 +1,12 @@
-//! The HTTP surface: `POST /v1/check`, `POST /v1/permits`, the probes (`GET /livez`: the
+//! The HTTP surface: `POST /v1/check`, `POST /v1/permits`, `POST /v1/charge`, the probes (`GET /livez`: the
 //! process serves; `GET /readyz` and `GET /healthz`: the store answers) and
 //! `GET /metrics`, over any [`Store`].
 
 use crate::metrics::Metrics;
 use crate::overrides::Overrides;
-use crate::store::{permits_id, state_id, PermitItem, RateItem, Store, StoreItem, Verdict};
+use crate::store::{
+    permits_id, state_id, AdjustItem, PermitItem, RateItem, Store, StoreItem, Verdict,
+};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
@@ -14,8 +16,8 @@ use axum::routing::{get, post};
 use axum::Router;
 use sluice_core::{FieldError, MILLISECOND};
 use sluice_wire::{
-    parse_check, parse_permits, CheckResponse, ErrorBody, KeyedLimit, LimitResult, PermitsResponse,
-    Rule, ValidCheck, MAX_BODY_BYTES,
+    parse_charge, parse_check, parse_permits, Adjust, ChargeResponse, CheckResponse, ErrorBody,
+    KeyedLimit, LimitResult, PermitsResponse, Rule, ValidCheck, MAX_BODY_BYTES,
 };
 use std::sync::Arc;
 use std::time::Instant;
@@ -47,6 +49,7 @@ pub fn app<S: Store + Clone>(state: AppState<S>) -> Router {
     Router::new()
         .route("/v1/check", post(check::<S>))
         .route("/v1/permits", post(permits::<S>))
+        .route("/v1/charge", post(charge::<S>))
         .route("/healthz", get(healthz::<S>))
         .route("/livez", get(livez))
         .route("/readyz", get(healthz::<S>))
@@ -266,6 +269,68 @@ async fn permits<S: Store>(
         Err(e) => {
             st.metrics.record_store_error(e.reason());
             crate::warn_throttled!(error = %e, "permits failed");
+            error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+        }
+    }
+}
+
+/// `POST /v1/charge`: what requests really cost, charged (into debt if
+/// need be) or refunded, each limit on its own.
+async fn charge<S: Store>(
+    State(st): State<AppState<S>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    st.metrics.inc_charge_calls();
+    let body = match read_body(body) {
+        Ok(b) => b,
+        Err((status, msg)) => return error(status, msg),
+    };
+    let mut req = match parse_charge(&body) {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    // The same per-key limits as the checks, so the same states.
+    let limits = req
+        .limits
+        .iter_mut()
+        .map(|l| (l.key.as_str(), &mut l.limit));
+    if let Err(e) = st.overrides.apply_to(&req.domain, limits.collect()).await {
+        st.metrics.record_store_error(e.reason());
+        crate::warn_throttled!(error = %e, "override lookup failed");
+        return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+    }
+    let mut items: Vec<AdjustItem> = Vec::with_capacity(req.limits.len());
+    for (i, l) in req.limits.into_iter().enumerate() {
+        let id = state_id(&req.domain, &l.key, &l.limit);
+        // One state per key, algorithm and window, as in a check.
+        if let Some(first) = items.iter().position(|it| it.id == id) {
+            let e = format!("limits[{i}].key: same key, algorithm and window as limits[{first}]");
+            return error(StatusCode::BAD_REQUEST, e);
+        }
+        let (limit, adjust) = (l.limit, l.adjust);
+        items.push(AdjustItem { id, limit, adjust });
+    }
+    match st.store.adjust(&items).await {
+        Ok(decisions) => {
+            let (charged, refunded) = items.iter().fold((0u64, 0u64), |(c, r), it| {
+                match (it.adjust, it.limit.algorithm.carries_debt()) {
+                    (Adjust::Charge(n), true) => (c.saturating_add(n), r),
+                    (Adjust::Refund { cost, .. }, _) => (c, r.saturating_add(cost)),
+                    (Adjust::Charge(_), false) => (c, r),
+                }
+            });
+            st.metrics.record_charge(charged, refunded);
+            let answer = ChargeResponse {
+                limits: decisions.iter().map(LimitResult::from).collect(),
+            };
+            json(
+                StatusCode::OK,
+                serde_json::to_vec(&answer).unwrap_or_default(),
+            )
+        }
+        Err(e) => {
+            st.metrics.record_store_error(e.reason());
+            crate::warn_throttled!(error = %e, "charge failed");
             error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
         }
     }

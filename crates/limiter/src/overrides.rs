@@ -14,11 +14,13 @@
 //! file entry wins over a Redis entry for the same key. Overrides are for
 //! rate limits: a concurrency limit (`"algorithm": "concurrency"`) is
 //! decided as the request gives it, whatever the sources hold for its key.
+//! A charge (`POST /v1/charge`) is given the same overrides as the checks,
+//! so that it adjusts the state they decided.
 
 use crate::store::redis::RedisStore;
 use crate::store::StoreError;
 use serde::Deserialize;
-use sluice_core::Algorithm;
+use sluice_core::{Algorithm, Limit};
 use sluice_wire::{build_limit, validate_domain, Rule, ValidCheck};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -116,43 +118,57 @@ impl Overrides {
     /// Replaces the limits of `check` that have an override. Fails only when
     /// the Redis hashes cannot be read; then nothing is decided.
     pub async fn apply(&self, check: &mut ValidCheck) -> Result<(), StoreError> {
+        // Concurrency limits are the request's own: no override applies.
+        let limits = check.limits.iter_mut().filter_map(|kl| match &mut kl.rule {
+            Rule::Rate(rate) => Some((kl.key.as_str(), &mut rate.limit)),
+            Rule::Permits { .. } => None,
+        });
+        self.apply_to(&check.domain, limits.collect()).await
+    }
+
+    /// Replaces the rate limits of `domain` (each with its key) that have an
+    /// override, as [`Overrides::apply`] does for a check's.
+    pub async fn apply_to(
+        &self,
+        domain: &str,
+        mut limits: Vec<(&str, &mut Limit)>,
+    ) -> Result<(), StoreError> {
         if self.file.is_empty() && self.redis.is_none() {
             return Ok(());
         }
         let mut missing: Vec<usize> = Vec::new();
-        for (i, kl) in check.limits.iter_mut().enumerate() {
-            // Concurrency limits are the request's own: no override applies.
-            let Rule::Rate(rate) = &mut kl.rule else {
-                continue;
-            };
-            let name = format!("{}/{}", check.domain, kl.key);
-            match self.file.get(&name) {
-                Some(spec) => replace(&mut rate.limit, spec),
+        for (i, (key, limit)) in limits.iter_mut().enumerate() {
+            match self.file.get(&format!("{domain}/{key}")) {
+                Some(spec) => replace(limit, spec),
                 None => missing.push(i),
             }
         }
         match &self.redis {
-            Some(redis) if !missing.is_empty() => redis.apply(check, &missing).await,
+            Some(redis) if !missing.is_empty() => redis.apply(domain, &mut limits, &missing).await,
             _ => Ok(()),
         }
     }
 }
 
 impl RedisHashes {
-    /// Replaces the limits at `missing` (positions in `check.limits`) that
-    /// have an override in the domain's hash.
-    async fn apply(&self, check: &mut ValidCheck, missing: &[usize]) -> Result<(), StoreError> {
+    /// Replaces the limits at `missing` (positions in `limits`) that have
+    /// an override in the domain's hash.
+    async fn apply(
+        &self,
+        domain: &str,
+        limits: &mut [(&str, &mut Limit)],
+        missing: &[usize],
+    ) -> Result<(), StoreError> {
         let now = Instant::now();
         let mut found: Vec<(usize, Option<OverrideSpec>)> = Vec::new();
         let mut ask: Vec<usize> = Vec::new();
         {
             let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
             for &i in missing {
-                let Some(kl) = check.limits.get(i) else {
+                let Some((key, _)) = limits.get(i) else {
                     continue;
                 };
-                let name = format!("{}/{}", check.domain, kl.key);
-                match cache.get(&name) {
+                match cache.get(&format!("{domain}/{key}")) {
                     Some((at, spec)) if now.duration_since(*at) < self.ttl => {
                         found.push((i, *spec))
                     }
@@ -163,27 +179,25 @@ impl RedisHashes {
         if !ask.is_empty() {
             let keys: Vec<&str> = ask
                 .iter()
-                .filter_map(|&i| check.limits.get(i).map(|kl| kl.key.as_str()))
+                .filter_map(|&i| limits.get(i).map(|(key, _)| *key))
                 .collect();
-            let values = self.redis.hmget(&redis_hash(&check.domain), &keys).await?;
+            let values = self.redis.hmget(&redis_hash(domain), &keys).await?;
             let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
             if cache.len() >= MAX_CACHED {
                 cache.clear();
             }
             for (&i, value) in ask.iter().zip(values) {
-                let Some(kl) = check.limits.get(i) else {
+                let Some((key, _)) = limits.get(i) else {
                     continue;
                 };
-                let spec = value.and_then(|v| parse_redis_value(&check.domain, &kl.key, &v));
-                cache.insert(format!("{}/{}", check.domain, kl.key), (now, spec));
+                let spec = value.and_then(|v| parse_redis_value(domain, key, &v));
+                cache.insert(format!("{domain}/{key}"), (now, spec));
                 found.push((i, spec));
             }
         }
         for (i, spec) in found {
-            if let (Some(spec), Some(kl)) = (spec, check.limits.get_mut(i)) {
-                if let Rule::Rate(rate) = &mut kl.rule {
-                    replace(&mut rate.limit, &spec);
-                }
+            if let (Some(spec), Some((_, limit))) = (spec, limits.get_mut(i)) {
+                replace(limit, &spec);
             }
         }
         Ok(())

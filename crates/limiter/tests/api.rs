@@ -10,11 +10,11 @@ use support::one;
 
 use axum::http::StatusCode;
 use serde_json::{json, Value};
-use sluice_core::SECOND;
+use sluice_core::{Decision, MILLISECOND, SECOND};
 use sluice_limiter::api::AppState;
 use sluice_limiter::clock::ManualClock;
 use sluice_limiter::store::memory::{MemoryConfig, MemoryStore};
-use sluice_limiter::store::{PermitsOutcome, Store, StoreError, StoreItem, Verdict};
+use sluice_limiter::store::{AdjustItem, PermitsOutcome, Store, StoreError, StoreItem, Verdict};
 use std::sync::Arc;
 
 const T0: u64 = 1_700_000_000 * SECOND;
@@ -48,6 +48,13 @@ impl Harness {
     async fn permits(&self, body: Value) -> (StatusCode, Value) {
         let (status, bytes) = self
             .raw("POST", "/v1/permits", serde_json::to_vec(&body).unwrap())
+            .await;
+        (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    async fn charge(&self, body: Value) -> (StatusCode, Value) {
+        let (status, bytes) = self
+            .raw("POST", "/v1/charge", serde_json::to_vec(&body).unwrap())
             .await;
         (status, serde_json::from_slice(&bytes).unwrap())
     }
@@ -368,6 +375,10 @@ impl Store for Down {
         Err(StoreError::Timeout)
     }
 
+    async fn adjust(&self, _: &[AdjustItem]) -> Result<Vec<Decision>, StoreError> {
+        Err(StoreError::Timeout)
+    }
+
     async fn healthy(&self) -> bool {
         false
     }
@@ -502,4 +513,145 @@ async fn permits_are_taken_by_a_check_and_given_back_by_the_permits_endpoint() {
         text.contains("sluice_limiter_permits_renewed_total 1"),
         "{text}"
     );
+}
+
+async fn assert_bad_charge(h: &Harness, body: Vec<u8>, status: StatusCode, field: &str) {
+    let (got, bytes) = h.raw("POST", "/v1/charge", body).await;
+    assert_eq!(got, status, "{}", String::from_utf8_lossy(&bytes));
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    let msg = v["error"].as_str().unwrap();
+    assert!(msg.starts_with(field), "{msg:?} should name {field:?}");
+    assert!(h.mem.is_empty(), "a refused charge touches no state");
+}
+
+fn charged(extra: Value) -> Value {
+    let mut limit =
+        json!({"key": "t", "algorithm": "token_bucket", "requests": 10, "window_ms": 1000});
+    if let (Some(l), Some(e)) = (limit.as_object_mut(), extra.as_object()) {
+        l.extend(e.clone());
+    }
+    limit
+}
+
+#[tokio::test]
+async fn the_charge_endpoint_refuses_what_it_does_not_take_naming_the_field() {
+    let h = Harness::new();
+    let bad = StatusCode::BAD_REQUEST;
+    let body = |b: Value| serde_json::to_vec(&b).unwrap();
+    let one = |extra: Value| body(json!({"domain": "demo", "limits": [charged(extra)]}));
+    for (field, extra) in [
+        ("limits[0].charge", json!({})),
+        ("limits[0].charge", json!({"charge": 0})),
+        (
+            "limits[0].refund",
+            json!({"charge": 1, "refund": 1, "refund_age_ms": 0}),
+        ),
+        ("limits[0].refund_age_ms", json!({"refund": 1})),
+        ("limits[0].refund", json!({"refund_age_ms": 1})),
+        ("limits[0].hits", json!({"charge": 1, "hits": 2})),
+        ("limits[0].lease", json!({"charge": 1, "lease": 2})),
+        ("limits[0].returned", json!({"charge": 1, "returned": 2})),
+        (
+            "limits[0].returned_age_ms",
+            json!({"charge": 1, "returned_age_ms": 2}),
+        ),
+        ("limits[0].requests", json!({"charge": 1, "requests": 0})),
+        (
+            "limits[0].algorithm",
+            json!({"charge": 1, "algorithm": "sliding_log"}),
+        ),
+        (
+            "limits[0].algorithm",
+            json!({"charge": 1, "algorithm": "concurrency"}),
+        ),
+    ] {
+        assert_bad_charge(&h, one(extra), bad, field).await;
+    }
+    let item = charged(json!({"charge": 1}));
+    assert_bad_charge(
+        &h,
+        body(json!({"domain": "demo", "limits": [item.clone()], "batch": 2})),
+        bad,
+        "batch",
+    )
+    .await;
+    assert_bad_charge(
+        &h,
+        body(json!({"domain": "demo", "limits": [item.clone()], "hits": 2})),
+        bad,
+        "hits",
+    )
+    .await;
+    assert_bad_charge(
+        &h,
+        body(json!({"domain": "demo", "limits": [item.clone(), item]})),
+        bad,
+        "limits[1].key",
+    )
+    .await;
+    assert_bad_charge(
+        &h,
+        body(json!({"domain": "demo", "limits": []})),
+        bad,
+        "limits",
+    )
+    .await;
+    assert_bad_charge(&h, b"nope".to_vec(), bad, "").await;
+    // A sliding log is refunded, not charged.
+    let log = json!({"domain": "demo", "limits": [charged(json!({"algorithm": "sliding_log", "refund": 1, "refund_age_ms": 0}))]});
+    assert_eq!(h.charge(log).await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_charge_round_trip() {
+    let h = Harness::new();
+    let check = json!({"domain": "demo", "hits": 2, "limits": [charged(json!({}))]});
+    assert!(h.allowed(&check).await);
+    // The filter writes the body with sluice-wire's hand writer.
+    let spec = sluice_wire::LimitSpec::new(
+        "t".into(),
+        &sluice_core::Limit::new(sluice_core::Algorithm::TokenBucket, 10, SECOND).unwrap(),
+    );
+    let written = sluice_wire::charge_json("demo", &[(&spec, sluice_wire::Adjust::Charge(15))]);
+    let (status, bytes) = h.raw("POST", "/v1/charge", written).await;
+    assert_eq!(status, StatusCode::OK);
+    let answer: sluice_wire::ChargeResponse = serde_json::from_slice(&bytes).unwrap();
+    // 17 units of 10 per second: one more fits after 800 ms, all after 1.7 s.
+    assert_eq!(
+        serde_json::to_value(&answer).unwrap(),
+        json!({"limits": [{"allowed": false, "limit": 10, "remaining": 0, "reset_ms": 1700, "retry_after_ms": 800}]})
+    );
+    let (_, v) = h.check(check.clone()).await;
+    assert_eq!(v["limits"][0]["retry_after_ms"], json!(900), "{v}");
+    // A refund of 5 consumed 200 ms ago: 3 of them are still in the bucket.
+    let refund =
+        json!({"domain": "demo", "limits": [charged(json!({"refund": 5, "refund_age_ms": 200}))]});
+    let (status, v) = h.charge(refund).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["limits"][0]["retry_after_ms"], json!(500), "{v}");
+    let text = support::metrics(&h.state).await;
+    assert!(
+        text.contains("sluice_limiter_charge_calls_total 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("sluice_limiter_charged_units_total 15"),
+        "{text}"
+    );
+    assert!(
+        text.contains("sluice_limiter_refunded_units_total 5"),
+        "{text}"
+    );
+    let _ = MILLISECOND;
+}
+
+#[tokio::test]
+async fn a_store_that_cannot_charge_gets_a_503() {
+    let state = AppState::new(Down);
+    let body = json!({"domain": "d", "limits": [charged(json!({"charge": 3}))]});
+    let (status, v) = support::send_json(&state, "POST", "/v1/charge", &body).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+    assert!(support::metrics(&state)
+        .await
+        .contains("sluice_limiter_store_errors_total 1"));
 }

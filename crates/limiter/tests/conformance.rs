@@ -1,8 +1,9 @@
 //! The store contract ([`Store`]), one suite for every store: the same
 //! clauses against the memory store, one Redis server and a Redis Cluster,
 //! through the HTTP router and through the trait, for single requests and
-//! for batches of identical ones (`batch`), and for leases (`lease`,
-//! `returned`).
+//! for batches of identical ones (`batch`), for leases (`lease`,
+//! `returned`), and for charges after the response (`POST /v1/charge`,
+//! debt).
 //!
 //! What only one store does is tested with it: the memory bound and sweeping
 //! in `memory_store.rs`; key expiry, reconnection and cluster refunds in
@@ -79,6 +80,16 @@ impl<S: Store + Clone> Client<S> {
 }
 
 /// A concurrency limit of `n` permits on `key`.
+impl<S: Store + Clone> Client<S> {
+    /// `POST /v1/charge` of `limits` (each with its charge or refund).
+    async fn charge(&self, limits: Value) -> Value {
+        let body = json!({"domain": self.domain, "limits": limits});
+        let (status, v) = support::send_json(&self.state, "POST", "/v1/charge", &body).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        v
+    }
+}
+
 fn permits(key: &str, n: u64, ttl_ms: u64) -> Value {
     json!({"key": key, "algorithm": "concurrency", "requests": n, "window_ms": ttl_ms})
 }
@@ -129,6 +140,9 @@ async fn suite<S: Store + Clone>(s: Subject<S>) {
     renewed_permits_outlive_the_ttl_and_unrenewed_ones_come_back(&s).await;
     permits_and_rate_limits_are_all_or_nothing(&s).await;
     the_permits_operation_says_what_it_released_and_renewed(&s).await;
+    a_charge_takes_the_key_into_debt_until_it_drained(&s).await;
+    a_refund_gives_room_back(&s).await;
+    a_charge_is_never_refused_and_each_limit_is_answered(&s).await;
 }
 
 /// Exact admits for every algorithm; the next one waits, and (where the
@@ -974,6 +988,172 @@ async fn the_permits_operation_says_what_it_released_and_renewed<S: Store + Clon
     );
     let v = c.take(8, json!([permits("b", 5, 60_000)])).await;
     assert_eq!(v["limits"][0]["remaining"], json!(3), "{store}: {v}");
+}
+
+/// A rate limit of 10 per second for the charge clauses, with `extra`.
+fn per_second(alg: Algorithm, extra: Value) -> Value {
+    let mut l = json!({"key":"k","algorithm":alg.name(),"requests":10,"window_ms":1000});
+    for (k, v) in extra.as_object().unwrap() {
+        l[k] = v.clone();
+    }
+    l
+}
+
+/// A charge beyond the quota denies every check until the debt drained:
+/// the charge's answer and the checks say when (`retry_after_ms`), and a
+/// check then passes (at that very instant where the suite moves the
+/// clock; polled for within a few hundred ms where the store reads real
+/// time).
+async fn a_charge_takes_the_key_into_debt_until_it_drained<S: Store + Clone>(s: &Subject<S>) {
+    let store = s.name;
+    for alg in Algorithm::ALL.into_iter().filter(|a| a.carries_debt()) {
+        let c = s.client(&format!("debt-{}", alg.name()));
+        let limit = json!([per_second(alg, json!({}))]);
+        assert_eq!(c.check(limit.clone(), 2).await["allowed"], json!(true));
+        let v = c
+            .charge(json!([per_second(alg, json!({"charge": 15}))]))
+            .await;
+        let answer = &v["limits"][0];
+        assert_eq!(answer["allowed"], json!(false), "{store} {alg}: {v}");
+        assert_eq!(answer["remaining"], json!(0), "{store} {alg}: {v}");
+        let retry = answer["retry_after_ms"].as_u64().unwrap();
+        if matches!(
+            alg,
+            Algorithm::TokenBucket | Algorithm::LeakyBucket | Algorithm::Gcra
+        ) {
+            // 17 units of 10, 100 ms each: one fits once 8 drained.
+            assert!(retry <= 800 && retry > 600, "{store} {alg}: {v}");
+            assert!(
+                answer["reset_ms"].as_u64().unwrap() > 1_500,
+                "{store} {alg}: {v}"
+            );
+        }
+        let denied = c.check(limit.clone(), 1).await;
+        assert_eq!(denied["allowed"], json!(false), "{store} {alg}: {denied}");
+        let wait = denied["limits"][0]["retry_after_ms"].as_u64().unwrap();
+        assert!(wait > 0 && wait <= retry, "{store} {alg}: {denied}");
+        if s.clock.is_some() {
+            assert_eq!(wait, retry, "{store} {alg}");
+            s.pass(retry - 1).await;
+            assert_eq!(
+                c.check(limit.clone(), 1).await["allowed"],
+                json!(false),
+                "{alg}"
+            );
+            s.pass(1).await;
+            assert_eq!(c.check(limit, 1).await["allowed"], json!(true), "{alg}");
+            continue;
+        }
+        s.pass(wait).await;
+        let started = Instant::now();
+        loop {
+            if c.check(limit.clone(), 1).await["allowed"] == json!(true) {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_millis(400),
+                "{store} {alg}: still denied after {wait} ms"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// A refund gives back what sluice-core's `refund_at` gives back: units
+/// consumed now come back whole (a sliding log's only at that very
+/// instant, so only where the suite's clock stands still), and a key in
+/// debt gets out of it.
+async fn a_refund_gives_room_back<S: Store + Clone>(s: &Subject<S>) {
+    let store = s.name;
+    for alg in Algorithm::ALL {
+        let c = s.client(&format!("refund-{}", alg.name()));
+        assert_eq!(
+            c.check(daily(alg, json!({})), 8).await["allowed"],
+            json!(true)
+        );
+        let back = daily(alg, json!({"refund": 5, "refund_age_ms": 0}));
+        let v = c.charge(back).await;
+        let exact = s.clock.is_some() || alg != Algorithm::SlidingLog;
+        let want = if exact { 7 } else { 2 };
+        assert_eq!(
+            v["limits"][0]["remaining"],
+            json!(want),
+            "{store} {alg}: {v}"
+        );
+        assert_eq!(v["limits"][0]["allowed"], json!(true), "{store} {alg}: {v}");
+        if !alg.carries_debt() {
+            continue;
+        }
+        // 30 charged on a quota of 10: in debt until 21 are given back.
+        let c = s.client(&format!("refund-debt-{}", alg.name()));
+        let v = c.charge(daily(alg, json!({"charge": 30}))).await;
+        assert_eq!(
+            v["limits"][0]["allowed"],
+            json!(false),
+            "{store} {alg}: {v}"
+        );
+        let v = c
+            .charge(daily(alg, json!({"refund": 20, "refund_age_ms": 0})))
+            .await;
+        assert_eq!(
+            v["limits"][0]["allowed"],
+            json!(false),
+            "{store} {alg}: {v}"
+        );
+        let v = c
+            .charge(daily(alg, json!({"refund": 3, "refund_age_ms": 0})))
+            .await;
+        assert_eq!(v["limits"][0]["remaining"], json!(3), "{store} {alg}: {v}");
+        assert_eq!(
+            c.check(daily(alg, json!({})), 3).await["allowed"],
+            json!(true)
+        );
+        assert_eq!(
+            c.check(daily(alg, json!({})), 1).await["allowed"],
+            json!(false)
+        );
+    }
+}
+
+/// A charge is never refused, on a fresh key or one deep in debt, and a
+/// body of several limits is answered per limit, in order, each as a
+/// query of its key after its adjustment.
+async fn a_charge_is_never_refused_and_each_limit_is_answered<S: Store + Clone>(s: &Subject<S>) {
+    let store = s.name;
+    let c = s.client("charge-many");
+    let gcra = |extra: Value| {
+        let mut l = json!({"key":"g","algorithm":"gcra","requests":10,"window_ms":86_400_000});
+        l.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        l
+    };
+    let first = c.charge(json!([gcra(json!({"charge": 1000}))])).await;
+    let deeper = c.charge(json!([gcra(json!({"charge": 1000}))])).await;
+    let wait = |v: &Value| v["limits"][0]["retry_after_ms"].as_u64().unwrap();
+    assert!(
+        wait(&deeper) > wait(&first),
+        "{store}: {first} then {deeper}"
+    );
+    assert_eq!(
+        c.check(json!([gcra(json!({}))]), 1).await["allowed"],
+        json!(false)
+    );
+    let v = c
+        .charge(json!([
+            daily(Algorithm::FixedWindow, json!({"charge": 4}))[0].clone(),
+            gcra(json!({"refund": 5, "refund_age_ms": 0})),
+            daily(Algorithm::SlidingWindow, json!({"charge": 12}))[0].clone(),
+        ]))
+        .await;
+    let limits = v["limits"].as_array().unwrap();
+    assert_eq!(limits.len(), 3, "{store}: {v}");
+    assert_eq!(limits[0]["allowed"], json!(true), "{store}: {v}");
+    assert_eq!(limits[0]["remaining"], json!(6), "{store}: {v}");
+    assert_eq!(limits[1]["allowed"], json!(false), "{store}: {v}");
+    assert!(wait(&v) > 0 || limits[1]["retry_after_ms"].as_u64().unwrap() > 0);
+    assert_eq!(limits[2]["allowed"], json!(false), "{store}: {v}");
+    assert_eq!(limits[2]["remaining"], json!(0), "{store}: {v}");
 }
 
 async fn connected(target: Target) -> Arc<RedisStore> {

@@ -18,8 +18,13 @@
 //! check's `holder` and given back or renewed with `POST /v1/permits`
 //! ([`PermitsRequest`]). A malformed check is answered
 //! with a 4xx and an [`ErrorBody`] naming the field (`limits[2].burst: ...`).
+//!
+//! What a request really cost, known after its response, is charged (into
+//! debt if need be) or refunded with `POST /v1/charge` ([`ChargeRequest`],
+//! written by the filter with [`charge_json`]).
 
 mod answer;
+mod charge;
 mod key;
 mod loose;
 mod permits;
@@ -36,6 +41,10 @@ mod json_mutation;
 mod test_rng;
 
 pub use answer::{CheckResponse, ErrorBody, LimitResult};
+pub use charge::{
+    charge_json, parse_charge, ChargeLimit, ChargeRequest, ChargeResponse, KeyedAdjust, ValidCharge,
+};
+pub use sluice_core::Adjust;
 
 pub use key::{limiter_key, MAX_KEY_BYTES};
 pub use permits::{

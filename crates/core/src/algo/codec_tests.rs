@@ -122,3 +122,19 @@ proptest! {
         prop_assert_eq!(sliding_window::Counters::decode(&p, e.as_bytes()), Some(c));
     }
 }
+
+proptest! {
+    /// A meter's debt state reads back its time and level.
+    #[test]
+    fn debt((_, p) in params(Algorithm::Gcra), at: u64, x: u128) {
+        let level = x % (u128::from(u64::MAX) * p.window());
+        for a in [Algorithm::TokenBucket, Algorithm::LeakyBucket, Algorithm::Gcra] {
+            let e = debt::encode(&p, a, at, level);
+            prop_assert_eq!(e.len(), 27);
+            prop_assert_eq!(debt::decode(&p, e.as_bytes(), a), Some((at, level)));
+            // Another meter's code, or a meter's own layout, is not debt.
+            prop_assert_eq!(debt::decode(&p, e.as_bytes(), Algorithm::FixedWindow), None);
+        }
+        prop_assert_eq!(debt::decode(&p, TokenBucket::encode(&p, at, 0).as_bytes(), Algorithm::TokenBucket), None);
+    }
+}

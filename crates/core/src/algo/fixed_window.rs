@@ -3,6 +3,10 @@
 //!
 //! State (18 bytes): version, tag, then two little-endian `u64`: the start of
 //! the counted window (ns since the epoch) and the count in it.
+//!
+//! Debt: a charge ([`charge`]) adds to the count beyond the capacity; the
+//! window denies until it ends, and the debt ends with it (it is not carried
+//! into the next window).
 
 use super::{Mode, Verdict};
 use crate::limit::Params;
@@ -25,14 +29,10 @@ fn window_of(p: &Params, now: Nanos) -> (Nanos, Nanos) {
     (now - into, window - into)
 }
 
+/// The window holding `now`, the time left in it, its count, and whether
+/// the state was moved from a window still to come.
 #[inline(always)]
-pub(crate) fn decide(
-    p: &Params,
-    state: Option<&[u8]>,
-    now: Nanos,
-    cost: u64,
-    mode: Mode,
-) -> Outcome {
+fn read(p: &Params, state: Option<&[u8]>, now: Nanos) -> (Nanos, Nanos, u64, bool) {
     let (start, left) = window_of(p, now);
     let (count, repaired) = match state.and_then(decode) {
         Some((at, count)) if at == start => (count, false),
@@ -41,6 +41,24 @@ pub(crate) fn decide(
         Some((at, count)) if at > start => (count, true),
         _ => (0, false),
     };
+    (start, left, count, repaired)
+}
+
+/// Counts `cost` in the window holding `now`, beyond the capacity if need be.
+pub(crate) fn charge(p: &Params, state: Option<&[u8]>, now: Nanos, cost: u64) -> crate::Encoded {
+    let (start, _, count, _) = read(p, state, now);
+    encode(start, count.saturating_add(cost))
+}
+
+#[inline(always)]
+pub(crate) fn decide(
+    p: &Params,
+    state: Option<&[u8]>,
+    now: Nanos,
+    cost: u64,
+    mode: Mode,
+) -> Outcome {
+    let (start, left, count, repaired) = read(p, state, now);
     let verdict = if count.saturating_add(cost) <= p.cap {
         Verdict::ADMIT
     } else {

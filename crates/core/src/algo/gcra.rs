@@ -9,6 +9,9 @@
 //!
 //! As a meter, the level at `now` is how far the TAT is ahead of now, in
 //! scaled units (`(tat - now) * rate`).
+//!
+//! In debt beyond what this layout holds (after a charge), the state takes
+//! the meters' debt layout (`super::debt`).
 
 use super::meter::{self, Judged, Meter, RefundView, Round};
 use super::{Mode, Verdict};
@@ -30,6 +33,8 @@ impl Gcra {
 }
 
 impl Meter for Gcra {
+    const ALGORITHM: Algorithm = Algorithm::Gcra;
+
     /// `(TAT in whole ns, fraction)`.
     type Words = (u64, u64);
 

@@ -5,6 +5,9 @@
 //! of the last update (ns), the whole level, and the fraction of a request in
 //! units of `1 / window_ns`. In delay mode the level may exceed the capacity
 //! by what is queued.
+//!
+//! In debt beyond what this layout holds (after a charge), the state takes
+//! the meters' debt layout (`super::debt`).
 
 use super::meter::{self, Judged, Meter, RefundView, Round};
 use super::Mode;
@@ -25,6 +28,8 @@ impl LeakyBucket {
 }
 
 impl Meter for LeakyBucket {
+    const ALGORITHM: Algorithm = Algorithm::LeakyBucket;
+
     /// `(last update, whole level, fraction)`.
     type Words = (u64, u64, u64);
 

@@ -13,6 +13,10 @@
 //! and a fraction ([`join`], [`split`]), the decision ([`decide`]) and the
 //! refund ([`refund`]).
 //!
+//! A charge ([`charge`]) may take the level beyond the capacity (debt); a
+//! level that a meter's own layout cannot hold is written in the shared
+//! debt layout (`super::debt`), read back here for all three ([`read`]).
+//!
 //! A decision runs in 64-bit arithmetic when the numbers fit (the common
 //! case, [`Meter::decide_narrow`]), in 128-bit arithmetic otherwise. The two
 //! buckets share one 64-bit path that keeps the level as whole requests and
@@ -20,16 +24,25 @@
 //! arrival time by whole and fractional emission intervals. Each saves a
 //! division or two over judging one 64-bit level.
 
-use super::{Mode, Verdict};
+use super::{debt, Mode, Verdict};
 use crate::limit::Params;
 use crate::math::{ceil_div, divrem, sat64};
-use crate::{Decision, Encoded, Nanos, Outcome};
+use crate::{Algorithm, Decision, Encoded, Nanos, Outcome};
 
 /// What makes a meter one of the three: its stored words, and how they read
 /// as a level.
 pub(crate) trait Meter {
+    /// The algorithm, whose code tags the states.
+    const ALGORITHM: Algorithm;
+
     /// The words behind the state's header.
     type Words: Copy;
+
+    /// The highest level this meter's own layout holds; above it a state
+    /// is written in the debt layout.
+    fn max_stored(p: &Params) -> u128 {
+        max_level(p)
+    }
 
     /// The words of `bytes` when they are this meter's state.
     fn words(bytes: &[u8]) -> Option<Self::Words>;
@@ -227,26 +240,69 @@ pub(crate) fn decide<M: Meter>(
     let words = state.and_then(M::words);
     match words.and_then(|w| M::decide_narrow(p, w, now, cost, mode)) {
         Some(out) => out,
-        None => decide_wide::<M>(p, words, now, cost, mode),
+        None => decide_wide::<M>(p, state, words, now, cost, mode),
     }
 }
 
 /// The general case, in 128-bit arithmetic: fresh keys, clock steps, states
-/// out of range, capacities beyond 64 bits.
+/// out of range or in debt, capacities beyond 64 bits.
 #[inline(never)]
 fn decide_wide<M: Meter>(
     p: &Params,
+    state: Option<&[u8]>,
     words: Option<M::Words>,
     now: Nanos,
     cost: u64,
     mode: Mode,
 ) -> Outcome {
-    let (level, rebased) = words.map_or((0, false), |w| M::level(p, w, now));
+    let (level, rebased) = read::<M>(p, state, words, now);
     let j = judge(p, level, cost, mode);
+    let store = || {
+        if j.after > M::max_stored(p) {
+            debt::encode(p, M::ALGORITHM, now, j.after)
+        } else {
+            M::store(p, now, &j)
+        }
+    };
     Outcome {
         decision: j.decision(p),
-        new_state: (j.consumed || rebased).then(|| M::store(p, now, &j)),
+        new_state: (j.consumed || rebased).then(store),
     }
+}
+
+/// The level of `state` at `now` (its words when they decode, else the debt
+/// layout, else a fresh key), and whether it must be rebased on `now`.
+fn read<M: Meter>(
+    p: &Params,
+    state: Option<&[u8]>,
+    words: Option<M::Words>,
+    now: Nanos,
+) -> (u128, bool) {
+    if let Some(w) = words {
+        return M::level(p, w, now);
+    }
+    match state.and_then(|s| debt::decode(p, s, M::ALGORITHM)) {
+        Some((last, level)) => bucket_level(p, last, level, now),
+        None => (0, false),
+    }
+}
+
+/// The state holding `level` as of `at`: the meter's own layout when it
+/// holds it, else the debt layout.
+fn stored<M: Meter>(p: &Params, at: Nanos, level: u128) -> Encoded {
+    if level > M::max_stored(p) {
+        debt::encode(p, M::ALGORITHM, at, level)
+    } else {
+        M::encode(p, at, level)
+    }
+}
+
+/// Consumes `cost` at `now` whatever the level: the level may pass the
+/// capacity (debt), and drains at the rate as always.
+pub(crate) fn charge<M: Meter>(p: &Params, state: Option<&[u8]>, now: Nanos, cost: u64) -> Encoded {
+    let (level, _) = read::<M>(p, state, state.and_then(M::words), now);
+    let need = u128::from(cost).saturating_mul(p.window());
+    stored::<M>(p, now, level.saturating_add(need))
 }
 
 /// Gives back `cost` admitted at `admitted_at`: what of the request can
@@ -260,14 +316,21 @@ pub(crate) fn refund<M: Meter>(
     now: Nanos,
     cost: u64,
 ) -> Option<Encoded> {
-    let view = M::refund_view(p, M::words(state)?, admitted_at, now);
-    let need = u128::from(cost).min(u128::from(p.cap)) * p.window();
+    let view = match M::words(state) {
+        Some(words) => M::refund_view(p, words, admitted_at, now),
+        None => {
+            let (last, level) = debt::decode(p, state, M::ALGORITHM)?;
+            bucket_refund_view(last, level, admitted_at, now)
+        }
+    };
+    // Not capped: a charge may have consumed beyond the capacity.
+    let need = u128::from(cost) * p.window();
     let drained = u128::from(view.until.saturating_sub(admitted_at)) * p.rate();
     let back = need.saturating_sub(drained);
     if back == 0 || view.level == 0 {
         return None;
     }
-    Some(M::encode(p, view.stamp, view.level.saturating_sub(back)))
+    Some(stored::<M>(p, view.stamp, view.level.saturating_sub(back)))
 }
 
 /// A judged request, with the divisions the states reuse for encoding.
@@ -338,7 +401,7 @@ fn judge_narrow(p: &Params, level: u128, cost: u64, mode: Mode) -> Option<Judged
 fn judge_wide(p: &Params, level: u128, cost: u64, mode: Mode) -> Judged {
     let cap = capacity(p);
     let need = u128::from(cost) * p.window();
-    let full = level + need;
+    let full = level.saturating_add(need);
     let verdict = if full <= cap {
         Verdict::ADMIT
     } else {
@@ -375,7 +438,7 @@ mod tests {
         mode: Mode,
     ) -> Result<(), TestCaseError> {
         if let Some(n) = M::decide_narrow(p, words, now, cost, mode) {
-            prop_assert_eq!(n, decide_wide::<M>(p, Some(words), now, cost, mode));
+            prop_assert_eq!(n, decide_wide::<M>(p, None, Some(words), now, cost, mode));
         }
         Ok(())
     }

@@ -1,8 +1,10 @@
 //! The six algorithms. Each module decodes its state, decides, and encodes
 //! the new state. The three rate-based ones (token bucket, leaky bucket,
 //! GCRA) say only how their state reads as a level ([`meter::Meter`]); the
-//! meter module decides and refunds for all three.
+//! meter module decides, charges and refunds for all three (`debt` holds
+//! their layout for a level beyond what their own can hold).
 
+pub(crate) mod debt;
 pub(crate) mod fixed_window;
 pub(crate) mod gcra;
 pub(crate) mod leaky_bucket;

@@ -19,6 +19,10 @@
 //! exceeds `u32::MAX`), precision (u16), the current sub-window's index
 //! (u64), then `precision + 1` counters, oldest first: 13 + 4 × (P + 1)
 //! bytes, 21 bytes for `precision = 1`.
+//!
+//! Debt: a charge ([`charge`]) adds to the current sub-window's counter
+//! beyond the capacity; the estimate decays as the window slides, and a
+//! request passes again once it leaves room (`retry` finds when).
 
 use super::{Mode, Verdict};
 use crate::limit::Params;
@@ -135,6 +139,36 @@ fn estimate(p: &Params, counts: &[u64], into: u128) -> u128 {
         .saturating_add(newer.saturating_mul(p.window()))
 }
 
+/// The counters of `state` moved to sub-window `index`, and whether they
+/// were relabelled after the clock stepped back.
+fn read(p: &Params, state: Option<&[u8]>, index: u64) -> (Counters, bool) {
+    match state.and_then(|s| Counters::decode(p, s)) {
+        // The clock stepped back: keep the counts, relabelled to now.
+        Some(mut c) if c.index > index => {
+            c.index = index;
+            (c, true)
+        }
+        Some(mut c) => {
+            c.advance(index);
+            (c, false)
+        }
+        None => {
+            let slots = p.precision() as usize + 1;
+            let counts = smallvec::smallvec![0; slots];
+            (Counters { index, counts }, false)
+        }
+    }
+}
+
+/// Counts `cost` in the current sub-window, beyond the capacity if need be.
+pub(crate) fn charge(p: &Params, state: Option<&[u8]>, now: Nanos, cost: u64) -> crate::Encoded {
+    let (mut c, _) = read(p, state, position(p, now).0);
+    if let Some(last) = c.counts.last_mut() {
+        *last = last.saturating_add(cost);
+    }
+    c.encode(p)
+}
+
 // Kept out of line so that the fixed-size algorithms' path stays small.
 #[inline(never)]
 pub(crate) fn decide(
@@ -145,24 +179,7 @@ pub(crate) fn decide(
     mode: Mode,
 ) -> Outcome {
     let (index, into) = position(p, now);
-    let slots = p.precision() as usize + 1;
-    let mut repaired = false;
-    let mut c = match state.and_then(|s| Counters::decode(p, s)) {
-        // The clock stepped back: keep the counts, relabelled to now.
-        Some(mut c) if c.index > index => {
-            repaired = true;
-            c.index = index;
-            c
-        }
-        Some(mut c) => {
-            c.advance(index);
-            c
-        }
-        None => Counters {
-            index,
-            counts: smallvec::smallvec![0; slots],
-        },
-    };
+    let (mut c, repaired) = read(p, state, index);
     let cap = u128::from(p.cap) * p.window();
     let need = u128::from(cost) * p.window();
     let est = estimate(p, &c.counts, into);

@@ -6,6 +6,9 @@
 //! one scaled number) keeps the state meaningful when the limit's rate changes.
 //!
 //! As a meter, the level is the capacity less the tokens.
+//!
+//! In debt beyond what this layout holds (after a charge), the state takes
+//! the meters' debt layout (`super::debt`).
 
 use super::meter::{self, Judged, Meter, RefundView, Round};
 use super::Mode;
@@ -26,6 +29,13 @@ impl TokenBucket {
 }
 
 impl Meter for TokenBucket {
+    const ALGORITHM: Algorithm = Algorithm::TokenBucket;
+
+    /// Tokens cannot go below zero: a level above the capacity is debt.
+    fn max_stored(p: &Params) -> u128 {
+        meter::capacity(p)
+    }
+
     /// `(last update, whole tokens, fraction)`.
     type Words = (u64, u64, u64);
 

@@ -4,7 +4,7 @@
 
 pub mod naive;
 
-use sluice_core::{decide, Decision, Limit, Nanos};
+use sluice_core::{charge, decide, Decision, Limit, Nanos};
 
 /// One key's stored state, updated the way a store would.
 #[derive(Debug, Clone, Default)]
@@ -16,6 +16,15 @@ impl Key {
     /// Decides and stores the new state.
     pub fn hit(&mut self, limit: &Limit, now: Nanos, cost: u64) -> Decision {
         let out = decide(limit, self.state.as_deref(), now, cost);
+        if let Some(s) = out.new_state {
+            self.state = Some(s.as_bytes().to_vec());
+        }
+        out.decision
+    }
+
+    /// Charges `cost` (debt) and stores the new state; the decision after.
+    pub fn charge(&mut self, limit: &Limit, now: Nanos, cost: u64) -> Decision {
+        let out = charge(limit, self.state.as_deref(), now, cost).expect("carries debt");
         if let Some(s) = out.new_state {
             self.state = Some(s.as_bytes().to_vec());
         }

@@ -58,6 +58,24 @@ impl Meter {
     }
 
     pub fn decide(&mut self, t: Nanos, cost: u64) -> Verdict {
+        let v = self.judge(t, cost, true);
+        if v.allowed {
+            self.admitted.push((t, cost));
+        }
+        v
+    }
+
+    /// Debt: `cost` consumed at `t` whatever the level.
+    pub fn charge(&mut self, t: Nanos, cost: u64) {
+        self.admitted.push((t, cost));
+    }
+
+    /// A query: would a request of cost 1 pass at `t` (consuming nothing).
+    pub fn query(&self, t: Nanos) -> Verdict {
+        self.judge(t, 1, false)
+    }
+
+    fn judge(&self, t: Nanos, cost: u64, commit: bool) -> Verdict {
         let level = self.backlog(t);
         let need = u128::from(cost) * self.window;
         let (allowed, delay, retry_after) = if level + need <= self.cap {
@@ -69,10 +87,11 @@ impl Meter {
                 _ => (false, 0, wait),
             }
         };
-        let after = if allowed { level + need } else { level };
-        if allowed {
-            self.admitted.push((t, cost));
-        }
+        let after = if allowed && commit {
+            level + need
+        } else {
+            level
+        };
         Verdict {
             allowed,
             remaining: u64::try_from((self.cap - after.min(self.cap)) / self.window)
@@ -106,19 +125,50 @@ impl Fixed {
     }
 
     pub fn decide(&mut self, t: Nanos, cost: u64) -> Verdict {
-        let w = t / self.window;
-        let count = self.counts.entry(w).or_default();
-        let allowed = *count + cost <= self.cap;
-        if allowed {
-            *count += cost;
+        let v = self.judge(t, cost);
+        if v.allowed {
+            *self.counts.entry(t / self.window).or_default() += cost;
         }
+        self.judge(t, 0).with(v)
+    }
+
+    /// Debt: `cost` counted at `t` whatever the count.
+    pub fn charge(&mut self, t: Nanos, cost: u64) {
+        *self.counts.entry(t / self.window).or_default() += cost;
+    }
+
+    /// A query: would a request of cost 1 pass at `t` (consuming nothing).
+    pub fn query(&self, t: Nanos) -> Verdict {
+        self.judge(t, 0).with(self.judge(t, 1))
+    }
+
+    /// Whether `cost` fits at `t`, with the window as it is.
+    fn judge(&self, t: Nanos, cost: u64) -> Verdict {
+        let w = t / self.window;
+        let count = self.counts.get(&w).copied().unwrap_or(0);
+        let allowed = count + cost <= self.cap;
         let end = (w + 1) * self.window - t;
         Verdict {
             allowed,
-            remaining: (self.cap - *count).saturating_sub(self.soft_extra),
-            reset: if *count > 0 { end } else { 0 },
+            remaining: self
+                .cap
+                .saturating_sub(count)
+                .saturating_sub(self.soft_extra),
+            reset: if count > 0 { end } else { 0 },
             retry_after: if allowed { 0 } else { end },
             delay: 0,
+        }
+    }
+}
+
+impl Verdict {
+    /// This verdict's counts with `judged`'s admission.
+    fn with(self, judged: Verdict) -> Verdict {
+        Verdict {
+            allowed: judged.allowed,
+            retry_after: judged.retry_after,
+            delay: judged.delay,
+            ..self
         }
     }
 }

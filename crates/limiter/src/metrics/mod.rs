@@ -85,6 +85,9 @@ pub struct Metrics {
     permits_calls: Counter,
     permits_released: Counter,
     permits_renewed: Counter,
+    charge_calls: Counter,
+    charged_units: Counter,
+    refunded_units: Counter,
     durations: Histogram,
     rls_calls: Bounded<DomainResult>,
     rls_descriptors: Bounded<DescriptorResult>,
@@ -119,6 +122,9 @@ impl Default for Metrics {
             permits_calls: Counter::default(),
             permits_released: Counter::default(),
             permits_renewed: Counter::default(),
+            charge_calls: Counter::default(),
+            charged_units: Counter::default(),
+            refunded_units: Counter::default(),
             durations: Histogram::default(),
             rls_calls: Bounded::new(MAX_SERIES, |l| DomainResult {
                 domain: "_other".into(),
@@ -147,7 +153,7 @@ impl Metrics {
     /// Registers every metric, in the order of the exposition.
     fn register(&mut self) {
         let r = &mut self.registry;
-        let plain: [(&str, &str, &Counter); 10] = [
+        let plain: [(&str, &str, &Counter); 13] = [
             ("checks", "Calls to /v1/check", &self.checks),
             (
                 "store_errors",
@@ -189,6 +195,17 @@ impl Metrics {
                 "permits_renewed",
                 "Keys where a holder's permits were renewed (POST /v1/permits renew)",
                 &self.permits_renewed,
+            ),
+            ("charge_calls", "Calls to /v1/charge", &self.charge_calls),
+            (
+                "charged_units",
+                "Units charged after the response (POST /v1/charge charge), as applied",
+                &self.charged_units,
+            ),
+            (
+                "refunded_units",
+                "Units refunded after the response (POST /v1/charge refund), as sent",
+                &self.refunded_units,
             ),
         ];
         let p = |name: &str| format!("sluice_limiter_{name}");
@@ -341,6 +358,17 @@ impl Metrics {
         let n = |k: usize| u64::try_from(k).unwrap_or(u64::MAX);
         self.permits_released.inc_by(n(released));
         self.permits_renewed.inc_by(n(renewed));
+    }
+
+    /// Counts one `/v1/charge` call (valid or not).
+    pub fn inc_charge_calls(&self) {
+        self.charge_calls.inc();
+    }
+
+    /// Counts the units of one applied `/v1/charge` call.
+    pub fn record_charge(&self, charged: u64, refunded: u64) {
+        self.charged_units.inc_by(charged);
+        self.refunded_units.inc_by(refunded);
     }
 
     /// Counts one request admitted in delay mode, to be held for `delay`

@@ -43,6 +43,13 @@
 --       sluice-core's `permits` semantics. Its key is a hash: field = holder
 --       in decimal, value = "count:expires_us"; it expires (PX) when the
 --       last holder's permits do. A refund gives the cost back (a release).
+-- Adjust mode ("adjust"): as a check's arguments (admitted_at "", requests
+--       1), each limit's cost being the units to charge (0 = none) and its
+--       returned / returned_age_us the units to refund; each key on its own:
+--       a charge (sluice-core's `charge`: unconditional, possibly into
+--       debt) or a refund (`refund_at`). Reply: as a check's (allowed 1,
+--       admitted 0, no delays), each limit decided after its adjustment as
+--       a query (cost 0).
 -- Permits mode ("permits"): now ("" = TIME), holder, ttl_us, then per key:
 --       units to release (0 = none), renew (1 or 0). Releases first, then
 --       renewals. Reply: now, then per key: released, renewed (1 or 0):
@@ -327,7 +334,7 @@ local function judge(p, level, cost, commit)
 end
 
 local function refundable(p, cost, admitted_at, at)
-  local need = mul(min(cost, p.cap), p.window)
+  local need = mul(cost, p.window)
   return sub(need, mul(max(at - admitted_at, 0), p.rate))
 end
 
@@ -341,28 +348,57 @@ end
 -- (scaled units) and step with `judge`; each gives `hold(p, st,
 -- admitted_at, now)`, the stamp to write a refund at, the level then and
 -- the instant the refund is measured at, and `store(p, t, level)`.
+--
+-- Debt (sluice-core's debt layout): a level beyond what a meter's own
+-- state holds (`m.max_stored`) is {code, last, whole level, fraction in
+-- 1/window, 'debt'}, read back as a level that drains from `last`.
+local function debt_decode(p, st)
+  if not st or st[1] ~= p.alg or st[5] ~= 'debt' then return nil end
+  if st[4] >= p.window then return st[2], mul(st[3] + 1, p.window) end
+  return st[2], add(mul(st[3], p.window), st[4])
+end
+
 local function meter(m)
+  local function store(p, t, level)
+    if cmp(level, m.max_stored(p)) > 0 then
+      local whole, frac = divmod(level, p.window)
+      return {p.alg, t, sat(whole), frac, 'debt'}
+    end
+    return m.store(p, t, level)
+  end
   return {
-    read = m.read,
+    read = function(p, st, now)
+      local last, level = debt_decode(p, st)
+      if last == nil then return m.read(p, st, now) end
+      if now < last then return level, true end
+      return drain(p, level, now - last), false
+    end,
     step = function(p, level, _, cost, commit)
       local d, after = judge(p, level, cost, commit)
       return d, after ~= nil, after or level
     end,
-    write = function(p, _, now, level) return m.store(p, now, level) end,
+    write = function(p, _, now, level) return store(p, now, level) end,
+    owe = function(p, level, cost) return add(level, mul(cost, p.window)) end,
     refund = function(p, st, admitted_at, now, cost)
-      local stamp, level, at = m.hold(p, st, admitted_at, now)
+      local stamp, level, at = debt_decode(p, st)
+      if stamp ~= nil then
+        at = max(now, admitted_at, stamp)
+      else
+        stamp, level, at = m.hold(p, st, admitted_at, now)
+      end
       if stamp == nil then return nil end
       local back = refundable(p, cost, admitted_at, at)
       if cmp(back, 0) == 0 or cmp(level, 0) == 0 then return nil end
-      return m.store(p, stamp, sub(level, back))
+      return store(p, stamp, sub(level, back))
     end,
   }
 end
 
 -- The buckets: {code, last, whole units, fraction in 1/window}; `decode`
 -- gives the last update and the level then.
-local function bucket(decode, store)
+local function bucket(decode, store, max_stored)
   return meter({
+    max_stored = max_stored,
     read = function(p, st, now)
       local last, level = decode(p, st)
       if last == nil then return 0, false end
@@ -390,7 +426,9 @@ local TB = bucket(
   function(p, last, level)
     local whole, frac = divmod(sub(p.capacity, level), p.window)
     return {TOKEN_BUCKET, last, sat(whole), frac}
-  end)
+  end,
+  -- Tokens cannot go below zero: a level above the capacity is debt.
+  function(p) return p.capacity end)
 
 -- Leaky bucket: {LEAKY_BUCKET, last, whole level, fraction in 1/window}.
 local LB = bucket(
@@ -407,7 +445,8 @@ local LB = bucket(
   function(p, last, level)
     local whole, frac = divmod(level, p.window)
     return {LEAKY_BUCKET, last, sat(whole), frac}
-  end)
+  end,
+  function(p) return p.max_level end)
 
 -- GCRA: {GCRA, TAT whole microseconds, fraction in 1/rate}. sluice-core keeps
 -- the TAT scaled by the rate (`tat * rate`, past 2^53 for any real clock);
@@ -428,6 +467,7 @@ local function gcra_ahead(p, whole, frac, t)
 end
 
 local GC = meter({
+  max_stored = function(p) return p.max_level end,
   read = function(p, st, now)
     local whole, frac = gcra_decode(p, st)
     if whole == nil then return 0, false end
@@ -482,6 +522,8 @@ local FW = {
     return decision(allowed, p, max(p.cap - after, 0), reset, retry, denial), consumed, after
   end,
   write = function(_, v, _, after) return {FIXED_WINDOW, v.start, after} end,
+  -- Debt: the count beyond the capacity, until the window ends.
+  owe = function(_, v, cost) return v.count + cost end,
   refund = function(p, st, admitted_at, _, cost)
     if not st or st[1] ~= FIXED_WINDOW then return nil end
     local start = window_of(p, admitted_at)
@@ -717,6 +759,12 @@ local SW = {
     return d, consumed, counts
   end,
   write = function(p, v, _, counts) return sw_encode(p, v.index, counts) end,
+  -- Debt: the current sub-window's counter beyond the capacity.
+  owe = function(_, v, cost)
+    local counts = v.counts
+    counts[#counts] = counts[#counts] + cost
+    return counts
+  end,
   refund = function(p, st, admitted_at, _, cost)
     local cindex, counts = sw_decode(p, st)
     if cindex == nil then return nil end
@@ -754,6 +802,7 @@ local ALGORITHMS = {
   sliding_window = SW,
 }
 for _, alg in pairs(ALGORITHMS) do alg.decide = run(alg) end
+
 
 local BY_CODE = {}
 for name, code in pairs(CODE) do
@@ -1095,10 +1144,39 @@ local function write_back(KEYS, c, decisions, news, given)
   end
 end
 
+-- sluice-core's charge: `cost` consumed whatever the state holds; nil for
+-- an algorithm without debt (no `owe`).
+local function charge(p, st, now, cost)
+  local alg = BY_CODE[p.alg]
+  if alg.owe == nil or cost == 0 then return nil end
+  local view = alg.read(p, st, now)
+  return alg.write(p, view, now, alg.owe(p, view, cost))
+end
+
+-- Adjust mode: each key charged or refunded on its own, then decided as a
+-- query (sluice-core's `adjust`), its state written back with its reset.
+local function adjust(KEYS, c)
+  local decisions, news = {}, {}
+  for i = 1, #KEYS do
+    local p, st = c.limits[i], c.states[i]
+    local new = nil
+    if c.costs[i] > 0 then
+      new = charge(p, st, c.now, c.costs[i])
+    elseif c.returned[i] > 0 and st then
+      new = refund_at(p, st, max(c.now - c.returned_age[i], 0), c.now, c.returned[i])
+    end
+    local d, rebased = decide_in(p, new or st, c.now, 0, false)
+    decisions[i], news[i] = d, new or rebased
+  end
+  write_back(KEYS, c, decisions, news, {})
+  return reply_of(true, c.now, 0, decisions, {})
+end
+
 local function main(KEYS, ARGV)
   if ARGV[1] == 'permits' then return permits_op(KEYS, ARGV) end
   local c = parse(KEYS, ARGV)
   if c.mode == 'refund' then return refund(KEYS, c) end
+  if c.mode == 'adjust' then return adjust(KEYS, c) end
   local n, now = #KEYS, c.now
   local given = take_returns(n, c)
   local admitted = admitted_of(n, c)

@@ -1,7 +1,7 @@
 //! What a store decides: the items of a check, rate limits or concurrency
-//! limits, and what a permits operation found.
+//! limits, what a permits operation found, and the items of a charge.
 
-use sluice_core::{Holder, Limit, Nanos, Permits};
+use sluice_core::{Adjust, Holder, Limit, Nanos, Permits};
 
 /// One limit to decide, with the identity of its stored state.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,4 +133,18 @@ pub struct PermitsOutcome {
     /// Per `renew` entry: the holder still held permits on the key (after
     /// the releases) and they were renewed.
     pub renewed: Vec<bool>,
+}
+
+/// A rate limit adjusted once a request's real cost is known
+/// ([`Store::adjust`](super::Store::adjust)): charged, possibly into debt,
+/// or given units back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdjustItem {
+    /// The state's identity, as a check's ([`state_id`](super::state_id)).
+    pub id: String,
+    /// The limit, as in its checks.
+    pub limit: Limit,
+    /// A charge, or a refund of units consumed `age` before the store's
+    /// clock reading.
+    pub adjust: Adjust,
 }

@@ -5,6 +5,10 @@
 //! when all allowed. An entry is dropped once its state is back to full (its
 //! `reset` has passed), by [`MemoryStore::sweep`] or when a full shard makes room.
 //!
+//! A charge ([`Store::adjust`]) writes each key on its own, under its
+//! shard's lock, with the core's `charge` or `refund_at`; a key in debt
+//! goes only once its `reset` (debt included) has passed.
+//!
 //! A concurrency limit's entry holds its holders' permits and goes once the
 //! last of them expires (`permits::expires_at`).
 //!
@@ -13,7 +17,7 @@
 //! **denied** (nothing is consumed; `retry_after` is [`FULL_RETRY_AFTER`]): the
 //! store errs on the side of limiting and never admits a key it cannot track.
 
-use super::{PermitsOutcome, RateItem, Store, StoreError, StoreItem, Verdict};
+use super::{AdjustItem, PermitsOutcome, RateItem, Store, StoreError, StoreItem, Verdict};
 use crate::clock::Clock;
 use sluice_core::permits::{self, Holder};
 use sluice_core::{
@@ -218,6 +222,21 @@ impl MemoryStore {
         PermitsOutcome { released, renewed }
     }
 
+    /// Charges or refunds each item (see [`Store::adjust`]).
+    fn adjust_op(&self, items: &[AdjustItem]) -> Vec<Decision> {
+        let now = self.clock.now();
+        let ids: Vec<&str> = items.iter().map(|i| i.id.as_str()).collect();
+        let (mut guards, pos) = self.lock_shards(&ids);
+        items
+            .iter()
+            .zip(&pos)
+            .map(|(item, &p)| match guards.get_mut(p) {
+                Some(g) => adjust_one(g, item, now),
+                None => full_decision(item.limit.requests),
+            })
+            .collect()
+    }
+
     /// Locks the shards of `ids` in index order; returns the guards and,
     /// per id, the position of its shard's guard.
     fn lock_shards(&self, ids: &[&str]) -> (Vec<MutexGuard<'_, Shard>>, Vec<usize>) {
@@ -299,6 +318,10 @@ impl Store for MemoryStore {
         Ok(self.permits_op(holder, ttl, release, renew))
     }
 
+    async fn adjust(&self, items: &[AdjustItem]) -> Result<Vec<Decision>, StoreError> {
+        Ok(self.adjust_op(items))
+    }
+
     async fn healthy(&self) -> bool {
         true
     }
@@ -313,6 +336,37 @@ impl Store for MemoryStore {
     fn kind(&self) -> &'static str {
         "memory"
     }
+}
+
+/// One item of a charge, in its locked shard: the new state stored until
+/// its `reset`; a new key in a shard that stays full is not stored.
+fn adjust_one(g: &mut Shard, item: &AdjustItem, now: Nanos) -> Decision {
+    let id = item.id.as_str();
+    let state = g.map.get(id).map(|e| e.state.as_slice());
+    let out = match sluice_core::adjust(&item.limit, state, now, item.adjust) {
+        Some(out) => out,
+        // No debt for this algorithm: nothing charged.
+        None => sluice_core::decide(&item.limit, state, now, 0),
+    };
+    let Some(new) = out.new_state else {
+        return out.decision;
+    };
+    if !g.map.contains_key(id) && g.map.len() >= g.cap {
+        if now >= g.next_inline_sweep {
+            g.sweep(now);
+            g.next_inline_sweep = now.saturating_add(INLINE_SWEEP_EVERY);
+        }
+        if g.map.len() >= g.cap {
+            return full_decision(item.limit.requests);
+        }
+    }
+    put(
+        &mut g.map,
+        id,
+        new.as_bytes(),
+        now.saturating_add(out.decision.reset),
+    );
+    out.decision
 }
 
 /// An item's lease terms at the clock reading `now`.

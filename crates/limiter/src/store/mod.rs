@@ -13,7 +13,7 @@ pub mod redis;
 mod spec;
 
 pub use id::{permits_id, state_id};
-pub use item::{PermitItem, PermitsOutcome, RateItem, StoreItem};
+pub use item::{AdjustItem, PermitItem, PermitsOutcome, RateItem, StoreItem};
 use sluice_core::{Decision, Holder, Nanos};
 pub use spec::{redact, StoreSpec};
 use std::fmt;
@@ -74,6 +74,17 @@ use std::sync::Arc;
 ///   (`permits::release`: no more than the holder holds), then renewals
 ///   (`permits::renew`: a holder's permits count `ttl` from now, never
 ///   less than before); each key's state is read and written atomically.
+/// * **Charges and refunds after the response** ([`Store::adjust`]): each
+///   item applied on its own (no all or nothing: a charge is never
+///   refused), each key's read-modify-write atomic, at one clock reading:
+///   a charge by sluice-core's `charge` (unconditional; it may take the key
+///   beyond its quota, into debt, and then checks deny until it drained,
+///   their `retry_after` saying when), a refund by `refund_at` of units
+///   consumed `age` before the clock reading. Each item is answered with
+///   the decision of a query on its key after it (`allowed`: one more unit
+///   would pass). Two items with one state id are applied in order. A
+///   charge of an algorithm that carries no debt (sliding log) changes
+///   nothing and is answered with the query.
 /// * **A denied check consumes nothing** from any of its limits; when a
 ///   limit denies, the limits that would admit report what remains without
 ///   this request. (A state that an algorithm rebases after the clock
@@ -100,7 +111,10 @@ use std::sync::Arc;
 /// key); Redis expires each key with `PX` set to its `reset`. A concurrency
 /// limit's state may go once `permits::expires_at` passes (no holder's
 /// permits count any more): the memory store sweeps it then, Redis sets
-/// `PX` to the latest expiry of its holders at each write.
+/// `PX` to the latest expiry of its holders at each write. A key in debt
+/// is full again only once its debt drained and its quota refilled (its
+/// `reset` counts the debt): the memory store's `full_at` and Redis' `PX`
+/// cover it, so debt is never forgotten early.
 ///
 /// # Capacity
 ///
@@ -118,7 +132,12 @@ use std::sync::Arc;
 /// ..."}` and the filter applies its `failure_mode`, as for any failed
 /// call. An error never admits a request, but it may have consumed quota:
 ///
-/// * The memory store never fails.
+/// * The memory store never fails. A charge that needs a new key in a
+///   shard that stays full is not recorded (answered as a check denied for
+///   lack of room would be).
+/// * [`Store::adjust`]: an `Err` says nothing of which items applied (on a
+///   Redis Cluster, each slot's call applies or fails on its own); a caller
+///   that retries may charge or refund twice, so the filter does not.
 /// * Redis: a call that fails before it is sent (not connected yet,
 ///   connection refused) decided nothing. After a [`StoreError::Timeout`]
 ///   (no answer within `--store-timeout-ms`), or a connection lost once the
@@ -151,6 +170,14 @@ pub trait Store: Send + Sync + 'static {
         release: &[(String, u64)],
         renew: &[String],
     ) -> impl Future<Output = Result<PermitsOutcome, StoreError>> + Send;
+
+    /// Applies each item's charge or refund at one clock reading, each key
+    /// on its own (see the contract above); one decision per item, in
+    /// order: a query of the key after its adjustment.
+    fn adjust(
+        &self,
+        items: &[AdjustItem],
+    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send;
 
     /// Decides one request over `items` together, each at its own weight:
     /// a batch of 1.
@@ -216,6 +243,13 @@ impl<S: Store> Store for Arc<S> {
         renew: &[String],
     ) -> impl Future<Output = Result<PermitsOutcome, StoreError>> + Send {
         S::permits(self, holder, ttl, release, renew)
+    }
+
+    fn adjust(
+        &self,
+        items: &[AdjustItem],
+    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
+        S::adjust(self, items)
     }
 
     fn healthy(&self) -> impl Future<Output = bool> + Send {
@@ -326,6 +360,13 @@ impl Store for AnyStore {
         match self {
             AnyStore::Memory(m) => m.permits(holder, ttl, release, renew).await,
             AnyStore::Redis(r) => r.permits(holder, ttl, release, renew).await,
+        }
+    }
+
+    async fn adjust(&self, items: &[AdjustItem]) -> Result<Vec<Decision>, StoreError> {
+        match self {
+            AnyStore::Memory(m) => m.adjust(items).await,
+            AnyStore::Redis(r) => r.adjust(items).await,
         }
     }
 

@@ -18,21 +18,24 @@
 //! A concurrency limit's key is a hash of its holders (`permits` in the
 //! script's header); a check decides it with the rate limits of its slot in
 //! the same call, and a slot's refund gives its permits back (a release).
-//! `POST /v1/permits` is one call of the script's `permits` mode per slot.
+//! `POST /v1/permits` is one call of the script's `permits` mode per slot,
+//! and `POST /v1/charge` one call of its `adjust` mode per slot
+//! (`adjust.rs`).
 
+mod adjust;
 mod cluster;
 mod script;
 
 use super::connect::{connect, explain, is_auth_error, jittered, Conn};
 pub use super::connect::{ConnectError, ConnectOptions, SentinelTarget, Target};
 use super::memory::refuse_batched_permits;
-use super::{PermitsOutcome, Store, StoreError, StoreItem, StoreStatus, Verdict};
+use super::{AdjustItem, PermitsOutcome, Store, StoreError, StoreItem, StoreStatus, Verdict};
 use crate::metrics::Histogram;
 use cluster::{by_slot, granted, merge, with_leases_back};
 use futures_util::future::join_all;
 pub use script::{parse_permits_reply, parse_reply, ScriptOutcome, DECIDE_LUA};
 use script::{push_item_args, Packaged};
-use sluice_core::{Holder, Nanos};
+use sluice_core::{Decision, Holder, Nanos};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -528,6 +531,10 @@ impl Store for RedisStore {
             released: release.iter().map(|(id, _)| flag(id, |f| f.0)).collect(),
             renewed: renew.iter().map(|id| flag(id, |f| f.1)).collect(),
         })
+    }
+
+    async fn adjust(&self, items: &[AdjustItem]) -> Result<Vec<Decision>, StoreError> {
+        self.adjust_items(items).await
     }
 
     async fn healthy(&self) -> bool {
