@@ -32,6 +32,7 @@
 pub mod client_ip;
 pub mod coalesce;
 pub mod config;
+pub mod cost;
 pub mod decimal;
 pub mod engine;
 pub mod failure;

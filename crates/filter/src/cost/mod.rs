@@ -1,0 +1,5 @@
+//! What a request cost, as its response tells: [`extract`] reads the counts
+//! an upstream reports in its body (an LLM's `usage` tokens) while the body
+//! streams past.
+
+pub mod extract;
