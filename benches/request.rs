@@ -100,6 +100,10 @@ impl MetricSink for Metrics {
         }
     }
 
+    fn rule_n(&self, rule: usize, event: RuleEvent, n: u64) {
+        self.0.add_n(Batch::rule_position(rule, event), n);
+    }
+
     fn global(&self, event: GlobalEvent) {
         self.0.add(Batch::global_position(event));
     }

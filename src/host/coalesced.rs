@@ -171,7 +171,8 @@ fn deliver(context: u32, runtime: &Runtime, mut verdict: Verdict) {
     if hostcalls::set_effective_context(context).is_err() {
         // Its client left after the call was made.
         if let Verdict::Delay(delayed) = verdict {
-            delayed.give_back(&runtime.plan, &HostStore, &runtime.metrics, now());
+            // Shared calls' units are not its own to refund: none are taken.
+            let _ = delayed.give_back(&runtime.plan, &HostStore, &runtime.metrics, now());
         }
         return;
     }

@@ -4,20 +4,23 @@
 
 use super::clock::now;
 use super::coalesced::{self, MAX_BATCH};
+use super::cost;
 use super::limiter::{call_answer, call_failed, dispatch};
 use super::outcome::{
     add_request_headers, add_response_headers, add_service_response_headers, hold, send_denial,
 };
 use super::permits;
-use super::request::HostRequest;
+use super::request::{self, HostRequest, Shown};
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
-use super::state::{self, Member, SharedCall};
+use super::state::{self, Headers, Member, SharedCall};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType, MapType};
 use sluice_filter::coalesce::Joined;
 use sluice_filter::engine::concurrency::Held;
+use sluice_filter::engine::cost_reader::CostReader;
+use sluice_filter::engine::settle::Owed;
 use sluice_filter::engine::{self, Admitted, Delayed, PendingCheck, Verdict};
 use sluice_filter::failure::{self, CallFailure};
 use sluice_filter::response;
@@ -46,6 +49,13 @@ pub(super) struct Filter {
     /// The permits of concurrency limits the request holds until its
     /// stream ends.
     holding: Held,
+    /// What the response says the request cost, for the rules it owes.
+    cost: Option<CostReader>,
+    /// The request waits for its body (a rule estimates from it).
+    awaiting_body: bool,
+    /// The request's headers, taken when they went on before its body (it
+    /// is decided once the body is in, when Envoy no longer shows them).
+    shown: Option<Headers>,
 }
 
 impl Filter {
@@ -61,6 +71,9 @@ impl Filter {
             carrying: None,
             reply: None,
             holding: Held::default(),
+            cost: None,
+            awaiting_body: false,
+            shown: None,
         }
     }
 }
@@ -71,6 +84,7 @@ impl Filter {
         match verdict {
             Verdict::Allow(mut admitted) => {
                 self.keep(runtime, std::mem::take(&mut admitted.held));
+                self.owe(std::mem::take(&mut admitted.owed));
                 if admitted.report.is_some() || !admitted.shadow_denied.is_empty() {
                     self.admitted = Some(admitted);
                 }
@@ -81,6 +95,7 @@ impl Filter {
                 match hold(self.context_id, runtime, delayed) {
                     Ok(mut held) => {
                         self.keep(runtime, held.take_held());
+                        self.owe(held.take_owed());
                         self.admitted = Some(held.admitted());
                         self.held = Some(held);
                         self.reply.iter().for_each(add_request_headers);
@@ -107,6 +122,10 @@ impl Filter {
         let (Some(signature), Some(shared)) = (pending.coalescable(), self.runtime.as_ref()) else {
             return self.call_limiter(runtime, pending);
         };
+        if self.shown.is_some() {
+            // The root carries out a group's outcomes, without its headers.
+            return self.call_limiter(runtime, pending);
+        }
         let signature = signature.to_vec();
         let member = Member {
             runtime: Rc::clone(shared),
@@ -139,10 +158,20 @@ impl Filter {
             Verdict::Allow(mut admitted) => self.keep(&runtime, std::mem::take(&mut admitted.held)),
             Verdict::Delay(mut delayed) => {
                 self.keep(&runtime, delayed.take_held());
-                delayed.give_back(plan, &HostStore, metrics, now());
+                let resume_at = delayed.resume_at();
+                let taken = delayed.give_back(plan, &HostStore, metrics, now());
+                cost::refund(&runtime, taken, resume_at);
             }
             Verdict::Check(pending) => pending.abandon(plan, &HostStore, metrics),
             Verdict::Deny(_) => {}
+        }
+    }
+
+    /// Reads what the response says the request cost, for the rules of
+    /// `owed`, and settles when the stream ends.
+    fn owe(&mut self, owed: Vec<Owed>) {
+        if !owed.is_empty() {
+            self.cost = CostReader::new(owed);
         }
     }
 
@@ -183,7 +212,11 @@ impl Filter {
         let waited = state::queue(|q| q.remove(self.context_id));
         let held = self.held.take();
         if let (true, Some(held), Some(runtime)) = (waited, held, self.runtime.as_ref()) {
-            held.give_back(&runtime.plan, &HostStore, &runtime.metrics, now());
+            let resume_at = held.resume_at();
+            let taken = held.give_back(&runtime.plan, &HostStore, &runtime.metrics, now());
+            cost::refund(runtime, taken, resume_at);
+            // Never sent upstream: what it consumed is back, nothing to settle.
+            self.cost = None;
         }
         let Some(runtime) = self.runtime.clone() else {
             return;
@@ -193,6 +226,9 @@ impl Filter {
             pending.abandon(&runtime.plan, &HostStore, &runtime.metrics);
         }
         permits::release(&runtime, std::mem::take(&mut self.holding));
+        if let Some(reader) = self.cost.take() {
+            cost::settle(&runtime, reader);
+        }
     }
 
     /// Takes what the root decided for this request, if anything.
@@ -203,9 +239,11 @@ impl Filter {
         if let Some(runtime) = self.runtime.clone() {
             if let Some(admitted) = handoff.admitted.as_mut() {
                 self.keep(&runtime, std::mem::take(&mut admitted.held));
+                self.owe(std::mem::take(&mut admitted.owed));
             }
             if let Some(held) = handoff.held.as_mut() {
                 self.keep(&runtime, held.take_held());
+                self.owe(held.take_owed());
             }
         }
         self.admitted = handoff.admitted.or(self.admitted.take());
@@ -275,6 +313,7 @@ impl Context for Filter {
         let Some(runtime) = self.runtime.clone() else {
             return;
         };
+        let _shown = Shown::new(self.shown.clone());
         if !self.tokens.iter().any(|(t, _)| *t == token) {
             self.carried_answered(&runtime, token, body_size);
             return;
@@ -287,6 +326,7 @@ impl Context for Filter {
         let Some(runtime) = self.runtime.clone() else {
             return;
         };
+        let _shown = Shown::new(self.shown.clone());
         // gRPC status 0 is OK; any other is a failed call (the clock is read
         // only then, to tell a timeout from a refused connection).
         if status_code != 0 {
@@ -336,28 +376,77 @@ impl Filter {
     }
 }
 
+impl Filter {
+    /// Decides the request (its body of `body_size` bytes in, if waited
+    /// for) and carries the verdict out.
+    fn decide(&mut self, runtime: &Runtime, body_size: usize) -> Action {
+        let verdict = engine::evaluate(
+            &runtime.plan,
+            &runtime.hasher,
+            runtime.holder,
+            &HostRequest { body_size },
+            &HostStore,
+            &runtime.metrics,
+            now,
+        );
+        self.apply(runtime, verdict)
+    }
+}
+
 impl HttpContext for Filter {
-    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         let Some(runtime) = self.runtime.clone() else {
             return Action::Continue;
         };
         if runtime.plan.rules.is_empty() {
             return Action::Continue;
         }
-        let verdict = engine::evaluate(
-            &runtime.plan,
-            &runtime.hasher,
-            runtime.holder,
-            &HostRequest,
-            &HostStore,
-            &runtime.metrics,
-            now,
-        );
-        self.apply(&runtime, verdict)
+        if runtime.plan.request_body && !end_of_stream {
+            // Decided once the body is in. Envoy's proxy-wasm host delivers
+            // no body to a filter that holds the headers, so they go on and
+            // the body is held until the decision.
+            self.awaiting_body = true;
+            self.shown = Some(request::snapshot());
+            return Action::Continue;
+        }
+        self.decide(&runtime, 0)
+    }
+
+    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if !self.awaiting_body {
+            return Action::Continue;
+        }
+        if !end_of_stream {
+            return Action::Pause;
+        }
+        self.awaiting_body = false;
+        let _shown = Shown::new(self.shown.clone());
+        match self.runtime.clone() {
+            Some(runtime) => self.decide(&runtime, body_size),
+            None => Action::Continue,
+        }
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, _end_of_stream: bool) -> Action {
+        if let Some(reader) = self.cost.as_mut().filter(|r| r.reads_body()) {
+            cost::read_body(reader, body_size);
+        }
+        Action::Continue
+    }
+
+    fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
+        if let (Some(runtime), Some(reader)) = (self.runtime.as_ref(), self.cost.as_mut()) {
+            cost::read_trailers(runtime, reader);
+        }
+        Action::Continue
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        let _shown = Shown::new(self.shown.clone());
         self.take_handoff();
+        if let (Some(runtime), Some(reader)) = (self.runtime.as_ref(), self.cost.as_mut()) {
+            cost::read_headers(runtime, reader);
+        }
         if let (Some(runtime), Some(admitted)) = (self.runtime.as_ref(), self.admitted.take()) {
             add_response_headers(&runtime.plan, &admitted);
         }

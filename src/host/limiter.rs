@@ -65,10 +65,20 @@ pub(super) fn call_failed(runtime: &Runtime, failure: CallFailure) {
 /// limiter of `runtime`; `None` when the call could not be made. Its answer
 /// comes to the context current now (a root context's).
 pub(super) fn dispatch_permits(runtime: &Runtime, body: &[u8]) -> Option<u32> {
+    dispatch_to(runtime, "/v1/permits", body)
+}
+
+/// Sends a `POST /v1/charge` (costs settled after responses), as
+/// [`dispatch_permits`].
+pub(super) fn dispatch_charge(runtime: &Runtime, body: &[u8]) -> Option<u32> {
+    dispatch_to(runtime, "/v1/charge", body)
+}
+
+fn dispatch_to(runtime: &Runtime, path: &str, body: &[u8]) -> Option<u32> {
     let limiter = runtime.plan.limiter.as_ref()?;
     let headers = vec![
         (":method", "POST"),
-        (":path", "/v1/permits"),
+        (":path", path),
         (":authority", limiter.authority.as_str()),
         ("content-type", "application/json"),
     ];

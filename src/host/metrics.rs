@@ -119,6 +119,10 @@ impl MetricSink for Metrics {
         self.add(Batch::rule_position(rule, event));
     }
 
+    fn rule_n(&self, rule: usize, event: RuleEvent, n: u64) {
+        self.add_n(Batch::rule_position(rule, event), n);
+    }
+
     fn global(&self, event: GlobalEvent) {
         self.add(Batch::global_position(event));
     }

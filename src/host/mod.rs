@@ -35,6 +35,7 @@ proxy_wasm::main! {{
 
 mod clock;
 mod coalesced;
+mod cost;
 mod filter;
 mod limiter;
 mod metrics;

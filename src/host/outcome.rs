@@ -3,7 +3,7 @@
 //! telling the access log.
 
 use super::clock::HOLD_TICK;
-use super::request::{grpc_deadline, is_grpc_request};
+use super::request::{grpc_deadline, headers_sent, is_grpc_request};
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
 use super::state;
@@ -131,6 +131,10 @@ fn service_headers(plan: &Plan) -> ServiceHeaders {
 /// Adds the request headers a rate limit service asked for to the admitted
 /// request.
 pub(super) fn add_request_headers(reply: &Reply) {
+    if headers_sent() {
+        // Decided after its body: the headers went on before.
+        return;
+    }
     for (name, value) in &reply.request_headers {
         let _ = hostcalls::add_map_value(MapType::HttpRequestHeaders, name, value);
     }

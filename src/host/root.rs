@@ -4,6 +4,7 @@
 
 use super::clock::{nanos, now, HOLD_TICK};
 use super::coalesced;
+use super::cost;
 use super::filter::Filter;
 use super::limiter::call_answer;
 use super::metrics::{config_error, Metrics};
@@ -86,6 +87,7 @@ impl RootContext for Root {
     fn on_tick(&mut self) {
         let now = now();
         permits::send_releases();
+        cost::send_charges();
         coalesced::call_ready(self.id);
         let waiting = resume_due(now) || state::groups(|g| g.any_ready());
         // The period follows the queue whoever set it last (an HTTP context

@@ -8,12 +8,16 @@ use super::runtime::Runtime;
 use sluice_core::Nanos;
 use sluice_filter::coalesce::Coalescer;
 use sluice_filter::engine::concurrency::HeldPermit;
+use sluice_filter::engine::cost_reader::GlobalSettlement;
 use sluice_filter::engine::{Admitted, Delayed, PendingCheck};
 use sluice_filter::failure::Throttle;
 use sluice_filter::holdings::Holdings;
 use sluice_filter::queue::Queue;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+
+/// A request's headers, taken once (name, value).
+pub(super) type Headers = Rc<[(String, String)]>;
 
 thread_local! {
     /// The requests this VM holds in delay mode.
@@ -31,9 +35,16 @@ thread_local! {
     static HANDOFF: RefCell<Vec<(u32, Handoff)>> = const { RefCell::new(Vec::new()) };
     /// The keys this VM's requests hold permits of, to renew.
     static HOLDINGS: RefCell<Holdings> = RefCell::new(Holdings::default());
+    /// Global settlements of ended requests, for the root's next tick to
+    /// send, with the configuration that admitted them.
+    static CHARGES: RefCell<Vec<(Rc<Runtime>, GlobalSettlement)>> = const { RefCell::new(Vec::new()) };
     /// Global permits ended requests gave back, for the root's next tick
     /// to send, with the configuration that took them.
     static RELEASES: RefCell<Vec<(Rc<Runtime>, HeldPermit)>> = const { RefCell::new(Vec::new()) };
+    /// The request headers of the request being carried out, when Envoy no
+    /// longer shows them (it was decided after its body: see
+    /// `request::Snapshot`).
+    static REQUEST_HEADERS: RefCell<Option<Headers>> = const { RefCell::new(None) };
     /// When this VM last logged a failed limiter call.
     static FAILURE_LOG: RefCell<Throttle> = RefCell::new(Throttle::default());
 }
@@ -87,9 +98,35 @@ pub(super) fn release_later(runtime: Rc<Runtime>, permit: HeldPermit) -> bool {
     })
 }
 
+/// Leaves a global settlement of `runtime` for the next tick to send;
+/// returns whether none waited before.
+pub(super) fn charge_later(runtime: Rc<Runtime>, settlement: GlobalSettlement) -> bool {
+    CHARGES.with(|c| {
+        let mut c = c.borrow_mut();
+        c.push((runtime, settlement));
+        c.len() == 1
+    })
+}
+
+/// Takes the global settlements waiting to be sent.
+pub(super) fn take_charges() -> Vec<(Rc<Runtime>, GlobalSettlement)> {
+    CHARGES.with(|c| std::mem::take(&mut *c.borrow_mut()))
+}
+
 /// Takes the global permits waiting to be given back.
 pub(super) fn take_releases() -> Vec<(Rc<Runtime>, HeldPermit)> {
     RELEASES.with(|r| std::mem::take(&mut *r.borrow_mut()))
+}
+
+/// Sets the request headers shown in place of Envoy's; returns the ones
+/// set before.
+pub(super) fn set_request_headers(headers: Option<Headers>) -> Option<Headers> {
+    REQUEST_HEADERS.with(|h| h.replace(headers))
+}
+
+/// The request headers shown in place of Envoy's, if any.
+pub(super) fn request_headers() -> Option<Headers> {
+    REQUEST_HEADERS.with(|h| h.borrow().clone())
 }
 
 /// Runs `f` on this VM's coalescing groups.

@@ -5,6 +5,7 @@
 //! does not count it.
 
 use crate::client_ip::{self, ClientIpPolicy};
+use crate::cost::extract::{FieldPath, Found, JsonScanner};
 use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::net::IpAddr;
@@ -20,6 +21,11 @@ pub trait RequestView {
     fn header(&self, name: &str) -> Option<String>;
     /// The downstream peer address as Envoy reports it (`1.2.3.4:5678`, `[::1]:5678`).
     fn source_address(&self) -> Option<String>;
+    /// The request's body, when the filter waited for it (a rule estimates
+    /// a response cost from it); `None` otherwise.
+    fn body(&self) -> Option<Vec<u8>> {
+        None
+    }
 }
 
 /// One part of a rule's key.
@@ -83,6 +89,7 @@ pub struct Request<'a, V: RequestView> {
     path: OnceCell<Option<String>>,
     method: OnceCell<Option<String>>,
     client_ip: OnceCell<Option<IpAddr>>,
+    body: OnceCell<Option<Vec<u8>>>,
 }
 
 impl<'a, V: RequestView> Request<'a, V> {
@@ -95,6 +102,19 @@ impl<'a, V: RequestView> Request<'a, V> {
             path: OnceCell::new(),
             method: OnceCell::new(),
             client_ip: OnceCell::new(),
+            body: OnceCell::new(),
+        }
+    }
+
+    /// The non-negative integer at `path` of the request's JSON body (read
+    /// once); `None` when there is no body, or no such integer there.
+    pub fn body_field(&self, path: &FieldPath) -> Option<u64> {
+        let body = self.body.get_or_init(|| self.view.body()).as_deref()?;
+        let mut scanner = JsonScanner::new(std::slice::from_ref(path));
+        scanner.feed(body);
+        match scanner.finish().first() {
+            Some(Found::Value(v)) => Some(*v),
+            _ => None,
         }
     }
 

@@ -38,11 +38,22 @@ pub enum RuleEvent {
     /// An elastic limit of the rule admitted the request beyond its quota,
     /// borrowing from its pool.
     Borrowed,
+    /// Units charged after responses said their requests cost more than
+    /// their estimates (a cost from the response).
+    CostCharged,
+    /// Units given back after responses said their requests cost less than
+    /// their estimates.
+    CostRefunded,
+    /// Responses that did not say what their request cost (the estimate
+    /// stands).
+    CostMissing,
+    /// Settlements that left a local limit of the rule in debt.
+    CostDebt,
 }
 
 impl RuleEvent {
     /// Every per-rule event, in the order of their metric ids.
-    pub const ALL: [RuleEvent; 8] = [
+    pub const ALL: [RuleEvent; 12] = [
         RuleEvent::Allowed,
         RuleEvent::Denied,
         RuleEvent::ShadowDenied,
@@ -51,6 +62,10 @@ impl RuleEvent {
         RuleEvent::Delayed,
         RuleEvent::DelayedMs,
         RuleEvent::Borrowed,
+        RuleEvent::CostCharged,
+        RuleEvent::CostRefunded,
+        RuleEvent::CostMissing,
+        RuleEvent::CostDebt,
     ];
 
     /// The metric name's last component.
@@ -64,6 +79,10 @@ impl RuleEvent {
             RuleEvent::Delayed => "delayed",
             RuleEvent::DelayedMs => "delayed_ms",
             RuleEvent::Borrowed => "borrowed",
+            RuleEvent::CostCharged => "cost_charged",
+            RuleEvent::CostRefunded => "cost_refunded",
+            RuleEvent::CostMissing => "cost_missing",
+            RuleEvent::CostDebt => "cost_debt",
         }
     }
 
@@ -149,6 +168,8 @@ pub const DELAY_HISTOGRAM: &str = "sluice.delay_ms";
 pub trait MetricSink {
     /// Counts `event` for the rule at index `rule`.
     fn rule(&self, rule: usize, event: RuleEvent);
+    /// Counts `n` of `event` (units) for the rule at index `rule`.
+    fn rule_n(&self, rule: usize, event: RuleEvent, n: u64);
     /// Counts a filter-wide `event`.
     fn global(&self, event: GlobalEvent);
     /// Counts a request held `delay` for the rule at index `rule`:

@@ -116,6 +116,7 @@ async fn suite<S: Store + Clone>(s: Subject<S>) {
     every_algorithm_admits_exactly_its_quota(&s).await;
     a_denied_check_consumes_nothing(&s).await;
     hits_weigh_requests(&s).await;
+    a_weight_of_zero_asks_and_takes_nothing(&s).await;
     per_limit_weights_are_decided_together(&s).await;
     delay_mode_admits_with_the_wait_until_max_delay(&s).await;
     delay_mode_is_refused_where_it_does_not_apply(&s).await;
@@ -231,6 +232,22 @@ async fn hits_weigh_requests<S: Store + Clone>(s: &Subject<S>) {
     let v = c.check(bucket, 11).await;
     assert_eq!(v["allowed"], json!(false));
     assert_eq!(v["limits"][0]["retry_after_ms"], json!(0));
+}
+
+/// A check of weight 0 is a query: admitted while one unit would pass,
+/// consuming nothing, for every algorithm.
+async fn a_weight_of_zero_asks_and_takes_nothing<S: Store + Clone>(s: &Subject<S>) {
+    for alg in Algorithm::ALL {
+        let c = s.client(&format!("zero-{}", alg.name()));
+        let limit = json!([{"key":"k","algorithm":alg.name(),"requests":2,"window_ms":60000}]);
+        for _ in 0..3 {
+            let v = c.check(limit.clone(), 0).await;
+            assert_eq!(v["allowed"], json!(true), "{alg:?}");
+            assert_eq!(v["limits"][0]["remaining"], json!(2), "{alg:?}");
+        }
+        assert_eq!(c.check(limit.clone(), 2).await["allowed"], json!(true));
+        assert_eq!(c.check(limit, 0).await["allowed"], json!(false), "{alg:?}");
+    }
 }
 
 /// Each limit weighs the request as its `hits` says (else the check's), all
@@ -350,7 +367,7 @@ async fn delay_mode_is_refused_where_it_does_not_apply<S: Store + Clone>(s: &Sub
         .starts_with("limits[0].max_delay_ms: must be between 0 and 31622400000"));
     let (status, v) = c
         .post(
-            json!([{"key":"k","algorithm":"gcra","requests":1,"window_ms":60000,"hits":0}]),
+            json!([{"key":"k","algorithm":"gcra","requests":1,"window_ms":60000,"hits":1_000_000_000_001u64}]),
             1,
         )
         .await;

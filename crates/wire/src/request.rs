@@ -16,7 +16,8 @@ pub struct CheckRequest<'a> {
     /// and `.`.
     #[serde(borrow)]
     pub domain: Cow<'a, str>,
-    /// Weight of the request, taken from every limit; defaults to 1.
+    /// Weight of the request, taken from every limit; defaults to 1. A
+    /// weight of 0 asks whether one unit would pass, consuming nothing.
     #[serde(default = "one")]
     pub hits: u64,
     /// The limits, decided together.

@@ -167,10 +167,10 @@ impl CheckRequest<'_> {
     /// Validates every field, naming the first bad one.
     pub fn validate(self) -> Result<ValidCheck, FieldError> {
         validate_domain(&self.domain).map_err(|m| FieldError::at("domain", m))?;
-        if self.hits == 0 || self.hits > MAX_COUNT {
+        if self.hits > MAX_COUNT || (self.hits == 0 && self.batch.is_some()) {
             return Err(FieldError::at(
                 "hits",
-                format!("must be between 1 and {MAX_COUNT}"),
+                format!("must be between 0 and {MAX_COUNT} (at least 1 with batch)"),
             ));
         }
         if let Some(n) = self.batch {
@@ -363,10 +363,12 @@ impl KeyedLimit {
     ) -> Result<Self, FieldError> {
         check_key(&spec.key)?;
         let hits = spec.hits.unwrap_or(check_hits);
-        if hits == 0 || hits > MAX_COUNT {
+        // A concurrency limit's weight is the permits it takes: at least 1.
+        let least = u64::from(spec.algorithm == CONCURRENCY);
+        if hits < least || hits > MAX_COUNT {
             return Err(FieldError::at(
                 "hits",
-                format!("must be between 1 and {MAX_COUNT}"),
+                format!("must be between {least} and {MAX_COUNT}"),
             ));
         }
         if spec.algorithm == CONCURRENCY {
@@ -552,15 +554,15 @@ mod tests {
         assert!(err(r#"{"domain":"a b","limits":[]}"#).starts_with("domain: "));
         assert_eq!(
             err(
-                r#"{"domain":"d","limits":[{"key":"k","algorithm":"gcra","requests":1,"window_ms":1,"hits":0}]}"#
+                r#"{"domain":"d","limits":[{"key":"k","algorithm":"gcra","requests":1,"window_ms":1,"hits":1000000000001}]}"#
             ),
-            format!("limits[0].hits: must be between 1 and {MAX_COUNT}")
+            format!("limits[0].hits: must be between 0 and {MAX_COUNT}")
         );
         assert_eq!(
             err(
                 r#"{"domain":"d","limits":[{"key":"k","algorithm":"gcra","requests":1,"window_ms":1},{"key":"k","algorithm":"gcra","requests":1,"window_ms":1,"hits":1000000000001}]}"#
             ),
-            format!("limits[1].hits: must be between 1 and {MAX_COUNT}")
+            format!("limits[1].hits: must be between 0 and {MAX_COUNT}")
         );
         assert_eq!(
             err(r#"{"domain":"d","limits":[{"key":"k","algorithm":"fixed_window","requests":1,"window_ms":1,"max_delay_ms":5}]}"#),

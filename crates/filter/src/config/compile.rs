@@ -5,20 +5,21 @@
 use super::checks::{
     field_path, in_range, limit_name, valid_name, validated, window, LimitSite, MAX_NAME_LEN,
 };
+use super::cost;
 use super::duration::parse_duration;
 use super::plan::{
-    Cost, DenyResponse, LimitKind, LimiterTarget, OverrideLimit, Plan, Rule, RuleLimit,
+    Cost, DenyResponse, Estimate, LimitKind, LimiterTarget, OverrideLimit, Plan, Rule, RuleLimit,
 };
 use super::raw::{
-    Mode, Protocol, RawConfig, RawCost, RawLimit, RawLimiter, RawMatch, RawOverride, RawResponse,
-    RawRule, Scope, ServiceHeaders, COST_EXPECTED,
+    Mode, Protocol, RawConfig, RawLimit, RawLimiter, RawMatch, RawOverride, RawResponse, RawRule,
+    Scope, ServiceHeaders,
 };
 use crate::client_ip::ClientIpPolicy;
 use crate::engine::{concurrency, elastic, global, local, service_held};
 use crate::key::KeyPart;
 use crate::layout;
 use crate::matcher::{HeaderCondition, HeaderTest, Matcher, PathMatch};
-use sluice_core::{FieldError, Limit, MAX_REQUESTS, MILLISECOND};
+use sluice_core::{FieldError, Limit, MILLISECOND};
 
 /// Largest `local_max_keys`.
 pub const MAX_LOCAL_KEYS: u64 = 10_000_000;
@@ -52,7 +53,11 @@ pub fn compile(raw: RawConfig) -> Result<Plan, FieldError> {
     let limiter = raw.limiter.map(compile_limiter).transpose()?;
     let protocol = limiter.as_ref().map_or(Protocol::Sluice, |l| l.protocol);
     let rules = compile_rules(&raw.domain, raw.rules, protocol, limiter.is_some())?;
+    let request_body = rules
+        .iter()
+        .any(|r| matches!(&r.cost, Cost::Response(c) if matches!(c.estimate, Estimate::Body(_))));
     Ok(Plan {
+        request_body,
         seed_key: layout::seed_key(&raw.domain),
         domain: raw.domain,
         headers: raw.headers,
@@ -275,9 +280,16 @@ fn compile_rule(
         MAX_QUEUED,
         &field_path(path, "max_queued"),
     )?;
-    let cost = compile_cost(&field_path(path, "cost"), &rule.cost)?;
-    if let Cost::Fixed(weight) = cost {
-        check_capacity(path, &rule.overrides, &limits, weight)?;
+    let cost = cost::compile(&field_path(path, "cost"), &rule.cost)?;
+    match &cost {
+        Cost::Fixed(weight) => check_capacity(path, &rule.overrides, &limits, *weight)?,
+        Cost::Response(response) => {
+            cost::check_limits(path, &limits)?;
+            if let Estimate::Fixed(weight) = response.estimate {
+                check_capacity(path, &rule.overrides, &limits, weight)?;
+            }
+        }
+        Cost::Header(_) => {}
     }
     Ok(Rule {
         name: rule.name.clone(),
@@ -329,27 +341,6 @@ fn add_overrides(
         add_override(domain, rule, &override_path, raw_override, limits)?;
     }
     Ok(())
-}
-
-/// Checks a rule's `cost`: an integer from 1 to the largest `requests`, or
-/// `header:NAME`.
-fn compile_cost(path: &str, raw: &RawCost) -> Result<Cost, FieldError> {
-    match raw {
-        RawCost::Fixed(n) if (1..=MAX_REQUESTS).contains(n) => Ok(Cost::Fixed(*n)),
-        RawCost::Fixed(n) => Err(FieldError::at(
-            path,
-            format!("must be between 1 and {MAX_REQUESTS}, got {n}"),
-        )),
-        RawCost::Text(text) => match text.split_once(':') {
-            Some(("header", name)) if !name.is_empty() => {
-                Ok(Cost::Header(name.to_ascii_lowercase()))
-            }
-            _ => Err(FieldError::at(
-                path,
-                format!("{COST_EXPECTED}, got {text:?}"),
-            )),
-        },
-    }
 }
 
 /// What a rate limit admits at most at once, in `check_capacity`'s message.

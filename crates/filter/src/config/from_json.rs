@@ -8,9 +8,9 @@
 use super::doc::{self, Kind};
 use super::raw::{
     default_local_max_keys, default_max_queued, default_timeout, FailureMode, HeadersMode, Mode,
-    OnExceed, Protocol, RawClientIp, RawConfig, RawCost, RawElastic, RawEntry, RawHeaderMatch,
-    RawLimit, RawLimiter, RawMatch, RawOverride, RawResponse, RawRule, RawSync, Scope,
-    ServiceHeaders, SyncMode, COST_EXPECTED,
+    OnExceed, Protocol, RawClientIp, RawConfig, RawCost, RawElastic, RawEntry, RawEstimate,
+    RawHeaderMatch, RawLimit, RawLimiter, RawMatch, RawOverride, RawResponse, RawResponseCost,
+    RawRule, RawSync, Scope, ServiceHeaders, SyncMode, COST_EXPECTED,
 };
 use super::reader::Node;
 use super::syntax_path::syntax_error_path;
@@ -207,10 +207,48 @@ fn raw_cost(n: &Node) -> Read<RawCost> {
     match n.kind() {
         Kind::Str(s) => Ok(RawCost::Text(s.to_string())),
         Kind::Unsigned(v) => Ok(RawCost::Fixed(*v)),
+        Kind::Object => raw_response_cost(n).map(RawCost::Response),
         Kind::Signed(_) | Kind::Float => {
             Err(n.error(format!("{COST_EXPECTED}, got {}", n.written())))
         }
         _ => Err(n.invalid_type_any(COST_EXPECTED)),
+    }
+}
+
+fn raw_response_cost(n: &Node) -> Read<RawResponseCost> {
+    let mut out = RawResponseCost::default();
+    let mut response = None;
+    let fields = &["estimate", "response"];
+    n.object(
+        "struct RawResponseCost",
+        fields,
+        &mut |k: &str, v: &Node| {
+            match k {
+                "estimate" => out.estimate = raw_estimate(v)?,
+                "response" => {
+                    response = Some(match v.kind() {
+                        Kind::Str(s) => vec![s.to_string()],
+                        _ => v.list(Node::string)?,
+                    })
+                }
+                _ => {}
+            }
+            Ok(())
+        },
+    )?;
+    out.response = n.required(response, "response")?;
+    Ok(out)
+}
+
+fn raw_estimate(n: &Node) -> Read<RawEstimate> {
+    const EXPECTED: &str = "an integer of at least 0, \"header:NAME\" or \"body:PATH\"";
+    match n.kind() {
+        Kind::Str(s) => Ok(RawEstimate::Text(s.to_string())),
+        Kind::Unsigned(v) => Ok(RawEstimate::Fixed(*v)),
+        Kind::Signed(_) | Kind::Float => {
+            Err(n.error(format!("must be {EXPECTED}, got {}", n.written())))
+        }
+        _ => Err(n.invalid_type_any(EXPECTED)),
     }
 }
 
@@ -448,19 +486,19 @@ mod tests {
             ),
             (
                 r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[],"cost":[ 1]}]}"#,
-                r#"rules[0].cost: invalid type: sequence, expected must be an integer of at least 1 or "header:NAME" at line 1 column 71"#,
+                r#"rules[0].cost: invalid type: sequence, expected must be an integer of at least 1, "header:NAME" or {"estimate", "response"} at line 1 column 71"#,
             ),
             (
                 r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[],"cost":{}}]}"#,
-                r#"rules[0].cost: invalid type: map, expected must be an integer of at least 1 or "header:NAME" at line 1 column 71"#,
+                r#"rules[0].cost: missing field `response` at line 1 column 71"#,
             ),
             (
                 r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[],"cost":1.5}]}"#,
-                r#"rules[0].cost: must be an integer of at least 1 or "header:NAME", got 1.5 at line 1 column 72"#,
+                r#"rules[0].cost: must be an integer of at least 1, "header:NAME" or {"estimate", "response"}, got 1.5 at line 1 column 72"#,
             ),
             (
                 r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[],"cost":-3}]}"#,
-                r#"rules[0].cost: must be an integer of at least 1 or "header:NAME", got -3 at line 1 column 71"#,
+                r#"rules[0].cost: must be an integer of at least 1, "header:NAME" or {"estimate", "response"}, got -3 at line 1 column 71"#,
             ),
             (
                 r#"{"domain":"d","client_ip":null}"#,

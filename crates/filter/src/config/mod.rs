@@ -3,6 +3,7 @@
 
 pub(crate) mod checks;
 mod compile;
+mod cost;
 mod doc;
 mod duration;
 mod from_json;
@@ -17,9 +18,9 @@ pub use checks::MAX_NAME_LEN;
 pub use compile::{compile, MAX_LOCAL_KEYS, MAX_QUEUED};
 pub use duration::parse_duration;
 pub use plan::{
-    ConcurrencyLimit, Cost, DenyResponse, Elastic, Entry, EntryValue, GlobalLimit, LeasePolicy,
-    LimitKind, LimiterTarget, LocalLimit, OverrideLimit, PermitPlace, Plan, Quota, Rule, RuleLimit,
-    ServiceHeld, Sync, SERVICE_HELD,
+    ConcurrencyLimit, Cost, CostSource, DenyResponse, Elastic, Entry, EntryValue, Estimate,
+    GlobalLimit, LeasePolicy, LimitKind, LimiterTarget, LocalLimit, OverrideLimit, PermitPlace,
+    Plan, Quota, ResponseCost, Rule, RuleLimit, ServiceHeld, Sync, MAX_COST_SOURCES, SERVICE_HELD,
 };
 pub use raw::{
     FailureMode, HeadersMode, Mode, OnExceed, Protocol, RawConfig, Scope, ServiceHeaders, SyncMode,

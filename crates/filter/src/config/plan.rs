@@ -3,6 +3,7 @@
 
 use crate::client_ip::ClientIpPolicy;
 use crate::config::raw::{FailureMode, HeadersMode, Protocol, ServiceHeaders};
+use crate::cost::extract::FieldPath;
 use crate::key::KeyPart;
 use crate::matcher::Matcher;
 use sluice_core::{Limit, Nanos, Permits};
@@ -26,6 +27,9 @@ pub struct Plan {
     pub rules: Vec<Rule>,
     /// Shared-data key holding the slot-hashing seed of this domain.
     pub seed_key: String,
+    /// Some rule estimates a response cost from the request's body: a
+    /// request with a body is decided once the body is in.
+    pub request_body: bool,
 }
 
 /// Where and how global limits are checked.
@@ -91,6 +95,49 @@ pub enum Cost {
     /// (lowercase name). Missing or malformed: weight 1, counted as
     /// `cost_invalid`. Zero: the rule does not count the request.
     Header(String),
+    /// Known from the response: the request is admitted for an estimate,
+    /// and the difference is charged or refunded once the response says
+    /// what it cost.
+    Response(ResponseCost),
+}
+
+/// A cost known from the response (an LLM's token count).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseCost {
+    /// What a request is admitted for.
+    pub estimate: Estimate,
+    /// Where the response says what the request cost: the sum of these
+    /// (1 to [`MAX_COST_SOURCES`]).
+    pub sources: Vec<CostSource>,
+}
+
+/// The most places one response cost is summed from.
+pub const MAX_COST_SOURCES: usize = 4;
+
+/// What a request with a response cost is admitted for. An estimate of 0
+/// admits while the limits are not spent (or in debt), taking nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Estimate {
+    /// Always this much (0 or more).
+    Fixed(u64),
+    /// The non-negative integer in this request header (lowercase name);
+    /// missing or malformed: 0, counted as `cost_invalid`.
+    Header(String),
+    /// The non-negative integer at this field of the request's JSON body;
+    /// missing or malformed: 0, counted as `cost_invalid`.
+    Body(FieldPath),
+}
+
+/// Where a response says what its request cost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CostSource {
+    /// A response header (lowercase name).
+    Header(String),
+    /// A response trailer (lowercase name).
+    Trailer(String),
+    /// A field of the JSON body, or of the last event of a
+    /// `text/event-stream` body that has it.
+    Body(FieldPath),
 }
 
 /// One limit of a rule.

@@ -243,7 +243,8 @@ pub(super) fn default_max_queued() -> u64 {
     1000
 }
 
-/// A rule's request weight as written: `5` or `"header:x-cost"`.
+/// A rule's request weight as written: `5`, `"header:x-cost"`, or an
+/// object for a cost known from the response.
 ///
 /// Read by hand so that a negative, fractional or otherwise wrong value gets
 /// a message saying what is expected.
@@ -253,6 +254,35 @@ pub enum RawCost {
     Fixed(u64),
     /// The text form, `header:NAME` (checked by `compile`).
     Text(String),
+    /// `{"estimate": ..., "response": ...}`: admitted for the estimate,
+    /// charged what the response says.
+    Response(RawResponseCost),
+}
+
+/// A cost known from the response, as written.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RawResponseCost {
+    /// What a request is admitted for: an integer (0 by default) or
+    /// `header:NAME` / `body:PATH` of the request.
+    pub estimate: RawEstimate,
+    /// Where the response says the cost (`header:NAME`, `trailer:NAME`,
+    /// `body:PATH`), one or several summed.
+    pub response: Vec<String>,
+}
+
+/// A response cost's estimate as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RawEstimate {
+    /// A fixed estimate, 0 or more.
+    Fixed(u64),
+    /// `header:NAME` or `body:PATH`.
+    Text(String),
+}
+
+impl Default for RawEstimate {
+    fn default() -> Self {
+        RawEstimate::Fixed(0)
+    }
 }
 
 impl Default for RawCost {
@@ -262,7 +292,8 @@ impl Default for RawCost {
 }
 
 /// What a `cost` must be, for error messages.
-pub const COST_EXPECTED: &str = "must be an integer of at least 1 or \"header:NAME\"";
+pub const COST_EXPECTED: &str =
+    "must be an integer of at least 1, \"header:NAME\" or {\"estimate\", \"response\"}";
 
 /// Whether a rule blocks requests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -545,7 +545,9 @@ fn cost_forms() {
         assert_eq!(e.path, "rules[0].cost", "{bad}: {e}");
     }
     assert!(
-        message("-3").contains(r#"must be an integer of at least 1 or "header:NAME", got -3"#),
+        message("-3").contains(
+            r#"must be an integer of at least 1, "header:NAME" or {"estimate", "response"}, got -3"#
+        ),
         "{}",
         message("-3")
     );

@@ -1,5 +1,6 @@
 //! What a request cost, as its response tells: [`extract`] reads the counts
 //! an upstream reports in its body (an LLM's `usage` tokens) while the body
-//! streams past.
+//! streams past (the request path reads with it in
+//! `crate::engine::cost_reader`).
 
 pub mod extract;

@@ -131,6 +131,20 @@ impl Batch {
         self.items.len()
     }
 
+    /// The wire form of the limits added since the batch held `mark`, each
+    /// with its weight in `hits`.
+    pub(super) fn limits_since(&self, mark: usize) -> Vec<LimitSpec<'static>> {
+        let hits = self.hits.unwrap_or(1);
+        self.limits
+            .iter()
+            .skip(mark)
+            .map(|l| LimitSpec {
+                hits: Some(l.hits.unwrap_or(hits)),
+                ..l.clone()
+            })
+            .collect()
+    }
+
     pub(super) fn is_empty(&self) -> bool {
         self.items.is_empty()
     }

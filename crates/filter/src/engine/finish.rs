@@ -47,9 +47,14 @@ where
             if !call.shadow && failed.is_none() {
                 failed = call.batch.items.first();
             }
+            uncounted(&mut tally, call.shadow, false);
             continue;
         }
         hold_permits(&mut tally, call);
+        note_taken(&mut tally, call);
+        if call.shadow && !call.answered().is_some_and(|a| a.allowed) {
+            uncounted(&mut tally, true, true);
+        }
         for (item, decision) in decisions(call, held) {
             if decision.allowed {
                 if !call.shadow {
@@ -86,6 +91,36 @@ where
         Some(_) if can_borrow => borrow_call(plan, calls, tally),
         Some(report) => tally.deny(report, &env),
         None => tally.admit(metrics),
+    }
+}
+
+/// Notes that the limiter did not count the estimates of the rules whose
+/// global limits were in the enforcing (or the shadow) call: it failed (so
+/// the whole cost is charged later), or, `forget`, a shadow call denied
+/// (shadow rules only observe: nothing is charged later).
+fn uncounted(tally: &mut Tally, shadow: bool, forget: bool) {
+    for owed in tally.owed.iter_mut().filter(|o| o.shadow == shadow) {
+        if forget {
+            owed.global.clear();
+        } else {
+            owed.global_counted = false;
+        }
+    }
+}
+
+/// Notes the global rate limits the answered enforcing `call` consumed,
+/// when it admitted: what a request held in delay mode gives back if its
+/// client leaves. Limits that share calls or leases are left out (the
+/// units they spend are not this request's alone).
+fn note_taken(tally: &mut Tally, call: &Call) {
+    if call.shadow || !call.answered().is_some_and(|a| a.allowed) {
+        return;
+    }
+    let specs = call.batch.limits_since(0);
+    for (item, spec) in call.batch.items.iter().zip(specs) {
+        if matches!(item.via, Via::Alone | Via::Elastic(_)) {
+            tally.taken.push(spec);
+        }
     }
 }
 

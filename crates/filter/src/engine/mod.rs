@@ -34,6 +34,7 @@
 mod call;
 pub(crate) mod coalesced;
 pub mod concurrency;
+pub mod cost_reader;
 mod deny_cache;
 pub(crate) mod elastic;
 mod finish;
@@ -42,6 +43,7 @@ pub(crate) mod leased;
 pub(crate) mod local;
 mod pending;
 pub(crate) mod service_held;
+pub mod settle;
 mod tally;
 mod verdict;
 mod walk;

@@ -3,6 +3,7 @@
 //! refund of every kind of consumption is here, once.
 
 use super::concurrency::{self, Held};
+use super::settle::Owed;
 use super::verdict::{Admitted, Delayed, Denied, Verdict};
 use crate::config::{HeadersMode, LeasePolicy, LimitKind, LocalLimit, Plan, RuleLimit, Sync};
 use crate::headers::{more_restrictive, Reported};
@@ -11,6 +12,7 @@ use crate::lease;
 use crate::local::{self, SharedStore};
 use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
 use sluice_core::{Decision, Holder, Limit, Nanos, SECOND};
+use sluice_wire::LimitSpec;
 
 /// The plan, shared data and metrics a request is decided with.
 pub(super) struct Env<'a, S: ?Sized, M: ?Sized> {
@@ -65,6 +67,11 @@ pub(super) struct Tally {
     /// The permits taken: one local entry per [`Target::Permit`] consumed,
     /// in the same order; global ones once the limiter granted them.
     pub(super) held: Held,
+    /// What rules with a response cost settle once the response says it.
+    pub(super) owed: Vec<Owed>,
+    /// The global rate limits the limiter counted the request in, each
+    /// with its weight in `hits` (see `finish`).
+    pub(super) taken: Vec<LimitSpec<'static>>,
 }
 
 /// Something this request consumed, to refund if the request is denied.
@@ -143,6 +150,8 @@ impl Tally {
             shadow_denied: Vec::new(),
             consumed: Vec::new(),
             held: Held::default(),
+            owed: Vec::new(),
+            taken: Vec::new(),
         }
     }
 
@@ -261,6 +270,7 @@ impl Tally {
             applied: self.applied,
             shadow_denied: self.shadow_denied,
             held: self.held,
+            owed: self.owed,
         })
     }
 

@@ -3,12 +3,14 @@
 
 use super::concurrency::Held;
 use super::pending::PendingCheck;
+use super::settle::Owed;
 use super::tally::{Env, Tally};
 use crate::config::Plan;
 use crate::headers::Reported;
 use crate::local::SharedStore;
 use crate::metrics::MetricSink;
 use sluice_core::{Decision, Denial, Nanos};
+use sluice_wire::LimitSpec;
 
 /// What to do with a request.
 #[derive(Debug)]
@@ -36,6 +38,8 @@ pub struct Admitted {
     /// The permits of concurrency limits the request holds until its
     /// stream ends.
     pub held: Held,
+    /// What rules with a response cost settle once the response says it.
+    pub owed: Vec<Owed>,
 }
 
 /// A denied request.
@@ -87,7 +91,14 @@ impl Delayed {
             applied: self.tally.applied.clone(),
             shadow_denied: self.tally.shadow_denied.clone(),
             held: Held::default(),
+            owed: Vec::new(),
         }
+    }
+
+    /// What the request owes once its response says what it cost, taken
+    /// out once the host holds it (as [`take_held`](Self::take_held)).
+    pub fn take_owed(&mut self) -> Vec<Owed> {
+        std::mem::take(&mut self.tally.owed)
     }
 
     /// The permits the request holds, taken out once the host holds it:
@@ -125,13 +136,21 @@ impl Delayed {
 
     /// Gives back at `now` what the request consumed locally, as admitted at
     /// the time it would have conformed: its client left while it waited.
-    /// Global limits keep the consumption (the limiter has no refund).
-    pub fn give_back<S, M>(mut self, plan: &Plan, store: &S, metrics: &M, now: Nanos)
+    /// Returns the global rate limits the limiter counted it in (each with
+    /// its weight in `hits`), for the host to refund.
+    pub fn give_back<S, M>(
+        mut self,
+        plan: &Plan,
+        store: &S,
+        metrics: &M,
+        now: Nanos,
+    ) -> Vec<LimitSpec<'static>>
     where
         S: SharedStore + ?Sized,
         M: MetricSink + ?Sized,
     {
         let env = Env::new(plan, store, metrics);
         self.tally.refund_at(0, &env, now);
+        std::mem::take(&mut self.tally.taken)
     }
 }

@@ -5,7 +5,7 @@ use super::call::Batch;
 use super::pending::PendingCheck;
 use super::tally::{Env, Tally};
 use super::verdict::Verdict;
-use crate::config::{Cost, LimitKind, Plan, Rule};
+use crate::config::{Cost, Estimate, LimitKind, Plan, Rule};
 use crate::headers::Reported;
 use crate::key::{Request, RequestView};
 use crate::local::SharedStore;
@@ -57,12 +57,14 @@ where
             metrics.rule(index, RuleEvent::Skipped);
             continue;
         }
+        let owes = matches!(rule.cost, Cost::Response(_));
         let weight = match weight(&rule.cost, &request) {
-            Ok(0) => continue,
+            // A response cost is settled later, whatever its estimate.
+            Ok(0) if !owes => continue,
             Ok(weight) => weight,
             Err(Malformed) => {
                 metrics.rule(index, RuleEvent::CostInvalid);
-                1
+                u64::from(!owes)
             }
         };
         walk.tally.now = *clock_read.get_or_insert_with(&clock);
@@ -94,6 +96,11 @@ fn weight<'a, V: RequestView>(cost: &'a Cost, request: &Request<'a, V>) -> Resul
     let name = match cost {
         Cost::Fixed(weight) => return Ok(*weight),
         Cost::Header(name) => name,
+        Cost::Response(response) => match &response.estimate {
+            Estimate::Fixed(estimate) => return Ok(*estimate),
+            Estimate::Header(name) => name,
+            Estimate::Body(path) => return request.body_field(path).ok_or(Malformed),
+        },
     };
     let value = request.header(name).ok_or(Malformed)?;
     let digits = value.trim_matches(|c: char| c == ' ' || c == '\t');
@@ -159,8 +166,16 @@ where
     fn rule(&mut self, applied: &Applied<'a, '_>) -> Result<(), Reported> {
         let consumed_mark = self.tally.consumed.len();
         let shadow_mark = self.shadow.len();
+        let global_mark = self.batch_of(applied).len();
         let Err(report) = self.limits(applied) else {
             self.tally.admitted.push(applied.index);
+            if matches!(applied.rule.cost, Cost::Response(_)) {
+                let global = self.batch_of(applied).limits_since(global_mark);
+                let (plan, shadow) = (self.env.plan, applied.rule.shadow);
+                let (rule, estimate) = (applied.index, applied.weight);
+                self.tally
+                    .owe(plan, rule, estimate, consumed_mark, global, shadow);
+            }
             return Ok(());
         };
         if !applied.rule.shadow {

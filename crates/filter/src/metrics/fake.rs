@@ -39,6 +39,12 @@ impl MetricSink for RecordingSink {
         self.rules.borrow_mut().push((rule, event));
     }
 
+    fn rule_n(&self, rule: usize, event: RuleEvent, n: u64) {
+        for _ in 0..n.min(1000) {
+            self.rules.borrow_mut().push((rule, event));
+        }
+    }
+
     fn global(&self, event: GlobalEvent) {
         self.globals.borrow_mut().push(event);
     }

@@ -820,7 +820,8 @@ local function decide_in(p, st, now, cost, commit)
     d.allowed, d.retry, d.denial, d.delay = false, 0, 2, 0
     return d, new
   end
-  return decide(p, st, now, probe, commit)
+  -- A weight of 0 asks whether one unit would pass, taking nothing.
+  return decide(p, st, now, probe, commit and cost > 0)
 end
 
 -- `times` requests of weight `cost` at one instant decide as one request

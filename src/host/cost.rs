@@ -1,0 +1,98 @@
+//! Costs known from the response on the host side: the response's headers,
+//! body chunks and trailers handed to the request's [`CostReader`], the
+//! settlement when the stream ends (local limits at once), and the global
+//! settlements sent from the root context's next tick in one
+//! `POST /v1/charge` per configuration (the stream's own context is ending
+//! and could not take the call's answer).
+
+use super::clock::{now, HOLD_TICK};
+use super::limiter::dispatch_charge;
+use super::runtime::Runtime;
+use super::shared_data::HostStore;
+use super::state;
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::{BufferType, MapType};
+use sluice_core::Nanos;
+use sluice_filter::engine::cost_reader::{CostReader, GlobalSettlement};
+use sluice_filter::engine::settle::Adjustment;
+use sluice_filter::metrics::{GlobalEvent, MetricSink};
+use sluice_wire::LimitSpec;
+use std::rc::Rc;
+
+/// Reads the response headers.
+pub(super) fn read_headers(runtime: &Runtime, reader: &mut CostReader) {
+    reader.on_headers(&runtime.plan, |name| {
+        hostcalls::get_map_value(MapType::HttpResponseHeaders, name)
+            .ok()
+            .flatten()
+    });
+}
+
+/// Reads the chunk of the response body the host holds now.
+pub(super) fn read_body(reader: &mut CostReader, size: usize) {
+    if let Ok(Some(chunk)) = hostcalls::get_buffer(BufferType::HttpResponseBody, 0, size) {
+        reader.on_body(&chunk);
+    }
+}
+
+/// Reads the response trailers.
+pub(super) fn read_trailers(runtime: &Runtime, reader: &mut CostReader) {
+    reader.on_trailers(&runtime.plan, |name| {
+        hostcalls::get_map_value(MapType::HttpResponseTrailers, name)
+            .ok()
+            .flatten()
+    });
+}
+
+/// Settles what a request of `runtime` owes, its stream having ended.
+pub(super) fn settle(runtime: &Rc<Runtime>, reader: CostReader) {
+    let global = reader.settle(&HostStore, &runtime.metrics, now());
+    for settlement in global {
+        if state::charge_later(Rc::clone(runtime), settlement) {
+            // The root sends them at its next tick.
+            let _ = hostcalls::set_tick_period(HOLD_TICK);
+        }
+    }
+}
+
+/// Gives back the global rate limits `taken` (each with its weight in
+/// `hits`) a request of `runtime` was counted in as of `admitted_at`: its
+/// client left while it was held.
+pub(super) fn refund(runtime: &Rc<Runtime>, taken: Vec<LimitSpec<'static>>, admitted_at: Nanos) {
+    for spec in taken {
+        let units = spec.hits.unwrap_or(1);
+        let settlement = GlobalSettlement {
+            limits: vec![spec],
+            adjustment: Adjustment::Refund(units),
+            admitted_at,
+        };
+        if state::charge_later(Rc::clone(runtime), settlement) {
+            let _ = hostcalls::set_tick_period(HOLD_TICK);
+        }
+    }
+}
+
+/// Sends, from the root context ticking now, the global settlements made
+/// since the last tick: one call per configuration.
+pub(super) fn send_charges() {
+    let mut waiting = state::take_charges();
+    while let Some((runtime, first)) = waiting.pop() {
+        let (group, rest): (Vec<_>, Vec<_>) = waiting
+            .into_iter()
+            .partition(|(r, _)| Rc::ptr_eq(r, &runtime));
+        waiting = rest;
+        let settlements: Vec<GlobalSettlement> = std::iter::once(first)
+            .chain(group.into_iter().map(|(_, s)| s))
+            .collect();
+        let now = now();
+        for body in sluice_filter::engine::cost_reader::charge_bodies(
+            &runtime.plan.domain,
+            &settlements,
+            now,
+        ) {
+            if dispatch_charge(&runtime, &body).is_none() {
+                runtime.metrics.global(GlobalEvent::LimiterUnreachable);
+            }
+        }
+    }
+}

@@ -1,0 +1,120 @@
+"""A fake LLM upstream for the response-cost tests: an OpenAI-compatible
+chat completions endpoint that reports the tokens a request used in its
+response's `usage`, as a JSON body or as the last event of a
+`text/event-stream` body.
+
+Each request says what it gets, in headers:
+- `x-prompt-tokens`, `x-completion-tokens`: the usage reported (default 10 and 20);
+- `x-stream: 1`: an event stream (`x-chunks` content events, default 3, each
+  `x-chunk-ms` apart, default 0), then the usage event, then `[DONE]`;
+- `x-abort-after: K`: the stream is cut (the connection closed) after K events;
+- `x-no-usage: 1`: no usage anywhere.
+A JSON answer also reports the total in its `x-usage-total` header.
+The upstream sums the usage it reported per `x-user` (`reported[user]`), only
+for responses it sent whole.
+"""
+
+import http.server
+import json
+import threading
+import time
+
+
+class LlmUpstream:
+    def __init__(self):
+        outer = self
+        self.reported: dict[str, int] = {}
+        self.requests = 0
+        self._lock = threading.Lock()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):  # noqa: N802 - http.server's name
+                length = int(self.headers.get("content-length", "0") or 0)
+                if length:
+                    self.rfile.read(length)
+                outer._serve(self)
+
+            do_GET = do_POST  # noqa: N815
+
+            def log_message(self, *args):
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._server.request_queue_size = 256
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def _serve(self, h):
+        with self._lock:
+            self.requests += 1
+        prompt = int(h.headers.get("x-prompt-tokens", "10"))
+        completion = int(h.headers.get("x-completion-tokens", "20"))
+        usage = None if h.headers.get("x-no-usage") else {
+            "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        user = h.headers.get("x-user", "")
+        if h.headers.get("x-stream") == "1":
+            whole = self._stream(h, usage)
+        else:
+            body = json.dumps({"id": "chatcmpl-1", "object": "chat.completion",
+                               "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}],
+                               "usage": usage}).encode()
+            h.send_response(200)
+            h.send_header("content-type", "application/json")
+            h.send_header("content-length", str(len(body)))
+            if usage:
+                h.send_header("x-usage-total", str(usage["total_tokens"]))
+            h.end_headers()
+            h.wfile.write(body)
+            whole = True
+        if whole and usage:
+            with self._lock:
+                self.reported[user] = self.reported.get(user, 0) + usage["total_tokens"]
+
+    def _stream(self, h, usage) -> bool:
+        chunks = int(h.headers.get("x-chunks", "3"))
+        pause = int(h.headers.get("x-chunk-ms", "0")) / 1000
+        abort_after = int(h.headers.get("x-abort-after", "-1"))
+        h.send_response(200)
+        h.send_header("content-type", "text/event-stream")
+        h.send_header("transfer-encoding", "chunked")
+        h.end_headers()
+        events = [{"id": "c", "choices": [{"delta": {"content": f"w{i}"}}], "usage": None} for i in range(chunks)]
+        events.append({"id": "c", "choices": [], "usage": usage})
+        for i, event in enumerate(events):
+            if i == abort_after:
+                h.wfile.flush()
+                h.close_connection = True
+                h.connection.shutdown(2)
+                return False
+            data = f"data: {json.dumps(event)}\n\n".encode()
+            h.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            h.wfile.flush()
+            if pause:
+                time.sleep(pause)
+        done = b"data: [DONE]\n\n"
+        h.wfile.write(f"{len(done):x}\r\n".encode() + done + b"\r\n0\r\n\r\n")
+        h.wfile.flush()
+        return True
+
+    def cluster(self, name: str = "llm") -> dict:
+        """The Envoy cluster of this upstream."""
+        return {"name": name, "type": "STATIC", "connect_timeout": "1s",
+                "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [
+                    {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1",
+                                                                 "port_value": self.port}}}}]}]}}
+
+    @staticmethod
+    def route_config(cluster: str = "llm", timeout: str = "15s") -> dict:
+        """Routes every request to `cluster` (for `start_envoy(hcm_extra=...)`)."""
+        return {"route_config": {"name": "llm", "virtual_hosts": [{
+            "name": "all", "domains": ["*"],
+            "routes": [{"match": {"prefix": "/"}, "route": {"cluster": cluster, "timeout": timeout}}]}]}}
+
+    def stop(self):
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(10)

@@ -1,0 +1,172 @@
+"""Costs known from the response (LLM tokens) in a real Envoy: admitted for an
+estimate, charged what the upstream's `usage` says, JSON or event stream,
+local and global; debt, recovery, missing usage and cut streams."""
+
+import json
+import threading
+import time
+
+import pytest
+
+from support import limiter_cluster, request, run_all, sluice_config, start_envoy, wait_until, wasm_filter
+from support.llm_upstream import LlmUpstream
+
+TOTAL = "body:usage.total_tokens"
+
+
+def token_rule(limit: dict, estimate=0, response=TOTAL, **extra) -> list[dict]:
+    return [{"name": "tokens", "key": ["header:x-user"], "cost": {"estimate": estimate, "response": response},
+             "limits": [limit], **extra}]
+
+
+def per_hour(tokens: int, algorithm: str = "fixed_window", **more) -> dict:
+    return {"algorithm": algorithm, "requests": tokens, "window": "1h", **more}
+
+
+@pytest.fixture
+def llm():
+    up = LlmUpstream()
+    yield up
+    up.stop()
+
+
+@pytest.fixture
+def proxy(tmp_path, llm):
+    started = []
+
+    def start(config: dict, clusters=(), **kwargs):
+        e = start_envoy(tmp_path, [wasm_filter(config)], clusters=[llm.cluster(), *clusters],
+                        hcm_extra=LlmUpstream.route_config(), **kwargs)
+        started.append(e)
+        return e
+
+    yield start
+    for e in started:
+        e.stop()
+
+
+def ask(port, user="a", stream=False, **headers):
+    h = {"x-user": user, **({"x-stream": "1"} if stream else {}), **{k.replace("_", "-"): str(v) for k, v in headers.items()}}
+    return request(port, "/v1/chat/completions", method="POST", headers=h, body=b"{}")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "event-stream"])
+def test_admitted_while_not_in_debt_then_denied_until_paid(proxy, stream):
+    # 100 tokens an hour; each request costs 30 (10 + 20), estimated 0.
+    e = proxy(sluice_config(token_rule(per_hour(100))))
+    statuses = [ask(e.port, stream=stream).status for _ in range(6)]
+    # 0, 30, 60, 90 are below 100: four pass, the fourth into debt (120).
+    assert statuses == [200, 200, 200, 200, 429, 429]
+    wait_until(lambda: e.sluice_stat("sluice.tokens.cost_charged") == 120, what="120 tokens charged")
+    denied = ask(e.port, stream=stream)
+    assert denied.header("x-ratelimit-remaining") == "0"
+    assert int(denied.header("retry-after")) > 0
+
+
+def test_a_bucket_in_debt_recovers_when_it_says(proxy):
+    # 10 tokens a second, bucket of 10: one request of 30 leaves 20 of debt.
+    e = proxy(sluice_config(token_rule({"algorithm": "token_bucket", "requests": 10, "window": "1s"})))
+    assert ask(e.port).status == 200
+    wait_until(lambda: e.sluice_stat("sluice.tokens.cost_charged") == 30, what="charged")
+    denied = ask(e.port)
+    assert denied.status == 429
+    # In debt by 20 at 10/s: one more token is there after ~2.1 s.
+    retry = int(denied.header("retry-after"))
+    assert 2 <= retry <= 3, retry
+    started = time.monotonic()
+    wait_until(lambda: ask(e.port, x_completion_tokens=0, x_prompt_tokens=0).status == 200,
+               timeout=5, interval=0.05, what="recovered")
+    assert time.monotonic() - started <= retry + 0.5
+
+
+def test_an_estimate_reserves_and_the_rest_is_refunded(proxy):
+    # Estimated 40 from the request header, costs 30: 10 back each time.
+    e = proxy(sluice_config(token_rule(per_hour(400), estimate="header:x-max-tokens")))
+    counts: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def one_connection():
+        for _ in range(6):
+            status = ask(e.port, x_max_tokens=40).status
+            with lock:
+                counts[status] = counts.get(status, 0) + 1
+
+    run_all([one_connection for _ in range(32)])
+    assert set(counts) <= {200, 429}
+    # Reserving 40 for each admitted request, 400 admit at least 10, and the
+    # 30 each really costs never passes 400 (13 * 30 = 390).
+    assert 10 <= counts[200] <= 13, counts
+    wait_until(lambda: e.sluice_stat("sluice.tokens.cost_refunded") == 10 * counts[200], what="refunds")
+    assert e.sluice_stat("sluice.tokens.cost_missing") == 0
+
+
+def test_an_estimate_from_the_request_body(proxy, llm):
+    e = proxy(sluice_config(token_rule(per_hour(100), estimate="body:max_tokens")))
+    # max_tokens 90: the first takes 90 and is refunded 60; the second fits (30 + 90 > 100: no).
+    body = json.dumps({"model": "m", "max_tokens": 90, "messages": []}).encode()
+    first = request(e.port, "/v1/chat/completions", method="POST", headers={"x-user": "a"}, body=body)
+    assert first.status == 200
+    wait_until(lambda: e.sluice_stat("sluice.tokens.cost_refunded") == 60, what="refund")
+    second = request(e.port, "/v1/chat/completions", method="POST", headers={"x-user": "a"}, body=body)
+    assert second.status == 429  # 30 used, 90 more would pass 100
+    small = json.dumps({"max_tokens": 50}).encode()
+    assert request(e.port, "/v1/chat/completions", method="POST", headers={"x-user": "a"}, body=small).status == 200
+
+
+def test_usage_from_a_header_and_summed_fields(proxy):
+    e = proxy(sluice_config(token_rule(per_hour(1000), response="header:x-usage-total")
+                            + [{"name": "sum", "key": ["header:x-user"],
+                                "cost": {"response": ["body:usage.prompt_tokens", "body:usage.completion_tokens"]},
+                                "limits": [per_hour(1000)]}]))
+    assert ask(e.port, x_prompt_tokens=7, x_completion_tokens=5).status == 200
+    wait_until(lambda: e.sluice_stat("sluice.tokens.cost_charged") == 12, what="header charged")
+    wait_until(lambda: e.sluice_stat("sluice.sum.cost_charged") == 12, what="sum charged")
+
+
+def test_a_response_without_usage_keeps_the_estimate(proxy):
+    e = proxy(sluice_config(token_rule(per_hour(100), estimate=25)))
+    assert ask(e.port, x_no_usage=1).status == 200
+    wait_until(lambda: e.sluice_stat("sluice.tokens.cost_missing") == 1, what="missing counted")
+    r = ask(e.port, x_prompt_tokens=0, x_completion_tokens=0)
+    assert r.header("x-ratelimit-remaining") == "50"  # 25 kept, 25 estimated now
+
+
+def test_a_cut_stream_settles_to_what_is_known(proxy):
+    e = proxy(sluice_config(token_rule(per_hour(100), estimate=25)))
+    with pytest.raises(Exception):
+        ask(e.port, stream=True, x_abort_after=1, x_chunk_ms=20)
+    wait_until(lambda: e.sluice_stat("sluice.tokens.cost_missing") == 1, what="missing counted")
+    assert e.sluice_stat("sluice.tokens.cost_charged") == 0
+
+
+# ------------------------------------------------------------------ global
+
+
+def test_global_tokens_held_across_two_envoys(tmp_path, processes, llm):
+    redis = processes.redis()
+    limiters = [processes.limiter(store=redis.url, extra_args=["--store-timeout-ms", "5000"]) for _ in range(2)]
+    clusters = [llm.cluster(), limiter_cluster("sluice_limiter", [lim.port for lim in limiters])]
+    config = sluice_config(token_rule(per_hour(400, scope="global"), estimate="header:x-max-tokens"),
+                           limiter={"cluster": "sluice_limiter", "authority": "sluice-limiter", "timeout": "5s",
+                                    "failure_mode": "deny"})
+    envoys = [start_envoy(tmp_path, [wasm_filter(config)], clusters=clusters, name=f"envoy-{n}",
+                          hcm_extra=LlmUpstream.route_config()) for n in "ab"]
+    try:
+        counts: dict[int, int] = {}
+        lock = threading.Lock()
+
+        def one_connection(i):
+            for _ in range(6):
+                status = ask(envoys[i % 2].port, x_max_tokens=40, stream=bool(i % 3 == 0)).status
+                with lock:
+                    counts[status] = counts.get(status, 0) + 1
+
+        run_all([lambda i=i: one_connection(i) for i in range(32)])
+        assert set(counts) <= {200, 429}
+        assert 10 <= counts[200] <= 13, counts
+        assert llm.reported["a"] == 30 * counts[200] <= 400
+        for e in envoys:
+            assert e.sluice_stat("sluice.limiter_failed_status") == 0
+    finally:
+        for e in envoys:
+            e.stop()
