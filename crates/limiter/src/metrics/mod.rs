@@ -150,10 +150,10 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Registers every metric, in the order of the exposition.
-    fn register(&mut self) {
-        let r = &mut self.registry;
-        let plain: [(&str, &str, &Counter); 13] = [
+    /// The counters without labels: name (after `sluice_limiter_`), help,
+    /// counter.
+    fn plain_counters(&self) -> [(&'static str, &'static str, &Counter); 13] {
+        [
             ("checks", "Calls to /v1/check", &self.checks),
             (
                 "store_errors",
@@ -207,10 +207,18 @@ impl Metrics {
                 "Units refunded after the response (POST /v1/charge refund), as sent",
                 &self.refunded_units,
             ),
-        ];
+        ]
+    }
+
+    /// Registers every metric, in the order of the exposition.
+    fn register(&mut self) {
+        let plain = self
+            .plain_counters()
+            .map(|(name, help, c)| (name, help, c.clone()));
+        let r = &mut self.registry;
         let p = |name: &str| format!("sluice_limiter_{name}");
         for (name, help, counter) in plain {
-            r.register(p(name), help, counter.clone());
+            r.register(p(name), help, counter);
         }
         r.register(
             p("decisions"),
