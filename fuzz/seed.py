@@ -262,6 +262,33 @@ def yamls():
     return len(set(texts))
 
 
+# ---------------------------------------------------------------- cost_extract
+
+def cost_extracts():
+    """OpenAI-style bodies: a completion, and its stream with usage last.
+    The first byte: bit 0 an event stream, bit 1 the second path set."""
+    usage = {"prompt_tokens": 12, "completion_tokens": 30, "total_tokens": 42}
+    body = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1741570283,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi \"usage\""},
+                         "finish_reason": "stop"}], "usage": usage}
+    chunk = {"id": "c1", "object": "chat.completion.chunk",
+             "choices": [{"index": 0, "delta": {"content": "Hi"}}], "usage": None}
+    last = {"id": "c1", "object": "chat.completion.chunk", "choices": [], "usage": usage}
+    stream = "".join(f"data: {json.dumps(e)}\n\n" for e in (chunk, chunk, last)) + "data: [DONE]\n\n"
+    seeds = [
+        b"\x00" + json.dumps(body).encode(),
+        b"\x00" + json.dumps(body, indent=2).encode(),
+        b"\x02" + json.dumps({"a": {"b": 7, "b": {"c": {"d": {"e": {"f": {"g": {"h": 8}}}}}}}}).encode(),
+        b"\x01" + stream.encode(),
+        b"\x01" + (": ping\r\n\r\nevent: m\r\nid: 1\r\ndata: {\"usage\":\r\ndata: {\"total_tokens\": 5}}\r\n\r\n"
+                   "data: [DONE]\r\n\r\n").encode(),
+        b"\x03" + b"data: {\"a\":{\"b\":1}}\rdata: {\"a\":null}\r\r",
+    ]
+    for s in seeds:
+        write("cost_extract", s)
+    return len(seeds)
+
+
 if __name__ == "__main__":
     counts = {
         "config": configs(),
@@ -271,5 +298,6 @@ if __name__ == "__main__":
         "rls_answer": rls_answers(),
         "rls_request": rls_requests(),
         "rls_yaml": yamls(),
+        "cost_extract": cost_extracts(),
     }
     print(" ".join(f"{k}={v}" for k, v in counts.items()))

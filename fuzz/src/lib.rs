@@ -5,6 +5,7 @@
 
 use std::sync::OnceLock;
 
+pub mod cost_extract;
 pub mod key;
 pub mod rls_request;
 
@@ -18,6 +19,7 @@ pub const TARGETS: &[&str] = &[
     "rls_answer",
     "rls_yaml",
     "rls_request",
+    "cost_extract",
 ];
 
 /// The filter's configuration JSON → plan: a plan with a domain and
@@ -227,6 +229,7 @@ pub fn run(name: &str, data: &[u8]) -> bool {
         "rls_answer" => rls_answer(data),
         "rls_yaml" => rls_yaml(data),
         "rls_request" => rls_request::rls_request(data),
+        "cost_extract" => cost_extract::cost_extract(data),
         _ => return false,
     }
     true

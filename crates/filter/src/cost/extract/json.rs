@@ -174,7 +174,7 @@ impl JsonScanner {
     /// What was found at each path (in the order given to [`new`](Self::new))
     /// in what was fed so far.
     pub fn finish(&self) -> Findings {
-        Findings::new(&self.found[..self.paths.len()])
+        Findings::new(self.found.get(..self.paths.len()).unwrap_or_default())
     }
 
     /// Whether what was fed is one whole JSON value (with whitespace around
