@@ -33,6 +33,12 @@ MANY_KEYS = 10_000
 # to the few hundred entries a busy client would really have, instead of a
 # whole second of a flood.
 ALLOW_LIMIT = {"requests": 1000, "window": "10ms"}
+# A concurrency limit no load reaches: every request takes a permit and
+# gives it back.
+CONCURRENCY_LIMIT = {"concurrency": 1_000_000}
+# A cost the response tells (a header the backend never sends: the estimate
+# stands, counted missing): the reading and the settlement, without a charge.
+RESPONSE_COST = {"cost": {"estimate": 1, "response": "header:x-usage-total"}}
 # A flood of one key, almost all denied.
 DENY_LIMIT = {"requests": 100, "window": "1s"}
 # A flood of one key in delay mode: the schedule could hold a second's worth
@@ -307,6 +313,13 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
         Row("global-cached", "Sluice global gcra, flood (over-limit cache)", expect="deny", store="memory",
             filters=sluice(sluice_config({"algorithm": "gcra", **CACHED_DENY_LIMIT, "scope": "global"},
                                          global_scope=True))),
+        Row("local-concurrency", "Sluice local concurrency, one key (a permit taken and given back per request)",
+            filters=sluice(sluice_config(CONCURRENCY_LIMIT))),
+        Row("local-gcra-response-cost", "Sluice local gcra, one key, cost from the response "
+            "(headers read, settled at the end)", filters=sluice(sluice_config(gcra, rule=RESPONSE_COST))),
+        Row("global-memory-concurrency", "Sluice global concurrency, one key, a check and a share of a give-back "
+            "call per request, limiter memory store", store="memory",
+            filters=sluice(sluice_config({**CONCURRENCY_LIMIT, "scope": "global"}, global_scope=True))),
         Row("limiter-memory", "sluice-limiter /v1/check, memory store", kind="limiter", store="memory"),
         Row("limiter-redis", "sluice-limiter /v1/check, Redis store", kind="limiter", store="redis"),
     ]

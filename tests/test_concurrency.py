@@ -2,6 +2,7 @@
 flight at the upstream, and every permit back however the stream ends."""
 
 import http.client
+import os
 import random
 import socket
 import threading
@@ -13,6 +14,9 @@ from support import limiter_cluster, request, run_all, sluice_config, start_envo
 from support.slow_upstream import SlowUpstream
 
 PERMITS = 3
+# Requests per connection of the reset test (32 connections); the long
+# variant: SLUICE_CONCURRENCY_ROUNDS=3125 (100,000 requests).
+ROUNDS = int(os.environ.get("SLUICE_CONCURRENCY_ROUNDS", "40"))
 
 
 def concurrency_rule(permits: int = PERMITS, **limit) -> list[dict]:
@@ -130,7 +134,7 @@ def test_every_permit_comes_back_however_the_stream_ends(proxy, upstream):
 
     def one_connection(seed: int):
         r = random.Random(seed)
-        for _ in range(40):
+        for _ in range(ROUNDS):
             user = r.choice(["a", "b"])
             kind = r.choice(["complete", "reset", "timeout"])
             if kind == "reset":
@@ -147,7 +151,7 @@ def test_every_permit_comes_back_however_the_stream_ends(proxy, upstream):
                 outcomes[str(status)] = outcomes.get(str(status), 0) + 1
 
     run_all([lambda s=rng.random(): one_connection(s) for _ in range(32)])
-    assert sum(outcomes.values()) == 32 * 40
+    assert sum(outcomes.values()) == 32 * ROUNDS
     assert outcomes.get("504", 0) > 0 and outcomes.get("reset", 0) > 0 and outcomes.get("200", 0) > 0, outcomes
     # No bound at the upstream here: a permit goes back when Envoy ends the
     # stream, and the upstream learns of a reset a moment later (the first

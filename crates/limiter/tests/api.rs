@@ -239,7 +239,7 @@ async fn bad_input_gets_a_4xx_naming_the_field_and_touches_no_state() {
     .await;
     assert_bad(
         &h,
-        br#"{"domain":"demo","hits":0,"limits":[]}"#.to_vec(),
+        br#"{"domain":"demo","hits":1000000000001,"limits":[]}"#.to_vec(),
         bad,
         "hits",
     )
