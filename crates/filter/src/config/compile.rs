@@ -8,7 +8,8 @@ use super::checks::{
 use super::cost;
 use super::duration::parse_duration;
 use super::plan::{
-    Cost, DenyResponse, Estimate, LimitKind, LimiterTarget, OverrideLimit, Plan, Rule, RuleLimit,
+    Cost, DenyResponse, Estimate, LimitKind, LimiterTarget, OverrideLimit, Plan, Quota, Rule,
+    RuleLimit,
 };
 use super::raw::{
     Mode, Protocol, RawConfig, RawLimit, RawLimiter, RawMatch, RawOverride, RawResponse, RawRule,
@@ -280,17 +281,7 @@ fn compile_rule(
         MAX_QUEUED,
         &field_path(path, "max_queued"),
     )?;
-    let cost = cost::compile(&field_path(path, "cost"), &rule.cost)?;
-    match &cost {
-        Cost::Fixed(weight) => check_capacity(path, &rule.overrides, &limits, *weight)?,
-        Cost::Response(response) => {
-            cost::check_limits(path, &limits)?;
-            if let Estimate::Fixed(weight) = response.estimate {
-                check_capacity(path, &rule.overrides, &limits, weight)?;
-            }
-        }
-        Cost::Header(_) => {}
-    }
+    let cost = cost::compile_for(path, rule, &limits)?;
     Ok(Rule {
         name: rule.name.clone(),
         matcher,
@@ -339,54 +330,6 @@ fn add_overrides(
             ));
         }
         add_override(domain, rule, &override_path, raw_override, limits)?;
-    }
-    Ok(())
-}
-
-/// What a rate limit admits at most at once, in `check_capacity`'s message.
-const SOFT_BURST: &str = "its burst with the soft allowance";
-
-/// Refuses a fixed `weight` that some limit of the rule (or an override of
-/// one) can never admit: every request would be denied.
-fn check_capacity(
-    path: &str,
-    overrides: &[RawOverride],
-    limits: &[RuleLimit],
-    weight: u64,
-) -> Result<(), FieldError> {
-    for (j, rule_limit) in limits.iter().enumerate() {
-        let over = |limit: &Limit| weight > limit.soft_burst();
-        let culprit = if let Some(c) = rule_limit.concurrency() {
-            (weight > c.permits.max).then(|| {
-                let at = format!("{path}.limits[{j}]");
-                (at, c.permits.max, "its permits")
-            })
-        } else if over(rule_limit.limit()) {
-            Some((
-                format!("{path}.limits[{j}]"),
-                rule_limit.limit().soft_burst(),
-                SOFT_BURST,
-            ))
-        } else {
-            rule_limit
-                .overrides()
-                .iter()
-                .find(|o| over(&o.limit))
-                .map(|o| {
-                    let k = overrides
-                        .iter()
-                        .position(|r| r.key == o.key)
-                        .unwrap_or_default();
-                    let at = format!("{path}.overrides[{k}]");
-                    (at, o.limit.soft_burst(), SOFT_BURST)
-                })
-        };
-        if let Some((at, capacity, what)) = culprit {
-            return Err(FieldError::at(
-                field_path(path, "cost"),
-                format!("{weight} is more than {at} can ever admit ({capacity}: {what})"),
-            ));
-        }
     }
     Ok(())
 }
@@ -445,6 +388,32 @@ fn compile_match(path: &str, raw: &RawMatch) -> Result<Matcher, FieldError> {
     })
 }
 
+/// The quota of limit `j`, which an override at `path` replaces for a key;
+/// an error for a limit that takes no overrides.
+fn overridable<'l>(
+    path: &str,
+    j: usize,
+    base: &'l mut RuleLimit,
+) -> Result<&'l mut Quota, FieldError> {
+    let refused = |why: String| Err(FieldError::at(path, why));
+    if base.elastic().is_some() {
+        return refused(format!(
+            "limit {j} is elastic, and elastic limits take no overrides"
+        ));
+    }
+    match &mut base.kind {
+        LimitKind::Local(l) => Ok(&mut l.quota),
+        LimitKind::Global(g) => Ok(&mut g.quota),
+        LimitKind::ServiceHeld(_) => refused(format!(
+            "limit {j} is held by the rate limit service: override it there"
+        )),
+        LimitKind::Concurrency(_) => refused(format!(
+            "limit {j} is a concurrency limit, which takes no overrides \
+             (give the override a limit index)"
+        )),
+    }
+}
+
 /// Adds `raw` to the overrides of the limits it replaces.
 fn add_override(
     domain: &str,
@@ -477,32 +446,8 @@ fn add_override(
         if only.is_some_and(|o| o != j) {
             continue;
         }
-        if base.elastic().is_some() {
-            return Err(FieldError::at(
-                path,
-                format!("limit {j} is elastic, and elastic limits take no overrides"),
-            ));
-        }
         let local = base.is_local();
-        let quota = match &mut base.kind {
-            LimitKind::Local(l) => &mut l.quota,
-            LimitKind::Global(g) => &mut g.quota,
-            LimitKind::ServiceHeld(_) => {
-                return Err(FieldError::at(
-                    path,
-                    format!("limit {j} is held by the rate limit service: override it there"),
-                ));
-            }
-            LimitKind::Concurrency(_) => {
-                return Err(FieldError::at(
-                    path,
-                    format!(
-                        "limit {j} is a concurrency limit, which takes no overrides \
-                         (give the override a limit index)"
-                    ),
-                ));
-            }
-        };
+        let quota = overridable(path, j, base)?;
         let limit = validated(
             path,
             Limit {
