@@ -119,6 +119,19 @@ def test_the_walk_finds_the_nested_objects():
     assert "match" in paths["rules[]"]
 
 
+def test_the_cost_object_has_a_row_per_field_of_the_schema_and_raw_rs():
+    # `cost` is read by hand (an integer, a string or an object), so the walks
+    # above stop at it: its object form has a table of its own.
+    schema = json.loads((ROOT / "schema" / "sluice.schema.json").read_text())
+    [form] = [n for n in schema["definitions"]["RawRule"]["properties"]["cost"]["oneOf"] if n["type"] == "object"]
+    rows = documented_rows("rules[].cost")
+    assert sorted(rows) == sorted(form["properties"]) == sorted(f for f, _ in raw_structs()["RawResponseCost"]), \
+        f"rules[].cost: the table lists {sorted(rows)}, the schema's object form has {sorted(form['properties'])}"
+    for name, node in form["properties"].items():
+        types = [n["type"] for n in node.get("oneOf", [node])]
+        assert all(t in rows[name][1] for t in types), f"`rules[].cost.{name}`: documented as {rows[name][1]!r}, the schema says {types}"
+
+
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_every_algorithm_is_documented(algorithm):
     limits = documented_rows("rules[].limits[]")

@@ -28,7 +28,9 @@ pub enum RuleEvent {
     /// The rule matched but its key could not be built (a key part was missing).
     Skipped,
     /// The rule weighs requests by a header that was missing or not a
-    /// non-negative integer; the request weighed 1.
+    /// non-negative integer; the request weighed 1. For a cost from the
+    /// response, its estimate (a request header or body field) was missing
+    /// or not a non-negative integer; the request was admitted for 0.
     CostInvalid,
     /// The rule's limit in delay mode held the request (the longest delay
     /// of the request's limits was this rule's).

@@ -41,12 +41,42 @@ pub fn schema_text() -> String {
     text
 }
 
-/// A rule's `cost`, read by hand (see `RawCost`): an integer or `header:NAME`.
+/// A rule's `cost`, read by hand (see `RawCost`): an integer,
+/// `header:NAME`, or `{"estimate", "response"}` for a cost known from the
+/// response.
 pub(crate) fn cost(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "oneOf": [
             { "type": "integer", "minimum": 1 },
-            { "type": "string", "pattern": "^header:.+$" }
+            { "type": "string", "pattern": "^header:.+$" },
+            {
+                "type": "object",
+                "description": "A cost known from the response: each request is admitted for `estimate`, then charged or refunded the difference with what `response` says it cost.",
+                "additionalProperties": false,
+                "required": ["response"],
+                "properties": {
+                    "estimate": {
+                        "description": "What a request is admitted for: an integer (0 by default), `header:NAME` or `body:PATH` of the request.",
+                        "default": 0,
+                        "oneOf": [
+                            { "type": "integer", "minimum": 0 },
+                            { "type": "string", "pattern": "^(header|body):.+$" }
+                        ]
+                    },
+                    "response": {
+                        "description": "Where the response says what the request cost: `header:NAME`, `trailer:NAME` or `body:PATH`, or a list of 1 to 4 of them, summed.",
+                        "oneOf": [
+                            { "type": "string", "pattern": "^(header|trailer|body):.+$" },
+                            {
+                                "type": "array",
+                                "minItems": 1,
+                                "maxItems": 4,
+                                "items": { "type": "string", "pattern": "^(header|trailer|body):.+$" }
+                            }
+                        ]
+                    }
+                }
+            }
         ]
     })
 }

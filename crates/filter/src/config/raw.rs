@@ -230,7 +230,8 @@ pub struct RawRule {
     /// Enforce or only observe.
     #[cfg_attr(feature = "schema", serde(default))]
     pub mode: Mode,
-    /// What one request weighs: a fixed integer or `header:NAME`.
+    /// What one request weighs: a fixed integer, `header:NAME`, or
+    /// `{"estimate", "response"}` for a cost known from the response.
     #[cfg_attr(feature = "schema", serde(default))]
     #[cfg_attr(feature = "schema", schemars(schema_with = "crate::schema::cost"))]
     pub cost: RawCost,
