@@ -54,7 +54,7 @@ pub(super) fn call_failed(runtime: &Runtime, failure: CallFailure) {
         return;
     };
     log::warn!(
-        "sluice: limiter cluster {:?} failed: {} ({quiet} more failed call(s) not logged since the last warning); failure_mode {:?} decides the request; counted in sluice.limiter_failed_*",
+        "sluice: limiter cluster {:?} failed: {} ({quiet} more failed call(s) not logged since the last warning); a check follows failure_mode {:?}, a give-back or charge is not retried; counted in sluice.limiter_failed_*",
         limiter.cluster,
         failure.reason(),
         limiter.failure_mode,

@@ -171,9 +171,12 @@ def test_delay_mode_and_weights_are_refused_where_they_do_not_apply(processes):
     assert r.status == 400
     assert json.loads(r.body)["error"] == (
         "limits[1].max_delay_ms: delay mode is for gcra and leaky_bucket only, not fixed_window")
-    r = lim.check({"domain": "demo", "limits": [dict(fixed, hits=0)]})
+    r = lim.check({"domain": "demo", "limits": [dict(fixed, hits=10**12 + 1)]})
     assert r.status == 400
     assert json.loads(r.body)["error"].startswith("limits[0].hits: ")
+    # A weight of 0 asks, and takes nothing.
+    r = lim.check({"domain": "demo", "limits": [dict(fixed, hits=0)]})
+    assert json.loads(r.body)["limits"][0]["remaining"] == 5
     # Nothing was consumed; a weight of its own counts under its limit only.
     body = json.loads(lim.check({"domain": "demo", "hits": 2, "limits": [
         dict(fixed, hits=5), dict(fixed, key="k2")]}).body)

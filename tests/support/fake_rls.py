@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from .processes import free_port
+from .upstream import HttpUpstream
 
 SERVICE = "envoy.service.ratelimit.v3.RateLimitService"
 METHOD = "ShouldRateLimit"
@@ -286,10 +287,12 @@ def call(port: int, body: bytes, timeout: float = 5.0) -> bytes:
 # ---------------------------------------------------------------- an echo upstream
 
 
-class EchoUpstream:
+class EchoUpstream(HttpUpstream):
     """An HTTP/1.1 server on loopback answering 200 with the request's
     headers as a JSON object (lower-case names; repeated names joined with
     ", "); counts the requests it got."""
+
+    name = "echo"
 
     def __init__(self):
         outer = self
@@ -318,29 +321,7 @@ class EchoUpstream:
             def log_message(self, *args):
                 pass
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def cluster(self, name: str = "echo") -> dict:
-        """The Envoy cluster of this upstream."""
-        return {"name": name, "type": "STATIC", "connect_timeout": "1s",
-                "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [
-                    {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1",
-                                                                 "port_value": self.port}}}}]}]}}
-
-    @staticmethod
-    def route_config(cluster: str = "echo") -> dict:
-        """A route configuration sending every request to `cluster` (for `start_envoy(hcm_extra=...)`)."""
-        return {"route_config": {"name": "echo", "virtual_hosts": [{
-            "name": "all", "domains": ["*"], "routes": [{"match": {"prefix": "/"}, "route": {"cluster": cluster}}]}]}}
-
-    def stop(self):
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(10)
+        self._serve(Handler, backlog=5)
 
 
 def raw_headers(port: int, headers: dict | None = None, path: str = "/") -> tuple[int, list[tuple[str, str]], bytes]:

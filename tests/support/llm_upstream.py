@@ -19,8 +19,12 @@ import json
 import threading
 import time
 
+from .upstream import HttpUpstream
 
-class LlmUpstream:
+
+class LlmUpstream(HttpUpstream):
+    name = "llm"
+
     def __init__(self):
         outer = self
         self.reported: dict[str, int] = {}
@@ -34,21 +38,16 @@ class LlmUpstream:
                 length = int(self.headers.get("content-length", "0") or 0)
                 if length:
                     self.rfile.read(length)
-                outer._serve(self)
+                outer._answer(self)
 
             do_GET = do_POST  # noqa: N815
 
             def log_message(self, *args):
                 pass
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._server.request_queue_size = 256
-        self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+        self._serve(Handler)
 
-    def _serve(self, h):
+    def _answer(self, h):
         with self._lock:
             self.requests += 1
         prompt = int(h.headers.get("x-prompt-tokens", "10"))
@@ -99,22 +98,3 @@ class LlmUpstream:
         h.wfile.write(f"{len(done):x}\r\n".encode() + done + b"\r\n0\r\n\r\n")
         h.wfile.flush()
         return True
-
-    def cluster(self, name: str = "llm") -> dict:
-        """The Envoy cluster of this upstream."""
-        return {"name": name, "type": "STATIC", "connect_timeout": "1s",
-                "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [
-                    {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1",
-                                                                 "port_value": self.port}}}}]}]}}
-
-    @staticmethod
-    def route_config(cluster: str = "llm", timeout: str = "15s") -> dict:
-        """Routes every request to `cluster` (for `start_envoy(hcm_extra=...)`)."""
-        return {"route_config": {"name": "llm", "virtual_hosts": [{
-            "name": "all", "domains": ["*"],
-            "routes": [{"match": {"prefix": "/"}, "route": {"cluster": cluster, "timeout": timeout}}]}]}}
-
-    def stop(self):
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(10)

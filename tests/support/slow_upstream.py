@@ -11,10 +11,14 @@ import select
 import threading
 import time
 
+from .upstream import HttpUpstream
 
-class SlowUpstream:
+
+class SlowUpstream(HttpUpstream):
     """An HTTP/1.1 server on loopback; `peak[key]` is the most requests of
     `key` it held at once, `inside[key]` how many it holds now."""
+
+    name = "slow"
 
     def __init__(self, hold_ms: int = 50):
         outer = self
@@ -51,12 +55,7 @@ class SlowUpstream:
             def log_message(self, *args):
                 pass
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._server.request_queue_size = 256
-        self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+        self._serve(Handler)
 
     def _enter(self, key: str):
         with self._lock:
@@ -68,22 +67,3 @@ class SlowUpstream:
         with self._lock:
             self.inside[key] -= 1
             self.served += 1
-
-    def cluster(self, name: str = "slow") -> dict:
-        """The Envoy cluster of this upstream."""
-        return {"name": name, "type": "STATIC", "connect_timeout": "1s",
-                "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [
-                    {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1",
-                                                                 "port_value": self.port}}}}]}]}}
-
-    @staticmethod
-    def route_config(cluster: str = "slow", timeout: str = "15s") -> dict:
-        """Routes every request to `cluster`, giving up after `timeout` (for `start_envoy(hcm_extra=...)`)."""
-        return {"route_config": {"name": "slow", "virtual_hosts": [{
-            "name": "all", "domains": ["*"],
-            "routes": [{"match": {"prefix": "/"}, "route": {"cluster": cluster, "timeout": timeout}}]}]}}
-
-    def stop(self):
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(10)

@@ -13,7 +13,7 @@
 //! Every limit is adjusted, each key on its own; the answer holds, per
 //! limit and in order, what a query of the key says after the adjustment.
 
-use crate::request::{push_str, push_u64, CONCURRENCY};
+use crate::request::{push_str, push_u64, write_limit, CONCURRENCY};
 use crate::validate::{build_limit, check_key, name_the_field};
 use crate::MAX_WINDOW_MS;
 use crate::{validate_domain, LimitResult, LimitSpec, MAX_BODY_BYTES, MAX_COUNT, MAX_LIMITS};
@@ -308,14 +308,6 @@ impl<'a> ChargeLimit<'a> {
 
     /// Appends this limit's JSON, as serde_json writes it.
     fn write_json(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(br#"{"key":"#);
-        push_str(out, &self.key);
-        out.extend_from_slice(br#","algorithm":"#);
-        push_str(out, &self.algorithm);
-        out.extend_from_slice(br#","requests":"#);
-        push_u64(out, self.requests);
-        out.extend_from_slice(br#","window_ms":"#);
-        push_u64(out, self.window_ms);
         let optional = [
             (&br#","burst":"#[..], self.burst),
             (br#","precision":"#, self.precision.map(u64::from)),
@@ -329,13 +321,8 @@ impl<'a> ChargeLimit<'a> {
             (br#","returned":"#, self.returned),
             (br#","returned_age_ms":"#, self.returned_age_ms),
         ];
-        for (name, value) in optional {
-            if let Some(value) = value {
-                out.extend_from_slice(name);
-                push_u64(out, value);
-            }
-        }
-        out.push(b'}');
+        let head = (&*self.key, &*self.algorithm, self.requests, self.window_ms);
+        write_limit(out, head, &optional);
     }
 }
 

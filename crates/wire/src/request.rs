@@ -213,14 +213,6 @@ pub fn check_json(
 impl LimitSpec<'_> {
     /// Appends this limit's JSON, as serde_json writes it.
     fn write_json(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(br#"{"key":"#);
-        push_str(out, &self.key);
-        out.extend_from_slice(br#","algorithm":"#);
-        push_str(out, &self.algorithm);
-        out.extend_from_slice(br#","requests":"#);
-        push_u64(out, self.requests);
-        out.extend_from_slice(br#","window_ms":"#);
-        push_u64(out, self.window_ms);
         let optional = [
             (&br#","burst":"#[..], self.burst),
             (br#","precision":"#, self.precision.map(u64::from)),
@@ -231,14 +223,35 @@ impl LimitSpec<'_> {
             (br#","returned":"#, self.returned),
             (br#","returned_age_ms":"#, self.returned_age_ms),
         ];
-        for (name, value) in optional {
-            if let Some(value) = value {
-                out.extend_from_slice(name);
-                push_u64(out, value);
-            }
-        }
-        out.push(b'}');
+        let head = (&*self.key, &*self.algorithm, self.requests, self.window_ms);
+        write_limit(out, head, &optional);
     }
+}
+
+/// Appends a limit's JSON as serde_json writes it: `key`, `algorithm`,
+/// `requests`, `window_ms` (the `head`), then each `optional` field that
+/// has a value, in the order given (its name written with its comma).
+pub(crate) fn write_limit(
+    out: &mut Vec<u8>,
+    head: (&str, &str, u64, u64),
+    optional: &[(&[u8], Option<u64>)],
+) {
+    let (key, algorithm, requests, window_ms) = head;
+    out.extend_from_slice(br#"{"key":"#);
+    push_str(out, key);
+    out.extend_from_slice(br#","algorithm":"#);
+    push_str(out, algorithm);
+    out.extend_from_slice(br#","requests":"#);
+    push_u64(out, requests);
+    out.extend_from_slice(br#","window_ms":"#);
+    push_u64(out, window_ms);
+    for (name, value) in optional {
+        if let Some(value) = value {
+            out.extend_from_slice(name);
+            push_u64(out, *value);
+        }
+    }
+    out.push(b'}');
 }
 
 /// Appends `n` in decimal.
