@@ -35,9 +35,10 @@ def proxy(tmp_path, upstream):
     """Starts one Envoy (2 workers) in front of the slow upstream with a filter config."""
     started = []
 
-    def start(config: dict, route_timeout: str = "15s", **kwargs):
-        e = start_envoy(tmp_path, [wasm_filter(config)], clusters=[upstream.cluster()],
+    def start(config: dict, route_timeout: str = "15s", clusters=(), **kwargs):
+        e = start_envoy(tmp_path, [wasm_filter(config)], clusters=[upstream.cluster(), *clusters],
                         hcm_extra=SlowUpstream.route_config(timeout=route_timeout), **kwargs)
+        e.upstream = upstream
         started.append(e)
         return e
 
@@ -114,6 +115,46 @@ def test_held_permits_outlive_their_ttl_while_renewed(proxy):
     assert request(e.port, "/", headers={"x-user": "a", "x-hold-ms": "1"}).status == 429
     held.join()
     assert request(e.port, "/", headers={"x-user": "a", "x-hold-ms": "1"}).status == 200
+
+
+@pytest.mark.parametrize("scope", ["local", "global"])
+def test_delay_mode_waits_for_a_permit(proxy, processes, scope):
+    extra = {}
+    if scope == "global":
+        limiter = processes.limiter()
+        extra = {"limiter": {"cluster": "sluice_limiter", "authority": "sluice-limiter", "timeout": "5s",
+                             "failure_mode": "deny"}}
+        clusters = [limiter_cluster("sluice_limiter", [limiter.port])]
+    else:
+        clusters = []
+    rule = concurrency_rule(permits=1, on_exceed="delay", max_delay="2s",
+                            **({"scope": "global"} if scope == "global" else {}))
+    e = proxy(sluice_config(rule, **extra), clusters=clusters)
+    held = threading.Thread(target=lambda: request(e.port, "/", headers={"x-user": "a", "x-hold-ms": "500"}))
+    held.start()
+    wait_until(lambda: upstream_inside(e, "a"), what="the first request upstream")
+    started = time.monotonic()
+    second = request(e.port, "/", headers={"x-user": "a", "x-hold-ms": "1"})
+    waited = time.monotonic() - started
+    held.join()
+    # It waited for the first to end (about 0.5 s), then passed.
+    assert second.status == 200
+    assert 0.2 <= waited <= 1.5, waited
+    wait_until(lambda: e.sluice_stat("sluice.inflight.delayed") == 1, what="counted delayed")
+    # One that cannot get a permit within max_delay is denied after it.
+    long = threading.Thread(target=lambda: request(e.port, "/", headers={"x-user": "a", "x-hold-ms": "3000"}))
+    long.start()
+    wait_until(lambda: upstream_inside(e, "a"), what="a long request upstream")
+    started = time.monotonic()
+    denied = request(e.port, "/", headers={"x-user": "a", "x-hold-ms": "1"})
+    assert denied.status == 429
+    assert 1.8 <= time.monotonic() - started <= 2.8
+    long.join()
+    wait_until(lambda: e.sluice_stat("sluice.inflight.denied") == 1, what="counted denied once")
+
+
+def upstream_inside(e, user) -> bool:
+    return e.upstream.inside.get(user, 0) > 0
 
 
 def reset_midway(port: int, user: str, after: float):

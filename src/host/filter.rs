@@ -14,15 +14,18 @@ use super::request::{self, HostRequest, Shown};
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
 use super::state::{self, Headers, Member, SharedCall};
+use super::waiting;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType, MapType};
+use sluice_core::Nanos;
 use sluice_filter::coalesce::Joined;
 use sluice_filter::engine::concurrency::Held;
 use sluice_filter::engine::cost_reader::CostReader;
 use sluice_filter::engine::settle::Owed;
 use sluice_filter::engine::{self, Admitted, Delayed, PendingCheck, Verdict};
 use sluice_filter::failure::{self, CallFailure};
+use sluice_filter::metrics::{MetricSink, RuleEvent};
 use sluice_filter::response;
 use sluice_filter::rls::Reply;
 use std::rc::Rc;
@@ -56,6 +59,9 @@ pub(super) struct Filter {
     /// The request's headers, taken when they went on before its body (it
     /// is decided once the body is in, when Envoy no longer shows them).
     shown: Option<Headers>,
+    /// A request waiting for a permit: when it first found none, and until
+    /// when it may wait.
+    waiting: Option<(Nanos, Nanos)>,
 }
 
 impl Filter {
@@ -74,6 +80,7 @@ impl Filter {
             cost: None,
             awaiting_body: false,
             shown: None,
+            waiting: None,
         }
     }
 }
@@ -109,6 +116,16 @@ impl Filter {
                     let held = std::mem::take(&mut denied.held);
                     permits::keep(&shared, &held);
                     permits::release(&shared, held);
+                    if denied.wait.is_some() {
+                        // Its headers must still be there when the root decides again.
+                        let body_phase = self.shown.is_some();
+                        if !body_phase
+                            && waiting::wait(self.context_id, &shared, &denied, &mut self.waiting)
+                        {
+                            return Action::Pause;
+                        }
+                        runtime.metrics.rule(denied.report.rule, RuleEvent::Denied);
+                    }
                 }
                 send_denial(&runtime.plan, &denied, self.reply.as_ref());
                 Action::Pause
@@ -209,6 +226,7 @@ impl Filter {
                 .pending
                 .abandon(&runtime.plan, &HostStore, &runtime.metrics);
         }
+        state::remove_waiter(self.context_id);
         let waited = state::queue(|q| q.remove(self.context_id));
         let held = self.held.take();
         if let (true, Some(held), Some(runtime)) = (waited, held, self.runtime.as_ref()) {

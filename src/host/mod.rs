@@ -3,9 +3,11 @@
 //!
 //! Imports go one way, from the contexts down to the host calls:
 //! [`root`] (the root context) → [`filter`] (a request's context) →
-//! [`coalesced`] (shared calls of coalescing groups) → [`outcome`] (hold,
+//! [`coalesced`] (shared calls of coalescing groups), [`waiting`] (requests
+//! waiting for a permit, decided again from the root) → [`outcome`] (hold,
 //! deny, response headers), [`limiter`] (call-outs), [`permits`] (the
-//! permits of concurrency limits: kept, given back, renewed) → [`state`] (the VM's
+//! permits of concurrency limits: kept, given back, renewed), [`cost`]
+//! (costs known from the response: read, settled) → [`state`] (the VM's
 //! thread-locals, owned there alone), [`shared_data`], [`request`],
 //! [`clock`], [`metrics`], [`runtime`].
 //!
@@ -46,3 +48,4 @@ mod root;
 mod runtime;
 mod shared_data;
 mod state;
+mod waiting;

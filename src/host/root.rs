@@ -6,18 +6,20 @@ use super::clock::{nanos, now, HOLD_TICK};
 use super::coalesced;
 use super::cost;
 use super::filter::Filter;
-use super::limiter::call_answer;
+use super::limiter::{call_answer, call_failed};
 use super::metrics::{config_error, Metrics};
 use super::permits;
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
 use super::state;
+use super::waiting;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType};
 use sluice_core::Nanos;
 use sluice_filter::config;
 use sluice_filter::engine::concurrency;
+use sluice_filter::failure::CallFailure;
 use sluice_filter::local;
 use sluice_filter::metrics::FLUSH_PERIOD;
 use sluice_filter::slots::SlotHasher;
@@ -66,6 +68,7 @@ impl Context for Root {
         let last = state::root_closed();
         if last {
             resume_due(Nanos::MAX);
+            waiting::end_all();
         }
         coalesced::root_closing(self.id, last);
         true
@@ -79,7 +82,23 @@ impl Context for Root {
         _trailers: usize,
     ) {
         let answer = call_answer(self.runtime.as_deref(), body_size);
-        coalesced::answered(self.id, token, answer.as_deref());
+        if !waiting::answered(token, answer.as_deref()) {
+            coalesced::answered(self.id, token, answer.as_deref());
+        }
+    }
+
+    fn on_grpc_call_response(&mut self, token: u32, status_code: u32, response_size: usize) {
+        // Only checks made for waiting requests come here over gRPC.
+        if let (Some(runtime), Some(failure)) = (
+            self.runtime.as_deref(),
+            CallFailure::of_grpc(status_code, false),
+        ) {
+            call_failed(runtime, failure);
+        }
+        let body = (status_code == 0)
+            .then(|| hostcalls::get_buffer(BufferType::GrpcReceiveBuffer, 0, response_size))
+            .and_then(|b| b.ok().flatten());
+        waiting::answered(token, body.as_deref());
     }
 }
 
@@ -89,7 +108,7 @@ impl RootContext for Root {
         permits::send_releases();
         cost::send_charges();
         coalesced::call_ready(self.id);
-        let waiting = resume_due(now) || state::groups(|g| g.any_ready());
+        let waiting = resume_due(now) | waiting::retry() || state::groups(|g| g.any_ready());
         // The period follows the queue whoever set it last (an HTTP context
         // of this root starts the fine ticks): a gap shorter than half the
         // flush period means fine ticks.

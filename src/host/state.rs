@@ -45,6 +45,10 @@ thread_local! {
     /// longer shows them (it was decided after its body: see
     /// `request::Snapshot`).
     static REQUEST_HEADERS: RefCell<Option<Headers>> = const { RefCell::new(None) };
+    /// Requests waiting for a permit of a concurrency limit in delay mode.
+    static WAITERS: RefCell<Vec<Waiter>> = const { RefCell::new(Vec::new()) };
+    /// Checks the root makes for waiting requests, until answered.
+    static WAITER_CALLS: RefCell<Vec<WaiterCall>> = const { RefCell::new(Vec::new()) };
     /// When this VM last logged a failed limiter call.
     static FAILURE_LOG: RefCell<Throttle> = RefCell::new(Throttle::default());
 }
@@ -76,6 +80,75 @@ pub(super) struct SharedCall {
 pub(super) struct Handoff {
     pub(super) admitted: Option<Admitted>,
     pub(super) held: Option<Delayed>,
+}
+
+/// A check the root makes for a waiting request: its calls' tokens (and
+/// call index), the check, and the request.
+pub(super) struct WaiterCall {
+    pub(super) tokens: Vec<(u32, usize)>,
+    pub(super) pending: PendingCheck,
+    pub(super) waiter: Waiter,
+}
+
+/// Keeps a check made for a waiting request until its answers come.
+pub(super) fn add_waiter_call(call: WaiterCall) {
+    WAITER_CALLS.with(|c| c.borrow_mut().push(call));
+}
+
+/// Takes the check for a waiting request that call `token` is part of.
+pub(super) fn take_waiter_call(token: u32) -> Option<WaiterCall> {
+    WAITER_CALLS.with(|c| {
+        let mut calls = c.borrow_mut();
+        let at = calls
+            .iter()
+            .position(|w| w.tokens.iter().any(|(t, _)| *t == token))?;
+        Some(calls.swap_remove(at))
+    })
+}
+
+/// A request waiting for a permit: decided again at each fine tick until
+/// it is admitted or `deadline` passes.
+pub(super) struct Waiter {
+    pub(super) context: u32,
+    pub(super) runtime: Rc<Runtime>,
+    /// When it first found no permit.
+    pub(super) since: Nanos,
+    pub(super) deadline: Nanos,
+    /// The rule whose limit it waits for (its `max_queued` bounds them).
+    pub(super) rule: usize,
+}
+
+/// Adds `waiter` unless its rule already has `max` waiting; returns
+/// whether it was added.
+pub(super) fn add_waiter(waiter: Waiter, max: usize) -> bool {
+    WAITERS.with(|w| {
+        let mut w = w.borrow_mut();
+        if w.iter().filter(|o| o.rule == waiter.rule).count() >= max {
+            return false;
+        }
+        w.push(waiter);
+        true
+    })
+}
+
+/// Takes every waiting request.
+pub(super) fn take_waiters() -> Vec<Waiter> {
+    WAITERS.with(|w| std::mem::take(&mut *w.borrow_mut()))
+}
+
+/// Puts back a request still waiting.
+pub(super) fn keep_waiter(waiter: Waiter) {
+    WAITERS.with(|w| w.borrow_mut().push(waiter));
+}
+
+/// Forgets the request of `context` if it waits (its client left).
+pub(super) fn remove_waiter(context: u32) {
+    WAITERS.with(|w| w.borrow_mut().retain(|o| o.context != context));
+}
+
+/// Whether some request waits for a permit.
+pub(super) fn any_waiter() -> bool {
+    WAITERS.with(|w| !w.borrow().is_empty())
 }
 
 /// Runs `f` on this VM's queue of held requests.

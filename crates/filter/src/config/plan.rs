@@ -174,6 +174,9 @@ pub struct ConcurrencyLimit {
     pub permits: Permits,
     /// Where the permits are counted.
     pub place: PermitPlace,
+    /// Delay mode: how long a request may wait for a permit (retried at
+    /// the worker's fine ticks); `None` denies at once.
+    pub max_wait: Option<Nanos>,
 }
 
 /// Where a concurrency limit's permits are counted.

@@ -39,6 +39,8 @@ pub const DEFAULT_PERMIT_TTL: Nanos = 30 * SECOND;
 pub const MIN_PERMIT_TTL: Nanos = SECOND;
 /// The longest `permit_ttl`.
 pub const MAX_PERMIT_TTL: Nanos = 3600 * SECOND;
+/// The longest wait for a permit (`max_delay` in delay mode).
+pub const MAX_PERMIT_WAIT: Nanos = 60 * SECOND;
 
 /// Permits an admitted request holds until its stream ends.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -134,7 +136,6 @@ pub(crate) fn compile(
         ("elastic", raw.elastic.is_some()),
         ("sync", raw.sync.is_some()),
         ("descriptor", raw.descriptor.is_some()),
-        ("max_delay", raw.max_delay.is_some()),
     ];
     if let Some((field, _)) = rate_fields.iter().find(|(_, given)| *given) {
         return Err(FieldError::at(
@@ -142,12 +143,7 @@ pub(crate) fn compile(
             "does not apply to a concurrency limit",
         ));
     }
-    if raw.on_exceed == OnExceed::Delay {
-        return Err(FieldError::at(
-            site.field("on_exceed"),
-            "a concurrency limit denies when no permit is free (delay is for rate limits)",
-        ));
-    }
+    let max_wait = max_wait(site, raw)?;
     if !(1..=MAX_REQUESTS).contains(&max) {
         return Err(FieldError::at(
             site.field("concurrency"),
@@ -171,7 +167,28 @@ pub(crate) fn compile(
     Ok(LimitKind::Concurrency(ConcurrencyLimit {
         permits: Permits { max, ttl },
         place,
+        max_wait,
     }))
+}
+
+/// How long a request may wait for a permit (`on_exceed: delay` with
+/// `max_delay`, 1 ms to [`MAX_PERMIT_WAIT`]); `None` denies at once.
+fn max_wait(site: &LimitSite<'_>, raw: &RawLimit) -> Result<Option<Nanos>, FieldError> {
+    let field = site.field("max_delay");
+    match (raw.on_exceed, raw.max_delay.as_deref()) {
+        (OnExceed::Deny, None) => Ok(None),
+        (OnExceed::Deny, Some(_)) => {
+            Err(FieldError::at(field, "only applies with on_exceed: delay"))
+        }
+        (OnExceed::Delay, None) => Err(FieldError::at(field, "required with on_exceed: delay")),
+        (OnExceed::Delay, Some(text)) => {
+            let wait = parse_duration(text).map_err(|m| FieldError::at(&field, m))?;
+            if !(MILLISECOND..=MAX_PERMIT_WAIT).contains(&wait) {
+                return Err(FieldError::at(field, "must be from 1ms to 60s"));
+            }
+            Ok(Some(wait))
+        }
+    }
 }
 
 fn permit_ttl(path: &str, raw: Option<&str>) -> Result<Nanos, FieldError> {

@@ -11,7 +11,7 @@ use crate::layout;
 use crate::lease;
 use crate::local::{self, SharedStore};
 use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
-use sluice_core::{Decision, Holder, Limit, Nanos, SECOND};
+use sluice_core::{Decision, Denial, Holder, Limit, Nanos, SECOND};
 use sluice_wire::LimitSpec;
 
 /// The plan, shared data and metrics a request is decided with.
@@ -242,7 +242,15 @@ impl Tally {
         M: MetricSink + ?Sized,
     {
         self.refund_since(0, env);
-        env.metrics.rule(report.rule, RuleEvent::Denied);
+        let wait = env
+            .rule_limit(report.rule, report.limit)
+            .and_then(|l| l.concurrency())
+            .and_then(|c| c.max_wait)
+            .filter(|_| report.decision.denial == Some(Denial::OverLimit));
+        if wait.is_none() {
+            // A request that may wait for a permit is counted when it ends.
+            env.metrics.rule(report.rule, RuleEvent::Denied);
+        }
         let mut applied = std::mem::take(&mut self.applied);
         applied.push(report);
         Denied {
@@ -250,6 +258,7 @@ impl Tally {
             applied,
             shadow_denied: self.shadow_denied,
             held: self.held,
+            wait,
         }
     }
 

@@ -56,6 +56,10 @@ pub struct Denied {
     /// call, or the failure mode, denied it): the host gives them back at
     /// once. Local ones are given back already.
     pub held: Held,
+    /// A concurrency limit in delay mode denied: the request may wait this
+    /// long for a permit, decided again at the worker's ticks (counted
+    /// `denied` only if it never gets one).
+    pub wait: Option<Nanos>,
 }
 
 /// An admitted request that conforms only after a delay.

@@ -131,7 +131,15 @@ fn configuration_errors_name_the_field() {
             "rules[0].limits[0].algorithm",
         ),
         (
-            r#"{"concurrency":2,"on_exceed":"delay","max_delay":"1s"}"#,
+            r#"{"concurrency":2,"max_delay":"1s"}"#,
+            "rules[0].limits[0].max_delay",
+        ),
+        (
+            r#"{"concurrency":2,"on_exceed":"delay"}"#,
+            "rules[0].limits[0].max_delay",
+        ),
+        (
+            r#"{"concurrency":2,"on_exceed":"delay","max_delay":"2m"}"#,
             "rules[0].limits[0].max_delay",
         ),
         (
@@ -154,4 +162,14 @@ fn configuration_errors_name_the_field() {
     let err = parse(json.as_bytes()).unwrap_err();
     assert_eq!(err.path, "rules[0].cost", "{err}");
     assert!(err.to_string().contains("its permits"), "{err}");
+}
+
+#[test]
+fn delay_mode_waits_at_most_a_minute() {
+    let json = rules(
+        r#"{"name":"r","key":["path"],"limits":[{"concurrency":1,"on_exceed":"delay","max_delay":"60s"}]}"#,
+    );
+    let plan = parse(json.as_bytes()).unwrap();
+    let c = plan.rules[0].limits[0].concurrency().unwrap();
+    assert_eq!(c.max_wait, Some(60 * SECOND));
 }
