@@ -971,3 +971,5 @@ mod leased;
 mod service_held;
 
 mod concurrency;
+
+mod response_cost;

@@ -1,0 +1,235 @@
+//! Costs known from the response: admitted for the estimate, settled when
+//! the response says what the request cost.
+
+use super::*;
+use crate::engine::cost_reader::CostReader;
+use crate::engine::settle::{Adjustment, Owed};
+use crate::local::SharedStore;
+
+/// 100 tokens an hour per user, the cost read from `response`.
+fn world(estimate: &str, response: &str) -> World {
+    World::new(&rules(&format!(
+        r#"{{"name":"tokens","key":["header:x-user"],"cost":{{"estimate":{estimate},"response":{response}}},
+           "limits":[{{"algorithm":"fixed_window","requests":100,"window":"1h"}}]}}"#
+    )))
+}
+
+fn owed(v: Verdict) -> Vec<Owed> {
+    match v {
+        Verdict::Allow(a) => a.owed,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// What remains after one more request (which takes its estimate).
+fn remaining(w: &World) -> u64 {
+    match w.eval(&FakeRequest::get("/").with("x-user", "a")) {
+        Verdict::Allow(a) => a.report.unwrap().decision.remaining,
+        Verdict::Deny(d) => d.report.decision.remaining,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Reads a response with `headers`, `body` (in chunks of 7 bytes) and
+/// `trailers`, then settles.
+fn settle(
+    w: &World,
+    owed: Vec<Owed>,
+    headers: &[(&str, &str)],
+    body: &str,
+    trailers: &[(&str, &str)],
+) {
+    let mut reader = CostReader::new(owed).unwrap();
+    let find = |list: &[(&str, &str)], name: &str| {
+        list.iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.to_string())
+    };
+    reader.on_headers(&w.plan, |n| find(headers, n));
+    for chunk in body.as_bytes().chunks(7) {
+        reader.on_body(chunk);
+    }
+    reader.on_trailers(&w.plan, |n| find(trailers, n));
+    let global = reader.settle(&w.store, &w.metrics, NOW);
+    assert!(global.is_empty());
+}
+
+const JSON: &[(&str, &str)] = &[("content-type", "application/json")];
+
+#[test]
+fn the_difference_is_charged_after_the_response() {
+    let w = world("10", r#""body:usage.total_tokens""#);
+    let o = owed(w.eval(&FakeRequest::get("/").with("x-user", "a")));
+    assert_eq!(o.len(), 1);
+    assert_eq!(o[0].estimate, 10);
+    settle(
+        &w,
+        o,
+        JSON,
+        r#"{"id":"x","usage":{"prompt_tokens":5,"total_tokens":35}}"#,
+        &[],
+    );
+    assert_eq!(w.metrics.count(0, RuleEvent::CostCharged), 25);
+    // 35 counted: the next request, estimated 10, leaves 55.
+    assert_eq!(remaining(&w), 55);
+}
+
+#[test]
+fn a_smaller_cost_is_refunded_and_an_event_stream_is_read_to_its_last_usage() {
+    let w = world("50", r#""body:usage.total_tokens""#);
+    let o = owed(w.eval(&FakeRequest::get("/").with("x-user", "a")));
+    let sse =
+        "data: {\"usage\":null}\n\ndata: {\"usage\":{\"total_tokens\":12}}\n\ndata: [DONE]\n\n";
+    settle(&w, o, &[("content-type", "text/event-stream")], sse, &[]);
+    assert_eq!(w.metrics.count(0, RuleEvent::CostRefunded), 38);
+    // 12 kept; the next request's estimate of 50 takes 50 more.
+    assert_eq!(remaining(&w), 38);
+}
+
+#[test]
+fn sources_are_summed_from_headers_trailers_and_body() {
+    let w = world("0", r#"["header:x-in","trailer:x-out","body:usage.extra"]"#);
+    let o = owed(w.eval(&FakeRequest::get("/").with("x-user", "a")));
+    settle(
+        &w,
+        o,
+        &[("x-in", "4")],
+        r#"{"usage":{"extra":2}}"#,
+        &[("x-out", "30")],
+    );
+    assert_eq!(w.metrics.count(0, RuleEvent::CostCharged), 36);
+    assert_eq!(remaining(&w), 64);
+}
+
+#[test]
+fn a_response_that_does_not_say_keeps_the_estimate() {
+    for (headers, body, trailers) in [
+        (JSON, r#"{"usage":{}}"#, &[][..]),
+        (JSON, r#"{"usage":{"total_tokens":-3}}"#, &[][..]),
+        (JSON, r#"{"usage":{"total_tokens":12.5}}"#, &[][..]),
+        (JSON, r#"{"usage":{"total_to"#, &[][..]),
+    ] {
+        let w = world("20", r#""body:usage.total_tokens""#);
+        let o = owed(w.eval(&FakeRequest::get("/").with("x-user", "a")));
+        settle(&w, o, headers, body, trailers);
+        assert_eq!(w.metrics.count(0, RuleEvent::CostMissing), 1, "{body}");
+        // The estimate of 20 kept, and 20 more for the next request.
+        assert_eq!(remaining(&w), 60, "{body}");
+    }
+    // A stream that ended before its response headers came.
+    let w = world("20", r#""header:x-used""#);
+    let o = owed(w.eval(&FakeRequest::get("/").with("x-user", "a")));
+    let reader = CostReader::new(o).unwrap();
+    assert!(reader.settle(&w.store, &w.metrics, NOW).is_empty());
+    assert_eq!(w.metrics.count(0, RuleEvent::CostMissing), 1);
+}
+
+#[test]
+fn a_charge_may_go_into_debt_and_then_the_limit_denies() {
+    let w = world("0", r#""header:x-used""#);
+    let o = owed(w.eval(&FakeRequest::get("/").with("x-user", "a")));
+    settle(&w, o, &[("x-used", "150")], "", &[]);
+    assert_eq!(w.metrics.count(0, RuleEvent::CostDebt), 1);
+    match w.eval(&FakeRequest::get("/").with("x-user", "a")) {
+        Verdict::Deny(d) => assert!(d.report.decision.retry_after > 0),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_estimate_of_zero_admits_while_not_in_debt_and_consumes_nothing() {
+    let w = world("0", r#""header:x-used""#);
+    for _ in 0..3 {
+        let o = owed(w.eval(&FakeRequest::get("/").with("x-user", "a")));
+        assert_eq!(o[0].estimate, 0);
+    }
+    let (state, _) = w
+        .store
+        .get(&owed(w.eval(&FakeRequest::get("/").with("x-user", "a")))[0].local[0].0);
+    assert!(state.is_none(), "nothing was written");
+}
+
+#[test]
+fn a_global_limit_is_settled_by_the_limiter() {
+    let w = World::new(&rules(
+        r#"{"name":"tokens","key":["header:x-user"],"cost":{"estimate":"header:x-max","response":"header:x-used"},
+           "limits":[{"algorithm":"gcra","requests":1000,"window":"1m","scope":"global"}]}"#,
+    ));
+    let p = pending(
+        w.eval(
+            &FakeRequest::get("/")
+                .with("x-user", "a")
+                .with("x-max", "40"),
+        ),
+    );
+    let body: serde_json::Value = serde_json::from_slice(p.body(0)).unwrap();
+    assert_eq!(body["hits"], 40);
+    let answer = r#"{"allowed":true,"limits":[{"allowed":true,"limit":1000,"remaining":960,"reset_ms":2400,"retry_after_ms":0}]}"#;
+    let o = owed(w.finish(p, Some(answer.to_string())));
+    assert_eq!(o[0].adjustment(30), Some(Adjustment::Refund(10)));
+    let mut reader = CostReader::new(o).unwrap();
+    reader.on_headers(&w.plan, |n| (n == "x-used").then(|| "30".to_string()));
+    let global = reader.settle(&w.store, &w.metrics, NOW + SECOND);
+    assert_eq!(global.len(), 1);
+    assert_eq!(global[0].adjustment, Adjustment::Refund(10));
+    assert_eq!(global[0].limits[0].key, "tokens/0/a");
+    // A failed check admitted by the failure mode is charged whole.
+    let p = pending(
+        w.eval(
+            &FakeRequest::get("/")
+                .with("x-user", "b")
+                .with("x-max", "40"),
+        ),
+    );
+    let o = owed(w.finish(p, None));
+    assert_eq!(o[0].adjustment(30), Some(Adjustment::Charge(30)));
+}
+
+#[test]
+fn response_costs_refuse_what_cannot_be_charged_later() {
+    let cases = [
+        (
+            r#"{"algorithm":"sliding_log","requests":10,"window":"1m"}"#,
+            "rules[0].limits[0].algorithm",
+        ),
+        (
+            r#"{"algorithm":"gcra","requests":10,"window":"1m","on_exceed":"delay","max_delay":"1s"}"#,
+            "rules[0].limits[0].on_exceed",
+        ),
+        (r#"{"concurrency":3}"#, "rules[0].limits[0].concurrency"),
+        (
+            r#"{"algorithm":"gcra","requests":10,"window":"1m","scope":"global","sync":{"mode":"coalesce"}}"#,
+            "rules[0].limits[0].sync",
+        ),
+    ];
+    for (limit, path) in cases {
+        let json = rules(&format!(
+            r#"{{"name":"r","key":["path"],"cost":{{"response":"header:x"}},"limits":[{limit}]}}"#
+        ));
+        let err = parse(json.as_bytes()).unwrap_err();
+        assert_eq!(err.path, path, "{limit}: {err}");
+    }
+    for (cost, path) in [
+        (r#"{"response":[]}"#, "rules[0].cost.response"),
+        (r#"{"response":"body:a..b"}"#, "rules[0].cost.response"),
+        (
+            r#"{"response":["header:x","query:y"]}"#,
+            "rules[0].cost.response[1]",
+        ),
+        (
+            r#"{"estimate":"path","response":"header:x"}"#,
+            "rules[0].cost.estimate",
+        ),
+        (
+            r#"{"estimate":-1,"response":"header:x"}"#,
+            "rules[0].cost.estimate",
+        ),
+        (r#"{"estimate":5}"#, "rules[0].cost"),
+    ] {
+        let json = rules(&format!(
+            r#"{{"name":"r","key":["path"],"cost":{cost},"limits":[{{"algorithm":"gcra","requests":10,"window":"1m"}}]}}"#
+        ));
+        let err = parse(json.as_bytes()).unwrap_err();
+        assert_eq!(err.path, path, "{cost}: {err}");
+    }
+}
