@@ -142,6 +142,33 @@ def test_a_cut_stream_settles_to_what_is_known(proxy):
 # ------------------------------------------------------------------ global
 
 
+def test_a_rate_limit_service_is_charged_the_difference(tmp_path, llm):
+    from support.fake_rls import FakeRls
+    fake = FakeRls(style="envoy_ratelimit", limit=1000)
+    try:
+        config = sluice_config(
+            [{"name": "tokens", "key": ["header:x-user"], "cost": {"estimate": 10, "response": TOTAL},
+              "limits": [{"scope": "global"}]}],
+            limiter={"cluster": "rls", "protocol": "rls", "timeout": "5s", "failure_mode": "deny"})
+        e = start_envoy(tmp_path, [wasm_filter(config)], clusters=[llm.cluster(), limiter_cluster("rls", [fake.port])],
+                        hcm_extra=LlmUpstream.route_config())
+        try:
+            assert ask(e.port, x_prompt_tokens=12, x_completion_tokens=18).status == 200
+            wait_until(lambda: fake.calls() == 2, what="the settlement call")
+            check, charge = fake.requests
+            assert check.descriptors == charge.descriptors
+            assert (check.hits, charge.hits) == (10, 20)
+            # Cheaper than its estimate: nothing more to say to the service.
+            assert ask(e.port, x_prompt_tokens=1, x_completion_tokens=1).status == 200
+            wait_until(lambda: e.sluice_stat("sluice.tokens.cost_refunded") == 8, what="refund counted")
+            assert fake.calls() == 3
+        finally:
+            e.stop()
+    finally:
+        fake.stop()
+
+
+
 def test_global_tokens_held_across_two_envoys(tmp_path, processes, llm):
     redis = processes.redis()
     limiters = [processes.limiter(store=redis.url, extra_args=["--store-timeout-ms", "5000"]) for _ in range(2)]

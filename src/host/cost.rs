@@ -6,7 +6,7 @@
 //! and could not take the call's answer).
 
 use super::clock::{now, HOLD_TICK};
-use super::limiter::dispatch_charge;
+use super::limiter::{dispatch, dispatch_charge};
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
 use super::state;
@@ -16,6 +16,7 @@ use sluice_core::Nanos;
 use sluice_filter::engine::cost_reader::{CostReader, GlobalSettlement};
 use sluice_filter::engine::settle::Adjustment;
 use sluice_filter::metrics::{GlobalEvent, MetricSink};
+use sluice_filter::rls;
 use sluice_wire::LimitSpec;
 use std::rc::Rc;
 
@@ -55,6 +56,30 @@ pub(super) fn settle(runtime: &Rc<Runtime>, reader: CostReader) {
     }
 }
 
+/// Charges what a rate limit service holds: one `ShouldRateLimit` per
+/// settlement, its descriptors with the difference as their hits (a
+/// service cannot be refunded: it keeps the estimate).
+fn send_to_service(runtime: &Runtime, settlements: &[GlobalSettlement]) {
+    for s in settlements.iter().filter(|s| !s.descriptors.is_empty()) {
+        let Adjustment::Charge(hits) = s.adjustment else {
+            continue;
+        };
+        // The difference is every descriptor's weight.
+        let descriptors: Vec<rls::Descriptor> = s
+            .descriptors
+            .iter()
+            .map(|d| rls::Descriptor {
+                hits: None,
+                ..d.clone()
+            })
+            .collect();
+        let body = rls::encode_request(&runtime.plan.domain, &descriptors, hits);
+        if dispatch(runtime, &body).is_none() {
+            runtime.metrics.global(GlobalEvent::LimiterUnreachable);
+        }
+    }
+}
+
 /// Gives back the global rate limits `taken` (each with its weight in
 /// `hits`) a request of `runtime` was counted in as of `admitted_at`: its
 /// client left while it was held.
@@ -62,6 +87,7 @@ pub(super) fn refund(runtime: &Rc<Runtime>, taken: Vec<LimitSpec<'static>>, admi
     for spec in taken {
         let units = spec.hits.unwrap_or(1);
         let settlement = GlobalSettlement {
+            descriptors: Vec::new(),
             limits: vec![spec],
             adjustment: Adjustment::Refund(units),
             admitted_at,
@@ -85,6 +111,7 @@ pub(super) fn send_charges() {
             .chain(group.into_iter().map(|(_, s)| s))
             .collect();
         let now = now();
+        send_to_service(&runtime, &settlements);
         for body in sluice_filter::engine::cost_reader::charge_bodies(
             &runtime.plan.domain,
             &settlements,

@@ -144,12 +144,8 @@ fn check_limits(path: &str, limits: &[RuleLimit]) -> Result<(), FieldError> {
                     return Err(FieldError::at(at("sync"), RESPONSE_ONLY))
                 }
             },
-            LimitKind::ServiceHeld(_) => {
-                return Err(FieldError::at(
-                    at("scope"),
-                    "a rule whose cost comes from the response needs limiter.protocol sluice",
-                ))
-            }
+            // Charged by a second call, with the difference as its hits.
+            LimitKind::ServiceHeld(_) => continue,
             LimitKind::Concurrency(_) => {
                 return Err(FieldError::at(
                     at("concurrency"),

@@ -131,6 +131,14 @@ impl Batch {
         self.items.len()
     }
 
+    /// The wire forms of the limits added since the batch held `mark`: the
+    /// limiter's (each with its weight in `hits`) and the rate limit
+    /// service's descriptors.
+    pub(super) fn since(&self, mark: usize) -> (Vec<LimitSpec<'static>>, Vec<rls::Descriptor>) {
+        let descriptors = self.descriptors.iter().skip(mark).cloned().collect();
+        (self.limits_since(mark), descriptors)
+    }
+
     /// The wire form of the limits added since the batch held `mark`, each
     /// with its weight in `hits`.
     pub(super) fn limits_since(&self, mark: usize) -> Vec<LimitSpec<'static>> {

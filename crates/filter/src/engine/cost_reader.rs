@@ -33,6 +33,9 @@ pub struct CostReader {
 /// them, and when their estimate was counted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GlobalSettlement {
+    /// The rate limit service's descriptors, charged by a call of their
+    /// own (a refund has no call: the service keeps the estimate).
+    pub descriptors: Vec<crate::rls::Descriptor>,
     /// Its global limits, as checked.
     pub limits: Vec<sluice_wire::LimitSpec<'static>>,
     /// The charge or refund.
@@ -149,6 +152,7 @@ impl CostReader {
             }
             if let Some(adjustment) = r.owed.adjustment(actual) {
                 global.push(GlobalSettlement {
+                    descriptors: r.owed.descriptors,
                     limits: r.owed.global,
                     adjustment,
                     admitted_at: r.owed.admitted_at,
@@ -223,11 +227,13 @@ mod tests {
         let spec = LimitSpec::new("tokens/0/a".to_string(), &limit);
         let settlements = vec![
             GlobalSettlement {
+                descriptors: Vec::new(),
                 limits: vec![spec.clone(); MAX_LIMITS],
                 adjustment: Adjustment::Charge(5),
                 admitted_at: 0,
             },
             GlobalSettlement {
+                descriptors: Vec::new(),
                 limits: vec![spec],
                 adjustment: Adjustment::Refund(3),
                 admitted_at: 10 * SECOND,

@@ -102,6 +102,7 @@ fn uncounted(tally: &mut Tally, shadow: bool, forget: bool) {
     for owed in tally.owed.iter_mut().filter(|o| o.shadow == shadow) {
         if forget {
             owed.global.clear();
+            owed.descriptors.clear();
         } else {
             owed.global_counted = false;
         }

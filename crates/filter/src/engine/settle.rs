@@ -12,6 +12,7 @@
 use super::tally::{Tally, Target};
 use crate::config::{CostSource, LimitKind, Plan};
 use crate::local::{self, Contended, SharedStore};
+use crate::rls::Descriptor;
 use sluice_core::{Limit, Nanos};
 use sluice_wire::LimitSpec;
 
@@ -29,6 +30,8 @@ pub struct Owed {
     pub local: Vec<(String, Limit)>,
     /// The global limits, as checked.
     pub global: Vec<LimitSpec<'static>>,
+    /// The rate limit service's descriptors of its limits (`protocol: rls`).
+    pub descriptors: Vec<Descriptor>,
     /// Whether the limiter counted the estimate: false when the check
     /// failed and `failure_mode: allow` let the request through, so the
     /// whole cost is charged.
@@ -94,7 +97,7 @@ impl Owed {
 
     /// What the global limits need for a request that cost `actual`.
     pub fn adjustment(&self, actual: u64) -> Option<Adjustment> {
-        if self.global.is_empty() {
+        if self.global.is_empty() && self.descriptors.is_empty() {
             return None;
         }
         let counted = if self.global_counted {
@@ -125,9 +128,10 @@ impl Tally {
         rule: usize,
         estimate: u64,
         consumed_mark: usize,
-        global: Vec<LimitSpec<'static>>,
+        global: (Vec<LimitSpec<'static>>, Vec<Descriptor>),
         shadow: bool,
     ) {
+        let (global, descriptors) = global;
         let mut local = Vec::new();
         for c in self.consumed.iter().skip(consumed_mark) {
             let kind = plan
@@ -151,6 +155,7 @@ impl Tally {
             admitted_at: self.now,
             local,
             global,
+            descriptors,
             global_counted: true,
             shadow,
         });

@@ -170,7 +170,7 @@ where
         let Err(report) = self.limits(applied) else {
             self.tally.admitted.push(applied.index);
             if matches!(applied.rule.cost, Cost::Response(_)) {
-                let global = self.batch_of(applied).limits_since(global_mark);
+                let global = self.batch_of(applied).since(global_mark);
                 let (plan, shadow) = (self.env.plan, applied.rule.shadow);
                 let (rule, estimate) = (applied.index, applied.weight);
                 self.tally
