@@ -130,6 +130,12 @@ def keys():
 # ---------------------------------------------------------------- check / answer
 
 CHECKS = [
+    # concurrency limits, permits and charges: the same target reads them all
+    '{"domain":"d","hits":2,"holder":7,"limits":[{"key":"c","algorithm":"concurrency","requests":5,"window_ms":30000},'
+    '{"key":"g","algorithm":"gcra","requests":100,"window_ms":60000}]}',
+    '{"domain":"d","holder":7,"ttl_ms":30000,"release":[{"key":"c/0/a","hits":1}],"renew":["c/0/b"]}',
+    '{"domain":"d","limits":[{"key":"t","algorithm":"token_bucket","requests":10,"window_ms":1000,"burst":10,"charge":15},'
+    '{"key":"f","algorithm":"fixed_window","requests":10,"window_ms":1000,"refund":5,"refund_age_ms":200}]}',
     '{"domain":"d","limits":[{"key":"k","algorithm":"gcra","requests":1,"window_ms":1}]}',
     '{"domain":"d","hits":2,"limits":[{"key":"a","algorithm":"gcra","requests":10,"window_ms":1000,"burst":1,"max_delay_ms":1000},'
     '{"key":"b","algorithm":"leaky_bucket","requests":10,"window_ms":1000,"hits":5,"max_delay_ms":0},'
@@ -247,7 +253,8 @@ def rls_requests():
 
 def yamls():
     texts = []
-    for path in [ROOT / "crates/limiter/src/rls/config.rs", ROOT / "crates/limiter/tests/rls.rs", ROOT / "fuzz/src/rls_request.rs"]:
+    sources = sorted((ROOT / "crates/limiter/src/rls/config").glob("*.rs"))
+    for path in [*sources, ROOT / "crates/limiter/tests/rls.rs", ROOT / "fuzz/src/rls_request.rs"]:
         src = path.read_text()
         for s in rust_raw_strings(src) + rust_strings(src):
             if "domain:" in s and "descriptors" in s:

@@ -127,9 +127,13 @@ pub fn state(data: &[u8]) {
 
 /// The limiter's reading of a check body: refused with a message, or valid
 /// and decided without a panic; its answer reads back as written
-/// (`sluice_wire::fuzzing::check_body`).
+/// (`sluice_wire::fuzzing::check_body`); the same bytes as a permits or a
+/// charge body (`sluice_wire::fuzzing::permits_and_charge_bodies`).
 pub fn check(data: &[u8]) {
     if let Err(broken) = sluice_wire::fuzzing::check_body(data) {
+        panic!("{broken}");
+    }
+    if let Err(broken) = sluice_wire::fuzzing::permits_and_charge_bodies(data) {
         panic!("{broken}");
     }
 }

@@ -1,5 +1,6 @@
 //! The invariants of both ends of the wire, shared by the proptest fuzzers
-//! (`fuzz.rs`) and the libFuzzer targets `check` and `answer` (fuzz/).
+//! (`fuzz.rs`) and the libFuzzer targets `check` and `answer` (fuzz/): check,
+//! permits and charge bodies on the limiter's side, answers on the filter's.
 
 use crate::answer::compact;
 use crate::loose;
@@ -82,6 +83,43 @@ pub fn answer_body(body: &[u8], expected: usize, requests: u32) -> Result<(), St
                 "batch answer {r:?} for {requests} requests, {expected} limits"
             ));
         }
+    }
+    Ok(())
+}
+
+/// The limiter's side of the other bodies: a `POST /v1/permits` or
+/// `POST /v1/charge` body is refused with a message, or valid; a valid
+/// charge adjusts each of its limits without a panic, and a charge reads
+/// into a state that a check then decides; the filter's hand writers write
+/// what serde writes for a body serde reads.
+pub fn permits_and_charge_bodies(body: &[u8]) -> Result<(), String> {
+    match crate::parse_permits(body) {
+        Err(e) if e.message.is_empty() => {
+            return Err(format!("permits: no message at {:?}", e.path))
+        }
+        _ => {}
+    }
+    if let Ok(request) = serde_json::from_slice::<crate::PermitsRequest<'_>>(body) {
+        let serde = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
+        if request.to_json() != serde {
+            return Err("the permits writer differs from serde".into());
+        }
+    }
+    let charge = match crate::parse_charge(body) {
+        Err(e) if e.message.is_empty() => {
+            return Err(format!("charge: no message at {:?}", e.path))
+        }
+        Err(_) => return Ok(()),
+        Ok(charge) => charge,
+    };
+    let now = 1_714_521_600 * SECOND;
+    for item in &charge.limits {
+        let state = sluice_core::adjust(&item.limit, None, now, item.adjust);
+        let bytes = state
+            .as_ref()
+            .and_then(|o| o.new_state.as_ref())
+            .map(|s| s.as_bytes());
+        sluice_core::decide(&item.limit, bytes, now, 1);
     }
     Ok(())
 }
