@@ -13,22 +13,7 @@ use sluice_limiter::store::redis::{RedisStore, Target};
 use sluice_limiter::store::{AdjustItem, RateItem, StoreItem};
 use std::time::Duration;
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi - lo + 1)
-    }
-}
+use support::Rng;
 
 const WINDOWS_US: [u64; 4] = [1_000_000, 1_000_003, 7_919_000, 60_000_000];
 

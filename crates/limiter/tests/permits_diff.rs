@@ -13,16 +13,7 @@ use sluice_limiter::store::redis::{RedisStore, Target};
 use sluice_limiter::store::{permits_id, PermitItem, StoreItem};
 use std::time::Duration;
 
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
+use support::Rng;
 
 const HOLDERS: [u64; 5] = [0, 1, 2, u64::MAX, (1 << 60) + 1];
 

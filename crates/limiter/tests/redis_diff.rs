@@ -22,23 +22,7 @@ use std::time::Duration;
 /// many requests it carried, and the units leased per limit, for a refund.
 type LastAdmit = (Vec<(usize, u64)>, u64, u32, Vec<u64>);
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi - lo + 1)
-    }
-}
+use support::Rng;
 
 // sluice-core clamps windows to at least 1 ms, i.e. 10^6 of its units: run
 // it on microsecond windows of at least a second so the clamp never applies.

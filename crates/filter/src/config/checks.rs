@@ -177,3 +177,19 @@ pub fn max_delay(
         }
     }
 }
+
+/// The fields of a rate limit in `raw` (its algorithm's, and the ways it is
+/// decided), each with whether it is given: a kind of limit that takes none
+/// of them refuses the first given, naming it.
+pub fn rate_fields(raw: &RawLimit) -> [(&'static str, bool); 8] {
+    [
+        ("algorithm", raw.algorithm.is_some()),
+        ("requests", raw.requests.is_some()),
+        ("window", raw.window.is_some()),
+        ("burst", raw.burst.is_some()),
+        ("precision", raw.precision.is_some()),
+        ("soft_percent", raw.soft_percent != 0),
+        ("elastic", raw.elastic.is_some()),
+        ("sync", raw.sync.is_some()),
+    ]
+}

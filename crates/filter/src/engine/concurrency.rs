@@ -18,7 +18,7 @@
 use super::call::{GlobalItem, Via};
 use super::tally::{undecided, Consumed, Target};
 use super::walk::{Applied, Walk};
-use crate::config::checks::{field_path, LimitSite};
+use crate::config::checks::{field_path, rate_fields, LimitSite};
 use crate::config::raw::{OnExceed, Protocol, RawLimit, Scope};
 use crate::config::{ConcurrencyLimit, LimitKind, PermitPlace};
 use crate::headers::Reported;
@@ -126,18 +126,9 @@ pub(crate) fn compile(
     raw: &RawLimit,
     max: u64,
 ) -> Result<LimitKind, FieldError> {
-    let rate_fields = [
-        ("algorithm", raw.algorithm.is_some()),
-        ("requests", raw.requests.is_some()),
-        ("window", raw.window.is_some()),
-        ("burst", raw.burst.is_some()),
-        ("precision", raw.precision.is_some()),
-        ("soft_percent", raw.soft_percent != 0),
-        ("elastic", raw.elastic.is_some()),
-        ("sync", raw.sync.is_some()),
-        ("descriptor", raw.descriptor.is_some()),
-    ];
-    if let Some((field, _)) = rate_fields.iter().find(|(_, given)| *given) {
+    let descriptor = [("descriptor", raw.descriptor.is_some())];
+    let mut given = rate_fields(raw).into_iter().chain(descriptor);
+    if let Some((field, _)) = given.find(|(_, given)| *given) {
         return Err(FieldError::at(
             site.field(field),
             "does not apply to a concurrency limit",

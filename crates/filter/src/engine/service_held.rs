@@ -5,7 +5,7 @@
 
 use super::call::{GlobalItem, Via};
 use super::walk::{Applied, Walk};
-use crate::config::checks::{field_path, LimitSite};
+use crate::config::checks::{field_path, rate_fields, LimitSite};
 use crate::config::raw::{OnExceed, RawLimit};
 use crate::config::{Entry, EntryValue, LimitKind, ServiceHeld};
 use crate::headers::Reported;
@@ -92,19 +92,15 @@ fn compile_descriptor(
     rule: &str,
     key: &[KeyPart],
 ) -> Result<Vec<Entry>, FieldError> {
-    let set = [
-        ("algorithm", raw.algorithm.is_some()),
-        ("requests", raw.requests.is_some()),
-        ("window", raw.window.is_some()),
-        ("burst", raw.burst.is_some()),
-        ("precision", raw.precision.is_some()),
-        ("soft_percent", raw.soft_percent != 0),
+    let delay = [
         ("on_exceed", raw.on_exceed != OnExceed::Deny),
         ("max_delay", raw.max_delay.is_some()),
-        ("elastic", raw.elastic.is_some()),
-        ("sync", raw.sync.is_some()),
     ];
-    if let Some((field, _)) = set.iter().find(|(_, set)| *set) {
+    if let Some((field, _)) = rate_fields(raw)
+        .into_iter()
+        .chain(delay)
+        .find(|(_, set)| *set)
+    {
         return Err(FieldError::at(
             format!("{path}.{field}"),
             "not with limiter.protocol rls: the rate limit service's configuration holds the limit",
