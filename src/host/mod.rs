@@ -9,7 +9,7 @@
 //! permits of concurrency limits: kept, given back, renewed), [`cost`]
 //! (costs known from the response: read, settled) → [`state`] (the VM's
 //! thread-locals, owned there alone), [`shared_data`], [`request`],
-//! [`clock`], [`metrics`], [`runtime`].
+//! [`clock`], [`random`], [`metrics`], [`runtime`].
 //!
 //! Requests held in delay mode wait in one queue per VM (a worker thread),
 //! shared by the root context and the HTTP contexts of that thread. Every
@@ -43,6 +43,7 @@ mod limiter;
 mod metrics;
 mod outcome;
 mod permits;
+mod random;
 mod request;
 mod root;
 mod runtime;

@@ -9,6 +9,7 @@ use super::filter::Filter;
 use super::limiter::{call_answer, call_failed};
 use super::metrics::{config_error, Metrics};
 use super::permits;
+use super::random;
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
 use super::state;
@@ -146,7 +147,10 @@ impl RootContext for Root {
                 return false;
             }
         };
-        let candidate = SlotHasher::new_seed(now());
+        let candidate = random::seed().unwrap_or_else(|| {
+            log::warn!("sluice: the host gave no random bytes: the slot seed comes from the clock");
+            SlotHasher::new_seed(now())
+        });
         let hasher = local::load_or_create(&HostStore, &plan.seed_key, &candidate)
             .ok()
             .and_then(|seed| SlotHasher::from_seed(&seed));

@@ -28,7 +28,9 @@ impl SlotHasher {
         Some(SlotHasher { k0, k1 })
     }
 
-    /// A fresh seed derived from `entropy` (the current time in nanoseconds).
+    /// A seed derived from `entropy`: the fallback when the host gives no
+    /// random bytes (the filter draws its seed from the host's random
+    /// source; see `src/host/random.rs`).
     pub fn new_seed(entropy: u64) -> [u8; SEED_LEN] {
         // Spread the time's bits over both halves of the key.
         let k0 = splitmix(entropy);
