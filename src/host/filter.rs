@@ -114,8 +114,7 @@ impl Filter {
             Verdict::Deny(mut denied) => {
                 if let Some(shared) = self.runtime.clone() {
                     let held = std::mem::take(&mut denied.held);
-                    permits::keep(&shared, &held);
-                    permits::release(&shared, held);
+                    permits::give_back(&shared, held);
                     if denied.wait.is_some() {
                         // Its headers must still be there when the root decides again.
                         let body_phase = self.shown.is_some();
@@ -190,6 +189,12 @@ impl Filter {
         if !owed.is_empty() {
             self.cost = CostReader::new(owed);
         }
+    }
+
+    /// Shows the request's snapshot of its headers in place of Envoy's while
+    /// the guard lives, if it was decided after its body; else nothing.
+    fn show(&self) -> Option<Shown> {
+        self.shown.clone().map(|headers| Shown::new(Some(headers)))
     }
 
     /// Keeps the permits `held` until the stream ends.
@@ -331,7 +336,7 @@ impl Context for Filter {
         let Some(runtime) = self.runtime.clone() else {
             return;
         };
-        let _shown = Shown::new(self.shown.clone());
+        let _shown = self.show();
         if !self.tokens.iter().any(|(t, _)| *t == token) {
             self.carried_answered(&runtime, token, body_size);
             return;
@@ -344,7 +349,7 @@ impl Context for Filter {
         let Some(runtime) = self.runtime.clone() else {
             return;
         };
-        let _shown = Shown::new(self.shown.clone());
+        let _shown = self.show();
         // gRPC status 0 is OK; any other is a failed call (the clock is read
         // only then, to tell a timeout from a refused connection).
         if status_code != 0 {
@@ -438,7 +443,7 @@ impl HttpContext for Filter {
             return Action::Pause;
         }
         self.awaiting_body = false;
-        let _shown = Shown::new(self.shown.clone());
+        let _shown = self.show();
         match self.runtime.clone() {
             Some(runtime) => self.decide(&runtime, body_size),
             None => Action::Continue,
@@ -460,7 +465,7 @@ impl HttpContext for Filter {
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        let _shown = Shown::new(self.shown.clone());
+        let _shown = self.show();
         self.take_handoff();
         if let (Some(runtime), Some(reader)) = (self.runtime.as_ref(), self.cost.as_mut()) {
             cost::read_headers(runtime, reader);

@@ -33,7 +33,14 @@ impl Metrics {
             .map(|e| define(e.metric_name()))
             .collect();
         for rule in rules {
-            ids.extend(RuleEvent::ALL.map(|e| define(&e.metric_name(&rule.name))));
+            ids.extend(RuleEvent::ALL.map(|e| {
+                if e.applies_to(rule) {
+                    define(&e.metric_name(&rule.name))
+                } else {
+                    // Never counted: no stat.
+                    u32::MAX
+                }
+            }));
         }
         let permit_gauges = rules
             .iter()

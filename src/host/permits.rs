@@ -40,16 +40,11 @@ pub(super) fn keep(runtime: &Runtime, held: &Held) {
     }
 }
 
-/// Gives back every permit of `held`, kept by a request of `runtime`.
+/// Gives back every permit of `held`, kept by a request of `runtime`
+/// ([`keep`]): no longer renewed nor counted in the gauges.
 pub(super) fn release(runtime: &Rc<Runtime>, held: Held) {
     if held.is_empty() {
         return;
-    }
-    let now = now();
-    for permit in &held.local {
-        if concurrency::release_local(&HostStore, permit, now).is_err() {
-            runtime.metrics.global(GlobalEvent::CasExhausted);
-        }
     }
     state::holdings(|h| {
         for permit in &held.local {
@@ -61,6 +56,20 @@ pub(super) fn release(runtime: &Rc<Runtime>, held: Held) {
     });
     for permit in held.local.iter().chain(&held.global) {
         runtime.metrics.permits(permit.rule, permit.weight, false);
+    }
+    give_back(runtime, held);
+}
+
+/// Gives back the permits `held` took for a request of `runtime` (never
+/// kept, as those of a request denied after they were taken, or once
+/// [`release`] forgot them): local ones at once, global ones at the next
+/// tick.
+pub(super) fn give_back(runtime: &Rc<Runtime>, held: Held) {
+    let now = now();
+    for permit in &held.local {
+        if concurrency::release_local(&HostStore, permit, now).is_err() {
+            runtime.metrics.global(GlobalEvent::CasExhausted);
+        }
     }
     for permit in held.global {
         if state::release_later(Rc::clone(runtime), permit) {

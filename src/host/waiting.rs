@@ -159,8 +159,7 @@ fn carry_out(waiter: Waiter, runtime: &Rc<Runtime>, verdict: Verdict) {
         Verdict::Deny(mut denied) => {
             runtime.metrics.rule(denied.report.rule, RuleEvent::Denied);
             let held = std::mem::take(&mut denied.held);
-            permits::keep(runtime, &held);
-            permits::release(runtime, held);
+            permits::give_back(runtime, held);
             return deny(&runtime.plan, &denied);
         }
         Verdict::Allow(admitted) => {
@@ -179,8 +178,7 @@ fn carry_out(waiter: Waiter, runtime: &Rc<Runtime>, verdict: Verdict) {
                 held: Some(held),
             },
             Err(taken) => {
-                permits::keep(runtime, &taken);
-                return permits::release(runtime, taken);
+                return permits::give_back(runtime, taken);
             }
         },
         // Decided before it gets here.

@@ -54,6 +54,21 @@ pub enum RuleEvent {
 }
 
 impl RuleEvent {
+    /// Whether `rule` can count this event: the cost settlement counters
+    /// only exist for rules whose cost comes from the response (Envoy then
+    /// defines four stats fewer per other rule, at each configuration).
+    pub fn applies_to(self, rule: &crate::config::Rule) -> bool {
+        let settles = matches!(rule.cost, crate::config::Cost::Response(_));
+        settles
+            || !matches!(
+                self,
+                RuleEvent::CostCharged
+                    | RuleEvent::CostRefunded
+                    | RuleEvent::CostMissing
+                    | RuleEvent::CostDebt
+            )
+    }
+
     /// Every per-rule event, in the order of their metric ids.
     pub const ALL: [RuleEvent; 12] = [
         RuleEvent::Allowed,

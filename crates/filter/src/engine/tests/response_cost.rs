@@ -233,3 +233,21 @@ fn response_costs_refuse_what_cannot_be_charged_later() {
         assert_eq!(err.path, path, "{cost}: {err}");
     }
 }
+
+#[test]
+fn only_rules_that_settle_have_the_settlement_counters() {
+    let w = World::new(&rules(
+        r#"{"name":"tokens","key":["path"],"cost":{"response":"header:x-used"},
+           "limits":[{"algorithm":"gcra","requests":10,"window":"1m"}]},
+           {"name":"plain","key":["path"],"limits":[{"algorithm":"gcra","requests":10,"window":"1m"}]}"#,
+    ));
+    let (settles, plain) = (&w.plan.rules[0], &w.plan.rules[1]);
+    assert!(RuleEvent::ALL.iter().all(|e| e.applies_to(settles)));
+    let counted: Vec<_> = RuleEvent::ALL
+        .iter()
+        .filter(|e| e.applies_to(plain))
+        .collect();
+    assert_eq!(counted.len(), RuleEvent::ALL.len() - 4);
+    assert!(!RuleEvent::CostCharged.applies_to(plain));
+    assert!(RuleEvent::Denied.applies_to(plain));
+}
