@@ -2,13 +2,15 @@
 //! configuration is accepted, counted in batches, handed to Envoy at each
 //! flush.
 
+use super::clock;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::MetricType;
 use sluice_core::Nanos;
 use sluice_filter::config::Rule;
 use sluice_filter::local;
 use sluice_filter::metrics::{
-    ceil_millis, Batch, GlobalEvent, MetricSink, RuleEvent, DELAY_HISTOGRAM,
+    ceil_millis, Batch, GlobalEvent, MetricSink, RuleEvent, TableChange, TableWatch,
+    DELAY_HISTOGRAM,
 };
 
 /// Metric ids, defined when a configuration is accepted, and the counts
@@ -23,6 +25,17 @@ pub(super) struct Metrics {
     /// Per rule, the id of its permits gauge (rules with a concurrency
     /// limit only).
     permit_gauges: Vec<Option<u32>>,
+    /// The key tables of the rules with a local rate limit.
+    tables: Vec<TableGauge>,
+}
+
+/// A rule's key table as this worker sees it, and its Envoy-wide gauge.
+struct TableGauge {
+    rule: usize,
+    name: String,
+    /// The id of `sluice.<rule>.table_full_workers`.
+    id: u32,
+    watch: TableWatch,
 }
 
 impl Metrics {
@@ -53,9 +66,24 @@ impl Metrics {
                     .and_then(Result::ok)
             })
             .collect();
+        let tables = rules
+            .iter()
+            .enumerate()
+            .filter(|(_, rule)| RuleEvent::TableFull.applies_to(rule))
+            .filter_map(|(i, rule)| {
+                let gauge = format!("sluice.{}.table_full_workers", rule.name);
+                Some(TableGauge {
+                    rule: i,
+                    name: rule.name.clone(),
+                    id: hostcalls::define_metric(MetricType::Gauge, &gauge).ok()?,
+                    watch: TableWatch::default(),
+                })
+            })
+            .collect();
         Metrics {
             ids,
             permit_gauges,
+            tables,
             batch: Batch::new(rules.len()),
             delay_histogram: hostcalls::define_metric(MetricType::Histogram, DELAY_HISTOGRAM)
                 .unwrap_or(u32::MAX),
@@ -91,11 +119,47 @@ impl Metrics {
             self.batch
                 .add_n(Batch::global_position(GlobalEvent::CasRetries), retries);
         }
+        let mut full = Vec::new();
         self.batch.drain(|position, count| {
             if let (Some(&id), Ok(count)) = (self.ids.get(position), i64::try_from(count)) {
                 let _ = hostcalls::increment_metric(id, count);
             }
+            full.push((position, count));
         });
+        self.watch_tables(&full);
+    }
+
+    /// Moves the table gauges and logs when this worker starts or stops
+    /// seeing a rule's key table full (`counted`: this flush's counts).
+    fn watch_tables(&self, counted: &[(usize, u64)]) {
+        if self.tables.is_empty() {
+            return;
+        }
+        let now = clock::now();
+        for t in &self.tables {
+            let position = Batch::rule_position(t.rule, RuleEvent::TableFull);
+            let full = counted
+                .iter()
+                .find(|(p, _)| *p == position)
+                .map_or(0, |&(_, n)| n);
+            match t.watch.observe(full, now) {
+                Some(TableChange::BecameFull) => {
+                    let _ = hostcalls::increment_metric(t.id, 1);
+                    log::warn!(
+                        "sluice: rule {}: its local key table is full: keys without room share or evict (local_when_full); raise local_max_keys",
+                        t.name
+                    );
+                }
+                Some(TableChange::NoLongerFull) => {
+                    let _ = hostcalls::increment_metric(t.id, -1);
+                    log::info!(
+                        "sluice: rule {}: its local key table has room again",
+                        t.name
+                    );
+                }
+                None => {}
+            }
+        }
     }
 }
 
@@ -103,6 +167,10 @@ impl Drop for Metrics {
     // A replaced configuration (or a rejected one) still reports what it counted.
     fn drop(&mut self) {
         self.flush();
+        // This worker stops counting in the gauges of the tables it saw full.
+        for t in self.tables.iter().filter(|t| t.watch.is_full()) {
+            let _ = hostcalls::increment_metric(t.id, -1);
+        }
     }
 }
 

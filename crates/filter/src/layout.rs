@@ -7,10 +7,10 @@
 //! | key | value |
 //! | --- | --- |
 //! | `sluice/<domain>/seed` | 16-byte slot-hashing seed |
-//! | `sluice/<domain>/<rule>/<limit>/<algorithm>/<window ms>/<slot>` | local limit state of one slot |
+//! | `sluice/<domain>/<rule>/<limit>/<algorithm>/<window ms>/b<bucket>` | a bucket of a local limit's key table: the states of up to 8 keys ([`crate::table`]) |
 //! | `sluice/<domain>/<rule>/<limit>/<algorithm>/<window ms>/=<key>` | local limit state of an override key |
 //! | `sluice/<domain>/<rule>/<limit>/deny/<slot>` | over-limit cache of a global limit |
-//! | `sluice/<domain>/<rule>+elastic/<limit>/<algorithm>/<window ms>/<slot>` | extra allowance of a local elastic limit |
+//! | `sluice/<domain>/<rule>+elastic/<limit>/<algorithm>/<window ms>/b<bucket>` | extra allowance of a local elastic limit: a key table's bucket |
 //! | `sluice/<domain>/<rule>/<limit>/lease/<slot>` | lease of a leased global limit |
 //! | `sluice/<domain>/<rule>/<limit>/permits/<slot>` | permits of a local concurrency limit (one entry per holder) |
 //! | `sluice/<domain>/holders` | the number of the last configuration loaded (each is a permit holder) |
@@ -67,6 +67,15 @@ pub fn permits_prefix(domain: &str, rule: &str, index: usize) -> String {
 /// Envoy for `domain`: each takes the next number as its permit holder.
 pub fn holders_key(domain: &str) -> String {
     format!("sluice/{domain}/holders")
+}
+
+/// Writes the key of bucket `bucket` of the key table under `prefix` into
+/// `out`, reusing its allocation.
+pub fn bucket_key(out: &mut String, prefix: &str, bucket: u64) {
+    out.clear();
+    out.push_str(prefix);
+    out.push('b');
+    push_u64(out, bucket);
 }
 
 /// Writes `prefix` followed by `slot` into `out`, reusing its allocation.

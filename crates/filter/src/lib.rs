@@ -51,3 +51,4 @@ pub mod rls;
 #[cfg(feature = "schema")]
 pub mod schema;
 pub mod slots;
+pub mod table;

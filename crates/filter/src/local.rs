@@ -34,6 +34,11 @@ pub fn take_cas_retries() -> u64 {
     CAS_RETRIES.with(|c| c.replace(0))
 }
 
+/// Counts one compare-and-swap retry.
+pub(crate) fn count_retry() {
+    CAS_RETRIES.with(|c| c.set(c.get().saturating_add(1)));
+}
+
 /// Why a shared-data write failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SetError {
@@ -122,6 +127,12 @@ impl Value for Encoded {
     }
 }
 
+impl Value for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
 impl Value for &[u8] {
     fn bytes(&self) -> &[u8] {
         self
@@ -151,7 +162,7 @@ where
     for attempt in 1..=MAX_ATTEMPTS {
         if attempt > 1 {
             // The previous write lost a race: this attempt is a retry.
-            CAS_RETRIES.with(|c| c.set(c.get().saturating_add(1)));
+            count_retry();
         }
         let (value, cas) = store.get(key);
         let (write, result) = step(value.as_deref());

@@ -51,26 +51,33 @@ pub enum RuleEvent {
     CostMissing,
     /// Settlements that left a local limit of the rule in debt.
     CostDebt,
+    /// Requests whose key found its local limit's key table full of live
+    /// keys: it shared the table's overflow entry, or evicted a key
+    /// (`local_when_full`). Raise `local_max_keys` when it counts.
+    TableFull,
 }
 
 impl RuleEvent {
     /// Whether `rule` can count this event: the cost settlement counters
-    /// only exist for rules whose cost comes from the response (Envoy then
-    /// defines four stats fewer per other rule, at each configuration).
+    /// only exist for rules whose cost comes from the response, the key
+    /// table's for rules with a local rate limit (Envoy then defines fewer
+    /// stats per other rule, at each configuration).
     pub fn applies_to(self, rule: &crate::config::Rule) -> bool {
-        let settles = matches!(rule.cost, crate::config::Cost::Response(_));
-        settles
-            || !matches!(
-                self,
-                RuleEvent::CostCharged
-                    | RuleEvent::CostRefunded
-                    | RuleEvent::CostMissing
-                    | RuleEvent::CostDebt
-            )
+        match self {
+            RuleEvent::CostCharged
+            | RuleEvent::CostRefunded
+            | RuleEvent::CostMissing
+            | RuleEvent::CostDebt => matches!(rule.cost, crate::config::Cost::Response(_)),
+            RuleEvent::TableFull => rule
+                .limits
+                .iter()
+                .any(|l| matches!(l.kind, crate::config::LimitKind::Local(_))),
+            _ => true,
+        }
     }
 
     /// Every per-rule event, in the order of their metric ids.
-    pub const ALL: [RuleEvent; 12] = [
+    pub const ALL: [RuleEvent; 13] = [
         RuleEvent::Allowed,
         RuleEvent::Denied,
         RuleEvent::ShadowDenied,
@@ -83,6 +90,7 @@ impl RuleEvent {
         RuleEvent::CostRefunded,
         RuleEvent::CostMissing,
         RuleEvent::CostDebt,
+        RuleEvent::TableFull,
     ];
 
     /// The metric name's last component.
@@ -100,6 +108,7 @@ impl RuleEvent {
             RuleEvent::CostRefunded => "cost_refunded",
             RuleEvent::CostMissing => "cost_missing",
             RuleEvent::CostDebt => "cost_debt",
+            RuleEvent::TableFull => "table_full",
         }
     }
 
@@ -266,12 +275,75 @@ impl Batch {
     }
 }
 
+/// How long a worker keeps calling a rule's key table full after it last
+/// saw a key find no room.
+pub const TABLE_FULL_HOLD: Nanos = 10 * sluice_core::SECOND;
+
+/// One worker's view of whether a rule's key table is full: from a flush
+/// that counted [`RuleEvent::TableFull`] until [`TABLE_FULL_HOLD`] passes
+/// without one. Each worker adds 1 to the rule's Envoy-wide gauge while it
+/// sees the table full.
+#[derive(Debug, Default)]
+pub struct TableWatch {
+    last_full: Cell<Option<Nanos>>,
+}
+
+/// A change in what a worker sees of a table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableChange {
+    /// Keys started finding no room.
+    BecameFull,
+    /// No key found no room for [`TABLE_FULL_HOLD`].
+    NoLongerFull,
+}
+
+impl TableWatch {
+    /// Notes a flush at `now` that counted `full` table-full events.
+    pub fn observe(&self, full: u64, now: Nanos) -> Option<TableChange> {
+        match (self.last_full.get(), full > 0) {
+            (None, true) => {
+                self.last_full.set(Some(now));
+                Some(TableChange::BecameFull)
+            }
+            (Some(_), true) => {
+                self.last_full.set(Some(now));
+                None
+            }
+            (Some(last), false) if now.saturating_sub(last) >= TABLE_FULL_HOLD => {
+                self.last_full.set(None);
+                Some(TableChange::NoLongerFull)
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether this worker sees the table full.
+    pub fn is_full(&self) -> bool {
+        self.last_full.get().is_some()
+    }
+}
+
 #[cfg(test)]
 pub mod fake;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_table_is_full_from_its_first_event_until_a_quiet_hold() {
+        let w = TableWatch::default();
+        assert_eq!(w.observe(0, 0), None);
+        assert_eq!(w.observe(3, 1), Some(TableChange::BecameFull));
+        assert_eq!(w.observe(1, 2), None);
+        assert_eq!(w.observe(0, TABLE_FULL_HOLD), None);
+        assert!(w.is_full());
+        assert_eq!(
+            w.observe(0, TABLE_FULL_HOLD + 2),
+            Some(TableChange::NoLongerFull)
+        );
+        assert!(!w.is_full());
+    }
 
     #[test]
     fn names() {

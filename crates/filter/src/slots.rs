@@ -1,12 +1,14 @@
-//! The bounded key space: each local limit has `local_max_keys` slots, and a
-//! key's slot is a keyed hash of its text.
+//! Keyed hashing of key text: a key's 64-bit fingerprint, and the slot of
+//! keys whose state is one shared-data entry per slot.
 //!
-//! A slot *is* the bucket: clients whose keys collide share one bucket, so a
-//! client is never admitted beyond its own limit, only possibly limited early.
-//! Memory stays bounded by `local_max_keys` entries per limit whatever the
-//! number of distinct clients. The hash key (the seed) is chosen once per
-//! domain and kept in shared data, so every worker agrees on the slots while
-//! clients cannot precompute collisions without knowing it.
+//! Local rate limits keep their keys in key tables ([`crate::table`]), where
+//! the fingerprint tags each key's entry. Permits of local concurrency
+//! limits, leases and over-limit caches use `local_max_keys` slots: a slot
+//! is `fingerprint % local_max_keys`, and keys whose slots collide share its
+//! entry (permits: one count, never admitting beyond a key's limit; leases
+//! and caches check the fingerprint and miss). The hash key (the seed) is
+//! chosen once per domain and kept in shared data, so every worker agrees
+//! while clients cannot precompute where their keys land without knowing it.
 
 use std::hash::Hasher;
 
@@ -59,7 +61,8 @@ pub fn slot_of(fingerprint: u64, slots: u64) -> u64 {
     fingerprint.checked_rem(slots).unwrap_or(0)
 }
 
-fn splitmix(x: u64) -> u64 {
+/// SplitMix64's finaliser: spreads `x`'s bits over the result.
+pub(crate) fn splitmix(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);

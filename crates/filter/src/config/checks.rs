@@ -26,6 +26,8 @@ pub struct LimitSite<'a> {
     pub path: &'a str,
     /// How the filter talks to the limiter.
     pub protocol: Protocol,
+    /// The shape of local limits' key tables.
+    pub keys: crate::table::Shape,
 }
 
 impl LimitSite<'_> {

@@ -20,6 +20,7 @@ use crate::engine::{concurrency, elastic, global, local, service_held};
 use crate::key::KeyPart;
 use crate::layout;
 use crate::matcher::{HeaderCondition, HeaderTest, Matcher, PathMatch};
+use crate::table::Shape;
 use sluice_core::{FieldError, Limit, MILLISECOND};
 
 /// Largest `local_max_keys`.
@@ -53,7 +54,8 @@ pub fn compile(raw: RawConfig) -> Result<Plan, FieldError> {
     let response = compile_response(raw.response)?;
     let limiter = raw.limiter.map(compile_limiter).transpose()?;
     let protocol = limiter.as_ref().map_or(Protocol::Sluice, |l| l.protocol);
-    let rules = compile_rules(&raw.domain, raw.rules, protocol, limiter.is_some())?;
+    let keys = Shape::for_keys(local_max_keys, raw.local_when_full);
+    let rules = compile_rules(&raw.domain, raw.rules, protocol, limiter.is_some(), keys)?;
     let request_body = rules
         .iter()
         .any(|r| matches!(&r.cost, Cost::Response(c) if matches!(c.estimate, Estimate::Body(_))));
@@ -65,6 +67,7 @@ pub fn compile(raw: RawConfig) -> Result<Plan, FieldError> {
         client_ip,
         limiter,
         local_max_keys,
+        local_keys: keys,
         response,
         rules,
     })
@@ -144,6 +147,7 @@ fn compile_rules(
     raw: Vec<RawRule>,
     protocol: Protocol,
     has_limiter: bool,
+    keys: Shape,
 ) -> Result<Vec<Rule>, FieldError> {
     // Rules named as an elastic limit's pool. Rules are few: plain lists
     // searched in order cost the wasm less than a set's tree code.
@@ -170,7 +174,7 @@ fn compile_rules(
         if pool {
             elastic::check_pool_rule(&path, &rule)?;
         }
-        let mut compiled = compile_rule(domain, &path, &rule, protocol)?;
+        let mut compiled = compile_rule(domain, &path, &rule, protocol, keys)?;
         compiled.pool = pool;
         if !has_limiter {
             if let Some(j) = compiled.limits.iter().position(|l| !l.is_local()) {
@@ -223,6 +227,7 @@ fn compile_rule(
     path: &str,
     rule: &RawRule,
     protocol: Protocol,
+    keys: Shape,
 ) -> Result<Rule, FieldError> {
     if !valid_name(&rule.name) || rule.name.contains('.') {
         // No '.': a rule name is one segment of its stat names
@@ -267,6 +272,7 @@ fn compile_rule(
             index: j,
             path: &limit_path,
             protocol,
+            keys,
         };
         let kind = compile_kind(&site, raw_limit)?;
         limits.push(RuleLimit {

@@ -10,7 +10,7 @@ use super::raw::{
     default_local_max_keys, default_max_queued, default_timeout, FailureMode, HeadersMode, Mode,
     OnExceed, Protocol, RawClientIp, RawConfig, RawCost, RawElastic, RawEntry, RawEstimate,
     RawHeaderMatch, RawLimit, RawLimiter, RawMatch, RawOverride, RawResponse, RawResponseCost,
-    RawRule, RawSync, Scope, ServiceHeaders, SyncMode, COST_EXPECTED,
+    RawRule, RawSync, Scope, ServiceHeaders, SyncMode, WhenFull, COST_EXPECTED,
 };
 use super::reader::Node;
 use super::syntax_path::syntax_error_path;
@@ -33,6 +33,7 @@ fn config(n: &Node) -> Read<RawConfig> {
         mut client_ip,
         mut limiter,
         mut max_keys,
+        mut when_full,
         mut response,
         mut rules,
     ) = Default::default();
@@ -42,6 +43,7 @@ fn config(n: &Node) -> Read<RawConfig> {
         "client_ip",
         "limiter",
         "local_max_keys",
+        "local_when_full",
         "response",
         "rules",
     ];
@@ -52,6 +54,10 @@ fn config(n: &Node) -> Read<RawConfig> {
             "client_ip" => client_ip = Some(raw_client_ip(v)?),
             "limiter" => limiter = v.optional(raw_limiter)?,
             "local_max_keys" => max_keys = Some(v.u64()?),
+            "local_when_full" => {
+                when_full =
+                    Some(v.choice(&["share", "evict"], &[WhenFull::Share, WhenFull::Evict])?)
+            }
             "response" => response = Some(raw_response(v)?),
             "rules" => rules = Some(v.list(raw_rule)?),
             _ => {}
@@ -64,6 +70,7 @@ fn config(n: &Node) -> Read<RawConfig> {
         client_ip: client_ip.unwrap_or_default(),
         limiter,
         local_max_keys: max_keys.unwrap_or_else(default_local_max_keys),
+        local_when_full: when_full.unwrap_or_default(),
         response: response.unwrap_or_default(),
         rules: rules.unwrap_or_default(),
     })
@@ -450,7 +457,7 @@ mod tests {
         let cases = [
             (
                 r#"{"domain":"d" ,  "colour" : "blue"}"#,
-                r#"colour: unknown field `colour`, expected one of `domain`, `headers`, `client_ip`, `limiter`, `local_max_keys`, `response`, `rules` at line 1 column 26"#,
+                r#"colour: unknown field `colour`, expected one of `domain`, `headers`, `client_ip`, `limiter`, `local_max_keys`, `local_when_full`, `response`, `rules` at line 1 column 26"#,
             ),
             (
                 r#"{"domain":"d","rules":[{"name":"r","key":["path"]}]}"#,

@@ -6,6 +6,7 @@ use crate::config::raw::{FailureMode, HeadersMode, Protocol, ServiceHeaders};
 use crate::cost::extract::FieldPath;
 use crate::key::KeyPart;
 use crate::matcher::Matcher;
+use crate::table::Shape;
 use sluice_core::{Limit, Nanos, Permits};
 
 /// A validated configuration, shared read-only by every request.
@@ -19,8 +20,10 @@ pub struct Plan {
     pub client_ip: ClientIpPolicy,
     /// The global limiter, present when some limit is global.
     pub limiter: Option<LimiterTarget>,
-    /// Slots per local limit.
+    /// Keys each local limit keeps exactly.
     pub local_max_keys: u64,
+    /// The size and policy of every local limit's key table.
+    pub local_keys: Shape,
     /// The denial response.
     pub response: DenyResponse,
     /// The rules, in configuration order.
@@ -205,8 +208,10 @@ pub struct Quota {
 pub struct LocalLimit {
     /// The limit and its overrides.
     pub quota: Quota,
-    /// Prefix of the slot keys.
+    /// Prefix of the key table's buckets.
     pub state_prefix: String,
+    /// The key table's size and policy.
+    pub keys: Shape,
     /// Admission beyond the quota while a pool has headroom.
     pub elastic: Option<Elastic>,
 }

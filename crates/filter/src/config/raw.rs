@@ -11,6 +11,8 @@
 //! same contract. Values are checked and converted by
 //! [`compile`](super::compile).
 
+pub use crate::table::WhenFull;
+
 /// The whole filter configuration.
 #[derive(Debug)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -27,9 +29,12 @@ pub struct RawConfig {
     /// The global limiter; required when some limit has `scope: global`.
     #[cfg_attr(feature = "schema", serde(default))]
     pub limiter: Option<RawLimiter>,
-    /// Slots per local limit (bounded key space).
+    /// Keys each local limit keeps exactly (bounded key space).
     #[cfg_attr(feature = "schema", serde(default = "default_local_max_keys"))]
     pub local_max_keys: u64,
+    /// What a key finds when its local limit's table is full of live keys.
+    #[cfg_attr(feature = "schema", serde(default))]
+    pub local_when_full: WhenFull,
     /// The response sent to denied requests.
     #[cfg_attr(feature = "schema", serde(default))]
     pub response: RawResponse,

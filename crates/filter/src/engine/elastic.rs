@@ -7,10 +7,11 @@
 //! borrow (the first call, denied, consumed nothing).
 
 use super::call::{Batch, Call, GlobalItem, Lend, Via};
+use super::local::Aim;
 use super::pending::PendingCheck;
-use super::tally::{Tally, Target};
+use super::tally::Tally;
 use super::verdict::Verdict;
-use super::walk::{slot, Applied, Walk};
+use super::walk::{Applied, Walk};
 use crate::config::checks::{field_path, LimitSite};
 use crate::config::raw::{Mode, OnExceed, RawCost, RawLimit, RawRule, Scope};
 use crate::config::{Elastic, GlobalLimit, LimitKind, LocalLimit, Plan, Rule, Sync};
@@ -207,7 +208,7 @@ where
     ) -> bool {
         let mark = self.tally.consumed.len();
         let weight = applied.weight;
-        let extra = Target::Extra(applied.slot);
+        let extra = Aim::Extra(applied.fingerprint);
         if !matches!(self.take(applied.index, l, local, extra, weight), Ok(d) if d.allowed) {
             return false;
         }
@@ -221,7 +222,7 @@ where
             self.tally.refund_since(mark, &self.env);
             return false;
         };
-        let pool_slot = slot(plan, self.hasher.fingerprint(&pool_key));
+        let pool_fingerprint = self.hasher.fingerprint(&pool_key);
         for (k, pool_limit) in pool.limits.iter().enumerate() {
             // A local elastic limit's pool is local (see `resolve_pools`).
             let LimitKind::Local(pool_local) = &pool_limit.kind else {
@@ -231,7 +232,7 @@ where
             let target = pool_local
                 .quota
                 .override_index(&pool_key)
-                .map_or(Target::Slot(pool_slot), Target::Override);
+                .map_or(Aim::Key(pool_fingerprint), Aim::Override);
             if !matches!(self.take(elastic.pool, k, pool_local, target, weight), Ok(d) if d.allowed)
             {
                 self.tally.refund_since(mark, &self.env);

@@ -12,8 +12,21 @@ use crate::headers::Reported;
 use crate::key::RequestView;
 use crate::layout;
 use crate::local::{self, Contended, SharedStore};
-use crate::metrics::{GlobalEvent, MetricSink};
+use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
+use crate::table::{self, Placed, Table};
 use sluice_core::{Decision, FieldError};
+
+/// Where a local limit is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Aim {
+    /// The entry of the key with this fingerprint in the limit's table.
+    Key(u64),
+    /// The entry of the key with this fingerprint in the table of the
+    /// limit's extra allowance (elastic).
+    Extra(u64),
+    /// The dedicated key of the override at this position.
+    Override(usize),
+}
 
 /// Compiles a local limit: its quota, where its state lives, and its
 /// elastic borrowing.
@@ -33,6 +46,7 @@ pub(crate) fn compile(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind,
             overrides: Vec::new(),
         },
         state_prefix,
+        keys: site.keys,
         elastic,
     }))
 }
@@ -52,14 +66,14 @@ where
         local: &LocalLimit,
     ) -> Result<(), Reported> {
         let quota = &local.quota;
-        let (target, limit) = match quota.override_index(applied.key) {
+        let (aim, limit) = match quota.override_index(applied.key) {
             Some(i) => match quota.overrides.get(i) {
-                Some(o) => (Target::Override(i), &o.limit),
+                Some(o) => (Aim::Override(i), &o.limit),
                 None => return Ok(()),
             },
-            None => (Target::Slot(applied.slot), &quota.limit),
+            None => (Aim::Key(applied.fingerprint), &quota.limit),
         };
-        let mut decision = match self.take(applied.index, l, local, target, applied.weight) {
+        let mut decision = match self.take(applied.index, l, local, aim, applied.weight) {
             Ok(decision) => decision,
             Err(Contended) => {
                 self.env.metrics.global(GlobalEvent::CasExhausted);
@@ -82,20 +96,55 @@ where
         Ok(())
     }
 
-    /// Consumes `weight` of local limit `l` of rule `rule` at `target`,
+    /// Consumes `weight` of local limit `l` of rule `rule` at `aim`,
     /// remembering it for a refund when admitted.
     pub(super) fn take(
         &mut self,
         rule: usize,
         l: usize,
         local: &LocalLimit,
-        target: Target,
+        aim: Aim,
         weight: u64,
     ) -> Result<Decision, Contended> {
-        let Some((limit, key)) = target.locate(local, &mut self.scratch) else {
-            return Ok(Decision::over_limit(0, 0));
+        let (store, now) = (self.env.store, self.tally.now);
+        let (limit, prefix, fingerprint) = match aim {
+            Aim::Override(i) => {
+                let Some(o) = local.quota.overrides.get(i) else {
+                    return Ok(Decision::over_limit(0, 0));
+                };
+                let decision = local::consume(store, &o.state_key, &o.limit, now, weight)?;
+                return Ok(self.consumed(rule, l, Target::Override(i), decision, weight));
+            }
+            Aim::Key(fingerprint) => (&local.quota.limit, &local.state_prefix, fingerprint),
+            Aim::Extra(fingerprint) => match &local.elastic {
+                Some(elastic) => (&elastic.extra, &elastic.place, fingerprint),
+                None => return Ok(Decision::over_limit(0, 0)),
+            },
         };
-        let decision = local::consume(self.env.store, key, limit, self.tally.now, weight)?;
+        let table = Table::new(prefix, local.keys);
+        let decided = table::consume(store, &table, fingerprint, limit, now, weight)?;
+        if decided.placed != Placed::Own {
+            self.env.metrics.rule(rule, RuleEvent::TableFull);
+        }
+        let target = match aim {
+            Aim::Extra(_) => Target::Extra(decided.spot),
+            _ => Target::Entry {
+                spot: decided.spot,
+                fingerprint,
+            },
+        };
+        Ok(self.consumed(rule, l, target, decided.result, weight))
+    }
+
+    /// Remembers what `decision` consumed at `target`, if it admitted.
+    fn consumed(
+        &mut self,
+        rule: usize,
+        l: usize,
+        target: Target,
+        decision: Decision,
+        weight: u64,
+    ) -> Decision {
         if decision.allowed {
             self.tally.consumed.push(Consumed {
                 rule,
@@ -105,6 +154,6 @@ where
                 weight,
             });
         }
-        Ok(decision)
+        decision
     }
 }

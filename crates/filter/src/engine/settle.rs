@@ -9,10 +9,11 @@
 //! here, by compare-and-swap ([`Owed::settle_local`]); global ones in a
 //! `POST /v1/charge` ([`Owed::adjustment`]).
 
-use super::tally::{Tally, Target};
+use super::tally::{StateAt, Tally, Target};
 use crate::config::{CostSource, LimitKind, Plan};
 use crate::local::{self, Contended, SharedStore};
 use crate::rls::Descriptor;
+use crate::table::{self, Shape, Spot, Step, Table};
 use sluice_core::{Limit, Nanos};
 use sluice_wire::LimitSpec;
 
@@ -26,8 +27,9 @@ pub struct Owed {
     pub estimate: u64,
     /// When (the limits count the estimate as consumed then).
     pub admitted_at: Nanos,
-    /// The local limits that counted the estimate: state key and limit.
-    pub local: Vec<(String, Limit)>,
+    /// The local limits that counted the estimate: where their state is,
+    /// and the limit.
+    pub local: Vec<(LocalState, Limit)>,
     /// The global limits, as checked.
     pub global: Vec<LimitSpec<'static>>,
     /// The rate limit service's descriptors of its limits (`protocol: rls`).
@@ -39,6 +41,83 @@ pub struct Owed {
     /// Whether the rule is in shadow mode (its global limits went in the
     /// shadow call).
     pub shadow: bool,
+}
+
+/// Where a local limit's state is (kept past the request's decision).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LocalState {
+    /// A key of its own (an override's).
+    Key(String),
+    /// The entry at `spot` of the key table of `shape` under `prefix`,
+    /// for the key of `fingerprint`.
+    Entry {
+        prefix: String,
+        shape: Shape,
+        fingerprint: u64,
+        spot: Spot,
+    },
+}
+
+impl LocalState {
+    /// Charges `cost` at `now`, whatever is left; returns whether the key
+    /// was left with quota (not in debt).
+    fn charge<S: SharedStore + ?Sized>(
+        &self,
+        store: &S,
+        limit: &Limit,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<bool, Contended> {
+        let allowed = match self {
+            LocalState::Key(key) => local::measure_and_replace(store, key, |value| {
+                match sluice_core::charge(limit, value, now, cost) {
+                    Some(out) => (out.new_state, out.decision.allowed),
+                    None => (None, true),
+                }
+            })?,
+            // The key's entry, wherever it is now: an estimate of 0 placed
+            // none.
+            LocalState::Entry {
+                prefix,
+                shape,
+                fingerprint,
+                ..
+            } => {
+                let table = Table::new(prefix, *shape);
+                let charged = |state: Option<&[u8]>| {
+                    let out = sluice_core::charge(limit, state, now, cost);
+                    let rest_at = |o: &sluice_core::Outcome| now.saturating_add(o.decision.reset);
+                    Step {
+                        write: out
+                            .as_ref()
+                            .and_then(|o| Some((o.new_state.clone()?, rest_at(o)))),
+                        result: out.map_or(true, |o| o.decision.allowed),
+                    }
+                };
+                let undo =
+                    |state: &[u8], _: &bool| sluice_core::refund_at(limit, state, now, now, cost);
+                table::decide(store, &table, *fingerprint, now, charged, undo)?.result
+            }
+        };
+        Ok(allowed)
+    }
+
+    /// Gives back, at `now`, `cost` consumed at `admitted_at`.
+    fn refund<S: SharedStore + ?Sized>(
+        &self,
+        store: &S,
+        limit: &Limit,
+        admitted_at: Nanos,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<(), Contended> {
+        match self {
+            LocalState::Key(key) => local::refund_at(store, key, limit, admitted_at, now, cost),
+            LocalState::Entry { prefix, spot, .. } => {
+                table::refund(store, prefix, *spot, limit, admitted_at, now, cost)
+            }
+        }
+    }
 }
 
 /// What one settlement does to a limit.
@@ -75,20 +154,11 @@ impl Owed {
             return Ok(false);
         };
         let mut debt = false;
-        for (key, limit) in &self.local {
+        for (state, limit) in &self.local {
             match adjustment {
-                Adjustment::Charge(cost) => {
-                    let allowed =
-                        local::measure_and_replace(store, key, |value| match sluice_core::charge(
-                            limit, value, now, cost,
-                        ) {
-                            Some(out) => (out.new_state, out.decision.allowed),
-                            None => (None, true),
-                        })?;
-                    debt |= !allowed;
-                }
+                Adjustment::Charge(cost) => debt |= !state.charge(store, limit, now, cost)?,
                 Adjustment::Refund(cost) => {
-                    local::refund_at(store, key, limit, self.admitted_at, now, cost)?;
+                    state.refund(store, limit, self.admitted_at, now, cost)?;
                 }
             }
         }
@@ -139,14 +209,26 @@ impl Tally {
                 .get(c.rule)
                 .and_then(|r| r.limits.get(c.limit))
                 .map(|l| &l.kind);
-            let (Some(LimitKind::Local(limit)), Target::Slot(_) | Target::Override(_)) =
+            let (Some(LimitKind::Local(limit)), Target::Entry { .. } | Target::Override(_)) =
                 (kind, c.target)
             else {
                 continue;
             };
-            let mut key = String::new();
-            if let Some((limit, state_key)) = c.target.locate(limit, &mut key) {
-                local.push((state_key.to_string(), limit.clone()));
+            let limit_keys = limit;
+            if let Some((limit, at)) = c.target.locate(limit) {
+                let state = match at {
+                    StateAt::Key(key) => LocalState::Key(key.to_string()),
+                    StateAt::Entry(prefix, spot) => LocalState::Entry {
+                        prefix: prefix.to_string(),
+                        shape: limit_keys.keys,
+                        fingerprint: match c.target {
+                            Target::Entry { fingerprint, .. } => fingerprint,
+                            _ => spot.fingerprint,
+                        },
+                        spot,
+                    },
+                };
+                local.push((state, limit.clone()));
             }
         }
         self.owed.push(Owed {

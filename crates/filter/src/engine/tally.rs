@@ -9,8 +9,9 @@ use crate::config::{HeadersMode, LeasePolicy, LimitKind, LocalLimit, Plan, RuleL
 use crate::headers::{more_restrictive, Reported};
 use crate::layout;
 use crate::lease;
-use crate::local::{self, SharedStore};
+use crate::local::{self, Contended, SharedStore};
 use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
+use crate::table::{self, Spot};
 use sluice_core::{Decision, Denial, Holder, Limit, Nanos, SECOND};
 use sluice_wire::LimitSpec;
 
@@ -90,12 +91,13 @@ pub(super) struct Consumed {
 /// Where a consumed limit's state lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Target {
-    /// A hashed slot of a local limit.
-    Slot(u64),
+    /// The entry of a local limit's key table where the key of
+    /// `fingerprint` was decided.
+    Entry { spot: Spot, fingerprint: u64 },
     /// The dedicated key of the local limit's override at this position.
     Override(usize),
-    /// The extra allowance of an elastic local limit, in this slot.
-    Extra(u64),
+    /// The extra allowance of an elastic local limit: an entry of its table.
+    Extra(Spot),
     /// Permits of a local concurrency limit: the last of the tally's
     /// `held.local`.
     Permit,
@@ -108,27 +110,50 @@ pub(super) enum Target {
     },
 }
 
-impl Target {
-    /// The limit deciding `local` at this target, and the shared-data key
-    /// of its state (written into `out` for a slot); `None` for a lease.
-    pub(super) fn locate<'a>(
+/// Where a local limit's state is in shared data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum StateAt<'a> {
+    /// A key of its own (an override's).
+    Key(&'a str),
+    /// An entry of the key table under this prefix.
+    Entry(&'a str, Spot),
+}
+
+impl StateAt<'_> {
+    /// Gives back, at `now`, `cost` consumed at `admitted_at`.
+    pub(super) fn refund<S: SharedStore + ?Sized>(
         self,
-        local: &'a LocalLimit,
-        out: &'a mut String,
-    ) -> Option<(&'a Limit, &'a str)> {
+        store: &S,
+        limit: &Limit,
+        admitted_at: Nanos,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<(), Contended> {
         match self {
-            Target::Slot(slot) => {
-                layout::slot_key(out, &local.state_prefix, slot);
-                Some((&local.quota.limit, out.as_str()))
+            StateAt::Key(key) => local::refund_at(store, key, limit, admitted_at, now, cost),
+            StateAt::Entry(prefix, spot) => {
+                table::refund(store, prefix, spot, limit, admitted_at, now, cost)
             }
+        }
+    }
+}
+
+impl Target {
+    /// The limit deciding `local` at this target, and where its state is;
+    /// `None` for a lease or a permit.
+    pub(super) fn locate(self, local: &LocalLimit) -> Option<(&Limit, StateAt<'_>)> {
+        match self {
+            Target::Entry { spot, .. } => Some((
+                &local.quota.limit,
+                StateAt::Entry(&local.state_prefix, spot),
+            )),
             Target::Override(i) => {
                 let o = local.quota.overrides.get(i)?;
-                Some((&o.limit, o.state_key.as_str()))
+                Some((&o.limit, StateAt::Key(&o.state_key)))
             }
-            Target::Extra(slot) => {
+            Target::Extra(spot) => {
                 let elastic = local.elastic.as_ref()?;
-                layout::slot_key(out, &elastic.place, slot);
-                Some((&elastic.extra, out.as_str()))
+                Some((&elastic.extra, StateAt::Entry(&elastic.place, spot)))
             }
             Target::Lease { .. } | Target::Permit => None,
         }
@@ -210,14 +235,14 @@ impl Tally {
                 },
                 target => {
                     let located = match env.rule_limit(c.rule, c.limit).map(|l| &l.kind) {
-                        Some(LimitKind::Local(local)) => target.locate(local, &mut key),
+                        Some(LimitKind::Local(local)) => target.locate(local),
                         _ => None,
                     };
-                    let Some((limit, state_key)) = located else {
+                    let Some((limit, at)) = located else {
                         continue;
                     };
                     let admitted_at = self.now.saturating_add(c.delay);
-                    local::refund_at(env.store, state_key, limit, admitted_at, now, c.weight)
+                    at.refund(env.store, limit, admitted_at, now, c.weight)
                 }
             };
             if refunded.is_err() {

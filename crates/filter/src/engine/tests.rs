@@ -2,7 +2,6 @@ use super::*;
 use crate::config::{parse, LimitKind, Plan};
 use crate::key::fake::FakeRequest;
 use crate::key::Request;
-use crate::layout;
 use crate::local;
 use crate::local::fake::MemoryStore;
 use crate::local::MAX_ATTEMPTS;
@@ -11,7 +10,8 @@ use crate::metrics::{GlobalEvent, RuleEvent};
 
 /// The permit holder of the tests' configuration.
 pub(super) const HOLDER: sluice_core::Holder = 7;
-use crate::slots::{self, SlotHasher};
+use crate::slots::SlotHasher;
+use crate::table::{self, Table};
 use sluice_core::{Denial, MILLISECOND};
 use sluice_core::{Nanos, SECOND};
 use std::sync::atomic::Ordering;
@@ -142,13 +142,12 @@ fn several_limits_of_one_rule_refund_in_order() {
         assert!(!allowed(&w.eval(&req)));
     }
     // gcra was refunded each time: 9 of its 10 remain.
-    let slot = slots::slot_of(w.hasher.fingerprint("203.0.113.7"), w.plan.local_max_keys);
     let LimitKind::Local(local) = &w.plan.rules[0].limits[0].kind else {
         panic!("local")
     };
-    let mut key = String::new();
-    layout::slot_key(&mut key, &local.state_prefix, slot);
-    let state = w.store.value(&key).unwrap();
+    let table = Table::new(&local.state_prefix, local.keys);
+    let fingerprint = w.hasher.fingerprint("203.0.113.7");
+    let state = table::stored_state(&w.store, &table, fingerprint).unwrap();
     let probe = sluice_core::decide(&local.quota.limit, Some(&state), NOW, 1);
     assert_eq!(probe.decision.remaining, 8);
 }
@@ -228,20 +227,38 @@ fn overrides_have_their_own_limit_and_key() {
         .is_some());
 }
 
+/// Admitted requests of 20 clients, one request each then one more, in a
+/// table for one key (two buckets of 8): 16 get entries of their own.
+fn twenty_clients_in_a_table_for_one(when_full: &str) -> (World, Vec<usize>) {
+    let w = World::new(&format!(
+        r#"{{"domain":"t","local_max_keys":1,"local_when_full":"{when_full}","rules":[{{"name":"ip","key":["client_ip"],"limits":[{{"algorithm":"fixed_window","requests":1,"window":"1m"}}]}}]}}"#
+    ));
+    let admitted = (0..20)
+        .map(|c| {
+            let mut req = FakeRequest::get("/");
+            req.source = Some(format!("10.0.0.{c}:1"));
+            (0..2).filter(|_| allowed(&w.eval(&req))).count()
+        })
+        .collect();
+    (w, admitted)
+}
+
 #[test]
-fn colliding_clients_share_a_slot() {
-    let w = World::new(
-        r#"{"domain":"t","local_max_keys":1,"rules":[{"name":"ip","key":["client_ip"],"limits":[{"algorithm":"fixed_window","requests":2,"window":"1m"}]}]}"#,
-    );
-    let mut a = FakeRequest::get("/");
-    let mut b = FakeRequest::get("/");
-    a.source = Some("10.0.0.1:1".into());
-    b.source = Some("10.0.0.2:1".into());
-    assert!(allowed(&w.eval(&a)));
-    assert!(allowed(&w.eval(&b)));
-    assert!(!allowed(&w.eval(&a)));
-    assert!(!allowed(&w.eval(&b)));
-    assert_eq!(w.store.key_count(), 1);
+fn clients_without_room_share_an_overflow_entry() {
+    let (w, admitted) = twenty_clients_in_a_table_for_one("share");
+    assert!(admitted.iter().all(|&n| n <= 1), "{admitted:?}");
+    assert_eq!(admitted.iter().take(16).sum::<usize>(), 16, "{admitted:?}");
+    // The 4 others share at most one entry per bucket.
+    assert!(admitted.iter().skip(16).sum::<usize>() <= 2, "{admitted:?}");
+    assert!(w.metrics.count(0, RuleEvent::TableFull) >= 4);
+    assert_eq!(w.store.key_count(), 2);
+}
+
+#[test]
+fn clients_without_room_evict_the_stalest() {
+    let (w, admitted) = twenty_clients_in_a_table_for_one("evict");
+    assert_eq!(admitted, vec![1; 20]);
+    assert_eq!(w.metrics.count(0, RuleEvent::TableFull), 4);
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::engine::cost_reader::CostReader;
-use crate::engine::settle::{Adjustment, Owed};
+use crate::engine::settle::{Adjustment, LocalState, Owed};
 use crate::local::SharedStore;
 
 /// 100 tokens an hour per user, the cost read from `response`.
@@ -143,9 +143,11 @@ fn an_estimate_of_zero_admits_while_not_in_debt_and_consumes_nothing() {
         let o = owed(w.eval(&FakeRequest::get("/").with("x-user", "a")));
         assert_eq!(o[0].estimate, 0);
     }
-    let (state, _) = w
-        .store
-        .get(&owed(w.eval(&FakeRequest::get("/").with("x-user", "a")))[0].local[0].0);
+    let owed = owed(w.eval(&FakeRequest::get("/").with("x-user", "a")));
+    let LocalState::Entry { prefix, spot, .. } = &owed[0].local[0].0 else {
+        panic!("{owed:?}")
+    };
+    let (state, _) = w.store.get(&format!("{prefix}b{}", spot.bucket));
     assert!(state.is_none(), "nothing was written");
 }
 
