@@ -164,6 +164,37 @@ fn push_entry(out: &mut Vec<u8>, fingerprint: u64, rest_at: Nanos, state: &[u8])
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn any_bytes_read_as_a_bucket_that_rewrites_itself(
+            bytes in proptest::collection::vec(any::<u8>(), 0..400),
+            tagged in any::<bool>(),
+            fingerprint in any::<u64>(),
+            state in proptest::collection::vec(any::<u8>(), 0..40),
+        ) {
+            let mut bytes = bytes;
+            if tagged {
+                bytes.insert(0, TAG);
+            }
+            let bucket = Bucket::read(Some(&bytes));
+            let before: Vec<_> = bucket.entries().map(|(_, e)| (e.fingerprint, e.rest_at, bucket.state(e).to_vec())).collect();
+            let index = bucket.room(0).or(bucket.free_index()).unwrap_or(0);
+            let written = bucket.with(index, fingerprint, 7, &state);
+            let after = Bucket::read(Some(&written));
+            prop_assert!(after.entries().count() <= WAYS + 1);
+            let (_, e) = after.entries().find(|(i, _)| *i == index).unwrap_or((0, Entry { fingerprint: 0, rest_at: 0, start: 0, end: 0 }));
+            prop_assert_eq!((e.fingerprint, e.rest_at, after.state(e)), (fingerprint, 7, &state[..]));
+            // Every other entry is kept as it was.
+            for (i, (f, r, s)) in before.iter().enumerate() {
+                if i != index {
+                    let (_, e) = after.entries().find(|(j, _)| *j == i).unwrap();
+                    prop_assert_eq!((e.fingerprint, e.rest_at, after.state(e)), (*f, *r, &s[..]));
+                }
+            }
+        }
+    }
 
     #[test]
     fn entries_round_trip_and_replace_in_place() {
