@@ -181,7 +181,6 @@ where
     let (p, s) = table.candidates(fingerprint);
     let (mut p_key, mut s_key) = (String::new(), String::new());
     table.key(&mut p_key, p);
-    table.key(&mut s_key, s);
     for attempt in 1..=MAX_ATTEMPTS {
         if attempt > 1 {
             crate::local::count_retry();
@@ -190,7 +189,13 @@ where
         let p_bucket = Bucket::read(p_value.as_deref());
         let (s_value, s_cas) = match p_bucket.find(fingerprint) {
             Some(_) => (None, None),
-            None => store.get(&s_key),
+            None => {
+                // Most keys are in `p`: the other bucket's name only when needed.
+                if s_key.is_empty() {
+                    table.key(&mut s_key, s);
+                }
+                store.get(&s_key)
+            }
         };
         let s_bucket = Bucket::read(s_value.as_deref());
         let choice = choose(table, &p_bucket, &s_bucket, fingerprint, now);
