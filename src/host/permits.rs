@@ -116,7 +116,14 @@ pub(super) fn renew_due(runtime: Option<&Runtime>) {
     for d in due {
         match d.place {
             Place::Local => {
-                let _ = concurrency::renew_local(&HostStore, &d.key, d.holder, now, d.ttl);
+                let _ = concurrency::renew_local(
+                    &HostStore,
+                    &d.key,
+                    d.fingerprint,
+                    d.holder,
+                    now,
+                    d.ttl,
+                );
             }
             Place::Global => global.push(d),
         }

@@ -30,8 +30,10 @@ struct Entry {
 pub struct Due {
     /// Where it is counted.
     pub place: Place,
-    /// The shared-data key (local) or the limiter key (global).
+    /// The shared-data key of the bucket (local) or the limiter key (global).
     pub key: String,
+    /// The entry in the bucket (local; 0 for global permits).
+    pub fingerprint: u64,
     /// Whose permits.
     pub holder: Holder,
     /// For how long to renew them.
@@ -41,14 +43,14 @@ pub struct Due {
 /// The keys a worker's requests hold permits of.
 #[derive(Debug, Default)]
 pub struct Holdings {
-    entries: HashMap<(Place, String, Holder), Entry>,
+    entries: HashMap<(Place, String, u64, Holder), Entry>,
 }
 
 impl Holdings {
     /// A request took `permit` at `now` (its acquisition counts as a
     /// renewal).
     pub fn add(&mut self, place: Place, permit: &HeldPermit, now: Nanos) {
-        let key = (place, permit.key.clone(), permit.holder);
+        let key = (place, permit.key.clone(), permit.fingerprint, permit.holder);
         let entry = self.entries.entry(key).or_insert(Entry {
             requests: 0,
             ttl: permit.ttl,
@@ -61,7 +63,7 @@ impl Holdings {
 
     /// A request gave `permit` back.
     pub fn remove(&mut self, place: Place, permit: &HeldPermit) {
-        let key = (place, permit.key.clone(), permit.holder);
+        let key = (place, permit.key.clone(), permit.fingerprint, permit.holder);
         let gone = self.entries.get_mut(&key).is_some_and(|e| {
             e.requests = e.requests.saturating_sub(1);
             e.requests == 0
@@ -75,12 +77,13 @@ impl Holdings {
     /// `now`, each taken as renewed now.
     pub fn due(&mut self, now: Nanos) -> Vec<Due> {
         let mut due = Vec::new();
-        for ((place, key, holder), entry) in &mut self.entries {
+        for ((place, key, fingerprint, holder), entry) in &mut self.entries {
             if now.saturating_sub(entry.renewed_at) >= entry.ttl / 3 {
                 entry.renewed_at = now;
                 due.push(Due {
                     place: *place,
                     key: key.clone(),
+                    fingerprint: *fingerprint,
                     holder: *holder,
                     ttl: entry.ttl,
                 });
@@ -108,6 +111,7 @@ mod tests {
     fn permit(key: &str) -> HeldPermit {
         HeldPermit {
             key: key.to_string(),
+            fingerprint: 0,
             weight: 1,
             holder: 9,
             ttl: 30 * SECOND,

@@ -12,7 +12,7 @@
 //! | `sluice/<domain>/<rule>/<limit>/deny/<slot>` | over-limit cache of a global limit |
 //! | `sluice/<domain>/<rule>+elastic/<limit>/<algorithm>/<window ms>/b<bucket>` | extra allowance of a local elastic limit: a key table's bucket |
 //! | `sluice/<domain>/<rule>/<limit>/lease/<slot>` | lease of a leased global limit |
-//! | `sluice/<domain>/<rule>/<limit>/permits/<slot>` | permits of a local concurrency limit (one entry per holder) |
+//! | `sluice/<domain>/<rule>/<limit>/permits/b<bucket>` | permits of a local concurrency limit: a key table's bucket (each key's entry lists its holders) |
 //! | `sluice/<domain>/holders` | the number of the last configuration loaded (each is a permit holder) |
 
 use crate::decimal::push_u64;

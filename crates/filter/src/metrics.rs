@@ -60,7 +60,7 @@ pub enum RuleEvent {
 impl RuleEvent {
     /// Whether `rule` can count this event: the cost settlement counters
     /// only exist for rules whose cost comes from the response, the key
-    /// table's for rules with a local rate limit (Envoy then defines fewer
+    /// table's for rules with a local limit (Envoy then defines fewer
     /// stats per other rule, at each configuration).
     pub fn applies_to(self, rule: &crate::config::Rule) -> bool {
         match self {
@@ -68,10 +68,7 @@ impl RuleEvent {
             | RuleEvent::CostRefunded
             | RuleEvent::CostMissing
             | RuleEvent::CostDebt => matches!(rule.cost, crate::config::Cost::Response(_)),
-            RuleEvent::TableFull => rule
-                .limits
-                .iter()
-                .any(|l| matches!(l.kind, crate::config::LimitKind::Local(_))),
+            RuleEvent::TableFull => rule.limits.iter().any(|l| l.is_local()),
             _ => true,
         }
     }

@@ -1,12 +1,11 @@
 //! Keyed hashing of key text: a key's 64-bit fingerprint, and the slot of
 //! keys whose state is one shared-data entry per slot.
 //!
-//! Local rate limits keep their keys in key tables ([`crate::table`]), where
-//! the fingerprint tags each key's entry. Permits of local concurrency
-//! limits, leases and over-limit caches use `local_max_keys` slots: a slot
-//! is `fingerprint % local_max_keys`, and keys whose slots collide share its
-//! entry (permits: one count, never admitting beyond a key's limit; leases
-//! and caches check the fingerprint and miss). The hash key (the seed) is
+//! Local rate and concurrency limits keep their keys in key tables
+//! ([`crate::table`]), where the fingerprint tags each key's entry. Leases
+//! and over-limit caches of global limits use `local_max_keys` slots: a slot
+//! is `fingerprint % local_max_keys`, and a key whose slot another key holds
+//! checks the fingerprint and misses (asks the limiter). The hash key (the seed) is
 //! chosen once per domain and kept in shared data, so every worker agrees
 //! while clients cannot precompute where their keys land without knowing it.
 

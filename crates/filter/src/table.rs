@@ -347,14 +347,39 @@ pub fn update_at<S: SharedStore + ?Sized>(
 ) -> Result<(), Contended> {
     let mut key = String::with_capacity(prefix.len() + 8);
     layout::bucket_key(&mut key, prefix, spot.bucket);
-    crate::local::measure_and_replace(store, &key, |value| {
-        let bucket = Bucket::read(value);
-        let changed = bucket.find(spot.fingerprint).and_then(|(i, e)| {
-            let (state, rest_at) = change(bucket.state(e), e.rest_at)?;
-            Some(bucket.with(i, spot.fingerprint, rest_at, state.as_bytes()))
-        });
-        (changed, ())
+    update_entry(store, &key, spot.fingerprint, |state, rest_at| {
+        (change(state, rest_at), ())
     })
+    .map(|_| ())
+}
+
+/// Changes the entry of `fingerprint` in the bucket stored at `bucket_key`
+/// with `change` (given its state and rest time, it returns the new state
+/// and rest time, `None` to leave it, and a result). Returns the result,
+/// `None` when the bucket holds no such entry.
+pub fn update_entry<S: SharedStore + ?Sized, T>(
+    store: &S,
+    bucket_key: &str,
+    fingerprint: u64,
+    mut change: impl FnMut(&[u8], Nanos) -> (Option<(Encoded, Nanos)>, T),
+) -> Result<Option<T>, Contended> {
+    crate::local::measure_and_replace(store, bucket_key, |value| {
+        let bucket = Bucket::read(value);
+        let Some((index, e)) = bucket.find(fingerprint) else {
+            return (None, None);
+        };
+        let (write, result) = change(bucket.state(e), e.rest_at);
+        let bytes = write
+            .map(|(state, rest_at)| bucket.with(index, fingerprint, rest_at, state.as_bytes()));
+        (bytes, Some(result))
+    })
+}
+
+/// The shared-data key of the bucket of `spot` in the table under `prefix`.
+pub fn bucket_key(prefix: &str, spot: Spot) -> String {
+    let mut key = String::with_capacity(prefix.len() + 8);
+    layout::bucket_key(&mut key, prefix, spot.bucket);
+    key
 }
 
 /// Decides one request of `cost` against `limit` for the key of
@@ -403,6 +428,19 @@ pub fn refund<S: SharedStore + ?Sized>(
         let back = sluice_core::refund_at(limit, state, admitted_at, now, cost)?;
         Some((back, rest_at))
     })
+}
+
+/// The state in the entry of `fingerprint` of the bucket at `bucket_key`.
+#[cfg(test)]
+pub(crate) fn entry_state<S: SharedStore + ?Sized>(
+    store: &S,
+    bucket_key: &str,
+    fingerprint: u64,
+) -> Option<Vec<u8>> {
+    let value = store.get(bucket_key).0?;
+    let bucket = Bucket::read(Some(&value));
+    let (_, e) = bucket.find(fingerprint)?;
+    Some(bucket.state(e).to_vec())
 }
 
 /// The state of the key of `fingerprint` in `table`, if it has an entry.

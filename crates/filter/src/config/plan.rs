@@ -185,9 +185,9 @@ pub struct ConcurrencyLimit {
 /// Where a concurrency limit's permits are counted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PermitPlace {
-    /// In this Envoy's shared data, under this prefix followed by the key's
-    /// slot number.
-    Local(String),
+    /// In this Envoy's shared data: a key table of this shape under this
+    /// prefix.
+    Local(String, crate::table::Shape),
     /// By the limiter.
     Global,
 }
@@ -398,7 +398,7 @@ impl RuleLimit {
     pub fn is_local(&self) -> bool {
         match &self.kind {
             LimitKind::Local(_) => true,
-            LimitKind::Concurrency(c) => matches!(c.place, PermitPlace::Local(_)),
+            LimitKind::Concurrency(c) => matches!(c.place, PermitPlace::Local(..)),
             LimitKind::Global(_) | LimitKind::ServiceHeld(_) => false,
         }
     }

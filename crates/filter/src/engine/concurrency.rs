@@ -1,10 +1,9 @@
 //! Concurrency limits: a request takes `weight` permits of its key when
 //! admitted and gives them back when its stream ends, however it ends.
 //!
-//! Local permits live in a shared-data slot per key (colliding keys share
-//! one count, as local rate limits do: never more in flight than the
-//! limit), taken and given back by compare-and-swap, so every worker of the
-//! Envoy sees one exact count. Global permits are taken by the limiter in
+//! Local permits live in a key table ([`crate::table`]), an entry per key
+//! as local rate limits keep theirs, taken and given back by
+//! compare-and-swap, so every worker of the Envoy sees one exact count. Global permits are taken by the limiter in
 //! the request's check, with its rate limits, all or nothing. Either way
 //! each worker's configuration is a **holder** (see
 //! [`sluice_core::permits`]): it renews the permits its requests hold, and
@@ -25,11 +24,12 @@ use crate::headers::Reported;
 use crate::key::RequestView;
 use crate::layout;
 use crate::local::{self, Contended, SharedStore};
-use crate::metrics::{GlobalEvent, MetricSink};
+use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
 use crate::slots::SlotHasher;
+use crate::table::{self, Placed, Step, Table};
 use sluice_core::permits::{self, Holder, Permits};
 use sluice_core::{
-    parse_duration, Decision, Denial, FieldError, Nanos, MAX_REQUESTS, MILLISECOND, SECOND,
+    parse_duration, Decision, Denial, Encoded, FieldError, Nanos, MAX_REQUESTS, MILLISECOND, SECOND,
 };
 use sluice_wire::{limiter_key, LimitSpec};
 
@@ -54,8 +54,11 @@ pub struct Held {
 /// Permits of one key, held by one holder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldPermit {
-    /// The shared-data key (local) or the limiter key (global).
+    /// The shared-data key of the key table's bucket (local) or the limiter
+    /// key (global).
     pub key: String,
+    /// The entry in the bucket (local; 0 for global permits).
+    pub fingerprint: u64,
     /// The units held.
     pub weight: u64,
     /// Who holds them: the configuration that took them.
@@ -79,24 +82,37 @@ pub fn release_local<S: SharedStore + ?Sized>(
     held: &HeldPermit,
     now: Nanos,
 ) -> Result<(), Contended> {
-    local::measure_and_replace(store, &held.key, |value| {
-        (permits::release(value, held.holder, now, held.weight), ())
+    table::update_entry(store, &held.key, held.fingerprint, |state, _| {
+        let released = permits::release(Some(state), held.holder, now, held.weight);
+        (released.map(|s| rest(s, now)), ())
     })
+    .map(|_| ())
 }
 
-/// Keeps, at `now`, the local permits of `holder` at `key` for `ttl` more.
-/// Returns whether the holder still held some there.
+/// A permits state with the instant it rests: when its last permit expires
+/// unless renewed (at once when none is held).
+fn rest(state: Encoded, now: Nanos) -> (Encoded, Nanos) {
+    let rest_at = permits::expires_at(Some(state.as_bytes()), now).unwrap_or(now);
+    (state, rest_at)
+}
+
+/// Keeps, at `now`, the local permits of `holder` in the entry of
+/// `fingerprint` of the bucket at `key` for `ttl` more. Returns whether the
+/// holder still held some there.
 pub fn renew_local<S: SharedStore + ?Sized>(
     store: &S,
     key: &str,
+    fingerprint: u64,
     holder: Holder,
     now: Nanos,
     ttl: Nanos,
 ) -> Result<bool, Contended> {
-    local::measure_and_replace(store, key, |value| {
-        let held = permits::held_by(value, holder, now) > 0;
-        (permits::renew(value, holder, now, ttl), held)
-    })
+    let held = table::update_entry(store, key, fingerprint, |state, _| {
+        let held = permits::held_by(Some(state), holder, now) > 0;
+        let renewed = permits::renew(Some(state), holder, now, ttl);
+        (renewed.map(|s| rest(s, now)), held)
+    })?;
+    Ok(held.unwrap_or(false))
 }
 
 /// A holder for a configuration of `domain` loaded now: the next number of
@@ -144,7 +160,8 @@ pub(crate) fn compile(
     let ttl = permit_ttl(&site.field("permit_ttl"), raw.permit_ttl.as_deref())?;
     let place = match (raw.scope, site.protocol) {
         (Scope::Local, _) => {
-            PermitPlace::Local(layout::permits_prefix(site.domain, site.rule, site.index))
+            let prefix = layout::permits_prefix(site.domain, site.rule, site.index);
+            PermitPlace::Local(prefix, site.keys)
         }
         (Scope::Global, Protocol::Sluice) => PermitPlace::Global,
         (Scope::Global, Protocol::Rls) => {
@@ -229,18 +246,35 @@ where
         if applied.weight > p.max {
             return Err(report(too_many(p.max)));
         }
-        let prefix = match &limit.place {
-            PermitPlace::Local(prefix) => prefix,
+        let (prefix, keys) = match &limit.place {
+            PermitPlace::Local(prefix, keys) => (prefix, *keys),
             PermitPlace::Global => return self.global_permits(applied, l, p),
         };
         let (holder, now, weight) = (self.holder, self.tally.now, applied.weight);
-        layout::slot_key(&mut self.scratch, prefix, applied.slot);
-        let taken = local::measure_and_replace(self.env.store, &self.scratch, |value| {
-            let out = permits::acquire(p, value, holder, now, weight);
-            (out.new_state, out.decision)
-        });
-        let decision = match taken {
-            Ok(decision) => decision,
+        let table = Table::new(prefix, keys);
+        let acquire = |state: Option<&[u8]>| {
+            let out = permits::acquire(p, state, holder, now, weight);
+            Step {
+                write: out.new_state.map(|s| rest(s, now)),
+                result: out.decision,
+            }
+        };
+        let undo = |state: &[u8], _: &Decision| permits::release(Some(state), holder, now, weight);
+        let taken = table::decide(
+            self.env.store,
+            &table,
+            applied.fingerprint,
+            now,
+            acquire,
+            undo,
+        );
+        let (decision, spot) = match taken {
+            Ok(d) => {
+                if d.placed != Placed::Own {
+                    self.env.metrics.rule(applied.index, RuleEvent::TableFull);
+                }
+                (d.result, d.spot)
+            }
             Err(Contended) => {
                 self.env.metrics.global(GlobalEvent::CasExhausted);
                 return Err(report(undecided(p.max)));
@@ -257,7 +291,8 @@ where
             delay: 0,
         });
         self.tally.held.local.push(HeldPermit {
-            key: self.scratch.clone(),
+            key: table::bucket_key(prefix, spot),
+            fingerprint: spot.fingerprint,
             weight,
             holder,
             ttl: p.ttl,

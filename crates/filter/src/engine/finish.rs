@@ -136,6 +136,7 @@ fn hold_permits(tally: &mut Tally, call: &Call) {
         if let Via::Permit(ttl) = item.via {
             tally.held.global.push(HeldPermit {
                 key: spec.key.to_string(),
+                fingerprint: 0,
                 weight: spec.hits.unwrap_or(hits),
                 holder: tally.holder,
                 ttl,

@@ -1,8 +1,7 @@
 //! Concurrency limits: permits taken at admission, given back at the end.
 
 use super::*;
-use crate::engine::concurrency::{release_local, Held};
-use crate::local::SharedStore;
+use crate::engine::concurrency::{release_local, Held, HeldPermit};
 use sluice_core::permits;
 
 /// Two requests in flight per user, and 10 per minute.
@@ -19,6 +18,13 @@ fn held(v: Verdict) -> Held {
         Verdict::Allow(a) => a.held,
         other => panic!("{other:?}"),
     }
+}
+
+/// The permits in use in the entry of `permit`.
+fn in_use(w: &World, permit: &HeldPermit) -> u64 {
+    let state = crate::table::entry_state(&w.store, &permit.key, permit.fingerprint);
+    assert!(state.is_some(), "no entry for {permit:?}");
+    permits::in_use(state.as_deref(), NOW)
 }
 
 fn end(w: &World, held: &Held) {
@@ -51,9 +57,7 @@ fn at_most_the_permits_are_in_flight_and_an_end_frees_one() {
     for h in [second, other, third] {
         end(&w, &h);
     }
-    let key = &first.local[0].key;
-    let (state, _) = w.store.get(key);
-    assert_eq!(permits::in_use(state.as_deref(), NOW), 0);
+    assert_eq!(in_use(&w, &first.local[0]), 0);
 }
 
 #[test]
@@ -65,8 +69,7 @@ fn a_rate_limit_that_denies_gives_the_permit_back() {
     ));
     let first = held(w.eval(&user("a")));
     assert!(matches!(w.eval(&user("a")), Verdict::Deny(_)));
-    let (state, _) = w.store.get(&first.local[0].key);
-    assert_eq!(permits::in_use(state.as_deref(), NOW), 1);
+    assert_eq!(in_use(&w, &first.local[0]), 1);
 }
 
 #[test]
@@ -77,8 +80,7 @@ fn a_later_rule_that_denies_gives_the_permit_back() {
     ));
     let first = held(w.eval(&user("a")));
     assert!(matches!(w.eval(&user("a")), Verdict::Deny(_)));
-    let (state, _) = w.store.get(&first.local[0].key);
-    assert_eq!(permits::in_use(state.as_deref(), NOW), 1);
+    assert_eq!(in_use(&w, &first.local[0]), 1);
 }
 
 #[test]
@@ -172,4 +174,25 @@ fn delay_mode_waits_at_most_a_minute() {
     let plan = parse(json.as_bytes()).unwrap();
     let c = plan.rules[0].limits[0].concurrency().unwrap();
     assert_eq!(c.max_wait, Some(60 * SECOND));
+}
+
+#[test]
+fn nine_hundred_keys_in_a_table_for_a_thousand_each_hold_their_own_permits() {
+    let w = World::new(
+        r#"{"domain":"t","local_max_keys":1000,"rules":[{"name":"user","key":["header:x-user"],"limits":[{"concurrency":1}]}]}"#,
+    );
+    let first: Vec<Held> = (0..900)
+        .map(|i| held(w.eval(&user(&format!("u{i}")))))
+        .collect();
+    for i in 0..900 {
+        assert!(
+            matches!(w.eval(&user(&format!("u{i}"))), Verdict::Deny(_)),
+            "{i}"
+        );
+    }
+    assert_eq!(w.metrics.count(0, RuleEvent::TableFull), 0);
+    for h in &first {
+        end(&w, h);
+    }
+    assert!(first.iter().all(|h| in_use(&w, &h.local[0]) == 0));
 }
