@@ -8,13 +8,13 @@ Envoy workers and writes the figures to tests/flood/RESULTS.md.
 What each asserts:
 
 - **Local key flood.** Envoy's memory is bounded by `local_max_keys`: once
-  the slots are filled, more fresh addresses add nothing. A legitimate
-  client sending twice its limit inside every fixed window is never
-  admitted more than its limit in any window, and loses at most what
-  flood requests landing in its slot took (a slot is a shared bucket): with
-  F flood requests over M slots, the hits on its slot are Poisson(F/M), and
-  its total shortfall must stay within that distribution's 1-in-a-million
-  tail. `sluice.cas_exhausted` stays 0.
+  the key table's buckets are written, more fresh addresses add nothing. A
+  legitimate client sending twice its limit inside every fixed window is
+  never admitted more than its limit in any window; its key has an entry of
+  its own while the table has room (the flood's keys live in one window stay
+  below the table's size here), so its shortfall stays within the bound the
+  older slot layout guaranteed (with F flood requests over M keys, a
+  Poisson(F/M) tail at one in a million). `sluice.cas_exhausted` stays 0.
 - **Global key flood, memory store.** `sluice_limiter_store_keys` stays
   within `--max-keys` (split exactly over the shards); once full,
   checks needing a new key are denied (the documented behaviour), while a
