@@ -166,7 +166,7 @@ bench: setup redis wrk $(VENV)/.bench-installed wasm limiter
 FLOOD_KEYS ?= 1000000
 WORKERS ?= 2
 flood: setup redis wasm limiter load
-	SLUICE_FLOOD=1 FLOOD_KEYS=$(FLOOD_KEYS) WORKERS=$(WORKERS) $(PY) -m pytest tests/test_flood.py -s -q --timeout 3600
+	SLUICE_FLOOD=1 FLOOD_KEYS=$(FLOOD_KEYS) WORKERS=$(WORKERS) $(PY) -m pytest tests/test_flood.py tests/test_key_table.py -s -q --timeout 3600
 
 # Traffic, key floods and faults (limiter kill -9, Redis stop and SIGSTOP,
 # config pushes, Envoy hot restart) through 2 Envoys; stops by itself.
