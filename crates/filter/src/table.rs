@@ -37,6 +37,7 @@ use crate::layout;
 use crate::local::{Contended, SetError, SharedStore, CREATE_CAS, MAX_ATTEMPTS};
 use bucket::{Bucket, OVERFLOW, TAG, WAYS};
 use sluice_core::{Decision, Encoded, Limit, Nanos};
+use std::cell::Cell;
 
 /// What a table does with a key that finds its two buckets full of live
 /// keys.
@@ -171,30 +172,68 @@ pub fn decide<S, T>(
     table: &Table<'_>,
     fingerprint: u64,
     now: Nanos,
-    mut step: impl FnMut(Option<&[u8]>) -> Step<T>,
-    mut undo: impl FnMut(&[u8], &T) -> Option<Encoded>,
+    step: &mut dyn FnMut(Option<&[u8]>) -> Step<T>,
+    undo: &mut dyn FnMut(&[u8], &T) -> Option<Encoded>,
+) -> Result<Decided<T>, Contended>
+where
+    S: SharedStore + ?Sized,
+{
+    let mut names = NAMES.with(Cell::take);
+    let decided = decide_named(store, table, fingerprint, now, step, undo, &mut names);
+    NAMES.with(|n| n.set(names));
+    decided
+}
+
+thread_local! {
+    /// The bucket names of the decision in progress, kept between decisions
+    /// for their allocations.
+    static NAMES: Cell<Names> = const {
+        Cell::new(Names {
+            p: String::new(),
+            s: String::new(),
+        })
+    };
+}
+
+/// The names of a key's two buckets.
+#[derive(Default)]
+struct Names {
+    p: String,
+    s: String,
+}
+
+/// [`decide`], naming the buckets in `names`.
+fn decide_named<S, T>(
+    store: &S,
+    table: &Table<'_>,
+    fingerprint: u64,
+    now: Nanos,
+    step: &mut dyn FnMut(Option<&[u8]>) -> Step<T>,
+    undo: &mut dyn FnMut(&[u8], &T) -> Option<Encoded>,
+    names: &mut Names,
 ) -> Result<Decided<T>, Contended>
 where
     S: SharedStore + ?Sized,
 {
     let fingerprint = fingerprint.max(1);
     let (p, s) = table.candidates(fingerprint);
-    let (mut p_key, mut s_key) = (String::new(), String::new());
-    table.key(&mut p_key, p);
+    let Names { p: p_key, s: s_key } = names;
+    table.key(p_key, p);
+    s_key.clear();
     for attempt in 1..=MAX_ATTEMPTS {
         if attempt > 1 {
             crate::local::count_retry();
         }
-        let (p_value, p_cas) = store.get(&p_key);
+        let (p_value, p_cas) = store.get(p_key);
         let p_bucket = Bucket::read(p_value.as_deref());
         let (s_value, s_cas) = match p_bucket.find(fingerprint) {
             Some(_) => (None, None),
             None => {
                 // Most keys are in `p`: the other bucket's name only when needed.
                 if s_key.is_empty() {
-                    table.key(&mut s_key, s);
+                    table.key(s_key, s);
                 }
-                store.get(&s_key)
+                store.get(s_key)
             }
         };
         let s_bucket = Bucket::read(s_value.as_deref());
@@ -213,8 +252,8 @@ where
             return Ok(decided);
         };
         let (bucket, key, cas) = match choice.in_p {
-            true => (&p_bucket, &p_key, p_cas),
-            false => (&s_bucket, &s_key, s_cas),
+            true => (&p_bucket, &*p_key, p_cas),
+            false => (&s_bucket, &*s_key, s_cas),
         };
         let bytes = bucket.with(choice.index, spot.fingerprint, rest_at, state.as_bytes());
         match store.set(key, &bytes, Some(cas.unwrap_or(CREATE_CAS))) {
@@ -225,7 +264,7 @@ where
         if choice.in_p {
             return Ok(decided);
         }
-        match touch(store, &p_key, p_value, p_cas, fingerprint)? {
+        match touch(store, p_key, p_value, p_cas, fingerprint)? {
             Touched::Alone => return Ok(decided),
             Touched::PlacedInP => {
                 update_at(store, table.prefix, spot, |state, rest_at| {
@@ -398,7 +437,7 @@ pub fn consume<S: SharedStore + ?Sized>(
         table,
         fingerprint,
         now,
-        |state| {
+        &mut |state| {
             let outcome = sluice_core::decide(limit, state, now, cost);
             let rest_at = now.saturating_add(outcome.decision.reset);
             Step {
@@ -406,7 +445,7 @@ pub fn consume<S: SharedStore + ?Sized>(
                 result: outcome.decision,
             }
         },
-        |state, decision| {
+        &mut |state, decision: &Decision| {
             let admitted_at = now.saturating_add(decision.delay);
             sluice_core::refund_at(limit, state, admitted_at, now, cost)
         },

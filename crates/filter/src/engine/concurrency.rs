@@ -252,21 +252,22 @@ where
         };
         let (holder, now, weight) = (self.holder, self.tally.now, applied.weight);
         let table = Table::new(prefix, keys);
-        let acquire = |state: Option<&[u8]>| {
+        let mut acquire = |state: Option<&[u8]>| {
             let out = permits::acquire(p, state, holder, now, weight);
             Step {
                 write: out.new_state.map(|s| rest(s, now)),
                 result: out.decision,
             }
         };
-        let undo = |state: &[u8], _: &Decision| permits::release(Some(state), holder, now, weight);
+        let mut undo =
+            |state: &[u8], _: &Decision| permits::release(Some(state), holder, now, weight);
         let taken = table::decide(
             self.env.store,
             &table,
             applied.fingerprint,
             now,
-            acquire,
-            undo,
+            &mut acquire,
+            &mut undo,
         );
         let (decision, spot) = match taken {
             Ok(d) => {

@@ -84,7 +84,7 @@ impl LocalState {
                 ..
             } => {
                 let table = Table::new(prefix, *shape);
-                let charged = |state: Option<&[u8]>| {
+                let mut charged = |state: Option<&[u8]>| {
                     let out = sluice_core::charge(limit, state, now, cost);
                     let rest_at = |o: &sluice_core::Outcome| now.saturating_add(o.decision.reset);
                     Step {
@@ -94,9 +94,9 @@ impl LocalState {
                         result: out.map_or(true, |o| o.decision.allowed),
                     }
                 };
-                let undo =
+                let mut undo =
                     |state: &[u8], _: &bool| sluice_core::refund_at(limit, state, now, now, cost);
-                table::decide(store, &table, *fingerprint, now, charged, undo)?.result
+                table::decide(store, &table, *fingerprint, now, &mut charged, &mut undo)?.result
             }
         };
         Ok(allowed)
