@@ -93,3 +93,17 @@ def test_evict_never_starves_a_new_key(envoy):
     e = envoy(table_config(1_000, when_full="evict", quota=1, algorithms=["fixed_window"]))
     assert flood(e, FLOOD) == {200: FLOOD}
     table_full_seen(e)
+
+
+def test_two_workers_count_every_key_exactly_at_once(envoy):
+    # 900 addresses in turn from 16 connections over 2 workers, ten rounds:
+    # every key's entry is decided by both workers at once, and the table
+    # admits exactly the quota of each, no more, no fewer.
+    e = envoy(table_config(1_000, algorithms=["sliding_window"]), concurrency=2)
+    keys, rounds = 900, 10
+    report = run_load(f"http://127.0.0.1:{e.port}/", connections=16, requests=keys * rounds,
+                      headers={"x-forwarded-for": "{ip}"}, distinct=keys, timeout=10)
+    assert report.answered == report.sent == keys * rounds
+    assert report.count(200) == keys * QUOTA, report.status
+    assert e.sluice_stat("sluice.per-ip.table_full") == 0
+    assert e.sluice_stat("sluice.cas_exhausted") == 0
