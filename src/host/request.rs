@@ -74,6 +74,10 @@ impl RequestView for HostRequest {
         String::from_utf8(bytes).ok()
     }
 
+    fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
+        hostcalls::get_property(path.to_vec()).ok().flatten()
+    }
+
     fn body(&self) -> Option<Vec<u8>> {
         if self.body_size == 0 {
             return None;

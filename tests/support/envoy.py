@@ -55,14 +55,18 @@ def sluice_config(rules: list[dict], domain: str = "test", headers: str | None =
     return cfg
 
 
-def listener(port: int, http_filters: list[dict], name: str = "main", hcm_extra: dict | None = None) -> dict:
+def listener(port: int, http_filters: list[dict], name: str = "main", hcm_extra: dict | None = None,
+             transport_socket: dict | None = None) -> dict:
     """A loopback listener whose routes answer 200 "ok" directly, after the filters.
 
-    `hcm_extra` adds settings to the HTTP connection manager."""
+    `hcm_extra` adds settings to the HTTP connection manager;
+    `transport_socket` (e.g. `tls.downstream_tls`) makes it TLS."""
+    tls = {"transport_socket": transport_socket} if transport_socket else {}
     return {
         "name": name,
         "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
         "filter_chains": [{
+            **tls,
             "filters": [{
                 "name": "envoy.filters.network.http_connection_manager",
                 "typed_config": {
@@ -119,11 +123,13 @@ def limiter_cluster(name: str, ports: list[int], transport_socket: dict | None =
 class Envoy:
     """A running Envoy (see `start_envoy`)."""
 
-    def __init__(self, workdir: Path, port: int, admin_port: int, hcm_extra: dict | None = None):
+    def __init__(self, workdir: Path, port: int, admin_port: int, hcm_extra: dict | None = None,
+                 transport_socket: dict | None = None):
         self.workdir = workdir
         self.port = port
         self.admin_port = admin_port
         self.hcm_extra = hcm_extra
+        self.transport_socket = transport_socket
         self.process: Process | None = None
         self.listener_version = 0
         # hot restart (see `start_envoy(hot_restart=True)`): the command line
@@ -165,7 +171,8 @@ class Envoy:
         resources = {
             "version_info": str(self.listener_version),
             "resources": [{"@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
-                           **listener(self.port, http_filters, hcm_extra=self.hcm_extra)}],
+                           **listener(self.port, http_filters, hcm_extra=self.hcm_extra,
+                                      transport_socket=self.transport_socket)}],
         }
         tmp = self.workdir / "lds.tmp.json"
         tmp.write_text(json.dumps(resources))
@@ -256,7 +263,8 @@ def start_envoy(workdir: Path, http_filters: list[dict], *, concurrency: int = 2
                 envoy_bin: Path = ENVOY_BIN, cpus: str | None = None, log_level: str = "info",
                 component_log_level: str | None = "wasm:debug", drain_time_s: int | None = 1,
                 name: str = "envoy", bootstrap_extra: dict | None = None, hot_restart: bool = False,
-                parent_shutdown_time_s: int = 3, extra_args: list[str] | None = None) -> Envoy:
+                parent_shutdown_time_s: int = 3, extra_args: list[str] | None = None,
+                downstream_tls: dict | None = None) -> Envoy:
     """Starts Envoy with `http_filters` on fresh loopback ports, in a new
     directory under `workdir`, and waits until its listener accepts connections.
 
@@ -268,9 +276,10 @@ def start_envoy(workdir: Path, http_filters: list[dict], *, concurrency: int = 2
     Envoy's hot restart on, with a base id of its own, so `Envoy.hot_restart`
     can replace it; an old epoch exits `parent_shutdown_time_s` after its
     successor starts. `extra_args`: more of Envoy's command line.
+    `downstream_tls`: the listener's `transport_socket` (`tls.downstream_tls`).
     """
     rundir = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=workdir))
-    env = Envoy(rundir, free_port(), free_port(), hcm_extra)
+    env = Envoy(rundir, free_port(), free_port(), hcm_extra, downstream_tls)
     bootstrap: dict = {
         "node": {"id": "sluice", "cluster": "sluice"},
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": env.admin_port}}},
@@ -286,7 +295,8 @@ def start_envoy(workdir: Path, http_filters: list[dict], *, concurrency: int = 2
         }
         env.write_listener(http_filters)
     else:
-        bootstrap["static_resources"]["listeners"] = [listener(env.port, http_filters, hcm_extra=hcm_extra)]
+        bootstrap["static_resources"]["listeners"] = [listener(env.port, http_filters, hcm_extra=hcm_extra,
+                                                               transport_socket=downstream_tls)]
     (rundir / "bootstrap.json").write_text(json.dumps(bootstrap, indent=1))
 
     args = [str(envoy_bin), "-c", str(rundir / "bootstrap.json"), "--concurrency", str(concurrency),

@@ -88,3 +88,20 @@ def upstream_tls(ca: CA, cert: Leaf | None = None, sni: str = "localhost") -> di
             "common_tls_context": context,
         },
     }
+
+
+def downstream_tls(ca: CA, cert: Leaf) -> dict:
+    """An Envoy listener's `transport_socket`: TLS with `cert`, requiring a
+    client certificate that chains to `ca`."""
+    return {
+        "name": "envoy.transport_sockets.tls",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
+            "require_client_certificate": True,
+            "common_tls_context": {
+                "tls_certificates": [{"certificate_chain": {"filename": str(cert.cert)},
+                                      "private_key": {"filename": str(cert.key)}}],
+                "validation_context": {"trusted_ca": {"filename": str(ca.cert)}},
+            },
+        },
+    }

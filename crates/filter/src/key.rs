@@ -6,6 +6,7 @@
 
 use crate::client_ip::{self, ClientIpPolicy};
 use crate::cost::extract::{FieldPath, Found, JsonScanner};
+pub use context::{ContextPart, PeerField, DEFAULT_JWT_PAYLOAD};
 use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::net::IpAddr;
@@ -24,6 +25,12 @@ pub trait RequestView {
     /// The request's body, when the filter waited for it (a rule estimates
     /// a response cost from it); `None` otherwise.
     fn body(&self) -> Option<Vec<u8>> {
+        None
+    }
+    /// A property of the request's stream (Envoy's attributes: dynamic
+    /// metadata, filter state, the connection, the route) by its path;
+    /// `None` when it has none.
+    fn property(&self, _path: &[&str]) -> Option<Vec<u8>> {
         None
     }
 }
@@ -45,12 +52,24 @@ pub enum KeyPart {
     Query(String),
     /// Fixed text, e.g. to share one bucket among all requests of a rule.
     Const(String),
+    /// A value Envoy knows about the request: a JWT claim, metadata, filter
+    /// state, the peer certificate, the route or the cluster.
+    Context(ContextPart),
 }
 
 impl KeyPart {
     /// Parses `client_ip`, `header:NAME`, `path`, `method`, `authority`,
-    /// `query:NAME` or `const:TEXT`.
+    /// `query:NAME`, `const:TEXT`, or a context part (`jwt:CLAIM`,
+    /// `metadata:NAMESPACE:PATH`, `filter_state:NAME`, `peer:FIELD`, `route`,
+    /// `cluster`).
     pub fn parse(text: &str) -> Result<KeyPart, String> {
+        let (source, rest) = match text.split_once(':') {
+            Some((source, rest)) => (source, Some(rest)),
+            None => (text, None),
+        };
+        if let Some(context) = ContextPart::parse(source, rest) {
+            return context.map(KeyPart::Context);
+        }
         let part = match text.split_once(':') {
             None => match text {
                 "client_ip" => KeyPart::ClientIp,
@@ -72,7 +91,7 @@ impl KeyPart {
 
 fn unknown(text: &str) -> String {
     format!(
-        "unknown key part {text:?} (expected client_ip, header:NAME, path, method, authority, query:NAME or const:TEXT)"
+        "unknown key part {text:?} (expected client_ip, header:NAME, path, method, authority, query:NAME, const:TEXT, jwt:CLAIM, metadata:NAMESPACE:PATH, filter_state:NAME, peer:uri_san, peer:dns_san, peer:subject, route or cluster)"
     )
 }
 
@@ -84,6 +103,8 @@ pub const CACHED_HEADERS: usize = 8;
 pub struct Request<'a, V: RequestView> {
     view: &'a V,
     policy: &'a ClientIpPolicy,
+    /// The `payload_in_metadata` name JWT claims are read under.
+    jwt_payload: &'a str,
     /// Headers read so far, by name; more distinct names are read uncached.
     headers: [OnceCell<(&'a str, Option<String>)>; CACHED_HEADERS],
     path: OnceCell<Option<String>>,
@@ -98,12 +119,19 @@ impl<'a, V: RequestView> Request<'a, V> {
         Request {
             view,
             policy,
+            jwt_payload: DEFAULT_JWT_PAYLOAD,
             headers: Default::default(),
             path: OnceCell::new(),
             method: OnceCell::new(),
             client_ip: OnceCell::new(),
             body: OnceCell::new(),
         }
+    }
+
+    /// Reads JWT claims under `name` (`jwt_authn`'s `payload_in_metadata`).
+    pub fn with_jwt_payload(mut self, name: &'a str) -> Self {
+        self.jwt_payload = name;
+        self
     }
 
     /// The non-negative integer at `path` of the request's JSON body (read
@@ -210,6 +238,11 @@ impl<'a, V: RequestView> Request<'a, V> {
                     out.push_str(text);
                     true
                 }
+                KeyPart::Context(part) => self
+                    .view
+                    .property(&part.property(self.jwt_payload))
+                    .map(|v| context::push_value(out, &v))
+                    .is_some(),
             };
             if !present {
                 return false;
@@ -218,6 +251,8 @@ impl<'a, V: RequestView> Request<'a, V> {
         true
     }
 }
+
+pub mod context;
 
 /// Requests built in memory, for the tests and the fuzzers (fuzz/).
 #[doc(hidden)]
@@ -254,7 +289,9 @@ mod tests {
             KeyPart::parse("const:a:b"),
             Ok(KeyPart::Const("a:b".into()))
         );
-        for bad in ["", "ip", "header:", "query:", "cookie:x", "Path"] {
+        for bad in [
+            "", "ip", "header:", "query:", "cookie:x", "Path", "jwt:", "peer:x", "route:x",
+        ] {
             assert!(KeyPart::parse(bad).is_err(), "{bad:?}");
         }
     }
@@ -321,6 +358,56 @@ mod tests {
             }
         }
         assert_eq!(view.1.get(), CACHED_HEADERS + 2 * 2);
+    }
+
+    #[test]
+    fn context_parts_read_envoys_properties() {
+        let jwt = "metadata.filter_metadata.envoy.filters.http.jwt_authn";
+        let req = FakeRequest::get("/")
+            .with_property(&format!("{jwt}.jwt_payload.sub"), b"alice")
+            .with_property(&format!("{jwt}.jwt_payload.org.tenant"), b"acme")
+            .with_property(&format!("{jwt}.payload.sub"), b"bob")
+            .with_property(&format!("{jwt}.jwt_payload.n"), &42f64.to_le_bytes())
+            .with_property("metadata.filter_metadata.sluice.test.tier", b"gold")
+            .with_property("filter_state.plan", b"free")
+            .with_property(
+                "connection.uri_san_peer_certificate",
+                b"spiffe://mesh/ns/a/sa/b",
+            )
+            .with_property("xds.route_name", b"r1");
+        assert_eq!(
+            key(&req, &["jwt:sub", "jwt:org.tenant", "jwt:n"]).as_deref(),
+            Some("alice|acme|0x0000000000004540")
+        );
+        assert_eq!(
+            key(
+                &req,
+                &[
+                    "metadata:sluice.test:tier",
+                    "filter_state:plan",
+                    "peer:uri_san",
+                    "route"
+                ]
+            )
+            .as_deref(),
+            Some("gold|free|spiffe://mesh/ns/a/sa/b|r1")
+        );
+        // A claim, metadata or certificate that is not there: no key.
+        for absent in [
+            "jwt:email",
+            "metadata:sluice.test:x",
+            "peer:dns_san",
+            "cluster",
+        ] {
+            assert_eq!(key(&req, &[absent]), None, "{absent}");
+        }
+        // The payload's name is the configuration's.
+        let policy = ClientIpPolicy::default();
+        let request = Request::new(&req, &policy).with_jwt_payload("payload");
+        let parts = [KeyPart::parse("jwt:sub").unwrap()];
+        let mut out = String::new();
+        assert!(request.write_key(&parts, &mut out));
+        assert_eq!(out, "bob");
     }
 
     #[test]

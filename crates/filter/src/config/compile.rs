@@ -68,9 +68,21 @@ pub fn compile(raw: RawConfig) -> Result<Plan, FieldError> {
         limiter,
         local_max_keys,
         local_keys: keys,
+        jwt_payload: checked_jwt_payload(raw.jwt_payload_in_metadata)?,
         response,
         rules,
     })
+}
+
+/// Checks `jwt_payload_in_metadata`: a name, as `jwt_authn` takes.
+fn checked_jwt_payload(name: String) -> Result<String, FieldError> {
+    if name.is_empty() || name.len() > MAX_NAME_LEN {
+        return Err(FieldError::at(
+            "jwt_payload_in_metadata",
+            format!("must be 1 to {MAX_NAME_LEN} bytes, the payload_in_metadata of Envoy's jwt_authn filter"),
+        ));
+    }
+    Ok(name)
 }
 
 /// Checks the denial response.

@@ -7,10 +7,10 @@
 
 use super::doc::{self, Kind};
 use super::raw::{
-    default_local_max_keys, default_max_queued, default_timeout, FailureMode, HeadersMode, Mode,
-    OnExceed, Protocol, RawClientIp, RawConfig, RawCost, RawElastic, RawEntry, RawEstimate,
-    RawHeaderMatch, RawLimit, RawLimiter, RawMatch, RawOverride, RawResponse, RawResponseCost,
-    RawRule, RawSync, Scope, ServiceHeaders, SyncMode, WhenFull, COST_EXPECTED,
+    default_jwt_payload, default_local_max_keys, default_max_queued, default_timeout, FailureMode,
+    HeadersMode, Mode, OnExceed, Protocol, RawClientIp, RawConfig, RawCost, RawElastic, RawEntry,
+    RawEstimate, RawHeaderMatch, RawLimit, RawLimiter, RawMatch, RawOverride, RawResponse,
+    RawResponseCost, RawRule, RawSync, Scope, ServiceHeaders, SyncMode, WhenFull, COST_EXPECTED,
 };
 use super::reader::Node;
 use super::syntax_path::syntax_error_path;
@@ -34,6 +34,7 @@ fn config(n: &Node) -> Read<RawConfig> {
         mut limiter,
         mut max_keys,
         mut when_full,
+        mut jwt_payload,
         mut response,
         mut rules,
     ) = Default::default();
@@ -44,6 +45,7 @@ fn config(n: &Node) -> Read<RawConfig> {
         "limiter",
         "local_max_keys",
         "local_when_full",
+        "jwt_payload_in_metadata",
         "response",
         "rules",
     ];
@@ -54,6 +56,7 @@ fn config(n: &Node) -> Read<RawConfig> {
             "client_ip" => client_ip = Some(raw_client_ip(v)?),
             "limiter" => limiter = v.optional(raw_limiter)?,
             "local_max_keys" => max_keys = Some(v.u64()?),
+            "jwt_payload_in_metadata" => jwt_payload = Some(v.string()?),
             "local_when_full" => {
                 when_full =
                     Some(v.choice(&["share", "evict"], &[WhenFull::Share, WhenFull::Evict])?)
@@ -71,6 +74,7 @@ fn config(n: &Node) -> Read<RawConfig> {
         limiter,
         local_max_keys: max_keys.unwrap_or_else(default_local_max_keys),
         local_when_full: when_full.unwrap_or_default(),
+        jwt_payload_in_metadata: jwt_payload.unwrap_or_else(default_jwt_payload),
         response: response.unwrap_or_default(),
         rules: rules.unwrap_or_default(),
     })
@@ -457,7 +461,7 @@ mod tests {
         let cases = [
             (
                 r#"{"domain":"d" ,  "colour" : "blue"}"#,
-                r#"colour: unknown field `colour`, expected one of `domain`, `headers`, `client_ip`, `limiter`, `local_max_keys`, `local_when_full`, `response`, `rules` at line 1 column 26"#,
+                r#"colour: unknown field `colour`, expected one of `domain`, `headers`, `client_ip`, `limiter`, `local_max_keys`, `local_when_full`, `jwt_payload_in_metadata`, `response`, `rules` at line 1 column 26"#,
             ),
             (
                 r#"{"domain":"d","rules":[{"name":"r","key":["path"]}]}"#,

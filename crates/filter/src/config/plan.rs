@@ -24,6 +24,8 @@ pub struct Plan {
     pub local_max_keys: u64,
     /// The size and policy of every local limit's key table.
     pub local_keys: Shape,
+    /// The `payload_in_metadata` name `jwt:` key parts read claims under.
+    pub jwt_payload: String,
     /// The denial response.
     pub response: DenyResponse,
     /// The rules, in configuration order.

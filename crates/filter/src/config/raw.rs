@@ -35,12 +35,20 @@ pub struct RawConfig {
     /// What a key finds when its local limit's table is full of live keys.
     #[cfg_attr(feature = "schema", serde(default))]
     pub local_when_full: WhenFull,
+    /// The `payload_in_metadata` name of Envoy's `jwt_authn` filter, under
+    /// which `jwt:` key parts read claims.
+    #[cfg_attr(feature = "schema", serde(default = "default_jwt_payload"))]
+    pub jwt_payload_in_metadata: String,
     /// The response sent to denied requests.
     #[cfg_attr(feature = "schema", serde(default))]
     pub response: RawResponse,
     /// The rules; all matching rules apply.
     #[cfg_attr(feature = "schema", serde(default))]
     pub rules: Vec<RawRule>,
+}
+
+pub(super) fn default_jwt_payload() -> String {
+    crate::key::DEFAULT_JWT_PAYLOAD.to_string()
 }
 
 pub(super) fn default_local_max_keys() -> u64 {

@@ -165,5 +165,6 @@ fn default_entry_key(part: &KeyPart) -> String {
         KeyPart::Method => "method".to_string(),
         KeyPart::Authority => "authority".to_string(),
         KeyPart::Const(_) => "generic_key".to_string(),
+        KeyPart::Context(part) => part.descriptor_key(),
     }
 }

@@ -35,7 +35,7 @@ where
     M: MetricSink + ?Sized,
     C: Fn() -> Nanos,
 {
-    let request = Request::new(view, &plan.client_ip);
+    let request = Request::new(view, &plan.client_ip).with_jwt_payload(&plan.jwt_payload);
     let mut walk = Walk {
         env: Env::new(plan, store, metrics),
         request: &request,

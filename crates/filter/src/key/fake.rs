@@ -10,6 +10,8 @@ pub struct FakeRequest {
     pub headers: Vec<(String, String)>,
     /// The downstream peer address.
     pub source: Option<String>,
+    /// Properties, by their path joined with `.`.
+    pub properties: Vec<(String, Vec<u8>)>,
 }
 
 impl FakeRequest {
@@ -22,7 +24,14 @@ impl FakeRequest {
                 (":authority".into(), "example.com".into()),
             ],
             source: Some("203.0.113.7:40000".into()),
+            properties: Vec::new(),
         }
+    }
+
+    /// Adds a property at `path` (names joined with `.`).
+    pub fn with_property(mut self, path: &str, value: &[u8]) -> FakeRequest {
+        self.properties.push((path.into(), value.to_vec()));
+        self
     }
 
     /// Adds a header.
@@ -42,6 +51,14 @@ impl RequestView for FakeRequest {
 
     fn source_address(&self) -> Option<String> {
         self.source.clone()
+    }
+
+    fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
+        let joined = path.join(".");
+        self.properties
+            .iter()
+            .find(|(k, _)| *k == joined)
+            .map(|(_, v)| v.clone())
     }
 }
 

@@ -1,0 +1,166 @@
+"""Keys from who is asking, through Envoy's own filters in front of Sluice:
+claims of a JWT that `jwt_authn` verified, dynamic metadata set by
+`header_to_metadata`, filter state set by `set_filter_state`, route names,
+and the client certificate of an mTLS connection."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import http.client
+import json
+import time
+
+import support
+from support import sluice_config, wait_until
+from support.tls import CA, client_context, downstream_tls
+
+SECRET = b"sluice-test-secret-0123456789abcdef"
+ISSUER = "sluice-test"
+
+
+def b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def token(claims: dict, secret: bytes = SECRET) -> str:
+    """A JWT signed with HS256 (Envoy's jwt_authn verifies HMAC keys of a local JWKS)."""
+    head = b64(json.dumps({"alg": "HS256", "typ": "JWT", "kid": "k1"}).encode())
+    body = b64(json.dumps({"iss": ISSUER, "exp": int(time.time()) + 3600, **claims}).encode())
+    signature = hmac.new(secret, f"{head}.{body}".encode(), hashlib.sha256).digest()
+    return f"{head}.{body}.{b64(signature)}"
+
+
+def jwt_authn(payload_in_metadata: str = "jwt_payload") -> dict:
+    """Envoy's jwt_authn: a token is optional, but one that is there must verify."""
+    jwks = {"keys": [{"kty": "oct", "alg": "HS256", "kid": "k1", "k": b64(SECRET)}]}
+    return {
+        "name": "envoy.filters.http.jwt_authn",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication",
+            "providers": {"test": {"issuer": ISSUER, "local_jwks": {"inline_string": json.dumps(jwks)},
+                                   "payload_in_metadata": payload_in_metadata}},
+            "rules": [{"match": {"prefix": "/"}, "requires": {"requires_any": {"requirements": [
+                {"provider_name": "test"}, {"allow_missing": {}}]}}}],
+        },
+    }
+
+
+def start(tmp_path, filters: list[dict], config: dict, **kwargs):
+    return support.start_envoy(tmp_path, [*filters, support.wasm_filter(config)], **kwargs)
+
+
+def statuses(port: int, n: int, headers: dict) -> list[int]:
+    return [support.request(port, "/", headers=headers).status for _ in range(n)]
+
+
+def bearer(claims: dict, secret: bytes = SECRET) -> dict:
+    return {"authorization": f"Bearer {token(claims, secret)}"}
+
+
+def per(key: list[str], requests: int = 2, **top) -> dict:
+    return sluice_config([{"name": "who", "key": key,
+                           "limits": [{"algorithm": "fixed_window", "requests": requests, "window": "1h"}]}],
+                         **top)
+
+
+def test_jwt_claims_key_each_subject_and_tenant(tmp_path):
+    e = start(tmp_path, [jwt_authn()], per(["jwt:sub"]))
+    try:
+        alice, bob = bearer({"sub": "alice"}), bearer({"sub": "bob"})
+        assert statuses(e.port, 3, alice) == [200, 200, 429]
+        assert statuses(e.port, 2, bob) == [200, 200]
+        # A token without the claim: the rule cannot key it, skips and counts it.
+        assert statuses(e.port, 4, bearer({"name": "no subject"})) == [200] * 4
+        wait_until(lambda: e.sluice_stat("sluice.who.skipped") >= 4, what="skipped counted")
+        # A forged token never reaches Sluice: jwt_authn answers 401.
+        wait_until(lambda: e.sluice_stat("sluice.who.denied") == 1, what="the denial counted")
+        assert statuses(e.port, 2, bearer({"sub": "alice"}, secret=b"not the key")) == [401, 401]
+        assert statuses(e.port, 1, bearer({"sub": "carol"})) == [200]
+        wait_until(lambda: e.sluice_stat("sluice.who.allowed") == 5, what="allowed counted")
+        assert e.sluice_stat("sluice.who.denied") == 1
+    finally:
+        e.stop()
+
+
+def test_a_nested_claim_under_the_configured_payload_name(tmp_path):
+    e = start(tmp_path, [jwt_authn("claims")],
+              per(["jwt:org.tenant"], requests=3, jwt_payload_in_metadata="claims"))
+    try:
+        acme = [bearer({"sub": f"u{i}", "org": {"tenant": "acme"}}) for i in range(4)]
+        assert [statuses(e.port, 1, h)[0] for h in acme] == [200, 200, 200, 429]
+        assert statuses(e.port, 1, bearer({"sub": "x", "org": {"tenant": "globex"}})) == [200]
+    finally:
+        e.stop()
+
+
+def test_dynamic_metadata_and_filter_state_from_other_filters(tmp_path):
+    header_to_metadata = {
+        "name": "envoy.filters.http.header_to_metadata",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3.Config",
+            "request_rules": [{"header": "x-tenant", "remove": True, "on_header_present": {
+                "metadata_namespace": "example.tenancy", "key": "tenant", "type": "STRING"}}],
+        },
+    }
+    set_filter_state = {
+        "name": "envoy.filters.http.set_filter_state",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.set_filter_state.v3.Config",
+            "on_request_headers": [{"object_key": "example.plan", "factory_key": "envoy.string",
+                                    "format_string": {"text_format_source": {"inline_string": "%REQ(x-plan)%"}}}],
+        },
+    }
+    e = start(tmp_path, [header_to_metadata, set_filter_state],
+              per(["metadata:example.tenancy:tenant", "filter_state:example.plan"]))
+    try:
+        assert statuses(e.port, 3, {"x-tenant": "acme", "x-plan": "gold"}) == [200, 200, 429]
+        assert statuses(e.port, 2, {"x-tenant": "acme", "x-plan": "free"}) == [200, 200]
+        assert statuses(e.port, 2, {"x-tenant": "globex", "x-plan": "gold"}) == [200, 200]
+        # No metadata (the header is absent): skipped.
+        assert statuses(e.port, 3, {"x-plan": "gold"}) == [200] * 3
+    finally:
+        e.stop()
+
+
+def test_route_names_key_apart(tmp_path):
+    routes = {"route_config": {"name": "local", "virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [
+        {"name": "search", "match": {"prefix": "/search"},
+         "direct_response": {"status": 200, "body": {"inline_string": "ok\n"}}},
+        {"name": "orders", "match": {"prefix": "/"},
+         "direct_response": {"status": 200, "body": {"inline_string": "ok\n"}}}]}]}}
+    e = start(tmp_path, [], per(["route"]), hcm_extra=routes)
+    try:
+        assert [support.request(e.port, "/search").status for _ in range(3)] == [200, 200, 429]
+        assert [support.request(e.port, "/orders/1").status for _ in range(3)] == [200, 200, 429]
+    finally:
+        e.stop()
+
+
+def mtls_status(port: int, context) -> int:
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+    try:
+        conn.request("GET", "/")
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
+    finally:
+        conn.close()
+
+
+def test_client_certificates_key_by_their_spiffe_id(tmp_path):
+    ca = CA(tmp_path)
+    server = ca.issue("server", "IP:127.0.0.1,DNS:localhost")
+    frontend = ca.issue("frontend", "URI:spiffe://cluster.local/ns/shop/sa/frontend")
+    batch = ca.issue("batch", "URI:spiffe://cluster.local/ns/shop/sa/batch")
+    e = start(tmp_path, [], per(["peer:uri_san"]), downstream_tls=downstream_tls(ca, server))
+    try:
+        as_frontend = client_context(ca, frontend)
+        as_frontend.check_hostname = False
+        as_batch = client_context(ca, batch)
+        as_batch.check_hostname = False
+        assert [mtls_status(e.port, as_frontend) for _ in range(3)] == [200, 200, 429]
+        assert [mtls_status(e.port, as_batch) for _ in range(2)] == [200, 200]
+    finally:
+        e.stop()
