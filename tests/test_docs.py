@@ -60,7 +60,8 @@ def json_paths() -> dict[str, set[str]]:
         out[path] = {f for f, _ in structs[struct]}
         for field, ty in structs[struct]:
             inner = re.search(r"\b(Raw\w+)\b", ty)
-            if inner and inner.group(1) in structs:
+            # A struct holding itself (`match.not`) is documented once.
+            if inner and inner.group(1) in structs and inner.group(1) != struct:
                 child = f"{path}.{field}" if path else field
                 walk(inner.group(1), child + ("[]" if "Vec<" in ty else ""))
 

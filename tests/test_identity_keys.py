@@ -59,7 +59,7 @@ def bearer(claims: dict, secret: bytes = SECRET) -> dict:
     return {"authorization": f"Bearer {token(claims, secret)}"}
 
 
-def per(key: list[str], requests: int = 2, **top) -> dict:
+def per(key: list, requests: int = 2, **top) -> dict:
     return sluice_config([{"name": "who", "key": key,
                            "limits": [{"algorithm": "fixed_window", "requests": requests, "window": "1h"}]}],
                          **top)
@@ -162,5 +162,51 @@ def test_client_certificates_key_by_their_spiffe_id(tmp_path):
         as_batch.check_hostname = False
         assert [mtls_status(e.port, as_frontend) for _ in range(3)] == [200, 200, 429]
         assert [mtls_status(e.port, as_batch) for _ in range(2)] == [200, 200]
+    finally:
+        e.stop()
+
+
+def test_an_api_key_inside_authorization(tmp_path):
+    # The key is what follows "Bearer " (a value without it: skipped).
+    config = sluice_config([
+        {"name": "api-key", "key": [{"part": "header:authorization", "regex": "Bearer ([A-Za-z0-9-]+)"}],
+         "limits": [{"algorithm": "fixed_window", "requests": 2, "window": "1h"}]}])
+    e = start(tmp_path, [], config)
+    try:
+        assert statuses(e.port, 3, {"authorization": "Bearer key-1"}) == [200, 200, 429]
+        assert statuses(e.port, 1, {"authorization": "Bearer key-2"}) == [200]
+        assert statuses(e.port, 3, {"authorization": "Basic abc"}) == [200] * 3
+    finally:
+        e.stop()
+
+
+def test_a_default_for_requests_without_the_claim(tmp_path):
+    # A token-less request counts as the tenant "anonymous".
+    e = start(tmp_path, [jwt_authn()], per([{"part": "jwt:tenant", "default": "anonymous"}]))
+    try:
+        assert statuses(e.port, 3, {}) == [200, 200, 429]
+        assert statuses(e.port, 2, bearer({"sub": "a", "tenant": "acme"})) == [200, 200]
+        assert statuses(e.port, 1, bearer({"sub": "b"})) == [429]
+    finally:
+        e.stop()
+
+
+def test_match_on_a_claim_a_path_pattern_and_not(tmp_path):
+    # Free-plan tokens on /api/v<N>/ paths, except requests marked internal.
+    config = sluice_config([{
+        "name": "free", "key": ["jwt:sub"],
+        "match": {"path_regex": "/api/v[0-9]+/.*", "parts": [{"part": "jwt:plan", "exact": "free"}],
+                  "not": {"headers": [{"name": "x-internal", "present": True}]}},
+        "limits": [{"algorithm": "fixed_window", "requests": 1, "window": "1h"}]}])
+    e = start(tmp_path, [jwt_authn()], config)
+    try:
+        free, paid = bearer({"sub": "f", "plan": "free"}), bearer({"sub": "p", "plan": "paid"})
+
+        def on(path, headers, n=2):
+            return [support.request(e.port, path, headers=headers).status for _ in range(n)]
+        assert on("/api/v2/items", free) == [200, 429]
+        assert on("/api/v2/items", paid) == [200, 200]
+        assert on("/web/items", bearer({"sub": "f2", "plan": "free"})) == [200, 200]
+        assert on("/api/v2/items", {**free, "x-internal": "1"}) == [200, 200]
     finally:
         e.stop()

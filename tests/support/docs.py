@@ -68,6 +68,8 @@ def schema_fields() -> dict[str, dict]:
             path = f"{prefix}{name}"
             resolved = _resolve(schema, prop)
             out[path] = resolved
+            if resolved is node:
+                continue  # an object holding itself (`match.not`): documented once
             if "items" in resolved:
                 item = _resolve(schema, resolved["items"])
                 if "properties" in item:
@@ -95,6 +97,8 @@ def schema_type(node: dict) -> str:
     [kind] = [t for t in types if t != "null"]
     if kind == "array":
         item = node["items"]
+        if "oneOf" in item:
+            return "array of " + " or ".join(f"{n['type']}s" for n in item["oneOf"])
         return "array of strings" if item.get("type") == "string" else "array of objects"
     if kind == "object" and isinstance(node.get("additionalProperties"), dict):
         return "map of strings"

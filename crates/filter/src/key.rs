@@ -6,6 +6,7 @@
 
 use crate::client_ip::{self, ClientIpPolicy};
 use crate::cost::extract::{FieldPath, Found, JsonScanner};
+use crate::pattern::Pattern;
 pub use context::{ContextPart, PeerField, DEFAULT_JWT_PAYLOAD};
 use std::borrow::Cow;
 use std::cell::OnceCell;
@@ -55,6 +56,31 @@ pub enum KeyPart {
     /// A value Envoy knows about the request: a JWT claim, metadata, filter
     /// state, the peer certificate, the route or the cluster.
     Context(ContextPart),
+    /// A part whose value is narrowed by a regular expression (its first
+    /// group, or its whole match), or stands in for a missing value.
+    Refined(Box<Refined>),
+}
+
+/// A key part with a capture or a default (`{"part", "regex", "default"}`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refined {
+    /// The part read.
+    pub part: KeyPart,
+    /// What of its value is the key text; a value it does not match is
+    /// missing.
+    pub capture: Option<Pattern>,
+    /// The key text when the value is missing.
+    pub default: Option<String>,
+}
+
+impl KeyPart {
+    /// The part read, without its capture or default.
+    pub fn base(&self) -> &KeyPart {
+        match self {
+            KeyPart::Refined(r) => r.part.base(),
+            part => part,
+        }
+    }
 }
 
 impl KeyPart {
@@ -243,6 +269,7 @@ impl<'a, V: RequestView> Request<'a, V> {
                     .property(&part.property(self.jwt_payload))
                     .map(|v| context::push_value(out, &v))
                     .is_some(),
+                KeyPart::Refined(r) => self.write_refined(r, out),
             };
             if !present {
                 return false;
@@ -253,6 +280,26 @@ impl<'a, V: RequestView> Request<'a, V> {
 }
 
 pub mod context;
+
+impl<'a, V: RequestView> Request<'a, V> {
+    /// Appends the text of refined part `r` to `out`; false when missing.
+    fn write_refined(&self, r: &'a Refined, out: &mut String) -> bool {
+        let mut value = String::new();
+        let present = self.write_key(std::slice::from_ref(&r.part), &mut value);
+        let text = match (&r.capture, present) {
+            (Some(capture), true) => capture.capture(&value),
+            (None, true) => Some(value.as_str()),
+            (_, false) => None,
+        };
+        match text.or(r.default.as_deref()) {
+            Some(text) => {
+                out.push_str(text);
+                true
+            }
+            None => false,
+        }
+    }
+}
 
 /// Requests built in memory, for the tests and the fuzzers (fuzz/).
 #[doc(hidden)]
@@ -408,6 +455,56 @@ mod tests {
         let mut out = String::new();
         assert!(request.write_key(&parts, &mut out));
         assert_eq!(out, "bob");
+    }
+
+    #[test]
+    fn refined_parts_capture_or_default() {
+        let parse = |json: &str| {
+            crate::config::parse(
+                format!(r#"{{"domain":"d","rules":[{{"name":"r","key":[{json}],"limits":[{{"algorithm":"gcra","requests":1,"window":"1s"}}]}}]}}"#).as_bytes(),
+            )
+            .map(|p| p.rules[0].key.clone())
+        };
+        let bearer = parse(r#"{"part":"header:authorization","regex":"Bearer (.+)"}"#).unwrap();
+        let tenant = parse(r#"{"part":"jwt:tenant","default":"anonymous"}"#).unwrap();
+        let policy = ClientIpPolicy::default();
+        let write = |req: &FakeRequest, parts: &[KeyPart]| {
+            let mut out = String::new();
+            Request::new(req, &policy)
+                .write_key(parts, &mut out)
+                .then_some(out)
+        };
+        let req = FakeRequest::get("/").with("authorization", "Bearer k-123");
+        assert_eq!(write(&req, &bearer).as_deref(), Some("k-123"));
+        let basic = FakeRequest::get("/").with("authorization", "Basic abc");
+        assert_eq!(write(&basic, &bearer), None, "no match: missing");
+        assert_eq!(
+            write(&FakeRequest::get("/"), &tenant).as_deref(),
+            Some("anonymous")
+        );
+        let acme = FakeRequest::get("/").with_property(
+            "metadata.filter_metadata.envoy.filters.http.jwt_authn.jwt_payload.tenant",
+            b"acme",
+        );
+        assert_eq!(write(&acme, &tenant).as_deref(), Some("acme"));
+        for (bad, field) in [
+            (
+                r#"{"part":"header:x","regex":"("}"#,
+                "rules[0].key[0].regex",
+            ),
+            (r#"{"part":"header:x"}"#, "rules[0].key[0]"),
+            (
+                r#"{"part":"const:x","default":"y"}"#,
+                "rules[0].key[0].part",
+            ),
+            (
+                r#"{"part":"cookie:x","default":"y"}"#,
+                "rules[0].key[0].part",
+            ),
+        ] {
+            let err = parse(bad).unwrap_err();
+            assert_eq!(err.path, field, "{bad}: {err}");
+        }
     }
 
     #[test]

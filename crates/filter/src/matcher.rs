@@ -1,6 +1,7 @@
 //! Which requests a rule applies to.
 
-use crate::key::{Request, RequestView};
+use crate::key::{KeyPart, Request, RequestView};
+pub use crate::pattern::{Pattern, MAX_PATTERN_LEN};
 
 /// How the path (without query string) is matched.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -11,6 +12,8 @@ pub enum PathMatch {
     Prefix(String),
     /// The path is exactly this.
     Exact(String),
+    /// The whole path matches this.
+    Regex(Pattern),
 }
 
 /// A condition on one request header.
@@ -18,6 +21,8 @@ pub enum PathMatch {
 pub enum HeaderTest {
     /// The value equals this (case-sensitive).
     Exact(String),
+    /// The whole value matches this.
+    Regex(Pattern),
     /// The header is present, with any value.
     Present,
     /// The header is absent.
@@ -33,6 +38,15 @@ pub struct HeaderCondition {
     pub test: HeaderTest,
 }
 
+/// A condition on a key part's value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartCondition {
+    /// The part.
+    pub part: KeyPart,
+    /// What must hold of its value.
+    pub test: HeaderTest,
+}
+
 /// A rule's match: every given condition must hold; an empty matcher matches all.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Matcher {
@@ -42,6 +56,10 @@ pub struct Matcher {
     pub methods: Vec<String>,
     /// Header conditions.
     pub headers: Vec<HeaderCondition>,
+    /// Conditions on key parts.
+    pub parts: Vec<PartCondition>,
+    /// A match the request must not satisfy.
+    pub not: Option<Box<Matcher>>,
 }
 
 impl Matcher {
@@ -51,6 +69,8 @@ impl Matcher {
             path: PathMatch::Any,
             methods: Vec::new(),
             headers: Vec::new(),
+            parts: Vec::new(),
+            not: None,
         }
     }
 
@@ -62,6 +82,7 @@ impl Matcher {
                 .path()
                 .is_some_and(|p| p.starts_with(prefix.as_str())),
             PathMatch::Exact(path) => request.path() == Some(path.as_str()),
+            PathMatch::Regex(pattern) => request.path().is_some_and(|p| pattern.matches(p)),
         };
         if !path_ok {
             return false;
@@ -74,14 +95,31 @@ impl Matcher {
                 return false;
             }
         }
-        self.headers.iter().all(|cond| {
-            let value = request.header(&cond.name);
-            match &cond.test {
-                HeaderTest::Exact(expected) => value.as_deref() == Some(expected.as_str()),
-                HeaderTest::Present => value.is_some(),
-                HeaderTest::Absent => value.is_none(),
-            }
-        })
+        let headers = self
+            .headers
+            .iter()
+            .all(|cond| cond.test.holds(request.header(&cond.name).as_deref()));
+        if !headers {
+            return false;
+        }
+        let mut value = String::new();
+        let parts = self.parts.iter().all(|cond| {
+            let present = request.write_key(std::slice::from_ref(&cond.part), &mut value);
+            cond.test.holds(present.then_some(value.as_str()))
+        });
+        parts && !self.not.as_ref().is_some_and(|not| not.matches(request))
+    }
+}
+
+impl HeaderTest {
+    /// Whether a value (`None`: absent) passes the test.
+    fn holds(&self, value: Option<&str>) -> bool {
+        match self {
+            HeaderTest::Exact(expected) => value == Some(expected.as_str()),
+            HeaderTest::Regex(pattern) => value.is_some_and(|v| pattern.matches(v)),
+            HeaderTest::Present => value.is_some(),
+            HeaderTest::Absent => value.is_none(),
+        }
     }
 }
 
@@ -138,6 +176,7 @@ mod tests {
                     test: HeaderTest::Absent,
                 },
             ],
+            ..Matcher::any()
         };
         let ok = FakeRequest::get("/")
             .with("x-tier", "free")
@@ -154,5 +193,64 @@ mod tests {
         let mut put = ok;
         put.headers[0].1 = "PUT".into();
         assert!(!check(&m, &put));
+    }
+
+    #[test]
+    fn regular_expressions_match_whole_values() {
+        let p = Pattern::new("/users/[0-9]+").unwrap();
+        assert!(p.matches("/users/42"));
+        assert!(!p.matches("/users/42/x"), "anchored at the end");
+        assert!(!p.matches("/v1/users/42"), "anchored at the start");
+        let bearer = Pattern::new("Bearer (.+)").unwrap();
+        assert_eq!(bearer.capture("Bearer abc"), Some("abc"));
+        assert_eq!(bearer.capture("Basic abc"), None);
+        assert_eq!(Pattern::new("[a-z]+").unwrap().capture("abc"), Some("abc"));
+        assert!(Pattern::new("(").is_err());
+        assert!(Pattern::new("(?=a)").is_err(), "no look-around");
+        assert!(Pattern::new(&"a".repeat(MAX_PATTERN_LEN + 1)).is_err());
+        assert!(Pattern::new(
+            &"(".repeat(40)
+                .to_string()
+                .chars()
+                .chain(")".repeat(40).chars())
+                .collect::<String>()
+        )
+        .is_err());
+        // Linear time: a pattern that backtracks exponentially elsewhere.
+        let evil = Pattern::new("(a+)+b").unwrap();
+        assert!(!evil.matches(&"a".repeat(10_000)));
+    }
+
+    #[test]
+    fn conditions_on_parts_paths_and_not() {
+        let m = Matcher {
+            path: PathMatch::Regex(Pattern::new("/api/v[0-9]+/.*").unwrap()),
+            parts: vec![PartCondition {
+                part: KeyPart::parse("metadata:ns:plan").unwrap(),
+                test: HeaderTest::Regex(Pattern::new("free|trial").unwrap()),
+            }],
+            not: Some(Box::new(Matcher {
+                headers: vec![HeaderCondition {
+                    name: "x-internal".into(),
+                    test: HeaderTest::Present,
+                }],
+                ..Matcher::any()
+            })),
+            ..Matcher::any()
+        };
+        let free = FakeRequest::get("/api/v2/items")
+            .with_property("metadata.filter_metadata.ns.plan", b"free");
+        assert!(check(&m, &free));
+        assert!(!check(&m, &free.clone().with("x-internal", "1")));
+        assert!(
+            !check(&m, &FakeRequest::get("/api/v2/items")),
+            "no metadata"
+        );
+        let paid = FakeRequest::get("/api/v2/items")
+            .with_property("metadata.filter_metadata.ns.plan", b"paid");
+        assert!(!check(&m, &paid));
+        let elsewhere =
+            FakeRequest::get("/web/").with_property("metadata.filter_metadata.ns.plan", b"free");
+        assert!(!check(&m, &elsewhere));
     }
 }

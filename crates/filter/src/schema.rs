@@ -81,6 +81,31 @@ pub(crate) fn cost(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
+/// A rule's `key`: key parts as text, or objects narrowing a part with a
+/// regular expression or giving it a default (see `RawKeyPart`).
+pub(crate) fn key_parts(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "minItems": 1,
+        "items": {
+            "oneOf": [
+                { "type": "string", "minLength": 1 },
+                {
+                    "type": "object",
+                    "description": "A key part whose value is narrowed by `regex` (its first group, or its whole match; a value it does not match is missing) or replaced by `default` when missing.",
+                    "additionalProperties": false,
+                    "required": ["part"],
+                    "properties": {
+                        "part": { "type": "string", "minLength": 1 },
+                        "regex": { "type": "string" },
+                        "default": { "type": "string" }
+                    }
+                }
+            ]
+        }
+    })
+}
+
 fn sorted(value: Value) -> Value {
     match value {
         Value::Object(map) => {

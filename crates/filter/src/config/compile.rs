@@ -7,19 +7,18 @@ use super::checks::{
 };
 use super::cost;
 use super::duration::parse_duration;
+use super::matching;
 use super::plan::{
     Cost, DenyResponse, Estimate, LimitKind, LimiterTarget, OverrideLimit, Plan, Quota, Rule,
     RuleLimit,
 };
 use super::raw::{
-    Mode, Protocol, RawConfig, RawLimit, RawLimiter, RawMatch, RawOverride, RawResponse, RawRule,
-    Scope, ServiceHeaders,
+    Mode, Protocol, RawConfig, RawLimit, RawLimiter, RawOverride, RawResponse, RawRule, Scope,
+    ServiceHeaders,
 };
 use crate::client_ip::ClientIpPolicy;
 use crate::engine::{concurrency, elastic, global, local, service_held};
-use crate::key::KeyPart;
 use crate::layout;
-use crate::matcher::{HeaderCondition, HeaderTest, Matcher, PathMatch};
 use crate::table::Shape;
 use sluice_core::{FieldError, Limit, MILLISECOND};
 
@@ -252,7 +251,7 @@ fn compile_rule(
             ),
         ));
     }
-    let matcher = compile_match(&field_path(path, "match"), &rule.matcher)?;
+    let matcher = matching::compile(&field_path(path, "match"), &rule.matcher)?;
     if rule.key.is_empty() {
         return Err(FieldError::at(
             field_path(path, "key"),
@@ -263,9 +262,7 @@ fn compile_rule(
         .key
         .iter()
         .enumerate()
-        .map(|(j, part)| {
-            KeyPart::parse(part).map_err(|m| FieldError::at(format!("{path}.key[{j}]"), m))
-        })
+        .map(|(j, part)| matching::key_part(&format!("{path}.key[{j}]"), part))
         .collect::<Result<Vec<_>, _>>()?;
     if rule.limits.is_empty() {
         return Err(FieldError::at(
@@ -350,60 +347,6 @@ fn add_overrides(
         add_override(domain, rule, &override_path, raw_override, limits)?;
     }
     Ok(())
-}
-
-fn compile_match(path: &str, raw: &RawMatch) -> Result<Matcher, FieldError> {
-    let path_match = match (raw.path_prefix.clone(), raw.path.clone()) {
-        (Some(_), Some(_)) => {
-            return Err(FieldError::at(
-                path,
-                "set at most one of path_prefix and path",
-            ));
-        }
-        (Some(prefix), None) => PathMatch::Prefix(prefix),
-        (None, Some(exact)) => PathMatch::Exact(exact),
-        (None, None) => PathMatch::Any,
-    };
-    let mut methods = Vec::with_capacity(raw.methods.len());
-    for (j, method) in raw.methods.iter().enumerate() {
-        if method.is_empty() {
-            return Err(FieldError::at(
-                format!("{path}.methods[{j}]"),
-                "must not be empty",
-            ));
-        }
-        methods.push(method.to_ascii_uppercase());
-    }
-    let mut headers = Vec::with_capacity(raw.headers.len());
-    for (j, h) in raw.headers.iter().enumerate() {
-        let header_path = format!("{path}.headers[{j}]");
-        if h.name.is_empty() {
-            return Err(FieldError::at(
-                field_path(&header_path, "name"),
-                "must not be empty",
-            ));
-        }
-        let test = match (&h.exact, h.present) {
-            (Some(value), None) => HeaderTest::Exact(value.clone()),
-            (None, Some(true)) => HeaderTest::Present,
-            (None, Some(false)) => HeaderTest::Absent,
-            _ => {
-                return Err(FieldError::at(
-                    header_path,
-                    "set exactly one of exact and present",
-                ));
-            }
-        };
-        headers.push(HeaderCondition {
-            name: h.name.to_ascii_lowercase(),
-            test,
-        });
-    }
-    Ok(Matcher {
-        path: path_match,
-        methods,
-        headers,
-    })
 }
 
 /// The quota of limit `j`, which an override at `path` replaces for a key;

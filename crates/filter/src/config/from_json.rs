@@ -9,8 +9,9 @@ use super::doc::{self, Kind};
 use super::raw::{
     default_jwt_payload, default_local_max_keys, default_max_queued, default_timeout, FailureMode,
     HeadersMode, Mode, OnExceed, Protocol, RawClientIp, RawConfig, RawCost, RawElastic, RawEntry,
-    RawEstimate, RawHeaderMatch, RawLimit, RawLimiter, RawMatch, RawOverride, RawResponse,
-    RawResponseCost, RawRule, RawSync, Scope, ServiceHeaders, SyncMode, WhenFull, COST_EXPECTED,
+    RawEstimate, RawHeaderMatch, RawKeyPart, RawLimit, RawLimiter, RawMatch, RawOverride,
+    RawPartMatch, RawResponse, RawResponseCost, RawRule, RawSync, Scope, ServiceHeaders, SyncMode,
+    WhenFull, COST_EXPECTED,
 };
 use super::reader::Node;
 use super::syntax_path::syntax_error_path;
@@ -188,7 +189,7 @@ fn raw_rule(n: &Node) -> Read<RawRule> {
         match k {
             "name" => name = Some(v.string()?),
             "match" => matcher = Some(raw_match(v)?),
-            "key" => key = Some(v.list(Node::string)?),
+            "key" => key = Some(v.list(raw_key_part)?),
             "limits" => limits = Some(v.list(raw_limit)?),
             "overrides" => overrides = Some(v.list(raw_override)?),
             "mode" => {
@@ -214,6 +215,36 @@ fn raw_rule(n: &Node) -> Read<RawRule> {
 
 /// `5` or `"header:x-cost"`; a negative or fractional number says what is
 /// expected.
+const KEY_PART_EXPECTED: &str = "a key part: a string or {\"part\", \"regex\", \"default\"}";
+
+fn raw_key_part(n: &Node) -> Read<RawKeyPart> {
+    match n.kind() {
+        Kind::Str(s) => Ok(RawKeyPart::Text(s.to_string())),
+        Kind::Object => {
+            let (mut part, mut regex, mut default) = Default::default();
+            n.object(
+                "struct RawKeyPart",
+                &["part", "regex", "default"],
+                &mut |k: &str, v: &Node| {
+                    match k {
+                        "part" => part = Some(v.string()?),
+                        "regex" => regex = v.optional(Node::string)?,
+                        "default" => default = v.optional(Node::string)?,
+                        _ => {}
+                    }
+                    Ok(())
+                },
+            )?;
+            Ok(RawKeyPart::Refined {
+                part: n.required(part, "part")?,
+                regex,
+                default,
+            })
+        }
+        _ => Err(n.invalid_type_any(KEY_PART_EXPECTED)),
+    }
+}
+
 fn raw_cost(n: &Node) -> Read<RawCost> {
     match n.kind() {
         Kind::Str(s) => Ok(RawCost::Text(s.to_string())),
@@ -265,13 +296,24 @@ fn raw_estimate(n: &Node) -> Read<RawEstimate> {
 
 fn raw_match(n: &Node) -> Read<RawMatch> {
     let mut out = RawMatch::default();
-    let fields = &["path_prefix", "path", "methods", "headers"];
+    let fields = &[
+        "path_prefix",
+        "path",
+        "path_regex",
+        "methods",
+        "headers",
+        "parts",
+        "not",
+    ];
     n.object("struct RawMatch", fields, &mut |k: &str, v: &Node| {
         match k {
             "path_prefix" => out.path_prefix = v.optional(Node::string)?,
             "path" => out.path = v.optional(Node::string)?,
+            "path_regex" => out.path_regex = v.optional(Node::string)?,
             "methods" => out.methods = v.list(Node::string)?,
             "headers" => out.headers = v.list(raw_header_match)?,
+            "parts" => out.parts = v.list(raw_part_match)?,
+            "not" => out.not = v.optional(raw_match)?.map(Box::new),
             _ => {}
         }
         Ok(())
@@ -279,24 +321,50 @@ fn raw_match(n: &Node) -> Read<RawMatch> {
     Ok(out)
 }
 
+/// A condition's subject (`name` of a header, `part` of a key part) and
+/// its test.
+type Condition = (String, Option<String>, Option<String>, Option<bool>);
+
+/// `fields`: the subject's name, then `exact`, `regex`, `present`.
+fn raw_condition(n: &Node, kind: &str, fields: &'static [&'static str]) -> Read<Condition> {
+    let (mut who, mut exact, mut regex, mut present) = Default::default();
+    n.object(kind, fields, &mut |k: &str, v: &Node| {
+        match k {
+            "exact" => exact = v.optional(Node::string)?,
+            "regex" => regex = v.optional(Node::string)?,
+            "present" => present = v.optional(Node::boolean)?,
+            _ => who = Some(v.string()?),
+        }
+        Ok(())
+    })?;
+    let subject = fields.first().copied().unwrap_or("name");
+    Ok((n.required(who, subject)?, exact, regex, present))
+}
+
 fn raw_header_match(n: &Node) -> Read<RawHeaderMatch> {
-    let (mut name, mut exact, mut present) = Default::default();
-    n.object(
+    let (name, exact, regex, present) = raw_condition(
+        n,
         "struct RawHeaderMatch",
-        &["name", "exact", "present"],
-        &mut |k: &str, v: &Node| {
-            match k {
-                "name" => name = Some(v.string()?),
-                "exact" => exact = v.optional(Node::string)?,
-                "present" => present = v.optional(Node::boolean)?,
-                _ => {}
-            }
-            Ok(())
-        },
+        &["name", "exact", "regex", "present"],
     )?;
     Ok(RawHeaderMatch {
-        name: n.required(name, "name")?,
+        name,
         exact,
+        regex,
+        present,
+    })
+}
+
+fn raw_part_match(n: &Node) -> Read<RawPartMatch> {
+    let (part, exact, regex, present) = raw_condition(
+        n,
+        "struct RawPartMatch",
+        &["part", "exact", "regex", "present"],
+    )?;
+    Ok(RawPartMatch {
+        part,
+        exact,
+        regex,
         present,
     })
 }
@@ -541,7 +609,11 @@ mod tests {
             ),
             (
                 r#"{"domain":"d","rules":[{"name":"r","key":[{}],"limits":[]}]}"#,
-                r#"rules[0].key[0]: invalid type: map, expected a string at line 1 column 42"#,
+                r#"rules[0].key[0]: missing field `part` at line 1 column 44"#,
+            ),
+            (
+                r#"{"domain":"d","rules":[{"name":"r","key":[7],"limits":[]}]}"#,
+                r#"rules[0].key[0]: invalid type: integer `7`, expected a key part: a string or {"part", "regex", "default"} at line 1 column 43"#,
             ),
             (
                 r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[],"match":{"headers":[{"name":"x","present":"yes"}]}}]}"#,

@@ -7,6 +7,7 @@ mod cost;
 mod doc;
 mod duration;
 mod from_json;
+mod matching;
 mod message;
 mod plan;
 pub(crate) mod raw;

@@ -232,9 +232,10 @@ pub struct RawRule {
     /// Which requests the rule applies to; absent matches all.
     #[cfg_attr(feature = "schema", serde(default, rename = "match"))]
     pub matcher: RawMatch,
-    /// Key parts (`client_ip`, `header:NAME`, `path`, `method`, `authority`,
-    /// `query:NAME`, `const:TEXT`).
-    pub key: Vec<String>,
+    /// Key parts (`client_ip`, `header:NAME`, `jwt:CLAIM` ... or
+    /// `{"part", "regex", "default"}`).
+    #[cfg_attr(feature = "schema", schemars(schema_with = "crate::schema::key_parts"))]
+    pub key: Vec<RawKeyPart>,
     /// The limits, all of which must pass.
     pub limits: Vec<RawLimit>,
     /// Per-key exceptions.
@@ -255,6 +256,24 @@ pub struct RawRule {
 
 pub(super) fn default_max_queued() -> u64 {
     1000
+}
+
+/// A key part as written: its text, or an object narrowing its value with
+/// a regular expression or giving it a default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RawKeyPart {
+    /// `client_ip`, `header:NAME`, `jwt:CLAIM` ...
+    Text(String),
+    /// `{"part": ..., "regex": ..., "default": ...}`.
+    Refined {
+        /// The part, as in the text form.
+        part: String,
+        /// The key text is the value's first group (or whole match); a
+        /// value it does not match is missing.
+        regex: Option<String>,
+        /// The key text when the value is missing.
+        default: Option<String>,
+    },
 }
 
 /// A rule's request weight as written: `5`, `"header:x-cost"`, or an
@@ -332,15 +351,24 @@ pub struct RawMatch {
     /// The path (without query) is exactly this.
     #[cfg_attr(feature = "schema", serde(default))]
     pub path: Option<String>,
+    /// The whole path (without query) matches this regular expression.
+    #[cfg_attr(feature = "schema", serde(default))]
+    pub path_regex: Option<String>,
     /// The method is one of these.
     #[cfg_attr(feature = "schema", serde(default))]
     pub methods: Vec<String>,
     /// Header conditions.
     #[cfg_attr(feature = "schema", serde(default))]
     pub headers: Vec<RawHeaderMatch>,
+    /// Conditions on key parts (JWT claims, metadata, the route ...).
+    #[cfg_attr(feature = "schema", serde(default))]
+    pub parts: Vec<RawPartMatch>,
+    /// The rule applies only to requests this does not match.
+    #[cfg_attr(feature = "schema", serde(default))]
+    pub not: Option<Box<RawMatch>>,
 }
 
-/// A header condition: `{name, exact}` or `{name, present}`.
+/// A header condition: `{name, exact}`, `{name, regex}` or `{name, present}`.
 #[derive(Debug)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
@@ -350,7 +378,29 @@ pub struct RawHeaderMatch {
     /// The header's value equals this.
     #[cfg_attr(feature = "schema", serde(default))]
     pub exact: Option<String>,
+    /// The header's whole value matches this regular expression.
+    #[cfg_attr(feature = "schema", serde(default))]
+    pub regex: Option<String>,
     /// `true`: the header is present; `false`: it is absent.
+    #[cfg_attr(feature = "schema", serde(default))]
+    pub present: Option<bool>,
+}
+
+/// A condition on a key part: `{part, exact}`, `{part, regex}` or
+/// `{part, present}`.
+#[derive(Debug)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
+pub struct RawPartMatch {
+    /// A key part, as in `key` (`jwt:plan`, `metadata:NS:PATH`, `route` ...).
+    pub part: String,
+    /// The part's value equals this.
+    #[cfg_attr(feature = "schema", serde(default))]
+    pub exact: Option<String>,
+    /// The part's whole value matches this regular expression.
+    #[cfg_attr(feature = "schema", serde(default))]
+    pub regex: Option<String>,
+    /// `true`: the request has the part; `false`: it has not.
     #[cfg_attr(feature = "schema", serde(default))]
     pub present: Option<bool>,
 }

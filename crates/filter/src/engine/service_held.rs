@@ -136,13 +136,14 @@ fn compile_descriptor(
                 (None, Some(from)) => {
                     let part = KeyPart::parse(from)
                         .map_err(|m| FieldError::at(field_path(&at, "from"), m))?;
-                    if !key.contains(&part) {
+                    // The rule's own part: its capture and default apply.
+                    let Some(own) = key.iter().find(|k| k.base() == &part) else {
                         return Err(FieldError::at(
                             field_path(&at, "from"),
                             format!("{from:?} is not a key part of the rule"),
                         ));
-                    }
-                    EntryValue::Part(part)
+                    };
+                    EntryValue::Part(own.clone())
                 }
                 _ => return Err(FieldError::at(at, "set exactly one of value and from")),
             };
@@ -166,5 +167,6 @@ fn default_entry_key(part: &KeyPart) -> String {
         KeyPart::Authority => "authority".to_string(),
         KeyPart::Const(_) => "generic_key".to_string(),
         KeyPart::Context(part) => part.descriptor_key(),
+        KeyPart::Refined(r) => default_entry_key(&r.part),
     }
 }
