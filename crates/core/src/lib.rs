@@ -112,6 +112,49 @@ pub fn decide(limit: &Limit, state: Option<&[u8]>, now: Nanos, cost: u64) -> Out
     decide_in(limit, state, now, cost, mode)
 }
 
+/// Decides a request of weight `cost` that may use `limit` only while
+/// `reserve` more units would still fit: admitted when `cost + reserve`
+/// would pass at `now`, it then consumes `cost` alone. A priority class
+/// allowed a share of a limit below 100% is shed this way first: its
+/// reserve (`capacity × (100 − share) / 100`) stays for the classes above
+/// it. A denial reports the wait until `cost + reserve` passes; a reserve
+/// of 0 is [`decide`].
+///
+/// ```
+/// use sluice_core::{decide, decide_reserving, Algorithm, Limit, SECOND};
+/// let limit = Limit::new(Algorithm::FixedWindow, 10, SECOND).unwrap();
+/// let mut state = None;
+/// // A class with half of the limit: 5 pass, then 5 stay for the others.
+/// for _ in 0..5 {
+///     let out = decide_reserving(&limit, state.as_ref().map(|s: &sluice_core::Encoded| s.as_bytes()), 0, 1, 5);
+///     assert!(out.decision.allowed);
+///     state = out.new_state;
+/// }
+/// let bytes = state.as_ref().map(|s| s.as_bytes());
+/// assert!(!decide_reserving(&limit, bytes, 0, 1, 5).decision.allowed);
+/// assert!(decide(&limit, bytes, 0, 1).decision.allowed);
+/// ```
+pub fn decide_reserving(
+    limit: &Limit,
+    state: Option<&[u8]>,
+    now: Nanos,
+    cost: u64,
+    reserve: u64,
+) -> Outcome {
+    if reserve == 0 || cost == 0 {
+        return decide(limit, state, now, cost);
+    }
+    let room = decide_in(limit, state, now, cost.saturating_add(reserve), Mode::Peek);
+    if !room.decision.allowed || room.decision.delay > 0 {
+        let mut out = room;
+        out.decision.allowed = false;
+        out.decision.delay = 0;
+        out.decision.denial.get_or_insert(Denial::OverLimit);
+        return out;
+    }
+    decide(limit, state, now, cost)
+}
+
 /// [`decide`] with an explicit mode; `Peek` decides without consuming.
 #[inline]
 pub(crate) fn decide_in(

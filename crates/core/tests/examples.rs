@@ -5,8 +5,8 @@ mod common;
 
 use common::Key;
 use sluice_core::{
-    decide, decide_all, most_restrictive, refund, refund_at, Algorithm, Check, Denial, Limit,
-    MILLISECOND, SECOND,
+    decide, decide_all, decide_reserving, most_restrictive, refund, refund_at, Algorithm, Check,
+    Denial, Encoded, Limit, MILLISECOND, SECOND,
 };
 
 const MINUTE: u64 = 60 * SECOND;
@@ -738,5 +738,35 @@ fn a_meter_in_debt_keeps_its_level() {
         // Once drained, decisions write the meter's own layout again.
         key.hit(&l, t0 + 4 * SECOND, 1);
         assert_ne!(key.state.as_ref().unwrap().len(), 27, "{a}");
+    }
+}
+
+#[test]
+fn a_reserve_keeps_its_share_for_others_under_every_algorithm() {
+    for algorithm in Algorithm::ALL {
+        let limit = Limit::new(algorithm, 10, 60 * SECOND).unwrap();
+        let mut state: Option<Encoded> = None;
+        let now = 1_000 * SECOND;
+        let mut take = |reserve: u64| {
+            let out = decide_reserving(
+                &limit,
+                state.as_ref().map(|s| s.as_bytes()),
+                now,
+                1,
+                reserve,
+            );
+            if let Some(s) = out.new_state.clone() {
+                state = Some(s);
+            }
+            out.decision
+        };
+        // A class with 40% of the limit: 4 pass.
+        let bulk: Vec<bool> = (0..6).map(|_| take(6).allowed).collect();
+        assert_eq!(bulk, [true, true, true, true, false, false], "{algorithm}");
+        let denied = take(6);
+        assert!(denied.retry_after > 0, "{algorithm}: {denied:?}");
+        // A class with 80%: 4 more; the full class: the last 2.
+        assert_eq!((0..5).filter(|_| take(2).allowed).count(), 4, "{algorithm}");
+        assert_eq!((0..3).filter(|_| take(0).allowed).count(), 2, "{algorithm}");
     }
 }

@@ -61,17 +61,19 @@ pub trait SharedStore {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Contended;
 
-/// Decides one request of `cost` against `limit` for the state at `key`,
-/// storing the new state atomically.
+/// Decides one request of `cost` against `limit` for the state at `key`
+/// (admitted only if `reserve` more units would still fit), storing the new
+/// state atomically.
 pub fn consume<S: SharedStore + ?Sized>(
     store: &S,
     key: &str,
     limit: &Limit,
     now: Nanos,
     cost: u64,
+    reserve: u64,
 ) -> Result<Decision, Contended> {
     measure_and_replace(store, key, |value| {
-        let outcome = sluice_core::decide(limit, value, now, cost);
+        let outcome = sluice_core::decide_reserving(limit, value, now, cost, reserve);
         (outcome.new_state, outcome.decision)
     })
 }

@@ -422,8 +422,9 @@ pub fn bucket_key(prefix: &str, spot: Spot) -> String {
 }
 
 /// Decides one request of `cost` against `limit` for the key of
-/// `fingerprint` in `table`, storing the new state atomically with the
-/// instant it rests.
+/// `fingerprint` in `table` (admitted only if `reserve` more units would
+/// still fit: see [`sluice_core::decide_reserving`]), storing the new state
+/// atomically with the instant it rests.
 pub fn consume<S: SharedStore + ?Sized>(
     store: &S,
     table: &Table<'_>,
@@ -431,6 +432,7 @@ pub fn consume<S: SharedStore + ?Sized>(
     limit: &Limit,
     now: Nanos,
     cost: u64,
+    reserve: u64,
 ) -> Result<Decided<Decision>, Contended> {
     decide(
         store,
@@ -438,7 +440,7 @@ pub fn consume<S: SharedStore + ?Sized>(
         fingerprint,
         now,
         &mut |state| {
-            let outcome = sluice_core::decide(limit, state, now, cost);
+            let outcome = sluice_core::decide_reserving(limit, state, now, cost, reserve);
             let rest_at = now.saturating_add(outcome.decision.reset);
             Step {
                 write: outcome.new_state.map(|s| (s, rest_at)),

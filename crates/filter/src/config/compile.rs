@@ -12,6 +12,7 @@ use super::plan::{
     Cost, DenyResponse, Estimate, LimitKind, LimiterTarget, OverrideLimit, Plan, Quota, Rule,
     RuleLimit,
 };
+use super::priority;
 use super::raw::{
     Mode, Protocol, RawConfig, RawLimit, RawLimiter, RawOverride, RawResponse, RawRule, Scope,
     ServiceHeaders,
@@ -297,6 +298,7 @@ fn compile_rule(
         &field_path(path, "max_queued"),
     )?;
     let cost = cost::compile_for(path, rule, &limits)?;
+    let priority = priority::compile(path, rule.priority.as_ref(), &limits, &rule.limits)?;
     Ok(Rule {
         name: rule.name.clone(),
         matcher,
@@ -306,6 +308,7 @@ fn compile_rule(
         max_queued,
         cost,
         pool: false,
+        priority,
     })
 }
 

@@ -10,8 +10,8 @@ use super::raw::{
     default_jwt_payload, default_local_max_keys, default_max_queued, default_timeout, FailureMode,
     HeadersMode, Mode, OnExceed, Protocol, RawClientIp, RawConfig, RawCost, RawElastic, RawEntry,
     RawEstimate, RawHeaderMatch, RawKeyPart, RawLimit, RawLimiter, RawMatch, RawOverride,
-    RawPartMatch, RawResponse, RawResponseCost, RawRule, RawSync, Scope, ServiceHeaders, SyncMode,
-    WhenFull, COST_EXPECTED,
+    RawPartMatch, RawPriority, RawPriorityClass, RawResponse, RawResponseCost, RawRule, RawSync,
+    Scope, ServiceHeaders, SyncMode, WhenFull, COST_EXPECTED,
 };
 use super::reader::Node;
 use super::syntax_path::syntax_error_path;
@@ -174,6 +174,7 @@ fn raw_rule(n: &Node) -> Read<RawRule> {
         mut mode,
         mut cost,
         mut max_queued,
+        mut priority,
     ) = Default::default();
     let fields = &[
         "name",
@@ -184,6 +185,7 @@ fn raw_rule(n: &Node) -> Read<RawRule> {
         "mode",
         "cost",
         "max_queued",
+        "priority",
     ];
     n.object("struct RawRule", fields, &mut |k: &str, v: &Node| {
         match k {
@@ -197,6 +199,7 @@ fn raw_rule(n: &Node) -> Read<RawRule> {
             }
             "cost" => cost = Some(raw_cost(v)?),
             "max_queued" => max_queued = Some(v.u64()?),
+            "priority" => priority = v.optional(raw_priority)?,
             _ => {}
         }
         Ok(())
@@ -210,6 +213,7 @@ fn raw_rule(n: &Node) -> Read<RawRule> {
         mode: mode.unwrap_or_default(),
         cost: cost.unwrap_or_default(),
         max_queued: max_queued.unwrap_or_else(default_max_queued),
+        priority,
     })
 }
 
@@ -243,6 +247,48 @@ fn raw_key_part(n: &Node) -> Read<RawKeyPart> {
         }
         _ => Err(n.invalid_type_any(KEY_PART_EXPECTED)),
     }
+}
+
+fn raw_priority(n: &Node) -> Read<RawPriority> {
+    let (mut from, mut classes, mut default) = Default::default();
+    n.object(
+        "struct RawPriority",
+        &["from", "classes", "default"],
+        &mut |k: &str, v: &Node| {
+            match k {
+                "from" => from = Some(v.string()?),
+                "classes" => classes = Some(v.list(raw_priority_class)?),
+                "default" => default = Some(v.string()?),
+                _ => {}
+            }
+            Ok(())
+        },
+    )?;
+    Ok(RawPriority {
+        from: n.required(from, "from")?,
+        classes: n.required(classes, "classes")?,
+        default: n.required(default, "default")?,
+    })
+}
+
+fn raw_priority_class(n: &Node) -> Read<RawPriorityClass> {
+    let (mut name, mut share) = Default::default();
+    n.object(
+        "struct RawPriorityClass",
+        &["name", "share"],
+        &mut |k: &str, v: &Node| {
+            match k {
+                "name" => name = Some(v.string()?),
+                "share" => share = Some(v.u64()?),
+                _ => {}
+            }
+            Ok(())
+        },
+    )?;
+    Ok(RawPriorityClass {
+        name: n.required(name, "name")?,
+        share: n.required(share, "share")?,
+    })
 }
 
 fn raw_cost(n: &Node) -> Read<RawCost> {

@@ -10,6 +10,7 @@ mod from_json;
 mod matching;
 mod message;
 mod plan;
+mod priority;
 pub(crate) mod raw;
 mod reader;
 mod span;

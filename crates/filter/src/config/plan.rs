@@ -87,6 +87,31 @@ pub struct Rule {
     /// Some elastic limit borrows from this rule: it is not applied to
     /// requests on its own, only consulted by the borrowing.
     pub pool: bool,
+    /// Priority classes, each allowed a share of the rule's limits.
+    pub priority: Option<Priority>,
+}
+
+/// A rule's priority classes: a request's class is named by the value of
+/// `from`; a class with a share below 100% may use its limits only while
+/// `100 − share` percent of their capacity would remain, so that at
+/// saturation the lower classes are shed first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Priority {
+    /// The key part naming the class.
+    pub from: KeyPart,
+    /// Each class's name and share (percent, 1 to 100).
+    pub classes: Vec<(String, u8)>,
+    /// The share of a request whose value is missing or names no class.
+    pub default: u8,
+}
+
+impl Priority {
+    /// The share of the class `value` names.
+    pub fn share_of(&self, value: Option<&str>) -> u8 {
+        value
+            .and_then(|v| self.classes.iter().find(|(n, _)| n == v))
+            .map_or(self.default, |&(_, share)| share)
+    }
 }
 
 /// What a request weighs in a rule's limits: the units it consumes, and the

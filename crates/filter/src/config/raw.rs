@@ -252,10 +252,38 @@ pub struct RawRule {
     /// Requests of this rule held in delay mode at once, per worker.
     #[cfg_attr(feature = "schema", serde(default = "default_max_queued"))]
     pub max_queued: u64,
+    /// Priority classes: each may use a share of the rule's limits.
+    #[cfg_attr(feature = "schema", serde(default))]
+    pub priority: Option<RawPriority>,
 }
 
 pub(super) fn default_max_queued() -> u64 {
     1000
+}
+
+/// A rule's priority classes: the class of a request is the value of a key
+/// part; each class may use a share of the rule's limits.
+#[derive(Debug)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
+pub struct RawPriority {
+    /// The key part whose value names the request's class.
+    pub from: String,
+    /// The classes and their shares.
+    pub classes: Vec<RawPriorityClass>,
+    /// The class of a request whose value is missing or names no class.
+    pub default: String,
+}
+
+/// A priority class and the share of the limits its requests may use.
+#[derive(Debug)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
+pub struct RawPriorityClass {
+    /// The value of `from` that names the class.
+    pub name: String,
+    /// Percent of each limit the class may use, 1 to 100.
+    pub share: u64,
 }
 
 /// A key part as written: its text, or an object narrowing its value with

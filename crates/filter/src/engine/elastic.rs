@@ -11,7 +11,7 @@ use super::local::Aim;
 use super::pending::PendingCheck;
 use super::tally::Tally;
 use super::verdict::Verdict;
-use super::walk::{Applied, Walk};
+use super::walk::{share, Applied, Walk};
 use crate::config::checks::{field_path, LimitSite};
 use crate::config::raw::{Mode, OnExceed, RawCost, RawLimit, RawRule, Scope};
 use crate::config::{Elastic, GlobalLimit, LimitKind, LocalLimit, Plan, Rule, Sync};
@@ -209,7 +209,8 @@ where
         let mark = self.tally.consumed.len();
         let weight = applied.weight;
         let extra = Aim::Extra(applied.fingerprint);
-        if !matches!(self.take(applied.index, l, local, extra, weight), Ok(d) if d.allowed) {
+        let taken = self.take(applied.index, l, local, extra, weight, applied.share);
+        if !matches!(taken, Ok(d) if d.allowed) {
             return false;
         }
         let plan = self.env.plan;
@@ -233,8 +234,9 @@ where
                 .quota
                 .override_index(&pool_key)
                 .map_or(Aim::Key(pool_fingerprint), Aim::Override);
-            if !matches!(self.take(elastic.pool, k, pool_local, target, weight), Ok(d) if d.allowed)
-            {
+            let pool_share = share(pool, self.request);
+            let taken = self.take(elastic.pool, k, pool_local, target, weight, pool_share);
+            if !matches!(taken, Ok(d) if d.allowed) {
                 self.tally.refund_since(mark, &self.env);
                 return false;
             }

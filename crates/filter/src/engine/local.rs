@@ -28,6 +28,13 @@ pub(super) enum Aim {
     Override(usize),
 }
 
+/// The units of `limit` a priority class with `share` percent must leave
+/// free: `100 − share` percent of what a fresh key admits, rounded down.
+fn reserve(limit: &sluice_core::Limit, share: u8) -> u64 {
+    let kept = u128::from(100 - share.min(100));
+    u64::try_from(u128::from(limit.soft_burst()) * kept / 100).unwrap_or(u64::MAX)
+}
+
 /// Compiles a local limit: its quota, where its state lives, and its
 /// elastic borrowing.
 pub(crate) fn compile(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind, FieldError> {
@@ -73,7 +80,8 @@ where
             },
             None => (Aim::Key(applied.fingerprint), &quota.limit),
         };
-        let mut decision = match self.take(applied.index, l, local, aim, applied.weight) {
+        let taken = self.take(applied.index, l, local, aim, applied.weight, applied.share);
+        let mut decision = match taken {
             Ok(decision) => decision,
             Err(Contended) => {
                 self.env.metrics.global(GlobalEvent::CasExhausted);
@@ -105,6 +113,7 @@ where
         local: &LocalLimit,
         aim: Aim,
         weight: u64,
+        share: u8,
     ) -> Result<Decision, Contended> {
         let (store, now) = (self.env.store, self.tally.now);
         let (limit, prefix, fingerprint) = match aim {
@@ -112,7 +121,8 @@ where
                 let Some(o) = local.quota.overrides.get(i) else {
                     return Ok(Decision::over_limit(0, 0));
                 };
-                let decision = local::consume(store, &o.state_key, &o.limit, now, weight)?;
+                let reserve = reserve(&o.limit, share);
+                let decision = local::consume(store, &o.state_key, &o.limit, now, weight, reserve)?;
                 return Ok(self.consumed(rule, l, Target::Override(i), decision, weight));
             }
             Aim::Key(fingerprint) => (&local.quota.limit, &local.state_prefix, fingerprint),
@@ -122,7 +132,8 @@ where
             },
         };
         let table = Table::new(prefix, local.keys);
-        let decided = table::consume(store, &table, fingerprint, limit, now, weight)?;
+        let reserve = reserve(limit, share);
+        let decided = table::consume(store, &table, fingerprint, limit, now, weight, reserve)?;
         if decided.placed != Placed::Own {
             self.env.metrics.rule(rule, RuleEvent::TableFull);
         }

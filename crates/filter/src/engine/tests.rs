@@ -498,7 +498,7 @@ fn time_the_request_path() {
     println!("decide: {:?}", start.elapsed() / n as u32);
     let start = std::time::Instant::now();
     for i in 0..n {
-        let _ = local::consume(&w.store, "k", limit, NOW + i, 1);
+        let _ = local::consume(&w.store, "k", limit, NOW + i, 1, 0);
     }
     println!("consume: {:?}", start.elapsed() / n as u32);
     let start = std::time::Instant::now();
@@ -990,3 +990,83 @@ mod service_held;
 mod concurrency;
 
 mod response_cost;
+
+#[test]
+fn priority_classes_use_their_share_of_a_limit() {
+    let w = World::new(&rules(
+        r#"{"name":"api","key":["const:all"],
+            "priority":{"from":"header:x-priority","default":"default","classes":[
+                {"name":"critical","share":100},{"name":"default","share":80},{"name":"bulk","share":50}]},
+            "limits":[{"algorithm":"fixed_window","requests":10,"window":"1m"}]}"#,
+    ));
+    let class = |c: &str| FakeRequest::get("/").with("x-priority", c);
+    let admitted = |req: &FakeRequest, n: usize| (0..n).filter(|_| allowed(&w.eval(req))).count();
+    assert_eq!(admitted(&class("bulk"), 8), 5, "bulk: half of 10");
+    assert_eq!(
+        admitted(&FakeRequest::get("/"), 8),
+        3,
+        "no class: default, to 8"
+    );
+    assert_eq!(
+        admitted(&class("unknown"), 2),
+        0,
+        "an unknown class: default"
+    );
+    assert_eq!(admitted(&class("critical"), 8), 2, "critical: the rest");
+}
+
+#[test]
+fn priority_applies_to_local_rate_limits_only() {
+    for (limit, field) in [
+        (
+            r#"{"algorithm":"gcra","requests":10,"window":"1m","scope":"global"}"#,
+            "rules[0].priority",
+        ),
+        (r#"{"concurrency":3}"#, "rules[0].priority"),
+        (
+            r#"{"algorithm":"gcra","requests":10,"window":"1m","on_exceed":"delay","max_delay":"1s"}"#,
+            "rules[0].priority",
+        ),
+    ] {
+        let json = format!(
+            r#"{{"domain":"t","limiter":{{"cluster":"c","authority":"a"}},"rules":[{{"name":"r","key":["const:a"],
+                "priority":{{"from":"header:x-p","default":"a","classes":[{{"name":"a","share":50}}]}},
+                "limits":[{limit}]}}]}}"#
+        );
+        let err = parse(json.as_bytes()).unwrap_err();
+        assert_eq!(err.path, field, "{limit}: {err}");
+    }
+    for (priority, field) in [
+        (
+            r#"{"from":"header:x-p","default":"b","classes":[{"name":"a","share":50}]}"#,
+            "rules[0].priority.default",
+        ),
+        (
+            r#"{"from":"header:x-p","default":"a","classes":[{"name":"a","share":0}]}"#,
+            "rules[0].priority.classes[0].share",
+        ),
+        (
+            r#"{"from":"header:x-p","default":"a","classes":[{"name":"a","share":101}]}"#,
+            "rules[0].priority.classes[0].share",
+        ),
+        (
+            r#"{"from":"header:x-p","default":"a","classes":[{"name":"a","share":5},{"name":"a","share":6}]}"#,
+            "rules[0].priority.classes[1].name",
+        ),
+        (
+            r#"{"from":"cookie:x","default":"a","classes":[{"name":"a","share":5}]}"#,
+            "rules[0].priority.from",
+        ),
+        (
+            r#"{"from":"header:x-p","default":"a","classes":[]}"#,
+            "rules[0].priority.classes",
+        ),
+    ] {
+        let json = format!(
+            r#"{{"domain":"t","rules":[{{"name":"r","key":["const:a"],"priority":{priority},
+                "limits":[{{"algorithm":"gcra","requests":10,"window":"1m"}}]}}]}}"#
+        );
+        let err = parse(json.as_bytes()).unwrap_err();
+        assert_eq!(err.path, field, "{priority}: {err}");
+    }
+}

@@ -76,6 +76,7 @@ where
             fingerprint,
             slot: slot(plan, fingerprint),
             weight,
+            share: share(rule, &request),
         };
         if let Err(report) = walk.rule(&applied) {
             walk.cancel_asks();
@@ -120,6 +121,9 @@ pub(super) struct Applied<'a, 'k> {
     pub(super) slot: u64,
     /// What the request weighs in this rule's limits (at least 1).
     pub(super) weight: u64,
+    /// The percent of each local limit of the rule the request's priority
+    /// class may use (100 without classes).
+    pub(super) share: u8,
 }
 
 impl Applied<'_, '_> {
@@ -230,6 +234,16 @@ where
             reply: None,
         })
     }
+}
+
+/// The share of `rule`'s limits the request's priority class may use.
+pub(super) fn share<'a, V: RequestView>(rule: &'a Rule, request: &Request<'a, V>) -> u8 {
+    let Some(priority) = &rule.priority else {
+        return 100;
+    };
+    let mut value = String::new();
+    let present = request.write_key(std::slice::from_ref(&priority.from), &mut value);
+    priority.share_of(present.then_some(value.as_str()))
 }
 
 /// The slot of a key with `fingerprint` in a limit's slot table.

@@ -16,7 +16,7 @@ fn admits_exactly_the_limit() {
         let key = format!("k/{algorithm}");
         let allowed = (0..8)
             .filter(|_| {
-                consume(&store, &key, &l, 1_000 * SECOND, 1)
+                consume(&store, &key, &l, 1_000 * SECOND, 1, 0)
                     .unwrap()
                     .allowed
             })
@@ -30,12 +30,12 @@ fn retries_after_cas_mismatch() {
     let store = MemoryStore::default();
     let l = limit(Algorithm::FixedWindow, 3);
     store.inject_mismatches.store(5, Ordering::SeqCst);
-    assert!(consume(&store, "k", &l, SECOND, 1).unwrap().allowed);
+    assert!(consume(&store, "k", &l, SECOND, 1, 0).unwrap().allowed);
     assert_eq!(store.inject_mismatches.load(Ordering::SeqCst), 0);
     // Two more fit, then the limit holds: the retried write was applied once.
-    assert!(consume(&store, "k", &l, SECOND, 1).unwrap().allowed);
-    assert!(consume(&store, "k", &l, SECOND, 1).unwrap().allowed);
-    assert!(!consume(&store, "k", &l, SECOND, 1).unwrap().allowed);
+    assert!(consume(&store, "k", &l, SECOND, 1, 0).unwrap().allowed);
+    assert!(consume(&store, "k", &l, SECOND, 1, 0).unwrap().allowed);
+    assert!(!consume(&store, "k", &l, SECOND, 1, 0).unwrap().allowed);
 }
 
 #[test]
@@ -45,9 +45,9 @@ fn gives_up_after_max_attempts() {
     store
         .inject_mismatches
         .store(MAX_ATTEMPTS, Ordering::SeqCst);
-    assert_eq!(consume(&store, "k", &l, SECOND, 1), Err(Contended));
+    assert_eq!(consume(&store, "k", &l, SECOND, 1, 0), Err(Contended));
     assert_eq!(store.value("k"), None);
-    assert!(consume(&store, "k", &l, SECOND, 1).unwrap().allowed);
+    assert!(consume(&store, "k", &l, SECOND, 1, 0).unwrap().allowed);
 }
 
 #[test]
@@ -56,7 +56,7 @@ fn creation_race_loses_no_update() {
     // worker created meanwhile.
     let store = MemoryStore::default();
     let l = limit(Algorithm::FixedWindow, 10);
-    assert!(consume(&store, "k", &l, SECOND, 1).unwrap().allowed);
+    assert!(consume(&store, "k", &l, SECOND, 1, 0).unwrap().allowed);
     let stale = sluice_core::decide(&l, None, SECOND, 1).new_state.unwrap();
     assert_eq!(
         store.set("k", stale.as_bytes(), Some(CREATE_CAS)),
@@ -70,12 +70,12 @@ fn refund_restores_quota() {
     for algorithm in Algorithm::ALL {
         let l = limit(algorithm, 2);
         let key = format!("r/{algorithm}");
-        assert!(consume(&store, &key, &l, SECOND, 1).unwrap().allowed);
-        assert!(consume(&store, &key, &l, SECOND, 1).unwrap().allowed);
-        assert!(!consume(&store, &key, &l, SECOND, 1).unwrap().allowed);
+        assert!(consume(&store, &key, &l, SECOND, 1, 0).unwrap().allowed);
+        assert!(consume(&store, &key, &l, SECOND, 1, 0).unwrap().allowed);
+        assert!(!consume(&store, &key, &l, SECOND, 1, 0).unwrap().allowed);
         refund(&store, &key, &l, SECOND, 1).unwrap();
         assert!(
-            consume(&store, &key, &l, SECOND, 1).unwrap().allowed,
+            consume(&store, &key, &l, SECOND, 1, 0).unwrap().allowed,
             "{algorithm}"
         );
     }
@@ -92,7 +92,7 @@ fn many_threads_admit_exact_counts() {
                 let (store, l) = (Arc::clone(&store), Arc::clone(&l));
                 std::thread::spawn(move || {
                     (0..500)
-                        .filter(|_| match consume(&*store, "hot", &l, 5 * SECOND, 1) {
+                        .filter(|_| match consume(&*store, "hot", &l, 5 * SECOND, 1, 0) {
                             Ok(d) => d.allowed,
                             Err(Contended) => false,
                         })
@@ -119,17 +119,17 @@ fn every_step_retries_and_gives_up_alike() {
     // and MAX_ATTEMPTS mismatches give up without writing.
     let store = MemoryStore::default();
     let l = limit(Algorithm::Gcra, 2);
-    assert!(consume(&store, "k", &l, SECOND, 1).unwrap().allowed);
-    assert!(consume(&store, "k", &l, SECOND, 1).unwrap().allowed);
+    assert!(consume(&store, "k", &l, SECOND, 1, 0).unwrap().allowed);
+    assert!(consume(&store, "k", &l, SECOND, 1, 0).unwrap().allowed);
     store.inject_mismatches.store(3, Ordering::SeqCst);
     refund(&store, "k", &l, SECOND, 1).unwrap();
     assert_eq!(store.inject_mismatches.load(Ordering::SeqCst), 0);
-    assert!(consume(&store, "k", &l, SECOND, 1).unwrap().allowed);
+    assert!(consume(&store, "k", &l, SECOND, 1, 0).unwrap().allowed);
     store
         .inject_mismatches
         .store(MAX_ATTEMPTS, Ordering::SeqCst);
     assert_eq!(refund(&store, "k", &l, SECOND, 1), Err(Contended));
-    assert!(!consume(&store, "k", &l, SECOND, 1).unwrap().allowed);
+    assert!(!consume(&store, "k", &l, SECOND, 1, 0).unwrap().allowed);
 
     store.inject_mismatches.store(2, Ordering::SeqCst);
     assert_eq!(load_or_create(&store, "seed", b"first").unwrap(), b"first");
@@ -146,7 +146,7 @@ fn counts_cas_retries() {
     let _ = take_cas_retries();
     let store = MemoryStore::default();
     let l = limit(Algorithm::Gcra, 10);
-    assert!(consume(&store, "k", &l, SECOND, 1).unwrap().allowed);
+    assert!(consume(&store, "k", &l, SECOND, 1, 0).unwrap().allowed);
     assert_eq!(
         take_cas_retries(),
         0,
@@ -154,7 +154,7 @@ fn counts_cas_retries() {
     );
 
     store.inject_mismatches.store(3, Ordering::SeqCst);
-    assert!(consume(&store, "k", &l, SECOND, 1).unwrap().allowed);
+    assert!(consume(&store, "k", &l, SECOND, 1, 0).unwrap().allowed);
     assert_eq!(take_cas_retries(), 3);
     assert_eq!(take_cas_retries(), 0, "taking the tally zeroes it");
 
@@ -170,7 +170,7 @@ fn counts_cas_retries() {
     store
         .inject_mismatches
         .store(MAX_ATTEMPTS, Ordering::SeqCst);
-    assert_eq!(consume(&store, "k", &l, SECOND, 1), Err(Contended));
+    assert_eq!(consume(&store, "k", &l, SECOND, 1, 0), Err(Contended));
     assert_eq!(take_cas_retries(), u64::from(MAX_ATTEMPTS - 1));
 }
 
@@ -189,7 +189,7 @@ fn counts_real_races_between_threads() {
                 let _ = take_cas_retries();
                 let (mut allowed, mut gave_up) = (0u64, 0u64);
                 for _ in 0..1_000 {
-                    match consume(&*store, "hot", &l, SECOND, 1) {
+                    match consume(&*store, "hot", &l, SECOND, 1, 0) {
                         Ok(d) => allowed += u64::from(d.allowed),
                         Err(Contended) => gave_up += 1,
                     }

@@ -22,7 +22,12 @@ fn hasher() -> SlotHasher {
 
 fn admitted(store: &MemoryStore, t: &Table, fp: u64, limit: &Limit, now: Nanos, n: u64) -> u64 {
     (0..n)
-        .filter(|_| consume(store, t, fp, limit, now, 1).unwrap().result.allowed)
+        .filter(|_| {
+            consume(store, t, fp, limit, now, 1, 0)
+                .unwrap()
+                .result
+                .allowed
+        })
         .count() as u64
 }
 
@@ -59,7 +64,7 @@ fn a_full_table_shares_the_overflow_entry_and_never_over_admits() {
     let mut shared = 0;
     for client in 0..200 {
         let fp = h.fingerprint(&format!("c{client}"));
-        let first = consume(&store, &t, fp, &limit, now, 1).unwrap();
+        let first = consume(&store, &t, fp, &limit, now, 1, 0).unwrap();
         match first.placed {
             Placed::Own => own += 1,
             Placed::Shared => shared += 1,
@@ -90,6 +95,7 @@ fn a_key_with_its_own_entry_stays_exact_under_a_flood() {
             &limit,
             now,
             1,
+            0,
         );
     }
     assert_eq!(admitted(&store, &t, legit, &limit, now, 10), 5);
@@ -107,19 +113,19 @@ fn evict_takes_the_entry_that_rests_first_and_the_key_starts_full() {
     while keys.len() < 2 * bucket::WAYS {
         let fp = h.fingerprint(&format!("k{n}"));
         n += 1;
-        let d = consume(&store, &t, fp, &limit, SECOND, 1).unwrap();
+        let d = consume(&store, &t, fp, &limit, SECOND, 1, 0).unwrap();
         assert!(d.result.allowed);
         if d.placed == Placed::Own {
             keys.push(fp);
         }
     }
     let newcomer = h.fingerprint("newcomer");
-    let d = consume(&store, &t, newcomer, &limit, 2 * SECOND, 1).unwrap();
+    let d = consume(&store, &t, newcomer, &limit, 2 * SECOND, 1, 0).unwrap();
     assert_eq!((d.placed, d.result.allowed), (Placed::Evicted, true));
     let evicted = keys
         .iter()
         .filter(|&&fp| {
-            consume(&store, &t, fp, &limit, 2 * SECOND, 1)
+            consume(&store, &t, fp, &limit, 2 * SECOND, 1, 0)
                 .unwrap()
                 .result
                 .allowed
@@ -142,12 +148,13 @@ fn a_key_at_rest_gives_its_entry_to_a_new_key() {
             &limit,
             SECOND,
             1,
+            0,
         );
     }
     // A second later every key is full again: newcomers find room.
     for n in 0..2 * bucket::WAYS {
         let fp = h.fingerprint(&format!("new{n}"));
-        let d = consume(&store, &t, fp, &limit, 3 * SECOND, 1).unwrap();
+        let d = consume(&store, &t, fp, &limit, 3 * SECOND, 1, 0).unwrap();
         assert_eq!((d.placed, d.result.allowed), (Placed::Own, true), "{n}");
     }
 }
@@ -157,16 +164,16 @@ fn refunds_find_the_entry_or_nothing() {
     let store = MemoryStore::default();
     let t = table(100, WhenFull::Share);
     let limit = Limit::new(Algorithm::FixedWindow, 1, 60 * SECOND).unwrap();
-    let d = consume(&store, &t, 42, &limit, SECOND, 1).unwrap();
+    let d = consume(&store, &t, 42, &limit, SECOND, 1, 0).unwrap();
     assert!(
-        !consume(&store, &t, 42, &limit, SECOND, 1)
+        !consume(&store, &t, 42, &limit, SECOND, 1, 0)
             .unwrap()
             .result
             .allowed
     );
     refund(&store, PREFIX, d.spot, &limit, SECOND, SECOND, 1).unwrap();
     assert!(
-        consume(&store, &t, 42, &limit, SECOND, 1)
+        consume(&store, &t, 42, &limit, SECOND, 1, 0)
             .unwrap()
             .result
             .allowed
@@ -221,7 +228,7 @@ fn a_key_placed_in_both_buckets_at_once_is_counted_once() {
     let mut fp = 1;
     while live_in_p(&store) < bucket::WAYS {
         fp += 2;
-        consume(&store, &t, fp, &limit, SECOND, 1).unwrap();
+        consume(&store, &t, fp, &limit, SECOND, 1, 0).unwrap();
     }
     // At 30 s p is still full: the key goes to s. Just before that write,
     // another worker, at 31 s (p's keys at rest), places the key in p.
@@ -229,16 +236,16 @@ fn a_key_placed_in_both_buckets_at_once_is_counted_once() {
         inner: &store,
         key: format!("{PREFIX}b{s}"),
         hook: Mutex::new(Some(Box::new(|inner: &MemoryStore| {
-            let d = consume(inner, &t, key, &limit, 31 * SECOND, 1).unwrap();
+            let d = consume(inner, &t, key, &limit, 31 * SECOND, 1, 0).unwrap();
             assert_eq!((d.spot.bucket, d.result.allowed), (p, true));
         }))),
     };
-    let d = consume(&racing, &t, key, &limit, 30 * SECOND, 1).unwrap();
+    let d = consume(&racing, &t, key, &limit, 30 * SECOND, 1, 0).unwrap();
     assert_eq!(d.spot.bucket, p, "moved to the entry in p");
     assert!(d.result.allowed);
     // Both requests are counted in p: the quota of 2 is spent.
     assert!(
-        !consume(&store, &t, key, &limit, 31 * SECOND, 1)
+        !consume(&store, &t, key, &limit, 31 * SECOND, 1, 0)
             .unwrap()
             .result
             .allowed
@@ -260,7 +267,7 @@ fn two_workers_on_a_crowded_table_never_over_admit() {
                     x = crate::slots::splitmix(x);
                     let k = (x % 64) as usize;
                     let now = SECOND + i;
-                    if let Ok(d) = consume(&*store, &t, 1_000 + k as u64, &limit, now, 1) {
+                    if let Ok(d) = consume(&*store, &t, 1_000 + k as u64, &limit, now, 1, 0) {
                         if d.result.allowed {
                             admitted[k].fetch_add(1, Ordering::SeqCst);
                         }
