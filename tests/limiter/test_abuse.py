@@ -24,6 +24,7 @@ import pytest
 
 import support
 from support import request
+from support.processes import redis_command
 
 CHECK = {"domain": "abuse", "limits": [
     {"key": "probe", "algorithm": "gcra", "requests": 1_000_000, "window_ms": 1000}]}
@@ -535,3 +536,39 @@ def test_rls_port_garbage_oversized_and_unfinished_messages(processes, tmp_path)
     worst = probe.assert_healthy()
     assert during - before < RSS_BOUND_KIB
     print(f"rls abuse: worst probe {worst * 1000:.1f} ms, RSS {before} -> {during} KiB")
+
+
+def rls_code(port: int, domain: str, entries: list[tuple[str, str]]) -> int:
+    """One ShouldRateLimit call with one descriptor: its overall_code."""
+    msg = rls_request(domain, entries)
+    head, data, trailers = h2_call(port, RLS_PATH, [("content-type", "application/grpc"), ("te", "trailers")],
+                                   b"\x00" + len(msg).to_bytes(4, "big") + msg)
+    assert trailers.get("grpc-status", head.get("grpc-status")) == "0", (head, trailers)
+    assert data[5] == 0x08, data
+    return data[6]
+
+
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_rls_long_descriptor_values_are_kept_as_bounded_keys(processes, tmp_path, store):
+    """A descriptor value is as long as the client sends (up to the 4 MiB
+    message): its state is kept under the hash of a key past 512 bytes."""
+    path = tmp_path / "bounds.yaml"
+    path.write_text("domain: bounds\ndescriptors:\n  - key: user\n"
+                    "    rate_limit: {unit: hour, requests_per_unit: 2}\n")
+    url = "memory"
+    if store == "redis":
+        redis = processes.redis()
+        url = f"redis://127.0.0.1:{redis.port}"
+    grpc = support.free_port()
+    lim = processes.limiter(store=url, extra_args=["--grpc-listen", f"127.0.0.1:{grpc}", "--descriptors", str(path)])
+    a = "a" * 60_000
+    b = a[:-1] + "b"
+    assert [rls_code(grpc, "bounds", [("user", a)]) for _ in range(3)] == [1, 1, 2]
+    assert [rls_code(grpc, "bounds", [("user", b)]) for _ in range(3)] == [1, 1, 2]
+    assert [rls_code(grpc, "bounds", [("user", "c")]) for _ in range(1)] == [1]
+    if store == "redis":
+        keys = redis_command(redis.port, "KEYS", "*").split(b"\r\n")[1::2]
+        lengths = sorted(int(k[1:]) for k in keys if k.startswith(b"$"))
+        assert len(lengths) == 3 and max(lengths) < 600, lengths
+    else:
+        assert lim.metric("sluice_limiter_store_keys") == 3
