@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import resource
 import socket
+import subprocess
 import threading
 import time
 
@@ -572,3 +573,34 @@ def test_rls_long_descriptor_values_are_kept_as_bounded_keys(processes, tmp_path
         assert len(lengths) == 3 and max(lengths) < 600, lengths
     else:
         assert lim.metric("sluice_limiter_store_keys") == 3
+
+
+def nested_descriptors(levels: int) -> str:
+    text = "domain: d\ndescriptors:\n"
+    for i in range(levels):
+        pad = "    " * i
+        if i:
+            text += f"{pad}descriptors:\n"
+        text += f"{pad}  - key: k{i}\n{pad}    rate_limit: {{unit: second, requests_per_unit: 1}}\n"
+    return text
+
+
+PAST_BOUNDS = {
+    "large": (lambda: "domain: d\n#" + "x" * (4 << 20) + "\n", "larger than 4194304 bytes (4 MiB)"),
+    "deep": (lambda: nested_descriptors(33), "descriptors nested deeper than 32 levels"),
+    "many": (lambda: "domain: d\ndescriptors:\n" + "".join(f"  - {{key: k, value: v{i}}}\n" for i in range(100_001)),
+             "more than 100000 descriptors in the file"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PAST_BOUNDS))
+def test_descriptor_files_past_their_bounds_stop_startup(tmp_path, name):
+    text, message = PAST_BOUNDS[name]
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text())
+    proc = subprocess.run([str(support.LIMITER_BIN), "--listen", f"127.0.0.1:{support.free_port()}",
+                           "--grpc-listen", f"127.0.0.1:{support.free_port()}", "--descriptors", str(path)],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert message in out and str(path) in out, out[-2000:]
