@@ -604,3 +604,21 @@ def test_descriptor_files_past_their_bounds_stop_startup(tmp_path, name):
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     assert message in out and str(path) in out, out[-2000:]
+
+
+@pytest.mark.parametrize("path", ["/v1/check", "/v1/permits", "/v1/charge"])
+def test_every_api_body_is_bounded_at_64_kib(processes, tmp_path, path):
+    lim = limiter(processes, tmp_path)
+    headers = {"content-type": "application/json"}
+    # Just past the bound: refused whole, with a message.
+    r = request(lim.port, path, method="POST", body=b" " * (64 * 1024 + 1), headers=headers)
+    assert r.status == 413, (r.status, r.body[:200])
+    assert "64 KiB" in json.loads(r.body)["error"]
+    # At the bound, whitespace and all: read, then refused for what it says.
+    r = request(lim.port, path, method="POST", body=b"{}" + b" " * (64 * 1024 - 2), headers=headers)
+    assert r.status == 400, (r.status, r.body[:200])
+    # Announced larger: refused before it is read.
+    with socket.create_connection(("127.0.0.1", lim.port)) as s:
+        s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\ncontent-length: 1000000000\r\n\r\n".encode())
+        s.settimeout(5)
+        assert s.recv(4096).startswith(b"HTTP/1.1 413")
