@@ -133,12 +133,14 @@ def test_a_key_flood_is_held_to_max_keys_and_legitimate_keys_stay_exact(processe
         flood = start_load(f"http://127.0.0.1:{lim.port}/v1/check", connections=CONNECTIONS, requests=KEYS,
                            headers={"content-type": "application/json"}, body=check_body("per-ip/0/{ip}"),
                            timeout=30, threads=2)
-        wait_until(lambda: lim.metric("sluice_limiter_store_keys") >= MAX_KEYS, timeout=3600,
-                   what="the store full")
+        # Full, or (a run with room for every key) the flood done.
+        wait_until(lambda: lim.metric("sluice_limiter_store_keys") >= MAX_KEYS or flood.proc.poll() is not None,
+                   timeout=3600, what="the store full")
         full_at = time.monotonic() - started
-        rss_full = rss_kib(pid)
-        newcomer = _check(lim.port, "legit/newcomer")
         report = flood.wait(timeout=7200)
+        rss_full = rss_kib(pid)
+        filled = lim.metric("sluice_limiter_store_keys")
+        newcomer = _check(lim.port, "legit/newcomer")
     elapsed = time.monotonic() - started
     stop.set()
     watcher.join()
@@ -146,21 +148,24 @@ def test_a_key_flood_is_held_to_max_keys_and_legitimate_keys_stay_exact(processe
     after = rss_kib(pid)
     capacity = lim.metric("sluice_limiter_capacity_denials_total")
     flood_admitted = lim.metric('sluice_limiter_decisions_total{domain="flood",result="allowed"}') \
-        - sum(legit.admitted)
+        - sum(legit.admitted) - (1 if newcomer[0] else 0)
     exposition_after = series(_metrics_text(lim))
 
     assert report.timeouts == report.io_errors == report.connect_errors == 0
     assert report.status == {200: KEYS}
     assert not legit.failures, legit.failures[:3]
     assert max(keys_seen + [held]) <= MAX_KEYS
-    assert held == MAX_KEYS
-    # Room for every flood key until full, none after: the rest were denied for it.
-    assert flood_admitted == MAX_KEYS - LEGIT_KEYS
-    assert capacity == KEYS - flood_admitted + 1  # the newcomer too
+    # Every key admitted is held, every other was denied for lack of room.
+    assert held == flood_admitted + LEGIT_KEYS + (1 if newcomer[0] else 0)
+    assert capacity == KEYS - flood_admitted + (0 if newcomer[0] else 1)
+    if KEYS >= 4 * MAX_KEYS:
+        # Enough keys to fill every shard: exactly --max-keys held.
+        assert held == MAX_KEYS
     # Each legitimate key: exactly its quota, however often it came back.
     assert legit.admitted == [QUOTA] * LEGIT_KEYS, legit.admitted
     assert min(legit.sent) >= 2 * QUOTA
-    assert newcomer == (False, 1000)
+    if held == MAX_KEYS:
+        assert newcomer == (False, 1000)
     assert exposition_after == exposition_before
     peak = max(rss_seen + [after])
     if not LONG:
@@ -168,10 +173,11 @@ def test_a_key_flood_is_held_to_max_keys_and_legitimate_keys_stay_exact(processe
     figures = {
         "keys": KEYS, "max_keys": MAX_KEYS, "shards": SHARDS, "key_example": "flood/per-ip/0/1.2.3.4|gcra|86400000",
         "store_keys_max_seen": int(max(keys_seen + [held])), "flood_admitted": int(flood_admitted),
+        "keys_when_measured": int(filled),
         "capacity_denials": int(capacity), "seconds": round(elapsed, 1), "store_full_at_s": round(full_at, 1),
         "checks_per_s": round(report.rate), "latency_us": report.latency_us,
         "rss_kib": {"before": before, "store_full": rss_full, "peak": peak, "after": after},
-        "bytes_per_key_held": round((rss_full - before) * 1024 / max(1, MAX_KEYS - LEGIT_KEYS)),
+        "bytes_per_key_held": round((rss_full - before) * 1024 / max(1, filled - LEGIT_KEYS)),
         "legit": {"keys": LEGIT_KEYS, "quota": QUOTA, "admitted_each": sorted(set(legit.admitted)),
                   "sent_each_min": min(legit.sent), "sent_each_max": max(legit.sent)},
         "newcomer_once_full": {"allowed": newcomer[0], "retry_after_ms": newcomer[1]},
@@ -237,10 +243,10 @@ def write_section(f: dict):
         f"| keys held at most (`--max-keys`) | {f['store_keys_max_seen']:,} ({f['max_keys']:,}) |",
         f"| flood keys admitted / denied for lack of room | {f['flood_admitted']:,} / "
         f"{f['keys'] - f['flood_admitted']:,} |",
-        f"| limiter RSS before / store full / peak / after | {mib(r['before'])} / {mib(r['store_full'])} / "
+        f"| limiter RSS before / with {f['keys_when_measured']:,} keys / peak / after | {mib(r['before'])} / {mib(r['store_full'])} / "
         f"{mib(r['peak'])} / {mib(r['after'])} |",
-        f"| bytes of RSS per key held (store full, less before, over keys) | {f['bytes_per_key_held']} |",
-        f"| time: store full at / flood done | {f['store_full_at_s']} s / {f['seconds']} s |",
+        f"| bytes of RSS per key held (RSS then, less before, over the flood keys held) | {f['bytes_per_key_held']} |",
+        f"| time: store full (or flood done) at / flood done | {f['store_full_at_s']} s / {f['seconds']} s |",
         f"| checks/s; latency p99 / max | {f['checks_per_s']:,}; {f['latency_us']['p99']} / "
         f"{f['latency_us']['max']} us |",
         f"| legitimate keys: admitted each (quota); sent each | {f['legit']['admitted_each']} "
