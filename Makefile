@@ -31,7 +31,7 @@ ADMIN_PORT ?= 9901
 LIMITER_PORT ?= 8081
 
 .PHONY: help run test test-rust test-e2e wasm wasm-profiling limiter lint fmt bench clean \
-        setup venv wasm-target redis wrk validate cli oci schema load soak flood fuzz fuzz-ci
+        setup venv wasm-target redis wrk validate cli oci schema load soak flood store-flood fuzz fuzz-ci
 
 help:
 	@echo "make run    start Envoy with the Sluice filter and an in-memory limiter"
@@ -47,6 +47,7 @@ help:
 	@echo "make fuzz   libFuzzer on every parser, FUZZ_SECONDS per target (default 20); grows fuzz/corpus, writes fuzz/RESULTS.md"
 	@echo "make fuzz-ci  replay the fuzz corpus and regressions, then FUZZ_CI_SECONDS (default 5) per target"
 	@echo "make flood  key floods (FLOOD_KEYS=1000000) and a hot key (WORKERS=2); writes tests/flood/RESULTS.md"
+	@echo "make store-flood  STORE_FLOOD_KEYS (10000000) keys straight at the memory store (--max-keys STORE_MAX_KEYS); writes its section of tests/flood/RESULTS.md"
 	@echo "make soak   traffic, key floods and faults for SOAK_SECONDS (default 600); writes tests/soak/RESULTS.md"
 	@echo "make clean  remove build outputs and the local virtualenv"
 
@@ -167,6 +168,14 @@ FLOOD_KEYS ?= 1000000
 WORKERS ?= 2
 flood: setup redis wasm limiter load
 	SLUICE_FLOOD=1 FLOOD_KEYS=$(FLOOD_KEYS) WORKERS=$(WORKERS) $(PY) -m pytest tests/test_flood.py tests/test_key_table.py -s -q --timeout 3600
+
+# A key flood straight at the limiter's memory store (STORE_FLOOD_KEYS keys at
+# --max-keys STORE_MAX_KEYS) while legitimate keys keep checking; writes its
+# section of tests/flood/RESULTS.md.
+STORE_FLOOD_KEYS ?= 10000000
+STORE_MAX_KEYS ?= 1000000
+store-flood: setup limiter load
+	SLUICE_STORE_FLOOD=1 STORE_FLOOD_KEYS=$(STORE_FLOOD_KEYS) STORE_MAX_KEYS=$(STORE_MAX_KEYS) $(PY) -m pytest tests/test_store_flood.py -s -q --timeout 7200 -k max_keys
 
 # Traffic, key floods and faults (limiter kill -9, Redis stop and SIGSTOP,
 # config pushes, Envoy hot restart) through 2 Envoys; stops by itself.

@@ -23,9 +23,7 @@ use std::rc::Rc;
 /// Reads the response headers.
 pub(super) fn read_headers(runtime: &Runtime, reader: &mut CostReader) {
     reader.on_headers(&runtime.plan, |name| {
-        hostcalls::get_map_value(MapType::HttpResponseHeaders, name)
-            .ok()
-            .flatten()
+        super::request::map_value(MapType::HttpResponseHeaders, name)
     });
 }
 
@@ -39,9 +37,7 @@ pub(super) fn read_body(reader: &mut CostReader, size: usize) {
 /// Reads the response trailers.
 pub(super) fn read_trailers(runtime: &Runtime, reader: &mut CostReader) {
     reader.on_trailers(&runtime.plan, |name| {
-        hostcalls::get_map_value(MapType::HttpResponseTrailers, name)
-            .ok()
-            .flatten()
+        super::request::map_value(MapType::HttpResponseTrailers, name)
     });
 }
 

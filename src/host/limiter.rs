@@ -26,11 +26,7 @@ pub(super) fn call_answer(runtime: Option<&Runtime>, body_size: usize) -> Option
 /// The body of the answer to the HTTP call being reported, or why the call
 /// failed.
 fn read_answer(body_size: usize) -> Result<Vec<u8>, CallFailure> {
-    let header = |name| {
-        hostcalls::get_map_value(MapType::HttpCallResponseHeaders, name)
-            .ok()
-            .flatten()
-    };
+    let header = |name| super::request::map_value(MapType::HttpCallResponseHeaders, name);
     let status = header(":status");
     // The limiter's own answers are JSON; Envoy's local replies are not.
     let from_limiter = header("content-type").is_some_and(|c| c.starts_with("application/json"));

@@ -23,15 +23,32 @@ fn header(name: &str) -> Option<String> {
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.clone());
     }
-    hostcalls::get_map_value(MapType::HttpRequestHeaders, name)
+    map_value(MapType::HttpRequestHeaders, name)
+}
+
+/// A header of `map` by lowercase name, as text. Envoy lets header values
+/// carry bytes that are not UTF-8 (obs-text); each invalid sequence reads as
+/// U+FFFD instead of failing the read (the SDK's text reads would panic and
+/// stop the VM), so such values can share a key.
+pub(super) fn map_value(map: MapType, name: &str) -> Option<String> {
+    hostcalls::get_map_value_bytes(map, name)
         .ok()
         .flatten()
+        .map(text)
+}
+
+/// `bytes` as text, invalid UTF-8 replaced (no copy when valid).
+fn text(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 /// The request's headers, taken while Envoy still shows them.
 pub(super) fn snapshot() -> Headers {
-    hostcalls::get_map(MapType::HttpRequestHeaders)
+    hostcalls::get_map_bytes(MapType::HttpRequestHeaders)
         .unwrap_or_default()
+        .into_iter()
+        .map(|(name, value)| (name, text(value)))
+        .collect::<Vec<_>>()
         .into()
 }
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import resource
 import socket
+import subprocess
 import threading
 import time
 
@@ -24,6 +25,7 @@ import pytest
 
 import support
 from support import request
+from support.processes import redis_command
 
 CHECK = {"domain": "abuse", "limits": [
     {"key": "probe", "algorithm": "gcra", "requests": 1_000_000, "window_ms": 1000}]}
@@ -535,3 +537,88 @@ def test_rls_port_garbage_oversized_and_unfinished_messages(processes, tmp_path)
     worst = probe.assert_healthy()
     assert during - before < RSS_BOUND_KIB
     print(f"rls abuse: worst probe {worst * 1000:.1f} ms, RSS {before} -> {during} KiB")
+
+
+def rls_code(port: int, domain: str, entries: list[tuple[str, str]]) -> int:
+    """One ShouldRateLimit call with one descriptor: its overall_code."""
+    msg = rls_request(domain, entries)
+    head, data, trailers = h2_call(port, RLS_PATH, [("content-type", "application/grpc"), ("te", "trailers")],
+                                   b"\x00" + len(msg).to_bytes(4, "big") + msg)
+    assert trailers.get("grpc-status", head.get("grpc-status")) == "0", (head, trailers)
+    assert data[5] == 0x08, data
+    return data[6]
+
+
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_rls_long_descriptor_values_are_kept_as_bounded_keys(processes, tmp_path, store):
+    """A descriptor value is as long as the client sends (up to the 4 MiB
+    message): its state is kept under the hash of a key past 512 bytes."""
+    path = tmp_path / "bounds.yaml"
+    path.write_text("domain: bounds\ndescriptors:\n  - key: user\n"
+                    "    rate_limit: {unit: hour, requests_per_unit: 2}\n")
+    url = "memory"
+    if store == "redis":
+        redis = processes.redis()
+        url = f"redis://127.0.0.1:{redis.port}"
+    grpc = support.free_port()
+    lim = processes.limiter(store=url, extra_args=["--grpc-listen", f"127.0.0.1:{grpc}", "--descriptors", str(path)])
+    a = "a" * 60_000
+    b = a[:-1] + "b"
+    assert [rls_code(grpc, "bounds", [("user", a)]) for _ in range(3)] == [1, 1, 2]
+    assert [rls_code(grpc, "bounds", [("user", b)]) for _ in range(3)] == [1, 1, 2]
+    assert [rls_code(grpc, "bounds", [("user", "c")]) for _ in range(1)] == [1]
+    if store == "redis":
+        keys = redis_command(redis.port, "KEYS", "*").split(b"\r\n")[1::2]
+        lengths = sorted(int(k[1:]) for k in keys if k.startswith(b"$"))
+        assert len(lengths) == 3 and max(lengths) < 600, lengths
+    else:
+        assert lim.metric("sluice_limiter_store_keys") == 3
+
+
+def nested_descriptors(levels: int) -> str:
+    text = "domain: d\ndescriptors:\n"
+    for i in range(levels):
+        pad = "    " * i
+        if i:
+            text += f"{pad}descriptors:\n"
+        text += f"{pad}  - key: k{i}\n{pad}    rate_limit: {{unit: second, requests_per_unit: 1}}\n"
+    return text
+
+
+PAST_BOUNDS = {
+    "large": (lambda: "domain: d\n#" + "x" * (4 << 20) + "\n", "larger than 4194304 bytes (4 MiB)"),
+    "deep": (lambda: nested_descriptors(33), "descriptors nested deeper than 32 levels"),
+    "many": (lambda: "domain: d\ndescriptors:\n" + "".join(f"  - {{key: k, value: v{i}}}\n" for i in range(100_001)),
+             "more than 100000 descriptors in the file"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PAST_BOUNDS))
+def test_descriptor_files_past_their_bounds_stop_startup(tmp_path, name):
+    text, message = PAST_BOUNDS[name]
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text())
+    proc = subprocess.run([str(support.LIMITER_BIN), "--listen", f"127.0.0.1:{support.free_port()}",
+                           "--grpc-listen", f"127.0.0.1:{support.free_port()}", "--descriptors", str(path)],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert message in out and str(path) in out, out[-2000:]
+
+
+@pytest.mark.parametrize("path", ["/v1/check", "/v1/permits", "/v1/charge"])
+def test_every_api_body_is_bounded_at_64_kib(processes, tmp_path, path):
+    lim = limiter(processes, tmp_path)
+    headers = {"content-type": "application/json"}
+    # Just past the bound: refused whole, with a message.
+    r = request(lim.port, path, method="POST", body=b" " * (64 * 1024 + 1), headers=headers)
+    assert r.status == 413, (r.status, r.body[:200])
+    assert "64 KiB" in json.loads(r.body)["error"]
+    # At the bound, whitespace and all: read, then refused for what it says.
+    r = request(lim.port, path, method="POST", body=b"{}" + b" " * (64 * 1024 - 2), headers=headers)
+    assert r.status == 400, (r.status, r.body[:200])
+    # Announced larger: refused before it is read.
+    with socket.create_connection(("127.0.0.1", lim.port)) as s:
+        s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\ncontent-length: 1000000000\r\n\r\n".encode())
+        s.settimeout(5)
+        assert s.recv(4096).startswith(b"HTTP/1.1 413")

@@ -48,7 +48,7 @@ class LoadReport:
 def load_args(urls: list[str] | str, *, connections: int = 8, duration: float | None = None,
               requests: int | None = None, rate: float | None = None, timeout: float = 5.0,
               headers: dict[str, str] | None = None, distinct: int | None = None, first: int = 0,
-              interval: float = 1.0, threads: int = 1) -> list[str]:
+              interval: float = 1.0, threads: int = 1, body: str | None = None) -> list[str]:
     """The command line for one run (see `run_load`)."""
     args = [str(LOAD_BIN), "--connections", str(connections), "--timeout", str(timeout),
             "--first", str(first), "--interval", str(interval), "--threads", str(threads)]
@@ -64,6 +64,8 @@ def load_args(urls: list[str] | str, *, connections: int = 8, duration: float | 
         args += ["--distinct", str(distinct)]
     for name, value in (headers or {}).items():
         args += ["--header", f"{name}: {value}"]
+    if body is not None:
+        args += ["--body", body]
     return args
 
 

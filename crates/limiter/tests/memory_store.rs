@@ -78,6 +78,37 @@ async fn a_full_store_denies_new_keys_and_keeps_serving_known_ones() {
         .contains("sluice_limiter_capacity_denials_total 1"));
 }
 
+#[tokio::test]
+async fn a_full_shard_finds_the_room_of_its_first_key_back_to_full() {
+    let h = Harness::with_config(MemoryConfig {
+        shards: 1,
+        max_keys: 3,
+    });
+    // `a` is back to full 200 ms after a hit; `b` and `c` after 12 minutes.
+    let short = |k| one(k, "gcra", 5, 1000);
+    let long = |k| one(k, "gcra", 5, 3_600_000);
+    assert!(h.allowed(&short("a")).await);
+    assert!(h.allowed(&long("b")).await);
+    assert!(h.allowed(&long("c")).await);
+    assert!(!h.allowed(&long("d")).await);
+    // `a` is used again: its state lives longer than the shard last knew.
+    h.clock.advance(100 * MILLISECOND);
+    assert!(h.allowed(&short("a")).await);
+    h.clock.advance(150 * MILLISECOND);
+    assert!(!h.allowed(&long("d")).await);
+    // Once `a` is back to full, its room goes to `d`; `b` and `c` are kept.
+    h.clock.advance(300 * MILLISECOND);
+    assert!(h.allowed(&long("d")).await);
+    assert!(!h.allowed(&short("a")).await);
+    for k in ["b", "c"] {
+        for _ in 0..4 {
+            assert!(h.allowed(&long(k)).await, "{k}");
+        }
+        assert!(!h.allowed(&long(k)).await, "{k}");
+    }
+    assert_eq!(h.mem.len(), 3);
+}
+
 fn item(id: &str, algorithm: Algorithm, requests: u64) -> StoreItem {
     StoreItem::new(
         id.to_string(),

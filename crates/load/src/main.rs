@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use clap::Parser;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper::Request;
 use hyper_util::rt::TokioIo;
@@ -58,6 +58,9 @@ struct Args {
     /// A request header, `Name: value`; `{ip}` in the value is a distinct IPv4 address per request, `{n}` the counter.
     #[arg(long = "header")]
     headers: Vec<String>,
+    /// A request body, sent with POST (else GET, no body); `{ip}` and `{n}` as in header values.
+    #[arg(long)]
+    body: Option<String>,
     /// The counter runs modulo this (keys repeat after it).
     #[arg(long)]
     distinct: Option<u64>,
@@ -109,6 +112,7 @@ impl Target {
 struct Plan {
     targets: Vec<Target>,
     headers: Vec<(String, Template)>,
+    body: Option<Template>,
     start: Instant,
     deadline: Option<Instant>,
     requests: Option<u64>,
@@ -147,14 +151,22 @@ impl Plan {
         }
     }
 
-    fn build(&self, target: &Target, n: u64) -> Result<Request<Empty<Bytes>>, hyper::http::Error> {
+    fn build(&self, target: &Target, n: u64) -> Result<Request<Full<Bytes>>, hyper::http::Error> {
         let counter = self.counter(n);
-        let mut req =
-            Request::get(target.path.as_str()).header(hyper::header::HOST, target.host.as_str());
+        let builder = match self.body {
+            Some(_) => Request::post(target.path.as_str()),
+            None => Request::get(target.path.as_str()),
+        };
+        let mut req = builder.header(hyper::header::HOST, target.host.as_str());
         for (name, value) in &self.headers {
             req = req.header(name.as_str(), value.fill(counter));
         }
-        req.body(Empty::new())
+        let body = self
+            .body
+            .as_ref()
+            .map(|b| b.fill(counter))
+            .unwrap_or_default();
+        req.body(Full::new(Bytes::from(body)))
     }
 }
 
@@ -218,6 +230,7 @@ fn plan_of(args: &Args) -> Result<Plan, String> {
     Ok(Plan {
         targets,
         headers,
+        body: args.body.as_deref().map(Template::parse),
         start,
         deadline: args
             .duration
@@ -256,7 +269,7 @@ async fn connection(plan: &Plan, index: usize) -> Stats {
     let Some(target) = plan.targets.get(index % plan.targets.len().max(1)) else {
         return stats;
     };
-    let mut sender: Option<SendRequest<Empty<Bytes>>> = None;
+    let mut sender: Option<SendRequest<Full<Bytes>>> = None;
     while let Some(n) = plan.ticket() {
         if let Some(at) = plan.send_at(n) {
             if plan.deadline.is_some_and(|d| at >= d) {
@@ -311,7 +324,7 @@ async fn connection(plan: &Plan, index: usize) -> Stats {
     stats
 }
 
-async fn connect(addr: &str) -> Result<SendRequest<Empty<Bytes>>, ()> {
+async fn connect(addr: &str) -> Result<SendRequest<Full<Bytes>>, ()> {
     let stream = TcpStream::connect(addr).await.map_err(|_| ())?;
     let _ = stream.set_nodelay(true);
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
@@ -324,8 +337,8 @@ async fn connect(addr: &str) -> Result<SendRequest<Empty<Bytes>>, ()> {
 
 /// One request and its whole answer: the status, and whether the connection stays open.
 async fn exchange(
-    sender: &mut SendRequest<Empty<Bytes>>,
-    request: Request<Empty<Bytes>>,
+    sender: &mut SendRequest<Full<Bytes>>,
+    request: Request<Full<Bytes>>,
 ) -> Result<(u16, bool), ()> {
     sender.ready().await.map_err(|_| ())?;
     let response = sender.send_request(request).await.map_err(|_| ())?;

@@ -23,13 +23,19 @@ pub fn limiter_key(rule: &str, index: usize, key: &str) -> String {
     if out.len().saturating_add(key.len()) <= MAX_KEY_BYTES {
         out.push_str(key);
     } else {
-        // Fixed keys: the hash must agree across Envoys (unlike slot seeds).
-        #[allow(deprecated)]
-        let mut hasher = std::hash::SipHasher::new_with_keys(0x736c_7569_6365, 0x676c_6f62_616c);
-        hasher.write(key.as_bytes());
-        let _ = write!(out, "#{:016x}", hasher.finish());
+        push_key_hash(&mut out, key);
     }
     out
+}
+
+/// Appends `#` and the 16 hex digits of a hash of `key` that every Envoy
+/// and every limiter computes alike: how a key too long to keep is kept.
+pub fn push_key_hash(out: &mut String, key: &str) {
+    // Fixed keys: the hash must agree across Envoys (unlike slot seeds).
+    #[allow(deprecated)]
+    let mut hasher = std::hash::SipHasher::new_with_keys(0x736c_7569_6365, 0x676c_6f62_616c);
+    hasher.write(key.as_bytes());
+    let _ = write!(out, "#{:016x}", hasher.finish());
 }
 
 /// Appends `n` in decimal (without the formatting machinery: a key is

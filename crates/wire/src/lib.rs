@@ -46,7 +46,7 @@ pub use charge::{
 };
 pub use sluice_core::Adjust;
 
-pub use key::{limiter_key, MAX_KEY_BYTES};
+pub use key::{limiter_key, push_key_hash, MAX_KEY_BYTES};
 pub use permits::{
     parse_permits, permits_json, PermitRelease, PermitsRequest, PermitsResponse, ValidPermits,
     MAX_PERMIT_KEYS,

@@ -1,6 +1,21 @@
 //! The store's identity of a limit's state.
 
 use sluice_core::{Limit, MILLISECOND};
+use sluice_wire::{push_key_hash, MAX_KEY_BYTES};
+
+/// Appends `key`, or, when longer than [`MAX_KEY_BYTES`] (an RLS
+/// descriptor's value can be as long as a gRPC message), `#` and its hash:
+/// a stored identity is never longer than its scope plus 512 bytes plus its
+/// suffix. Keys that share a hash share a state, which errs on the side of
+/// limiting. The HTTP API refuses longer keys, so only RLS and RLQS keys
+/// are hashed.
+fn push_key(id: &mut String, key: &str) {
+    if key.len() <= MAX_KEY_BYTES {
+        id.push_str(key);
+    } else {
+        push_key_hash(id, key);
+    }
+}
 
 /// The identity of a limit's state: `scope/key|algorithm|window_ms`. The
 /// algorithm and the window are part of it, so two limits on one key (say
@@ -11,11 +26,12 @@ use sluice_core::{Limit, MILLISECOND};
 pub fn state_id(scope: &str, key: &str, limit: &Limit) -> String {
     let window = (limit.window / MILLISECOND).to_string();
     let algorithm = limit.algorithm.name();
-    let mut id =
-        String::with_capacity(scope.len() + key.len() + algorithm.len() + window.len() + 3);
+    let mut id = String::with_capacity(
+        scope.len() + key.len().min(MAX_KEY_BYTES) + algorithm.len() + window.len() + 3,
+    );
     id.push_str(scope);
     id.push('/');
-    id.push_str(key);
+    push_key(&mut id, key);
     id.push('|');
     id.push_str(algorithm);
     id.push('|');
@@ -28,10 +44,10 @@ pub fn state_id(scope: &str, key: &str, limit: &Limit) -> String {
 /// or ttl changes keeps its holders; no rate algorithm is named
 /// `concurrency`, so it never meets a rate limit's state.
 pub fn permits_id(scope: &str, key: &str) -> String {
-    let mut id = String::with_capacity(scope.len() + key.len() + 13);
+    let mut id = String::with_capacity(scope.len() + key.len().min(MAX_KEY_BYTES) + 13);
     id.push_str(scope);
     id.push('/');
-    id.push_str(key);
+    push_key(&mut id, key);
     id.push_str("|concurrency");
     id
 }
@@ -51,5 +67,27 @@ mod tests {
         let other = Limit::new(Algorithm::Gcra, 7, 60 * SECOND).unwrap();
         assert_eq!(state_id("d", "k", &limit), state_id("d", "k", &other));
         assert_eq!(permits_id("demo", "conc/0/a"), "demo/conc/0/a|concurrency");
+    }
+
+    #[test]
+    fn keys_longer_than_512_bytes_are_kept_as_their_hash() {
+        let limit = Limit::new(Algorithm::Gcra, 100, 60 * SECOND).unwrap();
+        let fits = "k".repeat(MAX_KEY_BYTES);
+        assert_eq!(
+            state_id("rls:d", &fits, &limit),
+            format!("rls:d/{fits}|gcra|60000")
+        );
+        let long = "v".repeat(1 << 20);
+        let id = state_id("rls:d", &long, &limit);
+        assert!(
+            id.starts_with("rls:d/#") && id.ends_with("|gcra|60000"),
+            "{id}"
+        );
+        assert_eq!(id.len(), "rls:d/#".len() + 16 + "|gcra|60000".len());
+        assert_eq!(id, state_id("rls:d", &long, &limit));
+        let other = format!("{}w", &long[1..]);
+        assert_ne!(id, state_id("rls:d", &other, &limit));
+        let permits = permits_id("rls:d", &long);
+        assert_eq!(permits.len(), "rls:d/#".len() + 16 + "|concurrency".len());
     }
 }

@@ -66,13 +66,61 @@ struct Shard {
     next_inline_sweep: Nanos,
     /// Most keys this shard holds; the shards' caps add up to `max_keys`.
     cap: usize,
+    /// No entry is back to full before this (a lower bound: exact after a
+    /// sweep, lowered by every write), so a sweep that could free nothing
+    /// is skipped without scanning: a flood of new keys against a full
+    /// shard costs a comparison, not a scan of the shard, per check.
+    earliest: Nanos,
 }
 
 impl Shard {
     fn sweep(&mut self, now: Nanos) -> usize {
+        if now < self.earliest {
+            return 0;
+        }
         let before = self.map.len();
-        self.map.retain(|_, e| e.full_at > now);
+        let mut earliest = Nanos::MAX;
+        self.map.retain(|_, e| {
+            let keep = e.full_at > now;
+            if keep {
+                earliest = earliest.min(e.full_at);
+            }
+            keep
+        });
+        self.earliest = earliest;
         before.saturating_sub(self.map.len())
+    }
+
+    /// Stores `bytes` as the state of `id`, going at `full_at`.
+    fn put(&mut self, id: &str, bytes: &[u8], full_at: Nanos) {
+        self.earliest = self.earliest.min(full_at);
+        match self.map.get_mut(id) {
+            Some(e) => {
+                e.state.clear();
+                e.state.extend_from_slice(bytes);
+                e.full_at = full_at;
+            }
+            None => {
+                self.map.insert(
+                    id.into(),
+                    Entry {
+                        state: bytes.to_vec(),
+                        full_at,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Stores a permits state that a release or a renewal changed: it goes
+    /// when its last permit expires, at once when none is held.
+    fn put_permits(&mut self, id: &str, bytes: &[u8], now: Nanos) {
+        match permits::expires_at(Some(bytes), now) {
+            Some(at) => self.put(id, bytes, at),
+            None => {
+                self.map.remove(id);
+            }
+        }
     }
 }
 
@@ -213,7 +261,7 @@ impl MemoryStore {
                 ),
             };
             if let Some(new) = new {
-                put_permits(&mut g.map, id, new.as_bytes(), now);
+                g.put_permits(id, new.as_bytes(), now);
             }
             held
         });
@@ -360,12 +408,7 @@ fn adjust_one(g: &mut Shard, item: &AdjustItem, now: Nanos) -> Decision {
             return full_decision(item.limit.requests);
         }
     }
-    put(
-        &mut g.map,
-        id,
-        new.as_bytes(),
-        now.saturating_add(out.decision.reset),
-    );
+    g.put(id, new.as_bytes(), now.saturating_add(out.decision.reset));
     out.decision
 }
 
@@ -497,38 +540,7 @@ fn write_states(
             StoreItem::Rate(_) => now.saturating_add(d.reset),
             StoreItem::Permits(_) => permits::expires_at(Some(bytes), now).unwrap_or(now),
         };
-        put(&mut g.map, item.id(), bytes, full_at);
-    }
-}
-
-/// Stores `bytes` as the state of `id`, going at `full_at`.
-fn put(map: &mut HashMap<Box<str>, Entry>, id: &str, bytes: &[u8], full_at: Nanos) {
-    match map.get_mut(id) {
-        Some(e) => {
-            e.state.clear();
-            e.state.extend_from_slice(bytes);
-            e.full_at = full_at;
-        }
-        None => {
-            map.insert(
-                id.into(),
-                Entry {
-                    state: bytes.to_vec(),
-                    full_at,
-                },
-            );
-        }
-    }
-}
-
-/// Stores a permits state that a release or a renewal changed: it goes
-/// when its last permit expires, at once when none is held.
-fn put_permits(map: &mut HashMap<Box<str>, Entry>, id: &str, bytes: &[u8], now: Nanos) {
-    match permits::expires_at(Some(bytes), now) {
-        Some(at) => put(map, id, bytes, at),
-        None => {
-            map.remove(id);
-        }
+        g.put(item.id(), bytes, full_at);
     }
 }
 

@@ -10,7 +10,7 @@ mod parse;
 mod rate_limit;
 mod tree;
 
-pub use parse::parse_domain;
+pub use parse::{parse_domain, MAX_DESCRIPTORS, MAX_FILE_BYTES, MAX_NESTING};
 pub use rate_limit::{Action, RateLimit, Unit};
 pub(crate) use tree::push_escaped;
 pub use tree::{Domain, Found, Level, Matched, Node};
@@ -111,6 +111,14 @@ impl Descriptors {
     pub fn load(path: &Path) -> Result<Descriptors, ConfigError> {
         let mut out = Descriptors::default();
         for file in files_of(path)? {
+            // Refused before it is read (the text is checked again as parsed).
+            if let Some(len) = std::fs::metadata(&file)
+                .ok()
+                .map(|m| m.len())
+                .filter(|&l| l > parse::MAX_FILE_BYTES)
+            {
+                return Err(parse::file_too_large(&file, len));
+            }
             let text = std::fs::read_to_string(&file)
                 .map_err(|e| ConfigError::at(&file, "", format!("cannot read: {e}")))?;
             out.add(&text, &file)?;

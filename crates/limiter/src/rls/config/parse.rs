@@ -44,6 +44,9 @@ struct RawDomain {
 
 /// Parses one file's text (one domain) into its domain name and tree.
 pub fn parse_domain(text: &str, file: &Path) -> Result<(String, Domain), ConfigError> {
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(file_too_large(file, text.len() as u64));
+    }
     // The YAML scanner takes time quadratic in flow nesting (100,000 `[`:
     // most of a minute); deeper than the deserializer's own limit fails
     // anyway, so fail it first.
@@ -81,12 +84,13 @@ pub fn parse_domain(text: &str, file: &Path) -> Result<(String, Domain), ConfigE
         return Err(ConfigError::at(file, "domain", "must not be empty"));
     }
     let mut root = Level::default();
+    let mut nodes = 0;
     compile_level(
         &mut root,
         raw.descriptors.unwrap_or_default(),
-        "descriptors",
+        ("descriptors", 1),
         "",
-        file,
+        (file, &mut nodes),
     )?;
     Ok((
         raw.domain,
@@ -95,6 +99,24 @@ pub fn parse_domain(text: &str, file: &Path) -> Result<(String, Domain), ConfigE
             source: file.to_path_buf(),
         },
     ))
+}
+
+/// Largest descriptor file, in bytes.
+pub const MAX_FILE_BYTES: u64 = 4 << 20;
+
+/// Most descriptors in one file, nested ones included.
+pub const MAX_DESCRIPTORS: usize = 100_000;
+
+/// Deepest nesting of `descriptors` (the top level is 1).
+pub const MAX_NESTING: usize = 32;
+
+/// The error of a file larger than [`MAX_FILE_BYTES`].
+pub fn file_too_large(file: &Path, len: u64) -> ConfigError {
+    ConfigError::at(
+        file,
+        "",
+        format!("{len} bytes: larger than {MAX_FILE_BYTES} bytes (4 MiB)"),
+    )
 }
 
 /// Deepest flow nesting a file may have (the deserializer's recursion limit).
@@ -185,13 +207,30 @@ fn checked_value(
     Ok(value)
 }
 
+/// Compiles the descriptors at nesting `depth` (named `field`) into
+/// `level`, counting them in `nodes` (of the whole file).
 fn compile_level(
     level: &mut Level,
     raws: Vec<RawDescriptor>,
-    field: &str,
+    (field, depth): (&str, usize),
     parent_path: &str,
-    file: &Path,
+    (file, nodes): (&Path, &mut usize),
 ) -> Result<(), ConfigError> {
+    if depth > MAX_NESTING && !raws.is_empty() {
+        return Err(ConfigError::at(
+            file,
+            field,
+            format!("descriptors nested deeper than {MAX_NESTING} levels"),
+        ));
+    }
+    *nodes = nodes.saturating_add(raws.len());
+    if *nodes > MAX_DESCRIPTORS {
+        return Err(ConfigError::at(
+            file,
+            field,
+            format!("more than {MAX_DESCRIPTORS} descriptors in the file"),
+        ));
+    }
     let mut seen: HashSet<(String, Option<String>)> = HashSet::new();
     for (i, raw) in raws.into_iter().enumerate() {
         let here = format!("{field}[{i}]");
@@ -217,9 +256,9 @@ fn compile_level(
         compile_level(
             &mut node.children,
             raw.descriptors.unwrap_or_default(),
-            &format!("{here}.descriptors"),
+            (&format!("{here}.descriptors"), depth + 1),
             &path,
-            file,
+            (file, &mut *nodes),
         )?;
         match value {
             None => {
@@ -242,6 +281,52 @@ mod tests {
     use super::super::tests::EXAMPLE;
     use super::super::Descriptors;
     use super::*;
+
+    fn nested(levels: usize) -> String {
+        let mut text = String::from("domain: d\ndescriptors:\n");
+        for i in 0..levels {
+            let pad = "    ".repeat(i);
+            if i > 0 {
+                text.push_str(&format!("{pad}descriptors:\n"));
+            }
+            text.push_str(&format!("{pad}  - key: k{i}\n"));
+            text.push_str(&format!(
+                "{pad}    rate_limit: {{unit: second, requests_per_unit: 1}}\n"
+            ));
+        }
+        text
+    }
+
+    #[test]
+    fn nesting_count_and_size_are_bounded() {
+        assert!(Descriptors::parse(&nested(MAX_NESTING)).is_ok());
+        let err = Descriptors::parse(&nested(MAX_NESTING + 1)).unwrap_err();
+        assert!(
+            err.to_string().contains("nested deeper than 32 levels")
+                && err.field.ends_with(".descriptors"),
+            "{err}"
+        );
+        let many = |n: usize| {
+            let mut text = String::from("domain: d\ndescriptors:\n");
+            for i in 0..n {
+                text.push_str(&format!("  - {{key: k, value: v{i}}}\n"));
+            }
+            text
+        };
+        assert!(Descriptors::parse(&many(MAX_DESCRIPTORS)).is_ok());
+        let err = Descriptors::parse(&many(MAX_DESCRIPTORS + 1)).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("more than 100000 descriptors in the file"),
+            "{err}"
+        );
+        let big = format!("domain: d\n#{}\n", "x".repeat(4 << 20));
+        let err = Descriptors::parse(&big).unwrap_err();
+        assert!(
+            err.to_string().contains("larger than 4194304 bytes"),
+            "{err}"
+        );
+    }
 
     mod fuzz {
         //! The descriptor YAML loader on arbitrary text and on valid files
