@@ -178,6 +178,18 @@ class Row:
         return [str(self.keys)] + ([str(self.first_key)] if self.first_key else [])
 
 
+# Envoy's header_to_metadata copying X-Forwarded-For into dynamic metadata
+# (namespace `bench`, key `client`): the source of a `metadata:` key part.
+XFF_TO_METADATA = {
+    "name": "envoy.filters.http.header_to_metadata",
+    "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3.Config",
+        "request_rules": [{"header": "x-forwarded-for", "on_header_present": {
+            "metadata_namespace": "bench", "key": "client", "type": "STRING"}}],
+    },
+}
+
+
 def sluice_config(limit: dict, headers: str | None = None, global_scope: bool = False,
                   rule: dict | None = None, top: dict | None = None, rls: bool = False) -> dict:
     """A Sluice filter configuration: one rule keyed by client address (from a
@@ -271,6 +283,17 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
             filters=sluice(sluice_config(gcra, headers="none"))),
         Row("local-gcra-soft", "Sluice local gcra, one key, soft_percent 20",
             filters=sluice(sluice_config({**gcra, "soft_percent": 20}))),
+        # What reading a key from Envoy's context costs (a `jwt:` claim is a
+        # metadata read too): the same filters in front, keyed by the
+        # header or by the metadata another filter copied it into.
+        Row("local-gcra-metadata-filter", "Sluice local gcra, one key, header_to_metadata in front, key by header",
+            filters=[XFF_TO_METADATA, *sluice(sluice_config(gcra))]),
+        Row("local-gcra-metadata-key", "Sluice local gcra, one key, key from dynamic metadata (a property read)",
+            filters=[XFF_TO_METADATA, *sluice(sluice_config(gcra, rule={"key": ["metadata:bench:client"]}))]),
+        Row("local-gcra-path-prefix", "Sluice local gcra, one key, match path_prefix",
+            filters=sluice(sluice_config(gcra, rule={"match": {"path_prefix": "/"}}))),
+        Row("local-gcra-path-regex", "Sluice local gcra, one key, match path_regex",
+            filters=sluice(sluice_config(gcra, rule={"match": {"path_regex": "/[a-z0-9/]*"}}))),
         Row("local-deny", "Sluice local gcra, flood (429 path)", expect="deny",
             filters=sluice(sluice_config({"algorithm": "gcra", **DENY_LIMIT}))),
         Row("local-gcra-delay", f"Sluice local gcra, flood in delay mode ({DELAY_MAX_QUEUED} held per worker)",
