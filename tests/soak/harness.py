@@ -33,7 +33,8 @@ ACCOUNT_ALLOWANCE = 40
 
 # ---------------------------------------------------------------- configuration
 
-def rules(traffic_requests: int = 1_000_000, extra_rule: bool = False, flood: bool = False) -> list[dict]:
+def rules(traffic_requests: int = 1_000_000, extra_rule: bool = False, flood: bool = False,
+          push: int | None = None) -> list[dict]:
     """The rules under load.
 
     - `traffic` (requests with `x-user`): a global gcra per user, far above
@@ -46,6 +47,8 @@ def rules(traffic_requests: int = 1_000_000, extra_rule: bool = False, flood: bo
       address): a local and a global per-client limit, so a key flood fills
       the Envoy's shared data and the store.
     - `extra` (config pushes add and remove it): a local per-user limit.
+    - with `push` (the number of a configuration push, 0 first): the rules
+      of `push_rules(push)`.
     """
     out = [
         {"name": "traffic", "match": {"headers": [{"name": "x-user", "present": True}]},
@@ -64,7 +67,50 @@ def rules(traffic_requests: int = 1_000_000, extra_rule: bool = False, flood: bo
         out.append({"name": "extra", "match": {"headers": [{"name": "x-user", "present": True}]},
                     "key": ["header:x-user"],
                     "limits": [{"algorithm": "token_bucket", "requests": 1_000_000, "window": "1h"}]})
+    if push is not None:
+        out += push_rules(push)
     return out
+
+
+# Requests held in delay mode during configuration pushes: at most this long.
+PACED_MAX_DELAY_S = 0.4
+
+
+def reset_shape(push: int) -> tuple[str, str]:
+    """The (algorithm, window) of the probes whose shape changes: a new one at
+    each odd push, alternately a new algorithm alone and a new window too,
+    never one seen before."""
+    n = (push + 1) // 2
+    return ("gcra", "token_bucket")[n % 2], f"{3600 + n // 2}s"
+
+
+def push_rules(push: int) -> list[dict]:
+    """The rules configuration pushes change, for push number `push`: even
+    pushes (0 is the first configuration) make compatible changes only, odd
+    ones change the shape of the `reset` and `greset` limits as well.
+
+    - `keep` (`x-keep`): local gcra, 1 then 2 per hour in turn (burst 1):
+      a change of `requests` keeps the state, so a spent key stays denied.
+    - `reset` (`x-reset`) and `greset` (`x-greset`): 1 per window, local and
+      global, of `reset_shape(push)`: a new algorithm or window starts afresh.
+    - `paced` (`x-paced`): local gcra 10/s per Envoy in delay mode, held up to
+      `PACED_MAX_DELAY_S`, unchanged.
+    """
+    def on(header: str) -> dict:
+        return {"headers": [{"name": header, "present": True}]}
+
+    algorithm, window = reset_shape(push)
+    return [
+        {"name": "keep", "match": on("x-keep"), "key": ["header:x-keep"],
+         "limits": [{"algorithm": "gcra", "requests": 1 + push % 2, "window": "1h", "burst": 1}]},
+        {"name": "reset", "match": on("x-reset"), "key": ["header:x-reset"],
+         "limits": [{"algorithm": algorithm, "requests": 1, "window": window}]},
+        {"name": "greset", "match": on("x-greset"), "key": ["header:x-greset"],
+         "limits": [{"algorithm": algorithm, "requests": 1, "window": window, "scope": "global"}]},
+        {"name": "paced", "match": on("x-paced"), "key": ["header:x-paced"],
+         "limits": [{"algorithm": "gcra", "requests": 10, "window": "1s", "burst": 1, "on_exceed": "delay",
+                     "max_delay": f"{int(PACED_MAX_DELAY_S * 1000)}ms"}]},
+    ]
 
 
 def filter_config(failure_mode: str = "allow", timeout_s: float = LIMITER_TIMEOUT_S, local_max_keys: int = 10_000,
