@@ -18,7 +18,8 @@ import time
 import pytest
 
 from soak.harness import (ACCOUNT_ALLOWANCE, LIMITER_TIMEOUT_S, LOAD_BIN, MARGIN_S, PACED_MAX_DELAY_S, FailureWatch,
-                          Load, Stack, accounting_burst, errors, last_non_200_s, summary, wait_decided_by_limiter)
+                          Load, Stack, accounting_burst, bad_seconds, errors, last_non_200_s, summary,
+                          wait_decided_by_limiter)
 from support import request, wait_until
 
 pytestmark = pytest.mark.skipif(not LOAD_BIN.exists(), reason=f"{LOAD_BIN} not built")
@@ -220,13 +221,17 @@ def envoy_rss_mb(s: Stack) -> list[float]:
     return [round((e.process.rss_kb() or 0) / 1024, 1) for e in s.envoys]
 
 
+@pytest.mark.timeout(PUSH_SECONDS + 240)
 def test_configuration_pushed_every_second(stack):
     # Alternately a compatible push (a changed quota, an added or removed
     # rule: counters kept) and an incompatible one (a limit's algorithm or
     # window changed: that limit afresh). (Stack runs Envoy with
     # `--drain-strategy immediate`: with the gradual default, each push
     # resets a few keep-alive connections mid-request.)
-    s = stack(limiters=1, failure_mode="deny", push=0)
+    # Envoy's drain time (its default is 600 s) 5 s: a keep-alive connection
+    # not answered within it (a held request, a machine stalling) is
+    # closed when the replaced listener's drain ends.
+    s = stack(limiters=1, failure_mode="deny", push=0, drain_time_s=5)
     assert probes_against_the_docs(s, 0) == []
     pushes, wrong = [], []
     rss = [(0.0, envoy_rss_mb(s))]
@@ -257,6 +262,9 @@ def test_configuration_pushed_every_second(stack):
     print(f"[faults] held requests during the pushes: {summary(paced_report)}")
     print(f"[faults] limits kept or afresh other than documented: {len(wrong)}; Envoy RSS (MB) by time (s): "
           + ", ".join(f"{t:.0f}: {mb}" for t, mb in rss))
+    for name, report, expected in (("traffic", run.report, {200}), ("held", paced_report, {200, 429})):
+        print(f"[faults] {name}: seconds with an answer not in {sorted(expected)}, a timeout or an error: "
+              f"{bad_seconds(report, frozenset(expected)) or 'none'}")
     assert len(pushes) == PUSH_SECONDS
     assert wrong == []
     assert_answered_in_time(run, {200})

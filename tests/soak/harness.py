@@ -154,7 +154,7 @@ class Stack:
 
     def __init__(self, workdir: Path, limiters: int = 1, redis: bool = False, failure_mode: str = "allow",
                  envoys: int = 2, limiter_args: list[str] | None = None, envoy_args: list[str] | None = None,
-                 **config_args):
+                 drain_time_s: int = 1, **config_args):
         self.workdir = workdir
         self.redis: Redis | None = None
         self.limiters: list[Limiter] = []
@@ -178,7 +178,7 @@ class Stack:
             for i in range(envoys):
                 self.envoys.append(start_envoy(workdir, [wasm_filter(cfg)], clusters=[cluster], hot_restart=True,
                                                component_log_level=None, log_level="warning", name=f"envoy{i}",
-                                               extra_args=envoy_args))
+                                               drain_time_s=drain_time_s, extra_args=envoy_args))
         except BaseException:
             self.stop()
             raise
@@ -307,6 +307,18 @@ class FailureWatch:
 def rises(samples: list[tuple[float, int]]) -> int:
     """The sum of the increases between consecutive samples."""
     return sum(max(0, b - a) for (_, a), (_, b) in zip(samples, samples[1:]))
+
+
+def bad_seconds(report: LoadReport, expected: frozenset[int] = frozenset({200})) -> list[str]:
+    """The timeline buckets with an answer not in `expected`, a timeout or an
+    error, each with its slowest answer: "t=12s {429: 3} errors 1 max 894 ms"."""
+    out = []
+    for b in report.timeline:
+        other = {s: n for s, n in b["status"].items() if s not in expected}
+        if other or b["timeouts"] or b["errors"]:
+            out.append(f"t={b['t']:.0f}s {other} timeouts {b['timeouts']} errors {b['errors']} "
+                       f"max {b['max_us'] / 1000:.0f} ms")
+    return out
 
 
 def last_non_200_s(report: LoadReport) -> float | None:
