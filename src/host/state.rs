@@ -53,8 +53,8 @@ thread_local! {
     /// When this VM last logged a failed limiter call.
     static FAILURE_LOG: RefCell<Throttle> = RefCell::new(Throttle::default());
     /// The host's id of every metric this VM defined, by name: each
-    /// configuration reuses them (Envoy keeps a copy of the name at each
-    /// definition, even of a name it knows).
+    /// configuration reuses them (defining a name again grew Envoy's memory
+    /// at each configuration push, by about 14 KB per push with a dozen rules).
     static METRIC_IDS: RefCell<HashMap<String, u32>> = RefCell::new(HashMap::new());
 }
 
