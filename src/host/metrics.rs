@@ -1,8 +1,9 @@
 //! Counters and the delay histogram through host calls: defined when a
-//! configuration is accepted, counted in batches, handed to Envoy at each
-//! flush.
+//! configuration is accepted (each name once per VM), counted in batches,
+//! handed to Envoy at each flush.
 
 use super::clock;
+use super::state;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::MetricType;
 use sluice_core::Nanos;
@@ -60,10 +61,8 @@ impl Metrics {
             .map(|rule| {
                 let concurrent = rule.limits.iter().any(|l| l.concurrency().is_some());
                 concurrent
-                    .then(|| {
-                        hostcalls::define_metric(MetricType::Gauge, &permits_gauge(&rule.name))
-                    })
-                    .and_then(Result::ok)
+                    .then(|| define_as(MetricType::Gauge, &permits_gauge(&rule.name)))
+                    .flatten()
             })
             .collect();
         let tables = rules
@@ -75,7 +74,7 @@ impl Metrics {
                 Some(TableGauge {
                     rule: i,
                     name: rule.name.clone(),
-                    id: hostcalls::define_metric(MetricType::Gauge, &gauge).ok()?,
+                    id: define_as(MetricType::Gauge, &gauge)?,
                     watch: TableWatch::default(),
                 })
             })
@@ -85,8 +84,7 @@ impl Metrics {
             permit_gauges,
             tables,
             batch: Batch::new(rules.len()),
-            delay_histogram: hostcalls::define_metric(MetricType::Histogram, DELAY_HISTOGRAM)
-                .unwrap_or(u32::MAX),
+            delay_histogram: define_as(MetricType::Histogram, DELAY_HISTOGRAM).unwrap_or(u32::MAX),
         }
     }
 
@@ -186,7 +184,13 @@ pub(super) fn config_error() {
 }
 
 fn define(name: &str) -> u32 {
-    hostcalls::define_metric(MetricType::Counter, name).unwrap_or(u32::MAX)
+    define_as(MetricType::Counter, name).unwrap_or(u32::MAX)
+}
+
+/// The id of metric `name` of type `kind`, defined once per VM: a new
+/// configuration finds the ids its predecessors defined.
+fn define_as(kind: MetricType, name: &str) -> Option<u32> {
+    state::metric_id(name, || hostcalls::define_metric(kind, name).ok())
 }
 
 impl MetricSink for Metrics {

@@ -33,7 +33,8 @@ ACCOUNT_ALLOWANCE = 40
 
 # ---------------------------------------------------------------- configuration
 
-def rules(traffic_requests: int = 1_000_000, extra_rule: bool = False, flood: bool = False) -> list[dict]:
+def rules(traffic_requests: int = 1_000_000, extra_rule: bool = False, flood: bool = False,
+          push: int | None = None) -> list[dict]:
     """The rules under load.
 
     - `traffic` (requests with `x-user`): a global gcra per user, far above
@@ -46,6 +47,8 @@ def rules(traffic_requests: int = 1_000_000, extra_rule: bool = False, flood: bo
       address): a local and a global per-client limit, so a key flood fills
       the Envoy's shared data and the store.
     - `extra` (config pushes add and remove it): a local per-user limit.
+    - with `push` (the number of a configuration push, 0 first): the rules
+      of `push_rules(push)`.
     """
     out = [
         {"name": "traffic", "match": {"headers": [{"name": "x-user", "present": True}]},
@@ -64,7 +67,50 @@ def rules(traffic_requests: int = 1_000_000, extra_rule: bool = False, flood: bo
         out.append({"name": "extra", "match": {"headers": [{"name": "x-user", "present": True}]},
                     "key": ["header:x-user"],
                     "limits": [{"algorithm": "token_bucket", "requests": 1_000_000, "window": "1h"}]})
+    if push is not None:
+        out += push_rules(push)
     return out
+
+
+# Requests held in delay mode during configuration pushes: at most this long.
+PACED_MAX_DELAY_S = 0.4
+
+
+def reset_shape(push: int) -> tuple[str, str]:
+    """The (algorithm, window) of the probes whose shape changes: a new one at
+    each odd push, alternately a new algorithm alone and a new window too,
+    never one seen before."""
+    n = (push + 1) // 2
+    return ("gcra", "token_bucket")[n % 2], f"{3600 + n // 2}s"
+
+
+def push_rules(push: int) -> list[dict]:
+    """The rules configuration pushes change, for push number `push`: even
+    pushes (0 is the first configuration) make compatible changes only, odd
+    ones change the shape of the `reset` and `greset` limits as well.
+
+    - `keep` (`x-keep`): local gcra, 1 then 2 per hour in turn (burst 1):
+      a change of `requests` keeps the state, so a spent key stays denied.
+    - `reset` (`x-reset`) and `greset` (`x-greset`): 1 per window, local and
+      global, of `reset_shape(push)`: a new algorithm or window starts afresh.
+    - `paced` (`x-paced`): local gcra 10/s per Envoy in delay mode, held up to
+      `PACED_MAX_DELAY_S`, unchanged.
+    """
+    def on(header: str) -> dict:
+        return {"headers": [{"name": header, "present": True}]}
+
+    algorithm, window = reset_shape(push)
+    return [
+        {"name": "keep", "match": on("x-keep"), "key": ["header:x-keep"],
+         "limits": [{"algorithm": "gcra", "requests": 1 + push % 2, "window": "1h", "burst": 1}]},
+        {"name": "reset", "match": on("x-reset"), "key": ["header:x-reset"],
+         "limits": [{"algorithm": algorithm, "requests": 1, "window": window}]},
+        {"name": "greset", "match": on("x-greset"), "key": ["header:x-greset"],
+         "limits": [{"algorithm": algorithm, "requests": 1, "window": window, "scope": "global"}]},
+        {"name": "paced", "match": on("x-paced"), "key": ["header:x-paced"],
+         "limits": [{"algorithm": "gcra", "requests": 10, "window": "1s", "burst": 1, "on_exceed": "delay",
+                     "max_delay": f"{int(PACED_MAX_DELAY_S * 1000)}ms"}]},
+    ]
 
 
 def filter_config(failure_mode: str = "allow", timeout_s: float = LIMITER_TIMEOUT_S, local_max_keys: int = 10_000,
@@ -108,7 +154,7 @@ class Stack:
 
     def __init__(self, workdir: Path, limiters: int = 1, redis: bool = False, failure_mode: str = "allow",
                  envoys: int = 2, limiter_args: list[str] | None = None, envoy_args: list[str] | None = None,
-                 **config_args):
+                 drain_time_s: int = 1, **config_args):
         self.workdir = workdir
         self.redis: Redis | None = None
         self.limiters: list[Limiter] = []
@@ -132,7 +178,7 @@ class Stack:
             for i in range(envoys):
                 self.envoys.append(start_envoy(workdir, [wasm_filter(cfg)], clusters=[cluster], hot_restart=True,
                                                component_log_level=None, log_level="warning", name=f"envoy{i}",
-                                               extra_args=envoy_args))
+                                               drain_time_s=drain_time_s, extra_args=envoy_args))
         except BaseException:
             self.stop()
             raise
@@ -261,6 +307,18 @@ class FailureWatch:
 def rises(samples: list[tuple[float, int]]) -> int:
     """The sum of the increases between consecutive samples."""
     return sum(max(0, b - a) for (_, a), (_, b) in zip(samples, samples[1:]))
+
+
+def bad_seconds(report: LoadReport, expected: frozenset[int] = frozenset({200})) -> list[str]:
+    """The timeline buckets with an answer not in `expected`, a timeout or an
+    error, each with its slowest answer: "t=12s {429: 3} errors 1 max 894 ms"."""
+    out = []
+    for b in report.timeline:
+        other = {s: n for s, n in b["status"].items() if s not in expected}
+        if other or b["timeouts"] or b["errors"]:
+            out.append(f"t={b['t']:.0f}s {other} timeouts {b['timeouts']} errors {b['errors']} "
+                       f"max {b['max_us'] / 1000:.0f} ms")
+    return out
 
 
 def last_non_200_s(report: LoadReport) -> float | None:

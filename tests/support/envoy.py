@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import tempfile
 from pathlib import Path
@@ -137,6 +138,9 @@ class Envoy:
         self.hot_restart_args: list[str] | None = None
         self.epoch = 0
         self.parents: list[Process] = []
+        # the command line it was started with (see `cold_restart`)
+        self.args: list[str] = []
+        self.cpus: str | None = None
 
     @property
     def lds_path(self) -> Path:
@@ -248,6 +252,24 @@ class Envoy:
             wait_until(lambda: not parent.alive(), timeout=READY_TIMEOUT + 60, what="old envoy epoch exiting")
         return child
 
+    def cold_restart(self, sig=signal.SIGKILL) -> Process:
+        """Stops every process of this Envoy with `sig` (default `kill -9`) and
+        starts it again with its first command line (epoch 0, same ports);
+        returns once its listener accepts."""
+        for process in [*self.parents, self.process]:
+            if process is not None:
+                process.stop(sig)
+        self.parents = []
+        self.epoch = 0
+        self.process = Process(self.args, self.workdir / "envoy-cold.log", cpus=self.cpus)
+        wait_until(self._admin_up, what="envoy admin after a cold restart")
+        self.wait_listener_ready()
+        return self.process
+
+    def _admin_up(self) -> bool:
+        self._alive()
+        return request(self.admin_port, "/ready", timeout=2).status in (200, 503)
+
     def pids(self) -> list[int]:
         """Every live process of this Envoy (old epochs still draining first)."""
         return [p.pid for p in [*self.parents, self.process] if p is not None and p.alive()]
@@ -314,14 +336,10 @@ def start_envoy(workdir: Path, http_filters: list[dict], *, concurrency: int = 2
         args += ["--base-id", str(env.admin_port), "--parent-shutdown-time-s", str(parent_shutdown_time_s)]
         env.hot_restart_args = pinned(args, cpus)
         args = [*args, "--restart-epoch", "0"]
+    env.args, env.cpus = args, cpus
     env.process = Process(args, rundir / "envoy.log", cpus=cpus)
-
-    def admin_up():
-        env._alive()
-        return request(env.admin_port, "/ready", timeout=2).status in (200, 503)
-
     try:
-        wait_until(admin_up, what=f"{name} admin")
+        wait_until(env._admin_up, what=f"{name} admin")
         env.wait_listener_ready()
     except BaseException:
         env.stop()

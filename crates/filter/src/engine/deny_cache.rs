@@ -3,33 +3,57 @@
 //! When the limiter denies a key with a retry time, the deadline is kept in
 //! shared data (one bounded slot table per global limit, like local state)
 //! and the key is denied locally until then, without calling out. An entry
-//! holds the deadline and the key's fingerprint, so that another key hashed
-//! to the same slot is not denied.
+//! holds the deadline and its owner: the key's fingerprint mixed with the
+//! shape of the limit that denied it ([`owner`]), so that another key
+//! hashed to the same slot is not denied, nor the same key under a limit
+//! that a new configuration changed.
 
 use crate::local::SharedStore;
-use sluice_core::Nanos;
+use sluice_core::{Limit, Nanos};
 
-/// The deadline cached at `slot_key` for the key with `fingerprint`, if it
-/// is still ahead of `now`.
+/// The owner of a cached denial: the key's `fingerprint` mixed with
+/// [`shape`] of the limit that denied it.
+pub fn owner(fingerprint: u64, shape: u64) -> u64 {
+    fingerprint ^ shape
+}
+
+/// What a global limit decides under: `limit`'s algorithm, window, burst
+/// and soft allowance, and `requests` (the key's own, an override's
+/// included). A configuration that changes any of them finds no denial
+/// cached under another: the limiter decides the key again at once.
+pub fn shape(limit: &Limit, requests: u64) -> u64 {
+    let words = [
+        u64::from(limit.algorithm.code()),
+        limit.window,
+        limit.burst,
+        u64::from(limit.soft_percent),
+        requests,
+    ];
+    // FNV-1a over the words, then a final mix: owners of one key under two
+    // shapes differ in many bits.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in words.iter().flat_map(|w| w.to_le_bytes()) {
+        h = (h ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^ (h >> 31)
+}
+
+/// The deadline cached at `slot_key` for `owner` (see [`owner`]), if it is
+/// still ahead of `now`.
 pub fn lookup<S: SharedStore + ?Sized>(
     store: &S,
     slot_key: &str,
-    fingerprint: u64,
+    owner: u64,
     now: Nanos,
 ) -> Option<Nanos> {
     let bytes = store.get(slot_key).0?;
-    decode(&bytes, fingerprint).filter(|&deadline| deadline > now)
+    decode(&bytes, owner).filter(|&deadline| deadline > now)
 }
 
-/// Caches at `slot_key` a denial of the key with `fingerprint` until `deadline`.
-pub fn remember<S: SharedStore + ?Sized>(
-    store: &S,
-    slot_key: &str,
-    fingerprint: u64,
-    deadline: Nanos,
-) {
+/// Caches at `slot_key` a denial of `owner` (see [`owner`]) until `deadline`.
+pub fn remember<S: SharedStore + ?Sized>(store: &S, slot_key: &str, owner: u64, deadline: Nanos) {
     // A cache, not a counter: last writer wins.
-    let _ = store.set(slot_key, &encode(deadline, fingerprint), None);
+    let _ = store.set(slot_key, &encode(deadline, owner), None);
 }
 
 /// The stored form of an entry: the deadline, then the fingerprint.
@@ -69,5 +93,51 @@ mod tests {
         assert_eq!(lookup(&store, "k", 7, 199), Some(200));
         assert_eq!(lookup(&store, "k", 7, 200), None);
         assert_eq!(lookup(&store, "k", 8, 100), None);
+    }
+
+    #[test]
+    fn a_changed_limit_finds_no_denial_of_the_old_one() {
+        let limit = Limit {
+            algorithm: sluice_core::Algorithm::Gcra,
+            requests: 10,
+            window: 60 * sluice_core::SECOND,
+            burst: 10,
+            precision: 1,
+            soft_percent: 0,
+            max_delay: None,
+        };
+        let base = shape(&limit, 10);
+        assert_eq!(base, shape(&limit, 10));
+        let changed = [
+            Limit {
+                algorithm: sluice_core::Algorithm::TokenBucket,
+                ..limit
+            },
+            Limit {
+                window: 61 * sluice_core::SECOND,
+                ..limit
+            },
+            Limit { burst: 11, ..limit },
+            Limit {
+                soft_percent: 10,
+                ..limit
+            },
+        ];
+        let mut shapes: Vec<u64> = changed.iter().map(|l| shape(l, 10)).collect();
+        shapes.push(shape(&limit, 11));
+        let store = MemoryStore::default();
+        remember(&store, "k", owner(7, base), 200);
+        assert_eq!(lookup(&store, "k", owner(7, base), 100), Some(200));
+        for other in shapes {
+            assert_ne!(other, base);
+            assert_eq!(lookup(&store, "k", owner(7, other), 100), None);
+        }
+        // max_delay and precision do not change what the limiter decides
+        // for a key already denied
+        let delayed = Limit {
+            max_delay: Some(sluice_core::SECOND),
+            ..limit
+        };
+        assert_eq!(shape(&delayed, 10), base);
     }
 }

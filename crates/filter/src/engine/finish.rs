@@ -13,7 +13,7 @@ use super::pending::PendingCheck;
 use super::tally::{undecided, Env, Tally};
 use super::verdict::Verdict;
 use super::walk::slot;
-use crate::config::{FailureMode, Plan};
+use crate::config::{FailureMode, LimitKind, Plan};
 use crate::headers::Reported;
 use crate::layout;
 use crate::local::SharedStore;
@@ -219,13 +219,19 @@ where
     S: SharedStore + ?Sized,
     M: ?Sized,
 {
-    let Some(deny_prefix) = env
-        .rule_limit(item.rule, item.limit)
-        .and_then(|l| l.deny_prefix())
-    else {
+    let Some(rule_limit) = env.rule_limit(item.rule, item.limit) else {
         return;
+    };
+    let Some(deny_prefix) = rule_limit.deny_prefix() else {
+        return;
+    };
+    // A limit held by a rate limit service has no shape in this configuration.
+    let shape = match &rule_limit.kind {
+        LimitKind::Global(global) => deny_cache::shape(&global.quota.limit, item.requests),
+        _ => 0,
     };
     let mut key = String::new();
     layout::slot_key(&mut key, deny_prefix, slot(env.plan, item.fingerprint));
-    deny_cache::remember(env.store, &key, item.fingerprint, deadline);
+    let owner = deny_cache::owner(item.fingerprint, shape);
+    deny_cache::remember(env.store, &key, owner, deadline);
 }

@@ -107,7 +107,8 @@ where
                 None => {}
             },
         }
-        if let Some(deadline) = self.cached_denial(applied, &global.deny_prefix) {
+        let shape = deny_cache::shape(&global.quota.limit, limit.requests);
+        if let Some(deadline) = self.cached_denial(applied, &global.deny_prefix, shape) {
             if let (Via::Leased(ask), Sync::Lease(policy)) = (&via, &global.sync) {
                 cancel_ask(&self.env, policy, applied.fingerprint, *ask);
             }
@@ -141,13 +142,15 @@ where
         Ok(())
     }
 
-    /// The deadline of a cached denial of the key of `applied`, whose
-    /// cache lives under `deny_prefix`. Only denials of fixed-cost rules
-    /// are cached: others need no read.
+    /// The deadline of a cached denial of the key of `applied` by a limit
+    /// of `shape` (see [`deny_cache::shape`]), whose cache lives under
+    /// `deny_prefix`. Only denials of fixed-cost rules are cached: others
+    /// need no read.
     pub(super) fn cached_denial(
         &mut self,
         applied: &Applied<'_, '_>,
         deny_prefix: &str,
+        shape: u64,
     ) -> Option<Nanos> {
         if !applied.fixed_cost() {
             return None;
@@ -156,7 +159,7 @@ where
         deny_cache::lookup(
             self.env.store,
             &self.scratch,
-            applied.fingerprint,
+            deny_cache::owner(applied.fingerprint, shape),
             self.tally.now,
         )
     }

@@ -51,7 +51,7 @@ where
             cacheable: applied.fixed_cost(),
             via: Via::Alone,
         };
-        if let Some(deadline) = self.cached_denial(applied, &held.deny_prefix) {
+        if let Some(deadline) = self.cached_denial(applied, &held.deny_prefix, 0) {
             let now = self.tally.now;
             return Err(item.reported(Decision::over_limit(0, deadline.saturating_sub(now))));
         }

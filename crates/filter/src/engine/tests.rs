@@ -369,6 +369,43 @@ fn global_denial_refunds_local_and_is_cached() {
 }
 
 #[test]
+fn a_cached_denial_holds_only_under_the_limit_that_denied() {
+    let w = World::new(&rules(GLOBAL));
+    let req = FakeRequest::get("/");
+    let p = pending(w.eval(&req));
+    assert!(matches!(
+        w.finish(p, answer(false, 60_000)),
+        Verdict::Deny(_)
+    ));
+    // The request under the next configuration, in the same shared data.
+    // (A call left unanswered gives back what the request took locally.)
+    let pushed = |from: &str, to: &str| {
+        let plan = parse(rules(&GLOBAL.replace(from, to)).as_bytes()).unwrap();
+        let verdict = evaluate(&plan, &w.hasher, HOLDER, &req, &w.store, &w.metrics, || NOW);
+        match verdict {
+            Verdict::Check(p) => {
+                p.abandon(&plan, &w.store, &w.metrics);
+                "check"
+            }
+            Verdict::Deny(_) => "deny",
+            _ => "other",
+        }
+    };
+    // An unchanged limit (another limit of the rule changed) keeps it.
+    let same = pushed(r#""requests":2,"#, r#""requests":3,"#);
+    assert_eq!(same, "deny");
+    // A new window, algorithm, quota or burst asks the limiter again.
+    for (from, to) in [
+        (r#""window":"1h""#, r#""window":"2h""#),
+        (r#""algorithm":"gcra""#, r#""algorithm":"token_bucket""#),
+        (r#""requests":100"#, r#""requests":200"#),
+        (r#""burst":10"#, r#""burst":20"#),
+    ] {
+        assert_eq!(pushed(from, to), "check", "{to}");
+    }
+}
+
+#[test]
 fn local_denial_makes_no_call() {
     let w = World::new(&rules(GLOBAL));
     let req = FakeRequest::get("/");
