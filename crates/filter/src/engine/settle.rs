@@ -111,12 +111,11 @@ impl LocalState {
         now: Nanos,
         cost: u64,
     ) -> Result<(), Contended> {
-        match self {
-            LocalState::Key(key) => local::refund_at(store, key, limit, admitted_at, now, cost),
-            LocalState::Entry { prefix, spot, .. } => {
-                table::refund(store, prefix, *spot, limit, admitted_at, now, cost)
-            }
-        }
+        let at = match self {
+            LocalState::Key(key) => StateAt::Key(key),
+            LocalState::Entry { prefix, spot, .. } => StateAt::Entry(prefix, *spot),
+        };
+        at.refund(store, limit, admitted_at, now, cost)
     }
 }
 
