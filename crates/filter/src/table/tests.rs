@@ -317,3 +317,51 @@ fn an_entry_rests_only_when_its_state_is_as_good_as_fresh() {
         }
     }
 }
+
+mod model {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    const QUOTA: u64 = 3;
+    const WINDOW: Nanos = 10 * SECOND;
+
+    /// Runs `ops` (key, nanoseconds later) against a table for one key (two
+    /// buckets of 8) with a fixed window of QUOTA; returns, per key and
+    /// window, the requests sent and admitted.
+    fn run(ops: &[(u64, u64)]) -> HashMap<(u64, u64), (u64, u64)> {
+        let store = MemoryStore::default();
+        let t = table(1, WhenFull::Share);
+        let limit = Limit::new(Algorithm::FixedWindow, QUOTA, WINDOW).unwrap();
+        let mut now = 1_000 * SECOND;
+        let mut seen = HashMap::new();
+        for &(key, later) in ops {
+            now += later;
+            let d = consume(&store, &t, crate::slots::splitmix(key), &limit, now, 1, 0).unwrap();
+            let entry = seen.entry((key, now / WINDOW)).or_insert((0, 0));
+            entry.0 += 1;
+            entry.1 += u64::from(d.result.allowed);
+        }
+        seen
+    }
+
+    proptest! {
+        #[test]
+        fn up_to_its_size_every_key_is_exact(
+            ops in proptest::collection::vec((0u64..16, 0u64..2 * SECOND), 1..300)
+        ) {
+            for ((key, window), (sent, admitted)) in run(&ops) {
+                prop_assert_eq!(admitted, sent.min(QUOTA), "key {} window {}", key, window);
+            }
+        }
+
+        #[test]
+        fn past_its_size_no_key_is_admitted_beyond_its_quota(
+            ops in proptest::collection::vec((0u64..64, 0u64..SECOND), 1..400)
+        ) {
+            for ((key, window), (_, admitted)) in run(&ops) {
+                prop_assert!(admitted <= QUOTA, "key {} window {}: {}", key, window, admitted);
+            }
+        }
+    }
+}
