@@ -38,7 +38,7 @@ if __name__ == "__main__":
 
 from support.load import LoadReport  # noqa: E402
 from soak.harness import (ACCOUNT_ALLOWANCE, LIMITER_TIMEOUT_S, MARGIN_S, FailureWatch, Load,  # noqa: E402
-                          Stack, accounting_burst, errors, rises, summary)
+                          Stack, accounting_burst, errors, rises, summary, write_section)
 from support.paths import ROOT  # noqa: E402
 from support.processes import rss_kb  # noqa: E402
 
@@ -100,6 +100,8 @@ class Sampler:
             used, keys = redis_figures(self.stack.redis.port)
             row["redis"] = used // 1024 if used is not None else None
             row["redis_keys"] = keys
+            proc = self.stack.redis.process
+            row["redis_rss"] = rss_kb(proc.pid) if proc and proc.alive() else None
         return row
 
     def _run(self):
@@ -267,7 +269,7 @@ class Soak:
             warm = next((v for t, v in values if t >= after_flood), values[-1][1])
             peak = max(v for _, v in values)
             end = values[-1][1]
-            restarted = name in ("envoy1", "limiter1", "redis")
+            restarted = name in ("envoy1", "limiter1", "redis", "redis_rss")
             flat = end <= warm * (1 + FLAT_RATIO) + FLAT_ABS_KB
             verdict = ("flat" if flat else "GROWS") + (" (restarted during the run)" if restarted else "")
             out.append((name, start, warm, peak, end, verdict))
@@ -302,7 +304,7 @@ class Soak:
     def report(self) -> int:
         checks = self.checks()
         ok = all(c[1] for c in checks)
-        self.results.write_text(self.markdown(checks, ok))
+        write_section(self.results, "soak", self.markdown(checks, ok))
         for name, passed, detail in checks:
             log(f"{'PASS' if passed else 'FAIL'} {name}: {detail}")
         log(f"wrote {self.results}")
@@ -371,7 +373,7 @@ class Soak:
             lines.append(f"| {r['start']:.0f} | {r['what']} | {r['end'] - r['start']:.1f} s | {r['failures']} | "
                          f"{r['recovery_s']:.2f} s |")
         lines += ["", "## Memory", "",
-                  f"RSS in MB (Redis: used_memory). Flat: the end is within {FLAT_RATIO:.0%} + "
+                  f"RSS in MB (redis: used_memory; redis_rss: its RSS). Flat: the end is within {FLAT_RATIO:.0%} + "
                   f"{FLAT_ABS_KB // 1024} MB of the value after the first flood. envoy1 and limiter1 are "
                   "restarted every cycle (their figures are their current process's).", "",
                   "| process | start | after first flood | peak | end | |", "| --- | --- | --- | --- | --- | --- |"]
