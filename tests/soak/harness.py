@@ -312,7 +312,7 @@ def write_section(path: Path, name: str, text: str) -> None:
     if begin in old and end in old:
         head, _, rest = old.partition(begin)
         _, _, tail = rest.partition(end)
-        new = head + block + tail.lstrip("\n")
+        new = head + block + ("\n" + tail.lstrip("\n") if tail.strip() else "")
     else:
         new = (old.rstrip() + "\n\n" if old.strip() else "") + block
     path.write_text(new)
