@@ -43,7 +43,7 @@ if __name__ == "__main__":
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 from soak.harness import (LIMITER_TIMEOUT_S, MARGIN_S, FailureWatch, Load, Stack, errors,  # noqa: E402
-                          summary, write_section)
+                          last_rise_in, store_errors, summary, write_section)
 from soak.soak import FLAT_ABS_KB, FLAT_RATIO, Sampler, git_commit, log  # noqa: E402
 from soak.steady import STEADY_QUOTA, STEADY_WINDOW_S, SteadyClients, disturbed  # noqa: E402
 
@@ -55,7 +55,6 @@ CYCLE_S = 180.0
 RECOVERY_BOUND_S = 10.0
 # a global window overlapping a fault that reaches the store, or this long after it, is not judged
 DISTURBED_MARGIN_S = 2.0
-STORE_ERRORS = "sluice_limiter_store_errors_total"
 
 
 class Chaos:
@@ -171,7 +170,7 @@ class Chaos:
             self.t0 = time.monotonic()
             self.sampler = Sampler(self.stack, self.t0, interval=5.0)
             self.watch = FailureWatch(self.stack, interval=0.1)
-            self.store_watch = FailureWatch(self.stack, interval=0.1, count=self.store_errors)
+            self.store_watch = FailureWatch(self.stack, interval=0.1, count=lambda: store_errors(self.stack))
             self.steady = SteadyClients([e.port for e in self.stack.envoys])
             traffic = threading.Thread(target=self.traffic, args=(stop,), daemon=True)
             traffic.start()
@@ -195,11 +194,6 @@ class Chaos:
             self.stack.stop()
         return self.report()
 
-    def store_errors(self) -> int:
-        """Store errors the limiters counted (a restarted limiter starts from 0: `rises` sums the increases)."""
-        return int(sum(lim.metric(STORE_ERRORS) for lim in self.stack.limiters
-                       if lim.process and lim.process.alive()))
-
     # ------------------------------------------------------------ figures and checks
 
     def recoveries(self) -> list[dict]:
@@ -212,8 +206,8 @@ class Chaos:
             healed = self.t0 + f["healed"]
             since = self.t0 + f["start"]
             until = self.t0 + next((s for s in starts if s > f["start"]), f["start"] + 30)
-            out.append({**f, "limiter_s": last_rise_after(self.store_watch.samples, since, until, healed),
-                        "envoy_s": last_rise_after(self.watch.samples, since, until, healed)})
+            out.append({**f, "limiter_s": last_rise_in(self.store_watch.samples, since - 1, until, healed),
+                        "envoy_s": last_rise_in(self.watch.samples, since - 1, until, healed)})
         return out
 
     def windows(self) -> tuple[list[dict], list[dict], list[dict]]:
@@ -326,16 +320,6 @@ class Chaos:
     def markdown(self, checks, ok: bool, rows: list[dict]) -> str:
         from soak.chaos_report import markdown
         return markdown(self, checks, ok, rows)
-
-
-def last_rise_after(samples: list[tuple[float, int]], since: float, until: float, healed: float) -> float:
-    """s from `healed` to the last rise of the count from `since` to `until` (0 if none came after it)."""
-    window = [(t, c) for t, c in samples if since - 1 <= t < until]
-    last = None
-    for (_, before), (t, after) in zip(window, window[1:]):
-        if after > before:
-            last = t
-    return max(0.0, last - healed) if last is not None else 0.0
 
 
 def describe(bad: list[dict]) -> str:

@@ -316,3 +316,21 @@ def write_section(path: Path, name: str, text: str) -> None:
     else:
         new = (old.rstrip() + "\n\n" if old.strip() else "") + block
     path.write_text(new)
+
+
+STORE_ERRORS = "sluice_limiter_store_errors_total"
+
+
+def store_errors(stack: Stack) -> int:
+    """Store errors the live limiters counted (a restarted limiter starts from 0: `rises` sums the increases)."""
+    return int(sum(lim.metric(STORE_ERRORS) for lim in stack.limiters if lim.process and lim.process.alive()))
+
+
+def last_rise_in(samples: list[tuple[float, int]], since: float, until: float, healed: float) -> float:
+    """s from `healed` to the last rise of the count from `since` to `until` (0 if none came after it)."""
+    window = [(t, c) for t, c in samples if since <= t < until]
+    last = None
+    for (_, before), (t, after) in zip(window, window[1:]):
+        if after > before:
+            last = t
+    return max(0.0, last - healed) if last is not None else 0.0

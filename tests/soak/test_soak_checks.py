@@ -74,6 +74,14 @@ def test_each_check_fails_on_what_it_guards(tmp_path, change, check):
     assert "verdict: **FAIL**" in (tmp_path / "RESULTS.md").read_text()
 
 
+def test_a_redis_faults_store_recovery_is_dated_from_redis_answering_again(tmp_path):
+    s = soak(tmp_path, faults=[{"what": "stop Redis, start it", "start": 30.0, "end": 33.0, "healed": 33.1}])
+    s.store_watch = SimpleNamespace(samples=[(29.0, 0), (31.0, 10), (33.4, 20), (40.0, 20)])
+    assert [round(r["store_s"], 2) for r in s.recoveries()] == [0.3]
+    assert s.report() == 0
+    assert "| 30 | stop Redis, start it | 3.0 s | 20 | 1.00 s | 0.30 s |" in (tmp_path / "RESULTS.md").read_text()
+
+
 def test_memory_growing_past_the_margin_fails_only_for_processes_never_restarted(tmp_path):
     s = soak(tmp_path)
     s.sampler.rows[-1]["limiter0"] = 7_200 * 1.25 + 16 * 1024 + 1
