@@ -48,7 +48,7 @@ def chart(figures: Path, out: Path) -> None:
     exact.plot(x, share("global_reached"), marker="x", linestyle=":", label="global windows a store fault reached")
     exact.set_ylabel("% of windows exact")
     exact.set_ylim(-5, 105)
-    exact.set_xlabel("minute")
+    exact.set_xlabel("minute (grey lines: Redis stopped and started)")
     exact.legend(loc="lower left", fontsize="small")
     for f in data["faults"]:
         if f.get("redis"):
