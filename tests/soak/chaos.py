@@ -5,8 +5,9 @@ a steady set of clients must get exactly their quota in every window.
 2 Envoys, 2 sluice-limiters, one Redis, `failure_mode: allow`. For the whole
 run: normal traffic through both Envoys (`sluice-load`, one run per minute,
 so each minute has its own latency figures) and the steady clients of
-`soak/steady.py` (4 global, 4 local; a fresh key per client every 10 s,
-quota 10, 25 requests in each window). A 3-minute cycle of chaos repeats:
+`soak/steady.py` (4 global, 4 local; quota 10 and 25 requests in each
+10-s window: a global client on a fresh key per window, a local client on
+one key against a fixed window aligned to the epoch). A 3-minute cycle of chaos repeats:
 
     0:05  a key flood (a fresh client address per request), 20 s
     0:40  kill -9 limiter1, restart it 3 s later

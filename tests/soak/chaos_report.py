@@ -30,8 +30,8 @@ def markdown(run, checks, ok: bool, rows: list[dict]) -> str:
         f"- machine: {os.cpu_count()} cores shared with other work; load average at the end {os.getloadavg()[0]:.2f}",
         f"- set-up: 2 Envoys, 2 sluice-limiters on one Redis, `failure_mode: allow`, limiter timeout "
         f"{LIMITER_TIMEOUT_S * 1000:.0f} ms; traffic {run.rate:.0f}/s through both Envoys; steady clients: 4 global "
-        f"(both Envoys) and 4 local (Envoy 0), each {STEADY_PER_WINDOW} requests per {STEADY_WINDOW_S:.0f}-s window "
-        f"on a fresh key, quota {STEADY_QUOTA}",
+        f"(both Envoys, a fresh key per window) and 4 local (Envoy 0, one key each, a fixed window aligned to the "
+        f"epoch), each {STEADY_PER_WINDOW} requests per {STEADY_WINDOW_S:.0f}-s window, quota {STEADY_QUOTA}",
         f"- {run.cycles} cycles of {run.cycle:.0f} s: key flood; kill -9 limiter1 + restart; configuration pushes "
         f"every second under a key flood; Redis stop + start; Redis stop + start under a key flood "
         f"({run.pushes} pushes, {sum(1 for f in run.faults if f['redis'])} Redis restarts in all)",

@@ -22,7 +22,7 @@ from support import (Envoy, Limiter, Redis, limiter_cluster, request, sluice_con
                      wasm_filter)
 from support.load import LoadReport, start_load
 from support.paths import LOAD_BIN
-from soak.steady import GLOBAL_HEADER, LOCAL_HEADER, STEADY_QUOTA
+from soak.steady import GLOBAL_HEADER, LOCAL_HEADER, STEADY_QUOTA, STEADY_WINDOW_S
 
 
 # The filter's wait for the limiter, and what a request may take beyond it.
@@ -48,8 +48,9 @@ def rules(traffic_requests: int = 1_000_000, extra_rule: bool = False, flood: bo
       address): a local and a global per-client limit, so a key flood fills
       the Envoy's shared data and the store.
     - `steady-g`, `steady-l` (with `steady`; requests with `x-steady-g` or
-      `x-steady-l`): the chaos soak's steady clients, a global and a local
-      limit of `STEADY_QUOTA` per hour per key (`soak/steady.py`).
+      `x-steady-l`): the chaos soak's steady clients, a global limit of
+      `STEADY_QUOTA` per hour per key and a local fixed window of
+      `STEADY_QUOTA` per `STEADY_WINDOW_S` (`soak/steady.py`).
     - `extra` (config pushes add and remove it): a local per-user limit.
     """
     out = [
@@ -66,7 +67,8 @@ def rules(traffic_requests: int = 1_000_000, extra_rule: bool = False, flood: bo
                     "limits": [{"algorithm": "gcra", "requests": STEADY_QUOTA, "window": "1h", "scope": "global"}]})
         out.append({"name": "steady-l", "match": {"headers": [{"name": LOCAL_HEADER, "present": True}]},
                     "key": [f"header:{LOCAL_HEADER}"],
-                    "limits": [{"algorithm": "token_bucket", "requests": STEADY_QUOTA, "window": "1h"}]})
+                    "limits": [{"algorithm": "fixed_window", "requests": STEADY_QUOTA,
+                                "window": f"{STEADY_WINDOW_S:.0f}s"}]})
     if flood:
         out.append({"name": "flood", "match": {"headers": [{"name": "x-flood", "present": True}]},
                     "key": ["client_ip"],

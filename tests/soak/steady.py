@@ -2,12 +2,21 @@
 exactly their quota in every window, whatever else happens.
 
 Each client sends `per_window` requests in every `window`-second window,
-evenly spaced, on a key of its own that is fresh in each window
-(`c{client}-w{window}`): its limit (`STEADY_QUOTA` per hour) refills nothing
-within a window, so a window admits exactly `STEADY_QUOTA` requests and
-denies the rest. Global clients go through both Envoys in turn (one
-limiter check per request); local clients through Envoy 0 alone (its shared
-data holds their counters).
+evenly spaced, and must get exactly `STEADY_QUOTA` admitted in each, the
+rest denied.
+
+- Global clients go through both Envoys in turn (one limiter check per
+  request), on a key of their own that is fresh in each window
+  (`g{i}-w{window}`): its limit (`STEADY_QUOTA` per hour) refills nothing
+  within a window.
+- Local clients go through Envoy 0 alone (its shared data holds their
+  counters), each on one key for the whole run, against a fixed window of
+  `STEADY_QUOTA` per `window` seconds: windows are aligned to the Unix
+  epoch, and a client sends inside each from 0.2 s after its start to
+  0.2 s before its end. (Fresh keys against an hour-long local limit would
+  leave hundreds of spent buckets in the limit's `local_max_keys` slots,
+  and a new key sharing a slot with a spent one is limited early: by
+  design, see the bounded key space in docs/concepts/local-limits.md.)
 
 `verdicts()` judges every finished window: exact, or why not.
 """
@@ -40,7 +49,8 @@ class Client(threading.Thread):
     keep-alive connections to `ports` (in turn)."""
 
     def __init__(self, name: str, header: str, ports: list[int], started: float, stop: threading.Event,
-                 window: float = STEADY_WINDOW_S, per_window: int = STEADY_PER_WINDOW, timeout: float = 2.0):
+                 window: float = STEADY_WINDOW_S, per_window: int = STEADY_PER_WINDOW, timeout: float = 2.0,
+                 aligned: bool = False):
         super().__init__(daemon=True, name=f"steady-{name}")
         self.client = name
         self.header = header
@@ -50,6 +60,9 @@ class Client(threading.Thread):
         self.window = window
         self.per_window = per_window
         self.timeout = timeout
+        # aligned: one key, windows of the Unix epoch (numbered from it); else a fresh key per window from `started`
+        self.aligned = aligned
+        self.wall_offset = time.time() - time.monotonic()
         self.windows: dict[int, Window] = {}
         self.conns: dict[int, http.client.HTTPConnection] = {}
 
@@ -75,16 +88,29 @@ class Client(threading.Thread):
                     return None, (time.monotonic() - began) * 1000
         return None, (time.monotonic() - began) * 1000
 
+    def due(self, i: int) -> tuple[int, float, str]:
+        """The window of request `i`, when it is due (time.monotonic()) and its key."""
+        if not self.aligned:
+            w = int(i // self.per_window)
+            return w, self.started + i * self.window / self.per_window, f"{self.client}-w{w}"
+        margin = 0.2
+        first = int((self.started + self.wall_offset) // self.window) + 1  # the first whole window
+        w = first + i // self.per_window
+        step = (self.window - 2 * margin) / (self.per_window - 1)
+        return w, w * self.window + margin + (i % self.per_window) * step - self.wall_offset, self.client
+
+    def start_of(self, w: int) -> float:
+        """When window `w` starts (time.monotonic())."""
+        return w * self.window - self.wall_offset if self.aligned else self.started + w * self.window
+
     def run(self):
-        step = self.window / self.per_window
         i = 0
         while not self.stop_event.is_set():
-            due = self.started + i * step
+            w, due, key = self.due(i)
             wait = due - time.monotonic()
             if wait > 0 and self.stop_event.wait(wait):
                 break
-            w = int(i // self.per_window)
-            status, ms = self.send(self.ports[i % len(self.ports)], f"{self.client}-w{w}")
+            status, ms = self.send(self.ports[i % len(self.ports)], key)
             win = self.windows.setdefault(w, Window())
             if status == 200:
                 win.admitted += 1
@@ -110,7 +136,8 @@ class SteadyClients:
         self.clients = (
             [Client(f"g{i}", GLOBAL_HEADER, envoy_ports, self.started, self._stop, window, per_window)
              for i in range(globals_)]
-            + [Client(f"l{i}", LOCAL_HEADER, envoy_ports[:1], self.started, self._stop, window, per_window)
+            + [Client(f"l{i}", LOCAL_HEADER, envoy_ports[:1], self.started, self._stop, window, per_window,
+                      aligned=True)
                for i in range(locals_)])
         for c in self.clients:
             c.start()
@@ -130,8 +157,7 @@ class SteadyClients:
                 if sent < self.per_window:
                     continue  # the window the run stopped in
                 out.append({"client": c.client, "scope": "global" if c.header == GLOBAL_HEADER else "local",
-                            "window": w, "start": self.started + w * self.window,
-                            "end": self.started + (w + 1) * self.window,
+                            "window": w, "start": c.start_of(w), "end": c.start_of(w) + self.window,
                             "admitted": win.admitted, "denied": win.denied, "other": win.other,
                             "exact": win.admitted == quota and win.other == 0})
         return out

@@ -100,7 +100,7 @@ from soak.steady import STEADY_PER_WINDOW, STEADY_QUOTA, Window, disturbed  # no
 
 def steady(windows: dict[str, dict[int, Window]]):
     clients = [SimpleNamespace(client=name, header="x-steady-g" if name.startswith("g") else "x-steady-l",
-                               windows=w) for name, w in windows.items()]
+                               windows=w, start_of=lambda w: w * 10.0) for name, w in windows.items()]
     fake = SimpleNamespace(clients=clients, started=0.0, window=10.0, per_window=STEADY_PER_WINDOW)
     from soak.steady import SteadyClients
     fake.verdicts = lambda: SteadyClients.verdicts(fake)
@@ -200,3 +200,18 @@ def test_sections_replace_their_own_block_only(tmp_path):
     write_section(path, "soak", "three")
     assert path.read_text() == ("<!-- begin soak -->\nthree\n<!-- end soak -->\n\n"
                                 "<!-- begin chaos -->\ntwo\n<!-- end chaos -->\n")
+
+
+def test_local_clients_send_inside_the_epochs_windows_on_one_key():
+    import threading
+    from soak.steady import Client
+    c = Client("l0", "x-steady-l", [1], started=1000.0, stop=threading.Event(), aligned=True)
+    c.wall_offset = 1_700_000_003.5 - 1000.0  # the wall clock reads ...003.5 at `started`
+    dues = [c.due(i) for i in range(2 * STEADY_PER_WINDOW)]
+    assert {key for _, _, key in dues} == {"l0"}
+    for w in {w for w, _, _ in dues}:
+        times = [due for ww, due, _ in dues if ww == w]
+        assert len(times) == STEADY_PER_WINDOW
+        assert c.start_of(w) + 0.2 - 1e-6 <= min(times) and max(times) <= c.start_of(w) + 9.8 + 1e-6
+        assert (c.start_of(w) + c.wall_offset) % 10 == 0  # a window of the epoch
+    assert c.start_of(dues[0][0]) >= 1000.0  # the first whole window
