@@ -31,7 +31,7 @@ ADMIN_PORT ?= 9901
 LIMITER_PORT ?= 8081
 
 .PHONY: help run test test-rust test-e2e wasm wasm-profiling limiter lint fmt bench clean \
-        setup venv wasm-target redis wrk validate cli oci schema load soak flood store-flood fuzz fuzz-ci
+        setup venv wasm-target redis wrk validate cli oci schema load soak soak-long flood store-flood fuzz fuzz-ci
 
 help:
 	@echo "make run    start Envoy with the Sluice filter and an in-memory limiter"
@@ -49,6 +49,7 @@ help:
 	@echo "make flood  key floods (FLOOD_KEYS=1000000) and a hot key (WORKERS=2); writes tests/flood/RESULTS.md"
 	@echo "make store-flood  STORE_FLOOD_KEYS (10000000) keys straight at the memory store (--max-keys STORE_MAX_KEYS); writes its section of tests/flood/RESULTS.md"
 	@echo "make soak   traffic, key floods and faults for SOAK_SECONDS (default 600); writes tests/soak/RESULTS.md"
+	@echo "make soak-long  the chaos soak, SOAK_LONG_SECONDS (default 1800): exact quotas, memory, latency per minute"
 	@echo "make clean  remove build outputs and the local virtualenv"
 
 # ------------------------------------------------------------------ set-up
@@ -182,6 +183,12 @@ store-flood: setup limiter load
 SOAK_SECONDS ?= 600
 soak: setup redis wasm limiter load
 	SOAK_SECONDS=$(SOAK_SECONDS) $(PY) tests/soak/soak.py
+
+# The chaos soak: 30 minutes of faults while steady clients must get exactly
+# their quota in every window; figures per minute, a chart (matplotlib).
+SOAK_LONG_SECONDS ?= 1800
+soak-long: setup redis wasm limiter load $(VENV)/.bench-installed
+	SOAK_SECONDS=$(SOAK_LONG_SECONDS) $(PY) tests/soak/chaos.py
 
 clean:
 	$(CARGO) clean

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.skipif(not LOAD_BIN.exists(), reason=f"{LOAD_BIN} not b
 
 RATE = 400  # requests/s through both Envoys: what 2 shared cores carry beside the processes under test
 RECOVERY_BOUND_S = 10.0
+SOAK_RATE = 300  # the soak's traffic (`make soak`)
 # enough connections to keep the rate while a fault holds each request for the store's timeout (~100 ms)
 CONNECTIONS = 48
 
@@ -71,13 +72,14 @@ class Run:
 
 
 def under_fault(stack: Stack, inject, heal, *, before: float = 3.0, fault: float = 3.0, after: float = 7.0,
-                duration: float | None = None, headers: list[str] | None = None) -> Run:
+                duration: float | None = None, headers: list[str] | None = None, rate: float = RATE,
+                interval: float = 1.0) -> Run:
     """Load through both Envoys for `duration` s (default: `before + fault + after`);
     `inject()` after `before` s, `heal()` `fault` s after it began (or once it returns)."""
     duration = duration or before + fault + after
     watch = FailureWatch(stack)
-    load = Load(stack.urls(), duration=duration, rate=RATE, connections=CONNECTIONS,
-                headers=headers or {"x-user": "u{n}"}, distinct=1000)
+    load = Load(stack.urls(), duration=duration, rate=rate, connections=CONNECTIONS,
+                headers=headers or {"x-user": "u{n}"}, distinct=1000, interval=interval)
     try:
         time.sleep(max(0.0, before - load.elapsed()))
         fault_start = time.monotonic()
@@ -172,6 +174,34 @@ def test_redis_stopped_and_restarted(stack):
     assert run.watch.count() > 0, "the fault did not reach the filter"
     assert_recovered(run, s)
     assert_no_over_admission(s, "after-redis-restart")
+
+
+def test_redis_restarted_decided_again_within_a_fraction_of_a_second_under_the_soaks_load(stack):
+    # deny: each request the limiter could not decide is a 429, so the
+    # statuses in 50-ms buckets date the recovery (the Envoys' failure
+    # counters are flushed every 0.5 s, too coarse for this)
+    s = stack(limiters=2, redis=True, failure_mode="deny")
+    answering = []
+
+    def start_redis():
+        s.redis.start()  # returns once it answers PING
+        answering.append(time.monotonic())
+
+    run = under_fault(s, s.redis.stop, start_redis, rate=SOAK_RATE, interval=0.05)
+    assert_answered_in_time(run, {200, 429})
+    bad = [b for b in run.report.timeline if set(b["status"]) - {200} or b["timeouts"] or b["errors"]]
+    assert bad, run.figures("the fault did not reach the filter")
+    # denied per failure mode while Redis was away, and only then
+    assert bad[0]["t"] >= run.rel(run.fault_start) - 0.05, bad[0]
+    assert all(b["timeouts"] == b["errors"] == 0 for b in bad), bad
+    recovered = run.started + bad[-1]["t"] + 0.05
+    from_up, from_end = recovered - answering[0], recovered - run.fault_end
+    run.figures(f"Redis stopped, started again (deny, {SOAK_RATE}/s): last 429 {from_up:.2f}s after Redis "
+                f"answered again, {from_end:.2f}s after the fault ended; {run.report.count(429)} denied")
+    # measured ~0.1 s after Redis answers; a generous bound
+    assert from_up < 2.0
+    assert_recovered(run, s)
+    assert_no_over_admission(s, "after-redis-restart-deny")
 
 
 def test_redis_paused_then_resumed(stack):

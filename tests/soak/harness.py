@@ -22,6 +22,7 @@ from support import (Envoy, Limiter, Redis, limiter_cluster, request, sluice_con
                      wasm_filter)
 from support.load import LoadReport, start_load
 from support.paths import LOAD_BIN
+from soak.steady import GLOBAL_HEADER, LOCAL_HEADER, STEADY_QUOTA, STEADY_WINDOW_S
 
 
 # The filter's wait for the limiter, and what a request may take beyond it.
@@ -34,7 +35,7 @@ ACCOUNT_ALLOWANCE = 40
 # ---------------------------------------------------------------- configuration
 
 def rules(traffic_requests: int = 1_000_000, extra_rule: bool = False, flood: bool = False,
-          push: int | None = None) -> list[dict]:
+          steady: bool = False, push: int | None = None) -> list[dict]:
     """The rules under load.
 
     - `traffic` (requests with `x-user`): a global gcra per user, far above
@@ -46,6 +47,10 @@ def rules(traffic_requests: int = 1_000_000, extra_rule: bool = False, flood: bo
     - `flood` (requests with `x-flood`, one client per `x-forwarded-for`
       address): a local and a global per-client limit, so a key flood fills
       the Envoy's shared data and the store.
+    - `steady-g`, `steady-l` (with `steady`; requests with `x-steady-g` or
+      `x-steady-l`): the chaos soak's steady clients, a global limit of
+      `STEADY_QUOTA` per hour per key and a local fixed window of
+      `STEADY_QUOTA` per `STEADY_WINDOW_S` (`soak/steady.py`).
     - `extra` (config pushes add and remove it): a local per-user limit.
     - with `push` (the number of a configuration push, 0 first): the rules
       of `push_rules(push)`.
@@ -58,6 +63,14 @@ def rules(traffic_requests: int = 1_000_000, extra_rule: bool = False, flood: bo
          "key": ["header:x-acct"],
          "limits": [{"algorithm": "gcra", "requests": ACCOUNT_ALLOWANCE, "window": "10h", "scope": "global"}]},
     ]
+    if steady:
+        out.append({"name": "steady-g", "match": {"headers": [{"name": GLOBAL_HEADER, "present": True}]},
+                    "key": [f"header:{GLOBAL_HEADER}"],
+                    "limits": [{"algorithm": "gcra", "requests": STEADY_QUOTA, "window": "1h", "scope": "global"}]})
+        out.append({"name": "steady-l", "match": {"headers": [{"name": LOCAL_HEADER, "present": True}]},
+                    "key": [f"header:{LOCAL_HEADER}"],
+                    "limits": [{"algorithm": "fixed_window", "requests": STEADY_QUOTA,
+                                "window": f"{STEADY_WINDOW_S:.0f}s"}]})
     if flood:
         out.append({"name": "flood", "match": {"headers": [{"name": "x-flood", "present": True}]},
                     "key": ["client_ip"],
@@ -266,9 +279,10 @@ class FailureWatch:
     """Samples `Stack.failures()` every `interval` s on a thread, as
     (time.monotonic(), count), to date the last limiter failure."""
 
-    def __init__(self, stack: Stack, interval: float = 0.1):
+    def __init__(self, stack: Stack, interval: float = 0.1, count=None):
         self.stack = stack
         self.interval = interval
+        self.count_now = count or stack.failures
         self.samples: list[tuple[float, int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -277,7 +291,7 @@ class FailureWatch:
     def _run(self):
         while not self._stop.is_set():
             try:
-                self.samples.append((time.monotonic(), self.stack.failures()))
+                self.samples.append((time.monotonic(), self.count_now()))
             except (OSError, ValueError, http.client.HTTPException):
                 pass  # an Envoy between epochs: the next sample will do
             self._stop.wait(self.interval)
@@ -346,3 +360,36 @@ def wait_decided_by_limiter(stack: Stack, timeout: float = 30.0) -> None:
                  headers={"x-user": "probe"}).wait(timeout=10)
         return stack.failures() == before
     wait_until(decided, timeout=timeout, what="requests decided by the limiter again", interval=0.2)
+
+
+def write_section(path: Path, name: str, text: str) -> None:
+    """Puts `text` in `path` between `<!-- begin NAME -->` and `<!-- end NAME -->`,
+    in place of what was there, or at the end; the rest of the file stays."""
+    begin, end = f"<!-- begin {name} -->", f"<!-- end {name} -->"
+    block = f"{begin}\n{text.rstrip()}\n{end}\n"
+    old = path.read_text() if path.exists() else ""
+    if begin in old and end in old:
+        head, _, rest = old.partition(begin)
+        _, _, tail = rest.partition(end)
+        new = head + block + ("\n" + tail.lstrip("\n") if tail.strip() else "")
+    else:
+        new = (old.rstrip() + "\n\n" if old.strip() else "") + block
+    path.write_text(new)
+
+
+STORE_ERRORS = "sluice_limiter_store_errors_total"
+
+
+def store_errors(stack: Stack) -> int:
+    """Store errors the live limiters counted (a restarted limiter starts from 0: `rises` sums the increases)."""
+    return int(sum(lim.metric(STORE_ERRORS) for lim in stack.limiters if lim.process and lim.process.alive()))
+
+
+def last_rise_in(samples: list[tuple[float, int]], since: float, until: float, healed: float) -> float:
+    """s from `healed` to the last rise of the count from `since` to `until` (0 if none came after it)."""
+    window = [(t, c) for t, c in samples if since <= t < until]
+    last = None
+    for (_, before), (t, after) in zip(window, window[1:]):
+        if after > before:
+            last = t
+    return max(0.0, last - healed) if last is not None else 0.0

@@ -38,7 +38,8 @@ if __name__ == "__main__":
 
 from support.load import LoadReport  # noqa: E402
 from soak.harness import (ACCOUNT_ALLOWANCE, LIMITER_TIMEOUT_S, MARGIN_S, FailureWatch, Load,  # noqa: E402
-                          Stack, accounting_burst, errors, rises, summary)
+                          Stack, accounting_burst, errors, last_rise_in, rises, store_errors, summary,
+                          write_section)
 from support.paths import ROOT  # noqa: E402
 from support.processes import rss_kb  # noqa: E402
 
@@ -100,6 +101,8 @@ class Sampler:
             used, keys = redis_figures(self.stack.redis.port)
             row["redis"] = used // 1024 if used is not None else None
             row["redis_keys"] = keys
+            proc = self.stack.redis.process
+            row["redis_rss"] = rss_kb(proc.pid) if proc and proc.alive() else None
         return row
 
     def _run(self):
@@ -147,7 +150,7 @@ class Soak:
         time.sleep(max(0.0, hold * self.scale))
         end = self.now()
         heal()
-        self.faults.append({"what": what, "start": start, "end": end})
+        self.faults.append({"what": what, "start": start, "end": end, "healed": self.now()})
         log(f"{what}: {start:.1f}-{end:.1f}s")
 
     def burst(self, key: str):
@@ -214,7 +217,8 @@ class Soak:
         try:
             self.t0 = time.monotonic()
             self.sampler = Sampler(self.stack, self.t0)
-            self.watch = FailureWatch(self.stack, interval=0.25)
+            self.watch = FailureWatch(self.stack, interval=0.1)
+            self.store_watch = FailureWatch(self.stack, interval=0.1, count=lambda: store_errors(self.stack))
             # enough connections to keep the rate while a fault holds requests for the store's timeout
             traffic = Load(self.stack.urls(), duration=self.seconds, rate=self.rate, connections=48,
                            headers={"x-user": "u{n}"}, distinct=1000, interval=5)
@@ -230,6 +234,7 @@ class Soak:
             log(f"traffic: {summary(self.traffic)}")
             self.sampler.stop()
             self.watch.stop()
+            self.store_watch.stop()
             self.cycles = n
         finally:
             self.stack.stop()
@@ -238,8 +243,12 @@ class Soak:
     # ------------------------------------------------------------ figures and checks
 
     def recoveries(self) -> list[dict]:
-        """Per fault: seconds from its end to the last limiter failure before the next fault began."""
+        """Per fault: seconds from its end to the last limiter failure before
+        the next fault began (`recovery_s`), and, for the store's faults, from
+        its healing (Redis answering again) to the last store error the
+        limiters counted (`store_s`; None without a store watch)."""
         samples = self.watch.samples
+        store = getattr(self, "store_watch", None)
         out = []
         for i, f in enumerate(self.faults):
             end = self.t0 + f["end"]
@@ -250,7 +259,11 @@ class Soak:
             for (_, before), (t, after) in zip(window, window[1:]):
                 if after > before:
                     last = t
-            out.append({**f, "failures": failures, "recovery_s": max(0.0, last - end) if last else 0.0})
+            store_s = None
+            if store is not None and "Redis" in f["what"] and "healed" in f:
+                store_s = last_rise_in(store.samples, self.t0 + f["start"] - 1, nxt, self.t0 + f["healed"])
+            out.append({**f, "failures": failures, "recovery_s": max(0.0, last - end) if last else 0.0,
+                        "store_s": store_s})
         return out
 
     def rss_rows(self) -> list[tuple[str, int | None, int | None, int | None, int | None, str]]:
@@ -267,7 +280,7 @@ class Soak:
             warm = next((v for t, v in values if t >= after_flood), values[-1][1])
             peak = max(v for _, v in values)
             end = values[-1][1]
-            restarted = name in ("envoy1", "limiter1", "redis")
+            restarted = name in ("envoy1", "limiter1", "redis", "redis_rss")
             flat = end <= warm * (1 + FLAT_RATIO) + FLAT_ABS_KB
             verdict = ("flat" if flat else "GROWS") + (" (restarted during the run)" if restarted else "")
             out.append((name, start, warm, peak, end, verdict))
@@ -302,7 +315,7 @@ class Soak:
     def report(self) -> int:
         checks = self.checks()
         ok = all(c[1] for c in checks)
-        self.results.write_text(self.markdown(checks, ok))
+        write_section(self.results, "soak", self.markdown(checks, ok))
         for name, passed, detail in checks:
             log(f"{'PASS' if passed else 'FAIL'} {name}: {detail}")
         log(f"wrote {self.results}")
@@ -365,13 +378,17 @@ class Soak:
                      f"{sum(b['timeouts'] for b in self.bursts)} | {sum(b['errors'] for b in self.bursts)} | | |")
         lines += ["", "## Faults and recovery", "",
                   "Recovery: from the end of the fault to the last limiter failure the Envoys counted "
-                  "(`sluice.failure_mode_allowed`, sampled every 0.25 s).", "",
-                  "| t (s) | fault | lasted | limiter failures | recovery |", "| --- | --- | --- | --- | --- |"]
+                  "(`sluice.failure_mode_allowed`, sampled every 0.1 s; the filter flushes its counters every "
+                  "0.5 s, so this is late by up to that). Store: from Redis answering again to the last store "
+                  "error the limiters counted (`sluice_limiter_store_errors_total`, sampled every 0.1 s).", "",
+                  "| t (s) | fault | lasted | limiter failures | recovery | store |",
+                  "| --- | --- | --- | --- | --- | --- |"]
         for r in self.recoveries():
+            store_s = "-" if r.get("store_s") is None else f"{r['store_s']:.2f} s"
             lines.append(f"| {r['start']:.0f} | {r['what']} | {r['end'] - r['start']:.1f} s | {r['failures']} | "
-                         f"{r['recovery_s']:.2f} s |")
+                         f"{r['recovery_s']:.2f} s | {store_s} |")
         lines += ["", "## Memory", "",
-                  f"RSS in MB (Redis: used_memory). Flat: the end is within {FLAT_RATIO:.0%} + "
+                  f"RSS in MB (redis: used_memory; redis_rss: its RSS). Flat: the end is within {FLAT_RATIO:.0%} + "
                   f"{FLAT_ABS_KB // 1024} MB of the value after the first flood. envoy1 and limiter1 are "
                   "restarted every cycle (their figures are their current process's).", "",
                   "| process | start | after first flood | peak | end | |", "| --- | --- | --- | --- | --- | --- |"]

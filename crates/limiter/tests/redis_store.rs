@@ -89,6 +89,54 @@ async fn unreachable_redis_answers_503_quickly_and_reconnects() {
     assert!(!text.contains("sluice_limiter_store_errors_total 0"));
 }
 
+#[tokio::test]
+async fn a_restarted_redis_is_used_again_at_once_and_calls_meanwhile_do_not_wait() {
+    let Some(server) = support::RedisServer::start(&[]) else {
+        return;
+    };
+    let bin = support::binary().unwrap();
+    let port = server.port;
+    // A long store timeout: a call waiting on a reconnection would show it.
+    let store = support::connected(Target::Single(server.url()), Duration::from_secs(2)).await;
+    let state = AppState::new(store);
+    let body = check(json!([{"key":"k","algorithm":"gcra","requests":100,"window_ms":1000}]));
+    let (status, _) = call(&state, "POST", "/v1/check", body.clone()).await;
+    assert_eq!(status, StatusCode::OK);
+
+    drop(server);
+    // The first call finds the connection gone; the ones after it fail at
+    // once while the store reconnects, none waiting for the timeout.
+    let (status, _) = call(&state, "POST", "/v1/check", body.clone()).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let mut slowest = Duration::ZERO;
+    for _ in 0..20 {
+        let started = Instant::now();
+        let (status, v) = call(&state, "POST", "/v1/check", body.clone()).await;
+        slowest = slowest.max(started.elapsed());
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        slowest < Duration::from_secs(1),
+        "a call waited {slowest:?}"
+    );
+
+    // Redis back (empty: no library, no keys): decided again, the library
+    // loaded by the first call that misses it.
+    let _server = support::RedisServer::start_on(&bin, port, &[]);
+    let back = Instant::now();
+    assert!(wait_for_ok(&state, &body).await, "no reconnection");
+    let recovery = back.elapsed();
+    eprintln!(
+        "slowest call while down {slowest:?}; decided again {recovery:?} after redis answered"
+    );
+    // The reconnection backoff is 50 ms doubling to 250 ms, each give or take half.
+    assert!(
+        recovery < Duration::from_secs(2),
+        "recovery took {recovery:?}"
+    );
+}
+
 async fn wait_for_ok(state: &State, body: &Value) -> bool {
     let deadline = Instant::now() + Duration::from_secs(15);
     while Instant::now() < deadline {

@@ -8,8 +8,9 @@
 //! connection fails at once (the filter applies its failure mode), so an
 //! outage does not turn into a herd of connection attempts.
 //!
-//! * One server: redis's `ConnectionManager` (reconnects with exponential
-//!   backoff and jitter, at most 1 s apart).
+//! * One server: a [`Single`]: drops the connection when a call finds it
+//!   gone and connects again in the background, at once and then every
+//!   50 ms doubling to 250 ms (with jitter) until the server answers.
 //! * Cluster: redis's cluster client (per node connections, refreshes the
 //!   slot map on `MOVED` or a lost node).
 //! * Sentinel: a [`Follower`]: asks the sentinels for the primary (and checks
@@ -17,7 +18,8 @@
 //!   fails or answers `READONLY` (a demoted primary), and asks again with
 //!   backoff (50 ms doubling to 250 ms, with jitter) until a primary answers.
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use super::single::Single;
+use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
@@ -137,8 +139,8 @@ impl ConnectOptions {
 /// reconnects by itself.
 #[derive(Clone)]
 pub enum Conn {
-    /// One server, behind a reconnecting manager.
-    Single(ConnectionManager),
+    /// One server, reconnected in the background.
+    Single(Arc<Single>),
     /// A cluster.
     Cluster(ClusterConnection),
     /// The primary Sentinel names, followed through failovers.
@@ -149,7 +151,14 @@ impl Conn {
     /// Sends `cmd`.
     pub async fn query<T: redis::FromRedisValue>(&mut self, cmd: &redis::Cmd) -> RedisResult<T> {
         match self {
-            Conn::Single(c) => cmd.query_async(c).await,
+            Conn::Single(s) => {
+                let (generation, mut c) = s.current()?;
+                let r = cmd.query_async(&mut c).await;
+                if let Err(e) = &r {
+                    s.failed(generation, e);
+                }
+                r
+            }
             Conn::Cluster(c) => cmd.query_async(c).await,
             Conn::Sentinel(f) => {
                 let (generation, mut c) = f.current()?;
@@ -165,7 +174,14 @@ impl Conn {
     /// Runs a script (`EVALSHA`, loading it when missing).
     pub async fn eval(&mut self, inv: &redis::ScriptInvocation<'_>) -> RedisResult<Vec<i64>> {
         match self {
-            Conn::Single(c) => inv.invoke_async(c).await,
+            Conn::Single(s) => {
+                let (generation, mut c) = s.current()?;
+                let r = inv.invoke_async(&mut c).await;
+                if let Err(e) = &r {
+                    s.failed(generation, e);
+                }
+                r
+            }
             Conn::Cluster(c) => inv.invoke_async(c).await,
             Conn::Sentinel(f) => {
                 let (generation, mut c) = f.current()?;
@@ -324,16 +340,10 @@ async fn open(target: &Target, opts: &ConnectOptions, timeout: Duration) -> Redi
     match target {
         Target::Single(url) => {
             let client = client_for(url, opts)?;
-            let config = ConnectionManagerConfig::new()
+            let config = AsyncConnectionConfig::new()
                 .set_connection_timeout(connect_timeout)
-                .set_response_timeout(timeout)
-                .set_number_of_retries(1)
-                .set_max_delay(1_000);
-            let mgr =
-                tokio::time::timeout(bound, ConnectionManager::new_with_config(client, config))
-                    .await
-                    .map_err(|_| timed_out())??;
-            Ok(Conn::Single(mgr))
+                .set_response_timeout(timeout);
+            Ok(Conn::Single(Single::open(client, config, bound).await?))
         }
         Target::Cluster(nodes) => {
             let mut infos = Vec::with_capacity(nodes.len());

@@ -10,6 +10,7 @@ mod id;
 mod item;
 pub mod memory;
 pub mod redis;
+mod single;
 mod spec;
 
 pub use id::{permits_id, state_id};
