@@ -32,7 +32,8 @@ pub(super) struct Metrics {
 
 /// A rule's key table as this worker sees it, and its Envoy-wide gauge.
 struct TableGauge {
-    rule: usize,
+    /// The batch position of the rule's `table_full` counter.
+    position: usize,
     name: String,
     /// The id of `sluice.<rule>.table_full_workers`.
     id: u32,
@@ -72,7 +73,7 @@ impl Metrics {
             .filter_map(|(i, rule)| {
                 let gauge = format!("sluice.{}.table_full_workers", rule.name);
                 Some(TableGauge {
-                    rule: i,
+                    position: Batch::rule_position(i, RuleEvent::TableFull),
                     name: rule.name.clone(),
                     id: define_as(MetricType::Gauge, &gauge)?,
                     watch: TableWatch::default(),
@@ -117,12 +118,16 @@ impl Metrics {
             self.batch
                 .add_n(Batch::global_position(GlobalEvent::CasRetries), retries);
         }
+        // Only the tables' own counts are kept for their gauges.
+        let full_at = |p: usize| self.tables.iter().any(|t| t.position == p);
         let mut full = Vec::new();
         self.batch.drain(|position, count| {
             if let (Some(&id), Ok(count)) = (self.ids.get(position), i64::try_from(count)) {
                 let _ = hostcalls::increment_metric(id, count);
             }
-            full.push((position, count));
+            if full_at(position) {
+                full.push((position, count));
+            }
         });
         self.watch_tables(&full);
     }
@@ -135,10 +140,9 @@ impl Metrics {
         }
         let now = clock::now();
         for t in &self.tables {
-            let position = Batch::rule_position(t.rule, RuleEvent::TableFull);
             let full = counted
                 .iter()
-                .find(|(p, _)| *p == position)
+                .find(|(p, _)| *p == t.position)
                 .map_or(0, |&(_, n)| n);
             match t.watch.observe(full, now) {
                 Some(TableChange::BecameFull) => {
