@@ -160,16 +160,8 @@ fn shape_elastic(own: &Limit, extra: &Limit, pool: &Limit, arrivals: &[Nanos]) -
             }
             let (e, p) = (bytes(extra_state), bytes(pool_state));
             let checks = [
-                Check {
-                    limit: extra,
-                    state: e.as_deref(),
-                    cost: 1,
-                },
-                Check {
-                    limit: pool,
-                    state: p.as_deref(),
-                    cost: 1,
-                },
+                Check::new(extra, e.as_deref(), 1),
+                Check::new(pool, p.as_deref(), 1),
             ];
             let both = decide_all(&checks, now);
             for (state, new) in [extra_state, pool_state].into_iter().zip(both.new_states) {

@@ -1,7 +1,7 @@
 //! Coalesced checks: `n` identical requests decided in one step.
 
 use crate::algo::Mode;
-use crate::{decide_all, decide_times, Check, Decision, Encoded, Nanos};
+use crate::{decide_all, decide_in, decide_times, Check, Decision, Encoded, Nanos};
 
 /// The result of deciding `n` identical requests in arrival order with
 /// [`decide_batch`].
@@ -57,13 +57,26 @@ pub fn decide_batch(checks: &[Check<'_>], now: Nanos, n: u32) -> BatchOutcome {
     let merged = |c: &Check<'_>, j: u32, mode: Mode| {
         decide_times(c.limit, c.state, now, c.cost, u64::from(j), mode)
     };
+    // Whether `j` requests pass; with a reserve, the j-th passes while its
+    // reserve still fits after it (as j calls of `decide_reserving`).
+    let admits = |c: &Check<'_>, j: u32| {
+        if c.reserve == 0 || c.cost == 0 {
+            return merged(c, j, Mode::Peek).decision.allowed;
+        }
+        let total = c
+            .cost
+            .saturating_mul(u64::from(j))
+            .saturating_add(c.reserve);
+        let d = decide_in(c.limit, c.state, now, total, Mode::Peek).decision;
+        d.allowed && d.delay == 0
+    };
     let mut admitted = n;
     for c in checks {
         // Largest j whose j requests this limit admits (0 always is).
         let (mut lo, mut hi) = (0u32, admitted);
         while lo < hi {
             let mid = lo + (hi - lo).div_ceil(2);
-            if merged(c, mid, Mode::Peek).decision.allowed {
+            if admits(c, mid) {
                 lo = mid;
             } else {
                 hi = mid - 1;
@@ -137,11 +150,7 @@ mod tests {
     fn batch(limits: &[(&Limit, u64)], n: u32) -> BatchOutcome {
         let checks: Vec<Check<'_>> = limits
             .iter()
-            .map(|&(limit, cost)| Check {
-                limit,
-                state: None,
-                cost,
-            })
+            .map(|&(limit, cost)| Check::new(limit, None, cost))
             .collect();
         decide_batch(&checks, NOW, n)
     }

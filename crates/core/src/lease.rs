@@ -132,7 +132,7 @@ mod tests {
     const NOW: Nanos = 1_700_000_000 * SECOND;
 
     fn leased(limit: &Limit, state: Option<&[u8]>, cost: u64, l: Lease) -> LeasedOutcome {
-        let checks = [Check { limit, state, cost }];
+        let checks = [Check::new(limit, state, cost)];
         decide_all_leased(&checks, &[l], NOW)
     }
 
@@ -204,16 +204,8 @@ mod tests {
         let one = Limit::new(Algorithm::SlidingLog, 1, SECOND).unwrap();
         let spent = decide(&one, None, NOW, 1).new_state.unwrap();
         let checks = [
-            Check {
-                limit: &wide,
-                state: None,
-                cost: 1,
-            },
-            Check {
-                limit: &one,
-                state: Some(spent.as_bytes()),
-                cost: 1,
-            },
+            Check::new(&wide, None, 1),
+            Check::new(&one, Some(spent.as_bytes()), 1),
         ];
         let out = decide_all_leased(&checks, &[take(50), take(50)], NOW);
         assert!(!out.allowed);

@@ -1,5 +1,5 @@
 use crate::algo::Mode;
-use crate::{decide_in, Decision, Encoded, Limit, Nanos};
+use crate::{decide_in, decide_reserving, Decision, Encoded, Limit, Nanos};
 
 /// One limit of a multi-limit check, with its key's stored state and the
 /// request's weight under this limit.
@@ -12,6 +12,23 @@ pub struct Check<'a> {
     /// The request's weight under this limit (rules may weigh one request
     /// differently); 0 asks without consuming, as in [`decide`](crate::decide).
     pub cost: u64,
+    /// Units that must still fit beside `cost` for the request to pass (a
+    /// priority class's reserve for the classes above it), not consumed:
+    /// see [`decide_reserving`](crate::decide_reserving). 0: none.
+    pub reserve: u64,
+}
+
+impl<'a> Check<'a> {
+    /// A check of `limit` at `cost` on `state`, without reserve.
+    #[inline]
+    pub fn new(limit: &'a Limit, state: Option<&'a [u8]>, cost: u64) -> Check<'a> {
+        Check {
+            limit,
+            state,
+            cost,
+            reserve: 0,
+        }
+    }
 }
 
 /// The result of deciding several limits together.
@@ -38,13 +55,17 @@ impl MultiOutcome {
     }
 }
 
-/// Decides `checks` together, each at its own cost: the request passes only
-/// if every limit allows it, and a denied request consumes nothing.
+/// Decides `checks` together, each at its own cost (and with its reserve):
+/// the request passes only if every limit allows it, and a denied request
+/// consumes nothing.
 pub fn decide_all(checks: &[Check<'_>], now: Nanos) -> MultiOutcome {
     let mode = |cost: u64| if cost == 0 { Mode::Peek } else { Mode::Commit };
     let mut outcomes: Vec<_> = checks
         .iter()
-        .map(|c| decide_in(c.limit, c.state, now, c.cost, mode(c.cost)))
+        .map(|c| match c.reserve {
+            0 => decide_in(c.limit, c.state, now, c.cost, mode(c.cost)),
+            reserve => decide_reserving(c.limit, c.state, now, c.cost, reserve),
+        })
         .collect();
     let allowed = outcomes.iter().all(|o| o.decision.allowed);
     if !allowed {

@@ -473,16 +473,8 @@ fn several_limits_together() {
     let t = MIDNIGHT;
     let first = decide_all(
         &[
-            Check {
-                limit: &per_second,
-                state: None,
-                cost: 1,
-            },
-            Check {
-                limit: &per_minute,
-                state: None,
-                cost: 1,
-            },
+            Check::new(&per_second, None, 1),
+            Check::new(&per_minute, None, 1),
         ],
         t,
     );
@@ -492,16 +484,8 @@ fn several_limits_together() {
     let s1 = first.new_states[1].clone().unwrap();
     let second = decide_all(
         &[
-            Check {
-                limit: &per_second,
-                state: Some(s0.as_bytes()),
-                cost: 1,
-            },
-            Check {
-                limit: &per_minute,
-                state: Some(s1.as_bytes()),
-                cost: 1,
-            },
+            Check::new(&per_second, Some(s0.as_bytes()), 1),
+            Check::new(&per_minute, Some(s1.as_bytes()), 1),
         ],
         t,
     );
@@ -549,21 +533,7 @@ fn several_limits_weigh_the_request_each_their_own_way() {
     let five = limit(Algorithm::TokenBucket, 5, MINUTE);
     let t = MIDNIGHT;
     // Weighs 3 under the first limit, 2 under the second.
-    let first = decide_all(
-        &[
-            Check {
-                limit: &ten,
-                state: None,
-                cost: 3,
-            },
-            Check {
-                limit: &five,
-                state: None,
-                cost: 2,
-            },
-        ],
-        t,
-    );
+    let first = decide_all(&[Check::new(&ten, None, 3), Check::new(&five, None, 2)], t);
     assert!(first.allowed);
     assert_eq!(
         (first.decisions[0].remaining, first.decisions[1].remaining),
@@ -575,16 +545,8 @@ fn several_limits_weigh_the_request_each_their_own_way() {
     // from the first either.
     let denied = decide_all(
         &[
-            Check {
-                limit: &ten,
-                state: Some(s0.as_bytes()),
-                cost: 3,
-            },
-            Check {
-                limit: &five,
-                state: Some(s1.as_bytes()),
-                cost: 4,
-            },
+            Check::new(&ten, Some(s0.as_bytes()), 3),
+            Check::new(&five, Some(s1.as_bytes()), 4),
         ],
         t,
     );

@@ -217,6 +217,7 @@ fn one_by_one(
     limits: &[Limit],
     keys: &[Key],
     costs: &[u64],
+    reserves: &[u64],
     now: Nanos,
     n: u32,
 ) -> (Vec<bool>, Vec<Vec<Decision>>, Vec<Nanos>, Vec<Key>) {
@@ -227,10 +228,10 @@ fn one_by_one(
             .iter()
             .zip(&keys)
             .zip(costs)
-            .map(|((limit, k), &cost)| Check {
-                limit,
-                state: k.state.as_deref(),
-                cost,
+            .zip(reserves)
+            .map(|(((limit, k), &cost), &reserve)| Check {
+                reserve,
+                ..Check::new(limit, k.state.as_deref(), cost)
             })
             .collect();
         let out = decide_all(&checks, now);
@@ -564,7 +565,7 @@ proptest! {
             let checks: Vec<Check<'_>> = limits
                 .iter()
                 .zip(&keys)
-                .map(|(limit, k)| Check { limit, state: k.state.as_deref(), cost })
+                .map(|(limit, k)| Check::new(limit, k.state.as_deref(), cost))
                 .collect();
             let all = decide_all(&checks, t);
             let alone: Vec<_> = checks.iter().map(|ch| decide(ch.limit, ch.state, t, cost)).collect();
@@ -597,13 +598,18 @@ proptest! {
     /// one instant is final for identical requests), and the count, the
     /// reported decisions, each admitted request's delay and the states
     /// after are the same. Every algorithm, several limits, per-limit
-    /// weights (0 included), delay mode, and clock steps back.
+    /// weights (0 included), reserves (priority classes), delay mode, and
+    /// clock steps back.
     #[test]
     fn a_batch_is_its_requests_one_by_one(
         limits in prop::collection::vec(any_limit(anyw), 1..4),
         history in trace(30),
         costs in prop::collection::vec(
             prop_oneof![6 => Just(1u64), 3 => 1u64..=4, 1 => Just(0u64), 1 => 1u64..=30],
+            3,
+        ),
+        reserves in prop::collection::vec(
+            prop_oneof![4 => Just(0u64), 2 => 1u64..=5, 1 => 1u64..=40],
             3,
         ),
         n in prop_oneof![3 => 1u32..=40, 1 => Just(1u32), 1 => 100u32..=300],
@@ -623,14 +629,20 @@ proptest! {
         now = now.saturating_sub((u128::from(window) * u128::from(back) / 1000) as u64)
             + (u128::from(window) * u128::from(gap) / 1000) as u64;
         let costs = &costs[..limits.len()];
+        let reserves = &reserves[..limits.len()];
         let checks: Vec<Check<'_>> = limits
             .iter()
             .zip(&keys)
             .zip(costs)
-            .map(|((limit, k), &cost)| Check { limit, state: k.state.as_deref(), cost })
+            .zip(reserves)
+            .map(|(((limit, k), &cost), &reserve)| Check {
+                reserve,
+                ..Check::new(limit, k.state.as_deref(), cost)
+            })
             .collect();
         let batch = decide_batch(&checks, now, n);
-        let (allowed, decisions, delays, after) = one_by_one(&limits, &keys, costs, now, n);
+        let (allowed, decisions, delays, after) =
+            one_by_one(&limits, &keys, costs, reserves, now, n);
         let k = allowed.iter().take_while(|&&a| a).count();
         prop_assert!(allowed[k..].iter().all(|&a| !a), "not a prefix: {:?}", allowed);
         prop_assert_eq!(batch.admitted as usize, k);
@@ -691,7 +703,7 @@ proptest! {
             .iter()
             .zip(&keys)
             .zip(&costs)
-            .map(|((limit, k), &cost)| Check { limit, state: k.state.as_deref(), cost })
+            .map(|((limit, k), &cost)| Check::new(limit, k.state.as_deref(), cost))
             .collect();
         let out = decide_all_leased(&checks, &leases, now);
         // The states after the returns, then decide_all on them.
@@ -865,7 +877,7 @@ proptest! {
             }
         }
         decide(&l, Some(&bytes), now, cost);
-        decide_batch(&[Check { limit: &l, state: Some(&bytes), cost: 1 }], now, 3);
+        decide_batch(&[Check::new(&l, Some(&bytes), 1)], now, 3);
         refund_at(&l, &bytes, t, now, cost);
         charge(&l, Some(&bytes), now, cost);
     }

@@ -196,6 +196,7 @@ fn store_items(domain: &str, limits: Vec<KeyedLimit>) -> Result<Vec<StoreItem>, 
                 lease: r.lease,
                 returned: r.returned,
                 returned_age: r.returned_age,
+                reserve: r.reserve,
             }
             .into(),
             Rule::Permits { permits, holder } => PermitItem {

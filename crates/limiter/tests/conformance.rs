@@ -144,6 +144,9 @@ async fn suite<S: Store + Clone>(s: Subject<S>) {
     a_charge_takes_the_key_into_debt_until_it_drained(&s).await;
     a_refund_gives_room_back(&s).await;
     a_charge_is_never_refused_and_each_limit_is_answered(&s).await;
+    a_reserve_keeps_room_for_checks_without_one(&s).await;
+    a_batch_with_a_reserve_stops_where_the_reserve_begins(&s).await;
+    racing_checks_with_a_reserve_never_take_it(&s).await;
 }
 
 /// Exact admits for every algorithm; the next one waits, and (where the
@@ -1216,4 +1219,94 @@ async fn redis_cluster_store() {
         clock: None,
     })
     .await;
+}
+
+/// Priority: a check with a `reserve` passes while its weight and the
+/// reserve fit together, and takes its weight alone; the reserved units
+/// stay for checks without one. A refusal reports the wait until weight
+/// and reserve fit, and what remains. Every algorithm.
+async fn a_reserve_keeps_room_for_checks_without_one<S: Store + Clone>(s: &Subject<S>) {
+    let store = s.name;
+    for alg in Algorithm::ALL {
+        let c = s.client(&format!("reserve-{}", alg.name()));
+        let bulk = daily(alg, json!({"reserve": 4}));
+        for i in 0..6 {
+            let v = c.check(bulk.clone(), 1).await;
+            assert_eq!(v["allowed"], json!(true), "{store} {alg} {i}: {v}");
+        }
+        let v = c.check(bulk.clone(), 1).await;
+        let l = &v["limits"][0];
+        assert_eq!(v["allowed"], json!(false), "{store} {alg}: {v}");
+        assert_eq!(l["allowed"], json!(false), "{store} {alg}: {v}");
+        assert_eq!(l["remaining"], json!(4), "{store} {alg}: {v}");
+        assert!(
+            l["retry_after_ms"].as_u64().unwrap() > 0,
+            "{store} {alg}: {v}"
+        );
+        let plain = daily(alg, json!({}));
+        for i in 0..4 {
+            let v = c.check(plain.clone(), 1).await;
+            assert_eq!(v["allowed"], json!(true), "{store} {alg} {i}: {v}");
+        }
+        assert_eq!(
+            c.check(plain, 1).await["allowed"],
+            json!(false),
+            "{store} {alg}"
+        );
+    }
+}
+
+/// A batch of requests with a reserve admits those after which the
+/// reserve still fits, in arrival order, and no more.
+async fn a_batch_with_a_reserve_stops_where_the_reserve_begins<S: Store + Clone>(s: &Subject<S>) {
+    let store = s.name;
+    for alg in Algorithm::ALL {
+        let c = s.client(&format!("reserve-batch-{}", alg.name()));
+        let v = c.batch(daily(alg, json!({"reserve": 3})), 1, 10).await;
+        assert_eq!(v["admitted"], json!(7), "{store} {alg}: {v}");
+        assert_eq!(
+            v["limits"][0]["allowed"],
+            json!(false),
+            "{store} {alg}: {v}"
+        );
+        assert_eq!(v["limits"][0]["remaining"], json!(3), "{store} {alg}: {v}");
+        // 3 left: weight 2 and reserve 1 fit once.
+        let v = c.batch(daily(alg, json!({"reserve": 1})), 2, 3).await;
+        assert_eq!(v["admitted"], json!(1), "{store} {alg}: {v}");
+        assert_eq!(v["limits"][0]["remaining"], json!(1), "{store} {alg}: {v}");
+    }
+}
+
+/// Many callers with a reserve on one key take exactly the limit less
+/// the reserve, never part of it.
+async fn racing_checks_with_a_reserve_never_take_it<S: Store + Clone>(s: &Subject<S>) {
+    for alg in Algorithm::ALL {
+        let items = Arc::new([StoreItem::from(RateItem {
+            reserve: 30,
+            ..RateItem::new(
+                format!("{}-hot-reserve/k|{}|86400000", s.name, alg.name()),
+                Limit::new(alg, 100, 86_400 * SECOND).unwrap(),
+                1,
+            )
+        })]);
+        let admitted = Arc::new(AtomicU64::new(0));
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let store = s.store.clone();
+                let items = items.clone();
+                let admitted = admitted.clone();
+                tokio::spawn(async move {
+                    for _ in 0..15 {
+                        if store.check(&items[..]).await.unwrap().allowed {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(admitted.load(Ordering::Relaxed), 70, "{} {alg}", s.name);
+    }
 }

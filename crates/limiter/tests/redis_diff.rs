@@ -104,14 +104,7 @@ fn peek(limit: &Limit, state: Option<&[u8]>, now: u64, cost: u64) -> Decision {
         soft_percent: 0,
         max_delay: None,
     };
-    let checks = [
-        Check { limit, state, cost },
-        Check {
-            limit: &never,
-            state: None,
-            cost: 2,
-        },
-    ];
+    let checks = [Check::new(limit, state, cost), Check::new(&never, None, 2)];
     decide_all(&checks, now).decisions[0]
 }
 
@@ -147,6 +140,8 @@ struct Coverage {
     returned: usize,
     /// Limits given units back by a denied check.
     returned_denied: usize,
+    /// Limits with a reserve that refused.
+    reserve_refused: usize,
 }
 
 impl Coverage {
@@ -166,6 +161,7 @@ impl Coverage {
         self.leased_short += other.leased_short;
         self.returned += other.returned;
         self.returned_denied += other.returned_denied;
+        self.reserve_refused += other.reserve_refused;
     }
 }
 
@@ -177,14 +173,6 @@ struct Trace<'a> {
 }
 
 impl Trace<'_> {
-    /// The store items of `chosen` (limit index, weight).
-    fn items(&self, chosen: &[(usize, u64)]) -> Vec<StoreItem> {
-        self.rate_items(chosen)
-            .into_iter()
-            .map(Into::into)
-            .collect()
-    }
-
     fn rate_items(&self, chosen: &[(usize, u64)]) -> Vec<RateItem> {
         chosen
             .iter()
@@ -196,16 +184,23 @@ impl Trace<'_> {
     }
 
     /// Decides `requests` identical requests over `chosen` (limit index,
-    /// weight) in both; returns how many were admitted.
+    /// weight), each limit with its reserve, in both; returns how many were
+    /// admitted.
     async fn step(
         &mut self,
         chosen: &[(usize, u64)],
+        reserves: &[u64],
         requests: u32,
         now: u64,
         ctx: &str,
         seen: &mut Coverage,
     ) -> u32 {
-        let items = self.items(chosen);
+        let items: Vec<StoreItem> = self
+            .rate_items(chosen)
+            .into_iter()
+            .zip(reserves)
+            .map(|(item, &reserve)| RateItem { reserve, ..item }.into())
+            .collect();
         let refs: Vec<&StoreItem> = items.iter().collect();
         let lua = self
             .store
@@ -214,10 +209,14 @@ impl Trace<'_> {
             .unwrap();
         let checks: Vec<Check<'_>> = chosen
             .iter()
-            .map(|&(i, cost)| Check {
-                limit: &self.limits[i],
-                state: self.states.get(&i).map(Vec::as_slice),
-                cost,
+            .zip(reserves)
+            .map(|(&(i, cost), &reserve)| Check {
+                reserve,
+                ..Check::new(
+                    &self.limits[i],
+                    self.states.get(&i).map(Vec::as_slice),
+                    cost,
+                )
             })
             .collect();
         let core = decide_batch(&checks, now, requests);
@@ -228,8 +227,19 @@ impl Trace<'_> {
         assert_eq!(lua.delays, core_delays, "{ctx}: delays");
         seen.partial += usize::from(core.admitted > 0 && core.admitted < requests);
         seen.waited += usize::from(core.delays.iter().filter(|&&d| d > 0).count() > 1);
-        for ((l, c), &(i, _)) in lua.decisions.iter().zip(&core.decisions).zip(chosen) {
-            same(l, c, &format!("{ctx}: limit {i} {:?}", self.limits[i]));
+        for (((l, c), &(i, _)), &r) in lua
+            .decisions
+            .iter()
+            .zip(&core.decisions)
+            .zip(chosen)
+            .zip(reserves)
+        {
+            same(
+                l,
+                c,
+                &format!("{ctx}: limit {i} {:?} reserve {r}", self.limits[i]),
+            );
+            seen.reserve_refused += usize::from(r > 0 && !c.allowed);
             seen.delayed += usize::from(c.allowed && c.delay > 0);
             seen.too_long += usize::from(c.denial == Some(Denial::DelayTooLong));
         }
@@ -271,10 +281,12 @@ impl Trace<'_> {
         let lua = self.store.run_check(&refs, 1, Some(now)).await.unwrap();
         let checks: Vec<Check<'_>> = chosen
             .iter()
-            .map(|&(i, cost)| Check {
-                limit: &self.limits[i],
-                state: self.states.get(&i).map(Vec::as_slice),
-                cost,
+            .map(|&(i, cost)| {
+                Check::new(
+                    &self.limits[i],
+                    self.states.get(&i).map(Vec::as_slice),
+                    cost,
+                )
             })
             .collect();
         let core = decide_all_leased(&checks, leases, now);
@@ -370,6 +382,7 @@ async fn run_traces(
     let mut sizes = Rng(seed ^ 0x5eed_ba7c);
     // Leases are drawn apart too, so the other traces stay as they were.
     let mut leasing = Rng(seed ^ 0x001e_a5e5);
+    let mut reserving = Rng(seed ^ 0x0e5e_7e5e);
     let mut seen = Coverage {
         decided: vec![0; Algorithm::ALL.len()],
         ..Coverage::default()
@@ -480,7 +493,18 @@ async fn run_traces(
                     None => (0, Vec::new()),
                 }
             } else {
-                let admitted = trace.step(&chosen, requests, now, &ctx, &mut seen).await;
+                // A quarter of the limits (not in delay mode) keep a reserve.
+                let reserves: Vec<u64> = chosen
+                    .iter()
+                    .map(|&(i, _)| match trace.limits[i].max_delay {
+                        None if reserving.below(4) == 0 => reserving.range(1, 8),
+                        _ => 0,
+                    })
+                    .collect();
+                let ctx = format!("{ctx} reserves {reserves:?}");
+                let admitted = trace
+                    .step(&chosen, &reserves, requests, now, &ctx, &mut seen)
+                    .await;
                 (admitted, Vec::new())
             };
             if admitted > 0 && chosen.iter().any(|&(_, c)| c > 0) {
@@ -510,6 +534,10 @@ fn every_case_met(seen: &Coverage, batches: bool) {
         assert!(*n > 0, "no decision of {a} was compared");
     }
     assert!(seen.delayed > 0, "no delayed admission was compared");
+    assert!(
+        seen.reserve_refused > 0,
+        "no refusal under a reserve was compared"
+    );
     assert!(seen.too_long > 0, "no delay beyond max_delay was compared");
     assert!(
         seen.weighed > 0,

@@ -490,6 +490,7 @@ mod tests {
                         lease: rng.option(),
                         returned: rng.option(),
                         returned_age_ms: rng.option(),
+                        reserve: rng.option(),
                     };
                     let adjust = if rng.below(2) == 0 {
                         Adjust::Charge(rng.number())

@@ -22,13 +22,7 @@ pub fn check_body(body: &[u8]) -> Result<(), String> {
     let checks: Vec<_> = check
         .limits
         .iter()
-        .filter_map(|l| {
-            l.limit().map(|limit| Check {
-                limit,
-                state: None,
-                cost: l.hits,
-            })
-        })
+        .filter_map(|l| l.limit().map(|limit| Check::new(limit, None, l.hits)))
         .collect();
     let now = 1_714_521_600 * SECOND;
     let out = decide_all(&checks, now);

@@ -106,6 +106,13 @@ pub struct LimitSpec<'a> {
     /// to [`MAX_WINDOW_MS`](crate::MAX_WINDOW_MS)); given with `returned`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub returned_age_ms: Option<u64>,
+    /// Priority: units that must still fit beside this limit's weight for
+    /// the request to pass, not consumed (1 to [`MAX_COUNT`](crate::MAX_COUNT)):
+    /// a class allowed a share of the limit keeps the rest for the classes
+    /// above it. Denied with the wait until weight + reserve fits. Not with
+    /// `max_delay_ms` or `lease`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve: Option<u64>,
 }
 
 impl LimitSpec<'static> {
@@ -128,6 +135,7 @@ impl LimitSpec<'static> {
             lease: None,
             returned: None,
             returned_age_ms: None,
+            reserve: None,
         }
     }
 }
@@ -150,6 +158,7 @@ impl LimitSpec<'static> {
             lease: None,
             returned: None,
             returned_age_ms: None,
+            reserve: None,
         }
     }
 }
@@ -222,6 +231,7 @@ impl LimitSpec<'_> {
             (br#","lease":"#, self.lease),
             (br#","returned":"#, self.returned),
             (br#","returned_age_ms":"#, self.returned_age_ms),
+            (br#","reserve":"#, self.reserve),
         ];
         let head = (&*self.key, &*self.algorithm, self.requests, self.window_ms);
         write_limit(out, head, &optional);
@@ -470,6 +480,7 @@ mod tests {
                     lease: rng.option(),
                     returned: rng.option(),
                     returned_age_ms: rng.option(),
+                    reserve: rng.option(),
                 })
                 .collect();
             let request = CheckRequest {

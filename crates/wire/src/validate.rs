@@ -72,6 +72,8 @@ pub struct RateRule {
     pub returned: u64,
     /// How long ago the `returned` units were consumed.
     pub returned_age: Nanos,
+    /// Priority: units that must still fit beside the weight (0: none).
+    pub reserve: u64,
 }
 
 /// A check that passed validation.
@@ -292,7 +294,7 @@ pub fn build_limit(
 }
 
 /// The fields a concurrency limit does not take, with whether each is set.
-fn rate_only_fields(spec: &LimitSpec<'_>) -> [(&'static str, bool); 7] {
+fn rate_only_fields(spec: &LimitSpec<'_>) -> [(&'static str, bool); 8] {
     [
         ("burst", spec.burst.is_some()),
         ("precision", spec.precision.is_some()),
@@ -301,6 +303,7 @@ fn rate_only_fields(spec: &LimitSpec<'_>) -> [(&'static str, bool); 7] {
         ("lease", spec.lease.is_some()),
         ("returned", spec.returned.is_some()),
         ("returned_age_ms", spec.returned_age_ms.is_some()),
+        ("reserve", spec.reserve.is_some()),
     ]
 }
 
@@ -446,11 +449,30 @@ impl RateRule {
             (Some(n), Some(ms)) => (n, ms.saturating_mul(MILLISECOND)),
         };
         Ok(RateRule {
+            reserve: reserve_of(spec, &limit, lease)?,
             limit,
             lease,
             returned,
             returned_age,
         })
+    }
+}
+
+/// A limit's `reserve`: in range, and not with delay mode (a reserve is
+/// room now, not later) nor a lease (whose grant is what fits now).
+fn reserve_of(spec: &LimitSpec<'_>, limit: &Limit, lease: u64) -> Result<u64, FieldError> {
+    match spec.reserve {
+        None => Ok(0),
+        Some(n) if n == 0 || n > MAX_COUNT => Err(FieldError::at(
+            "reserve",
+            format!("must be between 1 and {MAX_COUNT}"),
+        )),
+        Some(_) if limit.max_delay.is_some() => Err(FieldError::at(
+            "reserve",
+            "not allowed with max_delay_ms (delay mode)",
+        )),
+        Some(_) if lease != 0 => Err(FieldError::at("reserve", "not allowed with lease")),
+        Some(n) => Ok(n),
     }
 }
 
@@ -632,6 +654,34 @@ mod tests {
         )
         .unwrap();
         assert_eq!((one.batch, one.requests()), (None, 1));
+    }
+
+    #[test]
+    fn reserves_are_bounded_and_named() {
+        let body = |extra: &str| {
+            format!(
+                r#"{{"domain":"d","limits":[{{"key":"k","algorithm":"gcra","requests":10,"window_ms":1000{extra}}}]}}"#
+            )
+        };
+        let err = |extra: &str| parse_check(body(extra).as_bytes()).unwrap_err().to_string();
+        let ok = parse_check(body(r#","reserve":4"#).as_bytes()).unwrap();
+        assert_eq!(rate(&ok.limits[0]).reserve, 4);
+        let range = format!("limits[0].reserve: must be between 1 and {MAX_COUNT}");
+        assert_eq!(err(r#","reserve":0"#), range);
+        assert_eq!(err(&format!(r#","reserve":{}"#, MAX_COUNT + 1)), range);
+        assert_eq!(
+            err(r#","reserve":4,"max_delay_ms":100"#),
+            "limits[0].reserve: not allowed with max_delay_ms (delay mode)"
+        );
+        assert_eq!(
+            err(r#","reserve":4,"lease":2"#),
+            "limits[0].reserve: not allowed with lease"
+        );
+        let permits = r#"{"domain":"d","holder":1,"limits":[{"key":"k","algorithm":"concurrency","requests":10,"window_ms":1000,"reserve":2}]}"#;
+        assert_eq!(
+            parse_check(permits.as_bytes()).unwrap_err().to_string(),
+            "limits[0].reserve: not allowed in a concurrency limit"
+        );
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! of each limit a class may use (see [`Priority`]).
 
 use super::checks::{field_path, valid_name, MAX_NAME_LEN};
-use super::plan::{LimitKind, Priority, RuleLimit};
+use super::plan::{LimitKind, Priority, RuleLimit, Sync};
 use super::raw::{OnExceed, RawLimit, RawPriority};
 use crate::key::KeyPart;
 use sluice_core::FieldError;
@@ -67,21 +67,27 @@ pub fn compile(
     }))
 }
 
-/// Priority classes share the rule's local rate limits, decided here.
+/// Priority classes share the rule's rate limits, local or checked with
+/// the limiter per request: a reserve is room now, for one request.
 fn check_limits(at: &str, limits: &[RuleLimit], raw: &[RawLimit]) -> Result<(), FieldError> {
     for (j, (limit, raw)) in limits.iter().zip(raw).enumerate() {
         let why = match &limit.kind {
-            LimitKind::Local(_) if raw.on_exceed == OnExceed::Delay => {
-                Some("a limit in delay mode")
-            }
+            _ if raw.on_exceed == OnExceed::Delay => Some("a limit in delay mode"),
             LimitKind::Local(_) => None,
+            LimitKind::Global(g) => match g.sync {
+                Sync::PerRequest | Sync::Elastic(_) => None,
+                Sync::Coalesce => Some("a global limit with sync coalesce"),
+                Sync::Lease(_) => Some("a global limit with sync lease"),
+            },
             LimitKind::Concurrency(_) => Some("a concurrency limit"),
-            LimitKind::Global(_) | LimitKind::ServiceHeld(_) => Some("a global limit"),
+            LimitKind::ServiceHeld(_) => Some("held by a rate limit service (protocol rls)"),
         };
         if let Some(why) = why {
             return Err(FieldError::at(
                 at,
-                format!("applies to local rate limits only; limits[{j}] is {why}"),
+                format!(
+                    "applies to rate limits, local or global per request; limits[{j}] is {why}"
+                ),
             ));
         }
     }

@@ -11,7 +11,7 @@ use super::local::Aim;
 use super::pending::PendingCheck;
 use super::tally::Tally;
 use super::verdict::Verdict;
-use super::walk::{share, Applied, Walk};
+use super::walk::{reserve, share, Applied, Walk};
 use crate::config::checks::{field_path, LimitSite};
 use crate::config::raw::{Mode, OnExceed, RawCost, RawLimit, RawRule, Scope};
 use crate::config::{Elastic, GlobalLimit, LimitKind, LocalLimit, Plan, Rule, Sync};
@@ -267,10 +267,17 @@ where
             cacheable: false,
             via: Via::Alone,
         };
+        // Each class borrows its share of the extra allowance and the pool.
+        let spec = |key: String, limit: &Limit, share: u8| LimitSpec {
+            reserve: Some(reserve(limit, share)).filter(|&r| r > 0),
+            ..LimitSpec::new(key, limit)
+        };
+        let extra_key = limiter_key(&elastic.place, l, applied.key);
         let extra = (
             item(applied.index, l, &elastic.extra),
-            LimitSpec::new(limiter_key(&elastic.place, l, applied.key), &elastic.extra),
+            spec(extra_key, &elastic.extra, applied.share),
         );
+        let pool_share = share(pool, self.request);
         let pool = pool
             .limits
             .iter()
@@ -279,10 +286,8 @@ where
                 let limit = pool_limit
                     .quota()
                     .map_or(pool_limit.limit(), |q| q.limit_for(&pool_key));
-                (
-                    item(elastic.pool, k, limit),
-                    LimitSpec::new(limiter_key(&pool.name, k, &pool_key), limit),
-                )
+                let key = limiter_key(&pool.name, k, &pool_key);
+                (item(elastic.pool, k, limit), spec(key, limit, pool_share))
             })
             .collect();
         Some(Lend { extra, pool })

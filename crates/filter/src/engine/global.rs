@@ -9,7 +9,7 @@ use super::call::{GlobalItem, LeaseAsk, Via};
 use super::deny_cache;
 use super::elastic;
 use super::leased::{self, cancel_ask, from_lease};
-use super::walk::{Applied, Walk};
+use super::walk::{reserve, Applied, Walk};
 use crate::config::checks::{compile_limit, LimitSite};
 use crate::config::raw::{RawLimit, RawSync, SyncMode};
 use crate::config::{GlobalLimit, LimitKind, Quota, Sync};
@@ -121,6 +121,8 @@ where
             }
         }
         let mut spec = LimitSpec::new(limiter_key(&applied.rule.name, l, applied.key), limit);
+        // A lower priority class leaves room for the ones above it.
+        spec.reserve = Some(reserve(limit, applied.share)).filter(|&r| r > 0);
         if let Via::Leased(ask) = &via {
             spec.lease = (ask_units > 0).then_some(ask_units);
             if ask.returned > 0 {
@@ -134,8 +136,11 @@ where
             window: limit.window,
             requests: limit.requests,
             fingerprint: applied.fingerprint,
-            // A denial of an elastic limit may still borrow.
-            cacheable: applied.fixed_cost() && !matches!(via, Via::Elastic(_)),
+            // A denial of an elastic limit may still borrow; one that kept a
+            // reserve says nothing of the classes above.
+            cacheable: applied.fixed_cost()
+                && spec.reserve.is_none()
+                && !matches!(via, Via::Elastic(_)),
             via,
         };
         self.batch_of(applied).push(item, spec, applied.weight);

@@ -4,7 +4,7 @@
 
 use super::elastic::{self, lent};
 use super::tally::{undecided, Consumed, Target};
-use super::walk::{Applied, Walk};
+use super::walk::{reserve, Applied, Walk};
 use crate::config::checks::{compile_limit, LimitSite};
 use crate::config::raw::RawLimit;
 use crate::config::{LimitKind, LocalLimit, Quota};
@@ -26,13 +26,6 @@ pub(super) enum Aim {
     Extra(u64),
     /// The dedicated key of the override at this position.
     Override(usize),
-}
-
-/// The units of `limit` a priority class with `share` percent must leave
-/// free: `100 − share` percent of what a fresh key admits, rounded down.
-fn reserve(limit: &sluice_core::Limit, share: u8) -> u64 {
-    let kept = u128::from(100 - share.min(100));
-    u64::try_from(u128::from(limit.soft_burst()) * kept / 100).unwrap_or(u64::MAX)
 }
 
 /// Compiles a local limit: its quota, where its state lives, and its

@@ -1028,6 +1028,33 @@ mod concurrency;
 
 mod response_cost;
 
+const GLOBAL_PRIORITY: &str = r#"{"name":"api","key":["const:all"],
+    "priority":{"from":"header:x-priority","default":"bulk","classes":[
+        {"name":"critical","share":100},{"name":"bulk","share":50}]},
+    "limits":[{"algorithm":"fixed_window","requests":10,"window":"1m","scope":"global"}]}"#;
+
+#[test]
+fn a_global_limit_keeps_the_reserve_of_a_class_in_its_check() {
+    let w = World::new(&rules(GLOBAL_PRIORITY));
+    let class = |c: &str| FakeRequest::get("/").with("x-priority", c);
+    let body = |p: &PendingCheck| String::from_utf8(p.body(0).to_vec()).unwrap();
+    let bulk = pending(w.eval(&class("bulk")));
+    assert!(
+        body(&bulk).ends_with(r#""burst":10,"reserve":5}]}"#),
+        "{}",
+        body(&bulk)
+    );
+    assert!(!allowed(&w.finish(bulk, answer(false, 2_000))));
+    // A denial that kept a reserve is not cached: critical still asks.
+    let critical = pending(w.eval(&class("critical")));
+    assert!(!body(&critical).contains("reserve"), "{}", body(&critical));
+    assert!(!allowed(&w.finish(critical, answer(false, 2_000))));
+    // A denial without reserve is: every class is denied at once.
+    for c in ["critical", "bulk"] {
+        assert!(matches!(w.eval(&class(c)), Verdict::Deny(_)), "{c}");
+    }
+}
+
 #[test]
 fn priority_classes_use_their_share_of_a_limit() {
     let w = World::new(&rules(
@@ -1053,25 +1080,41 @@ fn priority_classes_use_their_share_of_a_limit() {
 }
 
 #[test]
-fn priority_applies_to_local_rate_limits_only() {
-    for (limit, field) in [
+fn priority_applies_to_rate_limits_decided_per_request() {
+    let limiter = r#""limiter":{"cluster":"c","authority":"a"}"#;
+    let rls = r#""limiter":{"cluster":"c","protocol":"rls"}"#;
+    for (limiter, limit, why) in [
+        (limiter, r#"{"concurrency":3}"#, "a concurrency limit"),
         (
-            r#"{"algorithm":"gcra","requests":10,"window":"1m","scope":"global"}"#,
-            "rules[0].priority",
-        ),
-        (r#"{"concurrency":3}"#, "rules[0].priority"),
-        (
+            limiter,
             r#"{"algorithm":"gcra","requests":10,"window":"1m","on_exceed":"delay","max_delay":"1s"}"#,
-            "rules[0].priority",
+            "delay mode",
         ),
+        (
+            limiter,
+            r#"{"algorithm":"gcra","requests":10,"window":"1m","scope":"global","on_exceed":"delay","max_delay":"1s"}"#,
+            "delay mode",
+        ),
+        (
+            limiter,
+            r#"{"algorithm":"gcra","requests":10,"window":"1m","scope":"global","sync":{"mode":"coalesce"}}"#,
+            "sync coalesce",
+        ),
+        (
+            limiter,
+            r#"{"algorithm":"gcra","requests":10,"window":"1m","scope":"global","sync":{"mode":"lease","max_share":"10%"}}"#,
+            "sync lease",
+        ),
+        (rls, r#"{"scope":"global"}"#, "protocol rls"),
     ] {
         let json = format!(
-            r#"{{"domain":"t","limiter":{{"cluster":"c","authority":"a"}},"rules":[{{"name":"r","key":["const:a"],
+            r#"{{"domain":"t",{limiter},"rules":[{{"name":"r","key":["const:a"],
                 "priority":{{"from":"header:x-p","default":"a","classes":[{{"name":"a","share":50}}]}},
                 "limits":[{limit}]}}]}}"#
         );
         let err = parse(json.as_bytes()).unwrap_err();
-        assert_eq!(err.path, field, "{limit}: {err}");
+        assert_eq!(err.path, "rules[0].priority", "{limit}: {err}");
+        assert!(err.message.contains(why), "{limit}: {err}");
     }
     for (priority, field) in [
         (

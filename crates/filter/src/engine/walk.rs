@@ -246,6 +246,13 @@ pub(super) fn share<'a, V: RequestView>(rule: &'a Rule, request: &Request<'a, V>
     priority.share_of(present.then_some(value.as_str()))
 }
 
+/// The units of `limit` a priority class with `share` percent must leave
+/// free: `100 − share` percent of what a fresh key admits, rounded down.
+pub(super) fn reserve(limit: &Limit, share: u8) -> u64 {
+    let kept = u128::from(100 - share.min(100));
+    u64::try_from(u128::from(limit.soft_burst()) * kept / 100).unwrap_or(u64::MAX)
+}
+
 /// The slot of a key with `fingerprint` in a limit's slot table.
 pub(super) fn slot(plan: &Plan, fingerprint: u64) -> u64 {
     slots::slot_of(fingerprint, plan.local_max_keys)

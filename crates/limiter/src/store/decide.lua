@@ -26,7 +26,9 @@
 --       units to take beyond the cost once admitted, one request only;
 --       refund: the units granted, given back with the cost; 0 = none),
 --       returned (check: units to give back before deciding, 0 = none),
---       returned_age_us (how long before now they were consumed).
+--       returned_age_us (how long before now they were consumed), reserve
+--       (check: units that must still fit beside the cost, not consumed:
+--       sluice-core's decide_reserving; 0 = none).
 -- Check reply: allowed (every request admitted), now, admitted (how many
 --       requests, the first ones in arrival order), delays (how many delay
 --       values end the reply: 0, or one per admitted request), then per
@@ -39,7 +41,7 @@
 -- Refund reply: as a check's, with each limit decided again after the
 --       refund without consuming (a request of its weight).
 -- Concurrency limits: a limit whose code is PERMITS.code takes, per limit,
---       code, permits, ttl_us, holder (decimal), "", "", cost, "", 0, 0, 0;
+--       code, permits, ttl_us, holder (decimal), "", "", cost, "", 0, 0, 0, 0;
 --       sluice-core's `permits` semantics. Its key is a hash: field = holder
 --       in decimal, value = "count:expires_us"; it expires (PX) when the
 --       last holder's permits do. A refund gives the cost back (a release).
@@ -843,6 +845,27 @@ local function admits(p, st, now, cost, times)
   return d.allowed
 end
 
+-- Priority (sluice-core's decide_reserving, and decide_batch for
+-- `times`): the requests pass while `reserve` more units still fit after
+-- them, at once.
+local function admits_reserving(p, st, now, cost, times, reserve)
+  local total = cost * times + reserve
+  if total >= SAFE then return false end
+  local d = decide_in(p, st, now, total, false)
+  return d.allowed and d.delay == 0
+end
+
+-- A refused request's decision under a limit with a reserve: refused
+-- with the wait until cost + reserve fits, or, when it would pass, what
+-- remains without it.
+local function refused_reserving(p, st, now, cost, reserve)
+  local d, new = decide_in(p, st, now, cost + reserve, false)
+  if d.allowed and d.delay == 0 then return decide_in(p, st, now, cost, false) end
+  d.allowed, d.delay = false, 0
+  if (d.denial or 0) == 0 then d.denial = 1 end
+  return d, new
+end
+
 local function refund_at(p, st, admitted_at, now, cost)
   if cost == 0 then return nil end
   return BY_CODE[p.alg].refund(p, st, admitted_at, now, cost)
@@ -994,10 +1017,10 @@ end
 local function parse(KEYS, ARGV)
   local call = {mode = ARGV[1], overridden = ARGV[2] ~= '', requests = tonumber(ARGV[4]) or 1,
     admitted_at = tonumber(ARGV[3]), limits = {}, costs = {}, states = {}, leases = {},
-    returned = {}, returned_age = {}, permits = {}}
+    returned = {}, returned_age = {}, reserves = {}, permits = {}}
   call.now = clock(ARGV[2])
   for i = 1, #KEYS do
-    local a = 4 + (i - 1) * 11
+    local a = 4 + (i - 1) * 12
     if tonumber(ARGV[a + 1]) == PERMITS.code then
       call.permits[i] = {max = tonumber(ARGV[a + 2]), ttl = tonumber(ARGV[a + 3]),
         holder = ARGV[a + 4]}
@@ -1007,6 +1030,7 @@ local function parse(KEYS, ARGV)
     call.leases[i] = tonumber(ARGV[a + 9]) or 0
     call.returned[i] = tonumber(ARGV[a + 10]) or 0
     call.returned_age[i] = tonumber(ARGV[a + 11]) or 0
+    call.reserves[i] = tonumber(ARGV[a + 12]) or 0
     if not call.permits[i] then call.limits[i] = params(tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
       tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 8]))
     end
@@ -1076,6 +1100,8 @@ local function admitted_of(n, c)
       local ok
       if c.permits[i] then
         ok = acquire(c.permits[i], c.states[i], c.now, c.costs[i] * mid, false).allowed
+      elseif c.reserves[i] > 0 and c.costs[i] > 0 then
+        ok = admits_reserving(c.limits[i], c.states[i], c.now, c.costs[i], mid, c.reserves[i])
       else
         ok = admits(c.limits[i], c.states[i], c.now, c.costs[i], mid)
       end
@@ -1197,10 +1223,16 @@ local function main(KEYS, ARGV)
     -- consumes nothing, so the limits that would admit it are decided
     -- without consuming.
     for i = 1, n do
+      local st = news[i] or c.states[i]
       if c.permits[i] then
         decisions[i] = acquire_report(c.permits[i], c.states[i], now, c.costs[i])
       else
-        local d, new = decide_in(c.limits[i], news[i] or c.states[i], now, c.costs[i], false)
+        local d, new
+        if c.reserves[i] > 0 and c.costs[i] > 0 then
+          d, new = refused_reserving(c.limits[i], st, now, c.costs[i], c.reserves[i])
+        else
+          d, new = decide_in(c.limits[i], st, now, c.costs[i], false)
+        end
         decisions[i] = d
         if new then news[i] = new end
       end

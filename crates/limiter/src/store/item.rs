@@ -30,6 +30,9 @@ pub struct RateItem {
     /// How long before the check the `returned` units were consumed, on
     /// the store's clock.
     pub returned_age: Nanos,
+    /// Priority: units that must still fit beside `hits` for the request
+    /// to pass, not consumed (0: none; never with a lease or delay mode).
+    pub reserve: u64,
 }
 
 /// A concurrency limit to decide: `hits` permits for `holder`.
@@ -102,6 +105,7 @@ impl RateItem {
             lease: 0,
             returned: 0,
             returned_age: 0,
+            reserve: 0,
         }
     }
 

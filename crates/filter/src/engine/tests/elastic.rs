@@ -157,6 +157,26 @@ fn a_global_elastic_limit_borrows_in_a_second_call() {
 }
 
 #[test]
+fn a_class_borrows_its_share_of_the_extra_allowance_and_the_pool() {
+    let prioritised = GLOBAL_ELASTIC.replacen(
+        r#""key":["header:x-user"],"#,
+        r#""key":["header:x-user"],"priority":{"from":"header:x-p","default":"bulk","classes":[{"name":"bulk","share":60}]},"#,
+        1,
+    );
+    let w = World::new(&rules(&prioritised));
+    let mut p = pending(w.eval(&user("a")));
+    assert!(p.record(0, Some(answer_of(&[(false, 10), (true, 100)]).as_bytes())));
+    let second = pending(finish(&w.plan, p, &w.store, &w.metrics));
+    let body = String::from_utf8(second.body(0).to_vec()).unwrap();
+    // 40% of the extra allowance and of its own limit kept; the pool's rule
+    // has no classes.
+    assert_eq!(
+        body,
+        r#"{"domain":"t","hits":1,"limits":[{"key":"user+elastic/0/a","algorithm":"gcra","requests":5,"window_ms":1000,"burst":5,"reserve":2},{"key":"spare/0/all","algorithm":"fixed_window","requests":50,"window_ms":1000,"burst":50},{"key":"user/1/a","algorithm":"fixed_window","requests":100,"window_ms":60000,"burst":100,"reserve":40}]}"#
+    );
+}
+
+#[test]
 fn a_spent_pool_denies_as_over_the_own_limit() {
     let w = World::new(&rules(GLOBAL_ELASTIC));
     let mut p = pending(w.eval(&user("a")));

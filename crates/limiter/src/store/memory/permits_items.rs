@@ -60,19 +60,14 @@ pub(super) fn decide_items(
         .zip(states)
         .filter_map(|(item, &state)| {
             item.rate().map(|r| Check {
-                limit: &r.limit,
-                state,
-                cost: r.hits,
+                reserve: r.reserve,
+                ..Check::new(&r.limit, state, r.hits)
             })
         })
         .collect();
     let rates = checks.len();
     if !permits_admit {
-        checks.push(Check {
-            limit: &REFUSED,
-            state: None,
-            cost: 2,
-        });
+        checks.push(Check::new(&REFUSED, None, 2));
     }
     let mut rate = if requests == 1 && items.iter().any(StoreItem::leases) {
         let leases: Vec<Lease> = items

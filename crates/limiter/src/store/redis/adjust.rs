@@ -35,6 +35,7 @@ fn push_adjust_args(args: &mut Vec<String>, item: &AdjustItem) {
         "0".into(),
         refund.to_string(),
         age.to_string(),
+        "0".into(),
     ]);
 }
 

@@ -94,6 +94,7 @@ pub(super) fn push_item_args(args: &mut Vec<String>, item: &StoreItem) {
                 "0".into(),
                 "0".into(),
                 "0".into(),
+                "0".into(),
             ]);
             return;
         }
@@ -116,6 +117,7 @@ pub(super) fn push_item_args(args: &mut Vec<String>, item: &StoreItem) {
         item.returned.to_string(),
         // Ages come in whole milliseconds: exact in microseconds.
         (item.returned_age / MICROS).to_string(),
+        item.reserve.to_string(),
     ]);
 }
 
