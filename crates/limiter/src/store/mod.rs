@@ -62,6 +62,11 @@ use std::sync::Arc;
 ///   admitted: returning is not consuming. On a Redis Cluster each return
 ///   goes to its key's slot; a slot refunded because another denied gives
 ///   back its lease with the request.
+/// * **Reserves** (a rate item's `reserve`, priority classes): a request
+///   passes that limit only while its weight plus the reserve fits now,
+///   and consumes its weight alone (sluice-core's `decide_reserving`); in a
+///   batch, the requests after which the reserve still fits. A refusal is
+///   reported as the wait until weight and reserve fit.
 /// * **Concurrency limits** ([`StoreItem::Permits`], in a check of one
 ///   request): decided with the others, all or nothing, by sluice-core's
 ///   `permits::acquire` at the item's weight for its holder; the decision
