@@ -354,6 +354,10 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
         out.append(Row("global-memory-baseline", f"global-memory with {Path(baseline).name}", store="memory",
                        filters=[support.wasm_filter(sluice_config(global_gcra, global_scope=True), Path(baseline),
                                                     vm_id="baseline", name="baseline")]))
+        out.append(Row("global-memory-coalesce-baseline", f"global-memory-coalesce with {Path(baseline).name}",
+                       store="memory",
+                       filters=[support.wasm_filter(sluice_config(coalesced_gcra, global_scope=True), Path(baseline),
+                                                    vm_id="baseline", name="baseline")]))
         out.append(Row("local-gcra-baseline", f"local-gcra with {Path(baseline).name}",
                        filters=[support.wasm_filter(sluice_config(gcra), Path(baseline),
                                                     vm_id="baseline", name="baseline")]))
