@@ -115,9 +115,8 @@ pub fn state(data: &[u8]) {
     }
     let _ = decide_batch(
         &[Check {
-            limit: &limit,
-            state: Some(state),
-            cost: cost.min(4),
+            reserve: u64::from(head[6] % 3),
+            ..Check::new(&limit, Some(state), cost.min(4))
         }],
         now,
         u32::from(head[7] % 5),

@@ -39,6 +39,43 @@ fn mode(cost: u64) -> Mode {
     }
 }
 
+/// Whether `j` requests of `c` pass at `now`; with a reserve, the j-th
+/// passes while the reserve still fits after it (as j calls of
+/// [`decide_reserving`](crate::decide_reserving)).
+fn admits(c: &Check<'_>, now: Nanos, j: u32) -> bool {
+    if c.reserve == 0 || c.cost == 0 {
+        let d = decide_times(c.limit, c.state, now, c.cost, u64::from(j), Mode::Peek);
+        return d.decision.allowed;
+    }
+    let total = c
+        .cost
+        .saturating_mul(u64::from(j))
+        .saturating_add(c.reserve);
+    let d = decide_in(c.limit, c.state, now, total, Mode::Peek).decision;
+    d.allowed && d.delay == 0
+}
+
+/// How many of `n` requests every check admits, in arrival order: each
+/// limit's share by a binary search (a refusal at one instant is final for
+/// identical requests).
+fn admitted_of(checks: &[Check<'_>], now: Nanos, n: u32) -> u32 {
+    let mut admitted = n;
+    for c in checks {
+        // Largest j whose j requests this limit admits (0 always is).
+        let (mut lo, mut hi) = (0u32, admitted);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if admits(c, now, mid) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        admitted = lo;
+    }
+    admitted
+}
+
 /// Decides `n` identical requests (each weighing each check's `cost`) at
 /// `now`, in arrival order: request `i` is decided by [`decide_all`] after
 /// requests `1..i`, all-or-nothing across the checks. `n` of 0 counts as 1.
@@ -57,33 +94,7 @@ pub fn decide_batch(checks: &[Check<'_>], now: Nanos, n: u32) -> BatchOutcome {
     let merged = |c: &Check<'_>, j: u32, mode: Mode| {
         decide_times(c.limit, c.state, now, c.cost, u64::from(j), mode)
     };
-    // Whether `j` requests pass; with a reserve, the j-th passes while its
-    // reserve still fits after it (as j calls of `decide_reserving`).
-    let admits = |c: &Check<'_>, j: u32| {
-        if c.reserve == 0 || c.cost == 0 {
-            return merged(c, j, Mode::Peek).decision.allowed;
-        }
-        let total = c
-            .cost
-            .saturating_mul(u64::from(j))
-            .saturating_add(c.reserve);
-        let d = decide_in(c.limit, c.state, now, total, Mode::Peek).decision;
-        d.allowed && d.delay == 0
-    };
-    let mut admitted = n;
-    for c in checks {
-        // Largest j whose j requests this limit admits (0 always is).
-        let (mut lo, mut hi) = (0u32, admitted);
-        while lo < hi {
-            let mid = lo + (hi - lo).div_ceil(2);
-            if admits(c, mid) {
-                lo = mid;
-            } else {
-                hi = mid - 1;
-            }
-        }
-        admitted = lo;
-    }
+    let admitted = admitted_of(checks, now, n);
 
     let mut states: Vec<Option<Encoded>> = vec![None; checks.len()];
     let mut decisions = Vec::with_capacity(checks.len());
