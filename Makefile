@@ -30,7 +30,7 @@ PORT ?= 10000
 ADMIN_PORT ?= 9901
 LIMITER_PORT ?= 8081
 
-.PHONY: help run test test-rust test-e2e wasm wasm-profiling limiter lint fmt bench clean \
+.PHONY: help run test test-rust test-e2e wasm wasm-profiling limiter lint fmt bench bench-full bench-build clean \
         setup venv wasm-target redis wrk validate cli oci schema load soak soak-long flood store-flood fuzz fuzz-ci
 
 help:
@@ -40,7 +40,8 @@ help:
 	@echo "make wasm-profiling  the same with function names kept: build/sluice-profiling.wasm (SLUICE_WASM=... to use it)"
 	@echo "make lint   rustfmt and clippy (native, wasm32 and the fuzz crate), warnings denied"
 	@echo "make validate  check every Envoy config in envoy/ with envoy --mode validate and the built filter"
-	@echo "make bench  Sluice against Envoy's own rate limiting (BENCH_ARGS=--quick for a smoke run)"
+	@echo "make bench  Sluice against Envoy's own rate limiting: the rows the targets need, under 10 minutes (BENCH_ARGS=--quick for a smoke run)"
+	@echo "make bench-full  every benchmark row at Envoy concurrency 1 and 2, 5 rounds"
 	@echo "make oci    the filter as an OCI image (build/oci, build/sluice-oci.tar), no Docker needed"
 	@echo "make cli    the sluice command (target/release/sluice): check-config FILE, schema"
 	@echo "make schema regenerate schema/sluice.schema.json from the configuration types"
@@ -160,8 +161,19 @@ $(VENV)/.bench-installed: bench/requirements.txt $(VENV)/.installed-$(ENVOY_VERS
 	touch $@
 
 # Sluice against Envoy's own rate limiting, side by side; writes bench/RESULTS.md and charts.
-bench: setup redis wrk $(VENV)/.bench-installed wasm limiter
-	$(PY) bench/run.py $(BENCH_ARGS)
+# `bench` runs the default set (the rows the targets need, one concurrency,
+# 3 rounds: under 10 minutes on two cores), `bench-full` every row at both
+# concurrencies, 5 rounds. What they run is built first, so that the run
+# itself builds nothing (criterion's benchmark, the trace program).
+bench: setup redis wrk $(VENV)/.bench-installed wasm limiter bench-build
+	$(PY) bench/run.py --set default $(BENCH_ARGS)
+
+bench-full: setup redis wrk $(VENV)/.bench-installed wasm limiter bench-build
+	$(PY) bench/run.py --set full $(BENCH_ARGS)
+
+bench-build:
+	$(CARGO) bench -p sluice-core --bench decide --no-run
+	$(CARGO) build --release -p sluice-bench-trace
 
 # Key floods (local, global memory, global Redis) and a hot key at full speed;
 # writes tests/flood/RESULTS.md with the figures.

@@ -27,10 +27,11 @@ def parse(text: str) -> list[dict]:
     return out
 
 
-def run(root: Path, cargo: str = "cargo", quick: bool = False) -> tuple[list[dict], str]:
+def run(root: Path, cargo: str = "cargo", short: bool = False) -> tuple[list[dict], str]:
     """Runs `cargo bench -p sluice-core` (shorter measurements than criterion's
-    defaults); returns the parsed table and the raw output."""
-    times = ["--warm-up-time", "0.5", "--measurement-time", "1"] if quick else \
+    defaults, and shorter still if `short`); returns the parsed table and the
+    raw output."""
+    times = ["--warm-up-time", "0.5", "--measurement-time", "1"] if short else \
         ["--warm-up-time", "1", "--measurement-time", "3"]
     proc = subprocess.run([cargo, "bench", "-p", "sluice-core", "--bench", "decide", "--", *times],
                           cwd=root, capture_output=True, text=True, timeout=1800)

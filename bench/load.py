@@ -45,6 +45,8 @@ class Sample:
     # The limiter's counters over the run ("calls" to /v1/check, "batches"
     # among them, "batched" requests those carried), for the rows that call it.
     limiter: dict = field(default_factory=dict)
+    # The round of the run (0: not part of a round).
+    round: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)

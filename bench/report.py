@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from setups import MANY_RULES, SOME_RULES
 
 # The reference rows every Envoy row is compared with (columns "× ...").
 REFERENCES = [("envoy", "× no filter"), ("noop-wasm", "× no-op wasm"), ("native", "× native")]
@@ -55,6 +57,9 @@ class Summary:
     # RLS calls (`sluice_limiter_rls_calls_total`), for rows that call the
     # limiter over gRPC.
     limiter_rls_calls: int = 0
+    # (round, requests/s) of each round measured: ratios between rows are
+    # taken round by round too, for their spread.
+    per_round: list = field(default_factory=list)
 
     @property
     def expectation_met(self) -> bool:
@@ -132,6 +137,7 @@ def summarize(row, samples: list, extra: str = "", solo: list | None = None) -> 
         limiter_leased=round(sum(c.get("leased", 0) for c in limiter)),
         limiter_returned=round(sum(c.get("returned", 0) for c in limiter)),
         limiter_rls_calls=round(sum(c.get("rls_calls", 0) for c in limiter)),
+        per_round=[(s.round, s.rps) for s in samples],
     )
 
 
@@ -151,6 +157,24 @@ class Target:
     # What the same ratio is for a reference filter that does only the
     # unavoidable part of the work (its host calls, or its call-out).
     bound: str = ""
+    # The ratio's lowest and highest over the rounds (rows paired round by
+    # round), e.g. "0.91–0.99"; empty with fewer than two rounds.
+    spread: str = ""
+
+
+@dataclass
+class Timing:
+    """Wall times in milliseconds of one start or push measurement
+    (`kind` "start" or "push") of `what` at Envoy `--concurrency`."""
+
+    kind: str
+    what: str
+    concurrency: int
+    ms: list = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.ms) if self.ms else 0.0
 
 
 def _ratio(a: Summary | None, b: Summary | None) -> float | None:
@@ -159,59 +183,90 @@ def _ratio(a: Summary | None, b: Summary | None) -> float | None:
     return a.rps / b.rps
 
 
-def targets(by_conc: dict[int, dict[str, Summary]], limiter: dict[str, Summary]) -> list[Target]:
-    out: list[Target] = []
+def _round_spread(a: Summary, b: Summary) -> str:
+    """The lowest and highest of a / b over the rounds both were measured in."""
+    theirs = dict(b.per_round)
+    ratios = [rps / theirs[rnd] for rnd, rps in dict(a.per_round).items() if theirs.get(rnd)]
+    return f"{min(ratios):.2f}–{max(ratios):.2f}" if len(ratios) > 1 else ""
 
-    def ratio_target(name: str, c: int, row: str, base: str, at_least: float, bound_row: str = "",
-                     bound_what: str = "", bound_base: str = ""):
-        rows = by_conc[c]
-        r = _ratio(rows.get(row), rows.get(base))
-        b = _ratio(rows.get(bound_row), rows.get(bound_base or base)) if bound_row else None
-        bound = f"{b:.3f}× for {bound_what}" if b is not None else ""
-        if r is None:
-            out.append(Target(name, c, "not measured", None, bound))
-        else:
-            out.append(Target(name, c, f"{r:.3f}× (target ≥ {at_least:.2f}×)", r >= at_least, bound))
 
-    for c in sorted(by_conc):
-        rows = by_conc[c]
-        ratio_target("Sluice local GCRA, one key ≥ 0.95× no-op wasm", c, "local-gcra", "noop-wasm", 0.95,
-                     "host-calls", "Sluice's host calls alone")
-        g, n = rows.get("local-gcra"), rows.get("noop-wasm")
-        if g and n and g.solo_p99_us and n.solo_p99_us:
-            d = g.solo_p99_us - n.solo_p99_us
-            out.append(Target("Sluice local GCRA p99 within 50 µs of no-op wasm (one connection)", c,
-                              f"{d:+.0f} µs ({g.solo_p99_us:.0f} vs {n.solo_p99_us:.0f})", d <= 50))
-        elif g and n:
-            d = g.p99_us - n.p99_us
-            out.append(Target("Sluice local GCRA p99 within 50 µs of no-op wasm (full load)", c,
-                              f"{d:+.0f} µs ({g.p99_us:.0f} vs {n.p99_us:.0f})", d <= 50))
-        else:
-            out.append(Target("Sluice local GCRA p99 within 50 µs of no-op wasm", c, "not measured", None))
-        ratio_target("10,000 keys ≥ 0.9× one key (GCRA)", c, "local-gcra-10k", "local-gcra", 0.9)
-        ratio_target("deny path ≥ allow path (GCRA)", c, "local-deny", "local-gcra", 1.0,
-                     "deny-reply", "the two paths' host calls alone", "host-calls")
-        ratio_target("global, memory store ≥ 0.6× Sluice local", c, "global-memory", "local-gcra", 0.6,
-                     "call-out", "a bare call-out")
-        ratio_target("global coalesced ≥ 1.3× a call per request, one key, memory store", c,
-                     "global-memory-coalesce", "global-memory", 1.3)
-        ratio_target("global coalesced ≥ 1.3× a call per request, one key, Redis store", c,
-                     "global-redis-coalesce", "global-redis", 1.3)
-        ratio_target("global leased ≥ 0.9× Sluice local, one key, memory store", c,
-                     "global-memory-lease", "local-gcra", 0.9)
-        ratio_target("global leased ≥ 0.9× Sluice local, one key, Redis store", c,
-                     "global-redis-lease", "local-gcra", 0.9)
-        ratio_target("over-limit cache ≥ 0.9× Sluice local", c, "global-cached", "local-gcra", 0.9)
-        for store, name in (("memory", "memory store"), ("redis", "Redis store")):
-            for row, protocol in ((f"global-{store}", "HTTP"), (f"global-rls-{store}", "RLS")):
-                ratio_target(f"Sluice per request ({protocol}) ≥ Envoy's ratelimit filter → sluice-limiter, {name}",
-                             c, row, f"envoy-rls-{store}", 1.0)
-        ratio_target("requests not delayed, beside 1,000 held ≥ 0.95× without", c, "delay-others-held",
-                     "delay-others", 0.95)
+def ratio_target(name: str, c: int | None, rows: dict[str, Summary], row: str, base: str, at_least: float,
+                 bound_row: str = "", bound_what: str = "", bound_base: str = "") -> Target:
+    """The target `row` / `base` ≥ `at_least` (requests/s of `rows`), with
+    its spread over the rounds and the same ratio for `bound_row` (over
+    `bound_base`, else `base`) if given."""
+    a, b = rows.get(row), rows.get(base)
+    r = _ratio(a, b)
+    bound_ratio = _ratio(rows.get(bound_row), rows.get(bound_base or base)) if bound_row else None
+    bound = f"{bound_ratio:.3f}× for {bound_what}" if bound_ratio is not None else ""
+    if r is None:
+        return Target(name, c, "not measured", None, bound)
+    return Target(name, c, f"{r:.3f}× (target ≥ {at_least:.2f}×)", r >= at_least, bound, _round_spread(a, b))
+
+
+def envoy_targets(c: int, rows: dict[str, Summary]) -> list[Target]:
+    """The targets of one Envoy concurrency's rows."""
+    out = [ratio_target("Sluice local GCRA, one key ≥ 0.95× no-op wasm", c, rows, "local-gcra", "noop-wasm", 0.95,
+                        "host-calls", "Sluice's host calls alone")]
+    g, n = rows.get("local-gcra"), rows.get("noop-wasm")
+    if g and n and g.solo_p99_us and n.solo_p99_us:
+        d = g.solo_p99_us - n.solo_p99_us
+        out.append(Target("Sluice local GCRA p99 within 50 µs of no-op wasm (one connection)", c,
+                          f"{d:+.0f} µs ({g.solo_p99_us:.0f} vs {n.solo_p99_us:.0f})", d <= 50))
+    elif g and n:
+        d = g.p99_us - n.p99_us
+        out.append(Target("Sluice local GCRA p99 within 50 µs of no-op wasm (full load)", c,
+                          f"{d:+.0f} µs ({g.p99_us:.0f} vs {n.p99_us:.0f})", d <= 50))
+    else:
+        out.append(Target("Sluice local GCRA p99 within 50 µs of no-op wasm", c, "not measured", None))
+    many = f"{MANY_RULES:,} rules"
+    ratios = [
+        (f"{SOME_RULES} rules (one matching) ≥ 0.9× 1 rule", f"local-gcra-{SOME_RULES}-rules", "local-gcra", 0.9),
+        (f"{many} (one matching) ≥ 0.9× 1 rule", f"local-gcra-{MANY_RULES}-rules", "local-gcra", 0.9,
+         f"envoy-{MANY_RULES}-routes", f"Envoy's route table of {MANY_RULES:,} routes", "envoy"),
+        ("10,000 keys ≥ 0.9× one key (GCRA)", "local-gcra-10k", "local-gcra", 0.9),
+        ("deny path ≥ allow path (GCRA)", "local-deny", "local-gcra", 1.0,
+         "deny-reply", "the two paths' host calls alone", "host-calls"),
+        ("global, memory store ≥ 0.6× Sluice local", "global-memory", "local-gcra", 0.6,
+         "call-out", "a bare call-out"),
+        ("Sluice per request ≥ Envoy's ratelimit filter → Limitador, memory", "global-memory", "envoy-limitador",
+         1.0, "call-out", "a bare call-out"),
+        ("global coalesced ≥ Envoy's ratelimit filter → Limitador, memory", "global-memory-coalesce",
+         "envoy-limitador", 1.0),
+        ("Sluice per request, Redis ≥ Envoy's ratelimit filter → Limitador, Redis", "global-redis",
+         "envoy-limitador-redis", 1.0),
+        ("global coalesced ≥ 1.3× a call per request, one key, memory store", "global-memory-coalesce",
+         "global-memory", 1.3),
+        ("global coalesced ≥ 1.3× a call per request, one key, Redis store", "global-redis-coalesce",
+         "global-redis", 1.3),
+        ("global leased ≥ 0.9× Sluice local, one key, memory store", "global-memory-lease", "local-gcra", 0.9),
+        ("global leased ≥ 0.9× Sluice local, one key, Redis store", "global-redis-lease", "local-gcra", 0.9),
+        ("over-limit cache ≥ 0.9× Sluice local", "global-cached", "local-gcra", 0.9),
+    ]
+    for store, name in (("memory", "memory store"), ("redis", "Redis store")):
+        for row, protocol in ((f"global-{store}", "HTTP"), (f"global-rls-{store}", "RLS")):
+            ratios.append((f"Sluice per request ({protocol}) ≥ Envoy's ratelimit filter → sluice-limiter, {name}",
+                           row, f"envoy-rls-{store}", 1.0))
+    ratios.append(("requests not delayed, beside 1,000 held ≥ 0.95× without", "delay-others-held",
+                   "delay-others", 0.95))
+    return out + [ratio_target(name, c, rows, *args) for name, *args in ratios]
+
+
+def targets(by_conc: dict[int, dict[str, Summary]], limiter: dict[str, Summary],
+            timings: list[Timing] | None = None) -> list[Target]:
+    """Every target, measured or not (`met` None), in the report's order."""
+    out = [t for c in sorted(by_conc) for t in envoy_targets(c, by_conc[c])]
     mem = limiter.get("limiter-memory")
     out.append(Target("sluice-limiter memory store ≥ 50,000 checks/s", None,
                       f"{mem.rps:,.0f}/s" if mem else "not measured",
                       (mem.rps >= 50_000) if mem else None))
+    out += [ratio_target(f"sluice-limiter ≥ Limitador, HTTP checks/s, {name}", None, limiter, f"limiter-{store}",
+                         f"limitador-{store}", 1.0) for store, name in (("memory", "memory"), ("redis", "Redis"))]
+    for t in timings or []:
+        if t.kind == "push" and t.what == f"Sluice, {MANY_RULES:,} rules" and t.ms:
+            out.append(Target(f"a push of {MANY_RULES:,} rules applied < 50 ms", t.concurrency,
+                              f"{t.median:.1f} ms (median of {len(t.ms)})", t.median < 50,
+                              spread=f"{min(t.ms):.1f}–{max(t.ms):.1f} ms"))
     return out
 
 
@@ -277,8 +332,76 @@ def limiter_table(rows: dict[str, Summary]) -> list[str]:
     return lines
 
 
+def targets_table(goals: list[Target]) -> list[str]:
+    """The targets measured, with their spread over the rounds; those whose
+    rows the run did not measure are counted, not listed."""
+    measured = [t for t in goals if t.met is not None]
+    out = ["## Targets", "",
+           "`bound` is the same ratio for reference filters that do only what the target's "
+           "rows cannot avoid: `host-calls` makes Sluice's host calls for an admitted request "
+           "without its logic, `deny-reply` those of a denied request and its 429, "
+           "`call-out` one limiter call per request and nothing else. `per round` is the "
+           "lowest and highest of the ratio over the rounds, the two rows paired round by round "
+           "(runs interleaved), or of the timings.", "",
+           "| target | concurrency | measured | | per round | bound |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    for t in measured:
+        out.append(f"| {t.name} | {t.concurrency or '–'} | {t.measured} | {_mark(t.met)} | {t.spread or '–'} | "
+                   f"{t.bound or '–'} |")
+    if len(measured) < len(goals):
+        out += ["", f"{len(goals) - len(measured)} targets need rows this run did not measure "
+                "(`make bench-full` measures every row)."]
+    return out + [""]
+
+
+def timings_table(timings: list[Timing]) -> list[str]:
+    """Plugin start and configuration push: medians and ranges in ms."""
+    if not timings:
+        return []
+    base = {t.concurrency: t.median for t in timings if t.kind == "start" and t.what == "Envoy, no filter" and t.ms}
+    out = ["## Plugin start and configuration push", "",
+           "Wall time in milliseconds. **start**: from starting Envoy until its listener answers a request "
+           "(every worker's VM created and configured), beyond that of Envoy without a filter in the last "
+           "column. **push**: from a new listener file (LDS) replacing the old one, the Sluice configuration's "
+           "matching rule given another quota, until a request on a new connection is answered with the new "
+           "quota in `ratelimit-policy` (the wasm module is the same: its VMs are kept, the filter configures "
+           "itself anew). See README.md, *Plugin start and configuration push*.", "",
+           "| measurement | concurrency | median | min–max | runs | beyond no filter |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    for t in timings:
+        if not t.ms:
+            continue
+        beyond = f"{t.median - base[t.concurrency]:+.0f} ms" if t.kind == "start" and t.concurrency in base else "–"
+        out.append(f"| {t.kind}: {t.what} | {t.concurrency} | {t.median:.1f} ms | {min(t.ms):.1f}–{max(t.ms):.1f} ms "
+                   f"| {len(t.ms)} | {beyond} |")
+    return out + [""]
+
+
+def core_table(core: list[dict]) -> list[str]:
+    out = ["## sluice-core decisions (criterion)", "",
+           "Nanoseconds per decision on a warm key, allowed path, decode and encode "
+           "included (`cargo bench -p sluice-core`).", "",
+           "| benchmark | ns per decision | decisions/s on one core |", "| --- | --- | --- |"]
+    for b in core:
+        per_s = 1e9 / b["ns"] if b["ns"] else 0
+        out.append(f"| {b['name']} | {b['ns']:.1f} | {per_s / 1e6:.1f} M |")
+    return out + [""]
+
+
+TRACES = ["## The algorithms on one bursty trace", "",
+          "10 requests per 10 s under every algorithm (decisions of sluice-core; see README.md, "
+          "*The algorithms chart*).", "",
+          "![algorithms](algorithms.svg)", "",
+          "## Reject, soft and delay on one bursty trace", "",
+          "One GCRA limit that rejects, admits 50% above its quota, or holds requests up to 2 s "
+          "(decisions of sluice-core; see README.md, *The shaping chart*).", "",
+          "![shaping](shaping.svg)", ""]
+
+
 def markdown(meta: dict, by_conc: dict[int, dict[str, Summary]], limiter: dict[str, Summary],
-             goals: list[Target], core: list[dict] | None, notes: list[str]) -> str:
+             goals: list[Target], core: list[dict] | None, notes: list[str], *,
+             timings: list[Timing] | None = None, traces: bool = True) -> str:
+    """RESULTS.md; `traces`: with the sections of the trace charts."""
     out = ["# Sluice benchmark results", ""]
     out += [f"- {k}: {v}" for k, v in meta.items()]
     out += ["", "Medians over the rounds; configurations interleaved (A B C A B C ...) so that "
@@ -299,34 +422,16 @@ def markdown(meta: dict, by_conc: dict[int, dict[str, Summary]], limiter: dict[s
         out += extra + [""] if extra else []
     if limiter:
         out += ["## sluice-limiter alone", "",
-                "`POST /v1/check`, one GCRA key that never runs out, HTTP/1.1 keep-alive.", ""]
+                "`POST /v1/check`, one GCRA key that never runs out, HTTP/1.1 keep-alive; beside it "
+                "Limitador's `POST /check_and_report` for the descriptor of its rate limit service rows, "
+                "when a Limitador binary is given.", ""]
         out += limiter_table(limiter) + [""]
-    out += ["## Targets", "",
-            "`bound` is the same ratio for reference filters that do only what the target's "
-            "rows cannot avoid: `host-calls` makes Sluice's host calls for an admitted request "
-            "without its logic, `deny-reply` those of a denied request and its 429, "
-            "`call-out` one limiter call per request and nothing else.", "",
-            "| target | concurrency | measured | | bound |", "| --- | --- | --- | --- | --- |"]
-    for t in goals:
-        out.append(f"| {t.name} | {t.concurrency or '–'} | {t.measured} | {_mark(t.met)} | {t.bound or '–'} |")
-    out.append("")
+    out += timings_table(timings or [])
+    out += targets_table(goals)
     if core is not None:
-        out += ["## sluice-core decisions (criterion)", "",
-                "Nanoseconds per decision on a warm key, allowed path, decode and encode "
-                "included (`cargo bench -p sluice-core`).", "",
-                "| benchmark | ns per decision | decisions/s on one core |", "| --- | --- | --- |"]
-        for b in core:
-            per_s = 1e9 / b["ns"] if b["ns"] else 0
-            out.append(f"| {b['name']} | {b['ns']:.1f} | {per_s / 1e6:.1f} M |")
-        out.append("")
-    out += ["## The algorithms on one bursty trace", "",
-            "10 requests per 10 s under every algorithm (decisions of sluice-core; see README.md, "
-            "*The algorithms chart*).", "",
-            "![algorithms](algorithms.svg)", "",
-            "## Reject, soft and delay on one bursty trace", "",
-            "One GCRA limit that rejects, admits 50% above its quota, or holds requests up to 2 s "
-            "(decisions of sluice-core; see README.md, *The shaping chart*).", "",
-            "![shaping](shaping.svg)", ""]
+        out += core_table(core)
+    if traces:
+        out += TRACES
     if notes:
         out += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     return "\n".join(out)

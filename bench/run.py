@@ -30,27 +30,46 @@ sys.path.insert(0, str(BENCH.parent / "tests"))
 import criterion  # noqa: E402
 import load  # noqa: E402
 import report  # noqa: E402
+import servers  # noqa: E402
 import setups  # noqa: E402
+import startup  # noqa: E402
 import support  # noqa: E402
 
 ROOT = support.ROOT
 # Sluice's workers flush their counters at least every 500 ms.
 FLUSH_S = 0.6
 
+# What each set runs unless told otherwise: the default set (`make bench`),
+# the rows the targets need at one concurrency, and a short criterion run,
+# in under 10 minutes on two cores; the full set (`make bench-full`), every
+# row at both concurrencies, criterion at its longer measurement.
+SETS = {
+    "default": {"duration": 3, "rounds": 3, "concurrency": "1", "short_criterion": True},
+    "full": {"duration": 4, "rounds": 5, "concurrency": "1,2", "short_criterion": False},
+}
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--duration", type=float, default=4, help="seconds per wrk run (default 4)")
-    p.add_argument("--rounds", type=int, default=5, help="rounds over all configurations (default 5)")
+    p.add_argument("--set", choices=sorted(SETS), default="default",
+                   help="the rows tagged default in setups.py, at one concurrency, 3 rounds, a short "
+                        "criterion run (`make bench`, the default); or every row (`make bench-full`)")
+    p.add_argument("--duration", type=float, help="seconds per wrk run (default: 3, full 4)")
+    p.add_argument("--rounds", type=int, help="rounds over all configurations (default: 3, full 5)")
     p.add_argument("--solo", type=float, default=1,
                    help="seconds of a one-connection run per row and round, for latency without "
                         "queueing (0: none)")
     p.add_argument("--warmup", type=float, default=1, help="seconds of load per configuration before the rounds")
-    p.add_argument("--concurrency", default="1,2", help="Envoy --concurrency values, comma separated")
+    p.add_argument("--concurrency", help="Envoy --concurrency values, comma separated (default: 1, full 1,2)")
+    p.add_argument("--starts", type=int, default=5,
+                   help="Envoy starts per filter and concurrency for the plugin start times (0: none)")
+    p.add_argument("--pushes", type=int, default=6,
+                   help="configuration pushes per rule count and concurrency (0: none)")
     p.add_argument("--quick", action="store_true",
-                   help="smoke run: 1 s runs, 1 round, concurrency 1, short criterion; output to a temp dir")
+                   help="smoke run: 1 s runs, 1 round, concurrency 1, short criterion, one start and two "
+                        "pushes of each; output to a temp dir")
     p.add_argument("--only", default="",
-                   help="comma-separated regular expressions: keep rows whose id matches one "
+                   help="comma-separated regular expressions: keep the rows of any set whose id matches one "
                         "(the reference rows envoy, noop-wasm and native are always kept)")
     p.add_argument("--list", action="store_true", help="list the rows and exit")
     p.add_argument("--out", type=Path, help="where RESULTS.md, results.json and the SVGs go (default bench/)")
@@ -68,19 +87,25 @@ def parse_args(argv=None):
     p.add_argument("--skip-criterion", action="store_true", help="do not run cargo bench -p sluice-core")
     p.add_argument("--skip-charts", action="store_true", help="do not draw the SVGs")
     a = p.parse_args(argv)
+    chosen = SETS[a.set]
+    a.short_criterion = a.quick or chosen["short_criterion"]
     if a.quick:
         a.duration, a.rounds, a.warmup, a.solo = 1, 1, 0.5, min(a.solo, 1)
-        if a.concurrency == "1,2":
-            a.concurrency = "1"
+        a.concurrency = a.concurrency or "1"
+        a.starts, a.pushes = min(a.starts, 1), min(a.pushes, 2)
+    a.duration = chosen["duration"] if a.duration is None else a.duration
+    a.rounds = chosen["rounds"] if a.rounds is None else a.rounds
+    a.concurrency = a.concurrency or chosen["concurrency"]
     a.concurrencies = [int(c) for c in a.concurrency.split(",") if c.strip()]
     if a.out is None:
         a.out = Path(tempfile.gettempdir()) / "sluice-bench-quick" if a.quick else BENCH
     return a
 
 
-def select(rows, only: str):
+def select(rows, only: str, chosen: str = "full"):
+    """The rows of the set `chosen`, or those of any set `only` names."""
     if not only:
-        return rows
+        return [r for r in rows if r.default] if chosen == "default" else rows
     patterns = [re.compile(p) for p in only.split(",") if p]
     keep = {"envoy", "noop-wasm", "native"}
     return [r for r in rows if r.id in keep or any(p.search(r.id) for p in patterns)]
@@ -117,7 +142,7 @@ def check_inputs(a, rows):
     need = {"envoy": a.envoy, "sluice wasm": a.sluice_wasm, "no-op wasm": a.noop_wasm}
     if any(r.store in ("memory", "redis") for r in rows):
         need["limiter"] = a.limiter
-    if any(r.store == "limitador" for r in rows):
+    if any(r.store in servers.LIMITADOR_STORES for r in rows):
         need["Limitador (LIMITADOR)"] = a.limitador
     for what, path in need.items():
         if not Path(path).exists():
@@ -154,7 +179,8 @@ def place_limiters(limiter_procs: list, cpus: str | None):
     if not shutil.which("taskset"):
         return
     cpus = cpus or f"0-{(os.cpu_count() or 1) - 1}"
-    for pid in [p for store in ("memory", "redis", "limitador") for p in setups.store_pids(limiter_procs, store)]:
+    stores = ("memory", "redis", *servers.LIMITADOR_STORES)
+    for pid in {p for store in stores for p in servers.store_pids(limiter_procs, store)}:
         subprocess.run(["taskset", "-a", "-p", "-c", cpus, str(pid)], capture_output=True)
 
 
@@ -169,7 +195,7 @@ LIMITER_COUNTERS = {"calls": "sluice_limiter_checks_total", "batches": "sluice_l
 def limiter_counts(limiter_procs, store: str) -> dict[str, float]:
     """The counters of LIMITER_COUNTERS of the limiter serving `store`."""
     for item in limiter_procs:
-        if isinstance(item, support.Limiter) and setups.serves(item, store):
+        if isinstance(item, support.Limiter) and servers.serves(item, store):
             return {k: item.metric(name) for k, name in LIMITER_COUNTERS.items()}
     return {}
 
@@ -202,7 +228,7 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
             before = setups.sluice_counts(env.envoy)
         s = load.run(a.wrk, f"http://127.0.0.1:{env.port}/", duration, "keys.lua", env.row.load_args(),
                      cpus=other_cpus, envoy_pid=env.pid,
-                     limiter_pids=setups.store_pids(limiter_procs, env.row.store),
+                     limiter_pids=servers.store_pids(limiter_procs, env.row.store),
                      connections=connections or env.row.connections or load.CONNECTIONS,
                      beside=None if alone else env.row.beside)
         if counted:
@@ -219,7 +245,7 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
     try:
         for r in rows:
             try:
-                envoys.append(setups.start_envoy(r, concurrency, workdir, a.envoy, limiter_ports, envoy_cpus))
+                envoys.append(servers.start_envoy(r, concurrency, workdir, a.envoy, limiter_ports, envoy_cpus))
             except (RuntimeError, TimeoutError, OSError) as e:
                 failed(r, "start", e)
         log(f"concurrency {concurrency}: {len(envoys)} Envoys up; warming")
@@ -237,6 +263,7 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
                 except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
                     failed(env, f"round {rnd + 1}", e)
                     continue
+                s.round = rnd + 1
                 if env.row.store:
                     s.limiter = grown(before, limiter_counts(limiter_procs, env.row.store))
                 samples[env.row.id].append(s)
@@ -276,15 +303,15 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
 
 
 def run_limiter_rows(a, rows, limiter_ports, limiter_procs, log, failures):
-    """The limiter alone, rows interleaved over the rounds."""
+    """The limiters alone (sluice-limiter, Limitador), rows interleaved over the rounds."""
     samples: dict[str, list] = {r.id: [] for r in rows}
-    env = {"SLUICE_CHECK_BODY": setups.LIMITER_CHECK_BODY}
 
     place_limiters(limiter_procs, None)
 
     def measure(r, duration):
-        return load.run(a.wrk, f"http://127.0.0.1:{limiter_ports[r.store]}/v1/check", duration, "check.lua",
-                        env=env, limiter_pids=setups.store_pids(limiter_procs, r.store))
+        return load.run(a.wrk, f"http://127.0.0.1:{limiter_ports[r.store]}{r.check_path}", duration, "check.lua",
+                        env={"SLUICE_CHECK_PATH": r.check_path, "SLUICE_CHECK_BODY": r.check_body},
+                        limiter_pids=servers.store_pids(limiter_procs, r.store))
 
     for rnd in range(-1 if a.warmup > 0 else 0, a.rounds):
         for r in rows:
@@ -296,6 +323,7 @@ def run_limiter_rows(a, rows, limiter_ports, limiter_procs, log, failures):
                 continue
             if rnd < 0:
                 continue
+            s.round = rnd + 1
             samples[r.id].append(s)
             log(f"  limiter round {rnd + 1}/{a.rounds} {r.id:<24} {s.rps:>10,.0f} checks/s "
                 f"p50 {s.p50_us:>6.0f} µs p99 {s.p99_us:>6.0f} µs non-2xx {s.non_2xx}")
@@ -326,19 +354,104 @@ def _interrupt(*_):
     raise KeyboardInterrupt
 
 
+def notes_for(rows, skipped, failures, load_at_start: float) -> list[str]:
+    """The report's notes: the rows' limits and loads, what was left out."""
+    notes = [
+        f"Allow rows use {setups.ALLOW_LIMIT['requests']} requests per {setups.ALLOW_LIMIT['window']} "
+        "per key (nothing is denied); the local flood row "
+        f"{setups.DENY_LIMIT['requests']} per {setups.DENY_LIMIT['window']}; the over-limit cache row "
+        f"{setups.CACHED_DENY_LIMIT['requests']} per {setups.CACHED_DENY_LIMIT['window']} in the limiter.",
+        "Every request carries one X-Forwarded-For address (one key, or 10,000 in turn); Sluice trusts "
+        "one hop (`xff_trusted_hops: 1`), Envoy's 10,000-key native row `xff_num_trusted_hops: 1`.",
+        "Sluice rows use the default `headers: ietf` (RateLimit headers on every answer) unless "
+        "the row says `headers none`.",
+        "wrk shares the machine's cores with Envoy (and the limiter, and Redis): on 2 cores, "
+        "`--concurrency 2` competes with the load generator.",
+    ]
+    if load_at_start > (os.cpu_count() or 1) / 2:
+        notes.insert(0, f"The machine was busy when the run started (load average {load_at_start:.1f}): "
+                        "trust the ratios, and the absolute numbers less.")
+    if any(r.connections or r.beside for r in rows):
+        notes.append(f"The delay rows with requests held: {setups.HELD_LIMIT['requests']:,} per "
+                     f"{setups.HELD_LIMIT['window']} per key, `burst: {setups.HELD_LIMIT['burst']}`, "
+                     f"`max_delay: {setups.HELD_LIMIT['max_delay']}`, `max_queued: {setups.HELD_MAX_QUEUED}`; "
+                     "their counts are Sluice's counters of the rule, requests still held when wrk stops included.")
+    if any(r.id.endswith("-rules") or r.id.endswith("-routes") for r in rows):
+        notes.append("The many-rules rows put rules for other paths (`match: {path_prefix: /svc<i>/}`, each with "
+                     "its own limit) ahead of the one rule the requests (path `/`) match; "
+                     f"`envoy-{setups.MANY_RULES}-routes` gives Envoy's route table as many routes, the last one "
+                     "matching.")
+    if any(r.rls for r in rows):
+        notes.append("The rate limit service rows ask over gRPC for one descriptor per request, "
+                     f"`generic_key: {setups.RULE}`, `remote_address: <client>`, against the same GCRA limit in "
+                     "the limiter's descriptor file (Limitador: a fixed window of the same rate per second, "
+                     "memory or Redis storage, Redis uncached). Envoy's ratelimit filter needs a route action, "
+                     "so its rows route to a cluster they never reach: the fault filter answers 200 locally "
+                     "(`envoy-rls-route` is that answer alone).")
+    if any(r.rlqs for r in rows):
+        notes.append("The rate limit quota row (Envoy's `rate_limit_quota` filter) puts each client address in "
+                     f"a bucket of {setups.RLQS_LIMIT:,} requests per hour in the limiter; Envoy admits by the "
+                     "token bucket the limiter assigns and reports its usage every 5 s, no call per request.")
+    notes += [f"Skipped: `{r.id}` (no Limitador binary: set LIMITADOR)" for r in skipped]
+    return notes + [f"Left out: {f}" for f in failures]
+
+
+def measure_all(a, rows, log, failures):
+    """The load rows at each concurrency, the limiters alone, then the
+    plugin starts and configuration pushes (with the limiters stopped);
+    returns (Envoy summaries per concurrency, limiter summaries, raw
+    samples, timings)."""
+    by_conc: dict[int, dict] = {}
+    raw: dict = {}
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp:
+        workdir = Path(tmp)
+        stores = {r.store for r in rows if r.store}
+        limiter_ports, limiter_procs = servers.start_limiters(
+            workdir, a.limiter, stores, rls=any((r.rls or r.rlqs) and r.store in ("memory", "redis") for r in rows),
+            limitador=a.limitador) if stores else ({}, [])
+        try:
+            for c in a.concurrencies:
+                by_conc[c], raw[f"c{c}"] = run_envoy_rows(
+                    a, [r for r in rows if r.kind == "envoy"], workdir, limiter_ports, limiter_procs, c, log,
+                    failures)
+            limiter, raw["limiter"] = run_limiter_rows(a, [r for r in rows if r.kind == "limiter"], limiter_ports,
+                                                       limiter_procs, log, failures)
+        finally:
+            for item in limiter_procs:
+                item.stop()
+        timings = []
+        if a.starts > 0 or a.pushes > 0:
+            log("plugin start and configuration push")
+            timings = startup.measure(a, workdir, log)
+    return by_conc, limiter, raw, timings
+
+
+def draw(charts, a, meta: dict, by_conc, limiter, log):
+    """The SVGs: requests/s of the run, and the two trace charts."""
+    charts.throughput(by_conc, limiter, a.out / "throughput.svg",
+                      f"Sluice vs Envoy rate limiting — {meta['machine'].split(',')[0]}, Envoy {meta['Envoy']}, "
+                      f"{meta['commit'].split(' ')[0]}")
+    try:
+        charts.algorithms(trace_csv(a), a.out / "algorithms.svg")
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        log(f"algorithms chart left out: {e}")
+    try:
+        charts.shaping(trace_csv(a, "shaping"), a.out / "shaping.svg")
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        log(f"shaping chart left out: {e}")
+
+
 def main(argv=None) -> int:
     a = parse_args(argv)
     all_rows = setups.rows(a.sluice_wasm, a.noop_wasm)
     if a.list:
         for r in all_rows:
-            print(f"{r.id:<24} {r.label}")
+            print(f"{r.id:<28} {'default' if r.default else 'full':<8} {r.label}")
         return 0
-    rows = select(all_rows, a.only)
-    # Limitador is never built here: without a binary its row is skipped, not failed.
-    skipped = [r for r in rows if r.store == "limitador" and not a.limitador]
+    rows = select(all_rows, a.only, a.set)
+    # Limitador is never built here: without a binary its rows are skipped, not failed.
+    skipped = [r for r in rows if r.store in servers.LIMITADOR_STORES and not a.limitador]
     rows = [r for r in rows if r not in skipped]
-    envoy_rows = [r for r in rows if r.kind == "envoy"]
-    limiter_rows = [r for r in rows if r.kind == "limiter"]
     check_inputs(a, rows)
     raise_open_files()
     charts = None
@@ -361,13 +474,15 @@ def main(argv=None) -> int:
 
     load_at_start = os.getloadavg()[0]
     meta = {
+        "set": f"{a.set}" + (f", rows matching `{a.only}`" if a.only else "")
+                + (" (`make bench`)" if a.set == "default" and not a.only else ""),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": commit(),
         "Envoy": envoy_version(a.envoy),
         "load generator": f"{load.version(a.wrk)}, `wrk -t{load.THREADS} -c{load.CONNECTIONS} "
                           f"-d{max(1, round(a.duration))}s --latency`, keep-alive, loopback"
                           + (f" ({setups.HELD:,} connections on the held key)"
-                             if any(r.connections or r.beside for r in envoy_rows) else ""),
+                             if any(r.connections or r.beside for r in rows) else ""),
         "machine": machine(),
         "load average at start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
         "rounds": f"{a.rounds} × {max(1, round(a.duration))} s per configuration, after {a.warmup:g} s of warm-up",
@@ -377,84 +492,30 @@ def main(argv=None) -> int:
     if not a.skip_criterion:
         log("cargo bench -p sluice-core")
         try:
-            core, raw = criterion.run(ROOT, a.cargo, quick=a.quick)
+            core, raw = criterion.run(ROOT, a.cargo, short=a.short_criterion)
             (a.out / "criterion.txt").write_text(raw)
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             log(f"criterion benchmark failed, left out: {e}")
 
-    by_conc: dict[int, dict] = {}
-    raw_samples: dict = {}
     failures: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp:
-        workdir = Path(tmp)
-        stores = {r.store for r in rows if r.store}
-        limiter_ports, limiter_procs = setups.start_limiters(
-            workdir, a.limiter, stores, rls=any((r.rls or r.rlqs) and r.store in ("memory", "redis") for r in rows),
-            limitador=a.limitador) if stores else ({}, [])
-        try:
-            for c in a.concurrencies:
-                by_conc[c], raw_samples[f"c{c}"] = run_envoy_rows(
-                    a, envoy_rows, workdir, limiter_ports, limiter_procs, c, log, failures)
-            limiter, raw_samples["limiter"] = run_limiter_rows(a, limiter_rows, limiter_ports, limiter_procs, log, failures)
-        finally:
-            for item in limiter_procs:
-                item.stop()
+    by_conc, limiter, raw_samples, timings = measure_all(a, rows, log, failures)
     meta["load average at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    meta["wall time"] = f"{time.monotonic() - started:.0f} s"
 
-    goals = report.targets(by_conc, limiter)
-    notes = [
-        f"Allow rows use {setups.ALLOW_LIMIT['requests']} requests per {setups.ALLOW_LIMIT['window']} "
-        "per key (nothing is denied); the local flood row "
-        f"{setups.DENY_LIMIT['requests']} per {setups.DENY_LIMIT['window']}; the over-limit cache row "
-        f"{setups.CACHED_DENY_LIMIT['requests']} per {setups.CACHED_DENY_LIMIT['window']} in the limiter.",
-        f"The delay rows with requests held: {setups.HELD_LIMIT['requests']:,} per "
-        f"{setups.HELD_LIMIT['window']} per key, `burst: {setups.HELD_LIMIT['burst']}`, `max_delay: {setups.HELD_LIMIT['max_delay']}`, "
-        f"`max_queued: {setups.HELD_MAX_QUEUED}`; their counts are Sluice's counters of the rule, "
-        "requests still held when wrk stops included.",
-        "Every request carries one X-Forwarded-For address (one key, or 10,000 in turn); Sluice trusts "
-        "one hop (`xff_trusted_hops: 1`), Envoy's 10,000-key native row `xff_num_trusted_hops: 1`.",
-        "Sluice rows use the default `headers: ietf` (RateLimit headers on every answer) unless "
-        "the row says `headers none`.",
-        "wrk shares the machine's cores with Envoy (and the limiter, and Redis): on 2 cores, "
-        "`--concurrency 2` competes with the load generator.",
-    ]
-    if load_at_start > (os.cpu_count() or 1) / 2:
-        notes.insert(0, f"The machine was busy when the run started (load average {load_at_start:.1f}): "
-                        "trust the ratios, and the absolute numbers less.")
-    if any(r.rls for r in rows):
-        notes.append("The rate limit service rows ask over gRPC for one descriptor per request, "
-                     f"`generic_key: {setups.RULE}`, `remote_address: <client>`, against the same GCRA limit in "
-                     "the limiter's descriptor file (Limitador: a fixed window of the same rate per second). "
-                     "Envoy's ratelimit filter needs a route action, so its rows route to a cluster they "
-                     "never reach: the fault filter answers 200 locally (`envoy-rls-route` is that answer "
-                     "alone).")
-    if any(r.rlqs for r in rows):
-        notes.append("The rate limit quota row (Envoy's `rate_limit_quota` filter) puts each client address in "
-                     f"a bucket of {setups.RLQS_LIMIT:,} requests per hour in the limiter; Envoy admits by the "
-                     "token bucket the limiter assigns and reports its usage every 5 s, no call per request.")
-    notes += [f"Skipped: `{r.id}` (no Limitador binary: set LIMITADOR)" for r in skipped]
-    notes += [f"Left out: {f}" for f in failures]
-    text = report.markdown(meta, by_conc, limiter, goals, core, notes)
+    goals = report.targets(by_conc, limiter, timings)
+    text = report.markdown(meta, by_conc, limiter, goals, core, notes_for(rows, skipped, failures, load_at_start),
+                           timings=timings, traces=charts is not None)
     (a.out / "RESULTS.md").write_text(text)
     (a.out / "results.json").write_text(json.dumps({
         "meta": meta,
         "summaries": {f"c{c}": {k: vars(v) for k, v in rows_.items()} for c, rows_ in by_conc.items()}
         | {"limiter": {k: vars(v) for k, v in limiter.items()}},
         "samples": {g: {k: [s.to_dict() for s in v] for k, v in d.items()} for g, d in raw_samples.items()},
+        "timings": [vars(t) for t in timings],
         "criterion": core,
     }, indent=1))
     if charts is not None:
-        charts.throughput(by_conc, limiter, a.out / "throughput.svg",
-                          f"Sluice vs Envoy rate limiting — {meta['machine'].split(',')[0]}, Envoy {meta['Envoy']}, "
-                          f"{meta['commit'].split(' ')[0]}")
-        try:
-            charts.algorithms(trace_csv(a), a.out / "algorithms.svg")
-        except (RuntimeError, subprocess.TimeoutExpired) as e:
-            log(f"algorithms chart left out: {e}")
-        try:
-            charts.shaping(trace_csv(a, "shaping"), a.out / "shaping.svg")
-        except (RuntimeError, subprocess.TimeoutExpired) as e:
-            log(f"shaping chart left out: {e}")
+        draw(charts, a, meta, by_conc, limiter, log)
     print()
     print(text)
     log(f"written to {a.out}")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,14 +145,30 @@ ROUTED_HCM = {
 }
 
 
+# The body wrk posts to the limiter: one GCRA key that never runs out.
+LIMITER_CHECK_BODY = json.dumps({
+    "domain": "bench", "hits": 1,
+    "limits": [{"key": "per-ip/10.0.0.1", "algorithm": "gcra", "requests": 1000, "window_ms": 10}],
+}, separators=(",", ":"))
+# Limitador's HTTP API checked and counted (`POST /check_and_report`) for the
+# same descriptor as the rate limit service rows: the first descriptor's
+# entries are the `values` its limits file names.
+LIMITADOR_CHECK_BODY = json.dumps({
+    "namespace": RLS_DOMAIN, "delta": 1,
+    "values": {"generic_key": RULE, "remote_address": "10.0.0.1"},
+}, separators=(",", ":"))
+
+
 @dataclass
 class Row:
     """One configuration measured in the same run as the others.
 
-    `kind` is "envoy" (wrk against Envoy) or "limiter" (wrk against
-    sluice-limiter's /v1/check). `expect` is "allow" (no request may be
-    denied), "undelayed" (none denied and, by Sluice's counters, none held)
-    or "deny" (most requests must be).
+    `kind` is "envoy" (wrk against Envoy) or "limiter" (wrk posting
+    `check_body` to `check_path` of the row's store: sluice-limiter's
+    /v1/check, or Limitador's HTTP API). `expect` is "allow" (no request may
+    be denied), "undelayed" (none denied and, by Sluice's counters, none
+    held) or "deny" (most requests must be). `default`: the row is in the
+    default set (`make bench`); every row is in the full set.
     """
 
     id: str
@@ -161,7 +176,7 @@ class Row:
     kind: str = "envoy"
     keys: int = 1
     expect: str = "allow"
-    store: str | None = None  # limiter store a row needs: "memory", "redis" or "limitador"
+    store: str | None = None  # store a row needs: "memory", "redis", "limitador" or "limitador-redis"
     rls: bool = False  # whether the row calls the limiter over gRPC (RLS) rather than HTTP/JSON
     rlqs: bool = False  # whether the row reports to the limiter over RLQS (Envoy's rate_limit_quota filter)
     clusters: list = field(default_factory=list)  # Envoy clusters the row needs besides the limiter's
@@ -172,6 +187,9 @@ class Row:
     beside: load.Beside | None = None  # a second load sent at the same time, not measured as the row's
     solo: bool = True  # whether the one-connection latency run means anything for the row
     counters: bool = False  # whether to report Sluice's counters of RULE (held, denied) per run
+    default: bool = False  # whether the default set (`make bench`) measures the row
+    check_path: str = "/v1/check"  # a limiter row's request
+    check_body: str = LIMITER_CHECK_BODY
 
     def load_args(self) -> list[str]:
         """lua/keys.lua's arguments for the row's own load."""
@@ -191,18 +209,42 @@ XFF_TO_METADATA = {
 
 
 def sluice_config(limit: dict, headers: str | None = None, global_scope: bool = False,
-                  rule: dict | None = None, top: dict | None = None, rls: bool = False) -> dict:
+                  rule: dict | None = None, top: dict | None = None, rls: bool = False,
+                  before: list | None = None) -> dict:
     """A Sluice filter configuration: one rule keyed by client address (from a
     trusted X-Forwarded-For entry, as behind one proxy), one limit; the
     default headers unless `headers` is given; `rule` adds rule fields, `top`
-    top-level fields; `rls`: the limiter is called with `protocol: rls`."""
+    top-level fields; `rls`: the limiter is called with `protocol: rls`;
+    `before`: rules ahead of it."""
     top = {"client_ip": {"xff_trusted_hops": 1}, **(top or {})}
     if rls:
         top["limiter"] = {"cluster": LIMITER_CLUSTER, "protocol": "rls", "timeout": "50ms"}
     elif global_scope:
         top["limiter"] = {"cluster": LIMITER_CLUSTER, "authority": "sluice-limiter", "timeout": "50ms"}
-    return support.sluice_config([{"name": RULE, "key": ["client_ip"], "limits": [limit], **(rule or {})}],
-                                 domain="bench", headers=headers, **top)
+    return support.sluice_config([*(before or []), {"name": RULE, "key": ["client_ip"], "limits": [limit],
+                                                    **(rule or {})}], domain="bench", headers=headers, **top)
+
+
+# The rows of many rules: only the last rule matches the benchmark's requests
+# (path `/`); the others are rules for other paths, `/svc<i>/`, each with
+# a limit of its own. `envoy-1000-routes` gives Envoy's route table as many.
+SOME_RULES, MANY_RULES = 100, 1000
+
+
+def other_rules(n: int, limit: dict) -> list[dict]:
+    """`n` rules keyed by client address, each for paths under `/svc<i>/`:
+    none matches `/`."""
+    return [{"name": f"svc-{i}", "key": ["client_ip"], "match": {"path_prefix": f"/svc{i}/"}, "limits": [limit]}
+            for i in range(n)]
+
+
+def many_routes(n: int) -> dict:
+    """A route table of `n` routes of which only the last matches `/`: the
+    listener's direct response for each, the others under `/svc<i>/`."""
+    ok = {"status": 200, "body": {"inline_string": "ok\n"}}
+    routes = [{"match": {"prefix": f"/svc{i}/"}, "direct_response": ok} for i in range(n - 1)]
+    return {"route_config": {"name": "local", "virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [
+        *routes, {"match": {"prefix": "/"}, "direct_response": ok}]}]}}
 
 
 def sluice_counts(envoy: support.Envoy) -> dict[str, int]:
@@ -251,20 +293,24 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
         return [support.wasm_filter(cfg, sluice_wasm)]
 
     out = [
-        Row("envoy", "Envoy, no rate-limit filter"),
-        Row("noop-wasm", "Envoy + no-op wasm filter",
+        Row("envoy", "Envoy, no rate-limit filter", default=True),
+        Row(f"envoy-{MANY_RULES}-routes", f"Envoy, no rate-limit filter, {MANY_RULES:,} routes (the last matching)",
+            hcm_extra=many_routes(MANY_RULES), default=True),
+        Row("noop-wasm", "Envoy + no-op wasm filter", default=True,
             filters=[support.wasm_filter("{}", noop_wasm, vm_id="noop", name="noop")]),
         Row("pause-resume", "wasm filter pausing every request, resumed from the root context (1 ms tick)",
+            default=True,
             filters=[support.wasm_filter({"mode": "pause"}, noop_wasm, vm_id="pause-resume", name="pause-resume")]),
-        Row("host-calls", "wasm filter making Sluice's host calls, no logic",
+        Row("host-calls", "wasm filter making Sluice's host calls, no logic", default=True,
             filters=[support.wasm_filter({"mode": "host_calls"}, noop_wasm, vm_id="host-calls", name="host-calls")]),
-        Row("native", "Envoy local_ratelimit, one key", filters=[native_local_ratelimit()]),
+        Row("native", "Envoy local_ratelimit, one key", filters=[native_local_ratelimit()], default=True),
         Row("native-10k", "Envoy local_ratelimit, 10,000 keys", keys=MANY_KEYS,
             filters=[native_local_ratelimit()], hcm_extra={"xff_num_trusted_hops": 1}),
     ]
     for algo in ALGORITHMS:
         limit = {"algorithm": algo, **ALLOW_LIMIT}
-        out.append(Row(f"local-{algo}", f"Sluice local {algo}, one key", filters=sluice(sluice_config(limit))))
+        out.append(Row(f"local-{algo}", f"Sluice local {algo}, one key", filters=sluice(sluice_config(limit)),
+                       default=algo == "gcra"))
         out.append(Row(f"local-{algo}-10k", f"Sluice local {algo}, 10,000 keys", keys=MANY_KEYS,
                        filters=sluice(sluice_config(limit))))
     gcra = {"algorithm": "gcra", **ALLOW_LIMIT}
@@ -279,6 +325,9 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
     held_config = sluice_config(HELD_LIMIT, rule={"max_queued": HELD_MAX_QUEUED},
                                 top={"local_max_keys": HELD_MAX_KEYS})
     out += [
+        *(Row(f"local-gcra-{n}-rules", f"Sluice local gcra, one key, {n:,} rules (the last matching)",
+              filters=sluice(sluice_config(gcra, before=other_rules(n - 1, gcra))), default=True)
+          for n in (SOME_RULES, MANY_RULES)),
         Row("local-gcra-noheaders", "Sluice local gcra, one key, headers none",
             filters=sluice(sluice_config(gcra, headers="none"))),
         Row("local-gcra-soft", "Sluice local gcra, one key, soft_percent 20",
@@ -311,28 +360,28 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
         Row("deny-reply", "wasm filter making Sluice's host calls and 429 of a denial, no logic", expect="deny",
             filters=[support.wasm_filter({"mode": "deny"}, noop_wasm, vm_id="deny-reply", name="deny-reply")]),
         Row("global-memory", "Sluice global gcra, one key, a call per request, limiter memory store", store="memory",
-            filters=sluice(sluice_config(global_gcra, global_scope=True))),
+            filters=sluice(sluice_config(global_gcra, global_scope=True)), default=True),
         Row("global-memory-coalesce", "Sluice global gcra, one key, coalesced calls, limiter memory store",
-            store="memory", filters=sluice(sluice_config(coalesced_gcra, global_scope=True))),
+            store="memory", filters=sluice(sluice_config(coalesced_gcra, global_scope=True)), default=True),
         Row("global-memory-lease", f"Sluice global gcra, one key, leased ({LEASE_SHARE} share), limiter memory store",
-            store="memory", filters=sluice(sluice_config(leased_gcra, global_scope=True))),
+            store="memory", filters=sluice(sluice_config(leased_gcra, global_scope=True)), default=True),
         Row("global-memory-coalesce-10k", "Sluice global gcra, 10,000 keys, coalesced calls, limiter memory store",
             keys=MANY_KEYS, store="memory", filters=sluice(sluice_config(coalesced_gcra, global_scope=True))),
         Row("call-out", "wasm filter making one bare limiter call per request", store="memory",
             filters=[support.wasm_filter({"mode": "call_out", "cluster": LIMITER_CLUSTER,
                                           "authority": "sluice-limiter"},
-                                         noop_wasm, vm_id="call-out", name="call-out")]),
+                                         noop_wasm, vm_id="call-out", name="call-out")], default=True),
         Row("global-calls", "wasm filter making Sluice's host calls of a global check and the call, no logic",
             store="memory",
             filters=[support.wasm_filter({"mode": "global_calls", "cluster": LIMITER_CLUSTER,
                                           "authority": "sluice-limiter"},
                                          noop_wasm, vm_id="global-calls", name="global-calls")]),
         Row("global-redis", "Sluice global gcra, one key, a call per request, limiter Redis store", store="redis",
-            filters=sluice(sluice_config(global_gcra, global_scope=True))),
+            filters=sluice(sluice_config(global_gcra, global_scope=True)), default=True),
         Row("global-redis-coalesce", "Sluice global gcra, one key, coalesced calls, limiter Redis store",
             store="redis", filters=sluice(sluice_config(coalesced_gcra, global_scope=True))),
         Row("global-redis-lease", f"Sluice global gcra, one key, leased ({LEASE_SHARE} share), limiter Redis store",
-            store="redis", filters=sluice(sluice_config(leased_gcra, global_scope=True))),
+            store="redis", filters=sluice(sluice_config(leased_gcra, global_scope=True)), default=True),
         Row("global-cached", "Sluice global gcra, flood (over-limit cache)", expect="deny", store="memory",
             filters=sluice(sluice_config({"algorithm": "gcra", **CACHED_DENY_LIMIT, "scope": "global"},
                                          global_scope=True))),
@@ -343,8 +392,16 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
         Row("global-memory-concurrency", "Sluice global concurrency, one key, a check and a share of a give-back "
             "call per request, limiter memory store", store="memory",
             filters=sluice(sluice_config({**CONCURRENCY_LIMIT, "scope": "global"}, global_scope=True))),
-        Row("limiter-memory", "sluice-limiter /v1/check, memory store", kind="limiter", store="memory"),
-        Row("limiter-redis", "sluice-limiter /v1/check, Redis store", kind="limiter", store="redis"),
+        Row("limiter-memory", "sluice-limiter /v1/check, memory store", kind="limiter", store="memory",
+            default=True),
+        Row("limiter-redis", "sluice-limiter /v1/check, Redis store", kind="limiter", store="redis", default=True),
+        # Limitador alone over its HTTP API, the same descriptor as its RLS rows
+        # (never built here: skipped without a binary).
+        Row("limitador-memory", "Limitador POST /check_and_report, memory storage", kind="limiter",
+            store="limitador", check_path="/check_and_report", check_body=LIMITADOR_CHECK_BODY, default=True),
+        Row("limitador-redis", "Limitador POST /check_and_report, Redis storage", kind="limiter",
+            store="limitador-redis", check_path="/check_and_report", check_body=LIMITADOR_CHECK_BODY,
+            default=True),
     ]
     # Another build of the filter beside this one, in the same run: the
     # global row with the wasm at SLUICE_BASELINE_WASM (say, the last
@@ -377,8 +434,9 @@ def rls_rows(sluice, noop_wasm: Path) -> list[Row]:
     """The rate limit service rows: Envoy's ratelimit filter and Sluice with
     `protocol: rls`, both calling the limiter over gRPC per request, memory
     store and Redis; the bare gRPC call of a wasm filter (the floor of
-    Sluice's rls rows); Envoy's ratelimit filter calling Limitador (run only with
-    a Limitador binary); and the answer path of Envoy's rows without the filter."""
+    Sluice's rls rows); Envoy's ratelimit filter calling Limitador, memory and
+    Redis storage (run only with a Limitador binary); and the answer path of
+    Envoy's rows without the filter."""
     rls_config = sluice_config({"scope": "global"}, rls=True)
     out = [Row("envoy-rls-route", "Envoy, no rate-limit filter, routed and answered 200 by the fault filter "
                "(the envoy-rls rows' answer)", filters=[FAULT_REPLY], hcm_extra=ROUTED_HCM,
@@ -397,160 +455,8 @@ def rls_rows(sluice, noop_wasm: Path) -> list[Row]:
     out.append(Row("rlqs-memory", "Envoy rate_limit_quota filter → sluice-limiter (RLQS), one bucket, decided "
                    "in Envoy, usage reported every 5 s, limiter memory store", store="memory", rlqs=True,
                    filters=[rlqs_filter(RLS_DOMAIN, header="x-forwarded-for", cluster=LIMITER_CLUSTER)]))
-    out.append(Row("envoy-limitador", "Envoy ratelimit filter → Limitador (gRPC), one key, memory storage",
-                   store="limitador", rls=True, filters=envoy_ratelimit(), hcm_extra=ROUTED_HCM,
-                   clusters=[BACKEND_CLUSTER]))
+    out += [Row(f"envoy-{store}", f"Envoy ratelimit filter → Limitador (gRPC), one key, {name}", store=store,
+                rls=True, filters=envoy_ratelimit(), hcm_extra=ROUTED_HCM, clusters=[BACKEND_CLUSTER], default=True)
+            for store, name in (("limitador", "memory storage"), ("limitador-redis", "Redis storage"))]
     return out
 
-
-# The body wrk posts to the limiter: one GCRA key that never runs out.
-LIMITER_CHECK_BODY = json.dumps({
-    "domain": "bench", "hits": 1,
-    "limits": [{"key": "per-ip/10.0.0.1", "algorithm": "gcra", "requests": 1000, "window_ms": 10}],
-}, separators=(",", ":"))
-
-
-@dataclass
-class BenchEnvoy:
-    """An Envoy started for one row at one concurrency."""
-
-    row: Row
-    envoy: support.Envoy
-
-    @property
-    def port(self) -> int:
-        return self.envoy.port
-
-    @property
-    def pid(self) -> int:
-        return self.envoy.process.proc.pid
-
-    def stop(self):
-        self.envoy.stop()
-
-
-def start_envoy(row: Row, concurrency: int, workdir: Path, envoy_bin: Path,
-                limiter_ports: dict[str, int], cpus: str | None = None) -> BenchEnvoy:
-    """Starts Envoy for `row` on fresh loopback ports (static listener, logs at
-    warning level so that logging costs nothing per request), on the CPUs
-    `cpus` (a taskset list) if given."""
-    clusters = []
-    if row.store:
-        clusters.append(support.limiter_cluster(LIMITER_CLUSTER, [limiter_ports[port_key(row)]]))
-    clusters += row.clusters
-    envoy = support.start_envoy(workdir, row.filters, concurrency=concurrency, clusters=clusters, lds=False,
-                                hcm_extra=row.hcm_extra, envoy_bin=envoy_bin, cpus=cpus, log_level="warn",
-                                component_log_level=None, drain_time_s=None,
-                                name=f"envoy-{row.id}-c{concurrency}")
-    return BenchEnvoy(row, envoy)
-
-
-def port_key(row: Row) -> str:
-    """The key of `start_limiters`'s ports the row calls: its store, with
-    "-rls" for the gRPC port, "-rlqs" for the RLQS one."""
-    return f"{row.store}-rls" if row.rls else f"{row.store}-rlqs" if row.rlqs else str(row.store)
-
-
-def serves(item, store: str | None) -> bool:
-    """Whether `item`, something `start_limiters` started, serves `store`
-    ("memory": the memory limiter; "redis": the Redis limiter and Redis;
-    "limitador": Limitador)."""
-    if store is None:
-        return False
-    if isinstance(item, Limitador) or store == "limitador":
-        return isinstance(item, Limitador) and store == "limitador"
-    if isinstance(item, support.Limiter):
-        return (item.store == "memory") == (store == "memory")
-    return store != "memory"
-
-
-def store_pids(started: list, store: str | None) -> list[int]:
-    """Process ids of what serves `store` among what `start_limiters` started."""
-    return [item.process.proc.pid for item in started if serves(item, store) and item.process is not None]
-
-
-class Limitador:
-    """A running Limitador (`limitador-server LIMITS_FILE memory`), serving
-    RLS on `rls_port`; never built by the project (LIMITADOR names it)."""
-
-    def __init__(self, workdir: Path, binary: Path):
-        limits = workdir / "limitador-limits.yaml"
-        limits.write_text(LIMITADOR_LIMITS)
-        self.rls_port, self.http_port = support.free_port(), support.free_port()
-        self.process = support.Process(
-            [str(binary), "--rls-ip", "127.0.0.1", "--rls-port", str(self.rls_port),
-             "--http-ip", "127.0.0.1", "--http-port", str(self.http_port), str(limits), "memory"],
-            workdir / "limitador.log")
-
-        def up():
-            if not self.process.alive():
-                raise RuntimeError(f"limitador exited:\n{self.process.log()[-3000:]}")
-            try:
-                socket.create_connection(("127.0.0.1", self.rls_port), timeout=1).close()
-                return True
-            except OSError:
-                return False
-        try:
-            support.wait_until(up, what="limitador")
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self):
-        self.process.stop()
-
-
-def limiter_args(workdir: Path) -> list[str]:
-    """The limiter's arguments to serve RLS and RLQS: a gRPC port of its own
-    for each, the descriptor file (written into `workdir`), the RLQS
-    assignments' time to live."""
-    path = workdir / "rls-descriptors.yaml"
-    path.write_text(RLS_DESCRIPTORS)
-    return ["--grpc-listen", f"127.0.0.1:{support.free_port()}", "--descriptors", str(path),
-            "--rlqs-listen", f"127.0.0.1:{support.free_port()}", "--rlqs-assignment-ttl-ms", str(RLQS_TTL_MS)]
-
-
-def grpc_port(args: list[str], flag: str = "--grpc-listen") -> int:
-    """The gRPC port in `limiter_args`'s arguments: RLS's, or `flag`'s."""
-    return int(args[args.index(flag) + 1].rsplit(":", 1)[1])
-
-
-def start_limiters(workdir: Path, limiter_bin: Path, stores: set[str], rls: bool = False,
-                   limitador: Path | None = None) -> tuple[dict, list]:
-    """Starts the limiter (and Redis) for each store named, also serving RLS
-    and RLQS if `rls`, and Limitador if "limitador" is named; returns
-    ({store: port, store-rls: RLS port, store-rlqs: RLQS port}, [things to
-    stop, in stop order]).
-    The limiters' own arguments are kept in their `base_args`."""
-    os.environ.setdefault("SLUICE_LOG", "warn")
-    ports: dict[str, int] = {}
-    started: list = []
-
-    def limiter(store: str, key: str) -> support.Limiter:
-        args = limiter_args(workdir) if rls else []
-        lim = support.Limiter(workdir, store=store, binary=limiter_bin, extra_args=list(args))
-        lim.base_args = args
-        ports[key] = lim.port
-        if rls:
-            ports[f"{key}-rls"] = grpc_port(args)
-            ports[f"{key}-rlqs"] = grpc_port(args, "--rlqs-listen")
-        return lim
-
-    try:
-        if "memory" in stores:
-            started.append(limiter("memory", "memory"))
-        if "redis" in stores:
-            redis = support.Redis(workdir)
-            started.append(redis)
-            started.insert(0, limiter(redis.url, "redis"))
-        if "limitador" in stores:
-            if limitador is None:
-                raise RuntimeError("a Limitador row needs a Limitador binary (LIMITADOR)")
-            lim = Limitador(workdir, limitador)
-            started.append(lim)
-            ports["limitador-rls"] = lim.rls_port
-    except BaseException:
-        for item in started:
-            item.stop()
-        raise
-    return ports, started

@@ -9,6 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import criterion  # noqa: E402
 import load  # noqa: E402
 import report  # noqa: E402
+import servers  # noqa: E402
 import setups  # noqa: E402
 import tracecsv  # noqa: E402
 
@@ -394,7 +395,7 @@ descriptors:
         envoy, sluice = rows[f"envoy-rls-{store}"], rows[f"global-rls-{store}"]
         assert envoy.store == sluice.store == store and envoy.rls and sluice.rls
         assert envoy.keys == sluice.keys == 1 and envoy.expect == sluice.expect == "allow"
-        assert setups.port_key(envoy) == f"{store}-rls" and setups.port_key(rows[f"global-{store}"]) == store
+        assert servers.port_key(envoy) == f"{store}-rls" and servers.port_key(rows[f"global-{store}"]) == store
         # Sluice: the rule keyed by client_ip, a global limit naming nothing, the limiter over RLS.
         cfg = json.loads(sluice.filters[0]["typed_config"]["config"]["configuration"]["value"])
         assert cfg["domain"] == setups.RLS_DOMAIN
@@ -458,7 +459,7 @@ def test_the_rlqs_row_buckets_the_client_address_under_a_limit_it_never_reaches(
     rows = {r.id: r for r in setups.rows(Path("s"), Path("n"))}
     row = rows["rlqs-memory"]
     assert row.store == "memory" and row.rlqs and not row.rls and row.expect == "allow" and row.keys == 1
-    assert setups.port_key(row) == "memory-rlqs"
+    assert servers.port_key(row) == "memory-rlqs"
     assert not row.hcm_extra and not row.clusters  # decided before the direct response, no route action needed
     [quota] = row.filters
     cfg = quota["typed_config"]
@@ -476,12 +477,12 @@ def test_the_rlqs_row_buckets_the_client_address_under_a_limit_it_never_reaches(
 def test_the_limiters_serve_rls_beside_http_and_keep_it_across_restarts(tmp_path):
     import run
 
-    args = setups.limiter_args(tmp_path)
+    args = servers.limiter_args(tmp_path)
     assert args[0] == "--grpc-listen" and args[2] == "--descriptors"
     assert Path(args[3]).read_text() == setups.RLS_DESCRIPTORS
-    assert setups.grpc_port(args) == int(args[1].rsplit(":", 1)[1])
+    assert servers.grpc_port(args) == int(args[1].rsplit(":", 1)[1])
     assert args[4] == "--rlqs-listen" and args[6:] == ["--rlqs-assignment-ttl-ms", "10000"]
-    assert setups.grpc_port(args, "--rlqs-listen") == int(args[5].rsplit(":", 1)[1]) != setups.grpc_port(args)
+    assert servers.grpc_port(args, "--rlqs-listen") == int(args[5].rsplit(":", 1)[1]) != servers.grpc_port(args)
 
     class Limiter(run.support.Limiter):
         def __init__(self):
@@ -500,14 +501,39 @@ def test_the_limiters_serve_rls_beside_http_and_keep_it_across_restarts(tmp_path
 
 
 def test_limitador_is_served_only_its_own_rows():
-    limitador = setups.Limitador.__new__(setups.Limitador)
-    memory = setups.support.Limiter.__new__(setups.support.Limiter)
+    limitador = servers.Limitador.__new__(servers.Limitador)
+    limitador.store = "limitador"
+    on_redis = servers.Limitador.__new__(servers.Limitador)
+    on_redis.store = "limitador-redis"
+    memory = servers.support.Limiter.__new__(servers.support.Limiter)
     memory.store = "memory"
-    redis = object()  # Redis
-    assert setups.serves(limitador, "limitador")
-    assert not setups.serves(limitador, "memory") and not setups.serves(limitador, "redis")
-    assert not setups.serves(memory, "limitador") and not setups.serves(redis, "limitador")
-    assert setups.serves(memory, "memory") and setups.serves(redis, "redis")
+    redis = servers.support.Redis.__new__(servers.support.Redis)
+    assert servers.serves(limitador, "limitador") and not servers.serves(limitador, "limitador-redis")
+    assert servers.serves(on_redis, "limitador-redis") and not servers.serves(on_redis, "limitador")
+    assert not servers.serves(limitador, "memory") and not servers.serves(limitador, "redis")
+    assert not servers.serves(on_redis, "memory") and not servers.serves(on_redis, "redis")
+    assert not servers.serves(memory, "limitador") and not servers.serves(redis, "limitador")
+    assert not servers.serves(memory, "limitador-redis")
+    # Redis's CPU time is charged to the rows of both limiters it serves
+    assert servers.serves(redis, "limitador-redis") and servers.serves(redis, "redis")
+    assert servers.serves(memory, "memory")
+
+
+def test_the_limitador_rows_ask_for_the_same_descriptor_over_rls_and_http():
+    rows = {r.id: r for r in setups.rows(Path("s"), Path("n"))}
+    for store in servers.LIMITADOR_STORES:
+        envoy = rows[f"envoy-{store}"]
+        assert envoy.rls and envoy.store == store and envoy.filters == rows["envoy-rls-memory"].filters
+        assert servers.port_key(envoy) == f"{store}-rls"
+    memory, redis = rows["limitador-memory"], rows["limitador-redis"]
+    assert (memory.kind, memory.store, redis.kind, redis.store) == ("limiter", "limitador", "limiter",
+                                                                    "limitador-redis")
+    assert memory.check_path == redis.check_path == "/check_and_report"
+    assert json.loads(memory.check_body) == {"namespace": setups.RLS_DOMAIN, "delta": 1,
+                                             "values": {"generic_key": setups.RULE, "remote_address": "10.0.0.1"}}
+    assert memory.check_body == redis.check_body
+    limiter = rows["limiter-memory"]
+    assert (limiter.check_path, limiter.check_body) == ("/v1/check", setups.LIMITER_CHECK_BODY)
 
 
 def test_the_limitador_row_is_skipped_without_a_binary(monkeypatch):
@@ -517,3 +543,105 @@ def test_the_limitador_row_is_skipped_without_a_binary(monkeypatch):
     assert run.parse_args([]).limitador is None
     monkeypatch.setenv("LIMITADOR", "/opt/limitador-server")
     assert run.parse_args([]).limitador == Path("/opt/limitador-server")
+
+
+def test_the_default_set_keeps_the_rows_of_every_ratio_the_targets_need():
+    import run
+
+    rows = setups.rows(Path("s"), Path("n"))
+    default = {r.id for r in run.select(rows, "", "default")}
+    assert default == {r.id for r in rows if r.default}
+    assert {"envoy", "noop-wasm", "native", "host-calls", "local-gcra", "local-gcra-100-rules",
+            "local-gcra-1000-rules", "envoy-1000-routes", "call-out", "pause-resume", "global-memory",
+            "global-memory-coalesce", "global-memory-lease", "global-redis", "global-redis-lease",
+            "envoy-limitador", "envoy-limitador-redis", "limiter-memory", "limiter-redis", "limitador-memory",
+            "limitador-redis"} == default
+    assert len(run.select(rows, "", "full")) == len(rows)
+    # --only picks from every row, whatever the set
+    assert {r.id for r in run.select(rows, "^local-deny$", "default")} == {"envoy", "noop-wasm", "native",
+                                                                          "local-deny"}
+
+
+def test_the_sets_choose_rounds_durations_and_concurrencies_unless_told():
+    import run
+
+    a = run.parse_args([])
+    assert (a.set, a.rounds, a.duration, a.concurrencies, a.short_criterion) == ("default", 3, 3, [1], True)
+    full = run.parse_args(["--set", "full"])
+    assert (full.rounds, full.duration, full.concurrencies, full.short_criterion) == (5, 4, [1, 2], False)
+    told = run.parse_args(["--set", "full", "--rounds", "2", "--concurrency", "2"])
+    assert (told.rounds, told.concurrencies) == (2, [2])
+    quick = run.parse_args(["--quick", "--set", "full"])
+    assert (quick.rounds, quick.duration, quick.concurrencies, quick.starts, quick.pushes) == (1, 1, [1], 1, 2)
+
+
+def test_the_many_rules_rows_match_one_rule_and_envoy_gets_as_many_routes():
+    rows = {r.id: r for r in setups.rows(Path("s"), Path("n"))}
+    for n in (setups.SOME_RULES, setups.MANY_RULES):
+        cfg = json.loads(rows[f"local-gcra-{n}-rules"].filters[0]["typed_config"]["config"]["configuration"]["value"])
+        rules = cfg["rules"]
+        assert len(rules) == n and len({r["name"] for r in rules}) == n
+        # the last rule is local-gcra's, matching every request; the others match paths never requested
+        assert rules[-1] == json.loads(rows["local-gcra"].filters[0]["typed_config"]["config"]["configuration"]
+                                       ["value"])["rules"][0]
+        assert all(r["match"]["path_prefix"].startswith("/svc") for r in rules[:-1])
+    routes = rows["envoy-1000-routes"].hcm_extra["route_config"]["virtual_hosts"][0]["routes"]
+    assert len(routes) == setups.MANY_RULES and routes[-1]["match"] == {"prefix": "/"}
+    assert all(r["match"]["prefix"].startswith("/svc") for r in routes[:-1])
+    assert rows["envoy-1000-routes"].filters == []
+
+
+def test_ratios_carry_their_spread_over_the_rounds_paired_round_by_round():
+    rows = {r.id: r for r in setups.rows(Path("s"), Path("n"))}
+
+    def summary(row_id, per_round):
+        samples = []
+        for rnd, rps in enumerate(per_round, 1):
+            s = _sample(rps)
+            s.round = rnd
+            samples.append(s)
+        return report.summarize(rows[row_id], samples)
+
+    c1 = {"local-gcra": summary("local-gcra", [100, 200, 100]),
+          "local-gcra-1000-rules": summary("local-gcra-1000-rules", [90, 100, 95]),
+          "envoy": summary("envoy", [200, 200, 200]), "envoy-1000-routes": summary("envoy-1000-routes", [180] * 3)}
+    goal = next(t for t in report.targets({1: c1}, {}) if t.name.startswith("1,000 rules"))
+    assert goal.measured == "0.950× (target ≥ 0.90×)" and goal.met
+    assert goal.spread == "0.50–0.95"  # 90/100, 100/200, 95/100
+    assert goal.bound == "0.900× for Envoy's route table of 1,000 routes"
+    limiter = {"limiter-memory": summary("limiter-memory", [110, 100]),
+               "limitador-memory": summary("limitador-memory", [100, 50])}
+    goals = {t.name: t for t in report.targets({}, limiter)}
+    mem = goals["sluice-limiter ≥ Limitador, HTTP checks/s, memory"]
+    assert (mem.measured, mem.met, mem.spread) == ("1.400× (target ≥ 1.00×)", True, "1.10–2.00")
+    assert goals["sluice-limiter ≥ Limitador, HTTP checks/s, Redis"].met is None
+    text = report.targets_table(list(goals.values()))
+    assert "| sluice-limiter ≥ Limitador, HTTP checks/s, memory | – | 1.400× (target ≥ 1.00×) | met | 1.10–2.00 | – |" \
+        in text
+    assert "1 targets need rows this run did not measure (`make bench-full` measures every row)." in text
+
+
+def test_starts_and_pushes_are_reported_with_the_push_target():
+    timings = [report.Timing("start", "Envoy, no filter", 1, [300.0, 320.0, 310.0]),
+               report.Timing("start", "Sluice, 1 rule", 1, [400.0, 390.0, 420.0]),
+               report.Timing("push", "Sluice, 1 rule", 2, [12.0, 10.0]),
+               report.Timing("push", "Sluice, 1,000 rules", 2, [60.0, 40.0, 45.0])]
+    lines = report.timings_table(timings)
+    assert "| start: Sluice, 1 rule | 1 | 400.0 ms | 390.0–420.0 ms | 3 | +90 ms |" in lines
+    assert "| push: Sluice, 1 rule | 2 | 11.0 ms | 10.0–12.0 ms | 2 | – |" in lines
+    [push] = [t for t in report.targets({}, {}, timings) if t.name.startswith("a push")]
+    assert (push.name, push.concurrency, push.measured, push.met, push.spread) == (
+        "a push of 1,000 rules applied < 50 ms", 2, "45.0 ms (median of 3)", True, "40.0–60.0 ms")
+    assert "## Plugin start and configuration push" in report.markdown({}, {}, {}, [], None, [], timings=timings)
+    assert report.timings_table([]) == []
+
+
+def test_the_pushed_configurations_differ_only_in_the_matching_rules_quota():
+    import startup
+
+    one, other = startup.sluice_rules(setups.MANY_RULES), startup.sluice_rules(setups.MANY_RULES, 999)
+    assert one["rules"][:-1] == other["rules"][:-1]
+    assert one["rules"][-1]["limits"][0]["requests"] == 1000 and other["rules"][-1]["limits"][0]["requests"] == 999
+    assert startup.sluice_rules(1)["rules"] == json.loads(
+        next(r for r in setups.rows(Path("s"), Path("n")) if r.id == "local-gcra")
+        .filters[0]["typed_config"]["config"]["configuration"]["value"])["rules"]

@@ -1,6 +1,7 @@
--- POST /v1/check with the JSON body given in the environment variable
--- SLUICE_CHECK_BODY; one static request, so wrk spends no Lua per request.
+-- POST the JSON body given in the environment variable SLUICE_CHECK_BODY to
+-- SLUICE_CHECK_PATH (default /v1/check, sluice-limiter's; Limitador's is
+-- /check_and_report); one static request, so wrk spends no Lua per request.
 wrk.method = "POST"
-wrk.path = "/v1/check"
+wrk.path = os.getenv("SLUICE_CHECK_PATH") or "/v1/check"
 wrk.headers["Content-Type"] = "application/json"
 wrk.body = os.getenv("SLUICE_CHECK_BODY")

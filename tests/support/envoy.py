@@ -171,6 +171,11 @@ class Envoy:
 
     def write_listener(self, http_filters: list[dict]):
         """Writes the listener file Envoy watches (LDS)."""
+        os.replace(self.stage_listener(http_filters), self.lds_path)
+
+    def stage_listener(self, http_filters: list[dict]) -> Path:
+        """Writes the next listener file beside the one Envoy watches and
+        returns its path: moving it onto `lds_path` pushes it."""
         self.listener_version += 1
         resources = {
             "version_info": str(self.listener_version),
@@ -180,7 +185,7 @@ class Envoy:
         }
         tmp = self.workdir / "lds.tmp.json"
         tmp.write_text(json.dumps(resources))
-        os.replace(tmp, self.lds_path)
+        return tmp
 
     def push_config(self, filter_config: dict | str) -> bool:
         """Pushes a new Sluice filter configuration; True if Envoy took it, False if it refused it."""
