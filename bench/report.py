@@ -206,7 +206,7 @@ def ratio_target(name: str, c: int | None, rows: dict[str, Summary], row: str, b
 
 def envoy_targets(c: int, rows: dict[str, Summary]) -> list[Target]:
     """The targets of one Envoy concurrency's rows."""
-    out = [ratio_target("Sluice local GCRA, one key ≥ 0.95× no-op wasm", c, rows, "local-gcra", "noop-wasm", 0.95,
+    out = [ratio_target("Sluice local GCRA, one key ≥ 0.93× no-op wasm", c, rows, "local-gcra", "noop-wasm", 0.93,
                         "host-calls", "Sluice's host calls alone")]
     g, n = rows.get("local-gcra"), rows.get("noop-wasm")
     if g and n and g.solo_p99_us and n.solo_p99_us:
@@ -221,8 +221,8 @@ def envoy_targets(c: int, rows: dict[str, Summary]) -> list[Target]:
         out.append(Target("Sluice local GCRA p99 within 50 µs of no-op wasm", c, "not measured", None))
     many = f"{MANY_RULES:,} rules"
     ratios = [
-        (f"{SOME_RULES} rules (one matching) ≥ 0.9× 1 rule", f"local-gcra-{SOME_RULES}-rules", "local-gcra", 0.9),
-        (f"{many} (one matching) ≥ 0.9× 1 rule", f"local-gcra-{MANY_RULES}-rules", "local-gcra", 0.9,
+        (f"{SOME_RULES} rules (one matching) ≥ 0.95× 1 rule", f"local-gcra-{SOME_RULES}-rules", "local-gcra", 0.95),
+        (f"{many} (one matching) ≥ 0.95× 1 rule", f"local-gcra-{MANY_RULES}-rules", "local-gcra", 0.95,
          f"envoy-{MANY_RULES}-routes", f"Envoy's route table of {MANY_RULES:,} routes", "envoy"),
         ("10,000 keys ≥ 0.9× one key (GCRA)", "local-gcra-10k", "local-gcra", 0.9),
         ("deny path ≥ allow path (GCRA)", "local-deny", "local-gcra", 1.0,
@@ -231,16 +231,16 @@ def envoy_targets(c: int, rows: dict[str, Summary]) -> list[Target]:
          "call-out", "a bare call-out"),
         ("Sluice per request ≥ Envoy's ratelimit filter → Limitador, memory", "global-memory", "envoy-limitador",
          1.0, "call-out", "a bare call-out"),
-        ("global coalesced ≥ Envoy's ratelimit filter → Limitador, memory", "global-memory-coalesce",
-         "envoy-limitador", 1.0),
-        ("Sluice per request, Redis ≥ Envoy's ratelimit filter → Limitador, Redis", "global-redis",
-         "envoy-limitador-redis", 1.0),
+        ("global coalesced ≥ 1.2× Envoy's ratelimit filter → Limitador, memory", "global-memory-coalesce",
+         "envoy-limitador", 1.2),
+        ("Sluice per request, Redis ≥ 1.3× Envoy's ratelimit filter → Limitador, Redis", "global-redis",
+         "envoy-limitador-redis", 1.3),
         ("global coalesced ≥ 1.3× a call per request, one key, memory store", "global-memory-coalesce",
          "global-memory", 1.3),
         ("global coalesced ≥ 1.3× a call per request, one key, Redis store", "global-redis-coalesce",
          "global-redis", 1.3),
-        ("global leased ≥ 0.9× Sluice local, one key, memory store", "global-memory-lease", "local-gcra", 0.9),
-        ("global leased ≥ 0.9× Sluice local, one key, Redis store", "global-redis-lease", "local-gcra", 0.9),
+        ("global leased ≥ 0.95× Sluice local, one key, memory store", "global-memory-lease", "local-gcra", 0.95),
+        ("global leased ≥ 0.95× Sluice local, one key, Redis store", "global-redis-lease", "local-gcra", 0.95),
         ("over-limit cache ≥ 0.9× Sluice local", "global-cached", "local-gcra", 0.9),
     ]
     for store, name in (("memory", "memory store"), ("redis", "Redis store")):
@@ -260,8 +260,8 @@ def targets(by_conc: dict[int, dict[str, Summary]], limiter: dict[str, Summary],
     out.append(Target("sluice-limiter memory store ≥ 50,000 checks/s", None,
                       f"{mem.rps:,.0f}/s" if mem else "not measured",
                       (mem.rps >= 50_000) if mem else None))
-    out += [ratio_target(f"sluice-limiter ≥ Limitador, HTTP checks/s, {name}", None, limiter, f"limiter-{store}",
-                         f"limitador-{store}", 1.0) for store, name in (("memory", "memory"), ("redis", "Redis"))]
+    out += [ratio_target(f"sluice-limiter ≥ 1.5× Limitador, HTTP checks/s, {name}", None, limiter, f"limiter-{store}",
+                         f"limitador-{store}", 1.5) for store, name in (("memory", "memory"), ("redis", "Redis"))]
     for t in timings or []:
         if t.kind == "push" and t.what == f"Sluice, {MANY_RULES:,} rules" and t.ms:
             out.append(Target(f"a push of {MANY_RULES:,} rules applied < 50 ms", t.concurrency,
