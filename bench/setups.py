@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import load  # noqa: E402
 import support  # noqa: E402
-from support import ALGORITHMS  # noqa: E402
+from support import ALGORITHMS, jwt  # noqa: E402
 from support.envoy import rlqs_filter  # noqa: E402
 from support.rls import REMOTE_ADDRESS, generic_key, ratelimit_filter  # noqa: E402
 
@@ -196,6 +196,18 @@ class Row:
         return [str(self.keys)] + ([str(self.first_key)] if self.first_key else [])
 
 
+# jwt_authn verifying a bearer token that header_mutation adds to every
+# request (wrk's requests stay the same): the source of a `jwt:` key part.
+BEARER = {
+    "name": "envoy.filters.http.header_mutation",
+    "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation",
+        "mutations": {"request_mutations": [{"append": {
+            "header": {"key": "authorization", "value": "Bearer " + jwt.token({"sub": "bench-client"}, ttl=86_400)},
+            "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}}]},
+    },
+}
+
 # Envoy's header_to_metadata copying X-Forwarded-For into dynamic metadata
 # (namespace `bench`, key `client`): the source of a `metadata:` key part.
 XFF_TO_METADATA = {
@@ -339,6 +351,10 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
             filters=[XFF_TO_METADATA, *sluice(sluice_config(gcra))]),
         Row("local-gcra-metadata-key", "Sluice local gcra, one key, key from dynamic metadata (a property read)",
             filters=[XFF_TO_METADATA, *sluice(sluice_config(gcra, rule={"key": ["metadata:bench:client"]}))]),
+        Row("local-gcra-jwt-filter", "Sluice local gcra, one key, jwt_authn verifying a token in front, "
+            "key by header", filters=[BEARER, jwt.jwt_authn(), *sluice(sluice_config(gcra))]),
+        Row("local-gcra-jwt-claim", "Sluice local gcra, one key, key from the token's `sub` claim (a property read)",
+            filters=[BEARER, jwt.jwt_authn(), *sluice(sluice_config(gcra, rule={"key": ["jwt:sub"]}))]),
         Row("local-gcra-path-prefix", "Sluice local gcra, one key, match path_prefix",
             filters=sluice(sluice_config(gcra, rule={"match": {"path_prefix": "/"}}))),
         Row("local-gcra-path-regex", "Sluice local gcra, one key, match path_regex",
