@@ -9,7 +9,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use sluice_core::{Nanos, MILLISECOND, SECOND};
 use sluice_filter::config::{self, Plan};
 use sluice_filter::engine::{self, Verdict};
-use sluice_filter::key::RequestView;
+use sluice_filter::key::{self, RequestView};
 use sluice_filter::metrics::Batch;
 use sluice_filter::slots::SlotHasher;
 use std::cell::Cell;
@@ -102,6 +102,16 @@ impl World {
             other => panic!("expected an admission, got {other:?}"),
         }
     }
+
+    /// The rules the request matches, alone.
+    fn matching(&self) -> usize {
+        let request = key::Request::new(&Request, &self.plan.client_ip);
+        let rules = &self.plan.rules;
+        self.plan
+            .rule_index
+            .matching(&request, rules, |r| &r.matcher)
+            .count()
+    }
 }
 
 fn rules(c: &mut Criterion) {
@@ -112,6 +122,9 @@ fn rules(c: &mut Criterion) {
         println!("{n} rules: {made} allocations per request");
         c.bench_function(&format!("rules/{n}/evaluate"), |b| {
             b.iter(|| black_box(w.evaluate()))
+        });
+        c.bench_function(&format!("rules/{n}/match"), |b| {
+            b.iter(|| black_box(w.matching()))
         });
     }
     let text = config(1000);
