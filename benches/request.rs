@@ -10,14 +10,11 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use sluice_core::{Nanos, SECOND};
-use sluice_filter::config::{self, Plan};
 use sluice_filter::engine::{self, PendingCheck, Verdict};
 use sluice_filter::key::RequestView;
-use sluice_filter::metrics::Batch;
 use sluice_filter::response;
-use sluice_filter::slots::SlotHasher;
 use std::hint::black_box;
-use support::{allocations, Counting, Metrics, Store};
+use support::{allocations, Counting, World};
 
 mod support;
 
@@ -49,25 +46,7 @@ impl RequestView for Request {
     }
 }
 
-struct World {
-    plan: Plan,
-    hasher: SlotHasher,
-    store: Store,
-    metrics: Metrics,
-}
-
 impl World {
-    fn new() -> World {
-        let plan = config::parse(CONFIG.as_bytes()).unwrap();
-        let metrics = Metrics(Batch::new(plan.rules.len()));
-        World {
-            plan,
-            hasher: SlotHasher::from_seed(&SlotHasher::new_seed(7)).unwrap(),
-            store: Store::default(),
-            metrics,
-        }
-    }
-
     fn evaluate(&self) -> PendingCheck {
         let verdict = engine::evaluate(
             &self.plan,
@@ -112,7 +91,7 @@ impl World {
 }
 
 fn global(c: &mut Criterion) {
-    let w = World::new();
+    let w = World::new(CONFIG);
     assert_eq!(w.request(), 2);
     let (pending, evaluate) = allocations(|| w.evaluate());
     println!("check body: {}", String::from_utf8_lossy(pending.body(0)));

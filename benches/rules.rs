@@ -7,15 +7,13 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use sluice_core::{Nanos, MILLISECOND, SECOND};
-use sluice_filter::config::{self, Plan};
+use sluice_filter::config;
 use sluice_filter::engine::{self, Verdict};
 use sluice_filter::key::{self, RequestView};
-use sluice_filter::metrics::Batch;
-use sluice_filter::slots::SlotHasher;
 use std::cell::Cell;
 use std::hint::black_box;
 use std::time::Instant;
-use support::{allocations, Counting, Metrics, Store};
+use support::{allocations, Counting, World};
 
 mod support;
 
@@ -61,24 +59,17 @@ impl RequestView for Request {
     }
 }
 
-struct World {
-    plan: Plan,
-    hasher: SlotHasher,
-    store: Store,
-    metrics: Metrics,
+/// A plan of `n` rules, and a clock.
+struct Bench {
+    world: World,
     /// Advances a millisecond a request, so that the limit never denies.
     now: Cell<Nanos>,
 }
 
-impl World {
-    fn new(n: usize) -> World {
-        let plan = config::parse(config(n).as_bytes()).unwrap();
-        let metrics = Metrics(Batch::new(plan.rules.len()));
-        World {
-            plan,
-            hasher: SlotHasher::from_seed(&SlotHasher::new_seed(7)).unwrap(),
-            store: Store::default(),
-            metrics,
+impl Bench {
+    fn new(n: usize) -> Bench {
+        Bench {
+            world: World::new(&config(n)),
             now: Cell::new(1_700_000_000 * SECOND),
         }
     }
@@ -88,15 +79,9 @@ impl World {
             self.now.set(self.now.get() + MILLISECOND);
             self.now.get()
         };
-        let verdict = engine::evaluate(
-            &self.plan,
-            &self.hasher,
-            1,
-            &Request,
-            &self.store,
-            &self.metrics,
-            clock,
-        );
+        let w = &self.world;
+        let verdict =
+            engine::evaluate(&w.plan, &w.hasher, 1, &Request, &w.store, &w.metrics, clock);
         match verdict {
             Verdict::Allow(admitted) => admitted.applied.len(),
             other => panic!("expected an admission, got {other:?}"),
@@ -105,10 +90,10 @@ impl World {
 
     /// The rules the request matches, alone.
     fn matching(&self) -> usize {
-        let request = key::Request::new(&Request, &self.plan.client_ip);
-        let rules = &self.plan.rules;
-        self.plan
-            .rule_index
+        let plan = &self.world.plan;
+        let request = key::Request::new(&Request, &plan.client_ip);
+        let rules = &plan.rules;
+        plan.rule_index
             .matching(&request, rules, |r| &r.matcher)
             .count()
     }
@@ -116,7 +101,7 @@ impl World {
 
 fn rules(c: &mut Criterion) {
     for n in [1, 100, 1000] {
-        let w = World::new(n);
+        let w = Bench::new(n);
         assert_eq!(w.evaluate(), 1);
         let (_, made) = allocations(|| w.evaluate());
         println!("{n} rules: {made} allocations per request");

@@ -1,10 +1,12 @@
 //! What the native benches share: an allocation counter and in-memory
 //! stand-ins for Envoy's shared data and metrics.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)]
 
 use sluice_core::Nanos;
+use sluice_filter::config::{self, Plan};
 use sluice_filter::local::{SetError, SharedStore};
 use sluice_filter::metrics::{Batch, GlobalEvent, MetricSink, RuleEvent};
+use sluice_filter::slots::SlotHasher;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -75,4 +77,26 @@ impl MetricSink for Metrics {
     }
 
     fn delayed(&self, _rule: usize, _delay: Nanos) {}
+}
+
+/// A plan and the stand-ins its requests are decided with.
+pub struct World {
+    pub plan: Plan,
+    pub hasher: SlotHasher,
+    pub store: Store,
+    pub metrics: Metrics,
+}
+
+impl World {
+    /// The plan of configuration `json`, with empty shared data.
+    pub fn new(json: &str) -> World {
+        let plan = config::parse(json.as_bytes()).unwrap();
+        let metrics = Metrics(Batch::new(plan.rules.len()));
+        World {
+            plan,
+            hasher: SlotHasher::from_seed(&SlotHasher::new_seed(7)).unwrap(),
+            store: Store::default(),
+            metrics,
+        }
+    }
 }
