@@ -259,6 +259,28 @@ def many_routes(n: int) -> dict:
         *routes, {"match": {"prefix": "/"}, "direct_response": ok}]}]}}
 
 
+def unmatched_rules(n: int, limit: dict) -> list[dict]:
+    """`n` rules of `limit` the bench's requests (`GET /`) never match, in turn a path
+    prefix, an exact path with a method, and a prefix with methods and a
+    header condition (the shapes of `benches/rules.rs`)."""
+    shapes = [
+        lambda i: {"path_prefix": f"/svc{i}/"},
+        lambda i: {"path": f"/svc{i}/login", "methods": ["POST"]},
+        lambda i: {"path_prefix": f"/svc{i}/", "methods": ["GET", "POST"],
+                   "headers": [{"name": "x-tier", "exact": "free"}]},
+    ]
+    return [{"name": f"other-{i}", "match": shapes[i % 3](i), "key": ["client_ip"],
+             "limits": [limit]} for i in range(n)]
+
+
+def many_rules_config(limit: dict, n: int) -> dict:
+    """`sluice_config(limit)` with its rule, matching `path_prefix: /`, the
+    last of `n` rules."""
+    cfg = sluice_config(limit, rule={"match": {"path_prefix": "/"}})
+    cfg["rules"] = unmatched_rules(n - 1, limit) + cfg["rules"]
+    return cfg
+
+
 def sluice_counts(envoy: support.Envoy) -> dict[str, int]:
     """Sluice's counters of RULE in `envoy`: requests allowed (held ones
     included), held (delayed) and denied."""
@@ -359,6 +381,10 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
             filters=sluice(sluice_config(gcra, rule={"match": {"path_prefix": "/"}}))),
         Row("local-gcra-path-regex", "Sluice local gcra, one key, match path_regex",
             filters=sluice(sluice_config(gcra, rule={"match": {"path_regex": "/[a-z0-9/]*"}}))),
+        # Matching through the rule index: the path_prefix row's rule last
+        # among 100 or 1000 (see `unmatched_rules`).
+        *(Row(f"local-gcra-rules-{n}", f"Sluice local gcra, one key, match path_prefix, the last of {n} rules",
+              filters=sluice(many_rules_config(gcra, n))) for n in (100, 1000)),
         Row("local-deny", "Sluice local gcra, flood (429 path)", expect="deny",
             filters=sluice(sluice_config({"algorithm": "gcra", **DENY_LIMIT}))),
         Row("local-gcra-delay", f"Sluice local gcra, flood in delay mode ({DELAY_MAX_QUEUED} held per worker)",

@@ -185,6 +185,22 @@ def test_the_mixed_rows_share_a_configuration_and_keep_their_keys_apart():
     assert base.expect == "undelayed"
 
 
+def test_the_many_rules_rows_differ_from_the_path_prefix_row_only_in_rules_it_never_matches():
+    rows = {r.id: r for r in setups.rows(Path("s"), Path("n"))}
+
+    def config(row_id: str) -> dict:
+        return json.loads(rows[row_id].filters[0]["typed_config"]["config"]["configuration"]["value"])
+
+    one = config("local-gcra-path-prefix")
+    for n in (100, 1000):
+        many = config(f"local-gcra-rules-{n}")
+        assert len(many["rules"]) == n and many["rules"][-1] == one["rules"][0]
+        assert {**many, "rules": many["rules"][-1:]} == one
+        # `GET /` matches none of the others: each names a longer path
+        assert all(len(r["match"].get("path_prefix") or r["match"]["path"]) > 1 for r in many["rules"][:-1])
+        assert len({r["name"] for r in many["rules"]}) == n
+
+
 def test_a_row_meant_to_hold_nothing_is_flagged_when_sluice_held_some():
     row = next(r for r in setups.rows(Path("s"), Path("n")) if r.id == "delay-others")
     clean, held = _sample(1000), _sample(1000)

@@ -10,39 +10,13 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use sluice_core::{Nanos, SECOND};
-use sluice_filter::config::{self, Plan};
 use sluice_filter::engine::{self, PendingCheck, Verdict};
 use sluice_filter::key::RequestView;
-use sluice_filter::local::{SetError, SharedStore};
-use sluice_filter::metrics::{Batch, GlobalEvent, MetricSink, RuleEvent};
 use sluice_filter::response;
-use sluice_filter::slots::SlotHasher;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::RefCell;
-use std::collections::HashMap;
 use std::hint::black_box;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use support::{allocations, Counting, World};
 
-/// Counts allocations, to say how many a request makes.
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        System.alloc(layout)
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        System.realloc(ptr, layout, new_size)
-    }
-}
+mod support;
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -72,64 +46,7 @@ impl RequestView for Request {
     }
 }
 
-/// Shared data in memory (values are copied out, as from Envoy).
-#[derive(Default)]
-struct Store(RefCell<HashMap<String, Vec<u8>>>);
-
-impl SharedStore for Store {
-    fn get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
-        match self.0.borrow().get(key) {
-            Some(v) => (Some(v.clone()), Some(1)),
-            None => (None, None),
-        }
-    }
-
-    fn set(&self, key: &str, value: &[u8], _cas: Option<u32>) -> Result<(), SetError> {
-        self.0.borrow_mut().insert(key.to_string(), value.to_vec());
-        Ok(())
-    }
-}
-
-/// Counts batched as the host batches them.
-struct Metrics(Batch);
-
-impl MetricSink for Metrics {
-    fn rule(&self, rule: usize, event: RuleEvent) {
-        if self.0.add(Batch::rule_position(rule, event)) {
-            self.0.drain(|_, _| {});
-        }
-    }
-
-    fn rule_n(&self, rule: usize, event: RuleEvent, n: u64) {
-        self.0.add_n(Batch::rule_position(rule, event), n);
-    }
-
-    fn global(&self, event: GlobalEvent) {
-        self.0.add(Batch::global_position(event));
-    }
-
-    fn delayed(&self, _rule: usize, _delay: Nanos) {}
-}
-
-struct World {
-    plan: Plan,
-    hasher: SlotHasher,
-    store: Store,
-    metrics: Metrics,
-}
-
 impl World {
-    fn new() -> World {
-        let plan = config::parse(CONFIG.as_bytes()).unwrap();
-        let metrics = Metrics(Batch::new(plan.rules.len()));
-        World {
-            plan,
-            hasher: SlotHasher::from_seed(&SlotHasher::new_seed(7)).unwrap(),
-            store: Store::default(),
-            metrics,
-        }
-    }
-
     fn evaluate(&self) -> PendingCheck {
         let verdict = engine::evaluate(
             &self.plan,
@@ -173,14 +90,8 @@ impl World {
     }
 }
 
-fn allocations<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
-    let out = f();
-    (out, ALLOCATIONS.load(Ordering::Relaxed) - before)
-}
-
 fn global(c: &mut Criterion) {
-    let w = World::new();
+    let w = World::new(CONFIG);
     assert_eq!(w.request(), 2);
     let (pending, evaluate) = allocations(|| w.evaluate());
     println!("check body: {}", String::from_utf8_lossy(pending.body(0)));

@@ -118,6 +118,29 @@ def test_exact_path_and_header_presence_match(envoy):
     assert statuses(e.port, 2, {"x-session": "abc"}, path="/login") == [200, 429]
 
 
+def test_a_thousand_rules_apply_each_to_its_own_paths(envoy):
+    def rule(name, match, requests=1):
+        return {"name": name, "match": match, "key": ["const:k"],
+                "limits": [{"algorithm": "fixed_window", "requests": requests, "window": "365d"}]}
+
+    # odd rules a prefix, even ones an exact path for POST; the last the
+    # prefix of all of /r5..., counting with them
+    rules = [rule(f"r{i}", {"path_prefix": f"/r{i}/"} if i % 2 else {"path": f"/r{i}", "methods": ["POST"]})
+             for i in range(1000)]
+    e = envoy(sluice_config([*rules, rule("r5-all", {"path_prefix": "/r5"}, requests=3)]))
+    # r501 denies its second request before r5-all counts it
+    assert statuses(e.port, 2, path="/r501/x") == [200, 429]
+    assert statuses(e.port, 2, path="/r500?q=1", method="POST") == [200, 429]
+    assert statuses(e.port, 1, path="/r500") == [200]
+    assert statuses(e.port, 1, path="/r52/") == [429]
+    assert statuses(e.port, 3, path="/r3/") == [200, 429, 429]
+    r = request(e.port, "/r4/")
+    assert r.status == 200 and r.header("ratelimit") is None
+    wait_until(lambda: e.sluice_stat("sluice.r5-all.denied") == 1, what="sluice.r5-all.denied == 1")
+    assert e.sluice_stat("sluice.r5-all.allowed") == 3
+    assert e.sluice_stat("sluice.r501.denied") == e.sluice_stat("sluice.r500.denied") == 1
+
+
 def test_overrides_give_listed_keys_their_own_limit(envoy):
     e = envoy(sluice_config([{
         "name": "per-user", "key": ["header:x-user"],

@@ -2,6 +2,9 @@
 
 use crate::key::{KeyPart, Request, RequestView};
 pub use crate::pattern::{Pattern, MAX_PATTERN_LEN};
+pub use index::{Matching, RuleIndex};
+
+mod index;
 
 /// How the path (without query string) is matched.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,25 +79,32 @@ impl Matcher {
 
     /// Whether `request` satisfies every condition.
     pub fn matches<'a, V: RequestView>(&'a self, request: &Request<'a, V>) -> bool {
-        let path_ok = match &self.path {
+        self.path_holds(request) && self.method_holds(request) && self.conditions_hold(request)
+    }
+
+    /// Whether the path condition holds (the path read only if one is set).
+    pub fn path_holds<V: RequestView>(&self, request: &Request<'_, V>) -> bool {
+        match &self.path {
             PathMatch::Any => true,
             PathMatch::Prefix(prefix) => request
                 .path()
                 .is_some_and(|p| p.starts_with(prefix.as_str())),
             PathMatch::Exact(path) => request.path() == Some(path.as_str()),
             PathMatch::Regex(pattern) => request.path().is_some_and(|p| pattern.matches(p)),
-        };
-        if !path_ok {
-            return false;
         }
-        if !self.methods.is_empty() {
-            let Some(method) = request.method() else {
-                return false;
-            };
-            if !self.methods.iter().any(|m| m == method) {
-                return false;
-            }
-        }
+    }
+
+    /// Whether the method is allowed (read only if some are named).
+    pub fn method_holds<V: RequestView>(&self, request: &Request<'_, V>) -> bool {
+        self.methods.is_empty()
+            || request
+                .method()
+                .is_some_and(|method| self.methods.iter().any(|m| m == method))
+    }
+
+    /// Whether the header and key-part conditions hold and `not` does not
+    /// match: the conditions beyond path and method.
+    pub fn conditions_hold<'a, V: RequestView>(&'a self, request: &Request<'a, V>) -> bool {
         let headers = self
             .headers
             .iter()

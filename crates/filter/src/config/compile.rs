@@ -20,6 +20,7 @@ use super::raw::{
 use crate::client_ip::ClientIpPolicy;
 use crate::engine::{concurrency, elastic, global, local, service_held};
 use crate::layout;
+use crate::matcher::RuleIndex;
 use crate::table::Shape;
 use sluice_core::{FieldError, Limit, MILLISECOND};
 
@@ -70,6 +71,7 @@ pub fn compile(raw: RawConfig) -> Result<Plan, FieldError> {
         local_keys: keys,
         jwt_payload: checked_jwt_payload(raw.jwt_payload_in_metadata)?,
         response,
+        rule_index: RuleIndex::new(&rules, |r| (!r.pool).then_some(&r.matcher)),
         rules,
     })
 }

@@ -5,7 +5,7 @@ use crate::client_ip::ClientIpPolicy;
 use crate::config::raw::{FailureMode, HeadersMode, Protocol, ServiceHeaders};
 use crate::cost::extract::FieldPath;
 use crate::key::KeyPart;
-use crate::matcher::Matcher;
+use crate::matcher::{Matcher, RuleIndex};
 use crate::table::Shape;
 use sluice_core::{Limit, Nanos, Permits};
 
@@ -30,6 +30,8 @@ pub struct Plan {
     pub response: DenyResponse,
     /// The rules, in configuration order.
     pub rules: Vec<Rule>,
+    /// The rules' matches indexed by path and method.
+    pub rule_index: RuleIndex,
     /// Shared-data key holding the slot-hashing seed of this domain.
     pub seed_key: String,
     /// Some rule estimates a response cost from the request's body: a

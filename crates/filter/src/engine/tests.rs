@@ -212,6 +212,40 @@ fn non_matching_rules_do_nothing() {
 }
 
 #[test]
+fn every_matching_rule_applies_in_configuration_order() {
+    let limit =
+        r#""key":["client_ip"],"limits":[{"algorithm":"fixed_window","requests":5,"window":"1m"}]"#;
+    let matches = [
+        r#"{"path_prefix":"/api/","methods":["GET"]}"#,
+        r#"{"path":"/api/users"}"#,
+        r#"{"path_regex":"/api/[a-z]+"}"#,
+        r#"{"path_prefix":"/web/"}"#,
+        r#"{"headers":[{"name":"x-internal","present":false}]}"#,
+        r#"{"path_prefix":"/api/users","methods":["POST"]}"#,
+        r#"{"path_prefix":"/api/","not":{"path_prefix":"/api/admin"}}"#,
+        r#"{"path":"/api/users","methods":["get"]}"#,
+    ];
+    let all: Vec<String> = matches
+        .iter()
+        .enumerate()
+        .map(|(i, m)| format!(r#"{{"name":"r{i}","match":{m},{limit}}}"#))
+        .collect();
+    let w = World::new(&rules(&all.join(",")));
+    let applied = |req: &FakeRequest| match w.eval(req) {
+        Verdict::Allow(a) => a.applied.iter().map(|r| r.rule).collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    // Methods are upper-cased when compiled: rule 7 takes GET.
+    assert_eq!(
+        applied(&FakeRequest::get("/api/users?x=1")),
+        [0, 1, 2, 4, 6, 7]
+    );
+    assert_eq!(applied(&FakeRequest::get("/api/admin")), [0, 2, 4]);
+    let internal = FakeRequest::get("/web/x").with("x-internal", "1");
+    assert_eq!(applied(&internal), [3]);
+}
+
+#[test]
 fn overrides_have_their_own_limit_and_key() {
     let w = World::new(&rules(
         r#"{"name":"u","key":["header:x-user"],"limits":[{"algorithm":"fixed_window","requests":1,"window":"1m"}],

@@ -49,10 +49,10 @@ where
     };
     let mut clock_read: Option<Nanos> = None;
     let mut key = String::with_capacity(KEY_ROOM);
-    for (index, rule) in plan.rules.iter().enumerate() {
-        if rule.pool || !rule.matcher.matches(&request) {
-            continue;
-        }
+    let matching = plan
+        .rule_index
+        .matching(&request, &plan.rules, |r| &r.matcher);
+    for (index, rule) in matching {
         if !request.write_key(&rule.key, &mut key) {
             metrics.rule(index, RuleEvent::Skipped);
             continue;
