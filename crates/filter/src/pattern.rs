@@ -84,4 +84,6 @@ impl PartialEq for Pattern {
 impl Eq for Pattern {}
 
 #[cfg(test)]
+mod differential_tests;
+#[cfg(test)]
 mod tests;

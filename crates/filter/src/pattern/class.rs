@@ -32,10 +32,19 @@ pub(super) fn perl(name: char) -> Ranges {
 }
 
 /// Sorted, with overlapping and adjacent ranges merged.
-pub(super) fn canonical(mut ranges: Ranges) -> Ranges {
-    ranges.sort_unstable();
-    let mut out: Ranges = Vec::with_capacity(ranges.len());
-    for (lo, hi) in ranges {
+pub(super) fn canonical(ranges: Ranges) -> Ranges {
+    // Insertion sort: a class has few ranges, and the library's sort would
+    // cost the wasm 8 KB.
+    let mut sorted: Ranges = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        let at = sorted
+            .iter()
+            .rposition(|r| *r <= range)
+            .map_or(0, |i| i + 1);
+        sorted.insert(at, range);
+    }
+    let mut out: Ranges = Vec::with_capacity(sorted.len());
+    for (lo, hi) in sorted {
         match out.last_mut() {
             Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
             _ => out.push((lo, hi)),

@@ -66,6 +66,8 @@ struct Compiler {
 }
 
 impl Compiler {
+    // Not inlined here nor in `patch`: called from many places.
+    #[inline(never)]
     fn add(&mut self, inst: Inst) -> Result<u32, Error> {
         let id = u32::try_from(self.insts.len()).map_err(|_| TOO_BIG)?;
         if self.insts.len() >= MAX_INSTS {
@@ -89,6 +91,7 @@ impl Compiler {
     }
 
     /// Sets where `from` goes on (adds a branch to a split).
+    #[inline(never)]
     fn patch(&mut self, from: u32, to: u32) {
         match self.insts.get_mut(from as usize) {
             Some(

@@ -88,21 +88,26 @@ struct Parser<'a> {
 }
 
 impl Parser<'_> {
-    fn peek(&self) -> Option<char> {
-        self.rest.chars().next()
+    /// The next byte: the syntax is ASCII.
+    fn peek(&self) -> Option<u8> {
+        self.rest.as_bytes().first().copied()
     }
 
-    /// The character after the next one.
-    fn peek2(&self) -> Option<char> {
-        self.rest.chars().nth(1)
+    /// The byte after the next one.
+    fn peek2(&self) -> Option<u8> {
+        self.rest.as_bytes().get(1).copied()
     }
 
+    // Not inlined: one copy of the UTF-8 decoding.
+    #[inline(never)]
     fn bump(&mut self) -> Option<char> {
-        let c = self.peek()?;
-        self.rest = self.rest.get(c.len_utf8()..).unwrap_or_default();
+        let mut chars = self.rest.chars();
+        let c = chars.next()?;
+        self.rest = chars.as_str();
         Some(c)
     }
 
+    #[inline(never)]
     fn eat(&mut self, prefix: &str) -> bool {
         match self.rest.strip_prefix(prefix) {
             Some(rest) => {
@@ -124,7 +129,7 @@ impl Parser<'_> {
         let mut concat = Vec::new();
         while let Some(c) = self.peek() {
             match c {
-                '(' => {
+                b'(' => {
                     self.bump();
                     let fold = self.fold;
                     if let Some(group) = self.group()? {
@@ -137,22 +142,21 @@ impl Parser<'_> {
                         return Err("a group is not closed: '(' without ')'");
                     }
                 }
-                ')' if self.depth == 1 => return Err("')' without '('"),
-                ')' => break,
-                '|' => {
+                b')' if self.depth == 1 => return Err("')' without '('"),
+                b')' => break,
+                b'|' => {
                     self.bump();
                     alternatives.push(node(Kind::Concat(std::mem::take(&mut concat)))?);
                 }
-                '[' => {
+                b'[' => {
                     self.bump();
                     let class = self.class()?;
                     concat.push(class);
                 }
-                '?' | '*' | '+' => self.repeat(&mut concat)?,
-                '{' => self.counted(&mut concat)?,
+                b'?' | b'*' | b'+' => self.repeat(&mut concat)?,
+                b'{' => self.counted(&mut concat)?,
                 _ => {
-                    self.bump();
-                    let item = self.primitive(c)?;
+                    let item = self.primitive()?;
                     concat.push(item);
                 }
             }
@@ -175,11 +179,11 @@ impl Parser<'_> {
                 self.fold
             } else {
                 let fold = !self.eat("-");
-                let directive = self.eat("i") && (self.peek() == Some(')') || self.eat(":"));
+                let directive = self.eat("i") && (self.peek() == Some(b')') || self.eat(":"));
                 if !directive {
                     return Err("only the flag i is supported: (?i), (?-i), (?i:...) and (?:...)");
                 }
-                if self.peek() == Some(')') {
+                if self.peek() == Some(b')') {
                     // `(?i)`: to the end of the enclosing group.
                     self.fold = fold;
                     return Ok(None);
@@ -215,7 +219,7 @@ impl Parser<'_> {
         self.bump();
         let min = self.number().ok_or(FORM)?;
         let max = if self.eat(",") {
-            if self.peek() == Some('}') {
+            if self.peek() == Some(b'}') {
                 None
             } else {
                 Some(self.number().ok_or(FORM)?)
@@ -234,14 +238,16 @@ impl Parser<'_> {
 
     /// Decimal digits, `None` when there are none or too many.
     fn number(&mut self) -> Option<u32> {
-        let digits = self.rest.len()
-            - self
-                .rest
-                .trim_start_matches(|c: char| c.is_ascii_digit())
-                .len();
-        let (number, rest) = self.rest.split_at_checked(digits)?;
-        self.rest = rest;
-        number.parse().ok()
+        let mut n: Option<u32> = None;
+        while let Some(d @ b'0'..=b'9') = self.peek() {
+            self.bump();
+            n = Some(
+                n.unwrap_or(0)
+                    .checked_mul(10)?
+                    .checked_add(u32::from(d - b'0'))?,
+            );
+        }
+        n
     }
 
     fn repeat_last(
@@ -268,17 +274,18 @@ impl Parser<'_> {
         Ok(())
     }
 
-    /// An item without sub-items, after its first character `c`.
-    fn primitive(&mut self, c: char) -> Result<Node, Error> {
-        match c {
-            '\\' => match self.escape()? {
+    /// An item without sub-items.
+    fn primitive(&mut self) -> Result<Node, Error> {
+        match self.bump() {
+            Some('\\') => match self.escape()? {
                 Item::Char(c) => self.char(c),
                 Item::Class(ranges) => self.class_node(ranges),
             },
-            '.' => self.class_node(class::dot()),
-            '^' => node(Kind::Assert(false)),
-            '$' => node(Kind::Assert(true)),
-            c => self.char(c),
+            Some('.') => self.class_node(class::dot()),
+            Some('^') => node(Kind::Assert(false)),
+            Some('$') => node(Kind::Assert(true)),
+            Some(c) => self.char(c),
+            None => node(Kind::Empty),
         }
     }
 
@@ -304,11 +311,11 @@ impl Parser<'_> {
         }
         loop {
             match (self.peek().ok_or(UNCLOSED)?, self.peek2()) {
-                (']', _) => break,
-                ('[', _) => {
+                (b']', _) => break,
+                (b'[', _) => {
                     return Err("classes inside classes ([[...]], [[:alpha:]]) are not supported")
                 }
-                ('&', Some('&')) | ('-', Some('-')) | ('~', Some('~')) => {
+                (b'&', Some(b'&')) | (b'-', Some(b'-')) | (b'~', Some(b'~')) => {
                     return Err("class set operations (&&, --, ~~) are not supported")
                 }
                 _ => self.class_item(&mut ranges)?,
@@ -328,7 +335,7 @@ impl Parser<'_> {
     /// A character, an escape or a range `a-z` of a class.
     fn class_item(&mut self, ranges: &mut Ranges) -> Result<(), Error> {
         let first = self.class_atom()?;
-        let range = self.peek() == Some('-') && !matches!(self.peek2(), Some(']' | '-'));
+        let range = self.peek() == Some(b'-') && !matches!(self.peek2(), Some(b']' | b'-'));
         if !range {
             match first {
                 Item::Char(c) => ranges.push(class::single(c)),
