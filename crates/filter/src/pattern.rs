@@ -46,9 +46,11 @@ impl Pattern {
         if text.len() > MAX_PATTERN_LEN {
             return Err(format!("longer than {MAX_PATTERN_LEN} bytes"));
         }
-        let program = parse::parse(text)
-            .and_then(compile::compile)
-            .map_err(|e| format!("not a regular expression: {e}"))?;
+        let program = parse::parse(text).and_then(compile::compile).map_err(|e| {
+            let mut message = String::from("not a regular expression: ");
+            message.push_str(e);
+            message
+        })?;
         Ok(Pattern {
             text: text.to_string(),
             program: std::sync::Arc::new(program),
@@ -87,3 +89,5 @@ impl Eq for Pattern {}
 mod differential_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod timing_tests;

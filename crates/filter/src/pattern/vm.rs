@@ -10,6 +10,7 @@
 
 use super::class;
 use super::compile::{Inst, Program};
+use std::cell::RefCell;
 
 /// No position recorded.
 const NONE: usize = usize::MAX;
@@ -21,15 +22,50 @@ type Slots = [usize; 2];
 /// match, else the first group's bounds (`NONE` where unset). `capture`
 /// false skips recording them.
 pub(super) fn run(program: &Program, value: &str, capture: bool) -> Option<Slots> {
+    let run = |scratch: &mut Scratch| run_in(scratch, program, value, capture);
+    SCRATCH
+        .try_with(|scratch| match scratch.try_borrow_mut() {
+            Ok(mut scratch) => run(&mut scratch),
+            Err(_) => run(&mut Scratch::new()),
+        })
+        .unwrap_or_else(|_| run(&mut Scratch::new()))
+}
+
+thread_local! {
+    /// The buffers of runs, kept: once grown to a worker's largest program,
+    /// matching allocates nothing.
+    static SCRATCH: RefCell<Scratch> = const { RefCell::new(Scratch::new()) };
+}
+
+struct Scratch {
+    now: Threads,
+    next: Threads,
+    stack: Vec<Frame>,
+}
+
+impl Scratch {
+    const fn new() -> Scratch {
+        Scratch {
+            now: Threads::new(),
+            next: Threads::new(),
+            stack: Vec::new(),
+        }
+    }
+}
+
+fn run_in(scratch: &mut Scratch, program: &Program, value: &str, capture: bool) -> Option<Slots> {
+    let Scratch { now, next, stack } = scratch;
     let n = program.insts.len();
+    now.reset(n);
+    next.reset(n);
+    stack.clear();
     let mut vm = Vm {
         program,
         end: value.len(),
         capture,
-        stack: Vec::new(),
+        stack,
     };
-    let (mut now, mut next) = (Threads::new(n), Threads::new(n));
-    vm.closure(&mut now, program.start, 0, [NONE; 2]);
+    vm.closure(now, program.start, 0, [NONE; 2]);
     for (at, c) in value.char_indices() {
         if now.order.is_empty() {
             return None;
@@ -49,9 +85,9 @@ pub(super) fn run(program: &Program, value: &str, capture: bool) -> Option<Slots
                 _ => continue,
             };
             let slots = now.slots.get(state as usize).copied().unwrap_or([NONE; 2]);
-            vm.closure(&mut next, target, after, slots);
+            vm.closure(next, target, after, slots);
         }
-        std::mem::swap(&mut now, &mut next);
+        std::mem::swap(now, next);
         next.order.clear();
     }
     if now.contains(program.matched) {
@@ -70,11 +106,22 @@ struct Threads {
 }
 
 impl Threads {
-    fn new(n: usize) -> Threads {
+    const fn new() -> Threads {
         Threads {
-            order: Vec::with_capacity(n),
-            index: vec![0; n],
-            slots: vec![[NONE; 2]; n],
+            order: Vec::new(),
+            index: Vec::new(),
+            slots: Vec::new(),
+        }
+    }
+
+    /// Empty, with room for the states of a program of `n`.
+    fn reset(&mut self, n: usize) {
+        self.order.clear();
+        if self.index.len() < n {
+            // `index` needs no clearing: an entry counts only when it
+            // points back at its state.
+            self.index.resize(n, 0);
+            self.slots.resize(n, [NONE; 2]);
         }
     }
 
@@ -111,7 +158,7 @@ struct Vm<'p> {
     /// The value's length: where `$` holds.
     end: usize,
     capture: bool,
-    stack: Vec<Frame>,
+    stack: &'p mut Vec<Frame>,
 }
 
 impl Vm<'_> {
