@@ -86,8 +86,4 @@ impl PartialEq for Pattern {
 impl Eq for Pattern {}
 
 #[cfg(test)]
-mod differential_tests;
-#[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod timing_tests;

@@ -2,6 +2,9 @@
 
 use super::*;
 
+mod differential;
+mod timing;
+
 /// `regex-lite` anchored as `Pattern` is, with its nesting limit and
 /// without its size limit.
 pub(super) fn reference(text: &str) -> Option<regex_lite::Regex> {

@@ -2,8 +2,8 @@
 //! grammar and on values over a small alphabet, so that many match: the
 //! same answers from `matches` and the same text from `capture`.
 
-use super::tests::{agree_on, reference};
 use super::*;
+use super::{agree_on, reference};
 use proptest::prelude::*;
 
 /// A literal, escaped when it is syntax.

@@ -1,9 +1,9 @@
 //! Native match times of typical patterns, the engine beside `regex-lite`;
 //! printed, never asserted: `cargo test --release -p sluice-filter --lib
-//! pattern::timing_tests -- --ignored --nocapture`.
+//! pattern::tests::timing -- --ignored --nocapture`.
 
-use super::tests::{reference, reference_capture};
 use super::*;
+use super::{reference, reference_capture};
 use std::hint::black_box;
 use std::time::Instant;
 
