@@ -178,15 +178,19 @@ impl Parser<'_> {
             let fold = if self.eat(":") {
                 self.fold
             } else {
+                const FLAGS: Error =
+                    "only the flag i is supported: (?i), (?-i), (?i:...) and (?:...)";
                 let fold = !self.eat("-");
-                let directive = self.eat("i") && (self.peek() == Some(b')') || self.eat(":"));
-                if !directive {
-                    return Err("only the flag i is supported: (?i), (?-i), (?i:...) and (?:...)");
+                if !self.eat("i") {
+                    return Err(FLAGS);
                 }
                 if self.peek() == Some(b')') {
                     // `(?i)`: to the end of the enclosing group.
                     self.fold = fold;
                     return Ok(None);
+                }
+                if !self.eat(":") {
+                    return Err(FLAGS);
                 }
                 fold
             };

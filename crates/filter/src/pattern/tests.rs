@@ -367,3 +367,17 @@ fn patterns_are_equal_by_their_text() {
         "Pattern(\"a+\")"
     );
 }
+
+/// Found by the `pattern` fuzz target: `(?i:)`, an empty group with the
+/// flag, read as the directive `(?i)` (so `b(?i:)*` was `b*`).
+#[test]
+fn fuzz_pattern_regressions() {
+    let input = include_bytes!("../../../../fuzz/regressions/pattern/empty-flag-group");
+    let text = String::from_utf8_lossy(input);
+    let mut parts = text.split('\0');
+    let source = parts.next().unwrap_or_default();
+    agree(source, &parts.chain([""]).collect::<Vec<_>>());
+    for text in ["b(?i:)*", "(?i:)*", "(?i:)a", "(?-i:)*", "a(?i:)|b"] {
+        agree_all(text, &["b", "bb", "A"]);
+    }
+}

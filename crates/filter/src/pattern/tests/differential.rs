@@ -48,16 +48,20 @@ fn repetition() -> impl Strategy<Value = String> {
     (op, any::<bool>()).prop_map(|(op, lazy)| format!("{op}{}", if lazy { "?" } else { "" }))
 }
 
+/// The opening of a group.
+fn open() -> impl Strategy<Value = &'static str> {
+    prop::sample::select(vec!["(", "(?:", "(?i:", "(?-i:"])
+}
+
 /// A pattern of the supported grammar.
 pub(super) fn pattern() -> impl Strategy<Value = String> {
     let tree = leaf().prop_recursive(4, 24, 4, |inner| {
         prop_oneof![
             3 => prop::collection::vec(inner.clone(), 2..4).prop_map(|items| items.concat()),
             2 => prop::collection::vec(inner.clone(), 2..4).prop_map(|items| items.join("|")),
-            2 => (inner.clone(), prop::sample::select(vec!["(", "(?:", "(?i:", "(?-i:"]))
-                .prop_map(|(item, open)| format!("{open}{item})")),
-            3 => (inner, repetition(), any::<bool>())
-                .prop_map(|(item, rep, group)| if group { format!("({item}){rep}") } else { format!("(?:{item}){rep}") }),
+            2 => (inner.clone(), open()).prop_map(|(item, open)| format!("{open}{item})")),
+            3 => (inner, repetition(), open())
+                .prop_map(|(item, rep, open)| format!("{open}{item}){rep}")),
         ]
     });
     (tree, any::<bool>(), any::<bool>()).prop_map(|(tree, fold, wrap)| {
