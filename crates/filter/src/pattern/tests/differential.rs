@@ -35,7 +35,9 @@ fn leaf() -> impl Strategy<Value = String> {
     prop_oneof![
         4 => literal(),
         2 => class(),
-        1 => prop::sample::select(vec![".", "\\d", "\\w", "\\s", "\\D", "\\W", "\\S", "^", "$", ""])
+        1 => prop::sample::select(vec![
+            ".", "\\d", "\\w", "\\s", "\\D", "\\W", "\\S", "^", "$", "", "(?i)", "(?-i)",
+        ])
             .prop_map(str::to_string),
     ]
 }
@@ -54,7 +56,7 @@ fn open() -> impl Strategy<Value = &'static str> {
 }
 
 /// A pattern of the supported grammar.
-pub(super) fn pattern() -> impl Strategy<Value = String> {
+fn pattern() -> impl Strategy<Value = String> {
     let tree = leaf().prop_recursive(4, 24, 4, |inner| {
         prop_oneof![
             3 => prop::collection::vec(inner.clone(), 2..4).prop_map(|items| items.concat()),
