@@ -29,7 +29,7 @@ import time
 
 FUZZ = pathlib.Path(__file__).resolve().parent
 ROOT = FUZZ.parent
-TARGETS = ["config", "state", "key", "check", "answer", "rls_answer", "rls_yaml", "rls_request", "cost_extract"]
+TARGETS = ["config", "state", "key", "check", "answer", "rls_answer", "rls_yaml", "rls_request", "cost_extract", "pattern"]
 # Larger inputs where the parser's cost grows with size (huge headers,
 # long configurations); libFuzzer's default elsewhere.
 MAX_LEN = {"key": 65536, "config": 16384, "rls_yaml": 16384}

@@ -296,6 +296,25 @@ def cost_extracts():
     return len(seeds)
 
 
+# ---------------------------------------------------------------- pattern
+
+def patterns():
+    """Regular expressions of the docs and the configuration examples, and a
+    few of each construct, each with values (NUL-separated)."""
+    found = set()
+    for doc in sorted((ROOT / "docs").rglob("*.md")):
+        for m in re.finditer(r'"(?:path_regex|regex)":\s*"((?:[^"\\]|\\.)*)"', doc.read_text()):
+            found.add(json.loads(f'"{m.group(1)}"'))
+    found.update([
+        "Bearer (.+)", "(a+)+b", "(?i)ab[^c-e]", "(a|ab)(c|bcd)(d*)", "(a*?)(a{2,3})?", "[]a-]|[^\\d\\s]",
+        "x{2}y{1,}z{0,2}?", "(?:(a)|b)*$", "^\\.\\w\\W\\S\\D\\t", "(?i:x)(?-i)y", "é.[à-ÿ]",
+    ])
+    values = ["", "a", "ab", "aab", "Bearer x.y", "/api/v1/users/7", "ABD", "abcd", "xxyyz", "é\nà"]
+    for p in sorted(found):
+        write("pattern", "\0".join([p] + values))
+    return len(found)
+
+
 if __name__ == "__main__":
     counts = {
         "config": configs(),
@@ -306,5 +325,6 @@ if __name__ == "__main__":
         "rls_request": rls_requests(),
         "rls_yaml": yamls(),
         "cost_extract": cost_extracts(),
+        "pattern": patterns(),
     }
     print(" ".join(f"{k}={v}" for k, v in counts.items()))

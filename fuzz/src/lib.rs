@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 
 pub mod cost_extract;
 pub mod key;
+pub mod pattern;
 pub mod rls_request;
 
 /// Every target, by name (the binary, corpus and dictionary names).
@@ -20,6 +21,7 @@ pub const TARGETS: &[&str] = &[
     "rls_yaml",
     "rls_request",
     "cost_extract",
+    "pattern",
 ];
 
 /// The filter's configuration JSON → plan: a plan with a domain and
@@ -233,6 +235,7 @@ pub fn run(name: &str, data: &[u8]) -> bool {
         "rls_yaml" => rls_yaml(data),
         "rls_request" => rls_request::rls_request(data),
         "cost_extract" => cost_extract::cost_extract(data),
+        "pattern" => pattern::pattern(data),
         _ => return false,
     }
     true

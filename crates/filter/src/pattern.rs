@@ -1,24 +1,43 @@
 //! Regular expressions of the configuration: matches on paths, headers and
 //! key parts, and captures in key parts.
+//!
+//! A small engine of its own (a few KB of the wasm where `regex-lite` took
+//! about 80): [`parse`] reads RE2's syntax, less what a pattern matched
+//! against a whole value does not need, into a tree; [`compile`] turns the
+//! tree into a program, bounded in size; [`vm`] runs the program over a
+//! value in one pass (a Pike VM). Matches and captures are those of
+//! `regex-lite`, which the tests and the `pattern` fuzz target compare it
+//! with.
+//!
+//! The syntax: literals (any character), `.` (any but `\n`), `\d \D \w \W
+//! \s \S` (ASCII), `\` before punctuation, `\t \n \r \f \v \a`, classes
+//! `[a-z_]` and `[^...]` with those escapes, groups `(...)` and `(?:...)`,
+//! `|`, `* + ? {n} {n,} {n,m}` and their lazy forms (`*?`), `^` and `$`,
+//! and the flag `i` (`(?i)`, `(?i:...)`, `(?-i)`: ASCII letters in either
+//! case). Anything else is refused, naming what.
 
-use regex_lite::{Regex, RegexBuilder};
+mod class;
+mod compile;
+mod parse;
+mod vm;
+
+use compile::Program;
 
 /// Longest regular expression, in bytes.
 pub const MAX_PATTERN_LEN: usize = 1024;
 
-/// Most bytes a compiled regular expression may take.
-const PATTERN_SIZE_LIMIT: usize = 256 * 1024;
+/// Most instructions a compiled regular expression may take.
+pub const MAX_PROGRAM_LEN: usize = compile::MAX_INSTS;
 
-/// Deepest nesting of groups and repetitions in a regular expression.
-const PATTERN_NEST_LIMIT: u32 = 32;
+/// Deepest nesting of a regular expression.
+pub const MAX_NESTING: u32 = parse::NEST_LIMIT;
 
-/// A regular expression that must match a whole value (RE2's syntax, as
-/// `regex-lite` reads it: no look-around, no backreferences; matched in
-/// time linear in the value).
-#[derive(Debug, Clone)]
+/// A regular expression that must match a whole value (RE2's syntax, see
+/// the module; matched in time linear in the value).
+#[derive(Clone)]
 pub struct Pattern {
     text: String,
-    regex: Regex,
+    program: std::sync::Arc<Program>,
 }
 
 impl Pattern {
@@ -27,27 +46,34 @@ impl Pattern {
         if text.len() > MAX_PATTERN_LEN {
             return Err(format!("longer than {MAX_PATTERN_LEN} bytes"));
         }
-        let regex = RegexBuilder::new(&format!("^(?:{text})$"))
-            .size_limit(PATTERN_SIZE_LIMIT)
-            .nest_limit(PATTERN_NEST_LIMIT)
-            .build()
-            .map_err(|e| format!("not a regular expression: {e}"))?;
+        let program = parse::parse(text).and_then(compile::compile).map_err(|e| {
+            let mut message = String::from("not a regular expression: ");
+            message.push_str(e);
+            message
+        })?;
         Ok(Pattern {
             text: text.to_string(),
-            regex,
+            program: std::sync::Arc::new(program),
         })
     }
 
     /// Whether the whole of `value` matches.
     pub fn matches(&self, value: &str) -> bool {
-        self.regex.is_match(value)
+        vm::run(&self.program, value, false).is_some()
     }
 
     /// The text of the first group of a whole match of `value`, or of the
-    /// whole match when the pattern has no group.
+    /// whole match when the pattern has no group (or the group took no
+    /// part in the match).
     pub fn capture<'v>(&self, value: &'v str) -> Option<&'v str> {
-        let caps = self.regex.captures(value)?;
-        caps.get(1).or_else(|| caps.get(0)).map(|m| m.as_str())
+        let [start, end] = vm::run(&self.program, value, true)?;
+        Some(value.get(start..end).unwrap_or(value))
+    }
+}
+
+impl std::fmt::Debug for Pattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Pattern").field(&self.text).finish()
     }
 }
 
@@ -58,3 +84,6 @@ impl PartialEq for Pattern {
 }
 
 impl Eq for Pattern {}
+
+#[cfg(test)]
+mod tests;
