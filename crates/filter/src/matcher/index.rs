@@ -1,7 +1,7 @@
 //! The rules a request may match, found without trying every rule's match.
 //!
 //! Compiled once with the plan. A rule's path condition files it in one
-//! place: an exact path in a hash map, a prefix in a sorted table of
+//! place: an exact path in a sorted table, a prefix in a sorted table of
 //! prefixes, any path or a regular expression in a residual list that
 //! every request tries. A request's path picks one list from each (the
 //! prefix table's list holds the rules of every prefix of the path), and
@@ -13,7 +13,6 @@
 
 use super::{Matcher, PathMatch};
 use crate::key::{Request, RequestView};
-use std::collections::{BTreeMap, HashMap};
 
 /// The most distinct methods given a bit; a rule naming a method beyond
 /// them is checked against its own list.
@@ -23,7 +22,7 @@ const METHOD_BITS: usize = u64::BITS as usize;
 #[derive(Debug, Default)]
 pub struct RuleIndex {
     /// Rules with an exact path, by that path, in rule order.
-    exact: HashMap<String, Box<[usize]>>,
+    exact: Vec<(String, Box<[usize]>)>,
     /// Rules with a path prefix.
     prefixes: Prefixes,
     /// Rules of any path or a regular expression: candidates of every
@@ -60,8 +59,9 @@ impl RuleIndex {
     /// for a rule never matched on its own (a pool rule).
     pub fn new<'m, T>(rules: &'m [T], matcher: impl Fn(&'m T) -> Option<&'m Matcher>) -> Self {
         let mut index = RuleIndex::default();
-        let mut exact: HashMap<String, Vec<usize>> = HashMap::new();
-        let mut prefixes: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        // Sorted tables rather than maps: the wasm carries less code.
+        let mut exact: Vec<(&str, Vec<usize>)> = Vec::new();
+        let mut prefixes: Vec<(&str, Vec<usize>)> = Vec::new();
         let mut residual = Vec::new();
         let mut entries = Vec::with_capacity(rules.len());
         for (i, rule) in rules.iter().enumerate() {
@@ -73,8 +73,8 @@ impl RuleIndex {
                 continue;
             };
             match &m.path {
-                PathMatch::Exact(path) => exact.entry(path.clone()).or_default().push(i),
-                PathMatch::Prefix(prefix) => prefixes.entry(prefix).or_default().push(i),
+                PathMatch::Exact(path) => file(&mut exact, path, i),
+                PathMatch::Prefix(prefix) => file(&mut prefixes, prefix, i),
                 PathMatch::Any | PathMatch::Regex(_) => residual.push(i),
             }
             entries.push(Entry {
@@ -84,7 +84,7 @@ impl RuleIndex {
         }
         index.exact = exact
             .into_iter()
-            .map(|(path, rules)| (path, rules.into_boxed_slice()))
+            .map(|(path, rules)| (path.to_owned(), rules.into_boxed_slice()))
             .collect();
         index.prefixes = Prefixes::new(prefixes);
         index.residual = residual.into_boxed_slice();
@@ -127,7 +127,11 @@ impl RuleIndex {
         let by_path = !(self.exact.is_empty() && self.prefixes.entries.is_empty());
         let (exact, prefixed) = match request.path().filter(|_| by_path) {
             Some(path) => (
-                self.exact.get(path).map_or(&[][..], |rules| &rules[..]),
+                self.exact
+                    .binary_search_by(|(p, _)| p.as_str().cmp(path))
+                    .ok()
+                    .and_then(|at| self.exact.get(at))
+                    .map_or(&[][..], |(_, rules)| &rules[..]),
                 self.prefixes.longest(path),
             ),
             None => (&[][..], &[][..]),
@@ -198,6 +202,18 @@ impl<T, V: RequestView, F> Matching<'_, '_, T, V, F> {
     }
 }
 
+/// Files rule `rule` under `key` in `table`, kept sorted by key.
+fn file<'k>(table: &mut Vec<(&'k str, Vec<usize>)>, key: &'k str, rule: usize) {
+    match table.binary_search_by(|(k, _)| (*k).cmp(key)) {
+        Ok(at) => {
+            if let Some((_, rules)) = table.get_mut(at) {
+                rules.push(rule);
+            }
+        }
+        Err(at) => table.insert(at, (key, vec![rule])),
+    }
+}
+
 /// Rule positions of sorted lists, merged in order (no position is in two).
 #[derive(Debug, Clone)]
 struct Merge<'a> {
@@ -243,7 +259,7 @@ struct Prefix {
 
 impl Prefixes {
     /// The table of `prefixes` (each with its rules in order).
-    fn new(prefixes: BTreeMap<&str, Vec<usize>>) -> Self {
+    fn new(prefixes: Vec<(&str, Vec<usize>)>) -> Self {
         let mut entries: Vec<Prefix> = Vec::with_capacity(prefixes.len());
         // The prefixes of the entry being added, shortest first: sorted,
         // every entry between a prefix of it and itself starts with that
