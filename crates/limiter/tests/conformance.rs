@@ -450,6 +450,33 @@ async fn bad_input_touches_nothing<S: Store + Clone>(s: &Subject<S>) {
     assert_eq!(c.check(limit, 1).await["allowed"], json!(false));
 }
 
+/// How many of `each` checks of `items` from each of 8 racing tasks pass.
+async fn admitted_by_racers<S: Store + Clone>(
+    s: &Subject<S>,
+    items: Arc<[StoreItem; 1]>,
+    each: usize,
+) -> u64 {
+    let admitted = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let store = s.store.clone();
+            let items = items.clone();
+            let admitted = admitted.clone();
+            tokio::spawn(async move {
+                for _ in 0..each {
+                    if store.check(&items[..]).await.unwrap().allowed {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    admitted.load(Ordering::Relaxed)
+}
+
 /// Many callers on one key never admit more than its limit.
 async fn concurrent_checks_never_admit_more_than_the_limit<S: Store + Clone>(s: &Subject<S>) {
     for alg in Algorithm::ALL {
@@ -459,25 +486,12 @@ async fn concurrent_checks_never_admit_more_than_the_limit<S: Store + Clone>(s: 
             Limit::new(alg, 500, 86_400 * SECOND).unwrap(),
             1,
         )]);
-        let admitted = Arc::new(AtomicU64::new(0));
-        let tasks: Vec<_> = (0..8)
-            .map(|_| {
-                let store = s.store.clone();
-                let items = items.clone();
-                let admitted = admitted.clone();
-                tokio::spawn(async move {
-                    for _ in 0..200 {
-                        if store.check(&items[..]).await.unwrap().allowed {
-                            admitted.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                })
-            })
-            .collect();
-        for t in tasks {
-            t.await.unwrap();
-        }
-        assert_eq!(admitted.load(Ordering::Relaxed), 500, "{} {alg}", s.name);
+        assert_eq!(
+            admitted_by_racers(s, items, 200).await,
+            500,
+            "{} {alg}",
+            s.name
+        );
     }
 }
 
@@ -1289,24 +1303,11 @@ async fn racing_checks_with_a_reserve_never_take_it<S: Store + Clone>(s: &Subjec
                 1,
             )
         })]);
-        let admitted = Arc::new(AtomicU64::new(0));
-        let tasks: Vec<_> = (0..8)
-            .map(|_| {
-                let store = s.store.clone();
-                let items = items.clone();
-                let admitted = admitted.clone();
-                tokio::spawn(async move {
-                    for _ in 0..15 {
-                        if store.check(&items[..]).await.unwrap().allowed {
-                            admitted.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                })
-            })
-            .collect();
-        for t in tasks {
-            t.await.unwrap();
-        }
-        assert_eq!(admitted.load(Ordering::Relaxed), 70, "{} {alg}", s.name);
+        assert_eq!(
+            admitted_by_racers(s, items, 15).await,
+            70,
+            "{} {alg}",
+            s.name
+        );
     }
 }
