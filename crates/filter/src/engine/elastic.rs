@@ -11,7 +11,7 @@ use super::local::Aim;
 use super::pending::PendingCheck;
 use super::tally::Tally;
 use super::verdict::Verdict;
-use super::walk::{reserve, share, Applied, Walk};
+use super::walk::{class_spec, share, Applied, Walk};
 use crate::config::checks::{field_path, LimitSite};
 use crate::config::raw::{Mode, OnExceed, RawCost, RawLimit, RawRule, Scope};
 use crate::config::{Elastic, GlobalLimit, LimitKind, LocalLimit, Plan, Rule, Sync};
@@ -268,14 +268,10 @@ where
             via: Via::Alone,
         };
         // Each class borrows its share of the extra allowance and the pool.
-        let spec = |key: String, limit: &Limit, share: u8| LimitSpec {
-            reserve: Some(reserve(limit, share)).filter(|&r| r > 0),
-            ..LimitSpec::new(key, limit)
-        };
         let extra_key = limiter_key(&elastic.place, l, applied.key);
         let extra = (
             item(applied.index, l, &elastic.extra),
-            spec(extra_key, &elastic.extra, applied.share),
+            class_spec(extra_key, &elastic.extra, applied.share),
         );
         let pool_share = share(pool, self.request);
         let pool = pool
@@ -287,7 +283,10 @@ where
                     .quota()
                     .map_or(pool_limit.limit(), |q| q.limit_for(&pool_key));
                 let key = limiter_key(&pool.name, k, &pool_key);
-                (item(elastic.pool, k, limit), spec(key, limit, pool_share))
+                (
+                    item(elastic.pool, k, limit),
+                    class_spec(key, limit, pool_share),
+                )
             })
             .collect();
         Some(Lend { extra, pool })

@@ -9,7 +9,7 @@ use super::call::{GlobalItem, LeaseAsk, Via};
 use super::deny_cache;
 use super::elastic;
 use super::leased::{self, cancel_ask, from_lease};
-use super::walk::{reserve, Applied, Walk};
+use super::walk::{class_spec, Applied, Walk};
 use crate::config::checks::{compile_limit, LimitSite};
 use crate::config::raw::{RawLimit, RawSync, SyncMode};
 use crate::config::{GlobalLimit, LimitKind, Quota, Sync};
@@ -20,7 +20,7 @@ use crate::lease::Take;
 use crate::local::SharedStore;
 use crate::metrics::MetricSink;
 use sluice_core::{Decision, Denial, FieldError, Limit, Nanos, MILLISECOND};
-use sluice_wire::{limiter_key, LimitSpec};
+use sluice_wire::limiter_key;
 
 /// Compiles a global limit: its quota, its over-limit cache, and how its
 /// checks reach the limiter (an elastic limit's checks go per request).
@@ -120,9 +120,9 @@ where
                 via = Via::Elastic(Box::new(lend));
             }
         }
-        let mut spec = LimitSpec::new(limiter_key(&applied.rule.name, l, applied.key), limit);
         // A lower priority class leaves room for the ones above it.
-        spec.reserve = Some(reserve(limit, applied.share)).filter(|&r| r > 0);
+        let key = limiter_key(&applied.rule.name, l, applied.key);
+        let mut spec = class_spec(key, limit, applied.share);
         if let Via::Leased(ask) = &via {
             spec.lease = (ask_units > 0).then_some(ask_units);
             if ask.returned > 0 {

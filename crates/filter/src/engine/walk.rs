@@ -12,6 +12,7 @@ use crate::local::SharedStore;
 use crate::metrics::{MetricSink, RuleEvent};
 use crate::slots::{self, SlotHasher};
 use sluice_core::{Decision, Holder, Limit, Nanos};
+use sluice_wire::LimitSpec;
 
 /// The capacity of the request's key and shared-data key buffers: most keys
 /// fit, so that writing them allocates once.
@@ -251,6 +252,16 @@ pub(super) fn share<'a, V: RequestView>(rule: &'a Rule, request: &Request<'a, V>
 pub(super) fn reserve(limit: &Limit, share: u8) -> u64 {
     let kept = u128::from(100 - share.min(100));
     u64::try_from(u128::from(limit.soft_burst()) * kept / 100).unwrap_or(u64::MAX)
+}
+
+/// The wire form of `limit` under limiter key `key` for a request of a
+/// priority class with `share` percent: with the reserve it leaves for the
+/// classes above it, if any.
+pub(super) fn class_spec(key: String, limit: &Limit, share: u8) -> LimitSpec<'static> {
+    LimitSpec {
+        reserve: Some(reserve(limit, share)).filter(|&r| r > 0),
+        ..LimitSpec::new(key, limit)
+    }
 }
 
 /// The slot of a key with `fingerprint` in a limit's slot table.
