@@ -2,6 +2,7 @@
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::Status;
+use sluice_core::Nanos;
 use sluice_filter::local::{SetError, SharedStore};
 
 /// Shared data through host calls.
@@ -18,5 +19,9 @@ impl SharedStore for HostStore {
             Err(Status::CasMismatch) => Err(SetError::CasMismatch),
             Err(_) => Err(SetError::Failed),
         }
+    }
+
+    fn clock(&self) -> Option<Nanos> {
+        Some(super::clock::now()).filter(|&t| t > 0)
     }
 }

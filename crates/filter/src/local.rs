@@ -55,6 +55,28 @@ pub trait SharedStore {
     /// Writes `value` if the key's cas still equals `cas` (or, for a missing
     /// key, creates it whatever the non-zero `cas`). `None` writes unconditionally.
     fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), SetError>;
+    /// The time now, read after the gets it follows, if the store can tell.
+    ///
+    /// Workers read the request's time before its state: a worker that read
+    /// an earlier time may write after one that read a later. A decision
+    /// takes the later of the two ([`decided_at`]), so the instants of the
+    /// decisions on a key follow the order of their writes.
+    fn clock(&self) -> Option<Nanos> {
+        None
+    }
+}
+
+/// The instant to decide at on a state just read: the request's `now`, or
+/// the store's clock if that is later.
+pub fn decided_at<S: SharedStore + ?Sized>(store: &S, now: Nanos) -> Nanos {
+    store.clock().map_or(now, |clock| clock.max(now))
+}
+
+/// A decision, and the instant it was made at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Taken {
+    pub decision: Decision,
+    pub at: Nanos,
 }
 
 /// The loop ran out of attempts (heavy contention) or the store failed.
@@ -63,7 +85,7 @@ pub struct Contended;
 
 /// Decides one request of `cost` against `limit` for the state at `key`
 /// (admitted only if `reserve` more units would still fit), storing the new
-/// state atomically.
+/// state atomically; decided at `now` or later ([`decided_at`]).
 pub fn consume<S: SharedStore + ?Sized>(
     store: &S,
     key: &str,
@@ -71,10 +93,15 @@ pub fn consume<S: SharedStore + ?Sized>(
     now: Nanos,
     cost: u64,
     reserve: u64,
-) -> Result<Decision, Contended> {
+) -> Result<Taken, Contended> {
     measure_and_replace(store, key, |value| {
-        let outcome = sluice_core::decide_reserving(limit, value, now, cost, reserve);
-        (outcome.new_state, outcome.decision)
+        let at = decided_at(store, now);
+        let outcome = sluice_core::decide_reserving(limit, value, at, cost, reserve);
+        let taken = Taken {
+            decision: outcome.decision,
+            at,
+        };
+        (outcome.new_state, taken)
     })
 }
 

@@ -34,9 +34,9 @@
 pub mod bucket;
 
 use crate::layout;
-use crate::local::{Contended, SetError, SharedStore, CREATE_CAS, MAX_ATTEMPTS};
+use crate::local::{decided_at, Contended, SetError, SharedStore, Taken, CREATE_CAS, MAX_ATTEMPTS};
 use bucket::{Bucket, OVERFLOW, TAG, WAYS};
-use sluice_core::{Decision, Encoded, Limit, Nanos};
+use sluice_core::{Encoded, Limit, Nanos};
 use std::cell::Cell;
 
 /// What a table does with a key that finds its two buckets full of live
@@ -424,7 +424,8 @@ pub fn bucket_key(prefix: &str, spot: Spot) -> String {
 /// Decides one request of `cost` against `limit` for the key of
 /// `fingerprint` in `table` (admitted only if `reserve` more units would
 /// still fit: see [`sluice_core::decide_reserving`]), storing the new state
-/// atomically with the instant it rests.
+/// atomically with the instant it rests; decided at `now` or later
+/// ([`crate::local::decided_at`]).
 pub fn consume<S: SharedStore + ?Sized>(
     store: &S,
     table: &Table<'_>,
@@ -433,23 +434,27 @@ pub fn consume<S: SharedStore + ?Sized>(
     now: Nanos,
     cost: u64,
     reserve: u64,
-) -> Result<Decided<Decision>, Contended> {
+) -> Result<Decided<Taken>, Contended> {
     decide(
         store,
         table,
         fingerprint,
         now,
         &mut |state| {
-            let outcome = sluice_core::decide_reserving(limit, state, now, cost, reserve);
-            let rest_at = now.saturating_add(outcome.decision.reset);
+            let at = decided_at(store, now);
+            let outcome = sluice_core::decide_reserving(limit, state, at, cost, reserve);
+            let rest_at = at.saturating_add(outcome.decision.reset);
             Step {
                 write: outcome.new_state.map(|s| (s, rest_at)),
-                result: outcome.decision,
+                result: Taken {
+                    decision: outcome.decision,
+                    at,
+                },
             }
         },
-        &mut |state, decision: &Decision| {
-            let admitted_at = now.saturating_add(decision.delay);
-            sluice_core::refund_at(limit, state, admitted_at, now, cost)
+        &mut |state, taken: &Taken| {
+            let admitted_at = taken.at.saturating_add(taken.decision.delay);
+            sluice_core::refund_at(limit, state, admitted_at, taken.at, cost)
         },
     )
 }

@@ -289,6 +289,7 @@ where
             limit: l,
             target: Target::Permit,
             weight,
+            at: self.tally.now,
             delay: 0,
         });
         self.tally.held.local.push(HeldPermit {

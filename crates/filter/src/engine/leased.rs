@@ -139,6 +139,7 @@ where
                         fingerprint: applied.fingerprint,
                         granted_at,
                     },
+                    at: self.tally.now,
                     delay: 0,
                     weight: applied.weight,
                 });
@@ -206,6 +207,7 @@ where
                 fingerprint: item.fingerprint,
                 granted_at: lease.granted_at,
             },
+            at: tally.now,
             delay: 0,
             weight,
         });

@@ -11,7 +11,7 @@ use crate::config::{LimitKind, LocalLimit, Quota};
 use crate::headers::Reported;
 use crate::key::RequestView;
 use crate::layout;
-use crate::local::{self, Contended, SharedStore};
+use crate::local::{self, Contended, SharedStore, Taken};
 use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
 use crate::table::{self, Placed, Table};
 use sluice_core::{Decision, FieldError};
@@ -115,8 +115,8 @@ where
                     return Ok(Decision::over_limit(0, 0));
                 };
                 let reserve = reserve(&o.limit, share);
-                let decision = local::consume(store, &o.state_key, &o.limit, now, weight, reserve)?;
-                return Ok(self.consumed(rule, l, Target::Override(i), decision, weight));
+                let taken = local::consume(store, &o.state_key, &o.limit, now, weight, reserve)?;
+                return Ok(self.consumed(rule, l, Target::Override(i), taken, weight));
             }
             Aim::Key(fingerprint) => (&local.quota.limit, &local.state_prefix, fingerprint),
             Aim::Extra(fingerprint) => match &local.elastic {
@@ -140,20 +140,22 @@ where
         Ok(self.consumed(rule, l, target, decided.result, weight))
     }
 
-    /// Remembers what `decision` consumed at `target`, if it admitted.
+    /// Remembers what `taken` consumed at `target`, if it admitted.
     fn consumed(
         &mut self,
         rule: usize,
         l: usize,
         target: Target,
-        decision: Decision,
+        taken: Taken,
         weight: u64,
     ) -> Decision {
+        let decision = taken.decision;
         if decision.allowed {
             self.tally.consumed.push(Consumed {
                 rule,
                 limit: l,
                 target,
+                at: taken.at,
                 delay: decision.delay,
                 weight,
             });

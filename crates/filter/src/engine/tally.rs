@@ -83,6 +83,8 @@ pub(super) struct Consumed {
     pub(super) target: Target,
     /// The units consumed.
     pub(super) weight: u64,
+    /// When the limit decided (see [`crate::local::decided_at`]).
+    pub(super) at: Nanos,
     /// The limit's delay: the request counts as admitted this long after
     /// the decision.
     pub(super) delay: Nanos,
@@ -241,7 +243,7 @@ impl Tally {
                     let Some((limit, at)) = located else {
                         continue;
                     };
-                    let admitted_at = self.now.saturating_add(c.delay);
+                    let admitted_at = c.at.saturating_add(c.delay);
                     at.refund(env.store, limit, admitted_at, now, c.weight)
                 }
             };

@@ -1,4 +1,5 @@
 use super::{SetError, SharedStore};
+use sluice_core::Nanos;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -13,6 +14,8 @@ pub struct MemoryStore {
     pub inject_mismatches: AtomicU32,
     /// Sets refused with a cas mismatch so far (injected or real).
     pub mismatches: AtomicU64,
+    /// The time the store tells ([`SharedStore::clock`]); 0 tells none.
+    pub clock: AtomicU64,
 }
 
 impl MemoryStore {
@@ -57,5 +60,9 @@ impl SharedStore for MemoryStore {
         }
         map.insert(key.to_string(), (value.to_vec(), next));
         Ok(())
+    }
+
+    fn clock(&self) -> Option<Nanos> {
+        Some(self.clock.load(Ordering::SeqCst)).filter(|&t| t > 0)
     }
 }

@@ -18,6 +18,7 @@ fn admits_exactly_the_limit() {
             .filter(|_| {
                 consume(&store, &key, &l, 1_000 * SECOND, 1, 0)
                     .unwrap()
+                    .decision
                     .allowed
             })
             .count();
@@ -30,12 +31,32 @@ fn retries_after_cas_mismatch() {
     let store = MemoryStore::default();
     let l = limit(Algorithm::FixedWindow, 3);
     store.inject_mismatches.store(5, Ordering::SeqCst);
-    assert!(consume(&store, "k", &l, SECOND, 1, 0).unwrap().allowed);
+    assert!(
+        consume(&store, "k", &l, SECOND, 1, 0)
+            .unwrap()
+            .decision
+            .allowed
+    );
     assert_eq!(store.inject_mismatches.load(Ordering::SeqCst), 0);
     // Two more fit, then the limit holds: the retried write was applied once.
-    assert!(consume(&store, "k", &l, SECOND, 1, 0).unwrap().allowed);
-    assert!(consume(&store, "k", &l, SECOND, 1, 0).unwrap().allowed);
-    assert!(!consume(&store, "k", &l, SECOND, 1, 0).unwrap().allowed);
+    assert!(
+        consume(&store, "k", &l, SECOND, 1, 0)
+            .unwrap()
+            .decision
+            .allowed
+    );
+    assert!(
+        consume(&store, "k", &l, SECOND, 1, 0)
+            .unwrap()
+            .decision
+            .allowed
+    );
+    assert!(
+        !consume(&store, "k", &l, SECOND, 1, 0)
+            .unwrap()
+            .decision
+            .allowed
+    );
 }
 
 #[test]
@@ -47,7 +68,12 @@ fn gives_up_after_max_attempts() {
         .store(MAX_ATTEMPTS, Ordering::SeqCst);
     assert_eq!(consume(&store, "k", &l, SECOND, 1, 0), Err(Contended));
     assert_eq!(store.value("k"), None);
-    assert!(consume(&store, "k", &l, SECOND, 1, 0).unwrap().allowed);
+    assert!(
+        consume(&store, "k", &l, SECOND, 1, 0)
+            .unwrap()
+            .decision
+            .allowed
+    );
 }
 
 #[test]
@@ -56,7 +82,12 @@ fn creation_race_loses_no_update() {
     // worker created meanwhile.
     let store = MemoryStore::default();
     let l = limit(Algorithm::FixedWindow, 10);
-    assert!(consume(&store, "k", &l, SECOND, 1, 0).unwrap().allowed);
+    assert!(
+        consume(&store, "k", &l, SECOND, 1, 0)
+            .unwrap()
+            .decision
+            .allowed
+    );
     let stale = sluice_core::decide(&l, None, SECOND, 1).new_state.unwrap();
     assert_eq!(
         store.set("k", stale.as_bytes(), Some(CREATE_CAS)),
@@ -70,12 +101,30 @@ fn refund_restores_quota() {
     for algorithm in Algorithm::ALL {
         let l = limit(algorithm, 2);
         let key = format!("r/{algorithm}");
-        assert!(consume(&store, &key, &l, SECOND, 1, 0).unwrap().allowed);
-        assert!(consume(&store, &key, &l, SECOND, 1, 0).unwrap().allowed);
-        assert!(!consume(&store, &key, &l, SECOND, 1, 0).unwrap().allowed);
+        assert!(
+            consume(&store, &key, &l, SECOND, 1, 0)
+                .unwrap()
+                .decision
+                .allowed
+        );
+        assert!(
+            consume(&store, &key, &l, SECOND, 1, 0)
+                .unwrap()
+                .decision
+                .allowed
+        );
+        assert!(
+            !consume(&store, &key, &l, SECOND, 1, 0)
+                .unwrap()
+                .decision
+                .allowed
+        );
         refund(&store, &key, &l, SECOND, 1).unwrap();
         assert!(
-            consume(&store, &key, &l, SECOND, 1, 0).unwrap().allowed,
+            consume(&store, &key, &l, SECOND, 1, 0)
+                .unwrap()
+                .decision
+                .allowed,
             "{algorithm}"
         );
     }
@@ -93,7 +142,7 @@ fn many_threads_admit_exact_counts() {
                 std::thread::spawn(move || {
                     (0..500)
                         .filter(|_| match consume(&*store, "hot", &l, 5 * SECOND, 1, 0) {
-                            Ok(d) => d.allowed,
+                            Ok(d) => d.decision.allowed,
                             Err(Contended) => false,
                         })
                         .count()
@@ -119,17 +168,37 @@ fn every_step_retries_and_gives_up_alike() {
     // and MAX_ATTEMPTS mismatches give up without writing.
     let store = MemoryStore::default();
     let l = limit(Algorithm::Gcra, 2);
-    assert!(consume(&store, "k", &l, SECOND, 1, 0).unwrap().allowed);
-    assert!(consume(&store, "k", &l, SECOND, 1, 0).unwrap().allowed);
+    assert!(
+        consume(&store, "k", &l, SECOND, 1, 0)
+            .unwrap()
+            .decision
+            .allowed
+    );
+    assert!(
+        consume(&store, "k", &l, SECOND, 1, 0)
+            .unwrap()
+            .decision
+            .allowed
+    );
     store.inject_mismatches.store(3, Ordering::SeqCst);
     refund(&store, "k", &l, SECOND, 1).unwrap();
     assert_eq!(store.inject_mismatches.load(Ordering::SeqCst), 0);
-    assert!(consume(&store, "k", &l, SECOND, 1, 0).unwrap().allowed);
+    assert!(
+        consume(&store, "k", &l, SECOND, 1, 0)
+            .unwrap()
+            .decision
+            .allowed
+    );
     store
         .inject_mismatches
         .store(MAX_ATTEMPTS, Ordering::SeqCst);
     assert_eq!(refund(&store, "k", &l, SECOND, 1), Err(Contended));
-    assert!(!consume(&store, "k", &l, SECOND, 1, 0).unwrap().allowed);
+    assert!(
+        !consume(&store, "k", &l, SECOND, 1, 0)
+            .unwrap()
+            .decision
+            .allowed
+    );
 
     store.inject_mismatches.store(2, Ordering::SeqCst);
     assert_eq!(load_or_create(&store, "seed", b"first").unwrap(), b"first");
@@ -146,7 +215,12 @@ fn counts_cas_retries() {
     let _ = take_cas_retries();
     let store = MemoryStore::default();
     let l = limit(Algorithm::Gcra, 10);
-    assert!(consume(&store, "k", &l, SECOND, 1, 0).unwrap().allowed);
+    assert!(
+        consume(&store, "k", &l, SECOND, 1, 0)
+            .unwrap()
+            .decision
+            .allowed
+    );
     assert_eq!(
         take_cas_retries(),
         0,
@@ -154,7 +228,12 @@ fn counts_cas_retries() {
     );
 
     store.inject_mismatches.store(3, Ordering::SeqCst);
-    assert!(consume(&store, "k", &l, SECOND, 1, 0).unwrap().allowed);
+    assert!(
+        consume(&store, "k", &l, SECOND, 1, 0)
+            .unwrap()
+            .decision
+            .allowed
+    );
     assert_eq!(take_cas_retries(), 3);
     assert_eq!(take_cas_retries(), 0, "taking the tally zeroes it");
 
@@ -190,7 +269,7 @@ fn counts_real_races_between_threads() {
                 let (mut allowed, mut gave_up) = (0u64, 0u64);
                 for _ in 0..1_000 {
                     match consume(&*store, "hot", &l, SECOND, 1, 0) {
-                        Ok(d) => allowed += u64::from(d.allowed),
+                        Ok(d) => allowed += u64::from(d.decision.allowed),
                         Err(Contended) => gave_up += 1,
                     }
                 }

@@ -26,6 +26,7 @@ fn admitted(store: &MemoryStore, t: &Table, fp: u64, limit: &Limit, now: Nanos, 
             consume(store, t, fp, limit, now, 1, 0)
                 .unwrap()
                 .result
+                .decision
                 .allowed
         })
         .count() as u64
@@ -70,7 +71,8 @@ fn a_full_table_shares_the_overflow_entry_and_never_over_admits() {
             Placed::Shared => shared += 1,
             Placed::Evicted => unreachable!(),
         }
-        let got = u64::from(first.result.allowed) + admitted(&store, &t, fp, &limit, now, 3);
+        let got =
+            u64::from(first.result.decision.allowed) + admitted(&store, &t, fp, &limit, now, 3);
         assert!(got <= 2, "client {client} admitted {got}");
     }
     // Every bucket filled before a key shared: the capacity is the table's.
@@ -114,20 +116,24 @@ fn evict_takes_the_entry_that_rests_first_and_the_key_starts_full() {
         let fp = h.fingerprint(&format!("k{n}"));
         n += 1;
         let d = consume(&store, &t, fp, &limit, SECOND, 1, 0).unwrap();
-        assert!(d.result.allowed);
+        assert!(d.result.decision.allowed);
         if d.placed == Placed::Own {
             keys.push(fp);
         }
     }
     let newcomer = h.fingerprint("newcomer");
     let d = consume(&store, &t, newcomer, &limit, 2 * SECOND, 1, 0).unwrap();
-    assert_eq!((d.placed, d.result.allowed), (Placed::Evicted, true));
+    assert_eq!(
+        (d.placed, d.result.decision.allowed),
+        (Placed::Evicted, true)
+    );
     let evicted = keys
         .iter()
         .filter(|&&fp| {
             consume(&store, &t, fp, &limit, 2 * SECOND, 1, 0)
                 .unwrap()
                 .result
+                .decision
                 .allowed
         })
         .count();
@@ -155,7 +161,11 @@ fn a_key_at_rest_gives_its_entry_to_a_new_key() {
     for n in 0..2 * bucket::WAYS {
         let fp = h.fingerprint(&format!("new{n}"));
         let d = consume(&store, &t, fp, &limit, 3 * SECOND, 1, 0).unwrap();
-        assert_eq!((d.placed, d.result.allowed), (Placed::Own, true), "{n}");
+        assert_eq!(
+            (d.placed, d.result.decision.allowed),
+            (Placed::Own, true),
+            "{n}"
+        );
     }
 }
 
@@ -169,6 +179,7 @@ fn refunds_find_the_entry_or_nothing() {
         !consume(&store, &t, 42, &limit, SECOND, 1, 0)
             .unwrap()
             .result
+            .decision
             .allowed
     );
     refund(&store, PREFIX, d.spot, &limit, SECOND, SECOND, 1).unwrap();
@@ -176,6 +187,7 @@ fn refunds_find_the_entry_or_nothing() {
         consume(&store, &t, 42, &limit, SECOND, 1, 0)
             .unwrap()
             .result
+            .decision
             .allowed
     );
     let elsewhere = Spot {
@@ -237,17 +249,18 @@ fn a_key_placed_in_both_buckets_at_once_is_counted_once() {
         key: format!("{PREFIX}b{s}"),
         hook: Mutex::new(Some(Box::new(|inner: &MemoryStore| {
             let d = consume(inner, &t, key, &limit, 31 * SECOND, 1, 0).unwrap();
-            assert_eq!((d.spot.bucket, d.result.allowed), (p, true));
+            assert_eq!((d.spot.bucket, d.result.decision.allowed), (p, true));
         }))),
     };
     let d = consume(&racing, &t, key, &limit, 30 * SECOND, 1, 0).unwrap();
     assert_eq!(d.spot.bucket, p, "moved to the entry in p");
-    assert!(d.result.allowed);
+    assert!(d.result.decision.allowed);
     // Both requests are counted in p: the quota of 2 is spent.
     assert!(
         !consume(&store, &t, key, &limit, 31 * SECOND, 1, 0)
             .unwrap()
             .result
+            .decision
             .allowed
     );
 }
@@ -268,7 +281,7 @@ fn two_workers_on_a_crowded_table_never_over_admit() {
                     let k = (x % 64) as usize;
                     let now = SECOND + i;
                     if let Ok(d) = consume(&*store, &t, 1_000 + k as u64, &limit, now, 1, 0) {
-                        if d.result.allowed {
+                        if d.result.decision.allowed {
                             admitted[k].fetch_add(1, Ordering::SeqCst);
                         }
                     }
@@ -340,7 +353,7 @@ mod model {
             let d = consume(&store, &t, crate::slots::splitmix(key), &limit, now, 1, 0).unwrap();
             let entry = seen.entry((key, now / WINDOW)).or_insert((0, 0));
             entry.0 += 1;
-            entry.1 += u64::from(d.result.allowed);
+            entry.1 += u64::from(d.result.decision.allowed);
         }
         seen
     }
@@ -363,5 +376,24 @@ mod model {
                 prop_assert!(admitted <= QUOTA, "key {} window {}: {}", key, window, admitted);
             }
         }
+    }
+}
+
+#[test]
+fn a_decision_written_after_a_later_one_is_made_at_the_later_time() {
+    // Two workers: the one that read the earlier time writes second, so it
+    // decides at the store's clock, read after the state.
+    for algorithm in Algorithm::ALL {
+        let store = MemoryStore::default();
+        let t = table(16, WhenFull::Share);
+        let limit = Limit::new(algorithm, 20, 60 * SECOND).unwrap();
+        let start = 1_000 * SECOND;
+        store.clock.store(start + 1_000_000, Ordering::SeqCst);
+        let first = consume(&store, &t, 7, &limit, start + 1_000_000, 3, 0).unwrap();
+        store.clock.store(start + 2_000_000, Ordering::SeqCst);
+        let second = consume(&store, &t, 7, &limit, start, 3, 0).unwrap();
+        assert_eq!(first.result.decision.remaining, 17, "{algorithm}");
+        assert_eq!(second.result.decision.remaining, 14, "{algorithm}");
+        assert_eq!(second.result.at, start + 2_000_000, "{algorithm}");
     }
 }
