@@ -93,9 +93,10 @@ pub struct Args {
     #[arg(long, env = "SLUICE_SHARDS", default_value_t = 64)]
     pub shards: usize,
 
-    /// Threads serving requests (0: one per CPU the process may use). Give
-    /// the limiter as many as it has cores to itself: extra threads on a
-    /// shared core cost context switches and tail latency.
+    /// Threads serving requests (0: one per CPU the process may use): as
+    /// many connection threads for HTTP (see `spread`), and as many workers
+    /// for the rest. Give the limiter as many as it has cores to itself:
+    /// extra threads on a shared core cost context switches and tail latency.
     #[arg(long, env = "SLUICE_THREADS", default_value_t = 0)]
     pub threads: usize,
 

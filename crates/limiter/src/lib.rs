@@ -17,6 +17,7 @@ pub mod overrides;
 pub mod rlqs;
 pub mod rls;
 pub mod server;
+pub mod spread;
 pub mod store;
 pub mod tls;
 pub mod watch;

@@ -10,6 +10,7 @@ use sluice_limiter::rlqs::service::RlqsService;
 use sluice_limiter::rls::reload::{spawn_watcher, ConfigCell};
 use sluice_limiter::rls::service::RlsService;
 use sluice_limiter::server::{serve_http, Acceptor, Conn};
+use sluice_limiter::spread::Spread;
 use sluice_limiter::store::memory::{MemoryConfig, MemoryStore};
 use sluice_limiter::store::redis::{ConnectOptions, RedisStore};
 use sluice_limiter::store::AnyStore;
@@ -165,12 +166,23 @@ async fn run(args: Args) -> Result<(), String> {
         version = env!("CARGO_PKG_VERSION"),
         "sluice-limiter serving"
     );
-    let http = tokio::spawn(serve_http(listener, app(state), stop.clone()));
+    let spread = Spread::threads(connection_threads(args.threads))
+        .map_err(|e| format!("cannot start the connection threads: {e}"))?;
+    let http = tokio::spawn(serve_http(listener, app(state), stop.clone(), spread));
     shutdown_signal().await;
     let _ = stop_tx.send(true);
     finish(http, grpc, args.shutdown_timeout_ms).await?;
     tracing::info!("sluice-limiter stopped");
     Ok(())
+}
+
+/// The threads that serve HTTP connections: `--threads`, or one per CPU
+/// the process may use.
+fn connection_threads(threads: usize) -> usize {
+    match threads {
+        0 => std::thread::available_parallelism().map_or(1, usize::from),
+        n => n,
+    }
 }
 
 /// Refuses descriptors without a gRPC listener to serve them, and the other

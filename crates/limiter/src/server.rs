@@ -24,14 +24,6 @@
 
 use crate::metrics::{Listener, Metrics};
 use crate::tls::ListenerTls;
-use axum::body::Body;
-use axum::http::{header, Request, Response, StatusCode};
-use axum::Router;
-use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use sluice_wire::MAX_BODY_BYTES;
-use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -43,7 +35,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 use tokio_rustls::server::TlsStream;
-use tower::ServiceExt;
+
+mod http;
+pub use http::serve_http;
 
 /// How often an HTTP/2 peer is pinged.
 pub const H2_KEEPALIVE: Duration = Duration::from_secs(20);
@@ -351,6 +345,13 @@ impl Acceptor {
     /// The next connection with a place under the cap; connections beyond
     /// it are closed as they come, and accept errors wait a moment.
     pub async fn accept(&self) -> Guarded<TcpStream> {
+        let (tcp, permit) = self.accept_placed().await;
+        self.guard(tcp, permit)
+    }
+
+    /// [`accept`](Self::accept), the connection not yet guarded: to be
+    /// guarded on the runtime that serves it ([`Placed::guard`]).
+    async fn accept_placed(&self) -> (TcpStream, OwnedSemaphorePermit) {
         loop {
             match self.listener.accept().await {
                 Ok((tcp, _)) => {
@@ -369,18 +370,36 @@ impl Acceptor {
                     if let Err(e) = tcp.set_nodelay(true) {
                         tracing::debug!("cannot set TCP_NODELAY: {e}");
                     }
-                    return Guarded::new(
-                        tcp,
-                        permit,
-                        self.limits.idle_timeout,
-                        self.name,
-                        Arc::clone(&self.metrics),
-                    );
+                    return (tcp, permit);
                 }
                 Err(e) => {
                     crate::warn_throttled!(listener = self.name.label(), error = %e, "accept failed");
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
                 }
+            }
+        }
+    }
+
+    fn guard(&self, tcp: TcpStream, permit: OwnedSemaphorePermit) -> Guarded<TcpStream> {
+        let metrics = Arc::clone(&self.metrics);
+        Guarded::new(tcp, permit, self.limits.idle_timeout, self.name, metrics)
+    }
+
+    /// A connection just accepted, to be served on another runtime: taken
+    /// off this one's I/O driver (`None`, the connection closed, if it
+    /// cannot be).
+    fn place(&self, tcp: TcpStream, permit: OwnedSemaphorePermit) -> Option<Placed> {
+        match tcp.into_std() {
+            Ok(tcp) => Some(Placed {
+                tcp,
+                permit,
+                idle: self.limits.idle_timeout,
+                name: self.name,
+                metrics: Arc::clone(&self.metrics),
+            }),
+            Err(e) => {
+                tracing::debug!("cannot move a connection to its thread: {e}");
+                None
             }
         }
     }
@@ -425,6 +444,35 @@ impl Acceptor {
     }
 }
 
+/// An accepted connection on its way to the runtime that serves it.
+struct Placed {
+    tcp: std::net::TcpStream,
+    permit: OwnedSemaphorePermit,
+    idle: Duration,
+    name: Listener,
+    metrics: Arc<Metrics>,
+}
+
+impl Placed {
+    /// The connection on the current runtime, guarded (`None`: it could
+    /// not be registered there, and is closed).
+    fn guard(self) -> Option<Guarded<TcpStream>> {
+        match TcpStream::from_std(self.tcp) {
+            Ok(tcp) => Some(Guarded::new(
+                tcp,
+                self.permit,
+                self.idle,
+                self.name,
+                self.metrics,
+            )),
+            Err(e) => {
+                tracing::debug!("cannot register a connection on its thread: {e}");
+                None
+            }
+        }
+    }
+}
+
 /// What a connection goes through before it is served: the listener's TLS
 /// handshake, if any, within the request timeout.
 #[derive(Clone)]
@@ -461,121 +509,6 @@ impl Handshake {
         crate::warn_throttled!(listener = self.name.label(), error = %error, "TLS handshake failed");
         None
     }
-}
-
-/// The `408` of a request not received within the request timeout; the
-/// HTTP/1 connection closes after it.
-fn request_timeout_response(timeout: Duration) -> Response<Body> {
-    closing_error(
-        StatusCode::REQUEST_TIMEOUT,
-        &format!("request not received within {} ms", timeout.as_millis()),
-    )
-}
-
-/// A request announcing a body larger than any route takes: refused before
-/// its body is read, instead of waiting for bytes that would be dropped.
-fn announced_too_large(req: &Request<Incoming>) -> bool {
-    req.headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .is_some_and(|n| n > MAX_BODY_BYTES as u64)
-}
-
-/// A JSON error answer after which the HTTP/1 connection closes.
-fn closing_error(status: StatusCode, message: &str) -> Response<Body> {
-    let body = serde_json::to_vec(&sluice_wire::ErrorBody {
-        error: message.to_string(),
-    })
-    .unwrap_or_default();
-    let mut resp = Response::new(Body::from(body));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static("application/json"),
-    );
-    resp.headers_mut().insert(
-        header::CONNECTION,
-        header::HeaderValue::from_static("close"),
-    );
-    resp
-}
-
-/// Serves `router` over HTTP/1.1 and h2c on `acceptor` until `stop` turns
-/// true; then stops accepting, closes idle connections, lets requests in
-/// flight finish, and returns once every connection is closed.
-pub async fn serve_http(
-    acceptor: Acceptor,
-    router: Router,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) -> io::Result<()> {
-    let limits = acceptor.limits;
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.request_timeout);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .keep_alive_interval(H2_KEEPALIVE)
-        .keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
-        .max_concurrent_streams(H2_MAX_STREAMS);
-    let builder = Arc::new(builder);
-    let handshake = Handshake::of(&acceptor);
-    loop {
-        let io = tokio::select! {
-            io = acceptor.accept() => io,
-            _ = stop.wait_for(|s| *s) => break,
-        };
-        let router = router.clone();
-        let metrics = Arc::clone(&acceptor.metrics);
-        let builder = Arc::clone(&builder);
-        let mut stop = stop.clone();
-        let handshake = handshake.clone();
-        tokio::spawn(async move {
-            let Some(io) = handshake.run(io).await else {
-                return;
-            };
-            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let router = router.clone();
-                let metrics = Arc::clone(&metrics);
-                async move {
-                    if announced_too_large(&req) {
-                        return Ok(closing_error(
-                            StatusCode::PAYLOAD_TOO_LARGE,
-                            &format!("body exceeds 64 KiB ({MAX_BODY_BYTES} bytes)"),
-                        ));
-                    }
-                    let call = router.oneshot(req.map(Body::new));
-                    match tokio::time::timeout(limits.request_timeout, call).await {
-                        Ok(Ok(resp)) => Ok::<_, Infallible>(resp),
-                        Ok(Err(never)) => match never {},
-                        Err(_) => {
-                            metrics.request_timed_out(Listener::Http);
-                            Ok(request_timeout_response(limits.request_timeout))
-                        }
-                    }
-                }
-            });
-            let conn = builder.serve_connection(TokioIo::new(io), service);
-            let mut conn = std::pin::pin!(conn);
-            tokio::select! {
-                result = conn.as_mut() => {
-                    if let Err(e) = result {
-                        tracing::trace!("connection ended: {e}");
-                    }
-                    return;
-                }
-                _ = stop.wait_for(|s| *s) => conn.as_mut().graceful_shutdown(),
-            }
-            if let Err(e) = conn.await {
-                tracing::trace!("connection ended: {e}");
-            }
-        });
-    }
-    acceptor.drained().await;
-    Ok(())
 }
 
 #[cfg(test)]

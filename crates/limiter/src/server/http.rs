@@ -1,0 +1,168 @@
+//! The HTTP listener: HTTP/1.1 and h2c, each connection served where the
+//! [`Spread`] puts it, every request within the request timeout.
+
+use super::{
+    Acceptor, Conn, Handshake, Limits, H2_KEEPALIVE, H2_KEEPALIVE_TIMEOUT, H2_MAX_STREAMS,
+};
+use crate::metrics::{Listener, Metrics};
+use crate::spread::Spread;
+use axum::body::Body;
+use axum::http::{header, Request, Response, StatusCode};
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use sluice_wire::MAX_BODY_BYTES;
+use std::convert::Infallible;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+use tower::ServiceExt;
+
+/// The `408` of a request not received within the request timeout; the
+/// HTTP/1 connection closes after it.
+fn request_timeout_response(timeout: Duration) -> Response<Body> {
+    closing_error(
+        StatusCode::REQUEST_TIMEOUT,
+        &format!("request not received within {} ms", timeout.as_millis()),
+    )
+}
+
+/// A request announcing a body larger than any route takes: refused before
+/// its body is read, instead of waiting for bytes that would be dropped.
+fn announced_too_large(req: &Request<Incoming>) -> bool {
+    req.headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .is_some_and(|n| n > MAX_BODY_BYTES as u64)
+}
+
+/// A JSON error answer after which the HTTP/1 connection closes.
+fn closing_error(status: StatusCode, message: &str) -> Response<Body> {
+    let body = serde_json::to_vec(&sluice_wire::ErrorBody {
+        error: message.to_string(),
+    })
+    .unwrap_or_default();
+    let mut resp = Response::new(Body::from(body));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    resp.headers_mut().insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("close"),
+    );
+    resp
+}
+
+/// Serves `router` over HTTP/1.1 and h2c on `acceptor` until `stop` turns
+/// true, each connection where `spread` puts it; then stops accepting,
+/// closes idle connections, lets requests in flight finish, and returns
+/// once every connection is closed.
+pub async fn serve_http(
+    acceptor: Acceptor,
+    router: Router,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    spread: Spread,
+) -> io::Result<()> {
+    let limits = acceptor.limits;
+    let builder = Arc::new(http_builder(limits));
+    let handshake = Handshake::of(&acceptor);
+    loop {
+        let (tcp, permit) = tokio::select! {
+            accepted = acceptor.accept_placed() => accepted,
+            _ = stop.wait_for(|s| *s) => break,
+        };
+        let Some(placed) = acceptor.place(tcp, permit) else {
+            continue;
+        };
+        let conn = Connection {
+            router: router.clone(),
+            metrics: Arc::clone(&acceptor.metrics),
+            builder: Arc::clone(&builder),
+            stop: stop.clone(),
+            limits,
+        };
+        let handshake = handshake.clone();
+        spread.spawn(async move {
+            let Some(io) = placed.guard() else {
+                return;
+            };
+            if let Some(io) = handshake.run(io).await {
+                conn.serve(io).await;
+            }
+        });
+    }
+    acceptor.drained().await;
+    Ok(())
+}
+
+/// HTTP/1.1 and h2c within `limits`.
+fn http_builder(limits: Limits) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.request_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(H2_KEEPALIVE)
+        .keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
+        .max_concurrent_streams(H2_MAX_STREAMS);
+    builder
+}
+
+/// What serving one HTTP connection needs.
+struct Connection {
+    router: Router,
+    metrics: Arc<Metrics>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    stop: tokio::sync::watch::Receiver<bool>,
+    limits: Limits,
+}
+
+impl Connection {
+    /// Serves `io` until it closes, or, once `stop` turns true, until its
+    /// requests in flight are answered.
+    async fn serve(mut self, io: Conn) {
+        let (router, metrics, limits) = (self.router, self.metrics, self.limits);
+        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+            let router = router.clone();
+            let metrics = Arc::clone(&metrics);
+            async move {
+                if announced_too_large(&req) {
+                    return Ok(closing_error(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        &format!("body exceeds 64 KiB ({MAX_BODY_BYTES} bytes)"),
+                    ));
+                }
+                let call = router.oneshot(req.map(Body::new));
+                match tokio::time::timeout(limits.request_timeout, call).await {
+                    Ok(Ok(resp)) => Ok::<_, Infallible>(resp),
+                    Ok(Err(never)) => match never {},
+                    Err(_) => {
+                        metrics.request_timed_out(Listener::Http);
+                        Ok(request_timeout_response(limits.request_timeout))
+                    }
+                }
+            }
+        });
+        let conn = self.builder.serve_connection(TokioIo::new(io), service);
+        let mut conn = std::pin::pin!(conn);
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(e) = result {
+                    tracing::trace!("connection ended: {e}");
+                }
+                return;
+            }
+            _ = self.stop.wait_for(|s| *s) => conn.as_mut().graceful_shutdown(),
+        }
+        if let Err(e) = conn.await {
+            tracing::trace!("connection ended: {e}");
+        }
+    }
+}
