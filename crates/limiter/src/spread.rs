@@ -6,8 +6,10 @@
 //! taken next: futex wake-ups and context switches on every request, most
 //! of the limiter's CPU beyond the kernel's own network path when it shares
 //! cores with its clients. Pinning a connection to one thread keeps its
-//! socket's readiness, its timers and its tasks (HTTP/2 streams included)
-//! on that thread. Connections are handed out in turn.
+//! socket's readiness and its timers on that thread, and an HTTP/1
+//! connection's requests too (an HTTP/2 connection's streams go to the
+//! accepting runtime's workers: one client's multiplexed checks use every
+//! core). Connections are handed out in turn.
 
 use std::future::Future;
 use std::io;

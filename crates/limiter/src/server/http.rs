@@ -10,13 +10,14 @@ use axum::body::Body;
 use axum::http::{header, Request, Response, StatusCode};
 use axum::Router;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use sluice_wire::MAX_BODY_BYTES;
 use std::convert::Infallible;
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::runtime::Handle;
 use tower::ServiceExt;
 
 /// The `408` of a request not received within the request timeout; the
@@ -100,8 +101,8 @@ pub async fn serve_http(
 }
 
 /// HTTP/1.1 and h2c within `limits`.
-fn http_builder(limits: Limits) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+fn http_builder(limits: Limits) -> auto::Builder<Streams> {
+    let mut builder = auto::Builder::new(Streams(Handle::current()));
     builder
         .http1()
         .timer(TokioTimer::new())
@@ -115,11 +116,28 @@ fn http_builder(limits: Limits) -> auto::Builder<TokioExecutor> {
     builder
 }
 
+/// Where an HTTP/2 connection's streams run: on the runtime that accepts
+/// (its worker threads), so that one client's streams, say one Envoy's
+/// multiplexed checks, are served on every core, while the connection's own
+/// reads and writes stay on its connection thread.
+#[derive(Clone)]
+struct Streams(Handle);
+
+impl<F> hyper::rt::Executor<F> for Streams
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, stream: F) {
+        self.0.spawn(stream);
+    }
+}
+
 /// What serving one HTTP connection needs.
 struct Connection {
     router: Router,
     metrics: Arc<Metrics>,
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    builder: Arc<auto::Builder<Streams>>,
     stop: tokio::sync::watch::Receiver<bool>,
     limits: Limits,
 }
