@@ -303,15 +303,26 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
 
 
 def run_limiter_rows(a, rows, limiter_ports, limiter_procs, log, failures):
-    """The limiters alone (sluice-limiter, Limitador), rows interleaved over the rounds."""
+    """The limiters alone (sluice-limiter, Limitador), rows interleaved over the rounds.
+
+    Each service on one core of its own, wrk and Redis on the others: what
+    one core of the service serves, not what the scheduler makes of wrk and
+    the service on the same cores (wrk would take the CPU the faster service
+    frees, and cap both at its own rate)."""
     samples: dict[str, list] = {r.id: [] for r in rows}
 
-    place_limiters(limiter_procs, None)
+    server_cpus, client_cpus = placement(a, 1)
+    place_limiters(limiter_procs, server_cpus)
+    # Redis serves both services alike: beside wrk, off the core measured.
+    for item in limiter_procs:
+        if client_cpus and isinstance(item, support.Redis) and item.process is not None:
+            subprocess.run(["taskset", "-a", "-p", "-c", client_cpus, str(item.process.proc.pid)],
+                           capture_output=True)
 
     def measure(r, duration):
         return load.run(a.wrk, f"http://127.0.0.1:{limiter_ports[r.store]}{r.check_path}", duration, "check.lua",
                         env={"SLUICE_CHECK_PATH": r.check_path, "SLUICE_CHECK_BODY": r.check_body},
-                        limiter_pids=servers.store_pids(limiter_procs, r.store))
+                        cpus=client_cpus, limiter_pids=servers.store_pids(limiter_procs, r.store))
 
     for rnd in range(-1 if a.warmup > 0 else 0, a.rounds):
         for r in rows:
