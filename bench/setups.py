@@ -417,7 +417,7 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
             store="memory",
             filters=[support.wasm_filter({"mode": "global_calls", "cluster": LIMITER_CLUSTER,
                                           "authority": "sluice-limiter"},
-                                         noop_wasm, vm_id="global-calls", name="global-calls")]),
+                                         noop_wasm, vm_id="global-calls", name="global-calls")], default=True),
         Row("global-redis", "Sluice global gcra, one key, a call per request, limiter Redis store", store="redis",
             filters=sluice(sluice_config(global_gcra, global_scope=True)), default=True),
         Row("global-redis-coalesce", "Sluice global gcra, one key, coalesced calls, limiter Redis store",

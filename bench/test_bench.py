@@ -568,7 +568,7 @@ def test_the_default_set_keeps_the_rows_of_every_ratio_the_targets_need():
     default = {r.id for r in run.select(rows, "", "default")}
     assert default == {r.id for r in rows if r.default}
     assert {"envoy", "noop-wasm", "native", "host-calls", "local-gcra", "local-gcra-100-rules",
-            "local-gcra-1000-rules", "envoy-1000-routes", "call-out", "pause-resume", "global-memory",
+            "local-gcra-1000-rules", "envoy-1000-routes", "call-out", "global-calls", "pause-resume", "global-memory",
             "global-memory-coalesce", "global-memory-lease", "global-redis", "global-redis-lease",
             "envoy-limitador", "envoy-limitador-redis", "limiter-memory", "limiter-redis", "limitador-memory",
             "limitador-redis"} == default
