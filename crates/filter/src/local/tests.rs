@@ -8,6 +8,11 @@ fn limit(algorithm: Algorithm, requests: u64) -> Limit {
     Limit::new(algorithm, requests, 60 * SECOND).unwrap()
 }
 
+/// Whether one request of cost 1 is admitted at `now`.
+fn admits(store: &MemoryStore, key: &str, l: &Limit, now: Nanos) -> bool {
+    consume(store, key, l, now, 1, 0).unwrap().decision.allowed
+}
+
 #[test]
 fn admits_exactly_the_limit() {
     let store = MemoryStore::default();
@@ -15,12 +20,7 @@ fn admits_exactly_the_limit() {
         let l = limit(algorithm, 5);
         let key = format!("k/{algorithm}");
         let allowed = (0..8)
-            .filter(|_| {
-                consume(&store, &key, &l, 1_000 * SECOND, 1, 0)
-                    .unwrap()
-                    .decision
-                    .allowed
-            })
+            .filter(|_| admits(&store, &key, &l, 1_000 * SECOND))
             .count();
         assert_eq!(allowed, 5, "{algorithm}");
     }
@@ -31,32 +31,12 @@ fn retries_after_cas_mismatch() {
     let store = MemoryStore::default();
     let l = limit(Algorithm::FixedWindow, 3);
     store.inject_mismatches.store(5, Ordering::SeqCst);
-    assert!(
-        consume(&store, "k", &l, SECOND, 1, 0)
-            .unwrap()
-            .decision
-            .allowed
-    );
+    assert!(admits(&store, "k", &l, SECOND));
     assert_eq!(store.inject_mismatches.load(Ordering::SeqCst), 0);
     // Two more fit, then the limit holds: the retried write was applied once.
-    assert!(
-        consume(&store, "k", &l, SECOND, 1, 0)
-            .unwrap()
-            .decision
-            .allowed
-    );
-    assert!(
-        consume(&store, "k", &l, SECOND, 1, 0)
-            .unwrap()
-            .decision
-            .allowed
-    );
-    assert!(
-        !consume(&store, "k", &l, SECOND, 1, 0)
-            .unwrap()
-            .decision
-            .allowed
-    );
+    assert!(admits(&store, "k", &l, SECOND));
+    assert!(admits(&store, "k", &l, SECOND));
+    assert!(!admits(&store, "k", &l, SECOND));
 }
 
 #[test]
@@ -68,12 +48,7 @@ fn gives_up_after_max_attempts() {
         .store(MAX_ATTEMPTS, Ordering::SeqCst);
     assert_eq!(consume(&store, "k", &l, SECOND, 1, 0), Err(Contended));
     assert_eq!(store.value("k"), None);
-    assert!(
-        consume(&store, "k", &l, SECOND, 1, 0)
-            .unwrap()
-            .decision
-            .allowed
-    );
+    assert!(admits(&store, "k", &l, SECOND));
 }
 
 #[test]
@@ -82,12 +57,7 @@ fn creation_race_loses_no_update() {
     // worker created meanwhile.
     let store = MemoryStore::default();
     let l = limit(Algorithm::FixedWindow, 10);
-    assert!(
-        consume(&store, "k", &l, SECOND, 1, 0)
-            .unwrap()
-            .decision
-            .allowed
-    );
+    assert!(admits(&store, "k", &l, SECOND));
     let stale = sluice_core::decide(&l, None, SECOND, 1).new_state.unwrap();
     assert_eq!(
         store.set("k", stale.as_bytes(), Some(CREATE_CAS)),
@@ -101,32 +71,11 @@ fn refund_restores_quota() {
     for algorithm in Algorithm::ALL {
         let l = limit(algorithm, 2);
         let key = format!("r/{algorithm}");
-        assert!(
-            consume(&store, &key, &l, SECOND, 1, 0)
-                .unwrap()
-                .decision
-                .allowed
-        );
-        assert!(
-            consume(&store, &key, &l, SECOND, 1, 0)
-                .unwrap()
-                .decision
-                .allowed
-        );
-        assert!(
-            !consume(&store, &key, &l, SECOND, 1, 0)
-                .unwrap()
-                .decision
-                .allowed
-        );
+        assert!(admits(&store, &key, &l, SECOND));
+        assert!(admits(&store, &key, &l, SECOND));
+        assert!(!admits(&store, &key, &l, SECOND));
         refund(&store, &key, &l, SECOND, 1).unwrap();
-        assert!(
-            consume(&store, &key, &l, SECOND, 1, 0)
-                .unwrap()
-                .decision
-                .allowed,
-            "{algorithm}"
-        );
+        assert!(admits(&store, &key, &l, SECOND), "{algorithm}");
     }
     refund(&store, "missing", &limit(Algorithm::Gcra, 1), SECOND, 1).unwrap();
 }
@@ -168,37 +117,17 @@ fn every_step_retries_and_gives_up_alike() {
     // and MAX_ATTEMPTS mismatches give up without writing.
     let store = MemoryStore::default();
     let l = limit(Algorithm::Gcra, 2);
-    assert!(
-        consume(&store, "k", &l, SECOND, 1, 0)
-            .unwrap()
-            .decision
-            .allowed
-    );
-    assert!(
-        consume(&store, "k", &l, SECOND, 1, 0)
-            .unwrap()
-            .decision
-            .allowed
-    );
+    assert!(admits(&store, "k", &l, SECOND));
+    assert!(admits(&store, "k", &l, SECOND));
     store.inject_mismatches.store(3, Ordering::SeqCst);
     refund(&store, "k", &l, SECOND, 1).unwrap();
     assert_eq!(store.inject_mismatches.load(Ordering::SeqCst), 0);
-    assert!(
-        consume(&store, "k", &l, SECOND, 1, 0)
-            .unwrap()
-            .decision
-            .allowed
-    );
+    assert!(admits(&store, "k", &l, SECOND));
     store
         .inject_mismatches
         .store(MAX_ATTEMPTS, Ordering::SeqCst);
     assert_eq!(refund(&store, "k", &l, SECOND, 1), Err(Contended));
-    assert!(
-        !consume(&store, "k", &l, SECOND, 1, 0)
-            .unwrap()
-            .decision
-            .allowed
-    );
+    assert!(!admits(&store, "k", &l, SECOND));
 
     store.inject_mismatches.store(2, Ordering::SeqCst);
     assert_eq!(load_or_create(&store, "seed", b"first").unwrap(), b"first");
@@ -215,12 +144,7 @@ fn counts_cas_retries() {
     let _ = take_cas_retries();
     let store = MemoryStore::default();
     let l = limit(Algorithm::Gcra, 10);
-    assert!(
-        consume(&store, "k", &l, SECOND, 1, 0)
-            .unwrap()
-            .decision
-            .allowed
-    );
+    assert!(admits(&store, "k", &l, SECOND));
     assert_eq!(
         take_cas_retries(),
         0,
@@ -228,12 +152,7 @@ fn counts_cas_retries() {
     );
 
     store.inject_mismatches.store(3, Ordering::SeqCst);
-    assert!(
-        consume(&store, "k", &l, SECOND, 1, 0)
-            .unwrap()
-            .decision
-            .allowed
-    );
+    assert!(admits(&store, "k", &l, SECOND));
     assert_eq!(take_cas_retries(), 3);
     assert_eq!(take_cas_retries(), 0, "taking the tally zeroes it");
 
