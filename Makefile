@@ -165,10 +165,10 @@ $(VENV)/.bench-installed: bench/requirements.txt $(VENV)/.installed-$(ENVOY_VERS
 # 3 rounds: under 10 minutes on two cores), `bench-full` every row at both
 # concurrencies, 5 rounds. What they run is built first, so that the run
 # itself builds nothing (criterion's benchmark, the trace program).
-bench: setup redis wrk $(VENV)/.bench-installed wasm limiter bench-build
+bench: setup redis wrk $(VENV)/.bench-installed wasm limiter load bench-build
 	$(PY) bench/run.py --set default $(BENCH_ARGS)
 
-bench-full: setup redis wrk $(VENV)/.bench-installed wasm limiter bench-build
+bench-full: setup redis wrk $(VENV)/.bench-installed wasm limiter load bench-build
 	$(PY) bench/run.py --set full $(BENCH_ARGS)
 
 bench-build:

@@ -144,6 +144,30 @@ def run(wrk: str, url: str, duration: float, script: str, args: list[str] | None
     return sample
 
 
+def run_grpc(url: str, duration: float, message_hex: str, cpus: str | None = None,
+             limiter_pids: list[int] | None = None, connections: int = CONNECTIONS) -> Sample:
+    """Unary gRPC calls of `message_hex` to `url`'s path for `duration` seconds
+    with `sluice-load` (wrk speaks no HTTP/2), `connections` connections with
+    one call in flight each, as wrk's; the CPU time of `limiter_pids` charged
+    to the calls."""
+    from support.load import LoadReport, load_args
+
+    cmd = load_args(url, connections=connections, duration=duration, grpc=message_hex, timeout=5.0)
+    before = [cpu_seconds(p) for p in limiter_pids or []]
+    proc = subprocess.run(pinned(cmd, cpus), capture_output=True, text=True, timeout=duration + 60)
+    spent = [cpu_seconds(p) - b for p, b in zip(limiter_pids or [], before)]
+    if proc.returncode != 0:
+        raise RuntimeError(f"sluice-load failed ({proc.returncode}): {proc.stderr}{proc.stdout}")
+    report = LoadReport.parse(proc.stdout)
+    ok = report.count(200)
+    sample = Sample(rps=ok / max(report.elapsed_s, 1e-9), p50_us=float(report.latency_us["p50"]),
+                    p99_us=float(report.latency_us["p99"]), requests=report.answered,
+                    non_2xx=report.answered - ok,
+                    socket_errors=report.connect_errors + report.io_errors + report.timeouts)
+    sample.limiter_cpu_us = sum(spent) * 1e6 / max(1, report.answered)
+    return sample
+
+
 def version(wrk: str) -> str:
     """wrk's version line."""
     proc = subprocess.run([wrk, "--version"], capture_output=True, text=True)

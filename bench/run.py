@@ -320,7 +320,11 @@ def run_limiter_rows(a, rows, limiter_ports, limiter_procs, log, failures):
                            capture_output=True)
 
     def measure(r, duration):
-        return load.run(a.wrk, f"http://127.0.0.1:{limiter_ports[r.store]}{r.check_path}", duration, "check.lua",
+        url = f"http://127.0.0.1:{limiter_ports[servers.port_key(r)]}{r.check_path}"
+        if r.rls:
+            return load.run_grpc(url, duration, r.check_body, cpus=client_cpus,
+                                 limiter_pids=servers.store_pids(limiter_procs, r.store))
+        return load.run(a.wrk, url, duration, "check.lua",
                         env={"SLUICE_CHECK_PATH": r.check_path, "SLUICE_CHECK_BODY": r.check_body},
                         cpus=client_cpus, limiter_pids=servers.store_pids(limiter_procs, r.store))
 

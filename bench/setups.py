@@ -22,6 +22,7 @@ import load  # noqa: E402
 import support  # noqa: E402
 from support import ALGORITHMS, jwt  # noqa: E402
 from support.envoy import rlqs_filter  # noqa: E402
+from support.rls import RLS_METHOD, rls_request_hex  # noqa: E402
 from support.rls import REMOTE_ADDRESS, generic_key, ratelimit_filter  # noqa: E402
 
 # Distinct client addresses for the "10,000 keys" rows.
@@ -119,6 +120,11 @@ LIMITADOR_LIMITS = f"""\
   variables:
     - descriptors[0].remote_address
 """
+
+# One `RateLimitRequest` of the RLS rows' descriptor, in hex: what
+# `sluice-load --grpc` sends to the limiters alone, Sluice's and Limitador's.
+RLS_REQUEST_HEX = rls_request_hex(RLS_DOMAIN, [("generic_key", RULE), ("remote_address", "10.0.0.1")])
+
 # Envoy's ratelimit filter applies route `rate_limits` only on a route with a
 # route action, never on a `direct_response`. Its rows route to BACKEND_CLUSTER
 # but answer before reaching it: the fault filter after the ratelimit filter
@@ -444,6 +450,12 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
         Row("limitador-redis", "Limitador POST /check_and_report, Redis storage", kind="limiter",
             store="limitador-redis", check_path="/check_and_report", check_body=LIMITADOR_CHECK_BODY,
             default=True),
+        # The same descriptor over gRPC (RLS `ShouldRateLimit`, sluice-load: wrk
+        # speaks no HTTP/2), both services with memory storage.
+        Row("limiter-rls-memory", "sluice-limiter RLS ShouldRateLimit (gRPC), memory store", kind="limiter",
+            store="memory", rls=True, check_path=RLS_METHOD, check_body=RLS_REQUEST_HEX),
+        Row("limitador-rls-memory", "Limitador RLS ShouldRateLimit (gRPC), memory storage", kind="limiter",
+            store="limitador", rls=True, check_path=RLS_METHOD, check_body=RLS_REQUEST_HEX),
     ]
     # Another build of the filter beside this one, in the same run: the
     # global row with the wasm at SLUICE_BASELINE_WASM (say, the last

@@ -10,7 +10,8 @@ import time
 import pytest
 
 from support import ALGORITHMS, free_port, load_through, request, wait_until
-from support.rls import REMOTE_ADDRESS, generic_key, header_action, start_rls_envoy
+from support.load import run_load
+from support.rls import RLS_METHOD, REMOTE_ADDRESS, generic_key, header_action, rls_request_hex, start_rls_envoy
 
 # Exactness must not confuse a slow machine with a wrong count.
 PATIENT = ["--store-timeout-ms", "5000"]
@@ -344,3 +345,23 @@ def test_reload_under_load_loses_no_counters(rls_envoy, processes, tmp_path):
     wait_until(lambda: lim.metric(loads.format("ok")) > ok_before, what="a good reload counted")
     assert lim.metric(loads.format("ok")) >= 2
     assert lim.process.alive()
+
+
+def test_the_load_tool_speaks_grpc_to_the_rate_limit_service(processes, tmp_path):
+    """`sluice-load --grpc` (the benchmark's limiter-alone gRPC rows) makes
+    well-formed RLS calls: tonic answers each with grpc-status 0, and the
+    limiter decides every one for the descriptor sent, within its limit."""
+    lim = rls_limiter(processes, tmp_path, """
+domain: load
+descriptors:
+  - key: generic_key
+    value: api
+    descriptors:
+      - key: remote_address
+        rate_limit: {requests_per_unit: 150, unit: hour}
+""")
+    message = rls_request_hex("load", [("generic_key", "api"), ("remote_address", "10.0.0.1")])
+    report = run_load(f"http://127.0.0.1:{lim.grpc_port}{RLS_METHOD}", requests=200, connections=4, grpc=message)
+    assert report.count(200) == 200
+    assert lim.metric('sluice_limiter_rls_calls_total{domain="load",result="ok"}') == 150
+    assert lim.metric('sluice_limiter_rls_calls_total{domain="load",result="over_limit"}') == 50

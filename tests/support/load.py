@@ -48,8 +48,10 @@ class LoadReport:
 def load_args(urls: list[str] | str, *, connections: int = 8, duration: float | None = None,
               requests: int | None = None, rate: float | None = None, timeout: float = 5.0,
               headers: dict[str, str] | None = None, distinct: int | None = None, first: int = 0,
-              interval: float = 1.0, threads: int = 1, body: str | None = None) -> list[str]:
-    """The command line for one run (see `run_load`)."""
+              interval: float = 1.0, threads: int = 1, body: str | None = None,
+              grpc: str | None = None) -> list[str]:
+    """The command line for one run (see `run_load`); `grpc`: gRPC unary
+    calls of this message (protobuf, hex) to each URL's path, over HTTP/2."""
     args = [str(LOAD_BIN), "--connections", str(connections), "--timeout", str(timeout),
             "--first", str(first), "--interval", str(interval), "--threads", str(threads)]
     for url in [urls] if isinstance(urls, str) else urls:
@@ -66,6 +68,8 @@ def load_args(urls: list[str] | str, *, connections: int = 8, duration: float | 
         args += ["--header", f"{name}: {value}"]
     if body is not None:
         args += ["--body", body]
+    if grpc is not None:
+        args += ["--grpc", grpc]
     return args
 
 

@@ -38,6 +38,24 @@ def ratelimit_filter(domain: str, cluster: str = "rls", failure_mode_deny: bool 
     return {"name": "envoy.filters.http.ratelimit", "typed_config": cfg}
 
 
+# The rate limit service's one method, as a gRPC path.
+RLS_METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+
+def _proto_field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (payloads here are below 128 bytes)."""
+    return bytes([number << 3 | 2, len(payload)]) + payload
+
+
+def rls_request_hex(domain: str, entries: list[tuple[str, str]], hits: int = 1) -> str:
+    """A `RateLimitRequest` of one descriptor, in hex (domain is field 1,
+    descriptors 2 with entries 1 of key 1 and value 2, hits_addend 3): the
+    message `sluice-load --grpc` sends."""
+    descriptor = b"".join(_proto_field(1, _proto_field(1, k.encode()) + _proto_field(2, v.encode()))
+                          for k, v in entries)
+    return (_proto_field(1, domain.encode()) + _proto_field(2, descriptor) + bytes([3 << 3, hits])).hex()
+
+
 def header_action(header: str, key: str) -> dict:
     return {"request_headers": {"header_name": header, "descriptor_key": key}}
 

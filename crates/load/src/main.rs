@@ -7,6 +7,7 @@
 //! address per request (`{ip}`) to flood a limiter with new keys. The
 //! report is one JSON object on stdout.
 
+mod grpc;
 mod stats;
 mod template;
 
@@ -18,9 +19,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use clap::Parser;
 use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1::SendRequest;
+use hyper::client::conn::{http1, http2};
 use hyper::Request;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -73,6 +74,12 @@ struct Args {
     /// Runtime threads.
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// gRPC unary calls instead of HTTP/1.1: the request message (protobuf,
+    /// in hex), sent over HTTP/2 (prior knowledge) to the URL's path
+    /// (`/package.Service/Method`); an answer counts as 200 when its
+    /// `grpc-status` is 0, else 500.
+    #[arg(long)]
+    grpc: Option<String>,
 }
 
 /// A target: where to connect, what to ask for, what to call the host.
@@ -121,6 +128,8 @@ struct Plan {
     interval: Duration,
     distinct: Option<u64>,
     first: u64,
+    /// The framed message of every gRPC call, if the run makes them.
+    grpc: Option<Bytes>,
     /// Tickets handed out: request numbers, for the budget, the pacing and the counter.
     issued: AtomicU64,
 }
@@ -152,6 +161,12 @@ impl Plan {
     }
 
     fn build(&self, target: &Target, n: u64) -> Result<Request<Full<Bytes>>, hyper::http::Error> {
+        if let Some(body) = &self.grpc {
+            return Request::post(format!("http://{}{}", target.host, target.path))
+                .header(hyper::header::CONTENT_TYPE, "application/grpc")
+                .header(hyper::header::TE, "trailers")
+                .body(Full::new(body.clone()));
+        }
         let counter = self.counter(n);
         let builder = match self.body {
             Some(_) => Request::post(target.path.as_str()),
@@ -243,6 +258,11 @@ fn plan_of(args: &Args) -> Result<Plan, String> {
         interval: positive(args.interval, "interval")?,
         distinct: args.distinct,
         first: args.first,
+        grpc: args
+            .grpc
+            .as_deref()
+            .map(|hex| grpc::from_hex(hex).and_then(|m| grpc::frame(&m)))
+            .transpose()?,
         issued: AtomicU64::new(0),
     })
 }
@@ -269,7 +289,7 @@ async fn connection(plan: &Plan, index: usize) -> Stats {
     let Some(target) = plan.targets.get(index % plan.targets.len().max(1)) else {
         return stats;
     };
-    let mut sender: Option<SendRequest<Full<Bytes>>> = None;
+    let mut sender: Option<Sender> = None;
     while let Some(n) = plan.ticket() {
         if let Some(at) = plan.send_at(n) {
             if plan.deadline.is_some_and(|d| at >= d) {
@@ -282,7 +302,7 @@ async fn connection(plan: &Plan, index: usize) -> Stats {
             if let Some(s) = sender.take() {
                 break Some(s);
             }
-            match connect(&target.addr).await {
+            match connect(&target.addr, plan.grpc.is_some()).await {
                 Ok(s) => break Some(s),
                 Err(()) => {
                     stats.connect_failed();
@@ -324,24 +344,46 @@ async fn connection(plan: &Plan, index: usize) -> Stats {
     stats
 }
 
-async fn connect(addr: &str) -> Result<SendRequest<Full<Bytes>>, ()> {
-    let stream = TcpStream::connect(addr).await.map_err(|_| ())?;
-    let _ = stream.set_nodelay(true);
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|_| ())?;
-    // The connection's I/O; it ends when `sender` is dropped.
-    tokio::spawn(conn);
-    Ok(sender)
+/// A connection's request half: HTTP/1.1, or HTTP/2 for gRPC.
+enum Sender {
+    H1(http1::SendRequest<Full<Bytes>>),
+    H2(http2::SendRequest<Full<Bytes>>),
 }
 
-/// One request and its whole answer: the status, and whether the connection stays open.
-async fn exchange(
-    sender: &mut SendRequest<Full<Bytes>>,
-    request: Request<Full<Bytes>>,
-) -> Result<(u16, bool), ()> {
-    sender.ready().await.map_err(|_| ())?;
-    let response = sender.send_request(request).await.map_err(|_| ())?;
+async fn connect(addr: &str, h2: bool) -> Result<Sender, ()> {
+    let stream = TcpStream::connect(addr).await.map_err(|_| ())?;
+    let _ = stream.set_nodelay(true);
+    let io = TokioIo::new(stream);
+    // The connection's I/O runs in a task; it ends when the sender is dropped.
+    if h2 {
+        let (sender, conn) = http2::handshake(TokioExecutor::new(), io)
+            .await
+            .map_err(|_| ())?;
+        tokio::spawn(conn);
+        return Ok(Sender::H2(sender));
+    }
+    let (sender, conn) = http1::handshake(io).await.map_err(|_| ())?;
+    tokio::spawn(conn);
+    Ok(Sender::H1(sender))
+}
+
+/// One request and its whole answer: the status (of a gRPC call, see
+/// [`grpc::status`]), and whether the connection stays open.
+async fn exchange(sender: &mut Sender, request: Request<Full<Bytes>>) -> Result<(u16, bool), ()> {
+    let response = match sender {
+        Sender::H1(s) => {
+            s.ready().await.map_err(|_| ())?;
+            s.send_request(request).await.map_err(|_| ())?
+        }
+        Sender::H2(s) => {
+            s.ready().await.map_err(|_| ())?;
+            let response = s.send_request(request).await.map_err(|_| ())?;
+            let (parts, body) = response.into_parts();
+            let collected = body.collect().await.map_err(|_| ())?;
+            let status = grpc::status(parts.status.as_u16(), &parts.headers, collected.trailers());
+            return Ok((status, true));
+        }
+    };
     let status = response.status().as_u16();
     let close = response
         .headers()
