@@ -75,7 +75,10 @@ pub fn decided_at<S: SharedStore + ?Sized>(store: &S, now: Nanos) -> Nanos {
 /// A decision, and the instant it was made at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Taken {
+    /// What the limit decided.
     pub decision: Decision,
+    /// When: the instant its state was decided at ([`decided_at`]); a
+    /// refund gives back as of this instant plus the decision's delay.
     pub at: Nanos,
 }
 
