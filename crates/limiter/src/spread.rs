@@ -17,18 +17,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::runtime::{Builder, Handle};
 use tokio::sync::oneshot;
 
-/// Where connections are served.
-pub enum Spread {
-    /// On the runtime that accepts them.
-    Here,
-    /// On threads of their own, in turn.
-    Threads {
-        handles: Vec<Handle>,
-        next: AtomicUsize,
-        /// Dropped with the spread: each thread then ends, and with it the
-        /// tasks still on its runtime.
-        _stop: Vec<oneshot::Sender<()>>,
-    },
+/// Connection threads, each a single-threaded runtime, handed out in turn.
+pub struct Spread {
+    handles: Vec<Handle>,
+    next: AtomicUsize,
+    /// Dropped with the spread: each thread then ends, and with it the
+    /// tasks still on its runtime.
+    _stop: Vec<oneshot::Sender<()>>,
 }
 
 impl Spread {
@@ -50,32 +45,26 @@ impl Spread {
                     });
                 })?;
         }
-        Ok(Spread::Threads {
+        Ok(Spread {
             handles,
             next: AtomicUsize::new(0),
             _stop: stops,
         })
     }
 
-    /// Runs `task` (a connection) on the next thread, or here.
+    /// Runs `task` (a connection) on the next thread.
     pub fn spawn<F>(&self, task: F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        match self {
-            Spread::Here => {
-                tokio::spawn(task);
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        match self.handles.get(i % self.handles.len().max(1)) {
+            Some(handle) => {
+                handle.spawn(task);
             }
-            Spread::Threads { handles, next, .. } => {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                match handles.get(i % handles.len().max(1)) {
-                    Some(handle) => {
-                        handle.spawn(task);
-                    }
-                    None => {
-                        tokio::spawn(task);
-                    }
-                }
+            // Never empty (`threads` makes at least one): served here.
+            None => {
+                tokio::spawn(task);
             }
         }
     }
