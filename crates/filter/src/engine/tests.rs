@@ -1062,6 +1062,8 @@ mod concurrency;
 
 mod response_cost;
 
+mod host_calls;
+
 const GLOBAL_PRIORITY: &str = r#"{"name":"api","key":["const:all"],
     "priority":{"from":"header:x-priority","default":"bulk","classes":[
         {"name":"critical","share":100},{"name":"bulk","share":50}]},
