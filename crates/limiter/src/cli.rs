@@ -94,7 +94,7 @@ pub struct Args {
     pub shards: usize,
 
     /// Threads serving requests (0: one per CPU the process may use): as
-    /// many connection threads for HTTP (see `spread`), and as many workers
+    /// many connection threads (see `spread`), and as many workers
     /// for the rest. Give the limiter as many as it has cores to itself:
     /// extra threads on a shared core cost context switches and tail latency.
     #[arg(long, env = "SLUICE_THREADS", default_value_t = 0)]

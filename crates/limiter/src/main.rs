@@ -9,12 +9,12 @@ use sluice_limiter::overrides::Overrides;
 use sluice_limiter::rlqs::service::RlqsService;
 use sluice_limiter::rls::reload::{spawn_watcher, ConfigCell};
 use sluice_limiter::rls::service::RlsService;
-use sluice_limiter::server::{serve_http, Acceptor, Conn};
+use sluice_limiter::server::{serve_grpc, serve_http, Acceptor, Grpc, Stop};
 use sluice_limiter::spread::Spread;
 use sluice_limiter::store::memory::{MemoryConfig, MemoryStore};
 use sluice_limiter::store::redis::{ConnectOptions, RedisStore};
 use sluice_limiter::store::AnyStore;
-use sluice_limiter::tls::{ListenerTls, TlsCell, ALPN_GRPC, ALPN_HTTP};
+use sluice_limiter::tls::{TlsCell, ALPN_GRPC, ALPN_HTTP};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -105,13 +105,6 @@ fn connect_options(args: &Args) -> Result<ConnectOptions, String> {
     Ok(opts)
 }
 
-/// The shutdown signal, shared by every server: true once it came.
-type Stop = tokio::sync::watch::Receiver<bool>;
-
-async fn stopped(mut stop: Stop) {
-    let _ = stop.wait_for(|s| *s).await;
-}
-
 async fn run(args: Args) -> Result<(), String> {
     // The descriptors first: a bad file refuses to start.
     let cell = match &args.descriptors {
@@ -155,8 +148,11 @@ async fn run(args: Args) -> Result<(), String> {
     let listener = Acceptor::new(listener, limits, Listener::Http, Arc::clone(&state.metrics))
         .tls(tls.as_ref().map(|t| t.listener(ALPN_HTTP)));
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let spread = Spread::threads(connection_threads(args.threads))
+        .map(Arc::new)
+        .map_err(|e| format!("cannot start the connection threads: {e}"))?;
     let grpc = match cell {
-        Some(cell) => serve_grpc(&args, cell, &state, tls.as_ref(), &stop)?,
+        Some(cell) => grpc_listeners(&args, cell, &state, tls.as_ref(), &stop, &spread)?,
         None => Vec::new(),
     };
     tracing::info!(
@@ -166,8 +162,6 @@ async fn run(args: Args) -> Result<(), String> {
         version = env!("CARGO_PKG_VERSION"),
         "sluice-limiter serving"
     );
-    let spread = Spread::threads(connection_threads(args.threads))
-        .map_err(|e| format!("cannot start the connection threads: {e}"))?;
     let http = tokio::spawn(serve_http(listener, app(state), stop.clone(), spread));
     shutdown_signal().await;
     let _ = stop_tx.send(true);
@@ -176,7 +170,7 @@ async fn run(args: Args) -> Result<(), String> {
     Ok(())
 }
 
-/// The threads that serve HTTP connections: `--threads`, or one per CPU
+/// The threads that serve connections: `--threads`, or one per CPU
 /// the process may use.
 fn connection_threads(threads: usize) -> usize {
     match threads {
@@ -200,12 +194,13 @@ fn descriptors_served(args: &Args, descriptors: bool) -> Result<(), String> {
 
 /// The gRPC listeners the descriptors in `cell` serve (watched for
 /// changes): RLS on `--grpc-listen`, RLQS on `--rlqs-listen`.
-fn serve_grpc(
+fn grpc_listeners(
     args: &Args,
     cell: Arc<ConfigCell>,
     state: &AppState<AnyStore>,
     tls: Option<&Arc<TlsCell>>,
     stop: &Stop,
+    spread: &Arc<Spread>,
 ) -> Result<Vec<GrpcServer>, String> {
     state.metrics.record_rls_reload(true);
     spawn_watcher(
@@ -213,37 +208,42 @@ fn serve_grpc(
         Arc::clone(&state.metrics),
         Duration::from_millis(args.descriptors_poll_ms),
     );
-    let tls = || tls.map(|t| t.listener(ALPN_GRPC));
+    let acceptor = |addr, name| grpc_acceptor(args, addr, name, &state.metrics, tls);
     let mut servers = Vec::new();
     if let Some(addr) = args.grpc_listen {
-        let cell = Arc::clone(&cell);
-        servers.push(serve_rls(args, addr, cell, state, tls(), stop.clone())?);
+        let grpc = rls(args, Arc::clone(&cell), state);
+        let acceptor = acceptor(addr, Listener::Grpc)?;
+        tracing::info!(grpc_listen = %addr, "serving Envoy's rate limit service protocol");
+        let serve = serve_grpc(acceptor, grpc, stop.clone(), Arc::clone(spread));
+        servers.push(tokio::spawn(serve));
     }
     if let Some(addr) = args.rlqs_listen {
-        servers.push(serve_rlqs(args, addr, cell, state, tls(), stop.clone())?);
+        let grpc = rlqs(args, cell, state, stop.clone());
+        let acceptor = acceptor(addr, Listener::Rlqs)?;
+        tracing::info!(rlqs_listen = %addr, "serving Envoy's rate limit quota service protocol");
+        let serve = serve_grpc(acceptor, grpc, stop.clone(), Arc::clone(spread));
+        servers.push(tokio::spawn(serve));
     }
     Ok(servers)
 }
 
-/// The connections of a gRPC listener on `addr`: bound, capped, TLS when
-/// given.
-fn grpc_incoming(
+/// A gRPC listener on `addr`: bound, capped, TLS when given.
+fn grpc_acceptor(
     args: &Args,
     addr: std::net::SocketAddr,
     name: Listener,
     metrics: &Arc<Metrics>,
-    tls: Option<ListenerTls>,
-) -> Result<impl futures_util::Stream<Item = std::io::Result<Conn>>, String> {
+    tls: Option<&Arc<TlsCell>>,
+) -> Result<Acceptor, String> {
     let listener =
         sluice_limiter::server::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    Ok(Acceptor::new(
+    let acceptor = Acceptor::new(
         listener,
         args.connection_limits(),
         name,
         Arc::clone(metrics),
-    )
-    .tls(tls)
-    .into_stream())
+    );
+    Ok(acceptor.tls(tls.map(|t| t.listener(ALPN_GRPC))))
 }
 
 /// The store `--store` names; a memory store is swept in the background.
@@ -314,72 +314,40 @@ async fn open_overrides(
     }
 }
 
-type GrpcServer = tokio::task::JoinHandle<Result<(), tonic::transport::Error>>;
+type GrpcServer = tokio::task::JoinHandle<()>;
 
-/// tonic's server with the HTTP/2 guards of every gRPC listener.
-fn grpc_builder() -> tonic::transport::Server {
-    tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(sluice_limiter::server::H2_KEEPALIVE))
-        .http2_keepalive_timeout(Some(sluice_limiter::server::H2_KEEPALIVE_TIMEOUT))
-        .max_concurrent_streams(sluice_limiter::server::H2_MAX_STREAMS)
-}
-
-/// Serves Envoy's RLS protocol on `addr` from the descriptors in `cell`,
-/// watched for changes, until `stop`.
-fn serve_rls(
-    args: &Args,
-    addr: std::net::SocketAddr,
-    cell: Arc<ConfigCell>,
-    state: &AppState<AnyStore>,
-    tls: Option<ListenerTls>,
-    stop: Stop,
-) -> Result<GrpcServer, String> {
-    let limits = args.connection_limits();
-    let metrics = Arc::clone(&state.metrics);
+/// Envoy's RLS protocol from the descriptors in `cell`, watched for
+/// changes; a call whose message never completes ends at the request
+/// timeout.
+fn rls(args: &Args, cell: Arc<ConfigCell>, state: &AppState<AnyStore>) -> Grpc {
     let service = RlsService::new(
         state.store.clone(),
         cell,
-        Arc::clone(&metrics),
+        Arc::clone(&state.metrics),
         Arc::new(SystemClock),
     );
-    let incoming = grpc_incoming(args, addr, Listener::Grpc, &metrics, tls)?;
-    tracing::info!(grpc_listen = %addr, "serving Envoy's rate limit service protocol");
-    Ok(tokio::spawn(
-        grpc_builder()
-            // A call whose message never completes ends here.
-            .timeout(limits.request_timeout)
-            .add_service(service.into_server())
-            .serve_with_incoming_shutdown(incoming, stopped(stop)),
-    ))
+    Grpc {
+        routes: tonic::service::Routes::new(service.into_server()),
+        timeout: Some(args.connection_limits().request_timeout),
+    }
 }
 
-/// Serves Envoy's rate limit quota service on `addr` from the descriptors
-/// in `cell`, until `stop`. Its streams live as long as Envoy keeps them:
-/// no request timeout (HTTP/2 pings find the dead ones).
-fn serve_rlqs(
-    args: &Args,
-    addr: std::net::SocketAddr,
-    cell: Arc<ConfigCell>,
-    state: &AppState<AnyStore>,
-    tls: Option<ListenerTls>,
-    stop: Stop,
-) -> Result<GrpcServer, String> {
-    let metrics = Arc::clone(&state.metrics);
+/// Envoy's rate limit quota service from the descriptors in `cell`. Its
+/// streams live as long as Envoy keeps them (no request timeout: HTTP/2
+/// pings find the dead ones), and end on `stop`.
+fn rlqs(args: &Args, cell: Arc<ConfigCell>, state: &AppState<AnyStore>, stop: Stop) -> Grpc {
     let service = RlqsService::new(
         state.store.clone(),
         cell,
-        Arc::clone(&metrics),
+        Arc::clone(&state.metrics),
         Arc::new(SystemClock),
         args.rlqs_settings(),
     )
-    .until(stop.clone());
-    let incoming = grpc_incoming(args, addr, Listener::Rlqs, &metrics, tls)?;
-    tracing::info!(rlqs_listen = %addr, "serving Envoy's rate limit quota service protocol");
-    Ok(tokio::spawn(
-        grpc_builder()
-            .add_service(service.into_server())
-            .serve_with_incoming_shutdown(incoming, stopped(stop)),
-    ))
+    .until(stop);
+    Grpc {
+        routes: tonic::service::Routes::new(service.into_server()),
+        timeout: None,
+    }
 }
 
 /// Waits, within `bound_ms`, for both servers to finish what is in flight
@@ -409,10 +377,8 @@ async fn finish<E: std::fmt::Display>(
         Err(e) => return Err(format!("server stopped: {e}")),
     }
     for g in grpc {
-        match g {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(format!("grpc server error: {e}")),
-            Err(e) => return Err(format!("grpc server stopped: {e}")),
+        if let Err(e) = g {
+            return Err(format!("grpc server stopped: {e}"));
         }
     }
     Ok(())

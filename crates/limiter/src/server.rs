@@ -23,6 +23,7 @@
 //!   closes that connection only (`sluice_limiter_tls_handshake_failures_total`).
 
 use crate::metrics::{Listener, Metrics};
+use crate::spread::Spread;
 use crate::tls::ListenerTls;
 use std::future::Future;
 use std::io;
@@ -32,12 +33,17 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 use tokio_rustls::server::TlsStream;
 
+mod grpc;
 mod http;
+pub use grpc::{serve_grpc, Grpc};
 pub use http::serve_http;
+
+/// The shutdown signal every listener follows: true once it came.
+pub type Stop = tokio::sync::watch::Receiver<bool>;
 
 /// How often an HTTP/2 peer is pinged.
 pub const H2_KEEPALIVE: Duration = Duration::from_secs(20);
@@ -205,14 +211,6 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
     }
 }
 
-impl tonic::transport::server::Connected for Guarded<TcpStream> {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.inner.connect_info()
-    }
-}
-
 /// A connection as served: plain, or TLS once its handshake is done.
 pub enum Conn {
     /// No TLS on the listener.
@@ -279,14 +277,25 @@ impl AsyncWrite for Conn {
     }
 }
 
-impl tonic::transport::server::Connected for Conn {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        match self {
-            Conn::Plain(io) => io.connect_info(),
-            Conn::Tls(io) => io.get_ref().0.connect_info(),
+/// Drives `conn` until it closes, or, once `stop` turns true, until its
+/// requests in flight are answered (idle ones close at once).
+async fn drive<C>(conn: C, mut stop: Stop)
+where
+    C: hyper_util::server::graceful::GracefulConnection,
+    C::Error: std::fmt::Display,
+{
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        result = conn.as_mut() => {
+            if let Err(e) = result {
+                tracing::trace!("connection ended: {e}");
+            }
+            return;
         }
+        _ = stop.wait_for(|s| *s) => conn.as_mut().graceful_shutdown(),
+    }
+    if let Err(e) = conn.await {
+        tracing::trace!("connection ended: {e}");
     }
 }
 
@@ -404,43 +413,49 @@ impl Acceptor {
         }
     }
 
-    /// Waits until every connection this acceptor handed out is closed.
-    async fn drained(&self) {
-        let all = u32::try_from(self.limits.max_connections.max(1)).unwrap_or(u32::MAX);
-        let _ = self.permits.acquire_many(all).await;
+    /// Closes the listening socket (new clients are refused at once), then
+    /// waits until every connection this acceptor handed out is closed.
+    async fn close(self) {
+        let Acceptor {
+            listener,
+            permits,
+            limits,
+            ..
+        } = self;
+        drop(listener);
+        let all = u32::try_from(limits.max_connections.max(1)).unwrap_or(u32::MAX);
+        let _ = permits.acquire_many(all).await;
     }
 
-    /// The connections as a stream, for tonic's `serve_with_incoming`:
-    /// accepted in a task of their own, each TLS handshake in its own, until
-    /// the stream is dropped.
-    pub fn into_stream(self) -> impl futures_util::Stream<Item = Result<Conn, io::Error>> {
-        let (tx, rx) = mpsc::channel::<Conn>(64);
+    /// Accepts until `stop` turns true, each connection guarded and taken
+    /// through the listener's handshake on the thread `spread` puts it on,
+    /// then served there by `serve` (told of `stop` too); then closes the
+    /// listening socket and returns once every connection is closed.
+    pub async fn serve_each<S, F>(self, mut stop: Stop, spread: Arc<Spread>, serve: S)
+    where
+        S: Fn(Conn, Stop) -> F + Clone + Send + 'static,
+        F: Future<Output = ()> + Send + 'static,
+    {
         let handshake = Handshake::of(&self);
-        tokio::spawn(async move {
-            loop {
-                let io = tokio::select! {
-                    io = self.accept() => io,
-                    () = tx.closed() => return,
+        loop {
+            let (tcp, permit) = tokio::select! {
+                accepted = self.accept_placed() => accepted,
+                _ = stop.wait_for(|s| *s) => break,
+            };
+            let Some(placed) = self.place(tcp, permit) else {
+                continue;
+            };
+            let (serve, handshake, stop) = (serve.clone(), handshake.clone(), stop.clone());
+            spread.spawn(async move {
+                let Some(io) = placed.guard() else {
+                    return;
                 };
-                if handshake.tls.is_none() {
-                    if tx.send(Conn::Plain(io)).await.is_err() {
-                        return;
-                    }
-                    continue;
+                if let Some(io) = handshake.run(io).await {
+                    serve(io, stop).await;
                 }
-                let tx = tx.clone();
-                let handshake = handshake.clone();
-                tokio::spawn(async move {
-                    if let Some(conn) = handshake.run(io).await {
-                        let _ = tx.send(conn).await;
-                    }
-                });
-            }
-        });
-        futures_util::stream::unfold(rx, |mut rx| async move {
-            let conn = rx.recv().await?;
-            Some((Ok(conn), rx))
-        })
+            });
+        }
+        self.close().await;
     }
 }
 
@@ -651,7 +666,6 @@ mod tests {
     async fn a_failed_or_silent_handshake_closes_its_connection_only() {
         use crate::tls::testing::{ca, leaf, temp_dir};
         use crate::tls::{TlsCell, TlsFiles, ALPN_GRPC};
-        use futures_util::StreamExt;
         let dir = temp_dir("handshake");
         let ca_cert = ca(&dir, "ca");
         let (cert, key) = leaf(&dir, "ca", "server", 1);
@@ -671,11 +685,18 @@ mod tests {
             request_timeout: Duration::from_millis(300),
             ..Limits::default()
         };
-        let mut incoming = Box::pin(
-            Acceptor::new(listener, limits, Listener::Grpc, Arc::clone(&metrics))
-                .tls(Some(cell.listener(ALPN_GRPC)))
-                .into_stream(),
-        );
+        let acceptor = Acceptor::new(listener, limits, Listener::Grpc, Arc::clone(&metrics))
+            .tls(Some(cell.listener(ALPN_GRPC)));
+        let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+        let (served_tx, mut served) = tokio::sync::mpsc::channel::<Conn>(4);
+        let serve = move |io: Conn, _stop: Stop| {
+            let served_tx = served_tx.clone();
+            async move {
+                let _ = served_tx.send(io).await;
+            }
+        };
+        let spread = Arc::new(Spread::threads(1).unwrap());
+        tokio::spawn(acceptor.serve_each(stop, spread, serve));
 
         // A client that sends nothing holds no one up, and is closed.
         let mut silent = TcpStream::connect(addr).await.unwrap();
@@ -689,7 +710,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(client.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
-        let served = incoming.next().await.unwrap().unwrap();
+        let served = served.recv().await.unwrap();
         assert!(matches!(served, Conn::Tls(_)));
         let mut buf = [0u8; 1];
         assert_eq!(silent.read(&mut buf).await.unwrap_or(0), 0);

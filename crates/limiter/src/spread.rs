@@ -1,5 +1,6 @@
-//! Connection threads: each HTTP connection is served, from its first byte
-//! to its close, by one thread running a single-threaded runtime of its own.
+//! Connection threads: each connection (HTTP or gRPC) is served, from its
+//! first byte to its close, by one thread running a single-threaded runtime
+//! of its own.
 //!
 //! On a work-stealing runtime a connection's wake-ups may land on any worker,
 //! and an idle worker is woken to steal work that the busy one would have
@@ -7,9 +8,10 @@
 //! of the limiter's CPU beyond the kernel's own network path when it shares
 //! cores with its clients. Pinning a connection to one thread keeps its
 //! socket's readiness and its timers on that thread, and an HTTP/1
-//! connection's requests too (an HTTP/2 connection's streams go to the
-//! accepting runtime's workers: one client's multiplexed checks use every
-//! core). Connections are handed out in turn.
+//! connection's requests and a gRPC connection's calls too (the HTTP API's
+//! HTTP/2 streams go to the accepting runtime's workers: one client's
+//! multiplexed checks use every core; Envoy's gRPC clients open a
+//! connection per worker instead). Connections are handed out in turn.
 
 use std::future::Future;
 use std::io;

@@ -2,7 +2,7 @@
 //! [`Spread`] puts it, every request within the request timeout.
 
 use super::{
-    Acceptor, Conn, Handshake, Limits, H2_KEEPALIVE, H2_KEEPALIVE_TIMEOUT, H2_MAX_STREAMS,
+    drive, Acceptor, Conn, Limits, Stop, H2_KEEPALIVE, H2_KEEPALIVE_TIMEOUT, H2_MAX_STREAMS,
 };
 use crate::metrics::{Listener, Metrics};
 use crate::spread::Spread;
@@ -65,38 +65,23 @@ fn closing_error(status: StatusCode, message: &str) -> Response<Body> {
 pub async fn serve_http(
     acceptor: Acceptor,
     router: Router,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-    spread: Spread,
+    stop: Stop,
+    spread: Arc<Spread>,
 ) -> io::Result<()> {
     let limits = acceptor.limits;
     let builder = Arc::new(http_builder(limits));
-    let handshake = Handshake::of(&acceptor);
-    loop {
-        let (tcp, permit) = tokio::select! {
-            accepted = acceptor.accept_placed() => accepted,
-            _ = stop.wait_for(|s| *s) => break,
-        };
-        let Some(placed) = acceptor.place(tcp, permit) else {
-            continue;
-        };
+    let metrics = Arc::clone(&acceptor.metrics);
+    let serve = move |io: Conn, stop: Stop| {
         let conn = Connection {
             router: router.clone(),
-            metrics: Arc::clone(&acceptor.metrics),
+            metrics: Arc::clone(&metrics),
             builder: Arc::clone(&builder),
-            stop: stop.clone(),
+            stop,
             limits,
         };
-        let handshake = handshake.clone();
-        spread.spawn(async move {
-            let Some(io) = placed.guard() else {
-                return;
-            };
-            if let Some(io) = handshake.run(io).await {
-                conn.serve(io).await;
-            }
-        });
-    }
-    acceptor.drained().await;
+        conn.serve(io)
+    };
+    acceptor.serve_each(stop, spread, serve).await;
     Ok(())
 }
 
@@ -121,7 +106,7 @@ fn http_builder(limits: Limits) -> auto::Builder<Streams> {
 /// multiplexed checks, are served on every core, while the connection's own
 /// reads and writes stay on its connection thread.
 #[derive(Clone)]
-struct Streams(Handle);
+pub(super) struct Streams(pub(super) Handle);
 
 impl<F> hyper::rt::Executor<F> for Streams
 where
@@ -138,14 +123,14 @@ struct Connection {
     router: Router,
     metrics: Arc<Metrics>,
     builder: Arc<auto::Builder<Streams>>,
-    stop: tokio::sync::watch::Receiver<bool>,
+    stop: Stop,
     limits: Limits,
 }
 
 impl Connection {
     /// Serves `io` until it closes, or, once `stop` turns true, until its
     /// requests in flight are answered.
-    async fn serve(mut self, io: Conn) {
+    async fn serve(self, io: Conn) {
         let (router, metrics, limits) = (self.router, self.metrics, self.limits);
         let service = hyper::service::service_fn(move |req: Request<Incoming>| {
             let router = router.clone();
@@ -169,18 +154,6 @@ impl Connection {
             }
         });
         let conn = self.builder.serve_connection(TokioIo::new(io), service);
-        let mut conn = std::pin::pin!(conn);
-        tokio::select! {
-            result = conn.as_mut() => {
-                if let Err(e) = result {
-                    tracing::trace!("connection ended: {e}");
-                }
-                return;
-            }
-            _ = self.stop.wait_for(|s| *s) => conn.as_mut().graceful_shutdown(),
-        }
-        if let Err(e) = conn.await {
-            tracing::trace!("connection ended: {e}");
-        }
+        drive(conn, self.stop).await;
     }
 }

@@ -38,17 +38,27 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tower::ServiceExt;
 
-/// Serves `routes` (tonic services) on a loopback port in the background,
-/// reached over a socket as Envoy reaches them; returns the address.
+/// Serves `routes` (tonic services) on a loopback port in the background
+/// as the limiter's gRPC listeners do, reached over a socket as Envoy
+/// reaches them; returns the address.
 pub async fn serve_grpc(routes: tonic::service::Routes) -> std::net::SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    use sluice_limiter::metrics::Listener;
+    use sluice_limiter::server::{bind, serve_grpc, Acceptor, Grpc, Limits};
+    use std::sync::Arc;
+    let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = listener.local_addr().unwrap();
-    let incoming = tonic::transport::server::TcpIncoming::from(listener);
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_routes(routes)
-            .serve_with_incoming(incoming),
-    );
+    let metrics = Arc::new(sluice_limiter::metrics::Metrics::default());
+    let acceptor = Acceptor::new(listener, Limits::default(), Listener::Grpc, metrics);
+    let spread = Arc::new(sluice_limiter::spread::Spread::threads(1).unwrap());
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let grpc = Grpc {
+            routes,
+            timeout: None,
+        };
+        serve_grpc(acceptor, grpc, stop, spread).await;
+        drop(stop_tx);
+    });
     addr
 }
 

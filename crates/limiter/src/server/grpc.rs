@@ -1,0 +1,143 @@
+//! The gRPC listeners (RLS, RLQS): HTTP/2 only, each connection served
+//! where the [`Spread`] puts it, its calls on the same thread, each call
+//! within its deadline.
+
+use super::{drive, Acceptor, Conn, Stop, H2_KEEPALIVE, H2_KEEPALIVE_TIMEOUT, H2_MAX_STREAMS};
+use crate::spread::Spread;
+use axum::body::Body;
+use axum::http::{HeaderMap, Request};
+use axum::Router;
+use hyper::body::Incoming;
+use hyper::server::conn::http2;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::runtime::Handle;
+use tower::ServiceExt;
+
+/// What a gRPC listener serves.
+pub struct Grpc {
+    /// The services, as tonic routes them (a method of none answers
+    /// `UNIMPLEMENTED`).
+    pub routes: tonic::service::Routes,
+    /// The longest a call may take before it ends with `CANCELLED`
+    /// (shortened by the client's `grpc-timeout`); none: only the
+    /// client's, if it sends one.
+    pub timeout: Option<Duration>,
+}
+
+/// Serves `grpc` over HTTP/2 on `acceptor` until `stop` turns true, each
+/// connection where `spread` puts it; then stops accepting, lets calls in
+/// flight finish (a stream that must end on `stop` is the service's to
+/// end), and returns once every connection is closed.
+pub async fn serve_grpc(acceptor: Acceptor, grpc: Grpc, stop: Stop, spread: Arc<Spread>) {
+    let router = grpc.routes.prepare().into_axum_router();
+    let timeout = grpc.timeout;
+    let serve = move |io: Conn, stop: Stop| serve_connection(io, router.clone(), timeout, stop);
+    acceptor.serve_each(stop, spread, serve).await;
+}
+
+/// HTTP/2 with the guards of every listener; a connection's calls run on
+/// its own thread (`Handle::current()` there), as its reads and writes do.
+fn builder() -> http2::Builder<super::http::Streams> {
+    let mut builder = http2::Builder::new(super::http::Streams(Handle::current()));
+    builder
+        .timer(TokioTimer::new())
+        .keep_alive_interval(H2_KEEPALIVE)
+        .keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
+        .max_concurrent_streams(H2_MAX_STREAMS);
+    builder
+}
+
+/// Serves one connection until it closes, or, once `stop` turns true,
+/// until its calls in flight are answered.
+async fn serve_connection(io: Conn, router: Router, timeout: Option<Duration>, stop: Stop) {
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let within = deadline(req.headers(), timeout);
+        let call = router.clone().oneshot(req.map(Body::new));
+        async move {
+            let Some(within) = within else {
+                return call.await;
+            };
+            match tokio::time::timeout(within, call).await {
+                Ok(answer) => answer,
+                // As tonic ends a call past its timeout.
+                Err(_) => {
+                    Ok::<_, Infallible>(tonic::Status::cancelled("Timeout expired").into_http())
+                }
+            }
+        }
+    });
+    let conn = builder().serve_connection(TokioIo::new(io), service);
+    drive(conn, stop).await;
+}
+
+/// The time a call may take: the shorter of `server` and the client's
+/// `grpc-timeout` (one it sends that cannot be read is ignored).
+fn deadline(headers: &HeaderMap, server: Option<Duration>) -> Option<Duration> {
+    let client = headers
+        .get("grpc-timeout")
+        .and_then(|v| grpc_timeout(v.as_bytes()));
+    match (client, server) {
+        (Some(c), Some(s)) => Some(c.min(s)),
+        (c, s) => c.or(s),
+    }
+}
+
+/// A `grpc-timeout` value: at most 8 digits and a unit (`H`, `M`, `S`,
+/// `m`, `u`, `n`).
+fn grpc_timeout(value: &[u8]) -> Option<Duration> {
+    let (unit, digits) = value.split_last()?;
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n = std::str::from_utf8(digits).ok()?.parse::<u64>().ok()?;
+    Some(match unit {
+        b'H' => Duration::from_secs(n * 3600),
+        b'M' => Duration::from_secs(n * 60),
+        b'S' => Duration::from_secs(n),
+        b'm' => Duration::from_millis(n),
+        b'u' => Duration::from_micros(n),
+        b'n' => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_are_read_as_the_protocol_spells_them() {
+        assert_eq!(grpc_timeout(b"20m"), Some(Duration::from_millis(20)));
+        assert_eq!(grpc_timeout(b"1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(grpc_timeout(b"3M"), Some(Duration::from_secs(180)));
+        assert_eq!(
+            grpc_timeout(b"99999999n"),
+            Some(Duration::from_nanos(99_999_999))
+        );
+        assert_eq!(grpc_timeout(b"5u"), Some(Duration::from_micros(5)));
+        for bad in [&b""[..], b"m", b"123456789S", b"1x", b"-1S", b"1.5S"] {
+            assert_eq!(grpc_timeout(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_shorter_of_the_server_and_the_client_deadline_holds() {
+        let mut headers = HeaderMap::new();
+        let server = Some(Duration::from_secs(10));
+        assert_eq!(deadline(&headers, server), server);
+        assert_eq!(deadline(&headers, None), None);
+        headers.insert("grpc-timeout", "250m".parse().unwrap());
+        let client = Some(Duration::from_millis(250));
+        assert_eq!(deadline(&headers, server), client);
+        assert_eq!(deadline(&headers, None), client);
+        assert_eq!(
+            deadline(&headers, Some(Duration::from_millis(5))),
+            Some(Duration::from_millis(5))
+        );
+        headers.insert("grpc-timeout", "soon".parse().unwrap());
+        assert_eq!(deadline(&headers, server), server);
+    }
+}
