@@ -1,6 +1,8 @@
 //! `sluice-limiter`: parses flags, builds the store and serves until SIGTERM/SIGINT.
 
 use clap::Parser;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use sluice_limiter::api::{app, AppState};
 use sluice_limiter::cli::{Args, LogFormat};
 use sluice_limiter::clock::SystemClock;
@@ -319,7 +321,11 @@ type GrpcServer = tokio::task::JoinHandle<()>;
 /// Envoy's RLS protocol from the descriptors in `cell`, watched for
 /// changes; a call whose message never completes ends at the request
 /// timeout.
-fn rls(args: &Args, cell: Arc<ConfigCell>, state: &AppState<AnyStore>) -> Grpc {
+fn rls(
+    args: &Args,
+    cell: Arc<ConfigCell>,
+    state: &AppState<AnyStore>,
+) -> Grpc<RateLimitServiceServer<RlsService<AnyStore>>> {
     let service = RlsService::new(
         state.store.clone(),
         cell,
@@ -327,7 +333,7 @@ fn rls(args: &Args, cell: Arc<ConfigCell>, state: &AppState<AnyStore>) -> Grpc {
         Arc::new(SystemClock),
     );
     Grpc {
-        routes: tonic::service::Routes::new(service.into_server()),
+        service: service.into_server(),
         timeout: Some(args.connection_limits().request_timeout),
     }
 }
@@ -335,7 +341,12 @@ fn rls(args: &Args, cell: Arc<ConfigCell>, state: &AppState<AnyStore>) -> Grpc {
 /// Envoy's rate limit quota service from the descriptors in `cell`. Its
 /// streams live as long as Envoy keeps them (no request timeout: HTTP/2
 /// pings find the dead ones), and end on `stop`.
-fn rlqs(args: &Args, cell: Arc<ConfigCell>, state: &AppState<AnyStore>, stop: Stop) -> Grpc {
+fn rlqs(
+    args: &Args,
+    cell: Arc<ConfigCell>,
+    state: &AppState<AnyStore>,
+    stop: Stop,
+) -> Grpc<RateLimitQuotaServiceServer<RlqsService<AnyStore>>> {
     let service = RlqsService::new(
         state.store.clone(),
         cell,
@@ -345,7 +356,7 @@ fn rlqs(args: &Args, cell: Arc<ConfigCell>, state: &AppState<AnyStore>, stop: St
     )
     .until(stop);
     Grpc {
-        routes: tonic::service::Routes::new(service.into_server()),
+        service: service.into_server(),
         timeout: None,
     }
 }

@@ -4,9 +4,7 @@
 
 use super::{drive, Acceptor, Conn, Stop, H2_KEEPALIVE, H2_KEEPALIVE_TIMEOUT, H2_MAX_STREAMS};
 use crate::spread::Spread;
-use axum::body::Body;
-use axum::http::{HeaderMap, Request};
-use axum::Router;
+use axum::http::{HeaderMap, Request, Response};
 use hyper::body::Incoming;
 use hyper::server::conn::http2;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -14,13 +12,13 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::runtime::Handle;
-use tower::ServiceExt;
+use tower::{Service, ServiceExt};
 
 /// What a gRPC listener serves.
-pub struct Grpc {
-    /// The services, as tonic routes them (a method of none answers
-    /// `UNIMPLEMENTED`).
-    pub routes: tonic::service::Routes,
+pub struct Grpc<S> {
+    /// The service: tonic's server of one gRPC service (a method it does
+    /// not have answers `UNIMPLEMENTED`), or tonic's routes over several.
+    pub service: S,
     /// The longest a call may take before it ends with `CANCELLED`
     /// (shortened by the client's `grpc-timeout`); none: only the
     /// client's, if it sends one.
@@ -31,10 +29,18 @@ pub struct Grpc {
 /// connection where `spread` puts it; then stops accepting, lets calls in
 /// flight finish (a stream that must end on `stop` is the service's to
 /// end), and returns once every connection is closed.
-pub async fn serve_grpc(acceptor: Acceptor, grpc: Grpc, stop: Stop, spread: Arc<Spread>) {
-    let router = grpc.routes.prepare().into_axum_router();
-    let timeout = grpc.timeout;
-    let serve = move |io: Conn, stop: Stop| serve_connection(io, router.clone(), timeout, stop);
+pub async fn serve_grpc<S, B>(acceptor: Acceptor, grpc: Grpc<S>, stop: Stop, spread: Arc<Spread>)
+where
+    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: hyper::body::Body<Data = hyper::body::Bytes> + Default + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let Grpc { service, timeout } = grpc;
+    let serve = move |io: Conn, stop: Stop| serve_connection(io, service.clone(), timeout, stop);
     acceptor.serve_each(stop, spread, serve).await;
 }
 
@@ -52,10 +58,19 @@ fn builder() -> http2::Builder<super::http::Streams> {
 
 /// Serves one connection until it closes, or, once `stop` turns true,
 /// until its calls in flight are answered.
-async fn serve_connection(io: Conn, router: Router, timeout: Option<Duration>, stop: Stop) {
-    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+async fn serve_connection<S, B>(io: Conn, service: S, timeout: Option<Duration>, stop: Stop)
+where
+    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: hyper::body::Body<Data = hyper::body::Bytes> + Default + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let calls = hyper::service::service_fn(move |req: Request<Incoming>| {
         let within = deadline(req.headers(), timeout);
-        let call = router.clone().oneshot(req.map(Body::new));
+        let call = service.clone().oneshot(req);
         async move {
             let Some(within) = within else {
                 return call.await;
@@ -63,13 +78,11 @@ async fn serve_connection(io: Conn, router: Router, timeout: Option<Duration>, s
             match tokio::time::timeout(within, call).await {
                 Ok(answer) => answer,
                 // As tonic ends a call past its timeout.
-                Err(_) => {
-                    Ok::<_, Infallible>(tonic::Status::cancelled("Timeout expired").into_http())
-                }
+                Err(_) => Ok(tonic::Status::cancelled("Timeout expired").into_http()),
             }
         }
     });
-    let conn = builder().serve_connection(TokioIo::new(io), service);
+    let conn = builder().serve_connection(TokioIo::new(io), calls);
     drive(conn, stop).await;
 }
 

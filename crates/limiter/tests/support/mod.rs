@@ -53,7 +53,7 @@ pub async fn serve_grpc(routes: tonic::service::Routes) -> std::net::SocketAddr 
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         let grpc = Grpc {
-            routes,
+            service: routes,
             timeout: None,
         };
         serve_grpc(acceptor, grpc, stop, spread).await;
