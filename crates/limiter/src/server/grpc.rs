@@ -52,7 +52,9 @@ fn builder() -> http2::Builder<super::http::Streams> {
         .timer(TokioTimer::new())
         .keep_alive_interval(H2_KEEPALIVE)
         .keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
-        .max_concurrent_streams(H2_MAX_STREAMS);
+        .max_concurrent_streams(H2_MAX_STREAMS)
+        // gRPC has no use for it; it costs a header in every answer.
+        .auto_date_header(false);
     builder
 }
 
