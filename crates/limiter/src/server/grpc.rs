@@ -155,4 +155,84 @@ mod tests {
         headers.insert("grpc-timeout", "soon".parse().unwrap());
         assert_eq!(deadline(&headers, server), server);
     }
+
+    /// A service answering `UNAVAILABLE` ("answered") after the delay its
+    /// call asks for in `x-delay-ms`, served with `timeout`; its address,
+    /// its stop switch and the server's task.
+    async fn slow_server(
+        timeout: Duration,
+    ) -> (
+        std::net::SocketAddr,
+        tokio::sync::watch::Sender<bool>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        use crate::metrics::{Listener, Metrics};
+        let service = tower::service_fn(|req: Request<Incoming>| async move {
+            let ms = req
+                .headers()
+                .get("x-delay-ms")
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            let answer = tonic::Status::unavailable("answered").into_http::<tonic::body::Body>();
+            Ok::<_, Infallible>(answer)
+        });
+        let listener = super::super::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let metrics = Arc::new(Metrics::default());
+        let acceptor = Acceptor::new(
+            listener,
+            super::super::Limits::default(),
+            Listener::Grpc,
+            metrics,
+        );
+        let (stop_tx, stop) = tokio::sync::watch::channel(false);
+        let spread = Arc::new(Spread::threads(1).unwrap());
+        let grpc = Grpc {
+            service,
+            timeout: Some(timeout),
+        };
+        let server = tokio::spawn(serve_grpc(acceptor, grpc, stop, spread));
+        (addr, stop_tx, server)
+    }
+
+    async fn call(addr: std::net::SocketAddr, delay_ms: u64) -> tonic::Status {
+        use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+        use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+        let mut client = RateLimitServiceClient::connect(format!("http://{addr}"))
+            .await
+            .unwrap();
+        let mut req = tonic::Request::new(RateLimitRequest::default());
+        req.metadata_mut()
+            .insert("x-delay-ms", delay_ms.to_string().parse().unwrap());
+        client.should_rate_limit(req).await.unwrap_err()
+    }
+
+    #[tokio::test]
+    async fn a_call_past_the_timeout_ends_cancelled() {
+        let (addr, _stop, _server) = slow_server(Duration::from_millis(100)).await;
+        let started = std::time::Instant::now();
+        let status = call(addr, 10_000).await;
+        assert_eq!(status.code(), tonic::Code::Cancelled, "{status:?}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(call(addr, 0).await.message(), "answered");
+    }
+
+    #[tokio::test]
+    async fn on_stop_calls_in_flight_are_answered_and_new_connections_refused() {
+        let (addr, stop, server) = slow_server(Duration::from_secs(10)).await;
+        let in_flight = tokio::spawn(call(addr, 400));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        stop.send(true).unwrap();
+        // The listening socket is closed at once, the call still running.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+        let answered = in_flight.await.unwrap();
+        assert_eq!(answered.code(), tonic::Code::Unavailable);
+        assert_eq!(answered.message(), "answered");
+        tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .unwrap()
+            .unwrap();
+    }
 }
