@@ -274,3 +274,32 @@ async fn streams_end_when_the_service_stops() {
     assert!(inbound.message().await.unwrap().is_none());
     drop(tx);
 }
+
+/// The listener stops with its streams: on the signal the service ends
+/// them, and the server, its connections closed, is done.
+#[tokio::test]
+async fn the_listener_stops_once_its_streams_end() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let metrics = Arc::new(Metrics::default());
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let svc = service(&clock, &metrics).until(stop.clone());
+    let (addr, server) = support::serve_grpc_until(Routes::new(svc.into_server()), stop).await;
+    let mut client = RateLimitQuotaServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let first = reports("quota", &[(&bucket("api", "listener"), 1, 0)]);
+    use futures_util::StreamExt;
+    let outbound = futures_util::stream::iter([first]).chain(futures_util::stream::pending());
+    let mut inbound = client
+        .stream_rate_limit_quotas(outbound)
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(inbound.message().await.unwrap().is_some());
+    stop_tx.send(true).unwrap();
+    assert!(inbound.message().await.unwrap().is_none());
+    tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .unwrap()
+        .unwrap();
+}

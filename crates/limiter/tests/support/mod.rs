@@ -42,6 +42,21 @@ use tower::ServiceExt;
 /// as the limiter's gRPC listeners do, reached over a socket as Envoy
 /// reaches them; returns the address.
 pub async fn serve_grpc(routes: tonic::service::Routes) -> std::net::SocketAddr {
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let (addr, server) = serve_grpc_until(routes, stop).await;
+    tokio::spawn(async move {
+        let _ = server.await;
+        drop(stop_tx);
+    });
+    addr
+}
+
+/// [`serve_grpc`] until `stop` turns true: the address, and the server's
+/// task, done once every connection is closed.
+pub async fn serve_grpc_until(
+    routes: tonic::service::Routes,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
     use sluice_limiter::metrics::Listener;
     use sluice_limiter::server::{bind, serve_grpc, Acceptor, Grpc, Limits};
     use std::sync::Arc;
@@ -50,16 +65,11 @@ pub async fn serve_grpc(routes: tonic::service::Routes) -> std::net::SocketAddr 
     let metrics = Arc::new(sluice_limiter::metrics::Metrics::default());
     let acceptor = Acceptor::new(listener, Limits::default(), Listener::Grpc, metrics);
     let spread = Arc::new(sluice_limiter::spread::Spread::threads(1).unwrap());
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        let grpc = Grpc {
-            service: routes,
-            timeout: None,
-        };
-        serve_grpc(acceptor, grpc, stop, spread).await;
-        drop(stop_tx);
-    });
-    addr
+    let grpc = Grpc {
+        service: routes,
+        timeout: None,
+    };
+    (addr, tokio::spawn(serve_grpc(acceptor, grpc, stop, spread)))
 }
 
 /// Sends one request to the router over `state`, without a socket; returns
