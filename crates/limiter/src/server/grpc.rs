@@ -158,24 +158,31 @@ mod tests {
 
     /// A service answering `UNAVAILABLE` ("answered") after the delay its
     /// call asks for in `x-delay-ms`, served with `timeout`; its address,
-    /// its stop switch and the server's task.
+    /// its stop switch, the server's task, and a signal of each call's arrival.
     async fn slow_server(
         timeout: Duration,
     ) -> (
         std::net::SocketAddr,
         tokio::sync::watch::Sender<bool>,
         tokio::task::JoinHandle<()>,
+        Arc<tokio::sync::Notify>,
     ) {
         use crate::metrics::{Listener, Metrics};
-        let service = tower::service_fn(|req: Request<Incoming>| async move {
-            let ms = req
-                .headers()
-                .get("x-delay-ms")
-                .and_then(|v| v.to_str().ok()?.parse().ok())
-                .unwrap_or(0);
-            tokio::time::sleep(Duration::from_millis(ms)).await;
-            let answer = tonic::Status::unavailable("answered").into_http::<tonic::body::Body>();
-            Ok::<_, Infallible>(answer)
+        let arrived = Arc::new(tokio::sync::Notify::new());
+        let signal = Arc::clone(&arrived);
+        let service = tower::service_fn(move |req: Request<Incoming>| {
+            signal.notify_one();
+            async move {
+                let ms = req
+                    .headers()
+                    .get("x-delay-ms")
+                    .and_then(|v| v.to_str().ok()?.parse().ok())
+                    .unwrap_or(0);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                let answer =
+                    tonic::Status::unavailable("answered").into_http::<tonic::body::Body>();
+                Ok::<_, Infallible>(answer)
+            }
         });
         let listener = super::super::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = listener.local_addr().unwrap();
@@ -193,7 +200,7 @@ mod tests {
             timeout: Some(timeout),
         };
         let server = tokio::spawn(serve_grpc(acceptor, grpc, stop, spread));
-        (addr, stop_tx, server)
+        (addr, stop_tx, server, arrived)
     }
 
     async fn call(addr: std::net::SocketAddr, delay_ms: u64) -> tonic::Status {
@@ -210,7 +217,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_call_past_the_timeout_ends_cancelled() {
-        let (addr, _stop, _server) = slow_server(Duration::from_millis(100)).await;
+        let (addr, _stop, _server, _) = slow_server(Duration::from_millis(100)).await;
         let started = std::time::Instant::now();
         let status = call(addr, 10_000).await;
         assert_eq!(status.code(), tonic::Code::Cancelled, "{status:?}");
@@ -220,13 +227,17 @@ mod tests {
 
     #[tokio::test]
     async fn on_stop_calls_in_flight_are_answered_and_new_connections_refused() {
-        let (addr, stop, server) = slow_server(Duration::from_secs(10)).await;
+        let (addr, stop, server, arrived) = slow_server(Duration::from_secs(10)).await;
         let in_flight = tokio::spawn(call(addr, 400));
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        arrived.notified().await;
         stop.send(true).unwrap();
-        // The listening socket is closed at once, the call still running.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+        // The listening socket closes; the call in flight is still answered.
+        let closed = tokio::time::timeout(Duration::from_secs(5), async {
+            while tokio::net::TcpStream::connect(addr).await.is_ok() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        closed.await.unwrap();
         let answered = in_flight.await.unwrap();
         assert_eq!(answered.code(), tonic::Code::Unavailable);
         assert_eq!(answered.message(), "answered");
