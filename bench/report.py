@@ -239,7 +239,8 @@ def envoy_targets(c: int, rows: dict[str, Summary]) -> list[Target]:
          "global-memory", 1.3),
         ("global coalesced ≥ 1.3× a call per request, one key, Redis store", "global-redis-coalesce",
          "global-redis", 1.3),
-        ("global leased ≥ 0.95× Sluice local, one key, memory store", "global-memory-lease", "local-gcra", 0.95),
+        ("global leased ≥ 0.95× Sluice local, one key, memory store", "global-memory-lease", "local-gcra", 0.95,
+         "global-memory-lease-wide", "a share covering the Envoy's rate (100%)"),
         ("global leased ≥ 0.95× Sluice local, one key, Redis store", "global-redis-lease", "local-gcra", 0.95),
         ("over-limit cache ≥ 0.9× Sluice local", "global-cached", "local-gcra", 0.9),
     ]
@@ -262,6 +263,8 @@ def targets(by_conc: dict[int, dict[str, Summary]], limiter: dict[str, Summary],
                       (mem.rps >= 50_000) if mem else None))
     out += [ratio_target(f"sluice-limiter ≥ 1.5× Limitador, HTTP checks/s, {name}", None, limiter, f"limiter-{store}",
                          f"limitador-{store}", 1.5) for store, name in (("memory", "memory"), ("redis", "Redis"))]
+    out.append(ratio_target("sluice-limiter ≥ 1.5× Limitador, RLS gRPC checks/s, memory", None, limiter,
+                            "limiter-rls-memory", "limitador-rls-memory", 1.5))
     for t in timings or []:
         if t.kind == "push" and t.what == f"Sluice, {MANY_RULES:,} rules" and t.ms:
             out.append(Target(f"a push of {MANY_RULES:,} rules applied < 50 ms", t.concurrency,

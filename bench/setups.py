@@ -362,6 +362,7 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
     global_gcra = {**gcra, "scope": "global"}
     coalesced_gcra = {**global_gcra, "sync": {"mode": "coalesce"}}
     leased_gcra = {**global_gcra, "sync": {"mode": "lease", "max_share": LEASE_SHARE}}
+    wide_leased_gcra = {**global_gcra, "sync": {"mode": "lease", "max_share": "100%"}}
     held_config = sluice_config(HELD_LIMIT, rule={"max_queued": HELD_MAX_QUEUED},
                                 top={"local_max_keys": HELD_MAX_KEYS})
     out += [
@@ -413,6 +414,10 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
             store="memory", filters=sluice(sluice_config(coalesced_gcra, global_scope=True)), default=True),
         Row("global-memory-lease", f"Sluice global gcra, one key, leased ({LEASE_SHARE} share), limiter memory store",
             store="memory", filters=sluice(sluice_config(leased_gcra, global_scope=True)), default=True),
+        # The same lease with a share that covers one Envoy's rate: asks are
+        # rare, so the row measures spending from a lease.
+        Row("global-memory-lease-wide", "Sluice global gcra, one key, leased (100% share), limiter memory store",
+            store="memory", filters=sluice(sluice_config(wide_leased_gcra, global_scope=True)), default=True),
         Row("global-memory-coalesce-10k", "Sluice global gcra, 10,000 keys, coalesced calls, limiter memory store",
             keys=MANY_KEYS, store="memory", filters=sluice(sluice_config(coalesced_gcra, global_scope=True))),
         Row("call-out", "wasm filter making one bare limiter call per request", store="memory",
@@ -453,9 +458,9 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
         # The same descriptor over gRPC (RLS `ShouldRateLimit`, sluice-load: wrk
         # speaks no HTTP/2), both services with memory storage.
         Row("limiter-rls-memory", "sluice-limiter RLS ShouldRateLimit (gRPC), memory store", kind="limiter",
-            store="memory", rls=True, check_path=RLS_METHOD, check_body=RLS_REQUEST_HEX),
+            store="memory", rls=True, check_path=RLS_METHOD, check_body=RLS_REQUEST_HEX, default=True),
         Row("limitador-rls-memory", "Limitador RLS ShouldRateLimit (gRPC), memory storage", kind="limiter",
-            store="limitador", rls=True, check_path=RLS_METHOD, check_body=RLS_REQUEST_HEX),
+            store="limitador", rls=True, check_path=RLS_METHOD, check_body=RLS_REQUEST_HEX, default=True),
     ]
     # Another build of the filter beside this one, in the same run: the
     # global row with the wasm at SLUICE_BASELINE_WASM (say, the last
