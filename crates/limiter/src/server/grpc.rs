@@ -31,17 +31,50 @@ pub struct Grpc<S> {
 /// end), and returns once every connection is closed.
 pub async fn serve_grpc<S, B>(acceptor: Acceptor, grpc: Grpc<S>, stop: Stop, spread: Arc<Spread>)
 where
-    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: hyper::body::Body<Data = hyper::body::Bytes> + Default + Send + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S: CallService<B>,
+    B: AnswerBody,
 {
     let Grpc { service, timeout } = grpc;
     let serve = move |io: Conn, stop: Stop| serve_connection(io, service.clone(), timeout, stop);
     acceptor.serve_each(stop, spread, serve).await;
+}
+
+/// A service a gRPC connection's calls are handed to.
+pub trait CallService<B>:
+    Service<Request<Incoming>, Response = Response<B>, Error = Infallible, Future: Send>
+    + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<S, B> CallService<B> for S where
+    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible, Future: Send>
+        + Clone
+        + Send
+        + 'static
+{
+}
+
+/// The body of a call's answer.
+pub trait AnswerBody:
+    hyper::body::Body<
+        Data = hyper::body::Bytes,
+        Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    > + Default
+    + Send
+    + 'static
+{
+}
+
+impl<B> AnswerBody for B where
+    B: hyper::body::Body<
+            Data = hyper::body::Bytes,
+            Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+        > + Default
+        + Send
+        + 'static
+{
 }
 
 /// HTTP/2 with the guards of every listener; a connection's calls run on
@@ -62,13 +95,8 @@ fn builder() -> http2::Builder<super::http::Streams> {
 /// until its calls in flight are answered.
 async fn serve_connection<S, B>(io: Conn, service: S, timeout: Option<Duration>, stop: Stop)
 where
-    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: hyper::body::Body<Data = hyper::body::Bytes> + Default + Send + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S: CallService<B>,
+    B: AnswerBody,
 {
     let calls = hyper::service::service_fn(move |req: Request<Incoming>| {
         let within = deadline(req.headers(), timeout);
