@@ -142,7 +142,9 @@ def test_failover_under_load_through_two_envoys(envoy, processes, sentinels, tmp
     assert r.status == 200
     remaining = int(r.header("x-ratelimit-remaining"))
     lost = remaining - (BIG - admitted - 1)
-    assert 0 <= lost <= admitted
+    # A check the store applied but whose answer came too late for Envoy got
+    # the failure mode: counted, not admitted (at most one per failure).
+    assert -envoy_failures <= lost <= admitted
 
     # exact again on the new primary: 2 Envoys x 150 requests, limit 100
     for e in envoys:
