@@ -352,14 +352,8 @@ impl Acceptor {
     }
 
     /// The next connection with a place under the cap; connections beyond
-    /// it are closed as they come, and accept errors wait a moment.
-    pub async fn accept(&self) -> Guarded<TcpStream> {
-        let (tcp, permit) = self.accept_placed().await;
-        self.guard(tcp, permit)
-    }
-
-    /// [`accept`](Self::accept), the connection not yet guarded: to be
-    /// guarded on the runtime that serves it ([`Placed::guard`]).
+    /// it are closed as they come, and accept errors wait a moment. Not yet
+    /// guarded: that is done on the runtime that serves it ([`Placed::guard`]).
     async fn accept_placed(&self) -> (TcpStream, OwnedSemaphorePermit) {
         loop {
             match self.listener.accept().await {
@@ -389,9 +383,11 @@ impl Acceptor {
         }
     }
 
-    fn guard(&self, tcp: TcpStream, permit: OwnedSemaphorePermit) -> Guarded<TcpStream> {
-        let metrics = Arc::clone(&self.metrics);
-        Guarded::new(tcp, permit, self.limits.idle_timeout, self.name, metrics)
+    /// The next connection, guarded on this runtime.
+    #[cfg(test)]
+    async fn accept(&self) -> Option<Guarded<TcpStream>> {
+        let (tcp, permit) = self.accept_placed().await;
+        self.place(tcp, permit)?.guard()
     }
 
     /// A connection just accepted, to be served on another runtime: taken
