@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import random
 import signal
 import socket
 import ssl
@@ -22,14 +23,42 @@ from .paths import LIMITER_BIN, REDIS_BIN, REDIS_CLI, SENTINEL_BIN
 READY_TIMEOUT = 30.0
 
 
-def free_port(below: int = 65536) -> int:
-    """A loopback port that is free right now (and lower than `below`)."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < below:
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+# Port 0 draws from the ephemeral range, which every outgoing connection also
+# draws from: a port free there may be taken as a source port before the child
+# binds it. Listeners get ports below that range, 10,000 below it so that a
+# Redis Cluster node's bus port (port + 10,000) stays out of it too. A cursor
+# walks the range so no port is handed out twice until it wraps.
+_LISTEN_LOW = 10000
+_LISTEN_HIGH = max(_LISTEN_LOW + 1000, _ephemeral_low() - 10000)
+_cursor = random.Random(os.getpid()).randrange(_LISTEN_LOW, _LISTEN_HIGH)
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(also: int = 0) -> int:
+    """A loopback port outside the ephemeral range that is free right now (and so is port + `also`, if given)."""
+    global _cursor
+    span = _LISTEN_HIGH - _LISTEN_LOW
+    for _ in range(span):
+        port = _cursor
+        _cursor = _LISTEN_LOW + (_cursor - _LISTEN_LOW + 1) % span
+        if _bindable(port) and (not also or _bindable(port + also)):
             return port
+    raise RuntimeError(f"no free loopback port in {_LISTEN_LOW}..{_LISTEN_HIGH}")
 
 
 def wait_until(predicate, timeout: float = READY_TIMEOUT, what: str = "condition", interval: float = 0.02):
@@ -166,7 +195,7 @@ class Redis(Service):
                  args: list[str] | None = None, tls: "RedisTls | None" = None,
                  password: str | None = None, user: str | None = None):
         # a cluster node also listens on port + 10000 (the cluster bus)
-        self.port = port or free_port(below=55000 if cluster else 65536)
+        self.port = port or free_port(also=10000 if cluster else 0)
         self.workdir = workdir
         self.cluster = cluster
         self.args = args or []
