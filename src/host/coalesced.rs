@@ -13,12 +13,14 @@
 use super::clock::{now, HOLD_TICK};
 use super::limiter::dispatch;
 use super::outcome::{deny, hold};
+use super::renewal;
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
 use super::state::{self, Handoff, Member, SharedCall};
 use proxy_wasm::hostcalls;
 use sluice_filter::engine::{self, Verdict};
 use sluice_filter::metrics::{GlobalEvent, MetricSink};
+use std::rc::Rc;
 
 /// The most requests one shared call carries, and one group holds waiting
 /// (beyond it, requests call alone).
@@ -153,13 +155,14 @@ pub(super) fn decide(members: Vec<(u32, Member)>, body: Option<&[u8]>) {
         } = member;
         pending.record_batch(answer.as_ref(), position);
         runtime.metrics.global(GlobalEvent::Coalesced);
-        let verdict = engine::finish(&runtime.plan, pending, &HostStore, &runtime.metrics);
+        let mut verdict = engine::finish(&runtime.plan, pending, &HostStore, &runtime.metrics);
+        renewal::queue_from(&runtime, &mut verdict);
         deliver(context, &runtime, verdict);
     }
 }
 
 /// Carries out `verdict` for the request of `context`.
-fn deliver(context: u32, runtime: &Runtime, mut verdict: Verdict) {
+fn deliver(context: u32, runtime: &Rc<Runtime>, mut verdict: Verdict) {
     // A coalesced check makes no second call; should one be asked for, it
     // is answered as a failed call rather than left waiting.
     while let Verdict::Check(mut pending) = verdict {
@@ -167,6 +170,7 @@ fn deliver(context: u32, runtime: &Runtime, mut verdict: Verdict) {
             pending.record(call, None);
         }
         verdict = engine::finish(&runtime.plan, pending, &HostStore, &runtime.metrics);
+        renewal::queue_from(runtime, &mut verdict);
     }
     if hostcalls::set_effective_context(context).is_err() {
         // Its client left after the call was made.

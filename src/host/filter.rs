@@ -10,6 +10,7 @@ use super::outcome::{
     add_request_headers, add_response_headers, add_service_response_headers, hold, send_denial,
 };
 use super::permits;
+use super::renewal;
 use super::request::{self, HostRequest, Shown};
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
@@ -178,7 +179,11 @@ impl Filter {
                 let taken = delayed.give_back(plan, &HostStore, metrics, now());
                 cost::refund(&runtime, taken, resume_at);
             }
-            Verdict::Check(pending) => pending.abandon(plan, &HostStore, metrics),
+            Verdict::Check(pending) => {
+                if let Some(r) = pending.abandon(plan, &HostStore, metrics) {
+                    renewal::queue(&runtime, r);
+                }
+            }
             Verdict::Deny(_) => {}
         }
     }
@@ -227,9 +232,10 @@ impl Filter {
         let member = state::groups(|g| g.leave(self.context_id));
         if let Some(member) = member {
             let runtime = &member.runtime;
-            member
-                .pending
-                .abandon(&runtime.plan, &HostStore, &runtime.metrics);
+            let pending = member.pending;
+            if let Some(r) = pending.abandon(&runtime.plan, &HostStore, &runtime.metrics) {
+                renewal::queue(runtime, r);
+            }
         }
         state::remove_waiter(self.context_id);
         let waited = state::queue(|q| q.remove(self.context_id));
@@ -246,7 +252,9 @@ impl Filter {
         };
         if let Some(pending) = self.pending.take() {
             // Its call is still out: what it took locally goes back.
-            pending.abandon(&runtime.plan, &HostStore, &runtime.metrics);
+            if let Some(r) = pending.abandon(&runtime.plan, &HostStore, &runtime.metrics) {
+                renewal::queue(&runtime, r);
+            }
         }
         permits::release(&runtime, std::mem::take(&mut self.holding));
         if let Some(reader) = self.cost.take() {
@@ -287,7 +295,8 @@ impl Filter {
             }
         }
         if self.tokens.is_empty() || complete {
-            let verdict = engine::finish(&runtime.plan, pending, &HostStore, &runtime.metrics);
+            let mut verdict = engine::finish(&runtime.plan, pending, &HostStore, &runtime.metrics);
+            self.renew(&mut verdict);
             return self.apply(runtime, verdict);
         }
         self.pending = Some(pending);
@@ -386,7 +395,8 @@ impl Filter {
             return;
         }
         self.reply = pending.take_reply();
-        let verdict = engine::finish(&runtime.plan, pending, &HostStore, &runtime.metrics);
+        let mut verdict = engine::finish(&runtime.plan, pending, &HostStore, &runtime.metrics);
+        self.renew(&mut verdict);
         if let Some(signature) = self.group.take() {
             if let Some(shared) = coalesced::carry(signature) {
                 self.carrying = Some((shared, verdict));
@@ -403,7 +413,7 @@ impl Filter {
     /// Decides the request (its body of `body_size` bytes in, if waited
     /// for) and carries the verdict out.
     fn decide(&mut self, runtime: &Runtime, body_size: usize) -> Action {
-        let verdict = engine::evaluate(
+        let mut verdict = engine::evaluate(
             &runtime.plan,
             &runtime.hasher,
             runtime.holder,
@@ -412,7 +422,15 @@ impl Filter {
             &runtime.metrics,
             now,
         );
+        self.renew(&mut verdict);
         self.apply(runtime, verdict)
+    }
+
+    /// Sends the lease renewal `verdict` carries, if any.
+    fn renew(&self, verdict: &mut Verdict) {
+        if let Some(runtime) = &self.runtime {
+            renewal::queue_from(runtime, verdict);
+        }
     }
 }
 

@@ -7,7 +7,8 @@
 //! waiting for a permit, decided again from the root) → [`outcome`] (hold,
 //! deny, response headers), [`limiter`] (call-outs), [`permits`] (the
 //! permits of concurrency limits: kept, given back, renewed), [`cost`]
-//! (costs known from the response: read, settled) → [`state`] (the VM's
+//! (costs known from the response: read, settled), [`renewal`] (lease
+//! renewals, queued by requests and sent by the root) → [`state`] (the VM's
 //! thread-locals, owned there alone), [`shared_data`], [`request`],
 //! [`clock`], [`random`], [`metrics`], [`runtime`].
 //!
@@ -44,6 +45,7 @@ mod metrics;
 mod outcome;
 mod permits;
 mod random;
+mod renewal;
 mod request;
 mod root;
 mod runtime;

@@ -1,6 +1,6 @@
 //! The root context of a VM: it accepts configurations, ticks to flush
 //! metrics and resume held requests, makes the shared calls of coalescing
-//! groups, and creates each request's [`Filter`].
+//! groups and the lease renewals, and creates each request's [`Filter`].
 
 use super::clock::{nanos, now, HOLD_TICK};
 use super::coalesced;
@@ -10,6 +10,7 @@ use super::limiter::{call_answer, call_failed};
 use super::metrics::{config_error, Metrics};
 use super::permits;
 use super::random;
+use super::renewal;
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
 use super::state;
@@ -72,6 +73,7 @@ impl Context for Root {
             waiting::end_all();
         }
         coalesced::root_closing(self.id, last);
+        renewal::root_closing(self.id, last);
         true
     }
 
@@ -83,9 +85,13 @@ impl Context for Root {
         _trailers: usize,
     ) {
         let answer = call_answer(self.runtime.as_deref(), body_size);
-        if !waiting::answered(token, answer.as_deref()) {
-            coalesced::answered(self.id, token, answer.as_deref());
+        let answer = answer.as_deref();
+        if !renewal::answered(token, answer) && !waiting::answered(token, answer) {
+            coalesced::answered(self.id, token, answer);
         }
+        // The root is running: renewals queued meanwhile need not wait for
+        // its tick.
+        renewal::send_queued(self.id);
     }
 
     fn on_grpc_call_response(&mut self, token: u32, status_code: u32, response_size: usize) {
@@ -108,6 +114,7 @@ impl RootContext for Root {
         let now = now();
         permits::send_releases();
         cost::send_charges();
+        renewal::send_queued(self.id);
         coalesced::call_ready(self.id);
         let waiting = resume_due(now) | waiting::retry() || state::groups(|g| g.any_ready());
         // The period follows the queue whoever set it last (an HTTP context

@@ -1,6 +1,6 @@
 //! What one VM (a worker thread) keeps between its contexts: the requests
 //! it holds in delay mode, its coalescing groups and their shared calls in
-//! flight, the keys its requests hold permits of, the outcomes its root decided for requests, how many root
+//! flight, the keys its requests hold permits of, its lease renewals in flight, the outcomes its root decided for requests, how many root
 //! contexts are alive, and the ids of the metrics it defined. This module alone owns those thread-locals; the
 //! others reach them through its functions.
 
@@ -9,7 +9,7 @@ use sluice_core::Nanos;
 use sluice_filter::coalesce::Coalescer;
 use sluice_filter::engine::concurrency::HeldPermit;
 use sluice_filter::engine::cost_reader::GlobalSettlement;
-use sluice_filter::engine::{Admitted, Delayed, PendingCheck};
+use sluice_filter::engine::{Admitted, Delayed, PendingCheck, Renewal};
 use sluice_filter::failure::Throttle;
 use sluice_filter::holdings::Holdings;
 use sluice_filter::queue::Queue;
@@ -50,6 +50,11 @@ thread_local! {
     static WAITERS: RefCell<Vec<Waiter>> = const { RefCell::new(Vec::new()) };
     /// Checks the root makes for waiting requests, until answered.
     static WAITER_CALLS: RefCell<Vec<WaiterCall>> = const { RefCell::new(Vec::new()) };
+    /// Lease renewals for the root's next tick to send, with the
+    /// configuration that started them.
+    static RENEWALS_QUEUED: RefCell<Vec<(Rc<Runtime>, Renewal)>> = const { RefCell::new(Vec::new()) };
+    /// Lease renewals in flight, made by root contexts.
+    static RENEWALS: RefCell<Vec<RenewalCall>> = const { RefCell::new(Vec::new()) };
     /// When this VM last logged a failed limiter call.
     static FAILURE_LOG: RefCell<Throttle> = RefCell::new(Throttle::default());
     /// The host's id of every metric this VM defined, by name: each
@@ -104,6 +109,45 @@ pub(super) struct WaiterCall {
     pub(super) tokens: Vec<(u32, usize)>,
     pub(super) pending: PendingCheck,
     pub(super) waiter: Waiter,
+}
+
+/// A lease renewal in flight: its call's token, the root context that made
+/// it, and the configuration that started it.
+pub(super) struct RenewalCall {
+    pub(super) token: u32,
+    pub(super) root: u32,
+    pub(super) runtime: Rc<Runtime>,
+    pub(super) renewal: Renewal,
+}
+
+/// Leaves a renewal of `runtime` for the root's next tick to send; returns
+/// whether none waited before.
+pub(super) fn queue_renewal(runtime: Rc<Runtime>, renewal: Renewal) -> bool {
+    RENEWALS_QUEUED.with(|q| {
+        let mut q = q.borrow_mut();
+        q.push((runtime, renewal));
+        q.len() == 1
+    })
+}
+
+/// Takes the renewals waiting to be sent.
+pub(super) fn take_queued_renewals() -> Vec<(Rc<Runtime>, Renewal)> {
+    RENEWALS_QUEUED.with(|q| std::mem::take(&mut *q.borrow_mut()))
+}
+
+/// Keeps a renewal in flight until its answer comes.
+pub(super) fn add_renewal(call: RenewalCall) {
+    RENEWALS.with(|r| r.borrow_mut().push(call));
+}
+
+/// Takes the renewals in flight that `which` picks.
+pub(super) fn take_renewals(which: impl Fn(&RenewalCall) -> bool) -> Vec<RenewalCall> {
+    RENEWALS.with(|r| {
+        let mut calls = r.borrow_mut();
+        let (taken, kept) = std::mem::take(&mut *calls).into_iter().partition(which);
+        *calls = kept;
+        taken
+    })
 }
 
 /// Keeps a check made for a waiting request until its answers come.

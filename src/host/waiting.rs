@@ -11,6 +11,7 @@ use super::clock::{now, HOLD_TICK};
 use super::limiter::{call_failed, dispatch};
 use super::outcome::{deny, hold};
 use super::permits;
+use super::renewal;
 use super::request::HostRequest;
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
@@ -80,7 +81,7 @@ pub(super) fn end_all() {
 
 fn decide(waiter: Waiter) {
     let runtime = Rc::clone(&waiter.runtime);
-    let verdict = engine::evaluate(
+    let mut verdict = engine::evaluate(
         &runtime.plan,
         &runtime.hasher,
         runtime.holder,
@@ -89,6 +90,7 @@ fn decide(waiter: Waiter) {
         &runtime.metrics,
         now,
     );
+    renewal::queue_from(&runtime, &mut verdict);
     settle(waiter, &runtime, verdict);
 }
 
@@ -116,6 +118,7 @@ fn settle(waiter: Waiter, runtime: &Rc<Runtime>, mut verdict: Verdict) {
             return state::add_waiter_call(call);
         }
         verdict = engine::finish(&runtime.plan, pending, &HostStore, &runtime.metrics);
+        renewal::queue_from(runtime, &mut verdict);
     }
     carry_out(waiter, runtime, verdict);
 }
@@ -141,10 +144,13 @@ pub(super) fn answered(token: u32, body: Option<&[u8]>) -> bool {
     let runtime = Rc::clone(&waiter.runtime);
     if hostcalls::set_effective_context(waiter.context).is_err() {
         // Its client left meanwhile.
-        pending.abandon(&runtime.plan, &HostStore, &runtime.metrics);
+        if let Some(r) = pending.abandon(&runtime.plan, &HostStore, &runtime.metrics) {
+            renewal::queue(&runtime, r);
+        }
         return true;
     }
-    let verdict = engine::finish(&runtime.plan, pending, &HostStore, &runtime.metrics);
+    let mut verdict = engine::finish(&runtime.plan, pending, &HostStore, &runtime.metrics);
+    renewal::queue_from(&runtime, &mut verdict);
     settle(waiter, &runtime, verdict);
     true
 }

@@ -13,10 +13,11 @@
 //! time; one that expires with units left asks for what was used. Units left
 //! when a lease is replaced are returned to the limiter with the next ask.
 //!
-//! A lease is renewed before it runs out: the request that would bring it
-//! below half of its grant asks instead of spending, while the others go on
-//! spending what is left; the new units join the lease. So a busy key
-//! normally makes one call per grant.
+//! A lease is renewed before it runs out: the request that brings it below
+//! half of its grant spends as the others do and starts a renewal, a call
+//! no request waits for, while the others go on spending what is left; the
+//! new units join the lease. So a busy key makes one call per grant and no
+//! request waits for it while units are left.
 
 use crate::local::{measure_and_replace, Contended, SharedStore};
 use sluice_core::Nanos;
@@ -96,6 +97,14 @@ pub enum Take {
     /// The request's weight was spent from the lease granted at
     /// `granted_at`, which has `left` units after it.
     Spent { granted_at: Nanos, lease: Lease },
+    /// As [`Take::Spent`], and the lease is running low: ask the limiter
+    /// for `ask` more units in a call of their own (no request waits for
+    /// it); its answer, or its failure, must end the ask ([`grant`]).
+    Renew {
+        granted_at: Nanos,
+        lease: Lease,
+        ask: u64,
+    },
     /// No lease to spend: ask the limiter for `ask` units with the request
     /// (0: another ask is awaited, check the request alone), and give back
     /// `returned` units consumed `age` ago.
@@ -156,9 +165,9 @@ fn start(
     (Some(fresh), ask)
 }
 
-/// [`take`] from a lease with `weight` units left: spends them, or, when
-/// that would bring it below half of its grant and no ask is awaited, asks
-/// to renew it early (twice the grant, within the share).
+/// [`take`] from a lease with `weight` units left: spends them and, when
+/// that brings it below half of its grant and no ask is awaited, starts
+/// renewing it early (twice the grant, within the share).
 fn spend_from(
     lease: Lease,
     now: Nanos,
@@ -169,29 +178,29 @@ fn spend_from(
     let asking = now < lease.asking_until;
     let after = lease.left.saturating_sub(weight);
     let renew = lease.granted.saturating_mul(2).clamp(1, max.max(1));
-    let ask = renew.min(max.saturating_sub(lease.left));
+    let ask = renew.min(max.saturating_sub(after));
+    let spent = Lease {
+        left: after,
+        ..lease
+    };
     if asking || after >= lease.granted / 2 || ask == 0 {
-        let spent = Lease {
-            left: after,
-            ..lease
-        };
         let take = Take::Spent {
             granted_at: lease.granted_at,
             lease: spent,
         };
         return (Some(spent), take);
     }
-    let asking = Lease {
+    let renewing = Lease {
         next: renew,
         asking_until: now.saturating_add(wait),
-        ..lease
+        ..spent
     };
-    let take = Take::Ask {
+    let take = Take::Renew {
+        granted_at: lease.granted_at,
+        lease: renewing,
         ask,
-        returned: 0,
-        age: 0,
     };
-    (Some(asking), take)
+    (Some(renewing), take)
 }
 
 /// [`take`] from a lease run out or expired, with no ask awaited: asks for
@@ -362,6 +371,15 @@ mod tests {
         }
     }
 
+    /// The lease after a request that spent and started a renewal, and the
+    /// units the renewal asks for.
+    fn renewed(t: Take) -> (Lease, u64) {
+        match t {
+            Take::Renew { lease, ask, .. } => (lease, ask),
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn a_fresh_key_asks_for_one_then_spends_its_grant() {
         let s = MemoryStore::default();
@@ -393,16 +411,10 @@ mod tests {
         );
         grant(&s, K, 7, 3 * MS, 2, 103 * MS, 40, 1000 * MS).unwrap();
         spent(take(&s, K, 7, 4 * MS, 1, 100, 50 * MS).unwrap());
-        // The last unit is half the grant: renewed early, doubled.
-        let t = take(&s, K, 7, 5 * MS, 1, 100, 50 * MS).unwrap();
-        assert_eq!(
-            t,
-            Take::Ask {
-                ask: 4,
-                returned: 0,
-                age: 0
-            }
-        );
+        // Spending the last unit leaves less than half the grant: spent,
+        // and renewed early, doubled.
+        let (lease, ask) = renewed(take(&s, K, 7, 5 * MS, 1, 100, 50 * MS).unwrap());
+        assert_eq!((lease.left, ask), (0, 4));
     }
 
     #[test]
@@ -432,16 +444,9 @@ mod tests {
         for _ in 0..2 {
             spent(take(&s, K, 7, MS, 1, 4, 50 * MS).unwrap());
         }
-        // 2 in hand: a renewal may bring 2 more.
-        let t = take(&s, K, 7, 2 * MS, 1, 4, 50 * MS).unwrap();
-        assert_eq!(
-            t,
-            Take::Ask {
-                ask: 2,
-                returned: 0,
-                age: 0
-            }
-        );
+        // 1 in hand once this request spent: a renewal may bring 3 more.
+        let (lease, ask) = renewed(take(&s, K, 7, 2 * MS, 1, 4, 50 * MS).unwrap());
+        assert_eq!((lease.left, ask), (1, 3));
     }
 
     #[test]
@@ -529,18 +534,11 @@ mod tests {
                 left
             );
         }
-        // Spending one more would leave 3 of 8: this request asks instead.
-        let t = take(&s, K, 7, 2 * MS, 1, 100, 50 * MS).unwrap();
-        assert_eq!(
-            t,
-            Take::Ask {
-                ask: 16,
-                returned: 0,
-                age: 0
-            }
-        );
-        // The others spend what is left while the ask is awaited.
-        for left in [3, 2, 1, 0] {
+        // Spending one more leaves 3 of 8: this request spends and renews.
+        let (lease, ask) = renewed(take(&s, K, 7, 2 * MS, 1, 100, 50 * MS).unwrap());
+        assert_eq!((lease.left, ask), (3, 16));
+        // The others spend what is left while the renewal is awaited.
+        for left in [2, 1, 0] {
             assert_eq!(
                 spent(take(&s, K, 7, 3 * MS, 1, 100, 50 * MS).unwrap()).left,
                 left
@@ -567,10 +565,21 @@ mod tests {
         for _ in 0..4 {
             spent(take(&s, K, 7, 5 * MS, 1, 100, 50 * MS).unwrap());
         }
-        // 11 of 16 left: renewed early; units left keep the older time.
+        // 11 of 16 left, 7 after this one: renewed early; units left keep
+        // the older time.
         let t = take(&s, K, 7, 6 * MS, 4, 100, 50 * MS).unwrap();
-        assert!(matches!(t, Take::Ask { ask: 32, .. }), "{t:?}");
-        grant(&s, K, 7, 6 * MS, 32, 106 * MS, 30, 1000 * MS).unwrap();
+        assert!(
+            matches!(
+                t,
+                Take::Renew {
+                    granted_at: 2_000_000,
+                    ask: 32,
+                    ..
+                }
+            ),
+            "{t:?}"
+        );
+        assert_eq!(grant(&s, K, 7, 6 * MS, 32, 106 * MS, 30, 1000 * MS), Ok(39));
         let t = take(&s, K, 7, 7 * MS, 1, 100, 50 * MS).unwrap();
         assert!(
             matches!(
@@ -592,16 +601,9 @@ mod tests {
         for _ in 0..4 {
             spent(take(&s, K, 7, MS, 1, 10, 50 * MS).unwrap());
         }
-        // 4 left, at most 10 held: ask for 6.
-        let t = take(&s, K, 7, MS, 1, 10, 50 * MS).unwrap();
-        assert_eq!(
-            t,
-            Take::Ask {
-                ask: 6,
-                returned: 0,
-                age: 0
-            }
-        );
+        // 3 left after this request, at most 10 held: ask for 7.
+        let (lease, ask) = renewed(take(&s, K, 7, MS, 1, 10, 50 * MS).unwrap());
+        assert_eq!((lease.left, ask), (3, 7));
     }
 
     #[test]

@@ -144,11 +144,14 @@ pub enum GlobalEvent {
     LimiterStatus,
     /// A limiter call failed: its answer could not be read.
     LimiterUnreadable,
+    /// A lease renewal was started: a call asking for more units of a
+    /// lease running low, which no request waits for.
+    LeaseRenewals,
 }
 
 impl GlobalEvent {
     /// Every global event, in the order of their metric ids.
-    pub const ALL: [GlobalEvent; 10] = [
+    pub const ALL: [GlobalEvent; 11] = [
         GlobalEvent::CasExhausted,
         GlobalEvent::ConfigErrors,
         GlobalEvent::FailureModeAllowed,
@@ -159,6 +162,7 @@ impl GlobalEvent {
         GlobalEvent::LimiterTimeout,
         GlobalEvent::LimiterStatus,
         GlobalEvent::LimiterUnreadable,
+        GlobalEvent::LeaseRenewals,
     ];
 
     /// The metric name.
@@ -174,6 +178,7 @@ impl GlobalEvent {
             GlobalEvent::LimiterTimeout => "sluice.limiter_failed_timeout",
             GlobalEvent::LimiterStatus => "sluice.limiter_failed_status",
             GlobalEvent::LimiterUnreadable => "sluice.limiter_failed_unreadable",
+            GlobalEvent::LeaseRenewals => "sluice.lease_renewals",
         }
     }
 

@@ -107,6 +107,8 @@ async fn decide<S: Store>(st: &AppState<S>, body: Result<Bytes, BytesRejection>)
         return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
     }
     let requests = check.requests();
+    // Every limit weighing nothing: a lease renewal, admitting no request.
+    let renewal = !check.limits.is_empty() && check.limits.iter().all(|l| l.hits == 0);
     let items = match store_items(&check.domain, std::mem::take(&mut check.limits)) {
         Ok(items) => items,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
@@ -116,7 +118,7 @@ async fn decide<S: Store>(st: &AppState<S>, body: Result<Bytes, BytesRejection>)
         .filter_map(StoreItem::rate)
         .fold(0u64, |sum, i| sum.saturating_add(i.returned));
     match st.store.check_batch(&items, requests).await {
-        Ok(verdict) => respond(st, &check, &verdict, requests, returned),
+        Ok(verdict) => respond(st, &check, &verdict, (requests, renewal), returned),
         // No decision (see the `Store` contract): the filter applies its
         // failure mode.
         Err(e) => {
@@ -127,15 +129,20 @@ async fn decide<S: Store>(st: &AppState<S>, body: Result<Bytes, BytesRejection>)
     }
 }
 
-/// The answer to a decided check, counted in metrics.
+/// The answer to a decided check of `requests` requests (or a lease
+/// `renewal`, of none), counted in metrics.
 fn respond<S: Store>(
     st: &AppState<S>,
     check: &ValidCheck,
     verdict: &Verdict,
-    requests: u32,
+    (requests, renewal): (u32, bool),
     returned: u64,
 ) -> Response {
-    st.metrics.record_decision(&check.domain, verdict.allowed);
+    if renewal {
+        st.metrics.inc_lease_renewals();
+    } else {
+        st.metrics.record_decision(&check.domain, verdict.allowed);
+    }
     if verdict.capacity_denied {
         st.metrics.inc_capacity_denials();
         crate::warn_throttled!(

@@ -133,6 +133,7 @@ async fn suite<S: Store + Clone>(s: Subject<S>) {
     concurrent_batches_never_admit_more_than_the_limit(&s).await;
     a_lease_is_the_largest_slice_that_fits(&s).await;
     a_denied_check_grants_no_lease(&s).await;
+    a_renewal_weighing_nothing_takes_only_its_lease(&s).await;
     returns_give_back_as_the_core_does(&s).await;
     returns_apply_on_a_denied_check(&s).await;
     concurrent_leases_never_debit_more_than_the_limit(&s).await;
@@ -720,6 +721,35 @@ async fn a_lease_is_the_largest_slice_that_fits<S: Store + Clone>(s: &Subject<S>
         let c = s.client(&format!("lease-none-{}", alg.name()));
         let v = c.check(daily(alg, json!({})), 1).await;
         assert!(v["limits"][0].get("leased").is_none(), "{store} {alg}: {v}");
+    }
+}
+
+/// A lease renewal (every limit weighing 0) admits no request and takes
+/// only its lease, for every algorithm: quota 10, lease 4 grants 4 (6
+/// left), lease 10 the 6 left, then nothing is left to grant.
+async fn a_renewal_weighing_nothing_takes_only_its_lease<S: Store + Clone>(s: &Subject<S>) {
+    let store = s.name;
+    for alg in Algorithm::ALL {
+        let c = s.client(&format!("renewal-{}", alg.name()));
+        let v = c.check(daily(alg, json!({"lease": 4})), 0).await;
+        let l = &v["limits"][0];
+        assert_eq!(v["allowed"], json!(true), "{store} {alg}: {v}");
+        assert_eq!(
+            (&l["leased"], &l["remaining"]),
+            (&json!(4), &json!(6)),
+            "{store} {alg}: {v}"
+        );
+        let v = c.check(daily(alg, json!({"lease": 10})), 0).await;
+        let l = &v["limits"][0];
+        assert_eq!(
+            (&l["leased"], &l["remaining"]),
+            (&json!(6), &json!(0)),
+            "{store} {alg}: {v}"
+        );
+        let v = c.check(daily(alg, json!({"lease": 1})), 0).await;
+        let leased = v["limits"][0].get("leased").cloned().unwrap_or(json!(0));
+        assert_eq!(leased, json!(0), "{store} {alg}: {v}");
+        assert_eq!(v["limits"][0]["remaining"], json!(0), "{store} {alg}: {v}");
     }
 }
 

@@ -8,7 +8,7 @@
 use super::call::{GlobalItem, LeaseAsk, Via};
 use super::deny_cache;
 use super::elastic;
-use super::leased::{self, cancel_ask, from_lease};
+use super::leased::{self, cancel_ask, from_lease, Spend};
 use super::walk::{class_spec, Applied, Walk};
 use crate::config::checks::{compile_limit, LimitSite};
 use crate::config::raw::{RawLimit, RawSync, SyncMode};
@@ -16,7 +16,6 @@ use crate::config::{GlobalLimit, LimitKind, Quota, Sync};
 use crate::headers::Reported;
 use crate::key::RequestView;
 use crate::layout;
-use crate::lease::Take;
 use crate::local::SharedStore;
 use crate::metrics::MetricSink;
 use sluice_core::{Decision, Denial, FieldError, Limit, Nanos, MILLISECOND};
@@ -91,12 +90,12 @@ where
             Sync::PerRequest | Sync::Elastic(_) => {}
             Sync::Coalesce => via = Via::Coalesced,
             Sync::Lease(policy) => match self.spend_lease(applied, l, limit, policy) {
-                Some(Take::Spent { lease, .. }) => {
+                Some(Spend::Spent(lease)) => {
                     let decision = from_lease(limit.requests, &lease, now);
                     self.tally.note(applied.reported(l, limit, decision));
                     return Ok(());
                 }
-                Some(Take::Ask { ask, returned, age }) => {
+                Some(Spend::Ask { ask, returned, age }) => {
                     (ask_units, returned_age) = (ask, age);
                     via = Via::Leased(LeaseAsk {
                         slot: applied.slot,

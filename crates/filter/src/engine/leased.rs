@@ -5,6 +5,7 @@
 //! served from units still in hand.
 
 use super::call::{Call, LeaseAsk};
+use super::renewal::{LowLease, Renewal};
 use super::tally::{Consumed, Env, Tally, Target};
 use super::walk::{Applied, Walk};
 use crate::config::checks::{field_path, LimitSite};
@@ -16,6 +17,7 @@ use crate::lease::{self, Lease, Take};
 use crate::local::{Contended, SharedStore};
 use crate::metrics::{GlobalEvent, MetricSink};
 use sluice_core::{Algorithm, Decision, FieldError, Limit, Nanos, MILLISECOND, SECOND};
+use sluice_wire::LimitResult;
 
 /// How long a lease may be spent, unless `ttl` says otherwise.
 pub const DEFAULT_LEASE_TTL: Nanos = sluice_core::SECOND;
@@ -96,6 +98,16 @@ fn parse_share(text: &str) -> Result<u64, String> {
     Ok(ppm)
 }
 
+/// What [`Walk::spend_lease`] did with a request's weight.
+pub(super) enum Spend {
+    /// Spent from the lease, which it left as this.
+    Spent(Lease),
+    /// Ask the limiter for `ask` units with the request's check (0: the
+    /// request is checked alone), giving back `returned` units consumed
+    /// `age` ago.
+    Ask { ask: u64, returned: u64, age: Nanos },
+}
+
 impl<V, S, M> Walk<'_, V, S, M>
 where
     V: RequestView,
@@ -103,7 +115,8 @@ where
     M: MetricSink + ?Sized,
 {
     /// Spends the request's weight from this Envoy's lease of global limit
-    /// `l` of `applied`, or says what to ask the limiter for; `None` when
+    /// `l` of `applied` (starting its renewal when it runs low: the
+    /// request's [`Renewal`]), or says what to ask the limiter for; `None` when
     /// the limit's share is below one unit for this key, or under heavy
     /// contention (the request is then checked alone).
     pub(super) fn spend_lease(
@@ -112,7 +125,7 @@ where
         l: usize,
         limit: &Limit,
         policy: &LeasePolicy,
-    ) -> Option<Take> {
+    ) -> Option<Spend> {
         let max = policy.max_units(limit);
         if max == 0 {
             return None;
@@ -129,28 +142,48 @@ where
             max,
             wait,
         );
-        match taken {
-            Ok(Take::Spent { granted_at, lease }) => {
-                self.tally.consumed.push(Consumed {
+        let (granted_at, lease) = match taken {
+            Ok(Take::Spent { granted_at, lease }) => (granted_at, lease),
+            Ok(Take::Renew {
+                granted_at,
+                lease,
+                ask,
+            }) => {
+                let low = LowLease {
                     rule: applied.index,
-                    limit: l,
-                    target: Target::Lease {
-                        slot: applied.slot,
-                        fingerprint: applied.fingerprint,
-                        granted_at,
-                    },
-                    at: self.tally.now,
-                    delay: 0,
-                    weight: applied.weight,
-                });
-                Some(Take::Spent { granted_at, lease })
+                    rule_name: &applied.rule.name,
+                    limit_index: l,
+                    limit,
+                    key: applied.key,
+                    slot: applied.slot,
+                    fingerprint: applied.fingerprint,
+                    ask,
+                };
+                self.tally
+                    .renewal
+                    .get_or_insert_with(|| Renewal::new(now))
+                    .push(low);
+                (granted_at, lease)
             }
-            Ok(ask) => Some(ask),
+            Ok(Take::Ask { ask, returned, age }) => return Some(Spend::Ask { ask, returned, age }),
             Err(Contended) => {
                 self.env.metrics.global(GlobalEvent::CasExhausted);
-                None
+                return None;
             }
-        }
+        };
+        self.tally.consumed.push(Consumed {
+            rule: applied.index,
+            limit: l,
+            target: Target::Lease {
+                slot: applied.slot,
+                fingerprint: applied.fingerprint,
+                granted_at,
+            },
+            at: now,
+            delay: 0,
+            weight: applied.weight,
+        });
+        Some(Spend::Spent(lease))
     }
 
     /// Ends the lease asks of the limits bound for calls: the request is
@@ -284,46 +317,72 @@ where
         return Vec::new();
     }
     let answers = call.answered().map(|a| a.limits.as_slice());
-    let mut key = String::new();
     let mut held = vec![0; call.batch.items.len()];
     for (i, item) in call.batch.items.iter().enumerate() {
         let Some(ask) = item.lease().filter(|a| a.asked) else {
             continue;
         };
-        let Some(rule_limit) = env.rule_limit(item.rule, item.limit) else {
-            continue;
-        };
-        let Some(Sync::Lease(policy)) = rule_limit.sync() else {
-            continue;
-        };
         let answer = answers.and_then(|a| a.get(i));
-        let (units, remaining, reset) = answer.filter(|a| a.allowed).map_or((0, 0, 0), |a| {
-            (
-                a.leased,
-                a.remaining,
-                a.reset_ms.saturating_mul(MILLISECOND),
-            )
-        });
-        let limit = rule_limit.limit();
-        layout::slot_key(&mut key, &policy.prefix, ask.slot);
-        let granted = lease::grant(
-            env.store,
-            &key,
+        let units = install_grant(
+            env,
+            item.rule,
+            item.limit,
+            ask.slot,
             item.fingerprint,
+            answer,
             now,
-            units,
-            lease_expiry(limit, policy.ttl, now),
-            remaining,
-            now.saturating_add(reset),
         );
-        match granted {
-            Ok(units) => {
-                if let Some(h) = held.get_mut(i) {
-                    *h = units;
-                }
-            }
-            Err(Contended) => env.metrics.global(GlobalEvent::CasExhausted),
+        if let Some(h) = held.get_mut(i) {
+            *h = units;
         }
     }
     held
+}
+
+/// Ends the ask for units of the lease of limit `limit` of rule `rule` for
+/// the key of `fingerprint` (in `slot`), made at `asked_at`: installs what
+/// `answer` granted (nothing when there is none or it denied). Returns the
+/// units this Envoy now holds for the key.
+pub(super) fn install_grant<S, M>(
+    env: &Env<'_, S, M>,
+    rule: usize,
+    limit: usize,
+    slot: u64,
+    fingerprint: u64,
+    answer: Option<&LimitResult>,
+    asked_at: Nanos,
+) -> u64
+where
+    S: SharedStore + ?Sized,
+    M: MetricSink + ?Sized,
+{
+    let Some(rule_limit) = env.rule_limit(rule, limit) else {
+        return 0;
+    };
+    let Some(Sync::Lease(policy)) = rule_limit.sync() else {
+        return 0;
+    };
+    let (units, remaining, reset) = answer.filter(|a| a.allowed).map_or((0, 0, 0), |a| {
+        (
+            a.leased,
+            a.remaining,
+            a.reset_ms.saturating_mul(MILLISECOND),
+        )
+    });
+    let mut key = String::new();
+    layout::slot_key(&mut key, &policy.prefix, slot);
+    let granted = lease::grant(
+        env.store,
+        &key,
+        fingerprint,
+        asked_at,
+        units,
+        lease_expiry(rule_limit.limit(), policy.ttl, asked_at),
+        remaining,
+        asked_at.saturating_add(reset),
+    );
+    granted.unwrap_or_else(|Contended| {
+        env.metrics.global(GlobalEvent::CasExhausted);
+        0
+    })
 }

@@ -42,6 +42,7 @@ pub(crate) mod global;
 pub(crate) mod leased;
 pub(crate) mod local;
 mod pending;
+mod renewal;
 pub(crate) mod service_held;
 pub mod settle;
 mod tally;
@@ -50,6 +51,7 @@ mod walk;
 
 pub use finish::finish;
 pub use pending::PendingCheck;
+pub use renewal::Renewal;
 pub use verdict::{Admitted, Delayed, Denied, Verdict};
 pub use walk::evaluate;
 

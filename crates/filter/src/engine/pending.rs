@@ -2,6 +2,7 @@
 //! arrive.
 
 use super::call::Call;
+use super::renewal::Renewal;
 use super::tally::{Env, Tally};
 use crate::config::Plan;
 use crate::local::SharedStore;
@@ -77,13 +78,15 @@ impl PendingCheck {
     }
 
     /// Gives back what the request consumed locally: its client left before
-    /// the limiter answered.
-    pub fn abandon<S, M>(mut self, plan: &Plan, store: &S, metrics: &M)
+    /// the limiter answered. Returns the lease renewal it carried, which the
+    /// host still sends.
+    pub fn abandon<S, M>(mut self, plan: &Plan, store: &S, metrics: &M) -> Option<Renewal>
     where
         S: SharedStore + ?Sized,
         M: MetricSink + ?Sized,
     {
         let env = Env::new(plan, store, metrics);
         self.tally.refund_since(0, &env);
+        self.tally.renewal.take()
     }
 }

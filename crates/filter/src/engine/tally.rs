@@ -3,6 +3,7 @@
 //! refund of every kind of consumption is here, once.
 
 use super::concurrency::{self, Held};
+use super::renewal::Renewal;
 use super::settle::Owed;
 use super::verdict::{Admitted, Delayed, Denied, Verdict};
 use crate::config::{HeadersMode, LeasePolicy, LimitKind, LocalLimit, Plan, RuleLimit, Sync};
@@ -73,6 +74,8 @@ pub(super) struct Tally {
     /// The global rate limits the limiter counted the request in, each
     /// with its weight in `hits` (see `finish`).
     pub(super) taken: Vec<LimitSpec<'static>>,
+    /// Leases the request found running low, to renew whatever its fate.
+    pub(super) renewal: Option<Renewal>,
 }
 
 /// Something this request consumed, to refund if the request is denied.
@@ -179,6 +182,7 @@ impl Tally {
             held: Held::default(),
             owed: Vec::new(),
             taken: Vec::new(),
+            renewal: None,
         }
     }
 
@@ -286,6 +290,7 @@ impl Tally {
             shadow_denied: self.shadow_denied,
             held: self.held,
             wait,
+            renewal: self.renewal,
         }
     }
 
@@ -307,6 +312,7 @@ impl Tally {
             shadow_denied: self.shadow_denied,
             held: self.held,
             owed: self.owed,
+            renewal: self.renewal,
         })
     }
 

@@ -3,6 +3,7 @@
 
 use super::concurrency::Held;
 use super::pending::PendingCheck;
+use super::renewal::Renewal;
 use super::settle::Owed;
 use super::tally::{Env, Tally};
 use crate::config::Plan;
@@ -25,6 +26,21 @@ pub enum Verdict {
     Check(PendingCheck),
 }
 
+impl Verdict {
+    /// The lease renewal a final verdict carries, taken out: the host sends
+    /// it from its root context, whatever becomes of the request, and
+    /// settles it with the answer ([`Renewal::settle`]). A
+    /// [`Verdict::Check`] keeps its own until [`finish`](super::finish).
+    pub fn take_renewal(&mut self) -> Option<Renewal> {
+        match self {
+            Verdict::Allow(admitted) => admitted.renewal.take(),
+            Verdict::Delay(delayed) => delayed.tally.renewal.take(),
+            Verdict::Deny(denied) => denied.renewal.take(),
+            Verdict::Check(_) => None,
+        }
+    }
+}
+
 /// An admitted request and what its response reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admitted {
@@ -40,6 +56,9 @@ pub struct Admitted {
     pub held: Held,
     /// What rules with a response cost settle once the response says it.
     pub owed: Vec<Owed>,
+    /// Leases the request found running low: the host sends their
+    /// renewal (see [`Verdict::take_renewal`]).
+    pub renewal: Option<Renewal>,
 }
 
 /// A denied request.
@@ -60,6 +79,8 @@ pub struct Denied {
     /// long for a permit, decided again at the worker's ticks (counted
     /// `denied` only if it never gets one).
     pub wait: Option<Nanos>,
+    /// Leases the request found running low (renewed whatever its fate).
+    pub renewal: Option<Renewal>,
 }
 
 /// An admitted request that conforms only after a delay.
@@ -96,6 +117,7 @@ impl Delayed {
             shadow_denied: self.tally.shadow_denied.clone(),
             held: Held::default(),
             owed: Vec::new(),
+            renewal: None,
         }
     }
 

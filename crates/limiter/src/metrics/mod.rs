@@ -82,6 +82,7 @@ pub struct Metrics {
     batched: Counters<ResultLabel>,
     leased_units: Counter,
     returned_units: Counter,
+    lease_renewals: Counter,
     permits_calls: Counter,
     permits_released: Counter,
     permits_renewed: Counter,
@@ -119,6 +120,7 @@ impl Default for Metrics {
             batched: Family::default(),
             leased_units: Counter::default(),
             returned_units: Counter::default(),
+            lease_renewals: Counter::default(),
             permits_calls: Counter::default(),
             permits_released: Counter::default(),
             permits_renewed: Counter::default(),
@@ -152,7 +154,7 @@ impl Default for Metrics {
 impl Metrics {
     /// The counters without labels: name (after `sluice_limiter_`), help,
     /// counter.
-    fn plain_counters(&self) -> [(&'static str, &'static str, &Counter); 13] {
+    fn plain_counters(&self) -> [(&'static str, &'static str, &Counter); 14] {
         [
             ("checks", "Calls to /v1/check", &self.checks),
             (
@@ -184,6 +186,11 @@ impl Metrics {
                 "returned_units",
                 "Units callers gave back (returned), as sent",
                 &self.returned_units,
+            ),
+            (
+                "lease_renewals",
+                "Checks that only asked for lease units (every limit weighing 0): renewals no request waited for, not counted in decisions",
+                &self.lease_renewals,
             ),
             ("permits_calls", "Calls to /v1/permits", &self.permits_calls),
             (
@@ -353,6 +360,11 @@ impl Metrics {
     pub fn record_leases(&self, leased: u64, returned: u64) {
         self.leased_units.inc_by(leased);
         self.returned_units.inc_by(returned);
+    }
+
+    /// Counts one decided lease renewal: a check whose limits all weigh 0.
+    pub fn inc_lease_renewals(&self) {
+        self.lease_renewals.inc();
     }
 
     /// Counts one `/v1/permits` call (valid or not).

@@ -17,6 +17,14 @@ fn granted(units: u64, remaining: u64) -> String {
     )
 }
 
+/// The renewal an admitted request started.
+fn renewal_of(v: Verdict) -> Renewal {
+    match v {
+        Verdict::Allow(mut a) => a.renewal.take().expect("a renewal"),
+        other => panic!("{other:?}"),
+    }
+}
+
 /// Evaluates a request at `now` that must call; answers it with `answer`.
 fn call_at(w: &World, now: Nanos, answer: &str) -> (String, Verdict) {
     let mut p = pending(w.eval_at(&FakeRequest::get("/"), now));
@@ -46,14 +54,30 @@ fn grants_are_spent_without_calls_and_grow_when_spent_early() {
     assert!(allowed(
         &w.eval_at(&FakeRequest::get("/"), NOW + 3 * MILLISECOND)
     ));
-    // Half of the grant is left: renewed early, doubled again.
-    let (sent, _) = call_at(&w, NOW + 4 * MILLISECOND, &granted(4, 90));
-    assert!(sent.contains(r#""lease":4"#), "{sent}");
-    // The last unit and two of the new ones are spent without a call.
-    for _ in 0..3 {
-        assert!(allowed(
-            &w.eval_at(&FakeRequest::get("/"), NOW + 5 * MILLISECOND)
-        ));
+    // Spending the next unit leaves less than half of the grant: the
+    // request is served from the lease and starts a renewal, doubled, that
+    // no request waits for (it weighs nothing: the request was served).
+    let renewal = renewal_of(w.eval_at(&FakeRequest::get("/"), NOW + 4 * MILLISECOND));
+    assert_eq!(
+        String::from_utf8(renewal.body(&w.plan.domain)).unwrap(),
+        r#"{"domain":"t","hits":0,"limits":[{"key":"g/0/203.0.113.7","algorithm":"fixed_window","requests":100,"window_ms":3600000,"burst":100,"lease":4}]}"#
+    );
+    // While it is awaited, a request finding the lease empty checks alone.
+    let alone = pending(w.eval_at(&FakeRequest::get("/"), NOW + 5 * MILLISECOND));
+    assert!(!body(&alone).contains("lease"), "{}", body(&alone));
+    renewal.settle(
+        &w.plan,
+        &w.store,
+        &w.metrics,
+        Some(granted(4, 90).as_bytes()),
+    );
+    // The four new units are spent without a call; the third starts the
+    // next renewal.
+    for i in 0..4 {
+        match w.eval_at(&FakeRequest::get("/"), NOW + 6 * MILLISECOND) {
+            Verdict::Allow(a) => assert_eq!(a.renewal.is_some(), i == 2, "{i}"),
+            other => panic!("{other:?}"),
+        }
     }
 }
 
@@ -97,14 +121,32 @@ fn a_request_denied_by_another_limit_gives_its_units_back_to_the_lease() {
     for _ in 0..5 {
         assert!(matches!(w.eval(&tight), Verdict::Deny(_)));
     }
-    // Two units are left: one is spent, then the lease is renewed early.
+    // Two units are left: one is spent; the next request starts the
+    // renewal, and is denied by "tight": the renewal is sent all the same
+    // and the unit goes back.
     assert!(allowed(&w.eval(&FakeRequest::get("/"))));
-    let renewal = pending(w.eval(&FakeRequest::get("/")));
-    assert!(
-        body(&renewal).contains(r#""lease":6"#),
-        "{}",
-        body(&renewal)
+    let renewal = match w.eval(&tight) {
+        Verdict::Deny(mut d) => d.renewal.take().expect("a renewal"),
+        other => panic!("{other:?}"),
+    };
+    let sent = String::from_utf8(renewal.body(&w.plan.domain)).unwrap();
+    assert!(sent.contains(r#""lease":6"#), "{sent}");
+    // The unit given back is spent while the renewal is awaited (no second
+    // renewal), then the grant joins the lease.
+    match w.eval(&FakeRequest::get("/")) {
+        Verdict::Allow(a) => assert!(a.renewal.is_none()),
+        other => panic!("{other:?}"),
+    }
+    renewal.settle(
+        &w.plan,
+        &w.store,
+        &w.metrics,
+        Some(granted(6, 80).as_bytes()),
     );
+    for _ in 0..6 {
+        assert!(allowed(&w.eval(&FakeRequest::get("/"))));
+    }
+    assert!(matches!(w.eval(&FakeRequest::get("/")), Verdict::Check(_)));
 }
 
 #[test]
@@ -147,20 +189,56 @@ fn an_ask_not_sent_is_cancelled() {
 }
 
 #[test]
-fn units_in_hand_serve_when_a_renewal_fails() {
+fn units_in_hand_serve_while_renewals_fail() {
     let w =
         World::new(&rules(LEASED).replace(r#""failure_mode":"allow""#, r#""failure_mode":"deny""#));
     call_at(&w, NOW, &granted(4, 95));
     assert!(allowed(&w.eval(&FakeRequest::get("/"))));
     assert!(allowed(&w.eval(&FakeRequest::get("/"))));
-    // The renewal's call fails: the request is served from the lease.
-    let renewal = pending(w.eval(&FakeRequest::get("/")));
-    assert!(allowed(&w.finish(renewal, None)));
-    // One unit is left; the next renewal fails too and takes it; then the
+    // The renewal's call fails: the ask ends with nothing granted, and the
+    // unit in hand serves the next request.
+    let renewal = renewal_of(w.eval(&FakeRequest::get("/")));
+    renewal.settle(&w.plan, &w.store, &w.metrics, None);
+    assert!(allowed(&w.eval(&FakeRequest::get("/"))));
+    // None left: the request asks with its check, which fails too; the
     // failure mode denies.
-    let renewal = pending(w.eval(&FakeRequest::get("/")));
-    assert!(allowed(&w.finish(renewal, None)));
     let last = pending(w.eval(&FakeRequest::get("/")));
+    assert!(body(&last).contains(r#""lease":"#), "{}", body(&last));
     assert!(matches!(w.finish(last, None), Verdict::Deny(_)));
     assert_eq!(w.metrics.count_global(GlobalEvent::LimiterErrors), 1);
+}
+
+#[test]
+fn a_failed_check_is_served_from_units_a_renewal_brought_meanwhile() {
+    let w =
+        World::new(&rules(LEASED).replace(r#""failure_mode":"allow""#, r#""failure_mode":"deny""#));
+    call_at(&w, NOW, &granted(4, 95));
+    assert!(allowed(&w.eval(&FakeRequest::get("/"))));
+    assert!(allowed(&w.eval(&FakeRequest::get("/"))));
+    let renewal = renewal_of(w.eval(&FakeRequest::get("/")));
+    assert!(allowed(&w.eval(&FakeRequest::get("/"))));
+    // Nothing left and a renewal awaited: checked alone.
+    let alone = pending(w.eval(&FakeRequest::get("/")));
+    renewal.settle(
+        &w.plan,
+        &w.store,
+        &w.metrics,
+        Some(granted(8, 80).as_bytes()),
+    );
+    // Its check fails: it is served from the lease the renewal filled.
+    assert!(allowed(&w.finish(alone, None)));
+    assert_eq!(w.metrics.count_global(GlobalEvent::LimiterErrors), 0);
+}
+
+#[test]
+fn a_renewal_denied_grants_nothing_and_ends_its_ask() {
+    let w = World::new(&rules(LEASED));
+    call_at(&w, NOW, &granted(2, 97));
+    assert!(allowed(&w.eval(&FakeRequest::get("/"))));
+    let renewal = renewal_of(w.eval(&FakeRequest::get("/")));
+    let denied = r#"{"allowed":false,"limits":[{"allowed":false,"limit":100,"remaining":0,"reset_ms":60000,"retry_after_ms":60000,"leased":0}]}"#;
+    renewal.settle(&w.plan, &w.store, &w.metrics, Some(denied.as_bytes()));
+    // The ask ended: the next request asks with its check.
+    let next = pending(w.eval(&FakeRequest::get("/")));
+    assert!(body(&next).contains(r#""lease":"#), "{}", body(&next));
 }

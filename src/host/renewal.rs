@@ -1,0 +1,78 @@
+//! Lease renewals (see [`sluice_filter::engine::Renewal`]): queued by the
+//! request that started one and sent by the root context at its next tick,
+//! so that the answer comes to the root whether or not that request is
+//! still there (an answer goes to the context that was running when its
+//! call was made), and settled when it comes (or when its root closes
+//! first).
+
+use super::clock::HOLD_TICK;
+use super::limiter::dispatch;
+use super::runtime::Runtime;
+use super::shared_data::HostStore;
+use super::state::{self, RenewalCall};
+use proxy_wasm::hostcalls;
+use sluice_filter::engine::{Renewal, Verdict};
+use sluice_filter::metrics::{GlobalEvent, MetricSink};
+use std::rc::Rc;
+
+/// Queues the renewal `verdict` carries, if any.
+pub(super) fn queue_from(runtime: &Rc<Runtime>, verdict: &mut Verdict) {
+    if let Some(renewal) = verdict.take_renewal() {
+        queue(runtime, renewal);
+    }
+}
+
+/// Queues `renewal` for the root's next tick.
+pub(super) fn queue(runtime: &Rc<Runtime>, renewal: Renewal) {
+    runtime.metrics.global(GlobalEvent::LeaseRenewals);
+    if state::queue_renewal(Rc::clone(runtime), renewal) {
+        let _ = hostcalls::set_tick_period(HOLD_TICK);
+    }
+}
+
+/// Sends the queued renewals from root context `root`, which is running.
+pub(super) fn send_queued(root: u32) {
+    for (runtime, renewal) in state::take_queued_renewals() {
+        let body = renewal.body(&runtime.plan.domain);
+        match dispatch(&runtime, &body) {
+            Some(token) => state::add_renewal(RenewalCall {
+                token,
+                root,
+                runtime,
+                renewal,
+            }),
+            None => {
+                runtime.metrics.global(GlobalEvent::LimiterUnreachable);
+                renewal.settle(&runtime.plan, &HostStore, &runtime.metrics, None);
+            }
+        }
+    }
+}
+
+/// The answer (`None`: failed) to call `token`, if it is a renewal's:
+/// settles it. Returns whether it was.
+pub(super) fn answered(token: u32, body: Option<&[u8]>) -> bool {
+    let Some(call) = state::take_renewals(|c| c.token == token).pop() else {
+        return false;
+    };
+    let runtime = &call.runtime;
+    call.renewal
+        .settle(&runtime.plan, &HostStore, &runtime.metrics, body);
+    true
+}
+
+/// Root `root` is closing: its renewals will not be answered, so they end
+/// with nothing granted (the leases stop waiting for them); when it is the
+/// VM's last root, so do the renewals still queued.
+pub(super) fn root_closing(root: u32, last: bool) {
+    let mut ended: Vec<(Rc<Runtime>, Renewal)> = state::take_renewals(|c| c.root == root)
+        .into_iter()
+        .map(|c| (c.runtime, c.renewal))
+        .collect();
+    if last {
+        ended.extend(state::take_queued_renewals());
+    }
+    for (runtime, renewal) in ended {
+        renewal.settle(&runtime.plan, &HostStore, &runtime.metrics, None);
+    }
+}
