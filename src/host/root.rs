@@ -180,13 +180,19 @@ impl RootContext for Root {
             plan.domain,
             plan.rules.len()
         );
-        self.runtime = Some(Rc::new(Runtime {
+        let runtime = Runtime {
             plan,
             hasher,
             metrics,
             holder,
-        }));
+        };
+        renewal::listen(&runtime);
+        self.runtime = Some(Rc::new(runtime));
         true
+    }
+
+    fn on_queue_ready(&mut self, queue_id: u32) {
+        renewal::woken(self.id, queue_id);
     }
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {

@@ -53,6 +53,10 @@ thread_local! {
     /// Lease renewals for the root's next tick to send, with the
     /// configuration that started them.
     static RENEWALS_QUEUED: RefCell<Vec<(Rc<Runtime>, Renewal)>> = const { RefCell::new(Vec::new()) };
+    /// The shared queue that wakes this VM's root for renewals, and its
+    /// name (the same for every root of the VM).
+    static RENEWAL_QUEUE: Cell<Option<u32>> = const { Cell::new(None) };
+    static RENEWAL_QUEUE_NAME: RefCell<Option<String>> = const { RefCell::new(None) };
     /// Lease renewals in flight, made by root contexts.
     static RENEWALS: RefCell<Vec<RenewalCall>> = const { RefCell::new(Vec::new()) };
     /// When this VM last logged a failed limiter call.
@@ -133,6 +137,21 @@ pub(super) fn queue_renewal(runtime: Rc<Runtime>, renewal: Renewal) -> bool {
 /// Takes the renewals waiting to be sent.
 pub(super) fn take_queued_renewals() -> Vec<(Rc<Runtime>, Renewal)> {
     RENEWALS_QUEUED.with(|q| std::mem::take(&mut *q.borrow_mut()))
+}
+
+/// The shared queue that wakes the root for renewals, once registered.
+pub(super) fn renewal_queue() -> Option<u32> {
+    RENEWAL_QUEUE.with(Cell::get)
+}
+
+/// Notes the shared queue that wakes the root for renewals.
+pub(super) fn set_renewal_queue(queue: u32) {
+    RENEWAL_QUEUE.with(|q| q.set(Some(queue)));
+}
+
+/// The name of this VM's renewal queue, made by `name` the first time.
+pub(super) fn renewal_queue_name(name: impl FnOnce() -> String) -> String {
+    RENEWAL_QUEUE_NAME.with(|n| n.borrow_mut().get_or_insert_with(name).clone())
 }
 
 /// Keeps a renewal in flight until its answer comes.

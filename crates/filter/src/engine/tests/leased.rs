@@ -25,6 +25,16 @@ fn renewal_of(v: Verdict) -> Renewal {
     }
 }
 
+/// Settles `renewal` with `answer` (`None`: its call failed).
+fn settle(w: &World, renewal: Renewal, answer: Option<String>) {
+    renewal.settle(
+        &w.plan,
+        &w.store,
+        &w.metrics,
+        answer.as_deref().map(str::as_bytes),
+    );
+}
+
 /// Evaluates a request at `now` that must call; answers it with `answer`.
 fn call_at(w: &World, now: Nanos, answer: &str) -> (String, Verdict) {
     let mut p = pending(w.eval_at(&FakeRequest::get("/"), now));
@@ -65,12 +75,7 @@ fn grants_are_spent_without_calls_and_grow_when_spent_early() {
     // While it is awaited, a request finding the lease empty checks alone.
     let alone = pending(w.eval_at(&FakeRequest::get("/"), NOW + 5 * MILLISECOND));
     assert!(!body(&alone).contains("lease"), "{}", body(&alone));
-    renewal.settle(
-        &w.plan,
-        &w.store,
-        &w.metrics,
-        Some(granted(4, 90).as_bytes()),
-    );
+    settle(&w, renewal, Some(granted(4, 90)));
     // The four new units are spent without a call; the third starts the
     // next renewal.
     for i in 0..4 {
@@ -137,12 +142,7 @@ fn a_request_denied_by_another_limit_gives_its_units_back_to_the_lease() {
         Verdict::Allow(a) => assert!(a.renewal.is_none()),
         other => panic!("{other:?}"),
     }
-    renewal.settle(
-        &w.plan,
-        &w.store,
-        &w.metrics,
-        Some(granted(6, 80).as_bytes()),
-    );
+    settle(&w, renewal, Some(granted(6, 80)));
     for _ in 0..6 {
         assert!(allowed(&w.eval(&FakeRequest::get("/"))));
     }
@@ -198,7 +198,7 @@ fn units_in_hand_serve_while_renewals_fail() {
     // The renewal's call fails: the ask ends with nothing granted, and the
     // unit in hand serves the next request.
     let renewal = renewal_of(w.eval(&FakeRequest::get("/")));
-    renewal.settle(&w.plan, &w.store, &w.metrics, None);
+    settle(&w, renewal, None);
     assert!(allowed(&w.eval(&FakeRequest::get("/"))));
     // None left: the request asks with its check, which fails too; the
     // failure mode denies.
@@ -219,12 +219,7 @@ fn a_failed_check_is_served_from_units_a_renewal_brought_meanwhile() {
     assert!(allowed(&w.eval(&FakeRequest::get("/"))));
     // Nothing left and a renewal awaited: checked alone.
     let alone = pending(w.eval(&FakeRequest::get("/")));
-    renewal.settle(
-        &w.plan,
-        &w.store,
-        &w.metrics,
-        Some(granted(8, 80).as_bytes()),
-    );
+    settle(&w, renewal, Some(granted(8, 80)));
     // Its check fails: it is served from the lease the renewal filled.
     assert!(allowed(&w.finish(alone, None)));
     assert_eq!(w.metrics.count_global(GlobalEvent::LimiterErrors), 0);
@@ -237,8 +232,27 @@ fn a_renewal_denied_grants_nothing_and_ends_its_ask() {
     assert!(allowed(&w.eval(&FakeRequest::get("/"))));
     let renewal = renewal_of(w.eval(&FakeRequest::get("/")));
     let denied = r#"{"allowed":false,"limits":[{"allowed":false,"limit":100,"remaining":0,"reset_ms":60000,"retry_after_ms":60000,"leased":0}]}"#;
-    renewal.settle(&w.plan, &w.store, &w.metrics, Some(denied.as_bytes()));
+    settle(&w, renewal, Some(denied.to_string()));
     // The ask ended: the next request asks with its check.
     let next = pending(w.eval(&FakeRequest::get("/")));
     assert!(body(&next).contains(r#""lease":"#), "{}", body(&next));
+}
+
+#[test]
+fn a_request_that_calls_for_another_limit_carries_its_renewal_to_its_verdict() {
+    let w = World::new(&rules(&format!(
+        r#"{LEASED}, {{"name":"other","match":{{"headers":[{{"name":"x-o","present":true}}]}},"key":["const:o"],"limits":[{{"algorithm":"gcra","requests":10,"window":"1h","scope":"global"}}]}}"#
+    )));
+    call_at(&w, NOW, &granted(2, 97));
+    assert!(allowed(&w.eval(&FakeRequest::get("/"))));
+    // Spends the last unit (starting the renewal), then checks "other".
+    let mut p = pending(w.eval(&FakeRequest::get("/").with("x-o", "1")));
+    assert!(!body(&p).contains("lease"), "{}", body(&p));
+    assert!(p.record(0, answer(true, 0).as_deref().map(str::as_bytes)));
+    let renewal = renewal_of(finish(&w.plan, p, &w.store, &w.metrics));
+    let sent = String::from_utf8(renewal.body(&w.plan.domain)).unwrap();
+    assert!(
+        sent.contains(r#""hits":0"#) && sent.contains(r#""lease":4"#),
+        "{sent}"
+    );
 }
