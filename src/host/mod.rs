@@ -8,7 +8,8 @@
 //! deny, response headers), [`limiter`] (call-outs), [`permits`] (the
 //! permits of concurrency limits: kept, given back, renewed), [`cost`]
 //! (costs known from the response: read, settled), [`renewal`] (lease
-//! renewals, queued by requests and sent by the root) → [`state`] (the VM's
+//! renewals, queued by requests and sent by the root, woken through a
+//! shared queue) → [`state`] (the VM's
 //! thread-locals, owned there alone), [`shared_data`], [`request`],
 //! [`clock`], [`random`], [`metrics`], [`runtime`].
 //!

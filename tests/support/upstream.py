@@ -13,9 +13,12 @@ class HttpUpstream:
     name = "upstream"
 
     def _serve(self, handler, backlog: int = 256):
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        # The backlog is read when the socket listens: set it before.
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler, bind_and_activate=False)
         self._server.daemon_threads = True
         self._server.request_queue_size = backlog
+        self._server.server_bind()
+        self._server.server_activate()
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
