@@ -188,13 +188,20 @@ fn an_ask_not_sent_is_cancelled() {
     assert!(body(&next).contains(r#""lease":"#), "{}", body(&next));
 }
 
-#[test]
-fn units_in_hand_serve_while_renewals_fail() {
+/// A leased limit under `failure_mode: deny` whose grant of 4 units has 2
+/// left: the next request starts a renewal.
+fn two_of_four_spent_failing_closed() -> World {
     let w =
         World::new(&rules(LEASED).replace(r#""failure_mode":"allow""#, r#""failure_mode":"deny""#));
     call_at(&w, NOW, &granted(4, 95));
     assert!(allowed(&w.eval(&FakeRequest::get("/"))));
     assert!(allowed(&w.eval(&FakeRequest::get("/"))));
+    w
+}
+
+#[test]
+fn units_in_hand_serve_while_renewals_fail() {
+    let w = two_of_four_spent_failing_closed();
     // The renewal's call fails: the ask ends with nothing granted, and the
     // unit in hand serves the next request.
     let renewal = renewal_of(w.eval(&FakeRequest::get("/")));
@@ -210,11 +217,7 @@ fn units_in_hand_serve_while_renewals_fail() {
 
 #[test]
 fn a_failed_check_is_served_from_units_a_renewal_brought_meanwhile() {
-    let w =
-        World::new(&rules(LEASED).replace(r#""failure_mode":"allow""#, r#""failure_mode":"deny""#));
-    call_at(&w, NOW, &granted(4, 95));
-    assert!(allowed(&w.eval(&FakeRequest::get("/"))));
-    assert!(allowed(&w.eval(&FakeRequest::get("/"))));
+    let w = two_of_four_spent_failing_closed();
     let renewal = renewal_of(w.eval(&FakeRequest::get("/")));
     assert!(allowed(&w.eval(&FakeRequest::get("/"))));
     // Nothing left and a renewal awaited: checked alone.
