@@ -5,7 +5,7 @@
 //! served from units still in hand.
 
 use super::call::{Call, LeaseAsk};
-use super::renewal::{LowLease, Renewal};
+use super::renewal::Renewal;
 use super::tally::{Consumed, Env, Tally, Target};
 use super::walk::{Applied, Walk};
 use crate::config::checks::{field_path, LimitSite};
@@ -149,20 +149,10 @@ where
                 lease,
                 ask,
             }) => {
-                let low = LowLease {
-                    rule: applied.index,
-                    rule_name: &applied.rule.name,
-                    limit_index: l,
-                    limit,
-                    key: applied.key,
-                    slot: applied.slot,
-                    fingerprint: applied.fingerprint,
-                    ask,
-                };
                 self.tally
                     .renewal
                     .get_or_insert_with(|| Renewal::new(now))
-                    .push(low);
+                    .push(applied, l, limit, ask);
                 (granted_at, lease)
             }
             Ok(Take::Ask { ask, returned, age }) => return Some(Spend::Ask { ask, returned, age }),

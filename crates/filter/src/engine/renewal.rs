@@ -5,6 +5,7 @@
 
 use super::leased::install_grant;
 use super::tally::Env;
+use super::walk::Applied;
 use crate::config::Plan;
 use crate::local::SharedStore;
 use crate::metrics::MetricSink;
@@ -33,19 +34,6 @@ struct Renewing {
     fingerprint: u64,
 }
 
-/// What [`Renewal::push`] needs of a leased limit running low.
-pub(super) struct LowLease<'a> {
-    pub(super) rule: usize,
-    pub(super) rule_name: &'a str,
-    pub(super) limit_index: usize,
-    pub(super) limit: &'a Limit,
-    pub(super) key: &'a str,
-    pub(super) slot: u64,
-    pub(super) fingerprint: u64,
-    /// The units to ask for.
-    pub(super) ask: u64,
-}
-
 impl Renewal {
     pub(super) fn new(asked_at: Nanos) -> Self {
         Renewal {
@@ -55,19 +43,20 @@ impl Renewal {
         }
     }
 
-    /// Adds the ask of a lease running low.
-    pub(super) fn push(&mut self, low: LowLease<'_>) {
-        let key = limiter_key(low.rule_name, low.limit_index, low.key);
+    /// Adds the ask for `ask` units of the lease of limit `l` (`limit`) of
+    /// `applied`, running low.
+    pub(super) fn push(&mut self, applied: &Applied<'_, '_>, l: usize, limit: &Limit, ask: u64) {
+        let key = limiter_key(&applied.rule.name, l, applied.key);
         // No priority classes with leases: no reserve.
         let spec = LimitSpec {
-            lease: Some(low.ask),
-            ..LimitSpec::new(key, low.limit)
+            lease: Some(ask),
+            ..LimitSpec::new(key, limit)
         };
         self.leases.push(Renewing {
-            rule: low.rule,
-            limit: low.limit_index,
-            slot: low.slot,
-            fingerprint: low.fingerprint,
+            rule: applied.index,
+            limit: l,
+            slot: applied.slot,
+            fingerprint: applied.fingerprint,
         });
         self.limits.push(spec);
     }
