@@ -77,7 +77,7 @@ pub(super) fn send_queued(root: u32) {
             }),
             None => {
                 runtime.metrics.global(GlobalEvent::LimiterUnreachable);
-                renewal.settle(&runtime.plan, &HostStore, &runtime.metrics, None);
+                settle(&runtime, renewal, None);
             }
         }
     }
@@ -89,9 +89,7 @@ pub(super) fn answered(token: u32, body: Option<&[u8]>) -> bool {
     let Some(call) = state::take_renewals(|c| c.token == token).pop() else {
         return false;
     };
-    let runtime = &call.runtime;
-    call.renewal
-        .settle(&runtime.plan, &HostStore, &runtime.metrics, body);
+    settle(&call.runtime, call.renewal, body);
     true
 }
 
@@ -99,14 +97,18 @@ pub(super) fn answered(token: u32, body: Option<&[u8]>) -> bool {
 /// with nothing granted (the leases stop waiting for them); when it is the
 /// VM's last root, so do the renewals still queued.
 pub(super) fn root_closing(root: u32, last: bool) {
-    let mut ended: Vec<(Rc<Runtime>, Renewal)> = state::take_renewals(|c| c.root == root)
-        .into_iter()
-        .map(|c| (c.runtime, c.renewal))
-        .collect();
+    for call in state::take_renewals(|c| c.root == root) {
+        settle(&call.runtime, call.renewal, None);
+    }
     if last {
-        ended.extend(state::take_queued_renewals());
+        for (runtime, renewal) in state::take_queued_renewals() {
+            settle(&runtime, renewal, None);
+        }
     }
-    for (runtime, renewal) in ended {
-        renewal.settle(&runtime.plan, &HostStore, &runtime.metrics, None);
-    }
+}
+
+/// Ends `renewal`, of configuration `runtime`, with the answer `body`
+/// (`None`: none came).
+fn settle(runtime: &Runtime, renewal: Renewal, body: Option<&[u8]>) {
+    renewal.settle(&runtime.plan, &HostStore, &runtime.metrics, body);
 }
