@@ -1,8 +1,23 @@
 """Fixtures that start real processes and always stop them."""
 
+import signal
+
 import pytest
 
 import support
+from support.processes import kill_all
+
+
+def _terminated(signum, _frame):
+    # A terminated run (a CI timeout, `kill`) skips the fixtures'
+    # finalizers: its children are killed here, then it ends as interrupted.
+    kill_all()
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config):
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _terminated)
 
 
 @pytest.fixture

@@ -7,16 +7,17 @@
 //! makes it at once and holds its own outcome until the answer (its wait is
 //! then its call plus theirs, the bound every waiting request has). Calls
 //! for requests that arrive while a carried call is in flight are made by
-//! the root context, at its next tick and then one after another as each
-//! answer arrives, while requests keep coming.
+//! the root context, woken at once ([`super::wake`]), and then one after
+//! another as each answer arrives, while requests keep coming.
 
-use super::clock::{now, HOLD_TICK};
+use super::clock::now;
 use super::limiter::dispatch;
 use super::outcome::{deny, hold};
 use super::renewal;
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
 use super::state::{self, Handoff, Member, SharedCall};
+use super::wake;
 use proxy_wasm::hostcalls;
 use sluice_filter::engine::{self, Verdict};
 use sluice_filter::metrics::{GlobalEvent, MetricSink};
@@ -68,10 +69,10 @@ fn send(members: &[(u32, Member)]) -> Option<u32> {
 }
 
 /// A group's call in flight ended: if requests wait, the root calls for
-/// them at its next tick.
+/// them.
 pub(super) fn finished(signature: &[u8]) {
     if state::groups(|g| g.finished(signature)) {
-        let _ = hostcalls::set_tick_period(HOLD_TICK);
+        wake::root();
     }
 }
 

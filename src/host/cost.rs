@@ -1,15 +1,16 @@
 //! Costs known from the response on the host side: the response's headers,
 //! body chunks and trailers handed to the request's [`CostReader`], the
 //! settlement when the stream ends (local limits at once), and the global
-//! settlements sent from the root context's next tick in one
-//! `POST /v1/charge` per configuration (the stream's own context is ending
-//! and could not take the call's answer).
+//! settlements sent by the root context, woken at once ([`super::wake`]),
+//! in one `POST /v1/charge` per configuration (the stream's own context is
+//! ending and could not take the call's answer).
 
-use super::clock::{now, HOLD_TICK};
+use super::clock::now;
 use super::limiter::{dispatch, dispatch_charge};
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
 use super::state;
+use super::wake;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType};
 use sluice_core::Nanos;
@@ -46,8 +47,7 @@ pub(super) fn settle(runtime: &Rc<Runtime>, reader: CostReader) {
     let global = reader.settle(&HostStore, &runtime.metrics, now());
     for settlement in global {
         if state::charge_later(Rc::clone(runtime), settlement) {
-            // The root sends them at its next tick.
-            let _ = hostcalls::set_tick_period(HOLD_TICK);
+            wake::root();
         }
     }
 }
@@ -89,13 +89,13 @@ pub(super) fn refund(runtime: &Rc<Runtime>, taken: Vec<LimitSpec<'static>>, admi
             admitted_at,
         };
         if state::charge_later(Rc::clone(runtime), settlement) {
-            let _ = hostcalls::set_tick_period(HOLD_TICK);
+            wake::root();
         }
     }
 }
 
-/// Sends, from the root context ticking now, the global settlements made
-/// since the last tick: one call per configuration.
+/// Sends, from the root context running now, the global settlements left
+/// for it: one call per configuration.
 pub(super) fn send_charges() {
     let mut waiting = state::take_charges();
     while let Some((runtime, first)) = waiting.pop() {

@@ -8,8 +8,9 @@
 //! deny, response headers), [`limiter`] (call-outs), [`permits`] (the
 //! permits of concurrency limits: kept, given back, renewed), [`cost`]
 //! (costs known from the response: read, settled), [`renewal`] (lease
-//! renewals, queued by requests and sent by the root, woken through a
-//! shared queue) → [`state`] (the VM's
+//! renewals, queued by requests and sent by the root) → [`wake`] (wakes
+//! the root for the work requests leave it, through a shared queue) →
+//! [`state`] (the VM's
 //! thread-locals, owned there alone), [`shared_data`], [`request`],
 //! [`clock`], [`random`], [`metrics`], [`runtime`].
 //!
@@ -23,6 +24,10 @@
 //! Global checks that coalesce wait in one group per check and VM; their
 //! shared calls are made by the root context ([`coalesced`]), which hands
 //! each request its outcome.
+//!
+//! Calls whose answer no request can wait for (lease renewals, global
+//! settlements and permits given back) and the next calls of coalescing
+//! groups are made by the root, woken at once ([`wake`]).
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::RootContext;
@@ -53,3 +58,4 @@ mod runtime;
 mod shared_data;
 mod state;
 mod waiting;
+mod wake;

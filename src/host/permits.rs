@@ -3,17 +3,17 @@
 //! and renewed from the root context's ticks while some request holds
 //! them (see [`sluice_filter::engine::concurrency`]).
 //!
-//! Local permits go back at once, by compare-and-swap. Global ones wait for
-//! the root context's next tick (the tick turns fine while some wait), which
-//! gives back all of a configuration's in one `POST /v1/permits`: the
-//! stream's own context is ending and could not take the call's answer.
+//! Local permits go back at once, by compare-and-swap. Global ones are given
+//! back by the root context, woken at once ([`super::wake`]), all of a
+//! configuration's in one `POST /v1/permits`: the stream's own context is
+//! ending and could not take the call's answer.
 
-use super::clock::{now, HOLD_TICK};
+use super::clock::now;
 use super::limiter::dispatch_permits;
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
 use super::state;
-use proxy_wasm::hostcalls;
+use super::wake;
 use sluice_core::{Holder, Nanos, MILLISECOND};
 use sluice_filter::engine::concurrency::{self, Held, HeldPermit};
 use sluice_filter::holdings::{Due, Place};
@@ -62,8 +62,7 @@ pub(super) fn release(runtime: &Rc<Runtime>, held: Held) {
 
 /// Gives back the permits `held` took for a request of `runtime` (never
 /// kept, as those of a request denied after they were taken, or once
-/// [`release`] forgot them): local ones at once, global ones at the next
-/// tick.
+/// [`release`] forgot them): local ones at once, global ones by the root.
 pub(super) fn give_back(runtime: &Rc<Runtime>, held: Held) {
     let now = now();
     for permit in &held.local {
@@ -73,8 +72,7 @@ pub(super) fn give_back(runtime: &Rc<Runtime>, held: Held) {
     }
     for permit in held.global {
         if state::release_later(Rc::clone(runtime), permit) {
-            // The root sends them at its next tick.
-            let _ = hostcalls::set_tick_period(HOLD_TICK);
+            wake::root();
         }
     }
 }

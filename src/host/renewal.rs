@@ -1,19 +1,14 @@
 //! Lease renewals (see [`sluice_filter::engine::Renewal`]): queued by the
-//! request that started one and sent by the root context, so that the
-//! answer comes to the root whether or not that request is still there (an
-//! answer goes to the context that was running when its call was made), and
-//! settled when it comes (or when its root closes first).
-//!
-//! The root is woken at once through a shared queue of the VM's own (Envoy
-//! runs the root's `on_queue_ready` in the worker's next loop iteration);
-//! should that fail, its next tick sends them.
+//! request that started one and sent by the root context, woken at once
+//! ([`super::wake`]), so that the answer comes to the root whether or not
+//! that request is still there; settled when it comes (or when its root
+//! closes first).
 
-use super::clock::HOLD_TICK;
 use super::limiter::dispatch;
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
 use super::state::{self, RenewalCall};
-use proxy_wasm::hostcalls;
+use super::wake;
 use sluice_filter::engine::{Renewal, Verdict};
 use sluice_filter::metrics::{GlobalEvent, MetricSink};
 use std::rc::Rc;
@@ -28,40 +23,9 @@ pub(super) fn queue_from(runtime: &Rc<Runtime>, verdict: &mut Verdict) {
 /// Queues `renewal` and wakes the root to send it.
 pub(super) fn queue(runtime: &Rc<Runtime>, renewal: Renewal) {
     runtime.metrics.global(GlobalEvent::LeaseRenewals);
-    if !state::queue_renewal(Rc::clone(runtime), renewal) {
-        // Already woken.
-        return;
+    if state::queue_renewal(Rc::clone(runtime), renewal) {
+        wake::root();
     }
-    let woken = state::renewal_queue()
-        .is_some_and(|queue| hostcalls::enqueue_shared_queue(queue, Some(WAKE)).is_ok());
-    if !woken {
-        let _ = hostcalls::set_tick_period(HOLD_TICK);
-    }
-}
-
-/// What a wake-up carries (anything: the renewals wait in the VM's state).
-const WAKE: &[u8] = b"r";
-
-/// Makes the running root, of configuration `runtime`, the one woken
-/// for this VM's renewals: the VM's queue, named once per VM after the
-/// first configuration's permit holder (unique among Envoy's workers).
-pub(super) fn listen(runtime: &Runtime) {
-    let name = state::renewal_queue_name(|| {
-        let mut name = String::from("sluice.renewals.");
-        sluice_filter::decimal::push_u64(&mut name, runtime.holder);
-        name
-    });
-    // A name registered again moves its wake-ups to the root registering.
-    if let Ok(queue) = hostcalls::register_shared_queue(&name) {
-        state::set_renewal_queue(queue);
-    }
-}
-
-/// The root `root` was woken through `queue`: empties it and sends the
-/// renewals queued.
-pub(super) fn woken(root: u32, queue: u32) {
-    while let Ok(Some(_)) = hostcalls::dequeue_shared_queue(queue) {}
-    send_queued(root);
 }
 
 /// Sends the queued renewals from root context `root`, which is running.

@@ -1,6 +1,8 @@
 //! The root context of a VM: it accepts configurations, ticks to flush
-//! metrics and resume held requests, makes the shared calls of coalescing
-//! groups and the lease renewals, and creates each request's [`Filter`].
+//! metrics and resume held requests, does the work requests leave it when
+//! woken (the shared calls of coalescing groups, lease renewals, global
+//! settlements and permits given back), and creates each request's
+//! [`Filter`].
 
 use super::clock::{nanos, now, HOLD_TICK};
 use super::coalesced;
@@ -15,6 +17,7 @@ use super::runtime::Runtime;
 use super::shared_data::HostStore;
 use super::state;
 use super::waiting;
+use super::wake;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType};
@@ -65,6 +68,14 @@ fn resume_due(now: Nanos) -> bool {
     waiting
 }
 
+/// Does the work requests left root `root`: the calls they wait for first.
+fn do_left_work(root: u32) {
+    coalesced::call_ready(root);
+    renewal::send_queued(root);
+    permits::send_releases();
+    cost::send_charges();
+}
+
 impl Context for Root {
     fn on_done(&mut self) -> bool {
         let last = state::root_closed();
@@ -89,8 +100,8 @@ impl Context for Root {
         if !renewal::answered(token, answer) && !waiting::answered(token, answer) {
             coalesced::answered(self.id, token, answer);
         }
-        // The root is running: renewals queued meanwhile need not wait for
-        // its tick.
+        // The root is running: what was left for it meanwhile need not
+        // wait for its wake-up.
         renewal::send_queued(self.id);
     }
 
@@ -112,10 +123,9 @@ impl Context for Root {
 impl RootContext for Root {
     fn on_tick(&mut self) {
         let now = now();
-        permits::send_releases();
-        cost::send_charges();
-        renewal::send_queued(self.id);
-        coalesced::call_ready(self.id);
+        // A wake-up lost (its root gone) costs at most one tick.
+        wake::woken(None);
+        do_left_work(self.id);
         let waiting = resume_due(now) | waiting::retry() || state::groups(|g| g.any_ready());
         // The period follows the queue whoever set it last (an HTTP context
         // of this root starts the fine ticks): a gap shorter than half the
@@ -186,13 +196,14 @@ impl RootContext for Root {
             metrics,
             holder,
         };
-        renewal::listen(&runtime);
+        wake::listen(&runtime);
         self.runtime = Some(Rc::new(runtime));
         true
     }
 
     fn on_queue_ready(&mut self, queue_id: u32) {
-        renewal::woken(self.id, queue_id);
+        wake::woken(Some(queue_id));
+        do_left_work(self.id);
     }
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {

@@ -36,11 +36,11 @@ thread_local! {
     static HANDOFF: RefCell<Vec<(u32, Handoff)>> = const { RefCell::new(Vec::new()) };
     /// The keys this VM's requests hold permits of, to renew.
     static HOLDINGS: RefCell<Holdings> = RefCell::new(Holdings::default());
-    /// Global settlements of ended requests, for the root's next tick to
-    /// send, with the configuration that admitted them.
+    /// Global settlements of ended requests, for the root to send, with
+    /// the configuration that admitted them.
     static CHARGES: RefCell<Vec<(Rc<Runtime>, GlobalSettlement)>> = const { RefCell::new(Vec::new()) };
-    /// Global permits ended requests gave back, for the root's next tick
-    /// to send, with the configuration that took them.
+    /// Global permits ended requests gave back, for the root to send, with
+    /// the configuration that took them.
     static RELEASES: RefCell<Vec<(Rc<Runtime>, HeldPermit)>> = const { RefCell::new(Vec::new()) };
     /// The request headers of the request being carried out, when Envoy no
     /// longer shows them (it was decided after its body: see
@@ -50,13 +50,14 @@ thread_local! {
     static WAITERS: RefCell<Vec<Waiter>> = const { RefCell::new(Vec::new()) };
     /// Checks the root makes for waiting requests, until answered.
     static WAITER_CALLS: RefCell<Vec<WaiterCall>> = const { RefCell::new(Vec::new()) };
-    /// Lease renewals for the root's next tick to send, with the
-    /// configuration that started them.
+    /// Lease renewals for the root to send, with the configuration that
+    /// started them.
     static RENEWALS_QUEUED: RefCell<Vec<(Rc<Runtime>, Renewal)>> = const { RefCell::new(Vec::new()) };
-    /// The shared queue that wakes this VM's root for renewals, and its
-    /// name (the same for every root of the VM).
-    static RENEWAL_QUEUE: Cell<Option<u32>> = const { Cell::new(None) };
-    static RENEWAL_QUEUE_NAME: RefCell<Option<String>> = const { RefCell::new(None) };
+    /// The shared queue that wakes this VM's root, its name (the same for
+    /// every root of the VM), and whether a wake-up is on its way.
+    static WAKE_QUEUE: Cell<Option<u32>> = const { Cell::new(None) };
+    static WAKE_QUEUE_NAME: RefCell<Option<String>> = const { RefCell::new(None) };
+    static WOKEN: Cell<bool> = const { Cell::new(false) };
     /// Lease renewals in flight, made by root contexts.
     static RENEWALS: RefCell<Vec<RenewalCall>> = const { RefCell::new(Vec::new()) };
     /// When this VM last logged a failed limiter call.
@@ -124,7 +125,7 @@ pub(super) struct RenewalCall {
     pub(super) renewal: Renewal,
 }
 
-/// Leaves a renewal of `runtime` for the root's next tick to send; returns
+/// Leaves a renewal of `runtime` for the root to send; returns
 /// whether none waited before.
 pub(super) fn queue_renewal(runtime: Rc<Runtime>, renewal: Renewal) -> bool {
     RENEWALS_QUEUED.with(|q| {
@@ -139,19 +140,25 @@ pub(super) fn take_queued_renewals() -> Vec<(Rc<Runtime>, Renewal)> {
     RENEWALS_QUEUED.with(|q| std::mem::take(&mut *q.borrow_mut()))
 }
 
-/// The shared queue that wakes the root for renewals, once registered.
-pub(super) fn renewal_queue() -> Option<u32> {
-    RENEWAL_QUEUE.with(Cell::get)
+/// The shared queue that wakes the root, once registered.
+pub(super) fn wake_queue() -> Option<u32> {
+    WAKE_QUEUE.with(Cell::get)
 }
 
-/// Notes the shared queue that wakes the root for renewals.
-pub(super) fn set_renewal_queue(queue: u32) {
-    RENEWAL_QUEUE.with(|q| q.set(Some(queue)));
+/// Notes the shared queue that wakes the root.
+pub(super) fn set_wake_queue(queue: u32) {
+    WAKE_QUEUE.with(|q| q.set(Some(queue)));
 }
 
-/// The name of this VM's renewal queue, made by `name` the first time.
-pub(super) fn renewal_queue_name(name: impl FnOnce() -> String) -> String {
-    RENEWAL_QUEUE_NAME.with(|n| n.borrow_mut().get_or_insert_with(name).clone())
+/// The name of this VM's wake-up queue, made by `name` the first time.
+pub(super) fn wake_queue_name(name: impl FnOnce() -> String) -> String {
+    WAKE_QUEUE_NAME.with(|n| n.borrow_mut().get_or_insert_with(name).clone())
+}
+
+/// Notes whether a wake-up is on its way to the root; returns whether one
+/// was.
+pub(super) fn set_woken(woken: bool) -> bool {
+    WOKEN.with(|w| w.replace(woken))
 }
 
 /// Keeps a renewal in flight until its answer comes.
@@ -240,8 +247,8 @@ pub(super) fn holdings<R>(f: impl FnOnce(&mut Holdings) -> R) -> R {
     HOLDINGS.with(|h| f(&mut h.borrow_mut()))
 }
 
-/// Leaves global permits `permit` of `runtime` for the next tick to give
-/// back; returns whether none waited before.
+/// Leaves global permits `permit` of `runtime` for the root to give back;
+/// returns whether none waited before.
 pub(super) fn release_later(runtime: Rc<Runtime>, permit: HeldPermit) -> bool {
     RELEASES.with(|r| {
         let mut r = r.borrow_mut();
@@ -250,8 +257,7 @@ pub(super) fn release_later(runtime: Rc<Runtime>, permit: HeldPermit) -> bool {
     })
 }
 
-/// Leaves a global settlement of `runtime` for the next tick to send;
-/// returns whether none waited before.
+/// Leaves a global settlement of `runtime` for the root to send; returns whether none waited before.
 pub(super) fn charge_later(runtime: Rc<Runtime>, settlement: GlobalSettlement) -> bool {
     CHARGES.with(|c| {
         let mut c = c.borrow_mut();

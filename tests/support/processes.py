@@ -6,6 +6,7 @@ until it is ready (never a fixed sleep), and is stopped by whoever started it.
 
 from __future__ import annotations
 
+import atexit
 import http.client
 import json
 import os
@@ -15,6 +16,7 @@ import socket
 import ssl
 import subprocess
 import time
+import weakref
 from pathlib import Path
 
 from .client import Response, request
@@ -81,6 +83,20 @@ def pinned(cmd: list[str], cpus: str | None) -> list[str]:
     return ["taskset", "-c", cpus, *cmd] if cpus else cmd
 
 
+# Children still running when the tests end unexpectedly (an interrupted or
+# terminated run skips the fixtures' finalizers): killed on the way out.
+_LIVE: "weakref.WeakSet[Process]" = weakref.WeakSet()
+
+
+def kill_all() -> None:
+    """Kills every child process started here that is still running."""
+    for process in list(_LIVE):
+        process.send_signal(signal.SIGKILL)
+
+
+atexit.register(kill_all)
+
+
 class Process:
     """A child process with its log in a file, on the CPUs `cpus` if given; stopped on `stop()`."""
 
@@ -91,6 +107,7 @@ class Process:
         self._log = open(log_path, "wb")
         self.proc = subprocess.Popen(pinned(args, cpus), stdout=self._log, stderr=subprocess.STDOUT, env=env,
                                      cwd=cwd, start_new_session=True)
+        _LIVE.add(self)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
