@@ -132,13 +132,13 @@ def test_denied_and_delayed_requests_are_in_the_access_log_as_the_readme_shows(t
     access_log = readme_yaml("access_log:")["access_log"]
     access_log[0]["typed_config"]["path"] = str(log)
     cfg = sluice_config([{"name": "paced", "key": ["header:x-user"],
-                          "limits": [{"algorithm": "gcra", "requests": 10, "window": "1s", "burst": 1,
-                                      "on_exceed": "delay", "max_delay": "150ms"}]}])
+                          "limits": [{"algorithm": "gcra", "requests": 2, "window": "1s", "burst": 1,
+                                      "on_exceed": "delay", "max_delay": "750ms"}]}])
     e = support.start_envoy(tmp_path, [support.wasm_filter(cfg)], hcm_extra={"access_log": access_log})
     try:
         assert request(e.port, "/a", headers={"x-user": "a"}).status == 200  # admitted at once
         assert request(e.port, "/b", headers={"x-user": "b"}).status == 200
-        # two at once for "a": the first held ~100 ms, the second would wait ~200 ms: denied
+        # two at once for "a": the first held ~500 ms, the second would wait ~1 s: denied
         results = []
         support.run_all([lambda: results.append(request(e.port, "/a", headers={"x-user": "a"}).status)
                          for _ in range(2)])

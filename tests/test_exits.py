@@ -62,8 +62,10 @@ class Held:
 
         self.thread = threading.Thread(target=lambda: run_all([lambda c=c: one(c) for c in conns]))
         self.thread.start()
-        # the first is answered at once; the others are held
-        wait_until(lambda: len(self.done) == 1 and active_requests(e) == HELD, what=f"{HELD} requests held")
+        # the first is answered at once; the others are held (each one
+        # either still held or answered: a poll may come after the next answer)
+        wait_until(lambda: self.done and active_requests(e) + len(self.done) == HELD + 1,
+                   what=f"{HELD} requests held")
 
     def outcomes(self) -> list[tuple[float, object]]:
         self.thread.join(timeout=MAX_DELAY + 10)
@@ -150,7 +152,7 @@ def test_a_push_past_the_drain_time_closes_the_held_requests_and_gives_their_slo
         assert max(closed) - min(closed) <= 0.2, outcomes
         assert pushed + 0.9 <= min(closed) and max(closed) <= MAX_DELAY + MARGIN, (pushed, outcomes)
         for k, at in enumerate(closed, start=len(answered)):
-            assert at < answered[0][0] + k * STEP, outcomes
+            assert at < answered[0][0] + k * STEP + TOLERANCE, outcomes
         # Without anything back, the next request would wait for the last
         # slot (2.25 s from the first answer); the closed requests gave at
         # least one slot back.

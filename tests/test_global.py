@@ -74,7 +74,7 @@ def test_redis_cluster_admits_exactly_the_limit(envoy, processes):
 
 def test_headers_and_retry_after_come_from_the_limiter(envoy, processes):
     limiter = processes.limiter()
-    e = envoy(global_config([global_rule("gcra", requests=3, window="1m")]), clusters=clusters(limiter))
+    e = envoy(global_config([global_rule("gcra", requests=3, window="1m")], **EXACT), clusters=clusters(limiter))
     alice = {"x-user": "alice"}
     remaining = [request(e.port, "/", headers=alice).header("x-ratelimit-remaining") for _ in range(3)]
     assert remaining == ["2", "1", "0"]
@@ -89,14 +89,14 @@ def test_local_deny_makes_no_call_out(envoy, processes):
     rule = {"name": "both", "key": ["header:x-user"],
             "limits": [{"algorithm": "fixed_window", "requests": 1, "window": "365d"},
                        {"algorithm": "gcra", "requests": 100, "window": "1h", "scope": "global"}]}
-    e = envoy(global_config([rule]), clusters=clusters(limiter))
+    e = envoy(global_config([rule], **EXACT), clusters=clusters(limiter))
     assert [request(e.port, "/", headers={"x-user": "a"}).status for _ in range(4)] == [200, 429, 429, 429]
     assert limiter.metric("sluice_limiter_checks_total") == 1
 
 
 def test_over_limit_cache_spares_the_limiter(envoy, processes):
     limiter = processes.limiter()
-    e = envoy(global_config([global_rule("gcra", requests=2, window="1h")]), clusters=clusters(limiter))
+    e = envoy(global_config([global_rule("gcra", requests=2, window="1h")], **EXACT), clusters=clusters(limiter))
     statuses = [request(e.port, "/", headers={"x-user": "flood"}).status for _ in range(20)]
     assert statuses == [200, 200] + [429] * 18
     # two admits and the first deny reach the limiter; the rest are answered from the cache

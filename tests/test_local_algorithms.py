@@ -6,18 +6,10 @@ import time
 import pytest
 
 from support import ALGORITHMS, concurrent_requests, request, sluice_config
+from support.windows import away_from_window_boundary
 
 # Algorithms whose windows are aligned to the epoch: a test must not straddle a boundary.
 ALIGNED = {"fixed_window", "sliding_window"}
-
-
-def away_from_window_boundary(window_s: float, margin_s: float = 0.6):
-    """Waits, if needed, until the wall clock is at least `margin_s` into an epoch-aligned window."""
-    into = time.time() % window_s
-    if into < margin_s:
-        time.sleep(margin_s - into)
-    elif window_s - into < margin_s:
-        time.sleep(window_s - into + margin_s)
 
 
 def one_rule(algorithm, requests, window, **limit):

@@ -11,6 +11,7 @@ import pytest
 
 from support import ALGORITHMS, free_port, load_through, request, wait_until
 from support.load import run_load
+from support.windows import away_from_window_boundary
 from support.rls import RLS_METHOD, REMOTE_ADDRESS, generic_key, header_action, rls_request_hex, start_rls_envoy
 
 # Exactness must not confuse a slow machine with a wrong count.
@@ -222,6 +223,8 @@ def test_an_envoyproxy_ratelimit_config_loads_unchanged(rls_envoy, processes, tm
                     [[header_action("x-type", "message_type"), header_action("x-to", "to_number")],
                      [header_action("x-to", "to_number")]])
     marketing = {"x-type": "marketing", "x-to": "2061111111"}
+    # The examples count per minute: each Envoy's requests fit in one.
+    away_from_window_boundary(60, 3)
     assert statuses(msg, 6, marketing) == [200] * 5 + [429]
     # The per-number limit counted only the 5 admitted.
     other = {"x-type": "transactional", "x-to": "2061111111"}
@@ -230,12 +233,14 @@ def test_an_envoyproxy_ratelimit_config_loads_unchanged(rls_envoy, processes, tm
 
     shadow = rls_envoy("example6", [lim.grpc_port],
                        [[generic_key("auth", "service"), header_action("x-user", "user")]])
+    away_from_window_boundary(60, 2)
     assert statuses(shadow, 4, {"x-user": "user-a"}) == [200] * 4, "shadow_mode never denies"
     assert statuses(shadow, 3, {"x-user": "user-b"}) == [200, 200, 429]
 
     replaces = rls_envoy("example7", [lim.grpc_port],
                          [[generic_key("value_1", "key_1"), header_action("x-user", "user")],
                           [generic_key("value_2", "key_2"), header_action("x-user", "user")]])
+    away_from_window_boundary(60, 2)
     assert statuses(replaces, 11, {"x-user": "bkthomps"}) == [200] * 10 + [429]
 
     unlimited = rls_envoy("internal", [lim.grpc_port], [[generic_key("x", "ldap")]])
@@ -258,6 +263,7 @@ def test_failure_mode_deny_with_the_limiter_down(rls_envoy, processes, tmp_path,
 def test_x_ratelimit_headers(rls_envoy, processes, tmp_path):
     lim = rls_limiter(processes, tmp_path, ACTIONS)
     env = rls_envoy("actions", [lim.grpc_port], [USER], x_ratelimit_headers=True)
+    away_from_window_boundary(60, 2)  # per minute, with the remaining counted
     seen = [request(env.port, "/", headers={"x-user": "h"}) for _ in range(4)]
     assert [r.status for r in seen] == [200, 200, 200, 429]
     assert [r.header("x-ratelimit-remaining") for r in seen] == ["2", "1", "0", "0"]

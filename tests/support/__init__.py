@@ -7,6 +7,7 @@
 - `envoy`: Envoy configuration pieces and the one Envoy starter.
 - `client`: one HTTP request, and concurrent load that counts every answer.
 - `load`: `sluice-load` (fast load with a fresh client address per request, timeouts, timeline).
+- `windows`: waiting until a sequence of requests fits in one clock-aligned window.
 
 The names most callers need are importable from the package itself.
 """
