@@ -15,6 +15,7 @@ import support
 from support import free_port, request
 from support.processes import redis_command
 from support.rls import header_action, start_rls_envoy
+from support.windows import away_from_window_boundary
 
 CHECK = {"domain": "demo", "limits": [
     {"key": "ops/1", "algorithm": "fixed_window", "requests": 1000, "window_ms": 60000}]}
@@ -85,6 +86,7 @@ def test_metrics_parse_with_prometheus_client(processes):
 
     lim = processes.limiter(extra_args=["--max-keys", "100"])
     limit = dict(CHECK["limits"][0], requests=2, key="parsed")
+    away_from_window_boundary(60, 1.0)  # the three checks in one minute's window
     statuses = [lim.check({"domain": "parsed", "limits": [limit]}).status for _ in range(3)]
     assert statuses == [200, 200, 200]
     assert lim.check(b"{").status == 400
@@ -114,11 +116,23 @@ def test_metrics_parse_with_prometheus_client(processes):
 
 
 def slow_redis(redis, seconds: float):
-    """Blocks `redis` for `seconds` (DEBUG SLEEP) on a thread; returns the thread."""
+    """Blocks `redis` for `seconds` (DEBUG SLEEP) on a thread; returns the
+    thread once Redis no longer answers."""
     t = threading.Thread(target=redis_command, args=(redis.port, "DEBUG", "SLEEP", str(seconds)))
     t.start()
-    time.sleep(0.1)
+    support.wait_until(lambda: not answers_ping(redis.port), timeout=seconds / 2, what="Redis blocked")
     return t
+
+
+def answers_ping(port: int) -> bool:
+    """Whether Redis answers a PING within 50 ms."""
+    with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+        s.settimeout(0.05)
+        s.sendall(b"*1\r\n$4\r\nPING\r\n")
+        try:
+            return s.recv(16).startswith(b"+PONG")
+        except TimeoutError:
+            return False
 
 
 def refuses_connections(port: int) -> bool:

@@ -128,11 +128,14 @@ def test_failover_under_load_through_two_envoys(envoy, processes, sentinels, tmp
     outage_end = outage[-1][0]
     failed = outage
     stray = [r for r in after_kill if r[1] != 200 and r[0] >= following_at]
-    # the tail of the run is served: the limiters follow the new primary
-    tail = [r for r in after_kill if r[0] > promoted_at + 1.0]
-    assert tail and all(status == 200 for _, status, _ in tail)
-    envoy_failures = sum(e.sluice_stat("sluice.limiter_errors") for e in envoys)
-    assert envoy_failures == len(failed) + len(baseline) + len(stray)
+    # the tail of the run is served once the limiters follow the new
+    # primary (but for the stray timeouts of a loaded machine)
+    tail = [r for r in after_kill if r[0] > following_at]
+    assert tail and sum(1 for r in tail if r[1] != 200) <= len(tail) // 100, tail[:5]
+    # the Envoys' counters are flushed every 500 ms
+    envoy_failures = len(failed) + len(baseline) + len(stray)
+    wait_until(lambda: sum(e.sluice_stat("sluice.limiter_errors") for e in envoys) == envoy_failures, timeout=5,
+               what=f"the Envoys count {envoy_failures} limiter errors")
     assert len(stray) <= len(after_kill) // 100, stray[:5]
 
     # state the failover lost: the counter of "steady" on the new primary
