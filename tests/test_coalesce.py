@@ -66,7 +66,7 @@ def test_coalesced_delay_mode_paces_requests_from_one_schedule(envoy, shared_lim
     passed = [r for r in results if r[1] == 200]
     denied = [r for r in results if r[1] == 429]
     assert (len(passed), len(denied)) == (11, 5), results
-    assert_paced(passed)
+    assert_paced(passed, results.spread)
     for elapsed, _, headers in denied:
         assert elapsed < STEP, results
         assert headers["retry-after"] == "2"
