@@ -83,6 +83,7 @@ impl Context for Root {
             resume_due(Nanos::MAX);
             waiting::end_all();
         }
+        wake::root_closing(self.id);
         coalesced::root_closing(self.id, last);
         renewal::root_closing(self.id, last);
         true
@@ -123,8 +124,9 @@ impl Context for Root {
 impl RootContext for Root {
     fn on_tick(&mut self) {
         let now = now();
-        // A wake-up lost (its root gone) costs at most one tick.
+        // A wake-up lost costs at most one tick.
         wake::woken(None);
+        wake::listen_if_unheard(self.id, self.runtime.as_deref());
         do_left_work(self.id);
         let waiting = resume_due(now) | waiting::retry() || state::groups(|g| g.any_ready());
         // The period follows the queue whoever set it last (an HTTP context
@@ -196,7 +198,7 @@ impl RootContext for Root {
             metrics,
             holder,
         };
-        wake::listen(&runtime);
+        wake::listen(self.id, &runtime);
         self.runtime = Some(Rc::new(runtime));
         true
     }

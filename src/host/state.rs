@@ -53,9 +53,10 @@ thread_local! {
     /// Lease renewals for the root to send, with the configuration that
     /// started them.
     static RENEWALS_QUEUED: RefCell<Vec<(Rc<Runtime>, Renewal)>> = const { RefCell::new(Vec::new()) };
-    /// The shared queue that wakes this VM's root, its name (the same for
-    /// every root of the VM), and whether a wake-up is on its way.
-    static WAKE_QUEUE: Cell<Option<u32>> = const { Cell::new(None) };
+    /// The shared queue that wakes this VM's root (with the root it wakes),
+    /// its name (the same for every root of the VM), and whether a wake-up
+    /// is on its way.
+    static WAKE_QUEUE: Cell<Option<(u32, u32)>> = const { Cell::new(None) };
     static WAKE_QUEUE_NAME: RefCell<Option<String>> = const { RefCell::new(None) };
     static WOKEN: Cell<bool> = const { Cell::new(false) };
     /// Lease renewals in flight, made by root contexts.
@@ -140,14 +141,20 @@ pub(super) fn take_queued_renewals() -> Vec<(Rc<Runtime>, Renewal)> {
     RENEWALS_QUEUED.with(|q| std::mem::take(&mut *q.borrow_mut()))
 }
 
-/// The shared queue that wakes the root, once registered.
+/// The shared queue that wakes the root, while one listens.
 pub(super) fn wake_queue() -> Option<u32> {
-    WAKE_QUEUE.with(Cell::get)
+    WAKE_QUEUE.with(Cell::get).map(|(queue, _)| queue)
 }
 
-/// Notes the shared queue that wakes the root.
-pub(super) fn set_wake_queue(queue: u32) {
-    WAKE_QUEUE.with(|q| q.set(Some(queue)));
+/// The root the wake-up queue wakes, once registered.
+pub(super) fn woken_root() -> Option<u32> {
+    WAKE_QUEUE.with(Cell::get).map(|(_, root)| root)
+}
+
+/// Notes the shared queue that wakes the root `root` (`None`: no root
+/// listens).
+pub(super) fn set_wake_queue(queue: Option<(u32, u32)>) {
+    WAKE_QUEUE.with(|q| q.set(queue));
 }
 
 /// The name of this VM's wake-up queue, made by `name` the first time.

@@ -29,10 +29,10 @@ pub(super) fn root() {
     }
 }
 
-/// Makes the running root, of configuration `runtime`, the one woken for
-/// this VM: the VM's queue, named once per VM after the first
+/// Makes the running root `root`, of configuration `runtime`, the one
+/// woken for this VM: the VM's queue, named once per VM after the first
 /// configuration's permit holder (unique among Envoy's workers).
-pub(super) fn listen(runtime: &Runtime) {
+pub(super) fn listen(root: u32, runtime: &Runtime) {
     let name = state::wake_queue_name(|| {
         let mut name = String::from("sluice.wake.");
         sluice_filter::decimal::push_u64(&mut name, runtime.holder);
@@ -40,10 +40,27 @@ pub(super) fn listen(runtime: &Runtime) {
     });
     // A name registered again moves its wake-ups to the root registering.
     if let Ok(queue) = hostcalls::register_shared_queue(&name) {
-        state::set_wake_queue(queue);
+        state::set_wake_queue(Some((queue, root)));
     }
     // A wake-up sent to a root gone would be lost: the next one is sent.
     state::set_woken(false);
+}
+
+/// Root `root` is closing: if it is the one woken, wake-ups would be lost,
+/// so the work left turns the ticks fine until another root listens (at
+/// its next tick, see [`listen_if_unheard`]).
+pub(super) fn root_closing(root: u32) {
+    if state::woken_root() == Some(root) {
+        state::set_wake_queue(None);
+        state::set_woken(false);
+    }
+}
+
+/// Makes root `root` the one woken if none is.
+pub(super) fn listen_if_unheard(root: u32, runtime: Option<&Runtime>) {
+    if let (None, Some(runtime)) = (state::woken_root(), runtime) {
+        listen(root, runtime);
+    }
 }
 
 /// The root was woken through `queue` (or is about to do the work anyway):
