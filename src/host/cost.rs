@@ -46,9 +46,8 @@ pub(super) fn read_trailers(runtime: &Runtime, reader: &mut CostReader) {
 pub(super) fn settle(runtime: &Rc<Runtime>, reader: CostReader) {
     let global = reader.settle(&HostStore, &runtime.metrics, now());
     for settlement in global {
-        if state::charge_later(Rc::clone(runtime), settlement) {
-            wake::root();
-        }
+        state::charge_later(Rc::clone(runtime), settlement);
+        wake::root();
     }
 }
 
@@ -88,9 +87,8 @@ pub(super) fn refund(runtime: &Rc<Runtime>, taken: Vec<LimitSpec<'static>>, admi
             adjustment: Adjustment::Refund(units),
             admitted_at,
         };
-        if state::charge_later(Rc::clone(runtime), settlement) {
-            wake::root();
-        }
+        state::charge_later(Rc::clone(runtime), settlement);
+        wake::root();
     }
 }
 

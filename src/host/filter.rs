@@ -179,11 +179,7 @@ impl Filter {
                 let taken = delayed.give_back(plan, &HostStore, metrics, now());
                 cost::refund(&runtime, taken, resume_at);
             }
-            Verdict::Check(pending) => {
-                if let Some(r) = pending.abandon(plan, &HostStore, metrics) {
-                    renewal::queue(&runtime, r);
-                }
-            }
+            Verdict::Check(pending) => renewal::abandon(&runtime, pending),
             Verdict::Deny(_) => {}
         }
     }
@@ -231,11 +227,7 @@ impl Filter {
         }
         let member = state::groups(|g| g.leave(self.context_id));
         if let Some(member) = member {
-            let runtime = &member.runtime;
-            let pending = member.pending;
-            if let Some(r) = pending.abandon(&runtime.plan, &HostStore, &runtime.metrics) {
-                renewal::queue(runtime, r);
-            }
+            renewal::abandon(&member.runtime, member.pending);
         }
         state::remove_waiter(self.context_id);
         let waited = state::queue(|q| q.remove(self.context_id));
@@ -252,9 +244,7 @@ impl Filter {
         };
         if let Some(pending) = self.pending.take() {
             // Its call is still out: what it took locally goes back.
-            if let Some(r) = pending.abandon(&runtime.plan, &HostStore, &runtime.metrics) {
-                renewal::queue(&runtime, r);
-            }
+            renewal::abandon(&runtime, pending);
         }
         permits::release(&runtime, std::mem::take(&mut self.holding));
         if let Some(reader) = self.cost.take() {

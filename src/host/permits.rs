@@ -71,9 +71,8 @@ pub(super) fn give_back(runtime: &Rc<Runtime>, held: Held) {
         }
     }
     for permit in held.global {
-        if state::release_later(Rc::clone(runtime), permit) {
-            wake::root();
-        }
+        state::release_later(Rc::clone(runtime), permit);
+        wake::root();
     }
 }
 

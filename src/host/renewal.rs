@@ -9,7 +9,7 @@ use super::runtime::Runtime;
 use super::shared_data::HostStore;
 use super::state::{self, RenewalCall};
 use super::wake;
-use sluice_filter::engine::{Renewal, Verdict};
+use sluice_filter::engine::{PendingCheck, Renewal, Verdict};
 use sluice_filter::metrics::{GlobalEvent, MetricSink};
 use std::rc::Rc;
 
@@ -23,8 +23,15 @@ pub(super) fn queue_from(runtime: &Rc<Runtime>, verdict: &mut Verdict) {
 /// Queues `renewal` and wakes the root to send it.
 pub(super) fn queue(runtime: &Rc<Runtime>, renewal: Renewal) {
     runtime.metrics.global(GlobalEvent::LeaseRenewals);
-    if state::queue_renewal(Rc::clone(runtime), renewal) {
-        wake::root();
+    state::queue_renewal(Rc::clone(runtime), renewal);
+    wake::root();
+}
+
+/// Abandons `pending`, a check of `runtime` whose request is gone (what it
+/// took locally goes back), and queues the renewal it carried, if any.
+pub(super) fn abandon(runtime: &Rc<Runtime>, pending: PendingCheck) {
+    if let Some(renewal) = pending.abandon(&runtime.plan, &HostStore, &runtime.metrics) {
+        queue(runtime, renewal);
     }
 }
 

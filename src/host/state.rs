@@ -16,6 +16,7 @@ use sluice_filter::queue::Queue;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::thread::LocalKey;
 
 /// A request's headers, taken once (name, value).
 pub(super) type Headers = Rc<[(String, String)]>;
@@ -126,19 +127,24 @@ pub(super) struct RenewalCall {
     pub(super) renewal: Renewal,
 }
 
-/// Leaves a renewal of `runtime` for the root to send; returns
-/// whether none waited before.
-pub(super) fn queue_renewal(runtime: Rc<Runtime>, renewal: Renewal) -> bool {
-    RENEWALS_QUEUED.with(|q| {
-        let mut q = q.borrow_mut();
-        q.push((runtime, renewal));
-        q.len() == 1
-    })
+/// Adds `item` to the work `list` holds for the root.
+fn leave<T: 'static>(list: &'static LocalKey<RefCell<Vec<T>>>, item: T) {
+    list.with(|l| l.borrow_mut().push(item));
+}
+
+/// Takes the work `list` holds for the root.
+fn take_left<T: 'static>(list: &'static LocalKey<RefCell<Vec<T>>>) -> Vec<T> {
+    list.with(|l| std::mem::take(&mut *l.borrow_mut()))
+}
+
+/// Leaves a renewal of `runtime` for the root to send.
+pub(super) fn queue_renewal(runtime: Rc<Runtime>, renewal: Renewal) {
+    leave(&RENEWALS_QUEUED, (runtime, renewal));
 }
 
 /// Takes the renewals waiting to be sent.
 pub(super) fn take_queued_renewals() -> Vec<(Rc<Runtime>, Renewal)> {
-    RENEWALS_QUEUED.with(|q| std::mem::take(&mut *q.borrow_mut()))
+    take_left(&RENEWALS_QUEUED)
 }
 
 /// The shared queue that wakes the root, while one listens.
@@ -162,8 +168,8 @@ pub(super) fn wake_queue_name(name: impl FnOnce() -> String) -> String {
     WAKE_QUEUE_NAME.with(|n| n.borrow_mut().get_or_insert_with(name).clone())
 }
 
-/// Notes whether a wake-up is on its way to the root; returns whether one
-/// was.
+/// Notes whether the root is to run for the work left it (woken, or
+/// ticking soon); returns whether it was.
 pub(super) fn set_woken(woken: bool) -> bool {
     WOKEN.with(|w| w.replace(woken))
 }
@@ -254,33 +260,24 @@ pub(super) fn holdings<R>(f: impl FnOnce(&mut Holdings) -> R) -> R {
     HOLDINGS.with(|h| f(&mut h.borrow_mut()))
 }
 
-/// Leaves global permits `permit` of `runtime` for the root to give back;
-/// returns whether none waited before.
-pub(super) fn release_later(runtime: Rc<Runtime>, permit: HeldPermit) -> bool {
-    RELEASES.with(|r| {
-        let mut r = r.borrow_mut();
-        r.push((runtime, permit));
-        r.len() == 1
-    })
+/// Leaves global permits `permit` of `runtime` for the root to give back.
+pub(super) fn release_later(runtime: Rc<Runtime>, permit: HeldPermit) {
+    leave(&RELEASES, (runtime, permit));
 }
 
-/// Leaves a global settlement of `runtime` for the root to send; returns whether none waited before.
-pub(super) fn charge_later(runtime: Rc<Runtime>, settlement: GlobalSettlement) -> bool {
-    CHARGES.with(|c| {
-        let mut c = c.borrow_mut();
-        c.push((runtime, settlement));
-        c.len() == 1
-    })
+/// Leaves a global settlement of `runtime` for the root to send.
+pub(super) fn charge_later(runtime: Rc<Runtime>, settlement: GlobalSettlement) {
+    leave(&CHARGES, (runtime, settlement));
 }
 
 /// Takes the global settlements waiting to be sent.
 pub(super) fn take_charges() -> Vec<(Rc<Runtime>, GlobalSettlement)> {
-    CHARGES.with(|c| std::mem::take(&mut *c.borrow_mut()))
+    take_left(&CHARGES)
 }
 
 /// Takes the global permits waiting to be given back.
 pub(super) fn take_releases() -> Vec<(Rc<Runtime>, HeldPermit)> {
-    RELEASES.with(|r| std::mem::take(&mut *r.borrow_mut()))
+    take_left(&RELEASES)
 }
 
 /// Sets the request headers shown in place of Envoy's; returns the ones

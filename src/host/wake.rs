@@ -17,15 +17,16 @@ use proxy_wasm::hostcalls;
 /// What a wake-up carries (anything: the work waits in the VM's state).
 const WAKE: &[u8] = b"w";
 
-/// Wakes the root to do the work just left for it (once until it runs).
+/// Wakes the root to do the work just left for it (once until it runs:
+/// through the queue, or else at its next fine tick).
 pub(super) fn root() {
-    if !state::set_woken(true) {
-        let woken = state::wake_queue()
-            .is_some_and(|queue| hostcalls::enqueue_shared_queue(queue, Some(WAKE)).is_ok());
-        if !woken {
-            state::set_woken(false);
-            let _ = hostcalls::set_tick_period(HOLD_TICK);
-        }
+    if state::set_woken(true) {
+        return;
+    }
+    let woken = state::wake_queue()
+        .is_some_and(|queue| hostcalls::enqueue_shared_queue(queue, Some(WAKE)).is_ok());
+    if !woken {
+        let _ = hostcalls::set_tick_period(HOLD_TICK);
     }
 }
 
