@@ -681,6 +681,12 @@ fn daily(alg: Algorithm, extra: Value) -> Value {
     json!([l])
 }
 
+/// The first limit's `leased` and `remaining` in the answer `v`.
+fn lease_of(v: &Value) -> (&Value, &Value) {
+    let l = &v["limits"][0];
+    (&l["leased"], &l["remaining"])
+}
+
 /// Leases: an admitted check also takes the most units of its `lease` that
 /// fit with the request, at once, for every algorithm: quota 10, weight 2
 /// and lease 5 grant 5 (3 left), then weight 1 and lease 5 grant the 2
@@ -691,32 +697,17 @@ async fn a_lease_is_the_largest_slice_that_fits<S: Store + Clone>(s: &Subject<S>
         let c = s.client(&format!("lease-{}", alg.name()));
         let leasing = daily(alg, json!({"lease": 5}));
         let v = c.check(leasing.clone(), 2).await;
-        let l = &v["limits"][0];
         assert_eq!(v["allowed"], json!(true), "{store} {alg}: {v}");
-        assert_eq!(
-            (&l["leased"], &l["remaining"]),
-            (&json!(5), &json!(3)),
-            "{store} {alg}: {v}"
-        );
+        assert_eq!(lease_of(&v), (&json!(5), &json!(3)), "{store} {alg}: {v}");
         let v = c.check(leasing.clone(), 1).await;
-        let l = &v["limits"][0];
-        assert_eq!(
-            (&l["leased"], &l["remaining"]),
-            (&json!(2), &json!(0)),
-            "{store} {alg}: {v}"
-        );
+        assert_eq!(lease_of(&v), (&json!(2), &json!(0)), "{store} {alg}: {v}");
         let v = c.check(leasing, 1).await;
         assert_eq!(v["allowed"], json!(false), "{store} {alg}: {v}");
         assert!(v["limits"][0].get("leased").is_none(), "{store} {alg}: {v}");
         // A lease larger than the quota takes what the request leaves.
         let c = s.client(&format!("lease-all-{}", alg.name()));
         let v = c.check(daily(alg, json!({"lease": 1000})), 1).await;
-        let l = &v["limits"][0];
-        assert_eq!(
-            (&l["leased"], &l["remaining"]),
-            (&json!(9), &json!(0)),
-            "{store} {alg}: {v}"
-        );
+        assert_eq!(lease_of(&v), (&json!(9), &json!(0)), "{store} {alg}: {v}");
         // Without `lease` the answer has no `leased`.
         let c = s.client(&format!("lease-none-{}", alg.name()));
         let v = c.check(daily(alg, json!({})), 1).await;
@@ -732,20 +723,10 @@ async fn a_renewal_weighing_nothing_takes_only_its_lease<S: Store + Clone>(s: &S
     for alg in Algorithm::ALL {
         let c = s.client(&format!("renewal-{}", alg.name()));
         let v = c.check(daily(alg, json!({"lease": 4})), 0).await;
-        let l = &v["limits"][0];
         assert_eq!(v["allowed"], json!(true), "{store} {alg}: {v}");
-        assert_eq!(
-            (&l["leased"], &l["remaining"]),
-            (&json!(4), &json!(6)),
-            "{store} {alg}: {v}"
-        );
+        assert_eq!(lease_of(&v), (&json!(4), &json!(6)), "{store} {alg}: {v}");
         let v = c.check(daily(alg, json!({"lease": 10})), 0).await;
-        let l = &v["limits"][0];
-        assert_eq!(
-            (&l["leased"], &l["remaining"]),
-            (&json!(6), &json!(0)),
-            "{store} {alg}: {v}"
-        );
+        assert_eq!(lease_of(&v), (&json!(6), &json!(0)), "{store} {alg}: {v}");
         let v = c.check(daily(alg, json!({"lease": 1})), 0).await;
         let leased = v["limits"][0].get("leased").cloned().unwrap_or(json!(0));
         assert_eq!(leased, json!(0), "{store} {alg}: {v}");
