@@ -225,9 +225,9 @@ def test_permits_held_across_a_configuration_push(proxy, upstream):
 # ------------------------------------------------------------------ global
 
 
-def global_config(permits: int = PERMITS, permit_ttl: str = "30s") -> dict:
+def global_config(permits: int = PERMITS, permit_ttl: str = "30s", **limit) -> dict:
     return sluice_config(
-        concurrency_rule(permits, scope="global", permit_ttl=permit_ttl),
+        concurrency_rule(permits, scope="global", permit_ttl=permit_ttl, **limit),
         limiter={"cluster": "sluice_limiter", "authority": "sluice-limiter", "timeout": "5s",
                  "failure_mode": "deny"})
 
@@ -314,3 +314,97 @@ def _quietly(call):
         call()
     except (OSError, http.client.HTTPException):
         pass
+
+
+def send_and_leave(port: int, user: str, when: str, rst: bool, body: bool = False):
+    """Sends a request and closes the connection (FIN, or RST with `rst`):
+    at once (`now`), once the upstream holds it (`inside`), or with its
+    body half sent (`body`)."""
+    s = socket.create_connection(("127.0.0.1", port))
+    try:
+        if body:
+            s.sendall(f"POST / HTTP/1.1\r\nhost: x\r\nx-user: {user}\r\ncontent-length: 100\r\n\r\n{'x' * 40}".encode())
+        else:
+            s.sendall(f"GET / HTTP/1.1\r\nhost: x\r\nx-user: {user}\r\nx-hold-ms: 300\r\n\r\n".encode())
+        if when == "inside":
+            s.settimeout(0.1)
+            try:
+                s.recv(1)  # a denial, or nothing while the upstream holds it
+            except OSError:
+                pass
+        if rst:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    finally:
+        s.close()
+
+
+# How a request ends: completes; its client leaves at once (FIN or RST,
+# before or while its check is out), with its body half sent, or once the
+# upstream holds it; the upstream resets it; the client times out.
+GLOBAL_ENDINGS = ["complete", "now-fin", "now-rst", "body-fin", "body-rst", "inside-fin", "inside-rst",
+                  "upstream-reset", "timeout"]
+
+
+@pytest.mark.parametrize("on_exceed", ["deny", "delay"])
+def test_global_permits_come_back_however_the_stream_ends(fleet, upstream, on_exceed):
+    """2 Envoys, 2 limiters on Redis, 32 connections: requests that end every
+    way a request can end, clients leaving while the limiter check is out
+    among them (in delay mode, also while waiting for a permit, their checks
+    made again by the worker), lose no permit, and the gauges read 0."""
+    mode = {"on_exceed": "delay", "max_delay": "250ms"} if on_exceed == "delay" else {}
+    envoys = fleet(global_config(**mode))
+    rng = random.Random(11)
+    outcomes: dict[str, int] = {}
+    kinds: dict[str, int] = {}
+    lock = threading.Lock()
+    rounds = 8
+
+    def one_connection(seed: int):
+        r = random.Random(seed)
+        for i in range(rounds):
+            e = envoys[(seed_index[seed] + i) % 2]
+            user = r.choice(["a", "b"])
+            kind = r.choice(GLOBAL_ENDINGS)
+            if kind in ("complete", "upstream-reset", "timeout"):
+                headers = {"x-user": user, "x-hold-ms": "10"}
+                if kind == "upstream-reset":
+                    headers["x-reset"] = "1"
+                if kind == "timeout":
+                    headers["x-hold-ms"] = "600"
+                try:
+                    ending = str(request(e.port, "/", headers=headers, timeout=0.3 if kind == "timeout" else 10).status)
+                except (OSError, http.client.HTTPException):
+                    ending = kind
+            else:
+                when, fin_rst = kind.split("-")
+                send_and_leave(e.port, user, "now" if when == "body" else when, fin_rst == "rst", body=when == "body")
+                ending = kind
+            with lock:
+                outcomes[ending] = outcomes.get(ending, 0) + 1
+                kinds[kind] = kinds.get(kind, 0) + 1
+
+    seeds = [rng.random() for _ in range(32)]
+    seed_index = {s: i for i, s in enumerate(seeds)}
+    run_all([lambda s=s: one_connection(s) for s in seeds])
+    assert sum(outcomes.values()) == 32 * rounds
+    assert set(kinds) == set(GLOBAL_ENDINGS), kinds
+    assert outcomes.get("200", 0) > 0 and outcomes.get("429", 0) > 0, outcomes
+    if on_exceed == "delay":
+        assert sum(e.sluice_stat("sluice.inflight.delayed") for e in envoys) > 0
+    for e in envoys:
+        wait_until(lambda e=e: in_use(e) == 0, what="permits_in_use == 0")
+
+    def all_back():
+        statuses = []
+        run_all([lambda i=i, user=user: statuses.append(
+            (user, request(envoys[i % 2].port, "/", headers={"x-user": user, "x-hold-ms": "300"}).status))
+            for i in range(PERMITS) for user in ("a", "b")])
+        statuses = [s for _, s in statuses]
+        return sorted(statuses) == [200] * (2 * PERMITS)
+
+    # The last releases are a call away; a permit lost would be held for the
+    # 30 s ttl, renewed while the key has traffic.
+    wait_until(all_back, timeout=5, what="every permit back at the limiter")
+    failed = sum(e.sluice_stat(f"sluice.limiter_failed_{r}") for e in envoys
+                 for r in ("unreachable", "timeout", "status", "unreadable"))
+    assert failed == 0

@@ -186,13 +186,14 @@ fn deliver(context: u32, runtime: &Rc<Runtime>, mut verdict: Verdict) {
             let _ = hostcalls::resume_http_request();
             Handoff {
                 admitted: Some(admitted),
-                held: None,
+                ..Handoff::default()
             }
         }
         Verdict::Delay(delayed) => match hold(context, runtime, delayed) {
             Ok(held) => Handoff {
                 admitted: Some(held.admitted()),
                 held: Some(held),
+                ..Handoff::default()
             },
             // A coalesced check takes no permits: nothing to give back.
             Err(_) => return,

@@ -8,10 +8,12 @@ use super::cost;
 use super::limiter::{call_answer, call_failed, dispatch};
 use super::outcome::{
     add_request_headers, add_response_headers, add_service_response_headers, hold, send_denial,
+    unapplied,
 };
 use super::permits;
 use super::renewal;
 use super::request::{self, HostRequest, Shown};
+use super::rooted;
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
 use super::state::{self, Headers, Member, SharedCall};
@@ -63,6 +65,8 @@ pub(super) struct Filter {
     /// A request waiting for a permit: when it first found none, and until
     /// when it may wait.
     waiting: Option<(Nanos, Nanos)>,
+    /// Its check takes global permits and is the root's to make.
+    rooted: bool,
 }
 
 impl Filter {
@@ -82,6 +86,7 @@ impl Filter {
             awaiting_body: false,
             shown: None,
             waiting: None,
+            rooted: false,
         }
     }
 }
@@ -134,8 +139,15 @@ impl Filter {
         }
     }
 
-    /// Asks the limiter: in a coalescing group's next call, or alone.
+    /// Asks the limiter: in a coalescing group's next call, alone, or, for
+    /// a check that takes global permits, from the root (see
+    /// [`rooted`]).
     fn check(&mut self, runtime: &Runtime, pending: PendingCheck) -> Action {
+        if let (true, Some(shared)) = (pending.takes_permits(), self.runtime.as_ref()) {
+            rooted::queue(self.context_id, shared, pending, self.shown.clone());
+            self.rooted = true;
+            return Action::Pause;
+        }
         let (Some(signature), Some(shared)) = (pending.coalescable(), self.runtime.as_ref()) else {
             return self.call_limiter(runtime, pending);
         };
@@ -161,26 +173,6 @@ impl Filter {
                 }
                 action
             }
-        }
-    }
-
-    /// Gives back what a verdict never carried out consumed: its client
-    /// left first.
-    fn unapplied(&mut self, verdict: Verdict) {
-        let Some(runtime) = self.runtime.clone() else {
-            return;
-        };
-        let (plan, metrics) = (&runtime.plan, &runtime.metrics);
-        match verdict {
-            Verdict::Allow(mut admitted) => self.keep(&runtime, std::mem::take(&mut admitted.held)),
-            Verdict::Delay(mut delayed) => {
-                self.keep(&runtime, delayed.take_held());
-                let resume_at = delayed.resume_at();
-                let taken = delayed.give_back(plan, &HostStore, metrics, now());
-                cost::refund(&runtime, taken, resume_at);
-            }
-            Verdict::Check(pending) => renewal::abandon(&runtime, pending),
-            Verdict::Deny(_) => {}
         }
     }
 
@@ -215,6 +207,9 @@ impl Filter {
     /// Takes the request out of the queue or its coalescing group if it
     /// still waits (its client left) and gives back what it consumed.
     fn leave(&mut self) {
+        if self.rooted {
+            rooted::leave(self.context_id);
+        }
         self.take_handoff();
         if !self.tokens.is_empty() {
             // Its call is dropped with it: the group calls again.
@@ -223,7 +218,9 @@ impl Filter {
         if let Some((shared, verdict)) = self.carrying.take() {
             // So is the call it carried: its requests get the failure mode.
             coalesced::carried(shared, None);
-            self.unapplied(verdict);
+            if let Some(runtime) = self.runtime.as_ref() {
+                unapplied(runtime, verdict);
+            }
         }
         let member = state::groups(|g| g.leave(self.context_id));
         if let Some(member) = member {
@@ -257,6 +254,10 @@ impl Filter {
         let Some(mut handoff) = state::take_handoff(self.context_id) else {
             return;
         };
+        // Counted and renewed already: the request gives them back.
+        let kept = std::mem::take(&mut handoff.kept);
+        self.holding.local.extend(kept.local);
+        self.holding.global.extend(kept.global);
         if let Some(runtime) = self.runtime.clone() {
             if let Some(admitted) = handoff.admitted.as_mut() {
                 self.keep(&runtime, std::mem::take(&mut admitted.held));

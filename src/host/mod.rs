@@ -3,8 +3,10 @@
 //!
 //! Imports go one way, from the contexts down to the host calls:
 //! [`root`] (the root context) → [`filter`] (a request's context) →
-//! [`coalesced`] (shared calls of coalescing groups), [`waiting`] (requests
-//! waiting for a permit, decided again from the root) → [`outcome`] (hold,
+//! [`coalesced`] (shared calls of coalescing groups), [`rooted`] (checks
+//! that take global permits, made by the root for their request) →
+//! [`waiting`] (requests waiting for a permit, decided again from the
+//! root) → [`outcome`] (hold,
 //! deny, response headers), [`limiter`] (call-outs), [`permits`] (the
 //! permits of concurrency limits: kept, given back, renewed), [`cost`]
 //! (costs known from the response: read, settled), [`renewal`] (lease
@@ -25,9 +27,11 @@
 //! shared calls are made by the root context ([`coalesced`]), which hands
 //! each request its outcome.
 //!
-//! Calls whose answer no request can wait for (lease renewals, global
-//! settlements and permits given back) and the next calls of coalescing
-//! groups are made by the root, woken at once ([`wake`]).
+//! Calls whose answer must be read whether or not their request is still
+//! there (lease renewals, global settlements and permits given back, checks
+//! that take global permits) and the next calls of coalescing groups are
+//! made by the root, woken at once ([`wake`]): a call belongs to the
+//! context that makes it, and Envoy cancels a request's calls when it ends.
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::RootContext;
@@ -54,6 +58,7 @@ mod random;
 mod renewal;
 mod request;
 mod root;
+mod rooted;
 mod runtime;
 mod shared_data;
 mod state;

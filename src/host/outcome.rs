@@ -1,8 +1,12 @@
 //! Carrying out the engine's outcomes on the request: holding it in delay
 //! mode, sending the denial, adding the admitted response's headers, and
-//! telling the access log.
+//! telling the access log; or giving back what an outcome took when its
+//! request is gone.
 
-use super::clock::HOLD_TICK;
+use super::clock::{now, HOLD_TICK};
+use super::cost;
+use super::permits;
+use super::renewal;
 use super::request::{grpc_deadline, headers_sent, is_grpc_request};
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
@@ -11,10 +15,30 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::types::{GrpcStatusCode, MapType};
 use sluice_filter::config::{Plan, ServiceHeaders};
 use sluice_filter::engine::concurrency::Held;
-use sluice_filter::engine::{Admitted, Delayed, Denied};
+use sluice_filter::engine::{Admitted, Delayed, Denied, Verdict};
 use sluice_filter::grpc;
 use sluice_filter::response;
 use sluice_filter::rls::Reply;
+use std::rc::Rc;
+
+/// Gives back what `verdict`, never carried out, took: its request is gone
+/// (permits, and what a held request consumed as of when it would have
+/// resumed; a check still to make takes back what it took locally).
+pub(super) fn unapplied(runtime: &Rc<Runtime>, verdict: Verdict) {
+    match verdict {
+        Verdict::Allow(mut admitted) => {
+            permits::give_back(runtime, std::mem::take(&mut admitted.held));
+        }
+        Verdict::Delay(mut delayed) => {
+            permits::give_back(runtime, delayed.take_held());
+            let resume_at = delayed.resume_at();
+            let taken = delayed.give_back(&runtime.plan, &HostStore, &runtime.metrics, now());
+            cost::refund(runtime, taken, resume_at);
+        }
+        Verdict::Deny(mut denied) => permits::give_back(runtime, std::mem::take(&mut denied.held)),
+        Verdict::Check(pending) => renewal::abandon(runtime, pending),
+    }
+}
 
 /// Queues a delayed request of `context` until it conforms, counting it as
 /// held; when its rule's queue is full, denies it instead (`Err`, with the

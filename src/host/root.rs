@@ -13,6 +13,7 @@ use super::metrics::{config_error, Metrics};
 use super::permits;
 use super::random;
 use super::renewal;
+use super::rooted;
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
 use super::state;
@@ -71,6 +72,7 @@ fn resume_due(now: Nanos) -> bool {
 /// Does the work requests left root `root`: the calls they wait for first.
 fn do_left_work(root: u32) {
     coalesced::call_ready(root);
+    rooted::send_queued(root);
     renewal::send_queued(root);
     permits::send_releases();
     cost::send_charges();
@@ -81,8 +83,9 @@ impl Context for Root {
         let last = state::root_closed();
         if last {
             resume_due(Nanos::MAX);
-            waiting::end_all();
+            waiting::end_all(self.id);
         }
+        rooted::root_closing(self.id, last);
         wake::root_closing(self.id);
         coalesced::root_closing(self.id, last);
         renewal::root_closing(self.id, last);
@@ -98,7 +101,10 @@ impl Context for Root {
     ) {
         let answer = call_answer(self.runtime.as_deref(), body_size);
         let answer = answer.as_deref();
-        if !renewal::answered(token, answer) && !waiting::answered(token, answer) {
+        let ours = renewal::answered(token, answer)
+            || rooted::answered(self.id, token, answer)
+            || waiting::answered(self.id, token, answer);
+        if !ours {
             coalesced::answered(self.id, token, answer);
         }
         // The root is running: what was left for it meanwhile need not
@@ -117,7 +123,7 @@ impl Context for Root {
         let body = (status_code == 0)
             .then(|| hostcalls::get_buffer(BufferType::GrpcReceiveBuffer, 0, response_size))
             .and_then(|b| b.ok().flatten());
-        waiting::answered(token, body.as_deref());
+        waiting::answered(self.id, token, body.as_deref());
     }
 }
 
@@ -128,7 +134,7 @@ impl RootContext for Root {
         wake::woken(None);
         wake::listen_if_unheard(self.id, self.runtime.as_deref());
         do_left_work(self.id);
-        let waiting = resume_due(now) | waiting::retry() || state::groups(|g| g.any_ready());
+        let waiting = resume_due(now) | waiting::retry(self.id) || state::groups(|g| g.any_ready());
         // The period follows the queue whoever set it last (an HTTP context
         // of this root starts the fine ticks): a gap shorter than half the
         // flush period means fine ticks.

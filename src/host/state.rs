@@ -7,7 +7,7 @@
 use super::runtime::Runtime;
 use sluice_core::Nanos;
 use sluice_filter::coalesce::Coalescer;
-use sluice_filter::engine::concurrency::HeldPermit;
+use sluice_filter::engine::concurrency::{Held, HeldPermit};
 use sluice_filter::engine::cost_reader::GlobalSettlement;
 use sluice_filter::engine::{Admitted, Delayed, PendingCheck, Renewal};
 use sluice_filter::failure::Throttle;
@@ -60,6 +60,9 @@ thread_local! {
     static WAKE_QUEUE: Cell<Option<(u32, u32)>> = const { Cell::new(None) };
     static WAKE_QUEUE_NAME: RefCell<Option<String>> = const { RefCell::new(None) };
     static WOKEN: Cell<bool> = const { Cell::new(false) };
+    /// Checks taking global permits that the root makes for requests,
+    /// queued or in flight.
+    static ROOTED: RefCell<Vec<RootedCheck>> = const { RefCell::new(Vec::new()) };
     /// Lease renewals in flight, made by root contexts.
     static RENEWALS: RefCell<Vec<RenewalCall>> = const { RefCell::new(Vec::new()) };
     /// When this VM last logged a failed limiter call.
@@ -103,11 +106,29 @@ pub(super) struct SharedCall {
     pub(super) members: Vec<(u32, Member)>,
 }
 
-/// An outcome the root decided for a request: what its response reports.
+/// An outcome the root decided for a request: what its response reports,
+/// and the permits the root kept for it (counted and renewed from then on),
+/// which the request gives back when its stream ends.
 #[derive(Default)]
 pub(super) struct Handoff {
     pub(super) admitted: Option<Admitted>,
     pub(super) held: Option<Delayed>,
+    pub(super) kept: Held,
+}
+
+/// A check the root makes (or is about to make) for a request.
+pub(super) struct RootedCheck {
+    pub(super) context: u32,
+    pub(super) runtime: Rc<Runtime>,
+    pub(super) pending: PendingCheck,
+    /// The request's headers, when it was decided after its body.
+    pub(super) shown: Option<Headers>,
+    /// The root whose calls these are, and their tokens (and call index);
+    /// empty while queued.
+    pub(super) root: u32,
+    pub(super) tokens: Vec<(u32, usize)>,
+    /// Its client left: the answer only gives back what it took.
+    pub(super) gone: bool,
 }
 
 /// A check the root makes for a waiting request: its calls' tokens (and
@@ -179,14 +200,32 @@ pub(super) fn add_renewal(call: RenewalCall) {
     RENEWALS.with(|r| r.borrow_mut().push(call));
 }
 
-/// Takes the renewals in flight that `which` picks.
-pub(super) fn take_renewals(which: impl Fn(&RenewalCall) -> bool) -> Vec<RenewalCall> {
-    RENEWALS.with(|r| {
-        let mut calls = r.borrow_mut();
-        let (taken, kept) = std::mem::take(&mut *calls).into_iter().partition(which);
-        *calls = kept;
+/// Takes the items of `list` that `which` picks.
+fn take_where<T: 'static>(
+    list: &'static LocalKey<RefCell<Vec<T>>>,
+    which: impl Fn(&T) -> bool,
+) -> Vec<T> {
+    list.with(|l| {
+        let mut items = l.borrow_mut();
+        let (taken, kept) = std::mem::take(&mut *items).into_iter().partition(which);
+        *items = kept;
         taken
     })
+}
+
+/// Takes the renewals in flight that `which` picks.
+pub(super) fn take_renewals(which: impl Fn(&RenewalCall) -> bool) -> Vec<RenewalCall> {
+    take_where(&RENEWALS, which)
+}
+
+/// Keeps a check the root makes for a request, queued or in flight.
+pub(super) fn add_rooted(check: RootedCheck) {
+    leave(&ROOTED, check);
+}
+
+/// Takes the checks for requests that `which` picks.
+pub(super) fn take_rooted(which: impl Fn(&RootedCheck) -> bool) -> Vec<RootedCheck> {
+    take_where(&ROOTED, which)
 }
 
 /// Keeps a check made for a waiting request until its answers come.

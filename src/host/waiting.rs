@@ -9,7 +9,7 @@
 
 use super::clock::{now, HOLD_TICK};
 use super::limiter::{call_failed, dispatch};
-use super::outcome::{deny, hold};
+use super::outcome::{deny, hold, unapplied};
 use super::permits;
 use super::renewal;
 use super::request::HostRequest;
@@ -58,11 +58,11 @@ pub(super) fn wait(
 
 /// Decides every waiting request again (from the root context's tick);
 /// returns whether some still wait.
-pub(super) fn retry() -> bool {
+pub(super) fn retry(root: u32) -> bool {
     for waiter in state::take_waiters() {
         // A context gone meanwhile left in on_done.
         if hostcalls::set_effective_context(waiter.context).is_ok() {
-            decide(waiter);
+            decide(root, waiter);
         }
     }
     state::any_waiter()
@@ -70,16 +70,16 @@ pub(super) fn retry() -> bool {
 
 /// Decides every waiting request one last time, as out of time: the VM's
 /// last root context is closing and no tick will come.
-pub(super) fn end_all() {
+pub(super) fn end_all(root: u32) {
     for mut waiter in state::take_waiters() {
         waiter.deadline = 0;
         if hostcalls::set_effective_context(waiter.context).is_ok() {
-            decide(waiter);
+            decide(root, waiter);
         }
     }
 }
 
-fn decide(waiter: Waiter) {
+fn decide(root: u32, waiter: Waiter) {
     let runtime = Rc::clone(&waiter.runtime);
     let mut verdict = engine::evaluate(
         &runtime.plan,
@@ -91,14 +91,16 @@ fn decide(waiter: Waiter) {
         now,
     );
     renewal::queue_from(&runtime, &mut verdict);
-    settle(waiter, &runtime, verdict);
+    settle(root, waiter, &runtime, verdict);
 }
 
 /// Carries out `verdict` for a waiting request: a check is made from the
 /// root context (its answers come to [`answered`]); one that could not be
 /// made is decided by the failure mode.
-fn settle(waiter: Waiter, runtime: &Rc<Runtime>, mut verdict: Verdict) {
+fn settle(root: u32, waiter: Waiter, runtime: &Rc<Runtime>, mut verdict: Verdict) {
     while let Verdict::Check(mut pending) = verdict {
+        // The calls must be the root's: a request's end with it, unanswered.
+        let _ = hostcalls::set_effective_context(root);
         let mut tokens = Vec::new();
         for call in 0..pending.call_count() {
             match dispatch(runtime, pending.body(call)) {
@@ -120,12 +122,15 @@ fn settle(waiter: Waiter, runtime: &Rc<Runtime>, mut verdict: Verdict) {
         verdict = engine::finish(&runtime.plan, pending, &HostStore, &runtime.metrics);
         renewal::queue_from(runtime, &mut verdict);
     }
+    if hostcalls::set_effective_context(waiter.context).is_err() {
+        return unapplied(runtime, verdict);
+    }
     carry_out(waiter, runtime, verdict);
 }
 
 /// The answer (`None`: failed) to call `token`, if it is a check made for a
 /// waiting request; returns whether it was.
-pub(super) fn answered(token: u32, body: Option<&[u8]>) -> bool {
+pub(super) fn answered(root: u32, token: u32, body: Option<&[u8]>) -> bool {
     let Some(mut call) = state::take_waiter_call(token) else {
         return false;
     };
@@ -142,16 +147,14 @@ pub(super) fn answered(token: u32, body: Option<&[u8]>) -> bool {
         pending, waiter, ..
     } = call;
     let runtime = Rc::clone(&waiter.runtime);
-    if hostcalls::set_effective_context(waiter.context).is_err() {
-        // Its client left meanwhile.
-        if let Some(r) = pending.abandon(&runtime.plan, &HostStore, &runtime.metrics) {
-            renewal::queue(&runtime, r);
-        }
-        return true;
-    }
     let mut verdict = engine::finish(&runtime.plan, pending, &HostStore, &runtime.metrics);
     renewal::queue_from(&runtime, &mut verdict);
-    settle(waiter, &runtime, verdict);
+    if hostcalls::set_effective_context(waiter.context).is_err() {
+        // Its client left meanwhile: what the answer took goes back.
+        unapplied(&runtime, verdict);
+        return true;
+    }
+    settle(root, waiter, &runtime, verdict);
     true
 }
 
@@ -168,21 +171,29 @@ fn carry_out(waiter: Waiter, runtime: &Rc<Runtime>, verdict: Verdict) {
             permits::give_back(runtime, held);
             return deny(&runtime.plan, &denied);
         }
-        Verdict::Allow(admitted) => {
+        Verdict::Allow(mut admitted) => {
             runtime
                 .metrics
                 .delayed(waiter.rule, now.saturating_sub(waiter.since));
+            let kept = std::mem::take(&mut admitted.held);
+            permits::keep(runtime, &kept);
             let _ = hostcalls::resume_http_request();
             Handoff {
                 admitted: Some(admitted),
                 held: None,
+                kept,
             }
         }
         Verdict::Delay(delayed) => match hold(waiter.context, runtime, delayed) {
-            Ok(held) => Handoff {
-                admitted: Some(held.admitted()),
-                held: Some(held),
-            },
+            Ok(mut held) => {
+                let kept = held.take_held();
+                permits::keep(runtime, &kept);
+                Handoff {
+                    admitted: Some(held.admitted()),
+                    held: Some(held),
+                    kept,
+                }
+            }
             Err(taken) => {
                 return permits::give_back(runtime, taken);
             }

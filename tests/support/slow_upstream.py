@@ -4,10 +4,13 @@ must bound, observed where it matters.
 
 Each request is held `x-hold-ms` milliseconds (default `hold_ms`) and keyed
 by its `x-user` header. A hold ends early when the client (Envoy) goes away.
+A request with `x-reset: 1` is reset (an RST, no response) once held.
 """
 
 import http.server
+import io
 import select
+import socket
 import threading
 import time
 
@@ -44,6 +47,12 @@ class SlowUpstream(HttpUpstream):
                             return
                 finally:
                     outer._leave(key)
+                if self.headers.get("x-reset"):
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                    self.close_connection = True
+                    self.connection.close()
+                    self.wfile = io.BytesIO()  # nothing left to flush
+                    return
                 body = b"ok\n"
                 self.send_response(200)
                 self.send_header("content-length", str(len(body)))

@@ -1,7 +1,7 @@
 //! A request waiting for the limiter: its calls, and their answers as they
 //! arrive.
 
-use super::call::Call;
+use super::call::{Call, Via};
 use super::renewal::Renewal;
 use super::tally::{Env, Tally};
 use crate::config::Plan;
@@ -58,6 +58,17 @@ impl PendingCheck {
             c.answer = Some(answer);
         }
         self.calls.iter().all(|c| c.answer.is_some())
+    }
+
+    /// Whether a call takes permits of a global concurrency limit: its
+    /// answer must be read even if the request is gone, to give them back.
+    pub fn takes_permits(&self) -> bool {
+        self.calls.iter().any(|c| {
+            c.batch
+                .items
+                .iter()
+                .any(|i| matches!(i.via, Via::Permit(_)))
+        })
     }
 
     /// When the request was decided, just before its calls were made (the

@@ -196,3 +196,30 @@ fn nine_hundred_keys_in_a_table_for_a_thousand_each_hold_their_own_permits() {
     }
     assert!(first.iter().all(|h| in_use(&w, &h.local[0]) == 0));
 }
+
+/// A global concurrency limit and a global rate limit, in two rules.
+const GLOBAL_PERMITS: &str = r#"{"name":"inflight","key":["header:x-user"],"limits":[
+    {"concurrency":2,"scope":"global"}]},
+    {"name":"rate","key":["header:x-user"],"limits":[
+    {"algorithm":"gcra","requests":10,"window":"1m","scope":"global"}]}"#;
+
+#[test]
+fn a_check_that_takes_global_permits_says_so_and_its_answer_names_them() {
+    let w = World::new(&rules(GLOBAL_PERMITS));
+    let p = pending(w.eval(&user("a")));
+    // Its answer must be read even if the request is gone: the host makes
+    // it from the root and gives back what the answer took.
+    assert!(p.takes_permits());
+    let both = r#"{"allowed":true,"limits":[
+        {"allowed":true,"limit":2,"remaining":1,"reset_ms":0,"retry_after_ms":0},
+        {"allowed":true,"limit":10,"remaining":9,"reset_ms":1000,"retry_after_ms":0}]}"#;
+    let taken = held(w.finish(p, Some(both.to_string())));
+    assert_eq!(taken.global.len(), 1);
+    assert_eq!(
+        (taken.global[0].holder, taken.global[0].weight),
+        (HOLDER, 1)
+    );
+    // A check without permits is the request's own.
+    let w = World::new(&rules(GLOBAL));
+    assert!(!pending(w.eval(&user("a"))).takes_permits());
+}
