@@ -2,6 +2,7 @@
 estimate, charged what the upstream's `usage` says, JSON or event stream,
 local and global; debt, recovery, missing usage and cut streams."""
 
+import http.client
 import json
 import threading
 import time
@@ -10,6 +11,7 @@ import pytest
 
 from support import limiter_cluster, request, run_all, sluice_config, start_envoy, wait_until, wasm_filter
 from support.llm_upstream import LlmUpstream
+from support.windows import away_from_window_boundary
 
 TOTAL = "body:usage.total_tokens"
 
@@ -169,34 +171,101 @@ def test_a_rate_limit_service_is_charged_the_difference(tmp_path, llm):
 
 
 
-def test_global_tokens_held_across_two_envoys(tmp_path, processes, llm):
-    redis = processes.redis()
-    limiters = [processes.limiter(store=redis.url, extra_args=["--store-timeout-ms", "5000"]) for _ in range(2)]
-    clusters = [llm.cluster(), limiter_cluster("sluice_limiter", [lim.port for lim in limiters])]
-    config = sluice_config(token_rule(per_hour(400, scope="global"), estimate="header:x-max-tokens"),
-                           limiter={"cluster": "sluice_limiter", "authority": "sluice-limiter", "timeout": "5s",
-                                    "failure_mode": "deny"})
-    envoys = [start_envoy(tmp_path, [wasm_filter(config)], clusters=clusters, name=f"envoy-{n}",
-                          hcm_extra=LlmUpstream.route_config()) for n in "ab"]
-    try:
-        counts: dict[int, int] = {}
-        lock = threading.Lock()
+@pytest.fixture
+def token_fleet(tmp_path, processes, llm):
+    """Two Envoys in front of the LLM upstream, and two limiters on one Redis."""
+    started = []
 
-        def one_connection(i):
-            for _ in range(6):
-                status = ask(envoys[i % 2].port, x_max_tokens=40, stream=bool(i % 3 == 0)).status
+    def start(rule: list[dict]) -> list:
+        redis = processes.redis()
+        limiters = [processes.limiter(store=redis.url, extra_args=["--store-timeout-ms", "5000"]) for _ in range(2)]
+        clusters = [llm.cluster(), limiter_cluster("sluice_limiter", [lim.port for lim in limiters])]
+        config = sluice_config(rule, limiter={"cluster": "sluice_limiter", "authority": "sluice-limiter",
+                                              "timeout": "5s", "failure_mode": "deny"})
+        started.extend(start_envoy(tmp_path, [wasm_filter(config)], clusters=clusters, name=f"envoy-{n}",
+                                   hcm_extra=LlmUpstream.route_config()) for n in "ab")
+        return started
+
+    yield start
+    for e in started:
+        e.stop()
+
+
+def fleet_load(envoys, user: str, connections: int = 32, per_connection: int = 6, keep_alive: bool = False,
+               **headers) -> dict[int, int]:
+    """`connections` clients, alternately on each Envoy, each sending
+    `per_connection` requests one after another (a third as event streams),
+    on one kept-alive connection each or on a new connection per request."""
+    counts: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def one_connection(i):
+        conn = http.client.HTTPConnection("127.0.0.1", envoys[i % 2].port, timeout=10)
+        h = {"x-user": user, **({"x-stream": "1"} if i % 3 == 0 else {}),
+             **{k.replace("_", "-"): str(v) for k, v in headers.items()}}
+        try:
+            for _ in range(per_connection):
+                if keep_alive:
+                    conn.request("POST", "/v1/chat/completions", body=b"{}", headers=h)
+                    resp = conn.getresponse()
+                    resp.read()
+                    status = resp.status
+                else:
+                    status = ask(envoys[i % 2].port, user=user, stream=bool(i % 3 == 0), **headers).status
                 with lock:
                     counts[status] = counts.get(status, 0) + 1
+        finally:
+            conn.close()
 
-        run_all([lambda i=i: one_connection(i) for i in range(32)])
-        assert set(counts) <= {200, 429}
-        assert 10 <= counts[200] <= 13, counts
-        # The upstream counts an answer once its last byte is written.
-        wait_until(lambda: llm.reported.get("a") == 30 * counts[200], timeout=5,
-                   what=f"the upstream counts {30 * counts[200]} tokens (it has {llm.reported.get('a')})")
-        assert 30 * counts[200] <= 400
-        for e in envoys:
-            assert e.sluice_stat("sluice.limiter_failed_status") == 0
-    finally:
-        for e in envoys:
-            e.stop()
+    run_all([lambda i=i: one_connection(i) for i in range(connections)])
+    assert set(counts) <= {200, 429}, counts
+    return counts
+
+
+def test_global_tokens_held_across_two_envoys(token_fleet, llm):
+    envoys = token_fleet(token_rule(per_hour(400, scope="global"), estimate="header:x-max-tokens"))
+    away_from_window_boundary(3600, margin_s=30)
+    counts = fleet_load(envoys, "a", x_max_tokens=40)
+    assert 10 <= counts[200] <= 13, counts
+    # The upstream counts an answer once its last byte is written.
+    wait_until(lambda: llm.reported.get("a") == 30 * counts[200], timeout=5,
+               what=f"the upstream counts {30 * counts[200]} tokens (it has {llm.reported.get('a')})")
+    assert 30 * counts[200] <= 400
+    for e in envoys:
+        assert e.sluice_stat("sluice.limiter_failed_status") == 0
+
+
+# The estimate-0 bound across a fleet: each request costs 30 tokens, the
+# limit is 400, 32 clients, each on one Envoy of 2 workers. Once the limit
+# runs out, what is admitted beyond it is what the requests admitted and not
+# yet charged cost. A worker's check waits for the charges its ended streams
+# owe on the key, so a client has at most one such request per worker it
+# reaches: one on a kept-alive connection, up to one per worker of its Envoy
+# with a connection per request. At most (400 - 1 + 32 x 30) / 30 = 45
+# requests kept alive, (400 - 1 + 32 x 2 x 30) / 30 = 77 otherwise.
+CONNECTIONS, COST, LIMIT, WORKERS = 32, 30, 400, 2
+
+
+def estimate_zero_bound(keep_alive: bool) -> int:
+    uncharged = CONNECTIONS * (1 if keep_alive else WORKERS)
+    return (LIMIT - 1 + uncharged * COST) // COST
+
+
+@pytest.mark.parametrize("keep_alive", [True, False], ids=["kept-alive", "connection-per-request"])
+def test_global_estimate_zero_overshoot_is_bounded_by_the_streams_at_once(token_fleet, llm, keep_alive):
+    envoys = token_fleet(token_rule(per_hour(LIMIT, scope="global")))
+    away_from_window_boundary(3600, margin_s=60)
+    admitted = []
+    for run in range(10):
+        user = f"run-{run}"
+        counts = fleet_load(envoys, user, connections=CONNECTIONS, keep_alive=keep_alive)
+        admitted.append(counts.get(200, 0))
+        wait_until(lambda u=user, n=admitted[-1]: llm.reported.get(u) == COST * n, timeout=5,
+                   what=f"the upstream counts {COST * admitted[-1]} tokens for {user}")
+    print(f"admitted per run, {'kept-alive' if keep_alive else 'a connection per request'}: {admitted}")
+    # The limit is reached in every run, and never overshot beyond the bound.
+    bound = estimate_zero_bound(keep_alive)
+    assert all(LIMIT // COST < n <= bound for n in admitted), (admitted, bound)
+    for e in envoys:
+        assert e.sluice_stat("sluice.limiter_failed_status") == 0
+        assert e.sluice_stat("sluice.limiter_failed_timeout") == 0

@@ -3,13 +3,15 @@
 //! settlement when the stream ends (local limits at once), and the global
 //! settlements sent by the root context, woken at once ([`super::wake`]),
 //! in one `POST /v1/charge` per configuration (the stream's own context is
-//! ending and could not take the call's answer).
+//! ending and could not take the call's answer). The keys a charge is for
+//! are owed ([`sluice_filter::owing`]) from the stream's end until the
+//! limiter answers it: checks of those keys wait for it ([`super::rooted`]).
 
 use super::clock::now;
 use super::limiter::{dispatch, dispatch_charge};
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
-use super::state;
+use super::state::{self, Charge, ChargeCall};
 use super::wake;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType};
@@ -46,9 +48,50 @@ pub(super) fn read_trailers(runtime: &Runtime, reader: &mut CostReader) {
 pub(super) fn settle(runtime: &Rc<Runtime>, reader: CostReader) {
     let global = reader.settle(&HostStore, &runtime.metrics, now());
     for settlement in global {
-        state::charge_later(Rc::clone(runtime), settlement);
+        let owed = state::owing(|o| o.owe(charged_keys(std::slice::from_ref(&settlement))));
+        state::charge_later(Charge {
+            runtime: Rc::clone(runtime),
+            settlement,
+            owed,
+        });
         wake::root();
     }
+}
+
+/// The limiter keys `settlements` charge (refunds are not waited for: one
+/// late only admits fewer).
+fn charged_keys(settlements: &[GlobalSettlement]) -> impl Iterator<Item = &str> {
+    settlements
+        .iter()
+        .filter(|s| matches!(s.adjustment, Adjustment::Charge(_)))
+        .flat_map(|s| s.limits.iter().map(|l| l.key.as_ref()))
+}
+
+/// The answer to call `token`, if it is a charge's: once every call of its
+/// settlements is answered, their keys are paid. Returns whether some were.
+pub(super) fn answered(token: u32) -> bool {
+    let Some(mut call) = state::take_charge_calls(|c| c.tokens.contains(&token)).pop() else {
+        return false;
+    };
+    call.tokens.retain(|t| *t != token);
+    if !call.tokens.is_empty() {
+        state::add_charge_call(call);
+        return false;
+    }
+    pay(&call.owed);
+    true
+}
+
+/// Root `root` is closing: its charge calls will not be answered; their
+/// keys are no longer waited for.
+pub(super) fn root_closing(root: u32) {
+    for call in state::take_charge_calls(|c| c.root == root) {
+        pay(&call.owed);
+    }
+}
+
+fn pay(owed: &[u64]) {
+    state::owing(|o| owed.iter().for_each(|id| o.paid(*id)));
 }
 
 /// Charges what a rate limit service holds: one `ShouldRateLimit` per
@@ -87,33 +130,47 @@ pub(super) fn refund(runtime: &Rc<Runtime>, taken: Vec<LimitSpec<'static>>, admi
             adjustment: Adjustment::Refund(units),
             admitted_at,
         };
-        state::charge_later(Rc::clone(runtime), settlement);
+        state::charge_later(Charge {
+            runtime: Rc::clone(runtime),
+            settlement,
+            owed: 0,
+        });
         wake::root();
     }
 }
 
-/// Sends, from the root context running now, the global settlements left
-/// for it: one call per configuration.
-pub(super) fn send_charges() {
+/// Sends, from the root context `root` running now, the global settlements
+/// left for it: one call per configuration.
+pub(super) fn send_charges(root: u32) {
     let mut waiting = state::take_charges();
-    while let Some((runtime, first)) = waiting.pop() {
+    while let Some(first) = waiting.pop() {
+        let runtime = Rc::clone(&first.runtime);
         let (group, rest): (Vec<_>, Vec<_>) = waiting
             .into_iter()
-            .partition(|(r, _)| Rc::ptr_eq(r, &runtime));
+            .partition(|c| Rc::ptr_eq(&c.runtime, &runtime));
         waiting = rest;
-        let settlements: Vec<GlobalSettlement> = std::iter::once(first)
-            .chain(group.into_iter().map(|(_, s)| s))
-            .collect();
+        let (settlements, owed): (Vec<GlobalSettlement>, Vec<u64>) = std::iter::once(first)
+            .chain(group)
+            .map(|c| (c.settlement, c.owed))
+            .unzip();
+        let owed: Vec<u64> = owed.into_iter().filter(|id| *id != 0).collect();
         let now = now();
         send_to_service(&runtime, &settlements);
+        let mut tokens = Vec::new();
         for body in sluice_filter::engine::cost_reader::charge_bodies(
             &runtime.plan.domain,
             &settlements,
             now,
         ) {
-            if dispatch_charge(&runtime, &body).is_none() {
-                runtime.metrics.global(GlobalEvent::LimiterUnreachable);
+            match dispatch_charge(&runtime, &body) {
+                Some(token) => tokens.push(token),
+                None => runtime.metrics.global(GlobalEvent::LimiterUnreachable),
             }
+        }
+        if tokens.is_empty() {
+            pay(&owed);
+        } else if !owed.is_empty() {
+            state::add_charge_call(ChargeCall { root, tokens, owed });
         }
     }
 }

@@ -139,12 +139,21 @@ impl Filter {
         }
     }
 
-    /// Asks the limiter: in a coalescing group's next call, alone, or, for
-    /// a check that takes global permits, from the root (see
-    /// [`rooted`]).
+    /// Asks the limiter: in a coalescing group's next call, alone, or from
+    /// the root (see [`rooted`]) for a check that takes global permits or
+    /// must wait for charges its worker owes on its keys.
     fn check(&mut self, runtime: &Runtime, pending: PendingCheck) -> Action {
-        if let (true, Some(shared)) = (pending.takes_permits(), self.runtime.as_ref()) {
-            rooted::queue(self.context_id, shared, pending, self.shown.clone());
+        // The charges owed on its keys when it came, which it waits for.
+        let owed = state::owing(|o| {
+            let owes = !o.is_empty() && o.owes(pending.limiter_keys(), o.last());
+            owes.then(|| o.last())
+        });
+        if let (true, Some(shared)) = (
+            owed.is_some() || pending.takes_permits(),
+            self.runtime.as_ref(),
+        ) {
+            let owed = owed.unwrap_or(0);
+            rooted::queue(self.context_id, shared, pending, self.shown.clone(), owed);
             self.rooted = true;
             return Action::Pause;
         }

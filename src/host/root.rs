@@ -73,9 +73,17 @@ fn resume_due(now: Nanos) -> bool {
 fn do_left_work(root: u32) {
     coalesced::call_ready(root);
     rooted::send_queued(root);
+    as_root(root);
     renewal::send_queued(root);
     permits::send_releases();
-    cost::send_charges();
+    cost::send_charges(root);
+}
+
+/// Makes root `root` the effective context again: carrying out requests'
+/// outcomes moved it to them, and the calls made next must be the root's
+/// (a request's calls end with it, unanswered).
+fn as_root(root: u32) {
+    let _ = hostcalls::set_effective_context(root);
 }
 
 impl Context for Root {
@@ -85,6 +93,7 @@ impl Context for Root {
             resume_due(Nanos::MAX);
             waiting::end_all(self.id);
         }
+        cost::root_closing(self.id);
         rooted::root_closing(self.id, last);
         wake::root_closing(self.id);
         coalesced::root_closing(self.id, last);
@@ -101,14 +110,20 @@ impl Context for Root {
     ) {
         let answer = call_answer(self.runtime.as_deref(), body_size);
         let answer = answer.as_deref();
-        let ours = renewal::answered(token, answer)
-            || rooted::answered(self.id, token, answer)
-            || waiting::answered(self.id, token, answer);
-        if !ours {
-            coalesced::answered(self.id, token, answer);
+        if cost::answered(token) {
+            // Checks that waited for those charges go now.
+            rooted::send_queued(self.id);
+        } else {
+            let ours = renewal::answered(token, answer)
+                || rooted::answered(self.id, token, answer)
+                || waiting::answered(self.id, token, answer);
+            if !ours {
+                coalesced::answered(self.id, token, answer);
+            }
         }
         // The root is running: what was left for it meanwhile need not
         // wait for its wake-up.
+        as_root(self.id);
         renewal::send_queued(self.id);
     }
 

@@ -1,5 +1,10 @@
-//! Checks that take permits of a global concurrency limit, made by the root
-//! context for their request.
+//! Checks that take permits of a global concurrency limit, or of keys whose
+//! charges the worker still owes, made by the root context for their
+//! request.
+//!
+//! A check of a key owed on waits in the queue until the charges are
+//! answered ([`super::cost`]): no request is admitted ahead of what the
+//! requests that ended before it on its worker still owe.
 //!
 //! A call belongs to the context that makes it, and Envoy cancels it when
 //! that context ends: a request's own check would take its permits at the
@@ -28,12 +33,14 @@ use sluice_filter::metrics::{MetricSink, RuleEvent};
 use std::rc::Rc;
 
 /// Leaves `pending`, the check of the request of `context`, for the root to
-/// make, and wakes it.
+/// make once the charges owed on its keys up to id `owed` are answered,
+/// and wakes it.
 pub(super) fn queue(
     context: u32,
     runtime: &Rc<Runtime>,
     pending: PendingCheck,
     shown: Option<Headers>,
+    owed: u64,
 ) {
     state::add_rooted(RootedCheck {
         context,
@@ -43,13 +50,20 @@ pub(super) fn queue(
         root: 0,
         tokens: Vec::new(),
         gone: false,
+        owed,
     });
     wake::root();
 }
 
-/// Makes, from the running root `root`, the checks left for it.
+/// Makes, from the running root `root`, the checks left for it, but those
+/// of keys whose charges the worker still owes (made once they are
+/// answered).
 pub(super) fn send_queued(root: u32) {
-    for check in state::take_rooted(|c| c.tokens.is_empty()) {
+    let ready = |c: &RootedCheck| {
+        c.tokens.is_empty()
+            && (c.owed == 0 || !state::owing(|o| o.owes(c.pending.limiter_keys(), c.owed)))
+    };
+    for check in state::take_rooted(ready) {
         send(root, check);
     }
 }
@@ -156,6 +170,7 @@ fn decide(root: u32, check: RootedCheck) {
                 root,
                 tokens: Vec::new(),
                 gone: false,
+                owed: 0,
             },
         ),
         verdict => carry_out(context, &runtime, verdict),

@@ -12,6 +12,7 @@ use sluice_filter::engine::cost_reader::GlobalSettlement;
 use sluice_filter::engine::{Admitted, Delayed, PendingCheck, Renewal};
 use sluice_filter::failure::Throttle;
 use sluice_filter::holdings::Holdings;
+use sluice_filter::owing::Owing;
 use sluice_filter::queue::Queue;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -39,7 +40,11 @@ thread_local! {
     static HOLDINGS: RefCell<Holdings> = RefCell::new(Holdings::default());
     /// Global settlements of ended requests, for the root to send, with
     /// the configuration that admitted them.
-    static CHARGES: RefCell<Vec<(Rc<Runtime>, GlobalSettlement)>> = const { RefCell::new(Vec::new()) };
+    static CHARGES: RefCell<Vec<Charge>> = const { RefCell::new(Vec::new()) };
+    /// The limiter keys this VM's ended requests still owe charges on, and
+    /// the charge calls in flight (their tokens, root and keys).
+    static OWING: RefCell<Owing> = RefCell::new(Owing::default());
+    static CHARGE_CALLS: RefCell<Vec<ChargeCall>> = const { RefCell::new(Vec::new()) };
     /// Global permits ended requests gave back, for the root to send, with
     /// the configuration that took them.
     static RELEASES: RefCell<Vec<(Rc<Runtime>, HeldPermit)>> = const { RefCell::new(Vec::new()) };
@@ -129,6 +134,8 @@ pub(super) struct RootedCheck {
     pub(super) tokens: Vec<(u32, usize)>,
     /// Its client left: the answer only gives back what it took.
     pub(super) gone: bool,
+    /// It waits for the charges owed on its keys up to this id (0: none).
+    pub(super) owed: u64,
 }
 
 /// A check the root makes for a waiting request: its calls' tokens (and
@@ -304,13 +311,44 @@ pub(super) fn release_later(runtime: Rc<Runtime>, permit: HeldPermit) {
     leave(&RELEASES, (runtime, permit));
 }
 
-/// Leaves a global settlement of `runtime` for the root to send.
-pub(super) fn charge_later(runtime: Rc<Runtime>, settlement: GlobalSettlement) {
-    leave(&CHARGES, (runtime, settlement));
+/// Leaves a global settlement for the root to send.
+pub(super) fn charge_later(charge: Charge) {
+    leave(&CHARGES, charge);
+}
+
+/// Runs `f` on the keys this VM's ended requests owe charges on.
+pub(super) fn owing<R>(f: impl FnOnce(&mut Owing) -> R) -> R {
+    OWING.with(|o| f(&mut o.borrow_mut()))
+}
+
+/// A global settlement for the root to send, with the configuration that
+/// admitted its request and the id its keys are owed under.
+pub(super) struct Charge {
+    pub(super) runtime: Rc<Runtime>,
+    pub(super) settlement: GlobalSettlement,
+    pub(super) owed: u64,
+}
+
+/// The `POST /v1/charge` calls of one configuration's settlements, made by
+/// root `root`: what they charge is owed until every call is answered.
+pub(super) struct ChargeCall {
+    pub(super) root: u32,
+    pub(super) tokens: Vec<u32>,
+    pub(super) owed: Vec<u64>,
+}
+
+/// Keeps charge calls in flight until their answers.
+pub(super) fn add_charge_call(call: ChargeCall) {
+    leave(&CHARGE_CALLS, call);
+}
+
+/// Takes the charge calls in flight that `which` picks.
+pub(super) fn take_charge_calls(which: impl Fn(&ChargeCall) -> bool) -> Vec<ChargeCall> {
+    take_where(&CHARGE_CALLS, which)
 }
 
 /// Takes the global settlements waiting to be sent.
-pub(super) fn take_charges() -> Vec<(Rc<Runtime>, GlobalSettlement)> {
+pub(super) fn take_charges() -> Vec<Charge> {
     take_left(&CHARGES)
 }
 

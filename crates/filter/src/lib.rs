@@ -45,6 +45,7 @@ pub mod lease;
 pub mod local;
 pub mod matcher;
 pub mod metrics;
+pub mod owing;
 pub mod pattern;
 pub mod queue;
 pub mod response;

@@ -196,24 +196,73 @@ fn total(values: &[Option<u64>]) -> Option<u64> {
 /// The bodies carrying `settlements` of `domain` at `now`, each with at
 /// most [`MAX_LIMITS`] limits: a charge as is, a refund as consumed when
 /// its request was admitted.
+///
+/// The limiter refuses a body that names one limit's state twice (and
+/// would lose every settlement in it), and streams of one key often end
+/// together: charges of one state are summed into one, and a refund of a
+/// state a body already names goes into another body.
 pub fn charge_bodies(domain: &str, settlements: &[GlobalSettlement], now: Nanos) -> Vec<Vec<u8>> {
-    let items: Vec<(&LimitSpec<'static>, Adjust)> = settlements
+    let mut bodies: Vec<Vec<(&LimitSpec<'static>, Adjust)>> = Vec::new();
+    for s in settlements {
+        let adjust = match s.adjustment {
+            Adjustment::Charge(cost) => Adjust::Charge(cost),
+            Adjustment::Refund(cost) => Adjust::Refund {
+                cost,
+                age: now.saturating_sub(s.admitted_at),
+            },
+        };
+        for spec in &s.limits {
+            place(&mut bodies, spec, adjust);
+        }
+    }
+    bodies
         .iter()
-        .flat_map(|s| {
-            let adjust = match s.adjustment {
-                Adjustment::Charge(cost) => Adjust::Charge(cost),
-                Adjustment::Refund(cost) => Adjust::Refund {
-                    cost,
-                    age: now.saturating_sub(s.admitted_at),
-                },
-            };
-            s.limits.iter().map(move |spec| (spec, adjust))
-        })
-        .collect();
-    items
-        .chunks(MAX_LIMITS)
-        .map(|chunk| charge_json(domain, chunk))
+        .map(|items| charge_json(domain, items))
         .collect()
+}
+
+/// Adds `spec`'s `adjust` to the first body that can take it: summed with a
+/// charge of the same state, or beside other states in a body not full.
+fn place<'s>(
+    bodies: &mut Vec<Vec<(&'s LimitSpec<'static>, Adjust)>>,
+    spec: &'s LimitSpec<'static>,
+    adjust: Adjust,
+) {
+    for body in bodies.iter_mut() {
+        let full = body.len() >= MAX_LIMITS;
+        match body.iter_mut().find(|(s, _)| same_state(s, spec)) {
+            Some((_, Adjust::Charge(sum))) => {
+                if let Adjust::Charge(more) = adjust {
+                    *sum = sum.saturating_add(more);
+                    return;
+                }
+            }
+            Some(_) => {}
+            None if !full => return body.push((spec, adjust)),
+            None => {}
+        }
+    }
+    bodies.push(vec![(spec, adjust)]);
+}
+
+/// Whether `a` and `b` are one state at the limiter: the same key and limit
+/// (their weights aside).
+fn same_state(a: &LimitSpec<'_>, b: &LimitSpec<'_>) -> bool {
+    a.key == b.key
+        && a.algorithm == b.algorithm
+        && (
+            a.requests,
+            a.window_ms,
+            a.burst,
+            a.precision,
+            a.soft_percent,
+        ) == (
+            b.requests,
+            b.window_ms,
+            b.burst,
+            b.precision,
+            b.soft_percent,
+        )
 }
 
 #[cfg(test)]
@@ -221,30 +270,77 @@ mod tests {
     use super::*;
     use sluice_core::{Algorithm, Limit, SECOND};
 
+    fn settlement(
+        spec: &LimitSpec<'static>,
+        adjustment: Adjustment,
+        at: Nanos,
+    ) -> GlobalSettlement {
+        GlobalSettlement {
+            descriptors: Vec::new(),
+            limits: vec![spec.clone()],
+            adjustment,
+            admitted_at: at,
+        }
+    }
+
+    fn limits(body: &[u8]) -> Vec<serde_json::Value> {
+        let v: serde_json::Value = serde_json::from_slice(body).unwrap();
+        v["limits"].as_array().unwrap().clone()
+    }
+
     #[test]
     fn a_refund_is_aged_from_the_admission_and_bodies_hold_at_most_max_limits() {
         let limit = Limit::new(Algorithm::Gcra, 100, 60 * SECOND).unwrap();
-        let spec = LimitSpec::new("tokens/0/a".to_string(), &limit);
-        let settlements = vec![
-            GlobalSettlement {
-                descriptors: Vec::new(),
-                limits: vec![spec.clone(); MAX_LIMITS],
-                adjustment: Adjustment::Charge(5),
-                admitted_at: 0,
-            },
-            GlobalSettlement {
-                descriptors: Vec::new(),
-                limits: vec![spec],
-                adjustment: Adjustment::Refund(3),
-                admitted_at: 10 * SECOND,
-            },
-        ];
+        let specs: Vec<LimitSpec<'static>> = (0..=MAX_LIMITS)
+            .map(|i| LimitSpec::new(format!("tokens/0/{i}"), &limit))
+            .collect();
+        let mut settlements: Vec<GlobalSettlement> = specs
+            .iter()
+            .map(|s| settlement(s, Adjustment::Charge(5), 0))
+            .collect();
+        settlements.push(settlement(&specs[0], Adjustment::Refund(3), 10 * SECOND));
         let bodies = charge_bodies("d", &settlements, 12 * SECOND);
         assert_eq!(bodies.len(), 2);
-        let last: serde_json::Value = serde_json::from_slice(&bodies[1]).unwrap();
-        assert_eq!(last["limits"][0]["refund"], 3);
-        assert_eq!(last["limits"][0]["refund_age_ms"], 2000);
-        let first: serde_json::Value = serde_json::from_slice(&bodies[0]).unwrap();
-        assert_eq!(first["limits"][63]["charge"], 5);
+        let (first, last) = (limits(&bodies[0]), limits(&bodies[1]));
+        assert_eq!(first.len(), MAX_LIMITS);
+        assert_eq!(first[63]["charge"], 5);
+        // The 65th key, then the refund of a key the first body names.
+        assert_eq!(last.len(), 2);
+        assert_eq!(last[1]["key"], "tokens/0/0");
+        assert_eq!(last[1]["refund"], 3);
+        assert_eq!(last[1]["refund_age_ms"], 2000);
+    }
+
+    #[test]
+    fn no_body_names_a_state_twice_and_charges_of_one_state_are_summed() {
+        let limit = Limit::new(Algorithm::FixedWindow, 400, 3600 * SECOND).unwrap();
+        let other = Limit::new(Algorithm::FixedWindow, 400, 60 * SECOND).unwrap();
+        let a = LimitSpec::new("tokens/0/a".to_string(), &limit);
+        let a_per_minute = LimitSpec::new("tokens/0/a".to_string(), &other);
+        let settlements = vec![
+            settlement(&a, Adjustment::Charge(30), 0),
+            settlement(&a, Adjustment::Charge(30), 0),
+            settlement(&a_per_minute, Adjustment::Charge(30), 0),
+            settlement(&a, Adjustment::Refund(4), 0),
+            settlement(&a, Adjustment::Charge(30), 0),
+            settlement(&a, Adjustment::Refund(5), 0),
+        ];
+        let bodies: Vec<Vec<serde_json::Value>> = charge_bodies("d", &settlements, SECOND)
+            .iter()
+            .map(|b| limits(b))
+            .collect();
+        assert_eq!(bodies.len(), 3, "{bodies:?}");
+        assert_eq!(bodies[0].len(), 2);
+        assert_eq!(bodies[0][0]["charge"], 90, "three charges of one state");
+        assert_eq!(
+            bodies[0][1]["window_ms"], 60_000,
+            "another state of the key"
+        );
+        assert_eq!(bodies[1][0]["refund"], 4);
+        assert_eq!(bodies[2][0]["refund"], 5);
+        // Each body is one the limiter accepts.
+        for body in charge_bodies("d", &settlements, SECOND) {
+            assert!(sluice_wire::parse_charge(&body).is_ok());
+        }
     }
 }

@@ -71,6 +71,13 @@ impl PendingCheck {
         })
     }
 
+    /// The limiter keys of its calls' limits (none with `protocol: rls`).
+    pub fn limiter_keys(&self) -> impl Iterator<Item = &str> {
+        self.calls
+            .iter()
+            .flat_map(|c| c.batch.limits.iter().map(|l| l.key.as_ref()))
+    }
+
     /// When the request was decided, just before its calls were made (the
     /// filter's clock): how long a call took is measured from it.
     pub fn decided_at(&self) -> Nanos {
