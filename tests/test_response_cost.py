@@ -4,6 +4,8 @@ local and global; debt, recovery, missing usage and cut streams."""
 
 import http.client
 import json
+import random
+import socket
 import threading
 import time
 
@@ -179,6 +181,7 @@ def token_fleet(tmp_path, processes, llm):
     def start(rule: list[dict]) -> list:
         redis = processes.redis()
         limiters = [processes.limiter(store=redis.url, extra_args=["--store-timeout-ms", "5000"]) for _ in range(2)]
+        start.limiters = limiters
         clusters = [llm.cluster(), limiter_cluster("sluice_limiter", [lim.port for lim in limiters])]
         config = sluice_config(rule, limiter={"cluster": "sluice_limiter", "authority": "sluice-limiter",
                                               "timeout": "5s", "failure_mode": "deny"})
@@ -269,3 +272,62 @@ def test_global_estimate_zero_overshoot_is_bounded_by_the_streams_at_once(token_
     for e in envoys:
         assert e.sluice_stat("sluice.limiter_failed_status") == 0
         assert e.sluice_stat("sluice.limiter_failed_timeout") == 0
+
+
+def leave_early(port: int, user: str, stream: bool, after: float):
+    """Sends a request and closes the connection `after` seconds later (0:
+    at once, while its check may be out or waiting for what its worker owes)."""
+    s = socket.create_connection(("127.0.0.1", port))
+    try:
+        extra = "x-stream: 1\r\nx-chunks: 5\r\nx-chunk-ms: 40\r\n" if stream else ""
+        s.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-user: {user}\r\n{extra}"
+                  f"content-length: 2\r\n\r\n{{}}".encode())
+        if after:
+            s.settimeout(after)
+            try:
+                s.recv(100)
+            except OSError:
+                pass
+    finally:
+        s.close()
+
+
+def test_every_global_charge_arrives_once_however_streams_end(token_fleet, llm):
+    """32 clients across 2 Envoys and 2 limiters on Redis, requests that
+    complete, leave at once or leave mid-stream: what the filters charged is
+    what the limiters applied, no call failed, and a key's checks still
+    pass once its charges are in."""
+    envoys = token_fleet(token_rule(per_hour(1_000_000, algorithm="token_bucket", scope="global")))
+    rng = random.Random(5)
+    kinds: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def one_client(seed: float, i: int):
+        r = random.Random(seed)
+        e = envoys[i % 2]
+        for _ in range(8):
+            kind = r.choice(["json", "stream", "leave-now", "leave-mid-stream"])
+            if kind in ("json", "stream"):
+                assert ask(e.port, user="k", stream=kind == "stream").status == 200
+            else:
+                leave_early(e.port, "k", stream=True, after=0.06 if kind == "leave-mid-stream" else 0)
+            with lock:
+                kinds[kind] = kinds.get(kind, 0) + 1
+
+    run_all([lambda s=rng.random(), i=i: one_client(s, i) for i in range(32)])
+    assert len(kinds) == 4, kinds
+
+    def charged() -> int:
+        return sum(e.sluice_stat("sluice.tokens.cost_charged") for e in envoys)
+
+    def applied() -> int:
+        return sum(int(lim.metric("sluice_limiter_charged_units_total")) for lim in token_fleet.limiters)
+
+    # Envoy's counters are flushed every second: waited for.
+    complete = 30 * (kinds["json"] + kinds["stream"])
+    wait_until(lambda: charged() >= complete and applied() == charged(),
+               what=f"at least {complete} tokens charged, each applied once")
+    for e in envoys:
+        for reason in ("unreachable", "timeout", "status", "unreadable"):
+            assert e.sluice_stat(f"sluice.limiter_failed_{reason}") == 0, reason
+        assert ask(e.port, user="k").status == 200
