@@ -408,3 +408,44 @@ def test_global_permits_come_back_however_the_stream_ends(fleet, upstream, on_ex
     failed = sum(e.sluice_stat(f"sluice.limiter_failed_{r}") for e in envoys
                  for r in ("unreachable", "timeout", "status", "unreadable"))
     assert failed == 0
+
+
+def test_global_permits_come_back_across_a_configuration_push(fleet, upstream):
+    """Requests admitted under one configuration, or with their check out,
+    when a new one is pushed (the old listener's connections close with
+    the push) give every permit back."""
+    a, b = fleet(global_config())
+    statuses = []
+    lock = threading.Lock()
+
+    def one(e, hold: str):
+        try:
+            status = request(e.port, "/", headers={"x-user": "a", "x-hold-ms": hold}).status
+        except (OSError, http.client.HTTPException):
+            status = "cut"
+        with lock:
+            statuses.append(status)
+
+    holders = [threading.Thread(target=one, args=(a, "1500")) for _ in range(PERMITS)]
+    for t in holders:
+        t.start()
+    wait_until(lambda: in_use(a) == PERMITS, what="permits held")
+    # Checks in flight while the push lands: denied (the permits are held).
+    racing = [threading.Thread(target=one, args=(a, "1")) for _ in range(8)]
+    for t in racing:
+        t.start()
+    a.push_config(global_config(permit_ttl="29s"))
+    for t in holders + racing:
+        t.join()
+    assert len(statuses) == PERMITS + 8 and set(statuses) <= {200, 429, "cut"}, statuses
+    for e in (a, b):
+        wait_until(lambda e=e: in_use(e) == 0, what="permits_in_use == 0")
+
+    def all_back():
+        got = []
+        run_all([lambda i=i: got.append(
+            request((a, b)[i % 2].port, "/", headers={"x-user": "a", "x-hold-ms": "300"}).status)
+            for i in range(PERMITS)])
+        return got == [200] * PERMITS
+
+    wait_until(all_back, timeout=5, what="every permit back at the limiter")

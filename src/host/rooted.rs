@@ -134,10 +134,15 @@ pub(super) fn leave(context: u32) {
 pub(super) fn root_closing(root: u32, last: bool) {
     let ended = state::take_rooted(|c| (c.root == root && !c.tokens.is_empty()) || last);
     for mut check in ended {
-        for call in 0..check.pending.call_count() {
+        // The calls still out (all of them, for a check not yet made).
+        let out: Vec<usize> = if check.tokens.is_empty() {
+            (0..check.pending.call_count()).collect()
+        } else {
+            check.tokens.drain(..).map(|(_, call)| call).collect()
+        };
+        for call in out {
             check.pending.record(call, None);
         }
-        check.tokens.clear();
         decide(root, check);
     }
 }
