@@ -273,6 +273,21 @@ impl Metrics {
             self.tls_loads.clone(),
         );
         self.connections.register(r);
+        // Every series an alert reads exists from the start, at zero: a
+        // counter first seen at 1 has no increase to alert on.
+        for ok in [true, false] {
+            self.rls_reloads.get_or_create(&reload_label(ok)).inc_by(0);
+            self.tls_loads.get_or_create(&reload_label(ok)).inc_by(0);
+        }
+        for reason in crate::store::StoreError::REASONS {
+            let labels = ReasonLabel {
+                reason: reason.to_string(),
+            };
+            self.store_error_reasons
+                .family
+                .get_or_create(&labels)
+                .inc_by(0);
+        }
     }
 
     /// Counts one `/v1/check` call (valid or not).
@@ -517,5 +532,39 @@ impl Metrics {
         let _ = encode_registry(&mut out, &scraped);
         let _ = encode_eof(&mut out);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreError;
+
+    #[test]
+    fn every_series_an_alert_reads_is_shown_at_zero_from_the_start() {
+        let text = Metrics::default().render();
+        for series in [
+            "sluice_limiter_rls_config_loads_total{result=\"error\"} 0\n",
+            "sluice_limiter_rls_config_loads_total{result=\"ok\"} 0\n",
+            "sluice_limiter_tls_config_loads_total{result=\"error\"} 0\n",
+            "sluice_limiter_store_errors_by_reason_total{reason=\"auth\"} 0\n",
+            "sluice_limiter_tls_handshake_failures_total{listener=\"grpc\"} 0\n",
+            "sluice_limiter_tls_closed_before_hello_total{listener=\"http\"} 0\n",
+            "sluice_limiter_connections_refused_total{listener=\"rlqs\"} 0\n",
+        ] {
+            assert!(text.contains(series), "{series} missing from:\n{text}");
+        }
+    }
+
+    #[test]
+    fn the_store_error_reasons_are_every_reason() {
+        let errors = [
+            StoreError::Timeout,
+            StoreError::Unavailable(String::new()),
+            StoreError::Protocol(String::new()),
+            StoreError::Auth(String::new()),
+        ];
+        let reasons: Vec<_> = errors.iter().map(StoreError::reason).collect();
+        assert_eq!(reasons, StoreError::REASONS);
     }
 }
