@@ -31,7 +31,7 @@ ADMIN_PORT ?= 9901
 LIMITER_PORT ?= 8081
 
 .PHONY: help run test test-rust test-e2e wasm wasm-profiling limiter lint fmt bench bench-full bench-build clean \
-        setup venv wasm-target redis wrk validate cli oci schema load soak soak-long flood store-flood fuzz fuzz-ci
+        setup venv wasm-target redis prometheus wrk validate cli oci schema load soak soak-long flood store-flood fuzz fuzz-ci
 
 help:
 	@echo "make run    start Envoy with the Sluice filter and an in-memory limiter"
@@ -74,6 +74,12 @@ redis:
 	@command -v openssl >/dev/null || { \
 		echo "installing openssl"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null; }
+
+# prometheus and promtool (Debian's package) for the alert rules' tests.
+prometheus:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
+		echo "installing prometheus and promtool"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; }
 
 setup: wasm-target venv
 
@@ -123,7 +129,7 @@ test: setup redis wasm limiter cli load test-rust test-e2e fuzz-ci
 test-rust:
 	$(CARGO) test --workspace
 
-test-e2e: setup wasm limiter cli load
+test-e2e: setup prometheus wasm limiter cli load
 	$(PY) -m pytest
 
 # Coverage-guided fuzzing on stable Rust (fuzz/, outside the workspace).

@@ -1,8 +1,8 @@
 """TLS and mutual TLS on sluice-limiter's listeners (--tls-cert, --tls-key,
 --tls-client-ca), with Envoy's clusters speaking TLS to them: the Sluice
 filter over the HTTP API and over RLS gRPC, Envoy's own ratelimit filter;
-refused client certificates and plain-text clients; the certificate rotated
-without a restart."""
+refused client certificates and plain-text clients; TCP probes counted apart
+from failed handshakes; the certificate rotated without a restart."""
 
 from __future__ import annotations
 
@@ -91,6 +91,10 @@ def handshake_failures(limiter, listener: str) -> float:
     return limiter.metric(f'sluice_limiter_tls_handshake_failures_total{{listener="{listener}"}}')
 
 
+def closed_before_hello(limiter, listener: str) -> float:
+    return limiter.metric(f'sluice_limiter_tls_closed_before_hello_total{{listener="{listener}"}}')
+
+
 @pytest.mark.parametrize("mtls", [False, True], ids=["tls", "mtls"])
 def test_the_sluice_filter_over_the_http_api_and_over_rls(envoy, processes, tmp_path, pki, mtls):
     limiter, grpc = tls_limiter(processes, tmp_path, pki, mtls)
@@ -142,22 +146,24 @@ def test_a_client_certificate_absent_or_from_another_ca_is_refused(envoy, proces
 
 
 def plain_reply(port: int, data: bytes) -> bytes:
-    """Everything a plain-text client sending `data` reads before the connection closes."""
+    """Everything a plain-text client sending `data` reads before the
+    connection closes (by a FIN or a reset)."""
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         sock.sendall(data)
         reply = b""
-        while chunk := sock.recv(4096):
-            reply += chunk
+        try:
+            while chunk := sock.recv(4096):
+                reply += chunk
+        except ConnectionResetError:
+            pass
         return reply
 
 
 def test_plain_text_and_silent_clients_are_refused_alone(processes, tmp_path, pki):
     limiter, grpc = tls_limiter(processes, tmp_path, pki, mtls=False, extra=["--request-timeout-ms", "500"])
-    # at most a TLS alert record (content type 21), never an HTTP or HTTP/2 answer
-    http = plain_reply(limiter.port, b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
-    assert http[:1] in (b"", b"\x15"), http
-    h2 = plain_reply(grpc, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-    assert h2[:1] in (b"", b"\x15"), h2
+    # closed without a byte: not even a TLS alert, which a plain-text client reads as an HTTP/0.9 body
+    assert plain_reply(limiter.port, b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n") == b""
+    assert plain_reply(grpc, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") == b""
     wait_until(lambda: handshake_failures(limiter, "http") == 1 and handshake_failures(limiter, "grpc") == 1,
                what="plain-text handshakes counted")
     # A client that opens TCP and says nothing holds its place for the request
@@ -168,6 +174,28 @@ def test_plain_text_and_silent_clients_are_refused_alone(processes, tmp_path, pk
     assert silent.recv(1) == b""
     silent.close()
     wait_until(lambda: handshake_failures(limiter, "http") == 2, what="silent handshake counted")
+    assert closed_before_hello(limiter, "http") == closed_before_hello(limiter, "grpc") == 0
+
+
+PROBES = 20
+
+
+def test_tcp_probes_are_counted_apart_from_failed_handshakes(processes, tmp_path, pki):
+    limiter, grpc = tls_limiter(processes, tmp_path, pki, mtls=True)
+    # Kubernetes' tcpSocket probe: connect, then close without a byte
+    for port in (limiter.port, grpc):
+        for _ in range(PROBES):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    wait_until(lambda: closed_before_hello(limiter, "http") == PROBES
+               and closed_before_hello(limiter, "grpc") == PROBES, what="probes counted")
+    assert handshake_failures(limiter, "http") == handshake_failures(limiter, "grpc") == 0
+    # handshakes that fail still count as failures: no client certificate, one from another CA
+    for cert in (None, pki.stranger):
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            request(limiter.port, "/healthz", tls=client_context(pki.ca, cert))
+    wait_until(lambda: handshake_failures(limiter, "http") == 2, what="refused handshakes counted")
+    assert closed_before_hello(limiter, "http") == PROBES
+    assert handshake_failures(limiter, "grpc") == 0
 
 
 def served_certificate(port: int, context: ssl.SSLContext) -> dict:

@@ -21,8 +21,12 @@
 //!   the handshake runs in the connection's own task, within
 //!   `request_timeout`, and one that fails or does not finish in time
 //!   closes that connection only (`sluice_limiter_tls_handshake_failures_total`).
+//!   A first byte that opens no TLS handshake record (plain text) closes the
+//!   connection unanswered, since a TLS alert reads as an HTTP/0.9 body to a
+//!   plain-text client; a connection closed before its first byte (a TCP
+//!   probe) is counted apart (`sluice_limiter_tls_closed_before_hello_total`).
 
-use crate::metrics::{Listener, Metrics};
+use crate::metrics::{Ending, Listener, Metrics};
 use crate::spread::Spread;
 use crate::tls::ListenerTls;
 use std::future::Future;
@@ -133,6 +137,18 @@ impl<T> Guarded<T> {
     }
 }
 
+impl Guarded<TcpStream> {
+    /// The first byte the peer sent, left unread; `None` when it closed
+    /// (or reset) the connection before sending one.
+    async fn first_byte(&self) -> Option<u8> {
+        let mut byte = [0u8; 1];
+        match self.inner.peek(&mut byte).await {
+            Ok(n) if n > 0 => Some(byte[0]),
+            Ok(_) | Err(_) => None,
+        }
+    }
+}
+
 impl<T> Drop for Guarded<T> {
     fn drop(&mut self) {
         self.metrics.connection_closed(self.listener);
@@ -156,7 +172,8 @@ impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => {
                 if self.idle_expired(cx) {
-                    self.metrics.connection_idle_closed(self.listener);
+                    self.metrics
+                        .connection_ended(self.listener, Ending::IdleClosed);
                     Poll::Ready(Err(io::Error::new(
                         io::ErrorKind::TimedOut,
                         "connection idle past its timeout",
@@ -359,7 +376,7 @@ impl Acceptor {
             match self.listener.accept().await {
                 Ok((tcp, _)) => {
                     let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() else {
-                        self.metrics.connection_refused(self.name);
+                        self.metrics.connection_ended(self.name, Ending::Refused);
                         crate::warn_throttled!(
                             listener = self.name.label(),
                             max = self.limits.max_connections,
@@ -505,20 +522,74 @@ impl Handshake {
     }
 
     /// The connection ready to serve; `None` (the connection closed, the
-    /// failure counted) when its handshake fails or takes too long.
+    /// failure counted) when its handshake fails or takes too long, or
+    /// when it closed before saying anything (counted apart).
     async fn run(&self, io: Guarded<TcpStream>) -> Option<Conn> {
         let Some(tls) = &self.tls else {
             return Some(Conn::Plain(io));
         };
-        let accept = tokio_rustls::TlsAcceptor::from(tls.config()).accept(io);
-        let error = match tokio::time::timeout(self.timeout, accept).await {
-            Ok(Ok(stream)) => return Some(Conn::Tls(Box::new(stream))),
-            Ok(Err(e)) => e.to_string(),
+        let error = match tokio::time::timeout(self.timeout, shake(tls, io)).await {
+            Ok(Shaken::Done(conn)) => return Some(conn),
+            Ok(Shaken::ClosedBeforeHello) => {
+                let ending = Ending::TlsClosedBeforeHello;
+                self.metrics.connection_ended(self.name, ending);
+                return None;
+            }
+            Ok(Shaken::Failed(e)) => e,
             Err(_) => format!("not done within {} ms", self.timeout.as_millis()),
         };
-        self.metrics.tls_handshake_failed(self.name);
+        self.metrics
+            .connection_ended(self.name, Ending::TlsHandshakeFailed);
         crate::warn_throttled!(listener = self.name.label(), error = %error, "TLS handshake failed");
         None
+    }
+}
+
+/// How a connection to a TLS listener opens, told by its first byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opening {
+    /// Closed or reset before a byte: a TCP probe.
+    Closed,
+    /// A TLS record of type handshake (22), as a ClientHello starts.
+    Hello,
+    /// Anything else: a plain-text client, or noise.
+    NotTls,
+}
+
+/// The content type of a TLS handshake record.
+const TLS_HANDSHAKE_RECORD: u8 = 22;
+
+impl Opening {
+    fn of(first: Option<u8>) -> Opening {
+        match first {
+            None => Opening::Closed,
+            Some(TLS_HANDSHAKE_RECORD) => Opening::Hello,
+            Some(_) => Opening::NotTls,
+        }
+    }
+}
+
+/// How a TLS listener's handshake ended.
+enum Shaken {
+    Done(Conn),
+    ClosedBeforeHello,
+    Failed(String),
+}
+
+/// Takes `io` through `tls`'s handshake. A connection that does not open
+/// with a handshake record is dropped without a byte written: rustls would
+/// answer it with an alert, which a plain-text client reads as HTTP/0.9.
+async fn shake(tls: &ListenerTls, io: Guarded<TcpStream>) -> Shaken {
+    match Opening::of(io.first_byte().await) {
+        Opening::Closed => Shaken::ClosedBeforeHello,
+        Opening::NotTls => Shaken::Failed("not a TLS handshake record: closed unanswered".into()),
+        Opening::Hello => {
+            let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
+            match acceptor.accept(io).await {
+                Ok(stream) => Shaken::Done(Conn::Tls(Box::new(stream))),
+                Err(e) => Shaken::Failed(e.to_string()),
+            }
+        }
     }
 }
 
@@ -646,16 +717,29 @@ mod tests {
         Arc::new(config)
     }
 
-    async fn handshake_failures(metrics: &Metrics, n: usize) {
-        let want =
-            format!("sluice_limiter_tls_handshake_failures_total{{listener=\"grpc\"}} {n}\n");
+    /// Waits until the gRPC listener counted `n` connections ending as `ending`.
+    async fn endings(metrics: &Metrics, ending: Ending, n: u64) {
         tokio::time::timeout(Duration::from_secs(10), async {
-            while !metrics.render().contains(&want) {
+            while metrics.connection_endings(Listener::Grpc, ending) != n {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         })
         .await
         .unwrap();
+    }
+
+    async fn handshake_failures(metrics: &Metrics, n: u64) {
+        endings(metrics, Ending::TlsHandshakeFailed, n).await;
+    }
+
+    #[test]
+    fn a_connection_opens_with_a_hello_plain_text_or_nothing() {
+        assert_eq!(Opening::of(None), Opening::Closed);
+        assert_eq!(Opening::of(Some(22)), Opening::Hello);
+        // "GET", "PRI" (HTTP/2's preface), an SSLv2 hello, a TLS alert
+        for first in [b'G', b'P', 0x80, 21] {
+            assert_eq!(Opening::of(Some(first)), Opening::NotTls, "{first}");
+        }
     }
 
     #[tokio::test]
@@ -721,6 +805,24 @@ mod tests {
             assert!(tls.read(&mut buf).await.is_err());
         }
         handshake_failures(&metrics, 2).await;
+
+        // TCP probes: connected and closed, counted apart.
+        for _ in 0..3 {
+            drop(TcpStream::connect(addr).await.unwrap());
+        }
+        endings(&metrics, Ending::TlsClosedBeforeHello, 3).await;
+        // Plain text: closed with no byte written, a failure.
+        let mut plain = TcpStream::connect(addr).await.unwrap();
+        plain.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        let mut reply = Vec::new();
+        let _ = plain.read_to_end(&mut reply).await;
+        assert_eq!(reply, b"");
+        handshake_failures(&metrics, 3).await;
+        let closed = Ending::TlsClosedBeforeHello;
+        assert_eq!(metrics.connection_endings(Listener::Grpc, closed), 3);
+        assert!(metrics
+            .render()
+            .contains("sluice_limiter_tls_closed_before_hello_total{listener=\"grpc\"} 3\n"));
         client.shutdown().await.unwrap();
     }
 }

@@ -7,19 +7,20 @@
 //! descriptors) are bounded: past the bound, new values count as `_other`,
 //! so a client sending random values cannot grow the metrics without end.
 
+mod connections;
 mod labels;
 mod rlqs;
 mod scrape;
 
+pub use connections::Ending;
 pub use labels::Listener;
 use labels::{
-    descriptor_labels, listener_label, reload_label, result_label, Bounded, Counters,
-    DescriptorResult, DomainResult, ListenerLabel, ReasonLabel, ResultLabel,
+    descriptor_labels, reload_label, result_label, Bounded, Counters, DescriptorResult,
+    DomainResult, ReasonLabel, ResultLabel,
 };
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram;
 use prometheus_client::registry::Registry;
 pub use rlqs::StreamGuard;
@@ -93,12 +94,8 @@ pub struct Metrics {
     rls_calls: Bounded<DomainResult>,
     rls_descriptors: Bounded<DescriptorResult>,
     rls_reloads: Counters<ResultLabel>,
-    connections: Family<ListenerLabel, Gauge>,
-    refused: Counters<ListenerLabel>,
-    idle_closed: Counters<ListenerLabel>,
-    request_timeouts: Counters<ListenerLabel>,
+    connections: connections::Connections,
     tls_loads: Counters<ResultLabel>,
-    tls_handshake_failures: Counters<ListenerLabel>,
     rlqs: rlqs::Rlqs,
 }
 
@@ -138,12 +135,8 @@ impl Default for Metrics {
                 ..l
             }),
             rls_reloads: Family::default(),
-            connections: Family::default(),
-            refused: Family::default(),
-            idle_closed: Family::default(),
-            request_timeouts: Family::default(),
+            connections: connections::Connections::default(),
             tls_loads: Family::default(),
-            tls_handshake_failures: Family::default(),
             rlqs: rlqs::Rlqs::default(),
         };
         m.register();
@@ -275,46 +268,25 @@ impl Metrics {
             self.rls_reloads.clone(),
         );
         r.register(
-            p("connections"),
-            "Connections open now, by listener",
-            self.connections.clone(),
-        );
-        r.register(
             p("tls_config_loads"),
             "Loads of the TLS certificate, key and client CA by result (error: refused, the previous ones stay)",
             self.tls_loads.clone(),
         );
-        let by_listener: [(&str, &str, &Counters<ListenerLabel>); 4] = [
-            (
-                "connections_refused",
-                "Connections closed on arrival because the listener was at --max-connections",
-                &self.refused,
-            ),
-            (
-                "connections_idle_closed",
-                "Connections closed after --idle-timeout-ms with no byte read or written",
-                &self.idle_closed,
-            ),
-            (
-                "request_timeouts",
-                "HTTP requests not received within --request-timeout-ms (answered 408)",
-                &self.request_timeouts,
-            ),
-            (
-                "tls_handshake_failures",
-                "TLS handshakes that failed or did not finish within --request-timeout-ms",
-                &self.tls_handshake_failures,
-            ),
-        ];
-        for (name, help, family) in by_listener {
-            r.register(p(name), help, family.clone());
+        self.connections.register(r);
+        // Every series an alert reads exists from the start, at zero: a
+        // counter first seen at 1 has no increase to alert on.
+        for ok in [true, false] {
+            self.rls_reloads.get_or_create(&reload_label(ok)).inc_by(0);
+            self.tls_loads.get_or_create(&reload_label(ok)).inc_by(0);
         }
-        for l in [Listener::Http, Listener::Grpc, Listener::Rlqs] {
-            let labels = listener_label(l);
-            self.connections.get_or_create(&labels).set(0);
-            for (_, _, family) in by_listener {
-                family.get_or_create(&labels).inc_by(0);
-            }
+        for reason in crate::store::StoreError::REASONS {
+            let labels = ReasonLabel {
+                reason: reason.to_string(),
+            };
+            self.store_error_reasons
+                .family
+                .get_or_create(&labels)
+                .inc_by(0);
         }
     }
 
@@ -496,35 +468,22 @@ impl Metrics {
 
     /// Counts a connection accepted on `listener`.
     pub fn connection_opened(&self, listener: Listener) {
-        self.connections
-            .get_or_create(&listener_label(listener))
-            .inc();
+        self.connections.open(listener).inc();
     }
 
     /// Counts a connection of `listener` closed (for any reason).
     pub fn connection_closed(&self, listener: Listener) {
-        self.connections
-            .get_or_create(&listener_label(listener))
-            .dec();
+        self.connections.open(listener).dec();
     }
 
-    /// Counts a connection closed on arrival: `listener` was at its cap.
-    pub fn connection_refused(&self, listener: Listener) {
-        self.refused.get_or_create(&listener_label(listener)).inc();
+    /// Counts a connection of `listener` that ended early as `ending` says.
+    pub fn connection_ended(&self, listener: Listener, ending: Ending) {
+        self.connections.ended(listener, ending);
     }
 
-    /// Counts a connection closed for being idle past its timeout.
-    pub fn connection_idle_closed(&self, listener: Listener) {
-        self.idle_closed
-            .get_or_create(&listener_label(listener))
-            .inc();
-    }
-
-    /// Counts a request not received within the request timeout.
-    pub fn request_timed_out(&self, listener: Listener) {
-        self.request_timeouts
-            .get_or_create(&listener_label(listener))
-            .inc();
+    /// Connections of `listener` that ended as `ending` says (tests).
+    pub fn connection_endings(&self, listener: Listener, ending: Ending) -> u64 {
+        self.connections.ends(listener, ending)
     }
 
     /// Counts one load of the TLS files: `ok` or `error` (refused; the
@@ -538,20 +497,9 @@ impl Metrics {
         self.tls_loads.get(&reload_label(ok)).map_or(0, |c| c.get())
     }
 
-    /// Counts a TLS handshake on `listener` that failed or timed out.
-    pub fn tls_handshake_failed(&self, listener: Listener) {
-        self.tls_handshake_failures
-            .get_or_create(&listener_label(listener))
-            .inc();
-    }
-
     /// Connections open now on `listener`.
     pub fn open_connections(&self, listener: Listener) -> u64 {
-        let open = self
-            .connections
-            .get_or_create(&listener_label(listener))
-            .get();
-        u64::try_from(open).unwrap_or(0)
+        u64::try_from(self.connections.open(listener).get()).unwrap_or(0)
     }
 
     /// The number of `/v1/check` calls so far.
@@ -584,5 +532,39 @@ impl Metrics {
         let _ = encode_registry(&mut out, &scraped);
         let _ = encode_eof(&mut out);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreError;
+
+    #[test]
+    fn every_series_an_alert_reads_is_shown_at_zero_from_the_start() {
+        let text = Metrics::default().render();
+        for series in [
+            "sluice_limiter_rls_config_loads_total{result=\"error\"} 0\n",
+            "sluice_limiter_rls_config_loads_total{result=\"ok\"} 0\n",
+            "sluice_limiter_tls_config_loads_total{result=\"error\"} 0\n",
+            "sluice_limiter_store_errors_by_reason_total{reason=\"auth\"} 0\n",
+            "sluice_limiter_tls_handshake_failures_total{listener=\"grpc\"} 0\n",
+            "sluice_limiter_tls_closed_before_hello_total{listener=\"http\"} 0\n",
+            "sluice_limiter_connections_refused_total{listener=\"rlqs\"} 0\n",
+        ] {
+            assert!(text.contains(series), "{series} missing from:\n{text}");
+        }
+    }
+
+    #[test]
+    fn the_store_error_reasons_are_every_reason() {
+        let errors = [
+            StoreError::Timeout,
+            StoreError::Unavailable(String::new()),
+            StoreError::Protocol(String::new()),
+            StoreError::Auth(String::new()),
+        ];
+        let reasons: Vec<_> = errors.iter().map(StoreError::reason).collect();
+        assert_eq!(reasons, StoreError::REASONS);
     }
 }

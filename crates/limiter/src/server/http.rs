@@ -4,7 +4,7 @@
 use super::{
     drive, Acceptor, Conn, Limits, Stop, H2_KEEPALIVE, H2_KEEPALIVE_TIMEOUT, H2_MAX_STREAMS,
 };
-use crate::metrics::{Listener, Metrics};
+use crate::metrics::{Ending, Listener, Metrics};
 use crate::spread::Spread;
 use axum::body::Body;
 use axum::http::{header, Request, Response, StatusCode};
@@ -147,7 +147,7 @@ impl Connection {
                     Ok(Ok(resp)) => Ok::<_, Infallible>(resp),
                     Ok(Err(never)) => match never {},
                     Err(_) => {
-                        metrics.request_timed_out(Listener::Http);
+                        metrics.connection_ended(Listener::Http, Ending::RequestTimeout);
                         Ok(request_timeout_response(limits.request_timeout))
                     }
                 }

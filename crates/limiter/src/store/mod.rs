@@ -314,6 +314,9 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Every [`reason`](Self::reason), which `/metrics` shows from the start.
+    pub const REASONS: [&'static str; 4] = ["timeout", "unavailable", "protocol", "auth"];
+
     /// The reason as `/metrics` labels it: `timeout`, `unavailable`,
     /// `protocol` or `auth`.
     pub fn reason(&self) -> &'static str {
