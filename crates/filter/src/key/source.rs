@@ -114,14 +114,20 @@ impl Source {
     /// How the reference writes the source's parts: `header:NAME`; one
     /// form per word of an [`Argument::OneOf`] (`peer:uri_san` ...).
     pub fn forms(self) -> Vec<String> {
+        let mut forms = Vec::new();
+        self.each_form(&mut |name, what| forms.push(form(name, what)));
+        forms
+    }
+
+    /// Calls `f` with the name and what follows it of each form (`""`
+    /// for a bare name).
+    fn each_form(self, f: &mut dyn FnMut(&'static str, &'static str)) {
         let name = self.name();
         match self.argument() {
-            Argument::Bare => vec![name.to_string()],
-            Argument::Text(what) | Argument::AnyText(what) | Argument::Names(what) => {
-                vec![format!("{name}:{what}")]
-            }
-            Argument::NamespaceNames => vec![format!("{name}:NAMESPACE:PATH")],
-            Argument::OneOf(words) => words.iter().map(|w| format!("{name}:{w}")).collect(),
+            Argument::Bare => f(name, ""),
+            Argument::Text(what) | Argument::AnyText(what) | Argument::Names(what) => f(name, what),
+            Argument::NamespaceNames => f(name, "NAMESPACE:PATH"),
+            Argument::OneOf(words) => words.iter().for_each(|w| f(name, w)),
         }
     }
 
@@ -157,7 +163,7 @@ impl Source {
                 None => {
                     return Err(format!(
                         "peer:{arg} is not a certificate field (expected {})",
-                        or_list(&self.forms())
+                        or_list(&[self])
                     ))
                 }
             },
@@ -171,16 +177,36 @@ impl Source {
 /// Every form of every source: `client_ip, header:NAME, ... route or
 /// cluster`.
 pub fn expected() -> String {
-    let forms: Vec<String> = Source::ALL.into_iter().flat_map(Source::forms).collect();
-    or_list(&forms)
+    or_list(&Source::ALL)
 }
 
-/// `a, b or c`.
-fn or_list(items: &[String]) -> String {
-    match items.split_last() {
-        Some((last, [])) => last.clone(),
-        Some((last, others)) => format!("{} or {last}", others.join(", ")),
-        None => String::new(),
+/// The forms of `sources`: `a, b or c`. Written without a list of strings:
+/// the filter only needs it for an error.
+fn or_list(sources: &[Source]) -> String {
+    let mut forms: Vec<(&str, &str)> = Vec::new();
+    for source in sources {
+        source.each_form(&mut |name, what| forms.push((name, what)));
+    }
+    let mut out = String::new();
+    for (i, (name, what)) in forms.iter().enumerate() {
+        if i > 0 {
+            out.push_str(if i + 1 == forms.len() { " or " } else { ", " });
+        }
+        out.push_str(name);
+        if !what.is_empty() {
+            out.push(':');
+            out.push_str(what);
+        }
+    }
+    out
+}
+
+/// A form as the reference writes it: `header:NAME`, `path`.
+fn form(name: &str, what: &str) -> String {
+    if what.is_empty() {
+        name.to_string()
+    } else {
+        format!("{name}:{what}")
     }
 }
 
