@@ -133,6 +133,23 @@ def test_the_cost_object_has_a_row_per_field_of_the_schema_and_raw_rs():
         assert all(t in rows[name][1] for t in types), f"`rules[].cost.{name}`: documented as {rows[name][1]!r}, the schema says {types}"
 
 
+def test_the_key_parts_table_lists_the_forms_of_the_schema():
+    # The schema's key part (built from the filter parser's table of sources)
+    # lists its forms in its description; the reference has a row for each,
+    # and an instance of each form matches the schema's pattern.
+    schema = json.loads((ROOT / "schema" / "sluice.schema.json").read_text())
+    [part] = [n for n in schema["definitions"]["RawRule"]["properties"]["key"]["items"]["oneOf"]
+              if n["type"] == "string"]
+    forms = re.findall(r"`([^`]+)`", part["description"].split(". ")[0])
+    rows = [r[0].strip("`") for r in headed_tables(CONFIGURATION.read_text())["Key parts"][2:]]
+    assert sorted(rows) == sorted(forms), f"Key parts: the table lists {rows}, the schema {forms}"
+    example = {"NAME": "x-user", "TEXT": "v1", "CLAIM": "org.tenant", "NAMESPACE": "envoy.lb", "PATH": "tier"}
+    for form in forms:
+        text = re.sub(r"[A-Z]+", lambda m: example[m[0]], form)
+        assert re.fullmatch(part["pattern"], text), f"{form}: {text!r} does not match the schema's pattern"
+    assert not re.fullmatch(part["pattern"], "filter_stat:x")
+
+
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_every_algorithm_is_documented(algorithm):
     limits = documented_rows("rules[].limits[]")

@@ -8,6 +8,7 @@ use crate::client_ip::{self, ClientIpPolicy};
 use crate::cost::extract::{FieldPath, Found, JsonScanner};
 use crate::pattern::Pattern;
 pub use context::{ContextPart, PeerField, DEFAULT_JWT_PAYLOAD};
+pub use source::{Argument, Source};
 use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::net::IpAddr;
@@ -87,38 +88,17 @@ impl KeyPart {
     /// Parses `client_ip`, `header:NAME`, `path`, `method`, `authority`,
     /// `query:NAME`, `const:TEXT`, or a context part (`jwt:CLAIM`,
     /// `metadata:NAMESPACE:PATH`, `filter_state:NAME`, `peer:FIELD`, `route`,
-    /// `cluster`).
+    /// `cluster`): the sources of [`Source::ALL`].
     pub fn parse(text: &str) -> Result<KeyPart, String> {
-        let (source, rest) = match text.split_once(':') {
-            Some((source, rest)) => (source, Some(rest)),
+        let (name, rest) = match text.split_once(':') {
+            Some((name, rest)) => (name, Some(rest)),
             None => (text, None),
         };
-        if let Some(context) = ContextPart::parse(source, rest) {
-            return context.map(KeyPart::Context);
+        match Source::ALL.into_iter().find(|s| s.name() == name) {
+            Some(source) => source.part(text, rest),
+            None => Err(source::unknown(text)),
         }
-        let part = match text.split_once(':') {
-            None => match text {
-                "client_ip" => KeyPart::ClientIp,
-                "path" => KeyPart::Path,
-                "method" => KeyPart::Method,
-                "authority" => KeyPart::Authority,
-                _ => return Err(unknown(text)),
-            },
-            Some(("header", name)) if !name.is_empty() => {
-                KeyPart::Header(name.to_ascii_lowercase())
-            }
-            Some(("query", name)) if !name.is_empty() => KeyPart::Query(name.to_string()),
-            Some(("const", value)) => KeyPart::Const(value.to_string()),
-            Some(_) => return Err(unknown(text)),
-        };
-        Ok(part)
     }
-}
-
-fn unknown(text: &str) -> String {
-    format!(
-        "unknown key part {text:?} (expected client_ip, header:NAME, path, method, authority, query:NAME, const:TEXT, jwt:CLAIM, metadata:NAMESPACE:PATH, filter_state:NAME, peer:uri_san, peer:dns_san, peer:subject, route or cluster)"
-    )
 }
 
 /// Distinct headers a [`Request`] remembers.
@@ -280,6 +260,7 @@ impl<'a, V: RequestView> Request<'a, V> {
 }
 
 pub mod context;
+pub mod source;
 
 impl<'a, V: RequestView> Request<'a, V> {
     /// Appends the text of refined part `r` to `out`; false when missing.
@@ -335,6 +316,10 @@ mod tests {
         assert_eq!(
             KeyPart::parse("const:a:b"),
             Ok(KeyPart::Const("a:b".into()))
+        );
+        assert_eq!(
+            KeyPart::parse("cookie:x"),
+            Err("unknown key part \"cookie:x\" (expected client_ip, header:NAME, path, method, authority, query:NAME, const:TEXT, jwt:CLAIM, metadata:NAMESPACE:PATH, filter_state:NAME, peer:uri_san, peer:dns_san, peer:subject, route or cluster)".into())
         );
         for bad in [
             "", "ip", "header:", "query:", "cookie:x", "Path", "jwt:", "peer:x", "route:x",

@@ -8,6 +8,8 @@
 //! [`config::parse`](crate::config::parse), which `sluice check-config` runs.
 
 use crate::config::RawConfig;
+use crate::key::context::MAX_PATH;
+use crate::key::{Argument, Source};
 use schemars::generate::SchemaSettings;
 use schemars::{json_schema, Schema, SchemaGenerator};
 use serde_json::{Map, Value};
@@ -83,20 +85,21 @@ pub(crate) fn cost(_: &mut SchemaGenerator) -> Schema {
 
 /// A rule's `key`: key parts as text, or objects narrowing a part with a
 /// regular expression or giving it a default (see `RawKeyPart`).
-pub(crate) fn key_parts(_: &mut SchemaGenerator) -> Schema {
+pub(crate) fn key_parts(generator: &mut SchemaGenerator) -> Schema {
+    let part = key_part(generator);
     json_schema!({
         "type": "array",
         "minItems": 1,
         "items": {
             "oneOf": [
-                { "type": "string", "minLength": 1 },
+                part,
                 {
                     "type": "object",
                     "description": "A key part whose value is narrowed by `regex` (its first group, or its whole match; a value it does not match is missing) or replaced by `default` when missing.",
                     "additionalProperties": false,
                     "required": ["part"],
                     "properties": {
-                        "part": { "type": "string", "minLength": 1 },
+                        "part": part,
                         "regex": { "type": "string" },
                         "default": { "type": "string" }
                     }
@@ -104,6 +107,62 @@ pub(crate) fn key_parts(_: &mut SchemaGenerator) -> Schema {
             ]
         }
     })
+}
+
+/// A key part as text (`match.parts[].part`, `priority.from`).
+pub(crate) fn key_part(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "string",
+        "pattern": key_part_pattern(),
+        "description": key_part_description(),
+    })
+}
+
+/// A key part as text, or `null` (a descriptor entry's `from`).
+pub(crate) fn opt_part(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": ["string", "null"],
+        "pattern": key_part_pattern(),
+        "description": key_part_description(),
+    })
+}
+
+/// The pattern (ECMA 262, as JSON Schema's `pattern`) of the key parts
+/// [`KeyPart::parse`](crate::key::KeyPart::parse) accepts, built from the
+/// table it parses with ([`Source::ALL`]).
+pub fn key_part_pattern() -> String {
+    let sources: Vec<String> = Source::ALL
+        .into_iter()
+        .map(|s| format!("{}{}", s.name(), argument_pattern(s.argument())))
+        .collect();
+    format!("^(?:{})$", sources.join("|"))
+}
+
+/// What follows a source's name. `[\s\S]` is any character: `.` stops at
+/// line breaks, which a key part may hold.
+fn argument_pattern(argument: Argument) -> String {
+    let names = |name: &str| format!("{name}(?:\\.{name}){{0,{}}}", MAX_PATH - 1);
+    match argument {
+        Argument::Bare => String::new(),
+        Argument::Text(_) => ":[\\s\\S]+".to_string(),
+        Argument::AnyText(_) => ":[\\s\\S]*".to_string(),
+        Argument::Names(_) => format!(":{}", names("[^.]+")),
+        Argument::NamespaceNames => format!(":[\\s\\S]+:{}", names("[^.:]+")),
+        Argument::OneOf(words) => format!(":(?:{})", words.join("|")),
+    }
+}
+
+/// The description of a key part: its forms, from [`Source::ALL`].
+fn key_part_description() -> String {
+    let forms: Vec<String> = Source::ALL
+        .into_iter()
+        .flat_map(Source::forms)
+        .map(|f| format!("`{f}`"))
+        .collect();
+    format!(
+        "A key part: {}. `NAME` and `NAMESPACE` are one or more characters, `TEXT` any (none included), `CLAIM` and `PATH` 1 to {MAX_PATH} non-empty names separated by `.` (a `PATH` is after the last `:`).",
+        forms.join(", ")
+    )
 }
 
 fn sorted(value: Value) -> Value {

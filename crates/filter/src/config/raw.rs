@@ -268,6 +268,7 @@ pub(super) fn default_max_queued() -> u64 {
 #[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
 pub struct RawPriority {
     /// The key part whose value names the request's class.
+    #[cfg_attr(feature = "schema", schemars(schema_with = "crate::schema::key_part"))]
     pub from: String,
     /// The classes and their shares.
     pub classes: Vec<RawPriorityClass>,
@@ -421,6 +422,7 @@ pub struct RawHeaderMatch {
 #[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
 pub struct RawPartMatch {
     /// A key part, as in `key` (`jwt:plan`, `metadata:NS:PATH`, `route` ...).
+    #[cfg_attr(feature = "schema", schemars(schema_with = "crate::schema::key_part"))]
     pub part: String,
     /// The part's value equals this.
     #[cfg_attr(feature = "schema", serde(default))]
@@ -515,6 +517,7 @@ pub struct RawEntry {
     pub value: Option<String>,
     /// The value of one of the rule's key parts.
     #[cfg_attr(feature = "schema", serde(default))]
+    #[cfg_attr(feature = "schema", schemars(schema_with = "crate::schema::opt_part"))]
     pub from: Option<String>,
 }
 

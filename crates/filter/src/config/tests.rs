@@ -914,6 +914,8 @@ fn a_limit_may_name_itself_for_the_rate_limit_headers() {
 
 mod fuzz;
 #[cfg(feature = "schema")]
+mod key_part_pattern;
+#[cfg(feature = "schema")]
 mod schema_fields;
 
 #[test]

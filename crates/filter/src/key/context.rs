@@ -48,25 +48,34 @@ pub enum PeerField {
     Subject,
 }
 
-impl ContextPart {
-    /// Parses the part after its source's name (`jwt:`, `metadata:`,
-    /// `filter_state:`, `peer:`) or a bare `route` / `cluster`; `None`
-    /// when `source` names no context part.
-    pub fn parse(source: &str, rest: Option<&str>) -> Option<Result<ContextPart, String>> {
-        let part = match (source, rest) {
-            ("route", None) => Ok(ContextPart::Route),
-            ("cluster", None) => Ok(ContextPart::Cluster),
-            ("jwt", Some(claim)) => names(claim).map(ContextPart::Jwt),
-            ("metadata", Some(rest)) => metadata(rest),
-            ("filter_state", Some(name)) if !name.is_empty() => {
-                Ok(ContextPart::FilterState(name.to_string()))
-            }
-            ("peer", Some(field)) => peer(field).map(ContextPart::Peer),
-            _ => return None,
-        };
-        Some(part)
+impl PeerField {
+    /// Every field.
+    pub const ALL: [PeerField; 3] = [PeerField::UriSan, PeerField::DnsSan, PeerField::Subject];
+
+    /// Their names in a key part (`peer:uri_san`), in the order of
+    /// [`PeerField::ALL`].
+    pub const NAMES: [&'static str; 3] = [
+        PeerField::ALL[0].name(),
+        PeerField::ALL[1].name(),
+        PeerField::ALL[2].name(),
+    ];
+
+    /// The field named `name` in a key part.
+    pub fn parse(name: &str) -> Option<PeerField> {
+        PeerField::ALL.into_iter().find(|f| f.name() == name)
     }
 
+    /// The field's name in a key part.
+    pub const fn name(self) -> &'static str {
+        match self {
+            PeerField::UriSan => "uri_san",
+            PeerField::DnsSan => "dns_san",
+            PeerField::Subject => "subject",
+        }
+    }
+}
+
+impl ContextPart {
     /// The property path of the value, JWT claims under `jwt_payload`.
     pub fn property<'a>(&'a self, jwt_payload: &'a str) -> Vec<&'a str> {
         match self {
@@ -118,7 +127,7 @@ impl ContextPart {
 }
 
 /// A dotted path of names: `org.tenant`.
-fn names(text: &str) -> Result<Vec<String>, String> {
+pub(super) fn names(text: &str) -> Result<Vec<String>, String> {
     let names: Vec<String> = text.split('.').map(str::to_string).collect();
     if names.iter().any(String::is_empty) {
         return Err(format!("{text:?} is not a path of names separated by '.'"));
@@ -131,24 +140,13 @@ fn names(text: &str) -> Result<Vec<String>, String> {
 
 /// `NAMESPACE:PATH`: the namespace may hold dots, the path is after the
 /// last `:`.
-fn metadata(rest: &str) -> Result<ContextPart, String> {
+pub(super) fn metadata(rest: &str) -> Result<ContextPart, String> {
     let Some((namespace, path)) = rest.rsplit_once(':').filter(|(n, _)| !n.is_empty()) else {
         return Err(format!(
             "metadata:{rest} needs a namespace and a path: metadata:NAMESPACE:PATH"
         ));
     };
     Ok(ContextPart::Metadata(namespace.to_string(), names(path)?))
-}
-
-fn peer(field: &str) -> Result<PeerField, String> {
-    match field {
-        "uri_san" => Ok(PeerField::UriSan),
-        "dns_san" => Ok(PeerField::DnsSan),
-        "subject" => Ok(PeerField::Subject),
-        _ => Err(format!(
-            "peer:{field} is not a certificate field (expected peer:uri_san, peer:dns_san or peer:subject)"
-        )),
-    }
 }
 
 /// Writes a property's value into `out` as a key part (see the module
@@ -171,17 +169,17 @@ pub fn push_value(out: &mut String, value: &[u8]) {
 mod tests {
     use super::*;
 
-    fn parse(text: &str) -> Option<Result<ContextPart, String>> {
-        let (source, rest) = match text.split_once(':') {
-            Some((s, r)) => (s, Some(r)),
-            None => (text, None),
-        };
-        ContextPart::parse(source, rest)
+    /// The context part `text` parses into; `Err` for any other part.
+    fn parse(text: &str) -> Result<ContextPart, String> {
+        match super::super::KeyPart::parse(text)? {
+            super::super::KeyPart::Context(part) => Ok(part),
+            other => Err(format!("{other:?}")),
+        }
     }
 
     #[test]
     fn parses_each_source() {
-        let ok = |t: &str| parse(t).and_then(Result::ok);
+        let ok = |t: &str| parse(t).ok();
         assert_eq!(
             ok("jwt:org.tenant"),
             Some(ContextPart::Jwt(vec!["org".into(), "tenant".into()]))
@@ -210,11 +208,15 @@ mod tests {
             "metadata::a",
             "peer:cn",
             "filter_state:",
+            "header:x",
         ] {
-            assert!(matches!(parse(bad), Some(Err(_)) | None), "{bad:?}");
+            assert!(parse(bad).is_err(), "{bad:?}");
         }
-        assert!(parse(&format!("jwt:{}", ["a"; 17].join("."))).is_some_and(|r| r.is_err()));
-        assert_eq!(parse("header:x"), None);
+        assert!(parse(&format!("jwt:{}", ["a"; 17].join("."))).is_err());
+        assert_eq!(
+            parse("peer:cn"),
+            Err("peer:cn is not a certificate field (expected peer:uri_san, peer:dns_san or peer:subject)".into())
+        );
     }
 
     #[test]
