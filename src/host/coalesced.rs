@@ -12,11 +12,11 @@
 
 use super::clock::now;
 use super::limiter::dispatch;
-use super::outcome::{deny, hold};
+use super::outcome::{deny, hold_from_root, resume_admitted};
 use super::renewal;
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
-use super::state::{self, Handoff, Member, SharedCall};
+use super::state::{self, Member, SharedCall};
 use super::wake;
 use proxy_wasm::hostcalls;
 use sluice_filter::engine::{self, Verdict};
@@ -181,28 +181,11 @@ fn deliver(context: u32, runtime: &Rc<Runtime>, mut verdict: Verdict) {
         }
         return;
     }
-    let handoff = match verdict {
-        Verdict::Allow(admitted) => {
-            let _ = hostcalls::resume_http_request();
-            Handoff {
-                admitted: Some(admitted),
-                ..Handoff::default()
-            }
-        }
-        Verdict::Delay(delayed) => match hold(context, runtime, delayed) {
-            Ok(held) => Handoff {
-                admitted: Some(held.admitted()),
-                held: Some(held),
-                ..Handoff::default()
-            },
-            // A coalesced check takes no permits: nothing to give back.
-            Err(_) => return,
-        },
-        Verdict::Deny(denied) => {
-            deny(&runtime.plan, &denied);
-            return;
-        }
-        Verdict::Check(_) => return,
-    };
-    state::hand_off(context, handoff);
+    // A coalesced check takes no permits: none to keep or give back.
+    match verdict {
+        Verdict::Allow(admitted) => resume_admitted(context, runtime, admitted),
+        Verdict::Delay(delayed) => hold_from_root(context, runtime, delayed),
+        Verdict::Deny(denied) => deny(&runtime.plan, &denied),
+        Verdict::Check(_) => {}
+    }
 }

@@ -10,7 +10,7 @@ use super::renewal;
 use super::request::{grpc_deadline, headers_sent, is_grpc_request};
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
-use super::state;
+use super::state::{self, Handoff};
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{GrpcStatusCode, MapType};
 use sluice_filter::config::{Plan, ServiceHeaders};
@@ -76,6 +76,40 @@ pub(super) fn hold(context: u32, runtime: &Runtime, delayed: Delayed) -> Result<
             deny(&runtime.plan, &denied);
             Err(std::mem::take(&mut denied.held))
         }
+    }
+}
+
+/// Resumes the admitted request of `context`, the effective context, from
+/// the root: its permits are kept (counted and renewed) from now, and the
+/// rest is handed to it for its response.
+pub(super) fn resume_admitted(context: u32, runtime: &Runtime, mut admitted: Admitted) {
+    let kept = std::mem::take(&mut admitted.held);
+    permits::keep(runtime, &kept);
+    let _ = hostcalls::resume_http_request();
+    let handoff = Handoff {
+        admitted: Some(admitted),
+        held: None,
+        kept,
+    };
+    state::hand_off(context, handoff);
+}
+
+/// Holds the delayed request of `context`, the effective context, from the
+/// root ([`hold`]), its permits kept as [`resume_admitted`] keeps them; a
+/// request denied instead gives them back.
+pub(super) fn hold_from_root(context: u32, runtime: &Rc<Runtime>, delayed: Delayed) {
+    match hold(context, runtime, delayed) {
+        Ok(mut held) => {
+            let kept = held.take_held();
+            permits::keep(runtime, &kept);
+            let handoff = Handoff {
+                admitted: Some(held.admitted()),
+                held: Some(held),
+                kept,
+            };
+            state::hand_off(context, handoff);
+        }
+        Err(taken) => permits::give_back(runtime, taken),
     }
 }
 

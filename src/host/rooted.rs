@@ -17,13 +17,13 @@
 //! permits' ttl.
 
 use super::limiter::{call_failed, dispatch};
-use super::outcome::{deny, hold, unapplied};
+use super::outcome::{deny, hold_from_root, resume_admitted, unapplied};
 use super::permits;
 use super::renewal;
 use super::request::Shown;
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
-use super::state::{self, Handoff, Headers, RootedCheck};
+use super::state::{self, Headers, RootedCheck};
 use super::waiting;
 use super::wake;
 use proxy_wasm::hostcalls;
@@ -185,29 +185,9 @@ fn decide(root: u32, check: RootedCheck) {
 /// Carries out a final verdict for the request of `context`, the effective
 /// context.
 fn carry_out(context: u32, runtime: &Rc<Runtime>, verdict: Verdict) {
-    let handoff = match verdict {
-        Verdict::Allow(mut admitted) => {
-            let kept = std::mem::take(&mut admitted.held);
-            permits::keep(runtime, &kept);
-            let _ = hostcalls::resume_http_request();
-            Handoff {
-                admitted: Some(admitted),
-                held: None,
-                kept,
-            }
-        }
-        Verdict::Delay(delayed) => match hold(context, runtime, delayed) {
-            Ok(mut held) => {
-                let kept = held.take_held();
-                permits::keep(runtime, &kept);
-                Handoff {
-                    admitted: Some(held.admitted()),
-                    held: Some(held),
-                    kept,
-                }
-            }
-            Err(taken) => return permits::give_back(runtime, taken),
-        },
+    match verdict {
+        Verdict::Allow(admitted) => resume_admitted(context, runtime, admitted),
+        Verdict::Delay(delayed) => hold_from_root(context, runtime, delayed),
         Verdict::Deny(mut denied) => {
             permits::give_back(runtime, std::mem::take(&mut denied.held));
             if denied.wait.is_some() {
@@ -216,12 +196,11 @@ fn carry_out(context: u32, runtime: &Rc<Runtime>, verdict: Verdict) {
                 }
                 runtime.metrics.rule(denied.report.rule, RuleEvent::Denied);
             }
-            return deny(&runtime.plan, &denied);
+            deny(&runtime.plan, &denied);
         }
         // Sent again before it gets here.
-        Verdict::Check(_) => return,
-    };
-    state::hand_off(context, handoff);
+        Verdict::Check(_) => {}
+    }
 }
 
 /// Whether the request's headers are a snapshot (it was decided after its

@@ -9,13 +9,13 @@
 
 use super::clock::{now, HOLD_TICK};
 use super::limiter::{call_failed, dispatch};
-use super::outcome::{deny, hold, unapplied};
+use super::outcome::{deny, hold_from_root, resume_admitted, unapplied};
 use super::permits;
 use super::renewal;
 use super::request::HostRequest;
 use super::runtime::Runtime;
 use super::shared_data::HostStore;
-use super::state::{self, Handoff, Waiter, WaiterCall};
+use super::state::{self, Waiter, WaiterCall};
 use proxy_wasm::hostcalls;
 use sluice_core::Nanos;
 use sluice_filter::engine::{self, Denied, Verdict};
@@ -161,45 +161,24 @@ pub(super) fn answered(root: u32, token: u32, body: Option<&[u8]>) -> bool {
 /// Carries out a final verdict for a waiting request.
 fn carry_out(waiter: Waiter, runtime: &Rc<Runtime>, verdict: Verdict) {
     let now = now();
-    let handoff = match verdict {
+    match verdict {
         Verdict::Deny(denied) if denied.wait.is_some() && now < waiter.deadline => {
-            return state::keep_waiter(waiter);
+            state::keep_waiter(waiter);
         }
         Verdict::Deny(mut denied) => {
             runtime.metrics.rule(denied.report.rule, RuleEvent::Denied);
             let held = std::mem::take(&mut denied.held);
             permits::give_back(runtime, held);
-            return deny(&runtime.plan, &denied);
+            deny(&runtime.plan, &denied);
         }
-        Verdict::Allow(mut admitted) => {
+        Verdict::Allow(admitted) => {
             runtime
                 .metrics
                 .delayed(waiter.rule, now.saturating_sub(waiter.since));
-            let kept = std::mem::take(&mut admitted.held);
-            permits::keep(runtime, &kept);
-            let _ = hostcalls::resume_http_request();
-            Handoff {
-                admitted: Some(admitted),
-                held: None,
-                kept,
-            }
+            resume_admitted(waiter.context, runtime, admitted);
         }
-        Verdict::Delay(delayed) => match hold(waiter.context, runtime, delayed) {
-            Ok(mut held) => {
-                let kept = held.take_held();
-                permits::keep(runtime, &kept);
-                Handoff {
-                    admitted: Some(held.admitted()),
-                    held: Some(held),
-                    kept,
-                }
-            }
-            Err(taken) => {
-                return permits::give_back(runtime, taken);
-            }
-        },
+        Verdict::Delay(delayed) => hold_from_root(waiter.context, runtime, delayed),
         // Decided before it gets here.
-        Verdict::Check(_) => return,
-    };
-    state::hand_off(waiter.context, handoff);
+        Verdict::Check(_) => {}
+    }
 }
