@@ -103,7 +103,10 @@ fn action(r: &RateLimitQuotaResponse) -> (&'static str, u32) {
         _ => panic!("{r:?}"),
     };
     let kind = action_kind(last);
-    assert!(r.bucket_action.len() == 2 || kind.0 != "token_bucket", "{r:?}");
+    assert!(
+        r.bucket_action.len() == 2 || kind.0 != "token_bucket",
+        "{r:?}"
+    );
     kind
 }
 
@@ -342,7 +345,10 @@ async fn a_share_of_an_uncharged_limit_refills_over_its_window() {
     let svc = service(&clock, &Arc::new(Metrics::default()));
     let id = bucket("api", "denied-first");
     let r = svc
-        .answer(&mut StreamState::default(), &reports("quota", &[(&id, 0, 1)]))
+        .answer(
+            &mut StreamState::default(),
+            &reports("quota", &[(&id, 0, 1)]),
+        )
         .await
         .unwrap();
     assert_eq!(action(&r), ("token_bucket", 5));

@@ -247,7 +247,11 @@ mod tests {
         // from the half the first share left.
         for limit in [20, 40, 1_000] {
             for early in 0..4 {
-                assert_eq!(fleet(limit, &[0], early), limit, "limit {limit}, early {early}");
+                assert_eq!(
+                    fleet(limit, &[0], early),
+                    limit,
+                    "limit {limit}, early {early}"
+                );
             }
         }
     }
@@ -255,7 +259,15 @@ mod tests {
     #[test]
     fn the_fleet_bound() {
         // (Envoys, the most admitted for a limit of 1,000.)
-        let bounds = [(1, 1_000), (2, 1_028), (3, 1_053), (4, 1_069), (8, 1_072), (16, 1_082), (64, 1_130)];
+        let bounds = [
+            (1, 1_000),
+            (2, 1_028),
+            (3, 1_053),
+            (4, 1_069),
+            (8, 1_072),
+            (16, 1_082),
+            (64, 1_130),
+        ];
         for (envoys, bound) in bounds {
             assert_eq!(worst(1_000, envoys), bound, "{envoys} Envoys");
         }

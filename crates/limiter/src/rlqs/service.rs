@@ -228,7 +228,9 @@ impl<S: Store> RlqsService<S> {
             Quota::Blocked => Assignment::DenyAll,
             Quota::Limited { id, limit, shadow } => {
                 let item = StoreItem::new(id, limit, 1);
-                let standing = self.charge(&item, usage.num_requests_allowed, held, now).await?;
+                let standing = self
+                    .charge(&item, usage.num_requests_allowed, held, now)
+                    .await?;
                 held.report = Report::Later;
                 if shadow {
                     Assignment::AllowAll
@@ -372,7 +374,9 @@ async fn stopped(stop: Option<&mut watch::Receiver<bool>>) {
 fn is_token_bucket(action: &Action) -> bool {
     match action {
         Action::QuotaAssignmentAction(a) => matches!(
-            a.rate_limit_strategy.as_ref().and_then(|r| r.strategy.as_ref()),
+            a.rate_limit_strategy
+                .as_ref()
+                .and_then(|r| r.strategy.as_ref()),
             Some(Strategy::TokenBucket(_))
         ),
         Action::AbandonAction(_) => false,
