@@ -353,10 +353,10 @@ def start_envoy(workdir: Path, http_filters: list[dict], *, concurrency: int = 2
 
 
 def rlqs_filter(domain: str = "quota", header: str = "x-tenant", reporting_interval: str = "5s",
-                expired: dict | None = None, cluster: str = "rlqs") -> dict:
+                expired: dict | None = None, cluster: str = "rlqs", no_assignment: str = "ALLOW_ALL") -> dict:
     """Envoy's `rate_limit_quota` filter: a bucket `{name: api, tenant: <header value>}` per value of
     `header` (requests without it are not limited), reported every `reporting_interval` (Envoy 1.40 reports every 5 s whatever it says) to the
-    RLQS server of `cluster`; admitted while no assignment came; `expired`: the
+    RLQS server of `cluster`; `no_assignment`: the blanket rule until the first assignment; `expired`: the
     `expired_assignment_behavior` (none: Envoy's default)."""
     header_input = {"@type": "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput",
                     "header_name": header}
@@ -367,7 +367,7 @@ def rlqs_filter(domain: str = "quota", header: str = "x-tenant", reporting_inter
             "tenant": {"custom_value": {"name": "tenant", "typed_config": header_input}},
         }},
         "reporting_interval": reporting_interval,
-        "no_assignment_behavior": {"fallback_rate_limit": {"blanket_rule": "ALLOW_ALL"}},
+        "no_assignment_behavior": {"fallback_rate_limit": {"blanket_rule": no_assignment}},
     }
     if expired is not None:
         settings["expired_assignment_behavior"] = expired

@@ -6,6 +6,7 @@ mod support;
 
 use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
@@ -85,10 +86,32 @@ fn reports(domain: &str, usages: &[(&BucketId, u64, u64)]) -> RateLimitQuotaUsag
     }
 }
 
-/// The one action of a response, as `(kind, max_tokens)`, with its TTL.
+/// The one bucket's assignment in a response, as `(kind, max_tokens)`,
+/// with its TTL. A token bucket comes after a `DENY_ALL` for the same
+/// bucket, so that Envoy starts it full.
 fn action(r: &RateLimitQuotaResponse) -> (&'static str, u32) {
-    assert_eq!(r.bucket_action.len(), 1, "{r:?}");
-    match r.bucket_action[0].bucket_action.as_ref().unwrap() {
+    let last = match r.bucket_action.len() {
+        1 => &r.bucket_action[0],
+        2 => {
+            assert_eq!(r.bucket_action[0].bucket_id, r.bucket_action[1].bucket_id);
+            let first = RateLimitQuotaResponse {
+                bucket_action: vec![r.bucket_action[0].clone()],
+            };
+            assert_eq!(action(&first), ("deny_all", 0), "{r:?}");
+            &r.bucket_action[1]
+        }
+        _ => panic!("{r:?}"),
+    };
+    let kind = action_kind(last);
+    assert!(
+        r.bucket_action.len() == 2 || kind.0 != "token_bucket",
+        "{r:?}"
+    );
+    kind
+}
+
+fn action_kind(a: &BucketAction) -> (&'static str, u32) {
+    match a.bucket_action.as_ref().unwrap() {
         Action::AbandonAction(_) => ("abandon", 0),
         Action::QuotaAssignmentAction(a) => {
             assert_eq!(a.assignment_time_to_live.unwrap().seconds, 5);
@@ -112,23 +135,25 @@ async fn envoys_share_what_remains_until_a_blanket_deny() {
     let svc = service(&clock, &metrics);
     let (mut a, mut b) = (StreamState::default(), StreamState::default());
     let id = bucket("api", "t1");
-    // Envoy A's first report: its first request, admitted before any assignment.
+    // Envoy A's first report: its first request, admitted before any
+    // assignment. Envoys not counted yet may come: half of the 9 left.
     let r = svc
         .answer(&mut a, &reports("quota", &[(&id, 1, 0)]))
         .await
         .unwrap();
-    assert_eq!(action(&r), ("token_bucket", 9));
-    // Envoy B subscribes: two Envoys share the 9 left.
+    assert_eq!(action(&r), ("token_bucket", 4));
+    // Envoy B's first report, the second Envoy counted: a quarter of 9.
     let r = svc
         .answer(&mut b, &reports("quota", &[(&id, 0, 0)]))
         .await
         .unwrap();
-    assert_eq!(action(&r), ("token_bucket", 4));
+    assert_eq!(action(&r), ("token_bucket", 2));
+    // A's next report: 5 left, a third (B may still spend its share).
     let r = svc
         .answer(&mut a, &reports("", &[(&id, 4, 0)]))
         .await
         .unwrap();
-    assert_eq!(action(&r), ("token_bucket", 2));
+    assert_eq!(action(&r), ("token_bucket", 1));
     // B spent its share and more: only what the limit still held is charged.
     let r = svc
         .answer(&mut b, &reports("", &[(&id, 7, 0)]))
@@ -140,15 +165,22 @@ async fn envoys_share_what_remains_until_a_blanket_deny() {
         .await
         .unwrap();
     assert_eq!(action(&r), ("deny_all", 0));
-    // The next window: the whole limit again; B has not reported in it.
+    // The next window: the whole limit again; B has not reported in it,
+    // and A, counted once, cannot tell yet: half of the 9 left.
     clock.advance(50 * SECOND);
     let r = svc
         .answer(&mut a, &reports("", &[(&id, 1, 0)]))
         .await
         .unwrap();
-    assert_eq!(action(&r), ("token_bucket", 9));
+    assert_eq!(action(&r), ("token_bucket", 4));
+    // Its next report in the window has the count settled: all that remains.
+    let r = svc
+        .answer(&mut a, &reports("", &[(&id, 4, 0)]))
+        .await
+        .unwrap();
+    assert_eq!(action(&r), ("token_bucket", 5));
     assert_eq!(metrics.rlqs_assignments("deny_all"), 2);
-    assert_eq!(metrics.rlqs_assignments("token_bucket"), 4);
+    assert_eq!(metrics.rlqs_assignments("token_bucket"), 5);
 }
 
 #[tokio::test]
@@ -237,7 +269,7 @@ async fn a_stream_is_answered_report_by_report() {
     let id = bucket("api", "socket");
     let (tx, mut inbound) = open_stream(svc, reports("quota", &[(&id, 2, 0)])).await;
     let first = inbound.message().await.unwrap().unwrap();
-    assert_eq!(action(&first), ("token_bucket", 8));
+    assert_eq!(action(&first), ("token_bucket", 4));
     tx.send(reports("", &[(&id, 8, 1)])).await.unwrap();
     let second = inbound.message().await.unwrap().unwrap();
     assert_eq!(action(&second), ("deny_all", 0));
@@ -268,7 +300,7 @@ async fn streams_end_when_the_service_stops() {
     let (tx, mut inbound) = open_stream(svc, reports("quota", &[(&id, 1, 0)])).await;
     assert_eq!(
         action(&inbound.message().await.unwrap().unwrap()),
-        ("token_bucket", 9)
+        ("token_bucket", 4)
     );
     stop_tx.send(true).unwrap();
     assert!(inbound.message().await.unwrap().is_none());
@@ -302,4 +334,29 @@ async fn the_listener_stops_once_its_streams_end() {
         .await
         .unwrap()
         .unwrap();
+}
+
+/// A first report with nothing admitted (Envoy denying until its first
+/// assignment) finds nothing charged yet: the share refills over the whole
+/// window, not every second.
+#[tokio::test]
+async fn a_share_of_an_uncharged_limit_refills_over_its_window() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let svc = service(&clock, &Arc::new(Metrics::default()));
+    let id = bucket("api", "denied-first");
+    let r = svc
+        .answer(
+            &mut StreamState::default(),
+            &reports("quota", &[(&id, 0, 1)]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(action(&r), ("token_bucket", 5));
+    let Some(Action::QuotaAssignmentAction(a)) = &r.bucket_action[1].bucket_action else {
+        panic!("{r:?}")
+    };
+    let Some(Strategy::TokenBucket(tb)) = &a.rate_limit_strategy.unwrap().strategy else {
+        panic!("{r:?}")
+    };
+    assert_eq!(tb.fill_interval.unwrap().seconds, 60);
 }

@@ -7,7 +7,7 @@
 //! with its next request). A stream's buckets are forgotten when it ends;
 //! an Envoy reconnecting starts over, reporting every bucket it holds.
 
-use super::assign::{assign, Assignment, Standing};
+use super::assign::{assign, Assignment, Report, Standing};
 use super::config::{quota_for, Quota};
 use super::presence::Presence;
 use crate::clock::Clock;
@@ -81,6 +81,8 @@ struct Held {
     presence: Presence,
     /// When a request was last reported (or the bucket first seen).
     last_active: Nanos,
+    /// Which report of the bucket the next one is.
+    report: Report,
 }
 
 /// What one stream holds: its domain and its buckets, by sorted entries.
@@ -167,13 +169,22 @@ impl<S: Store> RlqsService<S> {
             if id.bucket.is_empty() {
                 continue;
             }
-            let action = self.bucket_action(stream, id, usage).await;
-            if let Some(action) = action {
+            let Some(action) = self.bucket_action(stream, id, usage).await else {
+                continue;
+            };
+            if is_token_bucket(&action) {
                 actions.push(BucketAction {
                     bucket_id: Some(id.clone()),
-                    bucket_action: Some(action),
+                    bucket_action: Some(Action::QuotaAssignmentAction(assignment_action(
+                        &Assignment::DenyAll,
+                        self.inner.settings.ttl,
+                    ))),
                 });
             }
+            actions.push(BucketAction {
+                bucket_id: Some(id.clone()),
+                bucket_action: Some(action),
+            });
         }
         Ok(RateLimitQuotaResponse {
             bucket_action: actions,
@@ -198,6 +209,7 @@ impl<S: Store> RlqsService<S> {
         let held = stream.buckets.entry(key.clone()).or_insert_with(|| Held {
             presence: Presence::new(window),
             last_active: now,
+            report: Report::First,
         });
         if active {
             held.last_active = now;
@@ -217,8 +229,9 @@ impl<S: Store> RlqsService<S> {
             Quota::Limited { id, limit, shadow } => {
                 let item = StoreItem::new(id, limit, 1);
                 let standing = self
-                    .charge(&item, usage.num_requests_allowed, &mut held.presence, now)
+                    .charge(&item, usage.num_requests_allowed, held, now)
                     .await?;
+                held.report = Report::Later;
                 if shadow {
                     Assignment::AllowAll
                 } else {
@@ -240,10 +253,11 @@ impl<S: Store> RlqsService<S> {
         &self,
         item: &StoreItem,
         allowed: u64,
-        presence: &mut Presence,
+        held: &mut Held,
         now: Nanos,
     ) -> Option<Standing> {
         let inner = &self.inner;
+        let presence = &mut held.presence;
         let mut usage = item.clone();
         if let (0, StoreItem::Rate(r)) = (allowed, &mut usage) {
             r.hits = 0;
@@ -283,10 +297,21 @@ impl<S: Store> RlqsService<S> {
         } else {
             0
         };
+        // A limit nothing was charged into yet resets in 0: its share would
+        // refill every second. Its window is the longest the rest can be.
+        let reset = match decision.reset.max(decision.retry_after) {
+            0 => item.rate().map_or(0, |r| r.limit.window),
+            reset => reset,
+        };
         Some(Standing {
             remaining,
-            reset: decision.reset.max(decision.retry_after),
+            reset,
             envoys: presence.envoys(),
+            // Shares for an unsettled count leave room for Envoys not seen.
+            report: match (held.report, presence.settled()) {
+                (Report::Later, true) => Report::Later,
+                (Report::First | Report::Later, _) => Report::First,
+            },
         })
     }
 
@@ -337,6 +362,24 @@ async fn stopped(stop: Option<&mut watch::Receiver<bool>>) {
             let _ = rx.wait_for(|s| *s).await;
         }
         None => std::future::pending().await,
+    }
+}
+
+/// Whether `action` assigns a token bucket. Envoy 1.40 starts a token
+/// bucket that replaces another with the old one's fraction of tokens left
+/// (none, once spent), and a full one only after a blanket rule: each token
+/// bucket is sent after a `DENY_ALL` for the same bucket in the same
+/// response, which Envoy applies in order before its workers see either, so
+/// every report hands the Envoy its whole share.
+fn is_token_bucket(action: &Action) -> bool {
+    match action {
+        Action::QuotaAssignmentAction(a) => matches!(
+            a.rate_limit_strategy
+                .as_ref()
+                .and_then(|r| r.strategy.as_ref()),
+            Some(Strategy::TokenBucket(_))
+        ),
+        Action::AbandonAction(_) => false,
     }
 }
 
