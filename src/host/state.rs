@@ -144,6 +144,8 @@ pub(super) struct WaiterCall {
     pub(super) tokens: Vec<(u32, usize)>,
     pub(super) pending: PendingCheck,
     pub(super) waiter: Waiter,
+    /// Its client left: the answer only gives back what it took.
+    pub(super) gone: bool,
 }
 
 /// A lease renewal in flight: its call's token, the root context that made
@@ -286,9 +288,17 @@ pub(super) fn keep_waiter(waiter: Waiter) {
     WAITERS.with(|w| w.borrow_mut().push(waiter));
 }
 
-/// Forgets the request of `context` if it waits (its client left).
+/// Forgets the request of `context` if it waits (its client left), and
+/// marks its check in flight, if any, as gone.
 pub(super) fn remove_waiter(context: u32) {
     WAITERS.with(|w| w.borrow_mut().retain(|o| o.context != context));
+    // Its context lives until the end of the worker's loop iteration: an
+    // answer then must not be carried out for it.
+    WAITER_CALLS.with(|c| {
+        for call in c.borrow_mut().iter_mut() {
+            call.gone |= call.waiter.context == context;
+        }
+    });
 }
 
 /// Whether some request waits for a permit.

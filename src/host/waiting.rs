@@ -116,6 +116,7 @@ fn settle(root: u32, waiter: Waiter, runtime: &Rc<Runtime>, mut verdict: Verdict
                 tokens,
                 pending,
                 waiter,
+                gone: false,
             };
             return state::add_waiter_call(call);
         }
@@ -144,12 +145,15 @@ pub(super) fn answered(root: u32, token: u32, body: Option<&[u8]>) -> bool {
         return true;
     }
     let WaiterCall {
-        pending, waiter, ..
+        pending,
+        waiter,
+        gone,
+        ..
     } = call;
     let runtime = Rc::clone(&waiter.runtime);
     let mut verdict = engine::finish(&runtime.plan, pending, &HostStore, &runtime.metrics);
     renewal::queue_from(&runtime, &mut verdict);
-    if hostcalls::set_effective_context(waiter.context).is_err() {
+    if gone || hostcalls::set_effective_context(waiter.context).is_err() {
         // Its client left meanwhile: what the answer took goes back.
         unapplied(&runtime, verdict);
         return true;
