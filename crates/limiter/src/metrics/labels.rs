@@ -44,6 +44,10 @@ pub(super) struct ResultLabel {
     pub(super) result: String,
 }
 
+/// Every reason a store operation fails for, as `store_errors_by_reason`
+/// labels it (and `StoreError::reason` names it): each shown from the start.
+pub const STORE_ERROR_REASONS: [&str; 4] = ["timeout", "unavailable", "protocol", "auth"];
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct ReasonLabel {
     pub(super) reason: String,

@@ -314,11 +314,9 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// Every [`reason`](Self::reason), which `/metrics` shows from the start.
-    pub const REASONS: [&'static str; 4] = ["timeout", "unavailable", "protocol", "auth"];
-
-    /// The reason as `/metrics` labels it: `timeout`, `unavailable`,
-    /// `protocol` or `auth`.
+    /// The reason as `/metrics` labels it: one of
+    /// [`STORE_ERROR_REASONS`](crate::metrics::STORE_ERROR_REASONS), which
+    /// it shows from the start.
     pub fn reason(&self) -> &'static str {
         match self {
             StoreError::Timeout => "timeout",
@@ -405,5 +403,23 @@ impl Store for AnyStore {
             AnyStore::Memory(_) => None,
             AnyStore::Redis(r) => r.round_trips(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StoreError;
+    use crate::metrics::STORE_ERROR_REASONS;
+
+    #[test]
+    fn the_store_error_reasons_are_every_reason() {
+        let errors = [
+            StoreError::Timeout,
+            StoreError::Unavailable(String::new()),
+            StoreError::Protocol(String::new()),
+            StoreError::Auth(String::new()),
+        ];
+        let reasons: Vec<_> = errors.iter().map(StoreError::reason).collect();
+        assert_eq!(reasons, STORE_ERROR_REASONS);
     }
 }
