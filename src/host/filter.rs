@@ -144,10 +144,7 @@ impl Filter {
     /// must wait for charges its worker owes on its keys.
     fn check(&mut self, runtime: &Runtime, pending: PendingCheck) -> Action {
         // The charges owed on its keys when it came, which it waits for.
-        let owed = state::owing(|o| {
-            let owes = !o.is_empty() && o.owes(pending.limiter_keys(), o.last());
-            owes.then(|| o.last())
-        });
+        let owed = state::owing(|o| o.owes(pending.limiter_keys(), o.last()).then(|| o.last()));
         if let (true, Some(shared)) = (
             owed.is_some() || pending.takes_permits(),
             self.runtime.as_ref(),
