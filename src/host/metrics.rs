@@ -2,17 +2,22 @@
 //! configuration is accepted (each name once per VM), counted in batches,
 //! handed to Envoy at each flush.
 
-use super::clock;
-use super::state;
+use super::clock::now;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::MetricType;
 use sluice_core::Nanos;
 use sluice_filter::config::Rule;
+use sluice_filter::driver::WorkerMetrics;
 use sluice_filter::local;
 use sluice_filter::metrics::{
     ceil_millis, Batch, GlobalEvent, MetricSink, RuleEvent, TableChange, TableWatch,
     DELAY_HISTOGRAM,
 };
+
+/// The host's id of every metric this VM defined, by name: each
+/// configuration reuses them (defining a name again grew Envoy's memory at
+/// each configuration push).
+pub(super) type MetricIds = std::collections::HashMap<String, u32>;
 
 /// Metric ids, defined when a configuration is accepted, and the counts
 /// not yet handed to Envoy.
@@ -42,15 +47,15 @@ struct TableGauge {
 
 impl Metrics {
     /// Defines every counter of `rules` rules (none before a plan exists).
-    pub(super) fn define(rules: &[Rule]) -> Metrics {
+    pub(super) fn define(known: &mut MetricIds, rules: &[Rule]) -> Metrics {
         let mut ids: Vec<u32> = GlobalEvent::ALL
             .iter()
-            .map(|e| define(e.metric_name()))
+            .map(|e| define(known, e.metric_name()))
             .collect();
         for rule in rules {
             ids.extend(RuleEvent::ALL.map(|e| {
                 if e.applies_to(rule) {
-                    define(&e.metric_name(&rule.name))
+                    define(known, &e.metric_name(&rule.name))
                 } else {
                     // Never counted: no stat.
                     u32::MAX
@@ -62,7 +67,7 @@ impl Metrics {
             .map(|rule| {
                 let concurrent = rule.limits.iter().any(|l| l.concurrency().is_some());
                 concurrent
-                    .then(|| define_as(MetricType::Gauge, &permits_gauge(&rule.name)))
+                    .then(|| define_as(known, MetricType::Gauge, &permits_gauge(&rule.name)))
                     .flatten()
             })
             .collect();
@@ -75,7 +80,7 @@ impl Metrics {
                 Some(TableGauge {
                     position: Batch::rule_position(i, RuleEvent::TableFull),
                     name: rule.name.clone(),
-                    id: define_as(MetricType::Gauge, &gauge)?,
+                    id: define_as(known, MetricType::Gauge, &gauge)?,
                     watch: TableWatch::default(),
                 })
             })
@@ -85,14 +90,15 @@ impl Metrics {
             permit_gauges,
             tables,
             batch: Batch::new(rules.len()),
-            delay_histogram: define_as(MetricType::Histogram, DELAY_HISTOGRAM).unwrap_or(u32::MAX),
+            delay_histogram: define_as(known, MetricType::Histogram, DELAY_HISTOGRAM)
+                .unwrap_or(u32::MAX),
         }
     }
 
     /// Moves rule `rule`'s permits gauge by `weight`, up when `taken`.
     /// Gauges are not batched: Envoy adds every worker's moves into one
     /// value, the permits the Envoy's requests hold.
-    pub(super) fn permits(&self, rule: usize, weight: u64, taken: bool) {
+    fn move_permits(&self, rule: usize, weight: u64, taken: bool) {
         let Some(&Some(id)) = self.permit_gauges.get(rule) else {
             return;
         };
@@ -106,12 +112,12 @@ impl Metrics {
 
     fn add_n(&self, position: usize, n: u64) {
         if self.batch.add_n(position, n) {
-            self.flush();
+            self.flush_batch();
         }
     }
 
     /// Hands the batched counts to Envoy.
-    pub(super) fn flush(&self) {
+    fn flush_batch(&self) {
         // Retries are tallied per VM by the CAS loop, which has no sink.
         let retries = local::take_cas_retries();
         if retries > 0 {
@@ -138,7 +144,7 @@ impl Metrics {
         if self.tables.is_empty() {
             return;
         }
-        let now = clock::now();
+        let now = now();
         for t in &self.tables {
             let full = counted
                 .iter()
@@ -168,7 +174,7 @@ impl Metrics {
 impl Drop for Metrics {
     // A replaced configuration (or a rejected one) still reports what it counted.
     fn drop(&mut self) {
-        self.flush();
+        self.flush_batch();
         // This worker stops counting in the gauges of the tables it saw full.
         for t in self.tables.iter().filter(|t| t.watch.is_full()) {
             let _ = hostcalls::increment_metric(t.id, -1);
@@ -181,20 +187,19 @@ fn permits_gauge(rule: &str) -> String {
     format!("sluice.{rule}.permits_in_use")
 }
 
-/// Counts a rejected configuration, at once.
-pub(super) fn config_error() {
-    // Dropping the metrics flushes them.
-    Metrics::define(&[]).global(GlobalEvent::ConfigErrors);
-}
-
-fn define(name: &str) -> u32 {
-    define_as(MetricType::Counter, name).unwrap_or(u32::MAX)
+fn define(ids: &mut MetricIds, name: &str) -> u32 {
+    define_as(ids, MetricType::Counter, name).unwrap_or(u32::MAX)
 }
 
 /// The id of metric `name` of type `kind`, defined once per VM: a new
 /// configuration finds the ids its predecessors defined.
-fn define_as(kind: MetricType, name: &str) -> Option<u32> {
-    state::metric_id(name, || hostcalls::define_metric(kind, name).ok())
+fn define_as(ids: &mut MetricIds, kind: MetricType, name: &str) -> Option<u32> {
+    if let Some(id) = ids.get(name) {
+        return Some(*id);
+    }
+    let id = hostcalls::define_metric(kind, name).ok()?;
+    ids.insert(name.to_string(), id);
+    Some(id)
 }
 
 impl MetricSink for Metrics {
@@ -216,5 +221,15 @@ impl MetricSink for Metrics {
         self.add_n(Batch::rule_position(rule, RuleEvent::DelayedMs), ms);
         // A histogram sample is one host call, made only for held requests.
         let _ = hostcalls::record_metric(self.delay_histogram, ms);
+    }
+}
+
+impl WorkerMetrics for Metrics {
+    fn permits(&self, rule: usize, weight: u64, taken: bool) {
+        self.move_permits(rule, weight, taken);
+    }
+
+    fn flush(&self) {
+        self.flush_batch();
     }
 }

@@ -34,6 +34,7 @@ pub mod coalesce;
 pub mod config;
 pub mod cost;
 pub mod decimal;
+pub mod driver;
 pub mod engine;
 pub mod failure;
 pub mod grpc;

@@ -11,128 +11,132 @@
 //! limiter while the answer that says so is lost with a client that left.
 //! The root's call is answered whatever the request does: to a request
 //! still there the root carries out its verdict (resumed, held, waiting or
-//! denied, as [`super::filter`] would); for one gone, what the verdict took
+//! denied, as [`super::stream`] would); for one gone, what the verdict took
 //! goes back. A root that closes first cannot be answered: its checks end
 //! as failed calls, and what the limiter took for them comes back at the
 //! permits' ttl.
 
+use super::host::Host;
 use super::limiter::{call_failed, dispatch};
-use super::outcome::{deny, hold_from_root, resume_admitted, unapplied};
+use super::outcome::{hold_from_root, resume_admitted, send_denial, unapplied};
+use super::parts::{Headers, RootedCheck, Shared};
 use super::permits;
 use super::renewal;
-use super::request::Shown;
-use super::runtime::Runtime;
-use super::shared_data::HostStore;
-use super::state::{self, Headers, RootedCheck};
 use super::waiting;
 use super::wake;
-use proxy_wasm::hostcalls;
-use sluice_filter::engine::{self, PendingCheck, Verdict};
-use sluice_filter::failure::CallFailure;
-use sluice_filter::metrics::{MetricSink, RuleEvent};
+use super::worker::{take_where, Worker};
+use crate::engine::{self, PendingCheck, Verdict};
+use crate::failure::CallFailure;
+use crate::metrics::{MetricSink, RuleEvent};
 use std::rc::Rc;
 
 /// Leaves `pending`, the check of the request of `context`, for the root to
 /// make once the charges owed on its keys up to id `owed` are answered,
 /// and wakes it.
-pub(super) fn queue(
+pub(super) fn queue<H: Host>(
+    w: &mut Worker<H>,
+    host: &mut H,
     context: u32,
-    runtime: &Rc<Runtime>,
+    runtime: &Shared<H>,
     pending: PendingCheck,
     shown: Option<Headers>,
     owed: u64,
 ) {
-    state::add_rooted(RootedCheck {
+    w.rooted.push(RootedCheck {
         context,
         runtime: Rc::clone(runtime),
         pending,
         shown,
         root: 0,
         tokens: Vec::new(),
-        gone: false,
         owed,
     });
-    wake::root();
+    wake::root(w, host);
 }
 
 /// Makes, from the running root `root`, the checks left for it, but those
 /// of keys whose charges the worker still owes (made once they are
 /// answered).
-pub(super) fn send_queued(root: u32) {
-    let ready = |c: &RootedCheck| {
-        c.tokens.is_empty()
-            && (c.owed == 0 || !state::owing(|o| o.owes(c.pending.limiter_keys(), c.owed)))
+pub(super) fn send_queued<H: Host>(w: &mut Worker<H>, host: &mut H, root: u32) {
+    let owing = &w.owing;
+    let ready = |c: &RootedCheck<H>| {
+        c.tokens.is_empty() && (c.owed == 0 || !owing.owes(c.pending.limiter_keys(), c.owed))
     };
-    for check in state::take_rooted(ready) {
-        send(root, check);
+    let (ready, kept): (Vec<_>, Vec<_>) =
+        std::mem::take(&mut w.rooted).into_iter().partition(ready);
+    w.rooted = kept;
+    for check in ready {
+        send(w, host, root, check);
     }
 }
 
 /// Makes the calls of `check` from root `root`; decides it at once when
 /// none could be made.
-fn send(root: u32, mut check: RootedCheck) {
+fn send<H: Host>(w: &mut Worker<H>, host: &mut H, root: u32, mut check: RootedCheck<H>) {
     // The calls must be the root's, not the request's.
-    let _ = hostcalls::set_effective_context(root);
+    host.focus(root);
     check.root = root;
     let mut complete = false;
     for call in 0..check.pending.call_count() {
-        match dispatch(&check.runtime, check.pending.body(call)) {
+        match dispatch(host, &check.runtime, check.pending.body(call)) {
             Some(token) => check.tokens.push((token, call)),
             None => {
-                call_failed(&check.runtime, CallFailure::Unreachable);
+                call_failed(w, host, &check.runtime, CallFailure::Unreachable);
                 complete = check.pending.record(call, None);
             }
         }
     }
     if check.tokens.is_empty() || complete {
-        return decide(root, check);
+        return decide(w, host, root, check);
     }
-    state::add_rooted(check);
+    w.rooted.push(check);
 }
 
 /// The answer (`None`: failed) to call `token` of root `root`, if it is a
 /// rooted check's; returns whether it was.
-pub(super) fn answered(root: u32, token: u32, body: Option<&[u8]>) -> bool {
-    let Some(mut check) = state::take_rooted(|c| c.tokens.iter().any(|(t, _)| *t == token)).pop()
-    else {
+pub(super) fn answered<H: Host>(
+    w: &mut Worker<H>,
+    host: &mut H,
+    root: u32,
+    token: u32,
+    body: Option<&[u8]>,
+) -> bool {
+    let mine = |c: &RootedCheck<H>| c.tokens.iter().any(|(t, _)| *t == token);
+    let Some(mut check) = take_where(&mut w.rooted, mine).pop() else {
         return false;
     };
     let at = check.tokens.iter().position(|(t, _)| *t == token);
     if let Some((_, call)) = at.map(|at| check.tokens.swap_remove(at)) {
         let complete = check.pending.record(call, body);
         if check.pending.unreadable(call) {
-            call_failed(&check.runtime, CallFailure::Unreadable);
+            call_failed(w, host, &check.runtime, CallFailure::Unreadable);
         }
         if !complete {
-            state::add_rooted(check);
+            w.rooted.push(check);
             return true;
         }
     }
-    decide(root, check);
+    decide(w, host, root, check);
     true
 }
 
 /// The request of `context` is gone: a check still queued is dropped (what
 /// it took locally goes back); one in flight gives back what its answer
-/// takes.
-pub(super) fn leave(context: u32) {
-    for check in state::take_rooted(|c| c.context == context) {
-        if check.tokens.is_empty() {
-            renewal::abandon(&check.runtime, check.pending);
-        } else {
-            state::add_rooted(RootedCheck {
-                gone: true,
-                ..check
-            });
-        }
+/// takes (the request is no longer alive when it comes).
+pub(super) fn leave<H: Host>(w: &mut Worker<H>, host: &mut H, context: u32) {
+    let queued = |c: &RootedCheck<H>| c.context == context && c.tokens.is_empty();
+    for check in take_where(&mut w.rooted, queued) {
+        renewal::abandon(w, host, &check.runtime, check.pending);
     }
 }
 
 /// Root `root` is closing: its calls will not be answered, so their checks
-/// end as failed calls; when it is the VM's last root, so do the checks
-/// still queued.
-pub(super) fn root_closing(root: u32, last: bool) {
-    let ended = state::take_rooted(|c| (c.root == root && !c.tokens.is_empty()) || last);
+/// end as failed calls; when it is the worker's last root, so do the
+/// checks still queued.
+pub(super) fn root_closing<H: Host>(w: &mut Worker<H>, host: &mut H, root: u32, last: bool) {
+    let ended = take_where(&mut w.rooted, |c| {
+        (c.root == root && !c.tokens.is_empty()) || last
+    });
     for mut check in ended {
         // The calls still out (all of them, for a check not yet made).
         let out: Vec<usize> = if check.tokens.is_empty() {
@@ -143,68 +147,68 @@ pub(super) fn root_closing(root: u32, last: bool) {
         for call in out {
             check.pending.record(call, None);
         }
-        decide(root, check);
+        decide(w, host, root, check);
     }
 }
 
 /// Decides `check`, every call answered, and carries the verdict out; a
 /// verdict that asks again (an elastic limit's second call) is sent again.
-fn decide(root: u32, check: RootedCheck) {
+fn decide<H: Host>(w: &mut Worker<H>, host: &mut H, root: u32, check: RootedCheck<H>) {
     let RootedCheck {
         context,
         runtime,
         pending,
         shown,
-        gone,
         ..
     } = check;
-    let mut verdict = engine::finish(&runtime.plan, pending, &HostStore, &runtime.metrics);
-    renewal::queue_from(&runtime, &mut verdict);
-    if gone || hostcalls::set_effective_context(context).is_err() {
-        return unapplied(&runtime, verdict);
+    let mut verdict = engine::finish(&runtime.plan, pending, &*host, &runtime.metrics);
+    renewal::queue_from(w, host, &runtime, &mut verdict);
+    if !w.alive(context) || !host.focus(context) {
+        return unapplied(w, host, &runtime, verdict);
     }
-    let _shown = Shown::new(shown.clone());
     match verdict {
-        Verdict::Check(pending) => send(
-            root,
-            RootedCheck {
+        Verdict::Check(pending) => {
+            let again = RootedCheck {
                 context,
                 runtime,
                 pending,
                 shown,
                 root,
                 tokens: Vec::new(),
-                gone: false,
                 owed: 0,
-            },
-        ),
-        verdict => carry_out(context, &runtime, verdict),
+            };
+            send(w, host, root, again);
+        }
+        verdict => carry_out(w, host, context, &runtime, verdict, shown.as_ref()),
     }
 }
 
-/// Carries out a final verdict for the request of `context`, the effective
-/// context.
-fn carry_out(context: u32, runtime: &Rc<Runtime>, verdict: Verdict) {
+/// Carries out a final verdict for the request of `context`, the focused
+/// one.
+fn carry_out<H: Host>(
+    w: &mut Worker<H>,
+    host: &mut H,
+    context: u32,
+    runtime: &Shared<H>,
+    verdict: Verdict,
+    shown: Option<&Headers>,
+) {
     match verdict {
-        Verdict::Allow(admitted) => resume_admitted(context, runtime, admitted),
-        Verdict::Delay(delayed) => hold_from_root(context, runtime, delayed),
+        Verdict::Allow(admitted) => resume_admitted(w, host, context, runtime, admitted),
+        Verdict::Delay(delayed) => hold_from_root(w, host, context, runtime, delayed, shown),
         Verdict::Deny(mut denied) => {
-            permits::give_back(runtime, std::mem::take(&mut denied.held));
+            permits::give_back(w, host, runtime, std::mem::take(&mut denied.held));
             if denied.wait.is_some() {
-                if !request_headers_shown() && waiting::wait(context, runtime, &denied, &mut None) {
+                // The root decides waiting requests again from Envoy's
+                // headers: one decided after its body cannot wait.
+                if shown.is_none() && waiting::wait(w, host, context, runtime, &denied, &mut None) {
                     return;
                 }
                 runtime.metrics.rule(denied.report.rule, RuleEvent::Denied);
             }
-            deny(&runtime.plan, &denied);
+            send_denial(host, &runtime.plan, &denied, None, shown);
         }
         // Sent again before it gets here.
         Verdict::Check(_) => {}
     }
-}
-
-/// Whether the request's headers are a snapshot (it was decided after its
-/// body): the root decides waiting requests again from Envoy's headers.
-fn request_headers_shown() -> bool {
-    state::request_headers().is_some()
 }

@@ -1,4 +1,4 @@
-//! The shared calls of coalescing groups (see [`sluice_filter::coalesce`]): the
+//! The shared calls of coalescing groups (see [`crate::coalesce`]): the
 //! requests of a call wait for the answer, and each gets its outcome from
 //! the context that made the call.
 //!
@@ -10,18 +10,15 @@
 //! the root context, woken at once ([`super::wake`]), and then one after
 //! another as each answer arrives, while requests keep coming.
 
-use super::clock::now;
+use super::host::Host;
 use super::limiter::dispatch;
-use super::outcome::{deny, hold_from_root, resume_admitted};
+use super::outcome::{hold_from_root, resume_admitted, send_denial};
+use super::parts::{Member, Shared, SharedCall};
 use super::renewal;
-use super::runtime::Runtime;
-use super::shared_data::HostStore;
-use super::state::{self, Member, SharedCall};
 use super::wake;
-use proxy_wasm::hostcalls;
-use sluice_filter::engine::{self, Verdict};
-use sluice_filter::metrics::{GlobalEvent, MetricSink};
-use std::rc::Rc;
+use super::worker::{take_where, Worker};
+use crate::engine::{self, Verdict};
+use crate::metrics::{GlobalEvent, MetricSink};
 
 /// The most requests one shared call carries, and one group holds waiting
 /// (beyond it, requests call alone).
@@ -32,12 +29,16 @@ pub(super) const MAX_BATCH: usize = sluice_wire::MAX_BATCH as usize;
 /// module doc). `None` when none wait or the call could not be made (its
 /// requests then got the failure mode, and those that joined meanwhile are
 /// called for by the root).
-pub(super) fn carry(signature: Vec<u8>) -> Option<SharedCall> {
-    if !state::groups(|g| g.finished(&signature)) {
+pub(super) fn carry<H: Host>(
+    w: &mut Worker<H>,
+    host: &mut H,
+    signature: Vec<u8>,
+) -> Option<SharedCall<H>> {
+    if !w.groups.finished(&signature) {
         return None;
     }
-    let members = state::groups(|g| g.take(&signature, MAX_BATCH));
-    match send(&members) {
+    let members = w.groups.take(&signature, MAX_BATCH);
+    match send(host, &members) {
         Some(token) => Some(SharedCall {
             root: 0,
             token,
@@ -45,8 +46,8 @@ pub(super) fn carry(signature: Vec<u8>) -> Option<SharedCall> {
             members,
         }),
         None => {
-            decide(members, None);
-            finished(&signature);
+            decide(w, host, members, None);
+            finished(w, host, &signature);
             None
         }
     }
@@ -54,50 +55,54 @@ pub(super) fn carry(signature: Vec<u8>) -> Option<SharedCall> {
 
 /// The answer (`None`: failed) to a carried call: decides its requests, and
 /// has the root call for those that joined meanwhile.
-pub(super) fn carried(shared: SharedCall, body: Option<&[u8]>) {
-    decide(shared.members, body);
-    finished(&shared.signature);
+pub(super) fn carried<H: Host>(
+    w: &mut Worker<H>,
+    host: &mut H,
+    shared: SharedCall<H>,
+    body: Option<&[u8]>,
+) {
+    decide(w, host, shared.members, body);
+    finished(w, host, &shared.signature);
 }
 
 /// Makes the call of `members` (one check, `members.len()` requests) from
-/// the effective context; its token.
-fn send(members: &[(u32, Member)]) -> Option<u32> {
+/// the focused context; its token.
+fn send<H: Host>(host: &mut H, members: &[(u32, Member<H>)]) -> Option<u32> {
     let (_, first) = members.first()?;
     let n = u32::try_from(members.len()).unwrap_or(u32::MAX);
     let body = first.pending.batch_body(&first.runtime.plan.domain, n);
-    dispatch(&first.runtime, &body)
+    dispatch(host, &first.runtime, &body)
 }
 
 /// A group's call in flight ended: if requests wait, the root calls for
 /// them.
-pub(super) fn finished(signature: &[u8]) {
-    if state::groups(|g| g.finished(signature)) {
-        wake::root();
+pub(super) fn finished<H: Host>(w: &mut Worker<H>, host: &mut H, signature: &[u8]) {
+    if w.groups.finished(signature) {
+        wake::root(w, host);
     }
 }
 
 /// Makes the next call of every group whose requests wait with no call in
 /// flight (from the root context `root`).
-pub(super) fn call_ready(root: u32) {
-    let ready = state::groups(|g| g.ready());
-    for signature in ready {
-        call(root, signature);
+pub(super) fn call_ready<H: Host>(w: &mut Worker<H>, host: &mut H, root: u32) {
+    for signature in w.groups.ready() {
+        call(w, host, root, signature);
     }
 }
 
 /// Makes the next call of the group of `signature`, carrying the requests
 /// that wait in it.
-fn call(root: u32, signature: Vec<u8>) {
-    // The call belongs to the effective context, which handing out answers
+fn call<H: Host>(w: &mut Worker<H>, host: &mut H, root: u32, signature: Vec<u8>) {
+    // The call belongs to the focused context, which handing out answers
     // moved to requests: a request's calls end with it, the root's do not.
-    let _ = hostcalls::set_effective_context(root);
+    host.focus(root);
     loop {
-        let members = state::groups(|g| g.take(&signature, MAX_BATCH));
+        let members = w.groups.take(&signature, MAX_BATCH);
         if members.is_empty() {
             return;
         }
-        if let Some(token) = send(&members) {
-            state::add_call(SharedCall {
+        if let Some(token) = send(host, &members) {
+            w.calls.push(SharedCall {
                 root,
                 token,
                 signature,
@@ -107,42 +112,55 @@ fn call(root: u32, signature: Vec<u8>) {
         }
         // Not made: each request gets the failure mode, and the requests
         // that joined meanwhile try a call of their own.
-        decide(members, None);
-        if !state::groups(|g| g.finished(&signature)) {
+        decide(w, host, members, None);
+        host.focus(root);
+        if !w.groups.finished(&signature) {
             return;
         }
     }
 }
 
-/// The answer (`None`: failed) to the shared call `token` of root `root`.
-pub(super) fn answered(root: u32, token: u32, body: Option<&[u8]>) {
-    let Some(shared) = state::take_call(token) else {
-        return;
+/// The answer (`None`: failed) to the shared call `token` of root `root`;
+/// returns whether it was one.
+pub(super) fn answered<H: Host>(
+    w: &mut Worker<H>,
+    host: &mut H,
+    root: u32,
+    token: u32,
+    body: Option<&[u8]>,
+) -> bool {
+    let Some(shared) = take_where(&mut w.calls, |c| c.token == token).pop() else {
+        return false;
     };
-    decide(shared.members, body);
-    if state::groups(|g| g.finished(&shared.signature)) {
-        call(root, shared.signature);
+    decide(w, host, shared.members, body);
+    if w.groups.finished(&shared.signature) {
+        call(w, host, root, shared.signature);
     }
+    true
 }
 
 /// Root `root` is closing: its calls will not be answered, so their
-/// requests get the failure mode now; when it is the VM's last root, so do
-/// the requests still waiting in groups.
-pub(super) fn root_closing(root: u32, last: bool) {
-    let orphaned = state::take_calls(|call| call.root == root || last);
-    for shared in orphaned {
-        decide(shared.members, None);
-        finished(&shared.signature);
+/// requests get the failure mode now; when it is the worker's last root,
+/// so do the requests still waiting in groups.
+pub(super) fn root_closing<H: Host>(w: &mut Worker<H>, host: &mut H, root: u32, last: bool) {
+    for shared in take_where(&mut w.calls, |call| call.root == root || last) {
+        decide(w, host, shared.members, None);
+        finished(w, host, &shared.signature);
     }
     if last {
-        let waiting = state::groups(|g| g.drain());
-        decide(waiting, None);
+        let waiting = w.groups.drain();
+        decide(w, host, waiting, None);
     }
 }
 
 /// Decides each request of a shared call from its answer (`None`: the call
 /// failed), in arrival order, and carries out the outcome.
-pub(super) fn decide(members: Vec<(u32, Member)>, body: Option<&[u8]>) {
+pub(super) fn decide<H: Host>(
+    w: &mut Worker<H>,
+    host: &mut H,
+    members: Vec<(u32, Member<H>)>,
+    body: Option<&[u8]>,
+) {
     let n = u32::try_from(members.len()).unwrap_or(u32::MAX);
     // One check for all: the answer is read once.
     let answer = members
@@ -156,36 +174,43 @@ pub(super) fn decide(members: Vec<(u32, Member)>, body: Option<&[u8]>) {
         } = member;
         pending.record_batch(answer.as_ref(), position);
         runtime.metrics.global(GlobalEvent::Coalesced);
-        let mut verdict = engine::finish(&runtime.plan, pending, &HostStore, &runtime.metrics);
-        renewal::queue_from(&runtime, &mut verdict);
-        deliver(context, &runtime, verdict);
+        let mut verdict = engine::finish(&runtime.plan, pending, &*host, &runtime.metrics);
+        renewal::queue_from(w, host, &runtime, &mut verdict);
+        deliver(w, host, context, &runtime, verdict);
     }
 }
 
 /// Carries out `verdict` for the request of `context`.
-fn deliver(context: u32, runtime: &Rc<Runtime>, mut verdict: Verdict) {
+fn deliver<H: Host>(
+    w: &mut Worker<H>,
+    host: &mut H,
+    context: u32,
+    runtime: &Shared<H>,
+    mut verdict: Verdict,
+) {
     // A coalesced check makes no second call; should one be asked for, it
     // is answered as a failed call rather than left waiting.
     while let Verdict::Check(mut pending) = verdict {
         for call in 0..pending.call_count() {
             pending.record(call, None);
         }
-        verdict = engine::finish(&runtime.plan, pending, &HostStore, &runtime.metrics);
-        renewal::queue_from(runtime, &mut verdict);
+        verdict = engine::finish(&runtime.plan, pending, &*host, &runtime.metrics);
+        renewal::queue_from(w, host, runtime, &mut verdict);
     }
-    if hostcalls::set_effective_context(context).is_err() {
+    if !w.alive(context) || !host.focus(context) {
         // Its client left after the call was made.
         if let Verdict::Delay(delayed) = verdict {
             // Shared calls' units are not its own to refund: none are taken.
-            let _ = delayed.give_back(&runtime.plan, &HostStore, &runtime.metrics, now());
+            let now = host.now();
+            let _ = delayed.give_back(&runtime.plan, &*host, &runtime.metrics, now);
         }
         return;
     }
     // A coalesced check takes no permits: none to keep or give back.
     match verdict {
-        Verdict::Allow(admitted) => resume_admitted(context, runtime, admitted),
-        Verdict::Delay(delayed) => hold_from_root(context, runtime, delayed),
-        Verdict::Deny(denied) => deny(&runtime.plan, &denied),
+        Verdict::Allow(admitted) => resume_admitted(w, host, context, runtime, admitted),
+        Verdict::Delay(delayed) => hold_from_root(w, host, context, runtime, delayed, None),
+        Verdict::Deny(denied) => send_denial(host, &runtime.plan, &denied, None, None),
         Verdict::Check(_) => {}
     }
 }

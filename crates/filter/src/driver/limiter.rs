@@ -1,0 +1,129 @@
+//! Calls to the limiter cluster (`POST /v1/check`, `/v1/permits`,
+//! `/v1/charge`, or the rate limit service's gRPC method) and their
+//! answers.
+
+use super::host::{Buffer, Host, Map, Outgoing};
+use super::parts::Runtime;
+use super::worker::Worker;
+use crate::config::Protocol;
+use crate::failure::CallFailure;
+use crate::metrics::MetricSink;
+use crate::rls;
+
+/// How a call's answer came back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// An HTTP answer whose body has `body_size` bytes.
+    Http { body_size: usize },
+    /// A gRPC answer with `status` (0: OK) and a message of `size` bytes.
+    Grpc { status: u32, size: usize },
+}
+
+/// The body of the HTTP answer being reported, when its status is 200;
+/// else `None`, the failure counted (and logged) for `runtime`.
+pub(super) fn http_answer<H: Host>(
+    w: &mut Worker<H>,
+    host: &H,
+    runtime: Option<&Runtime<H::Metrics>>,
+    body_size: usize,
+) -> Option<Vec<u8>> {
+    let answer = read_answer(host, body_size);
+    if let (Err(failure), Some(runtime)) = (&answer, runtime) {
+        call_failed(w, host, runtime, *failure);
+    }
+    answer.ok()
+}
+
+fn read_answer<H: Host>(host: &H, body_size: usize) -> Result<Vec<u8>, CallFailure> {
+    let status = host.header(Map::CallAnswerHeaders, ":status");
+    // The limiter's own answers are JSON; Envoy's local replies are not.
+    let from_limiter = host
+        .header(Map::CallAnswerHeaders, "content-type")
+        .is_some_and(|c| c.starts_with("application/json"));
+    if let Some(failure) = CallFailure::of_http(status.as_deref(), from_limiter) {
+        return Err(failure);
+    }
+    host.buffer(Buffer::CallAnswerBody, body_size)
+        .ok_or(CallFailure::Unreadable)
+}
+
+/// The message of a gRPC answer with `status`, if OK.
+pub(super) fn grpc_answer<H: Host>(host: &H, status: u32, size: usize) -> Option<Vec<u8>> {
+    (status == 0)
+        .then(|| host.buffer(Buffer::GrpcAnswer, size))
+        .flatten()
+}
+
+/// Counts a failed limiter call under its reason and, at most every
+/// [`crate::failure::WARN_PERIOD`] per worker, logs it.
+pub(super) fn call_failed<H: Host>(
+    w: &mut Worker<H>,
+    host: &H,
+    runtime: &Runtime<H::Metrics>,
+    failure: CallFailure,
+) {
+    runtime.metrics.global(failure.event());
+    let Some(limiter) = runtime.plan.limiter.as_ref() else {
+        return;
+    };
+    let Some(quiet) = w.failure_log.admit(host.now()) else {
+        return;
+    };
+    log::warn!(
+        "sluice: limiter cluster {:?} failed: {} ({quiet} more failed call(s) not logged since the last warning); a check follows failure_mode {:?}, a give-back or charge is not retried; counted in sluice.limiter_failed_*",
+        limiter.cluster,
+        failure.reason(),
+        limiter.failure_mode,
+    );
+}
+
+/// Sends a `POST /v1/permits` (permits given back or renewed); `None` when
+/// the call could not be made. Its answer comes to the focused context.
+pub(super) fn dispatch_permits<H: Host, M>(
+    host: &mut H,
+    runtime: &Runtime<M>,
+    body: &[u8],
+) -> Option<u32> {
+    dispatch_to(host, runtime, "/v1/permits", body)
+}
+
+/// Sends a `POST /v1/charge` (costs settled after responses).
+pub(super) fn dispatch_charge<H: Host, M>(
+    host: &mut H,
+    runtime: &Runtime<M>,
+    body: &[u8],
+) -> Option<u32> {
+    dispatch_to(host, runtime, "/v1/charge", body)
+}
+
+fn dispatch_to<H: Host, M>(
+    host: &mut H,
+    runtime: &Runtime<M>,
+    path: &str,
+    body: &[u8],
+) -> Option<u32> {
+    let limiter = runtime.plan.limiter.as_ref()?;
+    host.dispatch(Outgoing::Http {
+        cluster: &limiter.cluster,
+        authority: &limiter.authority,
+        path,
+        body,
+        timeout: limiter.timeout,
+    })
+}
+
+/// Calls the limiter (a check, or a rate limit service's method); `None`
+/// when the call could not be made.
+pub(super) fn dispatch<H: Host, M>(host: &mut H, runtime: &Runtime<M>, body: &[u8]) -> Option<u32> {
+    let limiter = runtime.plan.limiter.as_ref()?;
+    match limiter.protocol {
+        Protocol::Sluice => dispatch_to(host, runtime, "/v1/check", body),
+        Protocol::Rls => host.dispatch(Outgoing::Grpc {
+            cluster: &limiter.cluster,
+            service: rls::SERVICE,
+            method: rls::METHOD,
+            body,
+            timeout: limiter.timeout,
+        }),
+    }
+}

@@ -1,0 +1,112 @@
+//! The pieces of work the worker keeps for its parts of a request's life:
+//! the configuration in force, a coalescing group's members and shared
+//! calls, the checks the root makes for requests, requests waiting for a
+//! permit, renewals and charges in flight, and what the root hands a
+//! request.
+
+use super::host::Host;
+use crate::config::Plan;
+use crate::engine::concurrency::Held;
+use crate::engine::cost_reader::GlobalSettlement;
+use crate::engine::{Admitted, Delayed, PendingCheck, Renewal};
+use crate::slots::SlotHasher;
+use sluice_core::{Holder, Nanos};
+use std::rc::Rc;
+
+/// Everything a request needs from its configuration, replaced as a whole
+/// on reconfiguration.
+pub struct Runtime<M> {
+    pub plan: Plan,
+    pub hasher: SlotHasher,
+    pub metrics: M,
+    /// Who holds the permits this configuration's requests take.
+    pub holder: Holder,
+}
+
+/// A configuration in force, shared by the requests it admitted.
+pub(super) type Shared<H> = Rc<Runtime<<H as Host>::Metrics>>;
+
+/// A request's headers, taken once (name, value).
+pub(super) type Headers = Rc<[(String, String)]>;
+
+/// A request waiting for a shared global check.
+pub(super) struct Member<H: Host> {
+    pub(super) runtime: Shared<H>,
+    pub(super) pending: PendingCheck,
+}
+
+/// A shared call in flight.
+pub(super) struct SharedCall<H: Host> {
+    /// The root context that made it (0 for a carried call).
+    pub(super) root: u32,
+    pub(super) token: u32,
+    pub(super) signature: Vec<u8>,
+    /// The requests it carries, in arrival order.
+    pub(super) members: Vec<(u32, Member<H>)>,
+}
+
+/// A check the root makes (or is about to make) for a request.
+pub(super) struct RootedCheck<H: Host> {
+    pub(super) context: u32,
+    pub(super) runtime: Shared<H>,
+    pub(super) pending: PendingCheck,
+    /// The request's headers, when it was decided after its body.
+    pub(super) shown: Option<Headers>,
+    /// The root whose calls these are, and their tokens (and call index);
+    /// empty while queued.
+    pub(super) root: u32,
+    pub(super) tokens: Vec<(u32, usize)>,
+    /// It waits for the charges owed on its keys up to this id (0: none).
+    pub(super) owed: u64,
+}
+
+/// A request waiting for a permit: decided again at each fine tick until
+/// it is admitted or `deadline` passes.
+pub(super) struct Waiter<H: Host> {
+    pub(super) context: u32,
+    pub(super) runtime: Shared<H>,
+    /// When it first found no permit.
+    pub(super) since: Nanos,
+    pub(super) deadline: Nanos,
+    /// The rule whose limit it waits for (its `max_queued` bounds them).
+    pub(super) rule: usize,
+}
+
+/// A check the root makes for a waiting request.
+pub(super) struct WaiterCall<H: Host> {
+    pub(super) tokens: Vec<(u32, usize)>,
+    pub(super) pending: PendingCheck,
+    pub(super) waiter: Waiter<H>,
+}
+
+/// A lease renewal in flight.
+pub(super) struct RenewalCall<H: Host> {
+    pub(super) token: u32,
+    pub(super) root: u32,
+    pub(super) runtime: Shared<H>,
+    pub(super) renewal: Renewal,
+}
+
+/// A global settlement for the root to send, with the id its keys are
+/// owed under (0: none).
+pub(super) struct Charge<H: Host> {
+    pub(super) runtime: Shared<H>,
+    pub(super) settlement: GlobalSettlement,
+    pub(super) owed: u64,
+}
+
+/// The `POST /v1/charge` calls of one configuration's settlements, made by
+/// root `root`: what they charge is owed until every call is answered.
+pub(super) struct ChargeCall {
+    pub(super) root: u32,
+    pub(super) tokens: Vec<u32>,
+    pub(super) owed: Vec<u64>,
+}
+
+/// An outcome the root decided for a request: what its response reports,
+/// and the permits the root kept for it (counted and renewed from then on).
+pub(super) struct Handoff {
+    pub(super) admitted: Admitted,
+    pub(super) held: Option<Delayed>,
+    pub(super) kept: Held,
+}

@@ -1,0 +1,123 @@
+//! What one worker keeps between its callbacks: its root contexts, its
+//! requests, the requests it holds in delay mode or waiting for a permit,
+//! its coalescing groups and their shared calls in flight, the checks and
+//! calls its root makes for requests, the keys its requests hold permits
+//! of, the settlements and renewals left for the root, and the charges it
+//! still owes. The driver's modules reach it through their functions.
+
+use super::host::Host;
+use super::parts::{
+    Charge, ChargeCall, Handoff, Member, RenewalCall, RootedCheck, Shared, SharedCall, Waiter,
+    WaiterCall,
+};
+use super::request::Request;
+use crate::coalesce::Coalescer;
+use crate::engine::concurrency::HeldPermit;
+use crate::engine::Renewal;
+use crate::failure::Throttle;
+use crate::holdings::Holdings;
+use crate::owing::Owing;
+use crate::queue::Queue;
+use sluice_core::Nanos;
+use std::collections::HashMap;
+
+/// One worker: its root contexts, its requests and what they left.
+pub struct Worker<H: Host> {
+    pub(super) roots: Vec<RootState<H>>,
+    pub(super) requests: HashMap<u32, Request<H>>,
+    /// The requests held in delay mode.
+    pub(super) queue: Queue,
+    /// The requests waiting for a shared global check.
+    pub(super) groups: Coalescer<Member<H>>,
+    /// Shared calls in flight (one per busy group).
+    pub(super) calls: Vec<SharedCall<H>>,
+    /// The keys the requests hold permits of, to renew.
+    pub(super) holdings: Holdings,
+    /// Global settlements of ended requests, for the root to send.
+    pub(super) charges: Vec<Charge<H>>,
+    /// The limiter keys ended requests still owe charges on, and the charge
+    /// calls in flight.
+    pub(super) owing: Owing,
+    pub(super) charge_calls: Vec<ChargeCall>,
+    /// Global permits ended requests gave back, for the root to send.
+    pub(super) releases: Vec<(Shared<H>, HeldPermit)>,
+    /// Requests waiting for a permit of a concurrency limit in delay mode,
+    /// and the checks the root makes for them.
+    pub(super) waiters: Vec<Waiter<H>>,
+    pub(super) waiter_calls: Vec<WaiterCall<H>>,
+    /// Lease renewals for the root to send, and those in flight.
+    pub(super) renewals_queued: Vec<(Shared<H>, Renewal)>,
+    pub(super) renewals: Vec<RenewalCall<H>>,
+    /// Checks the root makes for requests, queued or in flight.
+    pub(super) rooted: Vec<RootedCheck<H>>,
+    pub(super) wake: Wake,
+    /// When a failed limiter call was last logged.
+    pub(super) failure_log: Throttle,
+}
+
+impl<H: Host> Default for Worker<H> {
+    fn default() -> Self {
+        Worker {
+            roots: Vec::new(),
+            requests: HashMap::new(),
+            queue: Queue::default(),
+            groups: Coalescer::default(),
+            calls: Vec::new(),
+            holdings: Holdings::default(),
+            charges: Vec::new(),
+            owing: Owing::default(),
+            charge_calls: Vec::new(),
+            releases: Vec::new(),
+            waiters: Vec::new(),
+            waiter_calls: Vec::new(),
+            renewals_queued: Vec::new(),
+            renewals: Vec::new(),
+            rooted: Vec::new(),
+            wake: Wake::default(),
+            failure_log: Throttle::default(),
+        }
+    }
+}
+
+/// A root context.
+pub(super) struct RootState<H: Host> {
+    pub(super) id: u32,
+    pub(super) runtime: Option<Shared<H>>,
+    /// Whether the flush timer is set.
+    pub(super) ticking: bool,
+    /// When it last ticked, and last flushed its metrics.
+    pub(super) last_tick: Nanos,
+    pub(super) last_flush: Nanos,
+}
+
+/// The shared queue that wakes the root (with the root it wakes), its name
+/// (the same for every root of the worker), and whether a wake-up is on
+/// its way.
+#[derive(Default)]
+pub(super) struct Wake {
+    pub(super) queue: Option<(u32, u32)>,
+    pub(super) name: Option<String>,
+    pub(super) woken: bool,
+}
+
+/// Takes the items of `list` that `which` picks.
+pub(super) fn take_where<T>(list: &mut Vec<T>, which: impl Fn(&T) -> bool) -> Vec<T> {
+    let (taken, kept) = std::mem::take(list).into_iter().partition(which);
+    *list = kept;
+    taken
+}
+
+impl<H: Host> Worker<H> {
+    /// Whether the request of `context` is still there (its stream has not
+    /// ended).
+    pub(super) fn alive(&self, context: u32) -> bool {
+        self.requests.contains_key(&context)
+    }
+
+    /// Hands `handoff` to the request of `context`, if still there.
+    pub(super) fn hand_off(&mut self, context: u32, handoff: Handoff) {
+        if let Some(request) = self.requests.get_mut(&context) {
+            request.take_handoff(handoff);
+        }
+    }
+}
