@@ -12,8 +12,10 @@
 //! operators, in the repository's `docs/reference/configuration.md`,
 //! `docs/reference/responses.md` and `docs/operations/metrics.md`. In the code, [`config`] parses that JSON into
 //! an immutable plan, [`engine`] decides a request against it without the
-//! host, and the proxy-wasm glue (the root package's `src/host/`, the only
-//! code that talks to Envoy) adapts host calls to the engine.
+//! host, [`driver`] carries each request of a worker through its whole life
+//! over a [`driver::Host`] trait, and the proxy-wasm glue (the root
+//! package's `src/host/`, the only code that talks to Envoy) translates
+//! callbacks into the driver's events and its calls into host calls.
 //!
 //! # Cost per request
 //!
