@@ -10,9 +10,9 @@
 //! the root context, woken at once ([`super::wake`]), and then one after
 //! another as each answer arrives, while requests keep coming.
 
+use super::carry::{self, Final};
 use super::host::Host;
 use super::limiter::dispatch;
-use super::outcome::{hold_from_root, resume_admitted, send_denial};
 use super::parts::{Member, Shared, SharedCall};
 use super::renewal;
 use super::wake;
@@ -190,27 +190,16 @@ fn deliver<H: Host>(
 ) {
     // A coalesced check makes no second call; should one be asked for, it
     // is answered as a failed call rather than left waiting.
-    while let Verdict::Check(mut pending) = verdict {
-        for call in 0..pending.call_count() {
-            pending.record(call, None);
+    loop {
+        match Final::of(verdict) {
+            Ok(outcome) => return carry::from_root(w, host, context, runtime, outcome),
+            Err(mut pending) => {
+                for call in 0..pending.call_count() {
+                    pending.record(call, None);
+                }
+                verdict = engine::finish(&runtime.plan, pending, &*host, &runtime.metrics);
+                renewal::queue_from(w, host, runtime, &mut verdict);
+            }
         }
-        verdict = engine::finish(&runtime.plan, pending, &*host, &runtime.metrics);
-        renewal::queue_from(w, host, runtime, &mut verdict);
-    }
-    if !w.alive(context) || !host.focus(context) {
-        // Its client left after the call was made.
-        if let Verdict::Delay(delayed) = verdict {
-            // Shared calls' units are not its own to refund: none are taken.
-            let now = host.now();
-            let _ = delayed.give_back(&runtime.plan, &*host, &runtime.metrics, now);
-        }
-        return;
-    }
-    // A coalesced check takes no permits: none to keep or give back.
-    match verdict {
-        Verdict::Allow(admitted) => resume_admitted(w, host, context, runtime, admitted),
-        Verdict::Delay(delayed) => hold_from_root(w, host, context, runtime, delayed, None),
-        Verdict::Deny(denied) => send_denial(host, &runtime.plan, &denied, None, None),
-        Verdict::Check(_) => {}
     }
 }

@@ -211,7 +211,6 @@ impl<H: Host> Worker<H> {
         } else {
             let _ = renewal::answered(self, host, token, body)
                 || rooted::answered(self, host, root, token, body)
-                || waiting::answered(self, host, root, token, body)
                 || coalesced::answered(self, host, root, token, body);
         }
         // The root is running: what was left for it meanwhile need not

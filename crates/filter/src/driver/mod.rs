@@ -24,6 +24,7 @@
 //! carries out for requests) → `outcome` (hold, deny, headers) → `permits`,
 //! `cost`, `renewal`, `limiter` → `wake` → `worker` (the state).
 
+mod carry;
 mod coalesced;
 mod cost;
 mod events;

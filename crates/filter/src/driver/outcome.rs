@@ -5,7 +5,7 @@
 
 use super::cost;
 use super::host::{Host, LocalReply, Map};
-use super::parts::{Handoff, Headers, Shared};
+use super::parts::{Headers, Shared};
 use super::permits;
 use super::renewal;
 use super::request::View;
@@ -93,53 +93,6 @@ pub(super) fn hold<H: Host>(
             send_denial(host, &runtime.plan, &denied, None, shown);
             Err(std::mem::take(&mut denied.held))
         }
-    }
-}
-
-/// Resumes the admitted request of `context`, the focused one, from the
-/// root: its permits are kept (counted and renewed) from now, and the rest
-/// is handed to it for its response.
-pub(super) fn resume_admitted<H: Host>(
-    w: &mut Worker<H>,
-    host: &mut H,
-    context: u32,
-    runtime: &Shared<H>,
-    mut admitted: Admitted,
-) {
-    let kept = std::mem::take(&mut admitted.held);
-    permits::keep(w, host, runtime, &kept);
-    host.resume();
-    let handoff = Handoff {
-        admitted,
-        held: None,
-        kept,
-    };
-    w.hand_off(context, handoff);
-}
-
-/// Holds the delayed request of `context`, the focused one, from the root
-/// ([`hold`]), its permits kept as [`resume_admitted`] keeps them; a
-/// request denied instead gives them back.
-pub(super) fn hold_from_root<H: Host>(
-    w: &mut Worker<H>,
-    host: &mut H,
-    context: u32,
-    runtime: &Shared<H>,
-    delayed: Delayed,
-    shown: Option<&Headers>,
-) {
-    match hold(w, host, context, runtime, delayed, shown) {
-        Ok(mut held) => {
-            let kept = held.take_held();
-            permits::keep(w, host, runtime, &kept);
-            let handoff = Handoff {
-                admitted: held.admitted(),
-                held: Some(held),
-                kept,
-            };
-            w.hand_off(context, handoff);
-        }
-        Err(taken) => permits::give_back(w, host, runtime, taken),
     }
 }
 

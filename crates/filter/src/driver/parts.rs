@@ -1,16 +1,14 @@
 //! The pieces of work the worker keeps for its parts of a request's life:
 //! the configuration in force, a coalescing group's members and shared
 //! calls, the checks the root makes for requests, requests waiting for a
-//! permit, renewals and charges in flight, and what the root hands a
-//! request.
+//! permit, renewals and charges in flight.
 
 use super::host::Host;
 use crate::config::Plan;
-use crate::engine::concurrency::Held;
 use crate::engine::cost_reader::GlobalSettlement;
-use crate::engine::{Admitted, Delayed, PendingCheck, Renewal};
+use crate::engine::{PendingCheck, Renewal};
 use crate::slots::SlotHasher;
-use sluice_core::{Holder, Nanos};
+use sluice_core::Holder;
 use std::rc::Rc;
 
 /// Everything a request needs from its configuration, replaced as a whole
@@ -50,33 +48,12 @@ pub(super) struct RootedCheck<H: Host> {
     pub(super) context: u32,
     pub(super) runtime: Shared<H>,
     pub(super) pending: PendingCheck,
-    /// The request's headers, when it was decided after its body.
-    pub(super) shown: Option<Headers>,
     /// The root whose calls these are, and their tokens (and call index);
     /// empty while queued.
     pub(super) root: u32,
     pub(super) tokens: Vec<(u32, usize)>,
     /// It waits for the charges owed on its keys up to this id (0: none).
     pub(super) owed: u64,
-}
-
-/// A request waiting for a permit: decided again at each fine tick until
-/// it is admitted or `deadline` passes.
-pub(super) struct Waiter<H: Host> {
-    pub(super) context: u32,
-    pub(super) runtime: Shared<H>,
-    /// When it first found no permit.
-    pub(super) since: Nanos,
-    pub(super) deadline: Nanos,
-    /// The rule whose limit it waits for (its `max_queued` bounds them).
-    pub(super) rule: usize,
-}
-
-/// A check the root makes for a waiting request.
-pub(super) struct WaiterCall<H: Host> {
-    pub(super) tokens: Vec<(u32, usize)>,
-    pub(super) pending: PendingCheck,
-    pub(super) waiter: Waiter<H>,
 }
 
 /// A lease renewal in flight.
@@ -101,12 +78,4 @@ pub(super) struct ChargeCall {
     pub(super) root: u32,
     pub(super) tokens: Vec<u32>,
     pub(super) owed: Vec<u64>,
-}
-
-/// An outcome the root decided for a request: what its response reports,
-/// and the permits the root kept for it (counted and renewed from then on).
-pub(super) struct Handoff {
-    pub(super) admitted: Admitted,
-    pub(super) held: Option<Delayed>,
-    pub(super) kept: Held,
 }

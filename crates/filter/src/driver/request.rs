@@ -2,7 +2,7 @@
 //! engine reads it through the host.
 
 use super::host::{Buffer, Host, Map};
-use super::parts::{Handoff, Headers, Shared, SharedCall};
+use super::parts::{Headers, Shared, SharedCall};
 use crate::engine::concurrency::Held;
 use crate::engine::cost_reader::CostReader;
 use crate::engine::settle::Owed;
@@ -40,9 +40,8 @@ pub(super) struct Request<H: Host> {
     /// Its headers, taken when they went on before its body (it is decided
     /// once the body is in, when Envoy no longer shows them).
     pub(super) shown: Option<Headers>,
-    /// Waiting for a permit: when it first found none, and until when it
-    /// may wait.
-    pub(super) waiting: Option<(Nanos, Nanos)>,
+    /// Waiting for a permit (or waited for one).
+    pub(super) waiting: Option<Wait>,
     /// Its check is the root's to make.
     pub(super) rooted: bool,
 }
@@ -74,19 +73,15 @@ impl<H: Host> Request<H> {
             self.cost = CostReader::new(owed);
         }
     }
+}
 
-    /// Takes what the root decided for it: the permits it kept for it
-    /// (counted and renewed already), what its response reports.
-    pub(super) fn take_handoff(&mut self, mut handoff: Handoff) {
-        self.holding.local.extend(handoff.kept.local);
-        self.holding.global.extend(handoff.kept.global);
-        self.owe(std::mem::take(&mut handoff.admitted.owed));
-        if let Some(held) = handoff.held.as_mut() {
-            self.owe(held.take_owed());
-        }
-        self.admitted = Some(handoff.admitted);
-        self.held = handoff.held.or(self.held.take());
-    }
+/// A request waiting for a permit of rule `rule`'s concurrency limit:
+/// since when, and until when it may.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Wait {
+    pub(super) since: Nanos,
+    pub(super) deadline: Nanos,
+    pub(super) rule: usize,
 }
 
 /// The request as the host shows it: its headers (or the snapshot of a

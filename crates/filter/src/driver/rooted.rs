@@ -16,18 +16,16 @@
 //! as failed calls, and what the limiter took for them comes back at the
 //! permits' ttl.
 
+use super::carry::{self, Final};
 use super::host::Host;
 use super::limiter::{call_failed, dispatch};
-use super::outcome::{hold_from_root, resume_admitted, send_denial, unapplied};
-use super::parts::{Headers, RootedCheck, Shared};
-use super::permits;
+use super::outcome::unapplied;
+use super::parts::{RootedCheck, Shared};
 use super::renewal;
-use super::waiting;
 use super::wake;
 use super::worker::{take_where, Worker};
-use crate::engine::{self, PendingCheck, Verdict};
+use crate::engine::{self, PendingCheck};
 use crate::failure::CallFailure;
-use crate::metrics::{MetricSink, RuleEvent};
 use std::rc::Rc;
 
 /// Leaves `pending`, the check of the request of `context`, for the root to
@@ -39,14 +37,12 @@ pub(super) fn queue<H: Host>(
     context: u32,
     runtime: &Shared<H>,
     pending: PendingCheck,
-    shown: Option<Headers>,
     owed: u64,
 ) {
     w.rooted.push(RootedCheck {
         context,
         runtime: Rc::clone(runtime),
         pending,
-        shown,
         root: 0,
         tokens: Vec::new(),
         owed,
@@ -68,6 +64,27 @@ pub(super) fn send_queued<H: Host>(w: &mut Worker<H>, host: &mut H, root: u32) {
     for check in ready {
         send(w, host, root, check);
     }
+}
+
+/// Makes `pending`, the check of the request of `context` (waiting for a
+/// permit), from the running root `root`.
+pub(super) fn make<H: Host>(
+    w: &mut Worker<H>,
+    host: &mut H,
+    root: u32,
+    context: u32,
+    runtime: &Shared<H>,
+    pending: PendingCheck,
+) {
+    let check = RootedCheck {
+        context,
+        runtime: Rc::clone(runtime),
+        pending,
+        root,
+        tokens: Vec::new(),
+        owed: 0,
+    };
+    send(w, host, root, check);
 }
 
 /// Makes the calls of `check` from root `root`; decides it at once when
@@ -158,57 +175,15 @@ fn decide<H: Host>(w: &mut Worker<H>, host: &mut H, root: u32, check: RootedChec
         context,
         runtime,
         pending,
-        shown,
         ..
     } = check;
     let mut verdict = engine::finish(&runtime.plan, pending, &*host, &runtime.metrics);
     renewal::queue_from(w, host, &runtime, &mut verdict);
-    if !w.alive(context) || !host.focus(context) {
+    if !w.alive(context) {
         return unapplied(w, host, &runtime, verdict);
     }
-    match verdict {
-        Verdict::Check(pending) => {
-            let again = RootedCheck {
-                context,
-                runtime,
-                pending,
-                shown,
-                root,
-                tokens: Vec::new(),
-                owed: 0,
-            };
-            send(w, host, root, again);
-        }
-        verdict => carry_out(w, host, context, &runtime, verdict, shown.as_ref()),
-    }
-}
-
-/// Carries out a final verdict for the request of `context`, the focused
-/// one.
-fn carry_out<H: Host>(
-    w: &mut Worker<H>,
-    host: &mut H,
-    context: u32,
-    runtime: &Shared<H>,
-    verdict: Verdict,
-    shown: Option<&Headers>,
-) {
-    match verdict {
-        Verdict::Allow(admitted) => resume_admitted(w, host, context, runtime, admitted),
-        Verdict::Delay(delayed) => hold_from_root(w, host, context, runtime, delayed, shown),
-        Verdict::Deny(mut denied) => {
-            permits::give_back(w, host, runtime, std::mem::take(&mut denied.held));
-            if denied.wait.is_some() {
-                // The root decides waiting requests again from Envoy's
-                // headers: one decided after its body cannot wait.
-                if shown.is_none() && waiting::wait(w, host, context, runtime, &denied, &mut None) {
-                    return;
-                }
-                runtime.metrics.rule(denied.report.rule, RuleEvent::Denied);
-            }
-            send_denial(host, &runtime.plan, &denied, None, shown);
-        }
-        // Sent again before it gets here.
-        Verdict::Check(_) => {}
+    match Final::of(verdict) {
+        Ok(outcome) => carry::from_root(w, host, context, &runtime, outcome),
+        Err(pending) => make(w, host, root, context, &runtime, pending),
     }
 }

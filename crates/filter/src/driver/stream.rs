@@ -6,14 +6,12 @@
 //! Each function takes the request out of the worker's table (`req`), so
 //! that the worker's other parts stay reachable while it is changed.
 
+use super::carry::{self, Final};
 use super::coalesced::{self, MAX_BATCH};
 use super::cost;
 use super::host::{Action, Host, Map};
 use super::limiter::{call_failed, dispatch, grpc_answer, http_answer, Answer};
-use super::outcome::{
-    add_request_headers, add_response_headers, add_service_response_headers, hold, send_denial,
-    unapplied,
-};
+use super::outcome::{add_response_headers, add_service_response_headers, unapplied};
 use super::parts::{Member, Shared};
 use super::permits;
 use super::renewal;
@@ -22,10 +20,8 @@ use super::rooted;
 use super::waiting;
 use super::worker::Worker;
 use crate::coalesce::Joined;
-use crate::engine::concurrency::Held;
 use crate::engine::{self, PendingCheck, Verdict};
 use crate::failure::{self, CallFailure};
-use crate::metrics::{MetricSink, RuleEvent};
 use crate::response;
 use std::rc::Rc;
 
@@ -113,49 +109,9 @@ fn apply<H: Host>(
     runtime: &Shared<H>,
     verdict: Verdict,
 ) -> Action {
-    match verdict {
-        Verdict::Allow(mut admitted) => {
-            keep(w, host, req, runtime, std::mem::take(&mut admitted.held));
-            req.owe(std::mem::take(&mut admitted.owed));
-            if admitted.report.is_some() || !admitted.shadow_denied.is_empty() {
-                req.admitted = Some(admitted);
-            }
-            if let Some(reply) = &req.reply {
-                add_request_headers(host, reply, req.shown.is_some());
-            }
-            Action::Continue
-        }
-        Verdict::Delay(delayed) => {
-            match hold(w, host, context, runtime, delayed, req.shown.as_ref()) {
-                Ok(mut held) => {
-                    keep(w, host, req, runtime, held.take_held());
-                    req.owe(held.take_owed());
-                    req.admitted = Some(held.admitted());
-                    req.held = Some(held);
-                    if let Some(reply) = &req.reply {
-                        add_request_headers(host, reply, req.shown.is_some());
-                    }
-                }
-                Err(taken) => keep(w, host, req, runtime, taken),
-            }
-            Action::Pause
-        }
-        Verdict::Deny(mut denied) => {
-            permits::give_back(w, host, runtime, std::mem::take(&mut denied.held));
-            if denied.wait.is_some() {
-                // Its headers must still be there when the root decides again.
-                if req.shown.is_none()
-                    && waiting::wait(w, host, context, runtime, &denied, &mut req.waiting)
-                {
-                    return Action::Pause;
-                }
-                runtime.metrics.rule(denied.report.rule, RuleEvent::Denied);
-            }
-            let shown = req.shown.as_ref();
-            send_denial(host, &runtime.plan, &denied, req.reply.as_ref(), shown);
-            Action::Pause
-        }
-        Verdict::Check(pending) => check(w, host, context, req, runtime, pending),
+    match Final::of(verdict) {
+        Ok(outcome) => carry::apply(w, host, context, req, runtime, outcome),
+        Err(pending) => check(w, host, context, req, runtime, pending),
     }
 }
 
@@ -174,8 +130,7 @@ fn check<H: Host>(
     let last = w.owing.last();
     let owed = w.owing.owes(pending.limiter_keys(), last).then_some(last);
     if owed.is_some() || pending.takes_permits() {
-        let shown = req.shown.clone();
-        rooted::queue(w, host, context, runtime, pending, shown, owed.unwrap_or(0));
+        rooted::queue(w, host, context, runtime, pending, owed.unwrap_or(0));
         req.rooted = true;
         return Action::Pause;
     }
@@ -202,19 +157,6 @@ fn check<H: Host>(
             action
         }
     }
-}
-
-/// Keeps the permits `held` until the stream ends.
-fn keep<H: Host>(
-    w: &mut Worker<H>,
-    host: &mut H,
-    req: &mut Request<H>,
-    runtime: &Shared<H>,
-    held: Held,
-) {
-    permits::keep(w, host, runtime, &held);
-    req.holding.local.extend(held.local);
-    req.holding.global.extend(held.global);
 }
 
 /// This request's call ended: its group's next call is due.

@@ -6,10 +6,7 @@
 //! still owes. The driver's modules reach it through their functions.
 
 use super::host::Host;
-use super::parts::{
-    Charge, ChargeCall, Handoff, Member, RenewalCall, RootedCheck, Shared, SharedCall, Waiter,
-    WaiterCall,
-};
+use super::parts::{Charge, ChargeCall, Member, RenewalCall, RootedCheck, Shared, SharedCall};
 use super::request::Request;
 use crate::coalesce::Coalescer;
 use crate::engine::concurrency::HeldPermit;
@@ -41,10 +38,9 @@ pub struct Worker<H: Host> {
     pub(super) charge_calls: Vec<ChargeCall>,
     /// Global permits ended requests gave back, for the root to send.
     pub(super) releases: Vec<(Shared<H>, HeldPermit)>,
-    /// Requests waiting for a permit of a concurrency limit in delay mode,
-    /// and the checks the root makes for them.
-    pub(super) waiters: Vec<Waiter<H>>,
-    pub(super) waiter_calls: Vec<WaiterCall<H>>,
+    /// Requests waiting for a permit of a concurrency limit in delay mode
+    /// (context, rule).
+    pub(super) waiters: Vec<(u32, usize)>,
     /// Lease renewals for the root to send, and those in flight.
     pub(super) renewals_queued: Vec<(Shared<H>, Renewal)>,
     pub(super) renewals: Vec<RenewalCall<H>>,
@@ -69,7 +65,6 @@ impl<H: Host> Default for Worker<H> {
             charge_calls: Vec::new(),
             releases: Vec::new(),
             waiters: Vec::new(),
-            waiter_calls: Vec::new(),
             renewals_queued: Vec::new(),
             renewals: Vec::new(),
             rooted: Vec::new(),
@@ -112,12 +107,5 @@ impl<H: Host> Worker<H> {
     /// ended).
     pub(super) fn alive(&self, context: u32) -> bool {
         self.requests.contains_key(&context)
-    }
-
-    /// Hands `handoff` to the request of `context`, if still there.
-    pub(super) fn hand_off(&mut self, context: u32, handoff: Handoff) {
-        if let Some(request) = self.requests.get_mut(&context) {
-            request.take_handoff(handoff);
-        }
     }
 }

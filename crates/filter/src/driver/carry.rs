@@ -1,0 +1,171 @@
+//! Carrying out a final verdict on a request, once, whoever decided it:
+//! the request's own callback, or the root (a check it made for the
+//! request, a shared call, a request waiting for a permit decided again).
+//! An admitted request keeps the permits it took and reads its costs, a
+//! delayed one is held, a denied one waits for a permit or gets its
+//! denial; a request gone gets back what the verdict took.
+
+use super::host::{Action, Host};
+use super::outcome::{add_request_headers, hold, send_denial, unapplied};
+use super::parts::Shared;
+use super::permits;
+use super::request::{Request, Wait};
+use super::worker::Worker;
+use super::HOLD_TICK;
+use crate::engine::concurrency::Held;
+use crate::engine::{Admitted, Delayed, Denied, PendingCheck, Verdict};
+use crate::metrics::{MetricSink, RuleEvent};
+
+/// A verdict that asks nothing more of the limiter.
+// Moved once from the engine to the request, never stored: boxing would
+// only add an allocation.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Final {
+    Allow(Admitted),
+    Delay(Delayed),
+    Deny(Denied),
+}
+
+impl Final {
+    /// `verdict` if final, else the check it asks for.
+    #[allow(clippy::result_large_err)]
+    pub(super) fn of(verdict: Verdict) -> Result<Final, PendingCheck> {
+        match verdict {
+            Verdict::Allow(admitted) => Ok(Final::Allow(admitted)),
+            Verdict::Delay(delayed) => Ok(Final::Delay(delayed)),
+            Verdict::Deny(denied) => Ok(Final::Deny(denied)),
+            Verdict::Check(pending) => Err(pending),
+        }
+    }
+}
+
+impl From<Final> for Verdict {
+    fn from(outcome: Final) -> Verdict {
+        match outcome {
+            Final::Allow(admitted) => Verdict::Allow(admitted),
+            Final::Delay(delayed) => Verdict::Delay(delayed),
+            Final::Deny(denied) => Verdict::Deny(denied),
+        }
+    }
+}
+
+/// Carries out `outcome` for the request of `context` from the root:
+/// resumed if it goes on; when it is gone, what the outcome took goes
+/// back.
+pub(super) fn from_root<H: Host>(
+    w: &mut Worker<H>,
+    host: &mut H,
+    context: u32,
+    runtime: &Shared<H>,
+    outcome: Final,
+) {
+    let Some(mut req) = w.requests.remove(&context) else {
+        return unapplied(w, host, runtime, outcome.into());
+    };
+    host.focus(context);
+    if apply(w, host, context, &mut req, runtime, outcome) == Action::Continue {
+        host.resume();
+    }
+    w.requests.insert(context, req);
+}
+
+/// Carries out `outcome` on `req`, the request of `context` (the focused
+/// one). Returns whether it goes on.
+pub(super) fn apply<H: Host>(
+    w: &mut Worker<H>,
+    host: &mut H,
+    context: u32,
+    req: &mut Request<H>,
+    runtime: &Shared<H>,
+    outcome: Final,
+) -> Action {
+    match outcome {
+        Final::Allow(mut admitted) => {
+            if let Some(wait) = req.waiting.take() {
+                let waited = host.now().saturating_sub(wait.since);
+                runtime.metrics.delayed(wait.rule, waited);
+            }
+            keep(w, host, req, runtime, std::mem::take(&mut admitted.held));
+            req.owe(std::mem::take(&mut admitted.owed));
+            if admitted.report.is_some() || !admitted.shadow_denied.is_empty() {
+                req.admitted = Some(admitted);
+            }
+            if let Some(reply) = &req.reply {
+                add_request_headers(host, reply, req.shown.is_some());
+            }
+            Action::Continue
+        }
+        Final::Delay(delayed) => {
+            match hold(w, host, context, runtime, delayed, req.shown.as_ref()) {
+                Ok(mut held) => {
+                    keep(w, host, req, runtime, held.take_held());
+                    req.owe(held.take_owed());
+                    req.admitted = Some(held.admitted());
+                    req.held = Some(held);
+                    if let Some(reply) = &req.reply {
+                        add_request_headers(host, reply, req.shown.is_some());
+                    }
+                }
+                Err(taken) => keep(w, host, req, runtime, taken),
+            }
+            Action::Pause
+        }
+        Final::Deny(mut denied) => {
+            permits::give_back(w, host, runtime, std::mem::take(&mut denied.held));
+            if denied.wait.is_some() {
+                if wait(w, host, context, req, runtime, &denied) {
+                    return Action::Pause;
+                }
+                runtime.metrics.rule(denied.report.rule, RuleEvent::Denied);
+            }
+            let shown = req.shown.as_ref();
+            send_denial(host, &runtime.plan, &denied, req.reply.as_ref(), shown);
+            Action::Pause
+        }
+    }
+}
+
+/// Keeps the permits `held` until the stream ends.
+fn keep<H: Host>(
+    w: &mut Worker<H>,
+    host: &mut H,
+    req: &mut Request<H>,
+    runtime: &Shared<H>,
+    held: Held,
+) {
+    permits::keep(w, host, runtime, &held);
+    req.holding.local.extend(held.local);
+    req.holding.global.extend(held.global);
+}
+
+/// Holds the request of `context`, denied by `denied` (which may wait), for
+/// another try at the root's fine ticks (up to its rule's `max_queued` per
+/// worker); the first time sets until when it may wait. Returns whether it
+/// waits. A request decided after its body cannot: the root decides again
+/// from Envoy's headers, which no longer show.
+fn wait<H: Host>(
+    w: &mut Worker<H>,
+    host: &mut H,
+    context: u32,
+    req: &mut Request<H>,
+    runtime: &Shared<H>,
+    denied: &Denied,
+) -> bool {
+    let (Some(max_wait), None) = (denied.wait, req.shown.as_ref()) else {
+        return false;
+    };
+    let now = host.now();
+    let rule = denied.report.rule;
+    let wait = *req.waiting.get_or_insert(Wait {
+        since: now,
+        deadline: now.saturating_add(max_wait),
+        rule,
+    });
+    let max = runtime.plan.rules.get(rule).map_or(0, |r| r.max_queued);
+    if now >= wait.deadline || w.waiters.iter().filter(|(_, r)| *r == rule).count() >= max {
+        return false;
+    }
+    w.waiters.push((context, rule));
+    host.set_tick_period(HOLD_TICK);
+    true
+}
