@@ -17,7 +17,7 @@ use super::parts::{Member, Shared, SharedCall};
 use super::renewal;
 use super::wake;
 use super::worker::{take_where, Worker};
-use crate::engine::{self, Verdict};
+use crate::engine::Verdict;
 use crate::metrics::{GlobalEvent, MetricSink};
 
 /// The most requests one shared call carries, and one group holds waiting
@@ -174,8 +174,7 @@ pub(super) fn decide<H: Host>(
         } = member;
         pending.record_batch(answer.as_ref(), position);
         runtime.metrics.global(GlobalEvent::Coalesced);
-        let mut verdict = engine::finish(&runtime.plan, pending, &*host, &runtime.metrics);
-        renewal::queue_from(w, host, &runtime, &mut verdict);
+        let verdict = renewal::finish(w, host, &runtime, pending);
         deliver(w, host, context, &runtime, verdict);
     }
 }
@@ -197,8 +196,7 @@ fn deliver<H: Host>(
                 for call in 0..pending.call_count() {
                     pending.record(call, None);
                 }
-                verdict = engine::finish(&runtime.plan, pending, &*host, &runtime.metrics);
-                renewal::queue_from(w, host, runtime, &mut verdict);
+                verdict = renewal::finish(w, host, runtime, pending);
             }
         }
     }

@@ -6,6 +6,7 @@ use super::host::{Buffer, Host, Map, Outgoing};
 use super::parts::Runtime;
 use super::worker::Worker;
 use crate::config::Protocol;
+use crate::engine::PendingCheck;
 use crate::failure::CallFailure;
 use crate::metrics::MetricSink;
 use crate::rls;
@@ -110,6 +111,28 @@ fn dispatch_to<H: Host, M>(
         body,
         timeout: limiter.timeout,
     })
+}
+
+/// Makes the calls of `pending` from the focused context: their tokens and
+/// call indexes; a call that could not be made is recorded as failed. None
+/// made: every call is answered, `pending` can be finished at once.
+pub(super) fn send_check<H: Host>(
+    w: &mut Worker<H>,
+    host: &mut H,
+    runtime: &Runtime<H::Metrics>,
+    pending: &mut PendingCheck,
+) -> Vec<(u32, usize)> {
+    let mut tokens = Vec::with_capacity(pending.call_count());
+    for call in 0..pending.call_count() {
+        match dispatch(host, runtime, pending.body(call)) {
+            Some(token) => tokens.push((token, call)),
+            None => {
+                call_failed(w, host, runtime, CallFailure::Unreachable);
+                pending.record(call, None);
+            }
+        }
+    }
+    tokens
 }
 
 /// Calls the limiter (a check, or a rate limit service's method); `None`

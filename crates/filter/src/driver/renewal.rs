@@ -6,15 +6,55 @@
 
 use super::host::Host;
 use super::limiter::dispatch;
+use super::parts::Runtime;
 use super::parts::{RenewalCall, Shared};
+use super::request::View;
 use super::wake;
 use super::worker::{take_where, Worker};
-use crate::engine::{PendingCheck, Renewal, Verdict};
+use crate::engine::{self, PendingCheck, Renewal, Verdict};
 use crate::metrics::{GlobalEvent, MetricSink};
 use std::rc::Rc;
 
+/// Decides the request `view` shows; the lease renewal the verdict
+/// carries, if any, is queued for the root whatever becomes of the request.
+pub(super) fn evaluate<H: Host>(
+    w: &mut Worker<H>,
+    host: &mut H,
+    runtime: &Shared<H>,
+    shown: Option<&super::parts::Headers>,
+    body_size: usize,
+) -> Verdict {
+    let view = View {
+        host: &*host,
+        shown,
+        body_size,
+    };
+    let Runtime {
+        plan,
+        hasher,
+        metrics,
+        holder,
+    } = &**runtime;
+    let mut verdict =
+        engine::evaluate(plan, hasher, *holder, &view, &*host, metrics, || host.now());
+    queue_from(w, host, runtime, &mut verdict);
+    verdict
+}
+
+/// Completes `pending`, every call answered, as [`evaluate`] decides.
+pub(super) fn finish<H: Host>(
+    w: &mut Worker<H>,
+    host: &mut H,
+    runtime: &Shared<H>,
+    pending: PendingCheck,
+) -> Verdict {
+    let mut verdict = engine::finish(&runtime.plan, pending, &*host, &runtime.metrics);
+    queue_from(w, host, runtime, &mut verdict);
+    verdict
+}
+
 /// Queues the renewal `verdict` carries, if any.
-pub(super) fn queue_from<H: Host>(
+fn queue_from<H: Host>(
     w: &mut Worker<H>,
     host: &mut H,
     runtime: &Shared<H>,

@@ -18,13 +18,13 @@
 
 use super::carry::{self, Final};
 use super::host::Host;
-use super::limiter::{call_failed, dispatch};
+use super::limiter::{call_failed, send_check};
 use super::outcome::unapplied;
 use super::parts::{RootedCheck, Shared};
 use super::renewal;
 use super::wake;
 use super::worker::{take_where, Worker};
-use crate::engine::{self, PendingCheck};
+use crate::engine::PendingCheck;
 use crate::failure::CallFailure;
 use std::rc::Rc;
 
@@ -93,17 +93,8 @@ fn send<H: Host>(w: &mut Worker<H>, host: &mut H, root: u32, mut check: RootedCh
     // The calls must be the root's, not the request's.
     host.focus(root);
     check.root = root;
-    let mut complete = false;
-    for call in 0..check.pending.call_count() {
-        match dispatch(host, &check.runtime, check.pending.body(call)) {
-            Some(token) => check.tokens.push((token, call)),
-            None => {
-                call_failed(w, host, &check.runtime, CallFailure::Unreachable);
-                complete = check.pending.record(call, None);
-            }
-        }
-    }
-    if check.tokens.is_empty() || complete {
+    check.tokens = send_check(w, host, &check.runtime, &mut check.pending);
+    if check.tokens.is_empty() {
         return decide(w, host, root, check);
     }
     w.rooted.push(check);
@@ -177,8 +168,7 @@ fn decide<H: Host>(w: &mut Worker<H>, host: &mut H, root: u32, check: RootedChec
         pending,
         ..
     } = check;
-    let mut verdict = engine::finish(&runtime.plan, pending, &*host, &runtime.metrics);
-    renewal::queue_from(w, host, &runtime, &mut verdict);
+    let verdict = renewal::finish(w, host, &runtime, pending);
     if !w.alive(context) {
         return unapplied(w, host, &runtime, verdict);
     }

@@ -10,17 +10,17 @@ use super::carry::{self, Final};
 use super::coalesced::{self, MAX_BATCH};
 use super::cost;
 use super::host::{Action, Host, Map};
-use super::limiter::{call_failed, dispatch, grpc_answer, http_answer, Answer};
+use super::limiter::{call_failed, grpc_answer, http_answer, send_check, Answer};
 use super::outcome::{add_response_headers, add_service_response_headers, unapplied};
 use super::parts::{Member, Shared};
 use super::permits;
 use super::renewal;
-use super::request::{snapshot, Request, View};
+use super::request::{snapshot, Request};
 use super::rooted;
 use super::waiting;
 use super::worker::Worker;
 use crate::coalesce::Joined;
-use crate::engine::{self, PendingCheck, Verdict};
+use crate::engine::{PendingCheck, Verdict};
 use crate::failure::{self, CallFailure};
 use crate::response;
 use std::rc::Rc;
@@ -82,21 +82,7 @@ fn decide<H: Host>(
     runtime: &Shared<H>,
     body_size: usize,
 ) -> Action {
-    let view = View {
-        host: &*host,
-        shown: req.shown.as_ref(),
-        body_size,
-    };
-    let mut verdict = engine::evaluate(
-        &runtime.plan,
-        &runtime.hasher,
-        runtime.holder,
-        &view,
-        &*host,
-        &runtime.metrics,
-        || host.now(),
-    );
-    renewal::queue_from(w, host, runtime, &mut verdict);
+    let verdict = renewal::evaluate(w, host, runtime, req.shown.as_ref(), body_size);
     apply(w, host, context, req, runtime, verdict)
 }
 
@@ -175,20 +161,9 @@ fn call_limiter<H: Host>(
     runtime: &Shared<H>,
     mut pending: PendingCheck,
 ) -> Action {
-    let mut complete = false;
-    req.tokens.clear();
-    for call in 0..pending.call_count() {
-        match dispatch(host, runtime, pending.body(call)) {
-            Some(token) => req.tokens.push((token, call)),
-            None => {
-                call_failed(w, host, runtime, CallFailure::Unreachable);
-                complete = pending.record(call, None);
-            }
-        }
-    }
-    if req.tokens.is_empty() || complete {
-        let mut verdict = engine::finish(&runtime.plan, pending, &*host, &runtime.metrics);
-        renewal::queue_from(w, host, runtime, &mut verdict);
+    req.tokens = send_check(w, host, runtime, &mut pending);
+    if req.tokens.is_empty() {
+        let verdict = renewal::finish(w, host, runtime, pending);
         return apply(w, host, context, req, runtime, verdict);
     }
     req.pending = Some(pending);
@@ -261,8 +236,7 @@ fn own_answered<H: Host>(
         return;
     }
     req.reply = pending.take_reply();
-    let mut verdict = engine::finish(&runtime.plan, pending, &*host, &runtime.metrics);
-    renewal::queue_from(w, host, runtime, &mut verdict);
+    let verdict = renewal::finish(w, host, runtime, pending);
     if let Some(signature) = req.group.take() {
         if let Some(shared) = coalesced::carry(w, host, signature) {
             req.carrying = Some((shared, verdict));

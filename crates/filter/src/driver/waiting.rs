@@ -9,10 +9,8 @@
 use super::carry::{self, Final};
 use super::host::Host;
 use super::renewal;
-use super::request::View;
 use super::rooted;
 use super::worker::Worker;
-use crate::engine;
 
 /// Decides every waiting request again (from the root context's tick);
 /// returns whether some still wait.
@@ -50,21 +48,7 @@ fn decide<H: Host>(w: &mut Worker<H>, host: &mut H, root: u32, context: u32) {
         return;
     };
     host.focus(context);
-    let view = View {
-        host: &*host,
-        shown: None,
-        body_size: 0,
-    };
-    let mut verdict = engine::evaluate(
-        &runtime.plan,
-        &runtime.hasher,
-        runtime.holder,
-        &view,
-        &*host,
-        &runtime.metrics,
-        || host.now(),
-    );
-    renewal::queue_from(w, host, &runtime, &mut verdict);
+    let verdict = renewal::evaluate(w, host, &runtime, None, 0);
     match Final::of(verdict) {
         Ok(outcome) => carry::from_root(w, host, context, &runtime, outcome),
         Err(pending) => rooted::make(w, host, root, context, &runtime, pending),
