@@ -9,7 +9,7 @@ use super::host::{Action, Host};
 use super::outcome::{add_request_headers, hold, send_denial, unapplied};
 use super::parts::Shared;
 use super::permits;
-use super::request::{Request, Wait};
+use super::request::{Phase, Request, Wait};
 use super::worker::Worker;
 use super::HOLD_TICK;
 use crate::engine::concurrency::Held;
@@ -90,6 +90,7 @@ pub(super) fn apply<H: Host>(
             if admitted.report.is_some() || !admitted.shadow_denied.is_empty() {
                 req.admitted = Some(admitted);
             }
+            req.phase = Phase::Decided;
             if let Some(reply) = &req.reply {
                 add_request_headers(host, reply, req.shown.is_some());
             }
@@ -101,12 +102,15 @@ pub(super) fn apply<H: Host>(
                     keep(w, host, req, runtime, held.take_held());
                     req.owe(held.take_owed());
                     req.admitted = Some(held.admitted());
-                    req.held = Some(held);
+                    req.phase = Phase::Held(held);
                     if let Some(reply) = &req.reply {
                         add_request_headers(host, reply, req.shown.is_some());
                     }
                 }
-                Err(taken) => keep(w, host, req, runtime, taken),
+                Err(taken) => {
+                    keep(w, host, req, runtime, taken);
+                    req.phase = Phase::Decided;
+                }
             }
             Action::Pause
         }
@@ -114,12 +118,14 @@ pub(super) fn apply<H: Host>(
             permits::give_back(w, host, runtime, std::mem::take(&mut denied.held));
             if denied.wait.is_some() {
                 if wait(w, host, context, req, runtime, &denied) {
+                    req.phase = Phase::Waiting;
                     return Action::Pause;
                 }
                 runtime.metrics.rule(denied.report.rule, RuleEvent::Denied);
             }
             let shown = req.shown.as_ref();
             send_denial(host, &runtime.plan, &denied, req.reply.as_ref(), shown);
+            req.phase = Phase::Decided;
             Action::Pause
         }
     }

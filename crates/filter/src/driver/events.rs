@@ -130,8 +130,10 @@ impl<H: Host> Worker<H> {
 
     /// A request context was created under root `root`.
     pub fn request_created(&mut self, root: u32, context: u32) {
-        let runtime = self.runtime_of(root);
-        self.requests.insert(context, Request::new(runtime));
+        // Without a configuration, the request passes untouched.
+        if let Some(runtime) = self.runtime_of(root) {
+            self.requests.insert(context, Request::new(runtime));
+        }
     }
 
     /// The request's headers are in.

@@ -12,57 +12,73 @@ use crate::key::RequestView;
 use crate::rls::Reply;
 use sluice_core::Nanos;
 
-/// One request of the worker, from its headers to the end of its stream.
+/// One request of the worker, from its headers to the end of its stream
+/// (only requests that came under a configuration are kept).
 pub(super) struct Request<H: Host> {
-    /// The configuration in force when it came (`None`: none yet).
-    pub(super) runtime: Option<Shared<H>>,
-    pub(super) pending: Option<PendingCheck>,
-    /// Outstanding limiter calls: (token, call index).
-    pub(super) tokens: Vec<(u32, usize)>,
-    pub(super) admitted: Option<Admitted>,
-    /// A request held in delay mode: what to give back if its client leaves
-    /// while it waits; kept for the `x-sluice-delayed-ms` header after.
-    pub(super) held: Option<Delayed>,
-    /// The check of the coalescing group whose call in flight is this
-    /// request's own: the group's next call waits for it.
-    pub(super) group: Option<Vec<u8>>,
-    /// The group's call this request carries, and its own outcome, applied
-    /// once that call is answered.
-    pub(super) carrying: Option<(SharedCall<H>, Verdict)>,
-    /// What the rate limit service asked for in its answer.
-    pub(super) reply: Option<Reply>,
-    /// The permits of concurrency limits it holds until its stream ends.
-    pub(super) holding: Held,
-    /// What the response says the request cost, for the rules it owes.
-    pub(super) cost: Option<CostReader>,
-    /// It waits for its body (a rule estimates from it).
-    pub(super) awaiting_body: bool,
+    /// The configuration in force when it came.
+    pub(super) runtime: Shared<H>,
+    /// Where it is in its decision.
+    pub(super) phase: Phase<H>,
     /// Its headers, taken when they went on before its body (it is decided
     /// once the body is in, when Envoy no longer shows them).
     pub(super) shown: Option<Headers>,
-    /// Waiting for a permit (or waited for one).
+    /// What the rate limit service asked for in its answer.
+    pub(super) reply: Option<Reply>,
+    /// What its response reports, once admitted.
+    pub(super) admitted: Option<Admitted>,
+    /// The permits of concurrency limits it holds until its stream ends.
+    pub(super) holding: Held,
+    /// What the response says it cost, for the rules it owes.
+    pub(super) cost: Option<CostReader>,
+    /// It waited (or waits) for a permit.
     pub(super) waiting: Option<Wait>,
-    /// Its check is the root's to make.
-    pub(super) rooted: bool,
+}
+
+/// Where a request is in its decision: each phase says who holds what it
+/// asked for, and so what its end gives back.
+pub(super) enum Phase<H: Host> {
+    /// Its headers are not in yet.
+    New,
+    /// Its headers went on; it is decided once its body is in.
+    AwaitingBody,
+    /// Its own check is out; `group`: the coalescing group whose next call
+    /// waits for it.
+    Checking {
+        pending: PendingCheck,
+        tokens: Vec<(u32, usize)>,
+        group: Option<Vec<u8>>,
+    },
+    /// Its own call answered, it carries its group's next call; its own
+    /// outcome is carried out once that is answered.
+    Carrying {
+        call: SharedCall<H>,
+        verdict: Verdict,
+    },
+    /// It waits for its coalescing group's next call (the group holds its
+    /// check).
+    Grouped,
+    /// Its check is the root's to make (queued, or out).
+    Rooted,
+    /// It waits for a permit: the root decides it again at its ticks.
+    Waiting,
+    /// Held in delay mode: given back if it leaves while queued; its
+    /// response reports the delay.
+    Held(Delayed),
+    /// Decided: it goes on, or it was answered.
+    Decided,
 }
 
 impl<H: Host> Request<H> {
-    pub(super) fn new(runtime: Option<Shared<H>>) -> Request<H> {
+    pub(super) fn new(runtime: Shared<H>) -> Request<H> {
         Request {
             runtime,
-            pending: None,
-            tokens: Vec::new(),
-            admitted: None,
-            held: None,
-            group: None,
-            carrying: None,
+            phase: Phase::New,
+            shown: None,
             reply: None,
+            admitted: None,
             holding: Held::default(),
             cost: None,
-            awaiting_body: false,
-            shown: None,
             waiting: None,
-            rooted: false,
         }
     }
 

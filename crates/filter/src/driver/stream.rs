@@ -15,7 +15,7 @@ use super::outcome::{add_response_headers, add_service_response_headers, unappli
 use super::parts::{Member, Shared};
 use super::permits;
 use super::renewal;
-use super::request::{snapshot, Request};
+use super::request::{snapshot, Phase, Request};
 use super::rooted;
 use super::waiting;
 use super::worker::Worker;
@@ -33,17 +33,16 @@ pub(super) fn headers<H: Host>(
     req: &mut Request<H>,
     end_of_stream: bool,
 ) -> Action {
-    let Some(runtime) = req.runtime.clone() else {
-        return Action::Continue;
-    };
+    let runtime = Rc::clone(&req.runtime);
     if runtime.plan.rules.is_empty() {
+        req.phase = Phase::Decided;
         return Action::Continue;
     }
     if runtime.plan.request_body && !end_of_stream {
         // Decided once the body is in. Envoy's proxy-wasm host delivers
         // no body to a filter that holds the headers, so they go on and
         // the body is held until the decision.
-        req.awaiting_body = true;
+        req.phase = Phase::AwaitingBody;
         req.shown = Some(snapshot(host));
         return Action::Continue;
     }
@@ -59,17 +58,14 @@ pub(super) fn body<H: Host>(
     body_size: usize,
     end_of_stream: bool,
 ) -> Action {
-    if !req.awaiting_body {
+    if !matches!(req.phase, Phase::AwaitingBody) {
         return Action::Continue;
     }
     if !end_of_stream {
         return Action::Pause;
     }
-    req.awaiting_body = false;
-    match req.runtime.clone() {
-        Some(runtime) => decide(w, host, context, req, &runtime, body_size),
-        None => Action::Continue,
-    }
+    let runtime = Rc::clone(&req.runtime);
+    decide(w, host, context, req, &runtime, body_size)
 }
 
 /// Decides the request (its body of `body_size` bytes in, if waited for)
@@ -117,42 +113,34 @@ fn check<H: Host>(
     let owed = w.owing.owes(pending.limiter_keys(), last).then_some(last);
     if owed.is_some() || pending.takes_permits() {
         rooted::queue(w, host, context, runtime, pending, owed.unwrap_or(0));
-        req.rooted = true;
+        req.phase = Phase::Rooted;
         return Action::Pause;
     }
     // The root carries out a group's outcomes, without a snapshot of
     // headers.
     let signature = match pending.coalescable() {
         Some(signature) if req.shown.is_none() => signature.to_vec(),
-        _ => return call_limiter(w, host, context, req, runtime, pending),
+        _ => return call_limiter(w, host, context, req, runtime, pending, None),
     };
     let member = Member {
         runtime: Rc::clone(runtime),
         pending,
     };
     match w.groups.join(&signature, context, member, MAX_BATCH) {
-        Joined::Waiting => Action::Pause,
-        Joined::Full(member) => call_limiter(w, host, context, req, runtime, member.pending),
+        Joined::Waiting => {
+            req.phase = Phase::Grouped;
+            Action::Pause
+        }
+        Joined::Full(member) => call_limiter(w, host, context, req, runtime, member.pending, None),
         Joined::Call(member) => {
-            req.group = Some(signature);
-            let action = call_limiter(w, host, context, req, runtime, member.pending);
-            if req.tokens.is_empty() {
-                // Answered already (the call could not be made).
-                own_call_ended(w, host, req);
-            }
-            action
+            let group = Some(signature);
+            call_limiter(w, host, context, req, runtime, member.pending, group)
         }
     }
 }
 
-/// This request's call ended: its group's next call is due.
-fn own_call_ended<H: Host>(w: &mut Worker<H>, host: &mut H, req: &mut Request<H>) {
-    if let Some(signature) = req.group.take() {
-        coalesced::finished(w, host, &signature);
-    }
-}
-
-/// Sends the check calls; the request waits until all are answered.
+/// Sends the check calls (the call of coalescing `group` whose next call
+/// waits for it, if any); the request waits until all are answered.
 fn call_limiter<H: Host>(
     w: &mut Worker<H>,
     host: &mut H,
@@ -160,13 +148,23 @@ fn call_limiter<H: Host>(
     req: &mut Request<H>,
     runtime: &Shared<H>,
     mut pending: PendingCheck,
+    group: Option<Vec<u8>>,
 ) -> Action {
-    req.tokens = send_check(w, host, runtime, &mut pending);
-    if req.tokens.is_empty() {
+    let tokens = send_check(w, host, runtime, &mut pending);
+    if tokens.is_empty() {
+        // Answered already (no call could be made): the group's next call
+        // is due.
+        if let Some(signature) = group {
+            coalesced::finished(w, host, &signature);
+        }
         let verdict = renewal::finish(w, host, runtime, pending);
         return apply(w, host, context, req, runtime, verdict);
     }
-    req.pending = Some(pending);
+    req.phase = Phase::Checking {
+        pending,
+        tokens,
+        group,
+    };
     Action::Pause
 }
 
@@ -179,14 +177,14 @@ pub(super) fn answered<H: Host>(
     token: u32,
     answer: Answer,
 ) {
-    let Some(runtime) = req.runtime.clone() else {
-        return;
+    let runtime = Rc::clone(&req.runtime);
+    let since = match &req.phase {
+        Phase::Checking {
+            tokens, pending, ..
+        } if tokens.iter().any(|(t, _)| *t == token) => pending.decided_at(),
+        Phase::Carrying { call, .. } if call.token == token => 0,
+        _ => return,
     };
-    let own = req.tokens.iter().any(|(t, _)| *t == token);
-    let carried = req.carrying.as_ref().is_some_and(|(s, _)| s.token == token);
-    if !own && !carried {
-        return;
-    }
     let body = match answer {
         Answer::Http { body_size } => http_answer(w, host, Some(&runtime), body_size),
         Answer::Grpc { status, size } => {
@@ -194,7 +192,6 @@ pub(super) fn answered<H: Host>(
             // read only then, to tell a timeout from a refused connection).
             if status != 0 {
                 let timeout = runtime.plan.limiter.as_ref().map_or(0, |l| l.timeout);
-                let since = req.pending.as_ref().map_or(0, PendingCheck::decided_at);
                 let timed_out = failure::timed_out(host.now().saturating_sub(since), timeout);
                 if let Some(failure) = CallFailure::of_grpc(status, timed_out) {
                     call_failed(w, host, &runtime, failure);
@@ -203,12 +200,30 @@ pub(super) fn answered<H: Host>(
             grpc_answer(host, status, size)
         }
     };
-    if own {
-        own_answered(w, host, context, req, &runtime, token, body.as_deref());
-    } else {
-        carried_answered(w, host, context, req, &runtime, body.as_deref());
+    match std::mem::replace(&mut req.phase, Phase::Decided) {
+        Phase::Checking {
+            pending,
+            tokens,
+            group,
+        } => {
+            let checking = (pending, tokens, group);
+            own_answered(w, host, context, req, token, checking, body.as_deref());
+        }
+        Phase::Carrying { call, verdict } => {
+            coalesced::carried(w, host, call, body.as_deref());
+            // Handing out the answers moved the focus.
+            host.focus(context);
+            if apply(w, host, context, req, &runtime, verdict) == Action::Continue {
+                host.resume();
+            }
+        }
+        other => req.phase = other,
     }
 }
+
+/// The check this request's own call `token` is part of, its calls out and
+/// its group.
+type Checking = (PendingCheck, Vec<(u32, usize)>, Option<Vec<u8>>);
 
 /// The answer to this request's own call `token` (`None`: failed).
 fn own_answered<H: Host>(
@@ -216,65 +231,42 @@ fn own_answered<H: Host>(
     host: &mut H,
     context: u32,
     req: &mut Request<H>,
-    runtime: &Shared<H>,
     token: u32,
+    (mut pending, mut tokens, group): Checking,
     body: Option<&[u8]>,
 ) {
-    let Some(position) = req.tokens.iter().position(|(t, _)| *t == token) else {
-        return;
-    };
-    let (_, call) = req.tokens.swap_remove(position);
-    let Some(mut pending) = req.pending.take() else {
-        return;
-    };
-    let complete = pending.record(call, body);
-    if pending.unreadable(call) {
-        call_failed(w, host, runtime, CallFailure::Unreadable);
+    let runtime = &Rc::clone(&req.runtime);
+    let mut complete = false;
+    if let Some(at) = tokens.iter().position(|(t, _)| *t == token) {
+        let (_, call) = tokens.swap_remove(at);
+        complete = pending.record(call, body);
+        if pending.unreadable(call) {
+            call_failed(w, host, runtime, CallFailure::Unreadable);
+        }
     }
     if !complete {
-        req.pending = Some(pending);
+        req.phase = Phase::Checking {
+            pending,
+            tokens,
+            group,
+        };
         return;
     }
     req.reply = pending.take_reply();
     let verdict = renewal::finish(w, host, runtime, pending);
-    if let Some(signature) = req.group.take() {
-        if let Some(shared) = coalesced::carry(w, host, signature) {
-            req.carrying = Some((shared, verdict));
-            return;
-        }
-    }
-    if apply(w, host, context, req, runtime, verdict) == Action::Continue {
-        host.resume();
-    }
-}
-
-/// The answer to the call this request carries: decides the requests it
-/// carried, then applies this request's own outcome.
-fn carried_answered<H: Host>(
-    w: &mut Worker<H>,
-    host: &mut H,
-    context: u32,
-    req: &mut Request<H>,
-    runtime: &Shared<H>,
-    body: Option<&[u8]>,
-) {
-    let Some((shared, verdict)) = req.carrying.take() else {
+    if let Some(call) = group.and_then(|signature| coalesced::carry(w, host, signature)) {
+        req.phase = Phase::Carrying { call, verdict };
         return;
-    };
-    coalesced::carried(w, host, shared, body);
-    // Handing out the answers moved the focus.
-    host.focus(context);
+    }
     if apply(w, host, context, req, runtime, verdict) == Action::Continue {
         host.resume();
     }
 }
 
-/// The response's headers are in: what the root decided for the request is
-/// its, the costs read, the rate-limit headers added.
+/// The response's headers are in: the costs read, the rate-limit headers
+/// added.
 pub(super) fn response_headers<H: Host>(host: &mut H, req: &mut Request<H>) {
-    let Some(runtime) = req.runtime.clone() else {
-        return;
-    };
+    let runtime = Rc::clone(&req.runtime);
     if let Some(reader) = req.cost.as_mut() {
         cost::read_headers(&*host, &runtime, reader);
     }
@@ -284,7 +276,7 @@ pub(super) fn response_headers<H: Host>(host: &mut H, req: &mut Request<H>) {
     if let Some(reply) = req.reply.as_ref() {
         add_service_response_headers(host, &runtime.plan, reply);
     }
-    if let Some(held) = req.held.take() {
+    if let Phase::Held(held) = &req.phase {
         let (name, value) = response::delayed_header(held.delay);
         host.add_header(Map::ResponseHeaders, name, &value, false);
     }
@@ -299,51 +291,57 @@ pub(super) fn response_body<H: Host>(host: &H, req: &mut Request<H>, body_size: 
 
 /// The response's trailers are in.
 pub(super) fn response_trailers<H: Host>(host: &H, req: &mut Request<H>) {
-    if let (Some(runtime), Some(reader)) = (req.runtime.as_ref(), req.cost.as_mut()) {
-        cost::read_trailers(host, runtime, reader);
+    if let Some(reader) = req.cost.as_mut() {
+        cost::read_trailers(host, &req.runtime, reader);
     }
 }
 
-/// The stream ended, whichever way: the request leaves its queue, group or
-/// wait, and gives back what it consumed and holds; what it owes is
-/// settled.
-pub(super) fn leave<H: Host>(w: &mut Worker<H>, host: &mut H, context: u32, mut req: Request<H>) {
-    if req.rooted {
-        rooted::leave(w, host, context);
-    }
-    if !req.tokens.is_empty() {
-        // Its call is dropped with it: the group calls again.
-        own_call_ended(w, host, &mut req);
-    }
-    if let Some((shared, verdict)) = req.carrying.take() {
-        // So is the call it carried: its requests get the failure mode.
-        coalesced::carried(w, host, shared, None);
-        if let Some(runtime) = req.runtime.as_ref() {
-            unapplied(w, host, runtime, verdict);
+/// The stream ended, whichever way: what the request asked for is let go
+/// (by its phase), what it holds given back, what it owes settled.
+pub(super) fn leave<H: Host>(w: &mut Worker<H>, host: &mut H, context: u32, req: Request<H>) {
+    let Request {
+        runtime,
+        phase,
+        holding,
+        mut cost,
+        ..
+    } = req;
+    match phase {
+        Phase::New | Phase::AwaitingBody | Phase::Decided => {}
+        Phase::Checking { pending, group, .. } => {
+            // Its call is dropped with it: the group calls again, and what
+            // it took locally goes back.
+            if let Some(signature) = group {
+                coalesced::finished(w, host, &signature);
+            }
+            renewal::abandon(w, host, &runtime, pending);
+        }
+        Phase::Carrying { call, verdict } => {
+            // So is the call it carried: its requests get the failure mode.
+            coalesced::carried(w, host, call, None);
+            unapplied(w, host, &runtime, verdict);
+        }
+        Phase::Grouped => {
+            if let Some(member) = w.groups.leave(context) {
+                renewal::abandon(w, host, &member.runtime, member.pending);
+            }
+        }
+        Phase::Rooted => rooted::leave(w, host, context),
+        Phase::Waiting => waiting::leave(w, context),
+        Phase::Held(held) => {
+            if w.queue.remove(context) {
+                let resume_at = held.resume_at();
+                let now = host.now();
+                let taken = held.give_back(&runtime.plan, &*host, &runtime.metrics, now);
+                cost::refund(w, host, &runtime, taken, resume_at);
+                // Never sent upstream: what it consumed is back, nothing to
+                // settle.
+                cost = None;
+            }
         }
     }
-    if let Some(member) = w.groups.leave(context) {
-        renewal::abandon(w, host, &member.runtime, member.pending);
-    }
-    waiting::leave(w, context);
-    let waited = w.queue.remove(context);
-    if let (true, Some(held), Some(runtime)) = (waited, req.held.take(), req.runtime.as_ref()) {
-        let resume_at = held.resume_at();
-        let now = host.now();
-        let taken = held.give_back(&runtime.plan, &*host, &runtime.metrics, now);
-        cost::refund(w, host, runtime, taken, resume_at);
-        // Never sent upstream: what it consumed is back, nothing to settle.
-        req.cost = None;
-    }
-    let Some(runtime) = req.runtime.clone() else {
-        return;
-    };
-    if let Some(pending) = req.pending.take() {
-        // Its call is still out: what it took locally goes back.
-        renewal::abandon(w, host, &runtime, pending);
-    }
-    permits::release(w, host, &runtime, std::mem::take(&mut req.holding));
-    if let Some(reader) = req.cost.take() {
+    permits::release(w, host, &runtime, holding);
+    if let Some(reader) = cost {
         cost::settle(w, host, &runtime, reader);
     }
 }

@@ -11,6 +11,7 @@ use super::host::Host;
 use super::renewal;
 use super::rooted;
 use super::worker::Worker;
+use std::rc::Rc;
 
 /// Decides every waiting request again (from the root context's tick);
 /// returns whether some still wait.
@@ -44,7 +45,7 @@ pub(super) fn leave<H: Host>(w: &mut Worker<H>, context: u32) {
 
 /// Decides the waiting request of `context` again and carries it out.
 fn decide<H: Host>(w: &mut Worker<H>, host: &mut H, root: u32, context: u32) {
-    let Some(runtime) = w.requests.get(&context).and_then(|r| r.runtime.clone()) else {
+    let Some(runtime) = w.requests.get(&context).map(|r| Rc::clone(&r.runtime)) else {
         return;
     };
     host.focus(context);
