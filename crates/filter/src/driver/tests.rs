@@ -3,6 +3,7 @@
 //! the ways a request can end.
 
 mod fake;
+mod host_calls;
 mod lifecycle;
 
 use super::{Action, Answer, Worker};

@@ -114,6 +114,8 @@ pub(super) struct FakeHost {
     /// Wake-ups waiting in the shared queue.
     pub(super) queued: usize,
     pub(super) tick_period: Nanos,
+    /// Every host call made, by name, in order.
+    pub(super) made: RefCell<Vec<&'static str>>,
 }
 
 impl Default for FakeHost {
@@ -131,11 +133,16 @@ impl Default for FakeHost {
             recorded: Rc::default(),
             queued: 0,
             tick_period: 0,
+            made: RefCell::default(),
         }
     }
 }
 
 impl FakeHost {
+    fn note(&self, call: &'static str) {
+        self.made.borrow_mut().push(call);
+    }
+
     fn stream(&self) -> Option<&Stream> {
         self.streams.get(&self.focused)
     }
@@ -143,12 +150,15 @@ impl FakeHost {
 
 impl SharedStore for FakeHost {
     fn get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+        self.note("get");
         self.store.get(key)
     }
     fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), SetError> {
+        self.note("set");
         self.store.set(key, value, cas)
     }
     fn clock(&self) -> Option<Nanos> {
+        self.note("clock");
         Some(self.now)
     }
 }
@@ -164,21 +174,26 @@ impl Host for FakeHost {
     type Metrics = TestMetrics;
 
     fn now(&self) -> Nanos {
+        self.note("now");
         self.now
     }
     fn define_metrics(&mut self, _rules: &[Rule]) -> TestMetrics {
+        self.note("define_metrics");
         TestMetrics(Rc::clone(&self.recorded))
     }
     fn config_error(&mut self) {
+        self.note("config_error");
         self.recorded.sink.global(GlobalEvent::ConfigErrors);
     }
     fn focus(&mut self, context: u32) -> bool {
+        self.note("focus");
         // Envoy keeps a context until the end of the loop iteration that
         // ended it: the driver must not count on a refusal.
         self.focused = context;
         true
     }
     fn header(&self, map: Map, name: &str) -> Option<String> {
+        self.note("header");
         match map {
             Map::RequestHeaders => find(&self.stream()?.request_headers, name),
             Map::ResponseHeaders => find(&self.stream()?.response_headers, name),
@@ -191,14 +206,17 @@ impl Host for FakeHost {
         }
     }
     fn request_headers(&self) -> Vec<(String, String)> {
+        self.note("request_headers");
         self.stream()
             .map(|s| s.request_headers.clone())
             .unwrap_or_default()
     }
     fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
+        self.note("property");
         (path == ["source", "address"]).then(|| b"10.0.0.1:5555".to_vec())
     }
     fn buffer(&self, buffer: Buffer, size: usize) -> Option<Vec<u8>> {
+        self.note("buffer");
         let bytes = match buffer {
             Buffer::RequestBody => self.stream()?.request_body.clone(),
             Buffer::ResponseBody => self.stream()?.response_body.clone(),
@@ -207,9 +225,11 @@ impl Host for FakeHost {
         Some(bytes.into_iter().take(size).collect())
     }
     fn resume(&mut self) {
+        self.note("resume");
         self.effects.push(Effect::Resume(self.focused));
     }
     fn reply(&mut self, reply: LocalReply<'_>) -> bool {
+        self.note("reply");
         let (status, headers, body) = match reply {
             LocalReply::Http {
                 status,
@@ -238,6 +258,7 @@ impl Host for FakeHost {
         true
     }
     fn add_header(&mut self, map: Map, name: &str, value: &str, _replace: bool) {
+        self.note("add_header");
         self.effects.push(Effect::Header {
             context: self.focused,
             map,
@@ -246,6 +267,7 @@ impl Host for FakeHost {
         });
     }
     fn set_state(&mut self, name: &str, value: &str) {
+        self.note("set_state");
         self.effects.push(Effect::State {
             context: self.focused,
             name: name.to_string(),
@@ -253,6 +275,7 @@ impl Host for FakeHost {
         });
     }
     fn dispatch(&mut self, call: Outgoing<'_>) -> Option<u32> {
+        self.note("dispatch");
         if self.unreachable {
             return None;
         }
@@ -270,16 +293,20 @@ impl Host for FakeHost {
         Some(self.next_token)
     }
     fn set_tick_period(&mut self, period: Nanos) {
+        self.note("set_tick_period");
         self.tick_period = period;
     }
     fn register_queue(&mut self, _name: &str) -> Option<u32> {
+        self.note("register_queue");
         Some(1)
     }
     fn enqueue(&mut self, _queue: u32) -> bool {
+        self.note("enqueue");
         self.queued += 1;
         true
     }
     fn dequeue(&mut self, _queue: u32) -> bool {
+        self.note("dequeue");
         let some = self.queued > 0;
         self.queued = self.queued.saturating_sub(1);
         some

@@ -1,0 +1,113 @@
+//! The host calls a request makes in its whole life, per configuration
+//! shape: every call crosses into Envoy, and most of a request's cost in
+//! Envoy is there. A call added to a shape fails here.
+
+use super::*;
+
+/// The calls request `context` makes from its headers to its end, with the
+/// worker's own work (the root's) for it.
+fn calls_of(sim: &mut Sim, context: u32, user: &str) -> Vec<&'static str> {
+    sim.h.made.borrow_mut().clear();
+    sim.start(context, &[("x-user", user)]);
+    sim.run();
+    sim.respond(context, &[]);
+    sim.end(context);
+    sim.run();
+    sim.h.made.borrow().clone()
+}
+
+fn rule(limit: &str, key: &str) -> String {
+    format!(r#"{{"name":"r","key":["{key}"],"limits":[{limit}]}}"#)
+}
+
+#[test]
+fn a_request_under_one_local_limit() {
+    let gcra = r#"{"algorithm":"gcra","requests":1000,"window":"1s"}"#;
+    let mut sim = Sim::new(&rule(gcra, "client_ip"));
+    calls_of(&mut sim, 9, "a");
+    assert_eq!(
+        calls_of(&mut sim, 10, "a"),
+        [
+            "header",   // :path, to find the rules that apply
+            "property", // source.address, its key
+            "now",      // the decision's clock
+            "get",      // the key's entry
+            "clock",    // when the entry's compare-and-swap decided
+            "set",      // the entry written back
+            "add_header",
+            "add_header", // the rate-limit headers of the response
+        ]
+    );
+}
+
+#[test]
+fn a_request_under_no_rule_reads_its_path_only() {
+    let json = r#"{"name":"r","match":{"path_prefix":"/other"},"key":["client_ip"],
+        "limits":[{"algorithm":"gcra","requests":10,"window":"1s"}]}"#;
+    let mut sim = Sim::new(json);
+    assert_eq!(calls_of(&mut sim, 10, "a"), ["header"]);
+}
+
+#[test]
+fn a_request_under_one_global_limit() {
+    let global = r#"{"algorithm":"gcra","requests":1000,"window":"1s","scope":"global"}"#;
+    let mut sim = Sim::new(&rule(global, "header:x-user"));
+    calls_of(&mut sim, 9, "a");
+    assert_eq!(
+        calls_of(&mut sim, 10, "a"),
+        [
+            "header", // :path
+            "header", // x-user, its key
+            "now",
+            "get",      // the over-limit cache
+            "dispatch", // its check
+            "header",
+            "header", // the answer's :status and content-type
+            "buffer", // the answer's body
+            "resume",
+            "add_header",
+            "add_header",
+        ]
+    );
+}
+
+#[test]
+fn a_request_under_a_global_concurrency_limit_is_checked_by_the_root() {
+    let permits = r#"{"concurrency":5,"scope":"global"}"#;
+    let mut sim = Sim::new(&rule(permits, "header:x-user"));
+    calls_of(&mut sim, 9, "a");
+    let calls = calls_of(&mut sim, 10, "a");
+    assert_eq!(
+        calls,
+        [
+            "header",
+            "header",
+            "now",
+            "enqueue", // the root woken
+            "dequeue",
+            "dequeue", // its queue emptied
+            "focus",
+            "dispatch", // the root's check
+            "focus",
+            "header",
+            "header",
+            "buffer",
+            "focus", // the request, from the root
+            "now",   // its permits counted as held from now
+            "resume",
+            "focus",
+            "add_header",
+            "add_header",
+            "now",
+            "enqueue", // the root woken to give the permit back
+            "dequeue",
+            "dequeue",
+            "focus",
+            "dispatch",
+            "header",
+            "header",
+            "buffer",
+            "focus",
+        ]
+    );
+}
