@@ -254,9 +254,14 @@ fn own_answered<H: Host>(
     }
     req.reply = pending.take_reply();
     let verdict = renewal::finish(w, host, runtime, pending);
-    if let Some(call) = group.and_then(|signature| coalesced::carry(w, host, signature)) {
-        req.phase = Phase::Carrying { call, verdict };
-        return;
+    if let Some(signature) = group {
+        if let Some(call) = coalesced::carry(w, host, signature) {
+            req.phase = Phase::Carrying { call, verdict };
+            return;
+        }
+        // A next call not made gave its requests the failure mode, which
+        // moved the focus.
+        host.focus(context);
     }
     if apply(w, host, context, req, runtime, verdict) == Action::Continue {
         host.resume();

@@ -244,3 +244,17 @@ fn a_response_cost_is_charged_once_whatever_the_end() {
         assert_eq!(sim.limiter.used.values().sum::<u64>(), charged);
     }
 }
+
+#[test]
+fn a_request_whose_group_cannot_make_its_next_call_is_still_resumed() {
+    let mut sim = Sim::new(COALESCED);
+    sim.user(10, "a");
+    assert_eq!(sim.user(11, "a"), Action::Pause, "waits for the next call");
+    sim.h.unreachable = true;
+    assert!(sim.answer_one());
+    // 10 carries the next call, which cannot be made: 11 gets the failure
+    // mode, 10 its own outcome.
+    assert_eq!(sim.replied(11), Some(429));
+    assert!(!sim.resumed(11));
+    assert!(sim.resumed(10));
+}
