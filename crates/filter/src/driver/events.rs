@@ -115,6 +115,9 @@ impl<H: Host> Worker<H> {
         // Every slow tick flushes, as do fine ticks a flush period apart.
         if !fine || now.saturating_sub(state.last_flush) >= flush_period() {
             state.last_flush = now;
+            // Resuming requests moved the focus: the renewals are the
+            // root's calls.
+            host.focus(root);
             permits::renew_due(self, host, runtime.as_ref());
             if let Some(runtime) = &runtime {
                 super::host::WorkerMetrics::flush(&runtime.metrics);

@@ -258,3 +258,32 @@ fn a_request_whose_group_cannot_make_its_next_call_is_still_resumed() {
     assert!(!sim.resumed(11));
     assert!(sim.resumed(10));
 }
+
+#[test]
+fn the_root_renews_the_permits_of_requests_it_resumed_from_its_own_context() {
+    // A permit each, and a second request of the minute held in delay mode.
+    let rules = r#"{"name":"inflight","key":["header:x-user"],"limits":[
+        {"concurrency":5,"scope":"global","permit_ttl":"3s"},
+        {"algorithm":"gcra","requests":1,"window":"1s","burst":1,
+         "on_exceed":"delay","max_delay":"5s"}]}"#;
+    let mut sim = Sim::new(rules);
+    sim.user(10, "a");
+    sim.run();
+    sim.user(11, "a");
+    sim.run();
+    assert!(sim.resumed(10) && !sim.resumed(11), "11 is held");
+    let mut renewals = 0;
+    for _ in 0..8 {
+        sim.tick(500 * MILLISECOND);
+        for call in sim.h.calls.iter().filter(|c| c.path == "/v1/permits") {
+            assert_eq!(
+                call.from, ROOT,
+                "a renewal made from a request ends with it"
+            );
+            renewals += 1;
+        }
+        sim.run();
+    }
+    assert!(sim.resumed(11));
+    assert!(renewals > 0, "the permits were renewed");
+}
