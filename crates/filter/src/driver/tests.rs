@@ -35,6 +35,7 @@ impl Sim {
             limiter: FakeLimiter::default(),
         };
         sim.w.root_created(ROOT);
+        sim.h.roots.push(ROOT);
         sim.h.focused = ROOT;
         let json = config(rules);
         assert!(sim.w.configure(

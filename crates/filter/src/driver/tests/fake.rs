@@ -116,6 +116,9 @@ pub(super) struct FakeHost {
     pub(super) tick_period: Nanos,
     /// Every host call made, by name, in order.
     pub(super) made: RefCell<Vec<&'static str>>,
+    /// The root contexts: permits and charges are given from them only (a
+    /// request's calls end with it).
+    pub(super) roots: Vec<u32>,
 }
 
 impl Default for FakeHost {
@@ -134,6 +137,7 @@ impl Default for FakeHost {
             queued: 0,
             tick_period: 0,
             made: RefCell::default(),
+            roots: Vec::new(),
         }
     }
 }
@@ -283,6 +287,13 @@ impl Host for FakeHost {
             Outgoing::Http { path, body, .. } => (path.to_string(), body.to_vec()),
             Outgoing::Grpc { method, body, .. } => (method.to_string(), body.to_vec()),
         };
+        if matches!(path.as_str(), "/v1/permits" | "/v1/charge") {
+            assert!(
+                self.roots.contains(&self.focused),
+                "{path} made from request {}",
+                self.focused
+            );
+        }
         self.next_token += 1;
         self.calls.push(Call {
             token: self.next_token,
