@@ -4,6 +4,7 @@
 
 mod fake;
 mod host_calls;
+mod kinds;
 mod lifecycle;
 
 use super::{Action, Answer, Worker};

@@ -394,6 +394,13 @@ impl FakeLimiter {
     /// One request of `check`, all or nothing.
     fn decide(&mut self, check: &CheckRequest) -> (bool, Vec<LimitResult>) {
         let holder = check.holder.unwrap_or(0);
+        // Units of a lease given back count no more.
+        for spec in &check.limits {
+            if let Some(returned) = spec.returned {
+                let used = self.used.entry(spec.key.to_string()).or_default();
+                *used = used.saturating_sub(returned);
+            }
+        }
         let mut results = Vec::new();
         for spec in &check.limits {
             let hits = spec.hits.unwrap_or(check.hits);
@@ -416,16 +423,23 @@ impl FakeLimiter {
         }
         let allowed = results.iter().all(|r| r.allowed);
         if allowed {
-            for spec in &check.limits {
+            for (spec, result) in check.limits.iter().zip(results.iter_mut()) {
                 let hits = spec.hits.unwrap_or(check.hits);
                 if spec.algorithm == sluice_wire::CONCURRENCY {
                     *self
                         .permits
                         .entry((spec.key.to_string(), holder))
                         .or_default() += hits;
-                } else {
-                    *self.used.entry(spec.key.to_string()).or_default() += hits;
+                    continue;
                 }
+                let used = self.used.entry(spec.key.to_string()).or_default();
+                *used += hits;
+                // A lease: the most that fits, debited at once.
+                let cap = spec.burst.unwrap_or(spec.requests);
+                let granted = spec.lease.unwrap_or(0).min(cap.saturating_sub(*used));
+                *used += granted;
+                result.leased = granted;
+                result.remaining = cap.saturating_sub(*used);
             }
         }
         (allowed, results)
