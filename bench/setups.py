@@ -474,6 +474,10 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
                        store="memory",
                        filters=[support.wasm_filter(sluice_config(coalesced_gcra, global_scope=True), Path(baseline),
                                                     vm_id="baseline", name="baseline")]))
+        out.append(Row("global-memory-lease-baseline", f"global-memory-lease with {Path(baseline).name}",
+                       store="memory",
+                       filters=[support.wasm_filter(sluice_config(leased_gcra, global_scope=True), Path(baseline),
+                                                    vm_id="baseline", name="baseline")]))
         out.append(Row("local-gcra-baseline", f"local-gcra with {Path(baseline).name}",
                        filters=[support.wasm_filter(sluice_config(gcra), Path(baseline),
                                                     vm_id="baseline", name="baseline")]))
