@@ -145,6 +145,12 @@ impl<T> Coalescer<T> {
         Some(payload)
     }
 
+    /// Whether no group waits nor has a call in flight.
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty() && self.member_of.is_empty()
+    }
+
     /// Takes out every waiting request (the worker's last root is closing).
     pub fn drain(&mut self) -> Vec<(u32, T)> {
         self.member_of.clear();

@@ -148,7 +148,8 @@ fn keep<H: Host>(
 /// another try at the root's fine ticks (up to its rule's `max_queued` per
 /// worker); the first time sets until when it may wait. Returns whether it
 /// waits. A request decided after its body cannot: the root decides again
-/// from Envoy's headers, which no longer show.
+/// from Envoy's headers, which no longer show; nor can one once the
+/// worker's last root is closing.
 fn wait<H: Host>(
     w: &mut Worker<H>,
     host: &mut H,
@@ -160,6 +161,10 @@ fn wait<H: Host>(
     let (Some(max_wait), None) = (denied.wait, req.shown.as_ref()) else {
         return false;
     };
+    if w.roots.is_empty() {
+        // No tick will decide it again.
+        return false;
+    }
     let now = host.now();
     let rule = denied.report.rule;
     let wait = *req.waiting.get_or_insert(Wait {

@@ -109,3 +109,31 @@ impl<H: Host> Worker<H> {
         self.requests.contains_key(&context)
     }
 }
+
+#[cfg(test)]
+impl<H: Host> Worker<H> {
+    /// The names of the lists that still hold work (none once the worker
+    /// has settled with no request open).
+    pub(crate) fn left(&self) -> Vec<&'static str> {
+        let lists = [
+            ("requests", self.requests.is_empty()),
+            ("queue", self.queue.is_empty()),
+            ("groups", self.groups.is_empty()),
+            ("calls", self.calls.is_empty()),
+            ("holdings", self.holdings.is_empty()),
+            ("charges", self.charges.is_empty()),
+            ("owing", self.owing.is_empty()),
+            ("charge_calls", self.charge_calls.is_empty()),
+            ("releases", self.releases.is_empty()),
+            ("waiters", self.waiters.is_empty()),
+            ("renewals_queued", self.renewals_queued.is_empty()),
+            ("renewals", self.renewals.is_empty()),
+            ("rooted", self.rooted.is_empty()),
+        ];
+        lists
+            .into_iter()
+            .filter(|(_, empty)| !empty)
+            .map(|(name, _)| name)
+            .collect()
+    }
+}

@@ -287,3 +287,51 @@ fn the_root_renews_the_permits_of_requests_it_resumed_from_its_own_context() {
     assert!(sim.resumed(11));
     assert!(renewals > 0, "the permits were renewed");
 }
+
+#[test]
+fn a_request_waiting_for_a_permit_is_decided_when_the_root_that_checks_for_it_closes() {
+    for last in [true, false] {
+        let mut sim = Sim::new(WAIT_FOR_PERMIT);
+        sim.user(10, "a");
+        sim.run();
+        sim.user(11, "a");
+        sim.run();
+        sim.end(10);
+        sim.run();
+        // A newer configuration's root, unless the root closing is the last.
+        const NEXT: u32 = ROOT + 1;
+        if !last {
+            sim.w.root_created(NEXT);
+            sim.h.roots.push(NEXT);
+            sim.h.focused = NEXT;
+            let json = config(WAIT_FOR_PERMIT);
+            assert!(sim.w.configure(&mut sim.h, NEXT, json.as_bytes(), None));
+        }
+        sim.tick(MILLISECOND);
+        assert_eq!(sim.h.calls.len(), 1, "the root checks again for 11");
+        sim.h.focused = ROOT;
+        sim.w.root_done(&mut sim.h, ROOT);
+        // Its call is dropped with it, here before the limiter saw it.
+        sim.h.calls.clear();
+        if last {
+            assert_eq!(sim.replied(11), Some(429), "out of time");
+        } else {
+            // Decided again from the next root.
+            sim.h.now += MILLISECOND;
+            sim.h.focused = NEXT;
+            sim.w.tick(&mut sim.h, NEXT);
+            assert_eq!(sim.h.calls.len(), 1, "the next root checks for 11");
+            assert_eq!(sim.h.calls[0].from, NEXT);
+            let token = sim.h.calls[0].token;
+            sim.answer(token);
+            assert!(sim.resumed(11));
+        }
+        // Nothing left for the root gone: only 11, and its permit if admitted.
+        let left: &[&str] = if last {
+            &["requests"]
+        } else {
+            &["requests", "holdings"]
+        };
+        assert_eq!(sim.w.left(), left);
+    }
+}
