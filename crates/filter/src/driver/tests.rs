@@ -6,6 +6,7 @@ mod fake;
 mod host_calls;
 mod kinds;
 mod lifecycle;
+mod orders;
 
 use super::{Action, Answer, Worker};
 use fake::{Effect, FakeHost, FakeLimiter, Stream};

@@ -113,6 +113,11 @@ pub(super) struct FakeHost {
     pub(super) recorded: Rc<Recorded>,
     /// Wake-ups waiting in the shared queue.
     pub(super) queued: usize,
+    /// The context that registered the shared queue last: its wake-ups go
+    /// there.
+    pub(super) listener: u32,
+    /// Calls the driver tried to make while the limiter was unreachable.
+    pub(super) refused: Vec<Call>,
     pub(super) tick_period: Nanos,
     /// Every host call made, by name, in order.
     pub(super) made: RefCell<Vec<&'static str>>,
@@ -135,6 +140,8 @@ impl Default for FakeHost {
             effects: Vec::new(),
             recorded: Rc::default(),
             queued: 0,
+            listener: 0,
+            refused: Vec::new(),
             tick_period: 0,
             made: RefCell::default(),
             roots: Vec::new(),
@@ -280,9 +287,6 @@ impl Host for FakeHost {
     }
     fn dispatch(&mut self, call: Outgoing<'_>) -> Option<u32> {
         self.note("dispatch");
-        if self.unreachable {
-            return None;
-        }
         let (path, body) = match call {
             Outgoing::Http { path, body, .. } => (path.to_string(), body.to_vec()),
             Outgoing::Grpc { method, body, .. } => (method.to_string(), body.to_vec()),
@@ -294,13 +298,18 @@ impl Host for FakeHost {
                 self.focused
             );
         }
-        self.next_token += 1;
-        self.calls.push(Call {
-            token: self.next_token,
+        let call = Call {
+            token: self.next_token + 1,
             from: self.focused,
             path,
             body,
-        });
+        };
+        if self.unreachable {
+            self.refused.push(call);
+            return None;
+        }
+        self.next_token += 1;
+        self.calls.push(call);
         Some(self.next_token)
     }
     fn set_tick_period(&mut self, period: Nanos) {
@@ -309,6 +318,7 @@ impl Host for FakeHost {
     }
     fn register_queue(&mut self, _name: &str) -> Option<u32> {
         self.note("register_queue");
+        self.listener = self.focused;
         Some(1)
     }
     fn enqueue(&mut self, _queue: u32) -> bool {
