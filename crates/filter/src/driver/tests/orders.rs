@@ -8,6 +8,8 @@
 //! What is asserted (a failing order is shrunk by proptest):
 //! - throughout: no user has more requests admitted and open than its
 //!   permits;
+//! - when the VM closes (its last root done), with no request's call out:
+//!   no request still waits (no root will tick or be woken);
 //! - once settled with requests open: none of them still waits;
 //! - at the end: no call out and nothing left in the worker
 //!   ([`Worker::left`]); the limiter holds exactly the permits lost (taken
