@@ -180,3 +180,30 @@ fn the_vm_closing_resumes_held_requests_and_fails_those_waiting_on_the_limiter()
         "the group's waiting request: failure_mode deny"
     );
 }
+
+#[test]
+fn an_elastic_second_call_asked_as_the_last_root_closes_fails_at_once() {
+    let rules = r#"{"name":"user","key":["header:x-user"],"limits":[
+        {"concurrency":9,"scope":"global"},
+        {"algorithm":"fixed_window","requests":1,"window":"1m","scope":"global",
+         "elastic":{"ceiling":2,"pool":"spare"}}]},
+       {"name":"spare","key":["const:all"],"limits":[
+        {"algorithm":"fixed_window","requests":3,"window":"1m","scope":"global"}]},
+       {"name":"watch","mode":"shadow","key":["header:x-user"],"limits":[
+        {"algorithm":"fixed_window","requests":50,"window":"1m","scope":"global"}]}"#;
+    let mut sim = Sim::new(rules);
+    sim.user(10, "a");
+    sim.run();
+    assert!(sim.resumed(10));
+    // The next is checked by the root: its enforcing call denies (it may
+    // borrow) while its shadow call is out when the last root closes.
+    sim.user(11, "a");
+    sim.wake();
+    assert_eq!(sim.h.calls.len(), 2);
+    let enforcing = sim.h.calls[0].token;
+    sim.answer(enforcing);
+    sim.h.focused = ROOT;
+    sim.w.root_done(&mut sim.h, ROOT);
+    assert_eq!(sim.replied(11), Some(429), "failure_mode deny");
+    assert!(!sim.w.left().contains(&"rooted"), "{:?}", sim.w.left());
+}
