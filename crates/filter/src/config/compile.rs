@@ -15,10 +15,13 @@ use super::plan::{
 use super::priority;
 use super::raw::{
     Mode, Protocol, RawConfig, RawLimit, RawLimiter, RawOverride, RawResponse, RawRule, Scope,
-    ServiceHeaders,
+    ServiceHeaders, SyncMode,
 };
 use crate::client_ip::ClientIpPolicy;
-use crate::engine::{concurrency, elastic, global, local, service_held};
+use crate::engine::{
+    coalesced, concurrency, elastic, global, global_elastic, leased, local, local_elastic,
+    service_held,
+};
 use crate::layout;
 use crate::matcher::RuleIndex;
 use crate::table::Shape;
@@ -176,7 +179,7 @@ fn compile_rules(
         .collect();
     let mut names: Vec<String> = Vec::with_capacity(raw.len());
     let mut rules = Vec::with_capacity(raw.len());
-    for (i, (rule, pool)) in raw.into_iter().zip(pool_flags).enumerate() {
+    for (i, (rule, pool)) in raw.iter().zip(pool_flags).enumerate() {
         let path = format!("rules[{i}]");
         if names.contains(&rule.name) {
             return Err(FieldError::at(
@@ -186,10 +189,17 @@ fn compile_rules(
         }
         names.push(rule.name.clone());
         if pool {
-            elastic::check_pool_rule(&path, &rule)?;
+            elastic::check_pool_rule(&path, rule)?;
         }
-        let mut compiled = compile_rule(domain, &path, &rule, protocol, keys)?;
-        compiled.pool = pool;
+        let at = RuleAt {
+            domain,
+            path: &path,
+            index: i,
+            rules: &raw,
+            protocol,
+            keys,
+        };
+        let compiled = compile_rule(&at, rule, pool)?;
         if !has_limiter {
             if let Some(j) = compiled.limits.iter().position(|l| !l.is_local()) {
                 return Err(FieldError::at(
@@ -200,7 +210,6 @@ fn compile_rules(
         }
         rules.push(compiled);
     }
-    elastic::resolve_pools(&mut rules)?;
     check_limit_names(&rules)?;
     Ok(rules)
 }
@@ -236,13 +245,21 @@ fn check_limit_names(rules: &[Rule]) -> Result<(), FieldError> {
     Ok(())
 }
 
-fn compile_rule(
-    domain: &str,
-    path: &str,
-    rule: &RawRule,
+/// Where a rule stands in the configuration.
+struct RuleAt<'a> {
+    domain: &'a str,
+    /// Its JSON path (`rules[i]`).
+    path: &'a str,
+    index: usize,
+    /// Every rule as configured.
+    rules: &'a [RawRule],
     protocol: Protocol,
     keys: Shape,
-) -> Result<Rule, FieldError> {
+}
+
+/// Compiles a rule; `pool`: some elastic limit borrows from it.
+fn compile_rule(at: &RuleAt<'_>, rule: &RawRule, pool: bool) -> Result<Rule, FieldError> {
+    let (domain, path) = (at.domain, at.path);
     if !valid_name(&rule.name) || rule.name.contains('.') {
         // No '.': a rule name is one segment of its stat names
         // (`sluice.<rule>.<event>`) and of its IETF limit names (`<rule>.<n>`).
@@ -279,12 +296,14 @@ fn compile_rule(
         let site = LimitSite {
             domain,
             rule: &rule.name,
+            rule_index: at.index,
+            rules: at.rules,
             mode: rule.mode,
             key: &key,
             index: j,
             path: &limit_path,
-            protocol,
-            keys,
+            protocol: at.protocol,
+            keys: at.keys,
         };
         let kind = compile_kind(&site, raw_limit)?;
         limits.push(RuleLimit {
@@ -309,7 +328,7 @@ fn compile_rule(
         shadow: rule.mode == Mode::Shadow,
         max_queued,
         cost,
-        pool: false,
+        pool,
         priority,
     })
 }
@@ -322,14 +341,25 @@ fn compile_kind(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind, Field
     if raw.permit_ttl.is_some() {
         return Err(concurrency::stray_ttl(site));
     }
+    let sync = raw.sync.as_ref().map_or(SyncMode::PerRequest, |s| s.mode);
     match (raw.scope, site.protocol) {
         (Scope::Global, Protocol::Rls) => service_held::compile(site, raw),
         _ if raw.descriptor.is_some() => Err(FieldError::at(
             site.field("descriptor"),
             "only for global limits with limiter.protocol rls",
         )),
-        (Scope::Local, _) => local::compile(site, raw),
-        (Scope::Global, Protocol::Sluice) => global::compile(site, raw),
+        (Scope::Local, Protocol::Sluice | Protocol::Rls) => match &raw.elastic {
+            None => local::compile(site, raw),
+            Some(elastic) => local_elastic::compile(site, raw, elastic),
+        },
+        (Scope::Global, Protocol::Sluice) => match (sync, &raw.elastic) {
+            (SyncMode::Lease, _) => leased::compile(site, raw),
+            (SyncMode::PerRequest | SyncMode::Coalesce, Some(elastic)) => {
+                global_elastic::compile(site, raw, elastic)
+            }
+            (SyncMode::Coalesce, None) => coalesced::compile(site, raw),
+            (SyncMode::PerRequest, None) => global::compile(site, raw),
+        },
     }
 }
 
@@ -362,14 +392,13 @@ fn overridable<'l>(
     base: &'l mut RuleLimit,
 ) -> Result<&'l mut Quota, FieldError> {
     let refused = |why: String| Err(FieldError::at(path, why));
-    if base.elastic().is_some() {
-        return refused(format!(
-            "limit {j} is elastic, and elastic limits take no overrides"
-        ));
-    }
     match &mut base.kind {
+        LimitKind::LocalElastic(_) | LimitKind::GlobalElastic(_) => refused(format!(
+            "limit {j} is elastic, and elastic limits take no overrides"
+        )),
         LimitKind::Local(l) => Ok(&mut l.quota),
-        LimitKind::Global(g) => Ok(&mut g.quota),
+        LimitKind::Global(g) | LimitKind::Coalesced(g) => Ok(&mut g.quota),
+        LimitKind::Leased(l) => Ok(&mut l.global.quota),
         LimitKind::ServiceHeld(_) => refused(format!(
             "limit {j} is held by the rate limit service: override it there"
         )),

@@ -3,9 +3,7 @@
 //! what the request cost), and what the rule's limits must be for the last.
 
 use super::checks::field_path;
-use super::plan::{
-    CostSource, Estimate, LimitKind, ResponseCost, RuleLimit, Sync, MAX_COST_SOURCES,
-};
+use super::plan::{CostSource, Estimate, LimitKind, ResponseCost, RuleLimit, MAX_COST_SOURCES};
 use super::raw::{RawCost, RawEstimate, RawOverride, RawResponseCost, RawRule, COST_EXPECTED};
 use super::{Cost, FieldError};
 use crate::cost::extract::FieldPath;
@@ -133,17 +131,14 @@ fn check_limits(path: &str, limits: &[RuleLimit]) -> Result<(), FieldError> {
     for (j, rule_limit) in limits.iter().enumerate() {
         let at = |field: &str| format!("{path}.limits[{j}].{field}");
         let limit = match &rule_limit.kind {
-            LimitKind::Local(local) if local.elastic.is_some() => {
+            LimitKind::LocalElastic(_) | LimitKind::GlobalElastic(_) => {
                 return Err(FieldError::at(at("elastic"), RESPONSE_ONLY))
             }
             LimitKind::Local(local) => &local.quota.limit,
-            LimitKind::Global(global) => match &global.sync {
-                Sync::PerRequest => &global.quota.limit,
-                Sync::Elastic(_) => return Err(FieldError::at(at("elastic"), RESPONSE_ONLY)),
-                Sync::Coalesce | Sync::Lease(_) => {
-                    return Err(FieldError::at(at("sync"), RESPONSE_ONLY))
-                }
-            },
+            LimitKind::Global(global) => &global.quota.limit,
+            LimitKind::Coalesced(_) | LimitKind::Leased(_) => {
+                return Err(FieldError::at(at("sync"), RESPONSE_ONLY))
+            }
             // Charged by a second call, with the difference as its hits.
             LimitKind::ServiceHeld(_) => continue,
             LimitKind::Concurrency(_) => {

@@ -21,8 +21,9 @@ pub use compile::{compile, MAX_LOCAL_KEYS, MAX_QUEUED};
 pub use duration::parse_duration;
 pub use plan::{
     ConcurrencyLimit, Cost, CostSource, DenyResponse, Elastic, Entry, EntryValue, Estimate,
-    GlobalLimit, LeasePolicy, LimitKind, LimiterTarget, LocalLimit, OverrideLimit, PermitPlace,
-    Plan, Quota, ResponseCost, Rule, RuleLimit, ServiceHeld, Sync, MAX_COST_SOURCES, SERVICE_HELD,
+    GlobalElastic, GlobalLimit, LeasePolicy, LeasedLimit, LimitKind, LimiterTarget, LocalElastic,
+    LocalLimit, OverrideLimit, PermitPlace, Plan, Quota, ResponseCost, Rule, RuleLimit,
+    ServiceHeld, MAX_COST_SOURCES, SERVICE_HELD,
 };
 pub use raw::{
     FailureMode, HeadersMode, Mode, OnExceed, Protocol, RawConfig, Scope, ServiceHeaders, SyncMode,

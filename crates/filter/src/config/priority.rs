@@ -2,7 +2,7 @@
 //! of each limit a class may use (see [`Priority`]).
 
 use super::checks::{field_path, valid_name, MAX_NAME_LEN};
-use super::plan::{LimitKind, Priority, RuleLimit, Sync};
+use super::plan::{LimitKind, Priority, RuleLimit};
 use super::raw::{OnExceed, RawLimit, RawPriority};
 use crate::key::KeyPart;
 use sluice_core::FieldError;
@@ -73,12 +73,12 @@ fn check_limits(at: &str, limits: &[RuleLimit], raw: &[RawLimit]) -> Result<(), 
     for (j, (limit, raw)) in limits.iter().zip(raw).enumerate() {
         let why = match &limit.kind {
             _ if raw.on_exceed == OnExceed::Delay => Some("a limit in delay mode"),
-            LimitKind::Local(_) => None,
-            LimitKind::Global(g) => match g.sync {
-                Sync::PerRequest | Sync::Elastic(_) => None,
-                Sync::Coalesce => Some("a global limit with sync coalesce"),
-                Sync::Lease(_) => Some("a global limit with sync lease"),
-            },
+            LimitKind::Local(_)
+            | LimitKind::LocalElastic(_)
+            | LimitKind::Global(_)
+            | LimitKind::GlobalElastic(_) => None,
+            LimitKind::Coalesced(_) => Some("a global limit with sync coalesce"),
+            LimitKind::Leased(_) => Some("a global limit with sync lease"),
             LimitKind::Concurrency(_) => Some("a concurrency limit"),
             LimitKind::ServiceHeld(_) => Some("held by a rate limit service (protocol rls)"),
         };

@@ -4,8 +4,20 @@
 //! arrival order; each request reads its share of the answer.
 
 use super::call::Via;
+use super::global;
 use super::pending::PendingCheck;
+use crate::config::checks::{compile_limit, LimitSite};
+use crate::config::raw::RawLimit;
+use crate::config::LimitKind;
+use sluice_core::FieldError;
 use sluice_wire::{check_json, CheckResponse, LimitResult};
+
+/// Compiles a global limit with `sync: coalesce`.
+pub(crate) fn compile(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind, FieldError> {
+    let limit = compile_limit(site.path, raw)?;
+    global::refuse_lease_fields(site, raw)?;
+    Ok(LimitKind::Coalesced(global::built(site, limit)))
+}
 
 impl PendingCheck {
     /// The request's check, when it may share calls with requests that have

@@ -15,7 +15,7 @@
 //! gives back at once what it took ([`super::tally`]).
 
 use super::call::{GlobalItem, Via};
-use super::tally::{undecided, Consumed, Target};
+use super::tally::{undecided, Undo};
 use super::walk::{Applied, Walk};
 use crate::config::checks::{field_path, rate_fields, LimitSite};
 use crate::config::raw::{OnExceed, Protocol, RawLimit, Scope};
@@ -284,22 +284,14 @@ where
         if !decision.allowed {
             return Err(report(decision));
         }
-        self.tally.consumed.push(Consumed {
-            rule: applied.index,
-            limit: l,
-            target: Target::Permit,
-            weight,
-            at: self.tally.now,
-            delay: 0,
-        });
-        self.tally.held.local.push(HeldPermit {
+        self.tally.consumed.push(Undo::Permit(HeldPermit {
             key: table::bucket_key(prefix, spot),
             fingerprint: spot.fingerprint,
             weight,
             holder,
             ttl: p.ttl,
             rule: applied.index,
-        });
+        }));
         if !applied.rule.shadow {
             self.tally.note(report(decision));
         }

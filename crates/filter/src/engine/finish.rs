@@ -7,13 +7,14 @@
 use super::call::{Call, GlobalItem, Via};
 use super::concurrency::HeldPermit;
 use super::deny_cache;
-use super::elastic::{borrow_call, lent};
+use super::elastic::lent;
+use super::global_elastic::borrow_call;
 use super::leased::{serve_from_leases, settle_leases};
 use super::pending::PendingCheck;
 use super::tally::{undecided, Env, Tally};
 use super::verdict::Verdict;
 use super::walk::slot;
-use crate::config::{FailureMode, LimitKind, Plan};
+use crate::config::{FailureMode, Plan};
 use crate::headers::Reported;
 use crate::layout;
 use crate::local::SharedStore;
@@ -134,7 +135,7 @@ fn hold_permits(tally: &mut Tally, call: &Call) {
     let hits = call.batch.hits.unwrap_or(1);
     for (item, spec) in call.batch.items.iter().zip(&call.batch.limits) {
         if let Via::Permit(ttl) = item.via {
-            tally.held.global.push(HeldPermit {
+            tally.global_permits.push(HeldPermit {
                 key: spec.key.to_string(),
                 fingerprint: 0,
                 weight: spec.hits.unwrap_or(hits),
@@ -226,10 +227,9 @@ where
         return;
     };
     // A limit held by a rate limit service has no shape in this configuration.
-    let shape = match &rule_limit.kind {
-        LimitKind::Global(global) => deny_cache::shape(&global.quota.limit, item.requests),
-        _ => 0,
-    };
+    let shape = rule_limit
+        .quota()
+        .map_or(0, |q| deny_cache::shape(&q.limit, item.requests));
     let mut key = String::new();
     layout::slot_key(&mut key, deny_prefix, slot(env.plan, item.fingerprint));
     let owner = deny_cache::owner(item.fingerprint, shape);

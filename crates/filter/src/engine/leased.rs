@@ -4,13 +4,15 @@
 //! with its check; the answer installs the grant, and a failed call is
 //! served from units still in hand.
 
-use super::call::{Call, LeaseAsk};
+use super::call::{Call, LeaseAsk, Via};
+use super::global::{self, affordable, item};
 use super::renewal::Renewal;
-use super::tally::{Consumed, Env, Tally, Target};
+use super::tally::{Env, Tally, Undo};
 use super::walk::{Applied, Walk};
-use crate::config::checks::{field_path, LimitSite};
+use crate::config::checks::{compile_limit, field_path, LimitSite};
 use crate::config::raw::{Mode, OnExceed, RawLimit, RawSync};
-use crate::config::{parse_duration, LeasePolicy, Sync};
+use crate::config::{parse_duration, LeasePolicy, LeasedLimit, LimitKind, Plan};
+use crate::headers::Reported;
 use crate::key::RequestView;
 use crate::layout;
 use crate::lease::{self, Lease, Take};
@@ -22,15 +24,29 @@ use sluice_wire::LimitResult;
 /// How long a lease may be spent, unless `ttl` says otherwise.
 pub const DEFAULT_LEASE_TTL: Nanos = sluice_core::SECOND;
 
+/// Compiles a global limit with `sync` of mode lease.
+pub(crate) fn compile(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind, FieldError> {
+    let limit = compile_limit(site.path, raw)?;
+    let path = site.field("sync");
+    let Some(raw_sync) = &raw.sync else {
+        return Err(FieldError::at(path, "required with mode lease"));
+    };
+    let policy = compile_policy(site, &path, raw_sync, raw, &limit)?;
+    Ok(LimitKind::Leased(LeasedLimit {
+        global: global::built(site, limit),
+        policy,
+    }))
+}
+
 /// Checks a global limit's `sync` of mode lease (at `path`), for a limit
 /// compiled to `limit`.
-pub(crate) fn compile(
+fn compile_policy(
     site: &LimitSite<'_>,
     path: &str,
     raw: &RawSync,
     raw_limit: &RawLimit,
     limit: &Limit,
-) -> Result<Sync, FieldError> {
+) -> Result<LeasePolicy, FieldError> {
     let rule_mode = site.mode;
     let conflict = if rule_mode == Mode::Shadow {
         Some("a shadow rule's limits are checked per request")
@@ -75,7 +91,7 @@ pub(crate) fn compile(
             ),
         ));
     }
-    Ok(Sync::Lease(policy))
+    Ok(policy)
 }
 
 /// Reads a share such as `"1%"` or `"0.25%"` into millionths.
@@ -114,6 +130,54 @@ where
     S: SharedStore + ?Sized,
     M: MetricSink + ?Sized,
 {
+    /// Spends leased limit `l` of `applied` from this Envoy's lease, or adds
+    /// it to the call with its ask for units (unless it can never admit
+    /// the request's weight, or the over-limit cache holds its key).
+    pub(super) fn leased(
+        &mut self,
+        applied: &Applied<'_, '_>,
+        l: usize,
+        leased: &LeasedLimit,
+    ) -> Result<(), Reported> {
+        let global = &leased.global;
+        let limit = affordable(applied, l, global)?;
+        let now = self.tally.now;
+        let mut asking = None;
+        match self.spend_lease(applied, l, limit, &leased.policy) {
+            Some(Spend::Spent(lease)) => {
+                let decision = from_lease(limit.requests, &lease, now);
+                self.tally.note(applied.reported(l, limit, decision));
+                return Ok(());
+            }
+            Some(Spend::Ask { ask, returned, age }) => {
+                let lease_ask = LeaseAsk {
+                    slot: applied.slot,
+                    asked: ask > 0,
+                    returned,
+                };
+                asking = Some((lease_ask, ask, age));
+            }
+            None => {}
+        }
+        if let Err(denial) = self.not_cached(applied, l, global, limit) {
+            if let Some((ask, ..)) = asking {
+                cancel_ask(&self.env, &leased.policy, applied.fingerprint, ask);
+            }
+            return Err(denial);
+        }
+        let via = asking.map_or(Via::Alone, |(ask, ..)| Via::Leased(ask));
+        let (item, mut spec) = item(applied, l, limit, via);
+        if let Some((ask, units, age)) = asking {
+            spec.lease = (units > 0).then_some(units);
+            if ask.returned > 0 {
+                spec.returned = Some(ask.returned);
+                spec.returned_age_ms = Some(age.div_ceil(MILLISECOND));
+            }
+        }
+        self.batch_of(applied).push(item, spec, applied.weight);
+        Ok(())
+    }
+
     /// Spends the request's weight from this Envoy's lease of global limit
     /// `l` of `applied` (starting its renewal when it runs low: the
     /// request's [`Renewal`]), or says what to ask the limiter for; `None` when
@@ -161,16 +225,10 @@ where
                 return None;
             }
         };
-        self.tally.consumed.push(Consumed {
-            rule: applied.index,
-            limit: l,
-            target: Target::Lease {
-                slot: applied.slot,
-                fingerprint: applied.fingerprint,
-                granted_at,
-            },
-            at: now,
-            delay: 0,
+        self.tally.consumed.push(Undo::Lease {
+            key: self.scratch.clone(),
+            fingerprint: applied.fingerprint,
+            granted_at,
             weight: applied.weight,
         });
         Some(Spend::Spent(lease))
@@ -181,7 +239,7 @@ where
     pub(super) fn cancel_asks(&self) {
         for item in self.enforcing.items.iter().chain(&self.shadow.items) {
             let Some(ask) = item.lease() else { continue };
-            if let Some(policy) = self.env.lease_policy(item.rule, item.limit) {
+            if let Some((policy, _)) = lease_policy(self.env.plan, item.rule, item.limit) {
                 cancel_ask(&self.env, policy, item.fingerprint, ask);
             }
         }
@@ -212,8 +270,8 @@ where
     let hits = call.batch.hits.unwrap_or(1);
     for (item, spec) in call.batch.items.iter().zip(&call.batch.limits) {
         let weight = spec.hits.unwrap_or(hits);
-        let policy = env.lease_policy(item.rule, item.limit);
-        let (Some(ask), Some(policy)) = (item.lease(), policy) else {
+        let policy = lease_policy(env.plan, item.rule, item.limit);
+        let (Some(ask), Some((policy, _))) = (item.lease(), policy) else {
             return false;
         };
         layout::slot_key(&mut key, &policy.prefix, ask.slot);
@@ -222,22 +280,32 @@ where
             tally.refund_since(mark, env);
             return false;
         };
-        tally.consumed.push(Consumed {
-            rule: item.rule,
-            limit: item.limit,
-            target: Target::Lease {
-                slot: ask.slot,
-                fingerprint: item.fingerprint,
-                granted_at: lease.granted_at,
-            },
-            at: tally.now,
-            delay: 0,
+        tally.consumed.push(Undo::Lease {
+            key: key.clone(),
+            fingerprint: item.fingerprint,
+            granted_at: lease.granted_at,
             weight,
         });
         let reported = item.reported(from_lease(item.requests, &lease, tally.now));
         tally.note(reported);
     }
     true
+}
+
+/// The lease policy and limit of limit `limit` of rule `rule`, if it is
+/// leased.
+fn lease_policy(plan: &Plan, rule: usize, limit: usize) -> Option<(&LeasePolicy, &Limit)> {
+    let rule_limit = plan.rules.get(rule)?.limits.get(limit)?;
+    match &rule_limit.kind {
+        LimitKind::Leased(leased) => Some((&leased.policy, &leased.global.quota.limit)),
+        LimitKind::Local(_)
+        | LimitKind::LocalElastic(_)
+        | LimitKind::Global(_)
+        | LimitKind::Coalesced(_)
+        | LimitKind::GlobalElastic(_)
+        | LimitKind::ServiceHeld(_)
+        | LimitKind::Concurrency(_) => None,
+    }
 }
 
 /// Ends `ask` of the key of `fingerprint`, not sent after all.
@@ -285,7 +353,7 @@ pub(super) fn lease_expiry(limit: &Limit, ttl: Nanos, now: Nanos) -> Nanos {
             let end = (now / window).saturating_add(1).saturating_mul(window);
             expiry.min(end)
         }
-        _ => expiry,
+        Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::LeakyBucket => expiry,
     }
 }
 
@@ -346,10 +414,7 @@ where
     S: SharedStore + ?Sized,
     M: MetricSink + ?Sized,
 {
-    let Some(rule_limit) = env.rule_limit(rule, limit) else {
-        return 0;
-    };
-    let Some(Sync::Lease(policy)) = rule_limit.sync() else {
+    let Some((policy, limit)) = lease_policy(env.plan, rule, limit) else {
         return 0;
     };
     let (units, remaining, reset) = answer.filter(|a| a.allowed).map_or((0, 0, 0), |a| {
@@ -367,7 +432,7 @@ where
         fingerprint,
         asked_at,
         units,
-        lease_expiry(rule_limit.limit(), policy.ttl, asked_at),
+        lease_expiry(limit, policy.ttl, asked_at),
         remaining,
         asked_at.saturating_add(reset),
     );

@@ -2,8 +2,8 @@
 //! slot (or an override's own key), consumed in a compare-and-swap loop
 //! ([`crate::local::consume`]) and refunded if the request is denied.
 
-use super::elastic::{self, lent};
-use super::tally::{undecided, Consumed, Target};
+use super::settle::LocalState;
+use super::tally::{undecided, Undo};
 use super::walk::{reserve, Applied, Walk};
 use crate::config::checks::{compile_limit, LimitSite};
 use crate::config::raw::RawLimit;
@@ -13,42 +13,35 @@ use crate::key::RequestView;
 use crate::layout;
 use crate::local::{self, Contended, SharedStore, Taken};
 use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
-use crate::table::{self, Placed, Table};
-use sluice_core::{Decision, FieldError};
+use crate::table::{self, Placed, Shape, Table};
+use sluice_core::{Decision, FieldError, Limit};
 
-/// Where a local limit is taken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Aim {
-    /// The entry of the key with this fingerprint in the limit's table.
-    Key(u64),
-    /// The entry of the key with this fingerprint in the table of the
-    /// limit's extra allowance (elastic).
-    Extra(u64),
-    /// The dedicated key of the override at this position.
-    Override(usize),
-}
-
-/// Compiles a local limit: its quota, where its state lives, and its
-/// elastic borrowing.
+/// Compiles a local limit: its quota and where its state lives.
 pub(crate) fn compile(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind, FieldError> {
     let limit = compile_limit(site.path, raw)?;
-    let state_prefix = layout::limit_prefix(site.domain, site.rule, site.index, &limit);
-    let elastic = elastic::compile(site, raw, &limit)?;
+    built(site, raw, limit).map(LimitKind::Local)
+}
+
+/// The local limit of `limit` at `site`; `sync` is refused.
+pub(super) fn built(
+    site: &LimitSite<'_>,
+    raw: &RawLimit,
+    limit: Limit,
+) -> Result<LocalLimit, FieldError> {
     if raw.sync.is_some() {
         return Err(FieldError::at(
             site.field("sync"),
             "only applies to limits with scope global",
         ));
     }
-    Ok(LimitKind::Local(LocalLimit {
+    Ok(LocalLimit {
+        state_prefix: layout::limit_prefix(site.domain, site.rule, site.index, &limit),
         quota: Quota {
             limit,
             overrides: Vec::new(),
         },
-        state_prefix,
         keys: site.keys,
-        elastic,
-    }))
+    })
 }
 
 impl<V, S, M> Walk<'_, V, S, M>
@@ -57,109 +50,144 @@ where
     S: SharedStore + ?Sized,
     M: MetricSink + ?Sized,
 {
-    /// Consumes local limit `l` of `applied`, or, for an elastic limit that
-    /// denies, borrows.
+    /// Consumes local limit `l` of `applied`.
     pub(super) fn local(
         &mut self,
         applied: &Applied<'_, '_>,
         l: usize,
         local: &LocalLimit,
     ) -> Result<(), Reported> {
+        let (limit, decision) = self.take_quota(applied, l, local)?;
+        if !decision.allowed {
+            return Err(applied.reported(l, limit, decision));
+        }
+        self.note_local(applied, l, limit, decision);
+        Ok(())
+    }
+
+    /// Consumes the key's quota of local limit `l` of `applied` (its
+    /// override's, if it has one): the limit that decided, and its
+    /// decision; a denial when contention prevents deciding.
+    pub(super) fn take_quota<'l>(
+        &mut self,
+        applied: &Applied<'_, '_>,
+        l: usize,
+        local: &'l LocalLimit,
+    ) -> Result<(&'l Limit, Decision), Reported> {
         let quota = &local.quota;
-        let (aim, limit) = match quota.override_index(applied.key) {
-            Some(i) => match quota.overrides.get(i) {
-                Some(o) => (Aim::Override(i), &o.limit),
-                None => return Ok(()),
-            },
-            None => (Aim::Key(applied.fingerprint), &quota.limit),
+        let own = quota
+            .override_index(applied.key)
+            .and_then(|i| quota.overrides.get(i));
+        let (weight, share) = (applied.weight, applied.share);
+        let (limit, taken) = match own {
+            Some(o) => (
+                &o.limit,
+                self.take_key(&o.state_key, &o.limit, weight, share),
+            ),
+            None => {
+                let entry = Entry {
+                    prefix: &local.state_prefix,
+                    shape: local.keys,
+                    fingerprint: applied.fingerprint,
+                };
+                let taken = self.take_entry(applied.index, entry, &quota.limit, weight, share);
+                (&quota.limit, taken)
+            }
         };
-        let taken = self.take(applied.index, l, local, aim, applied.weight, applied.share);
-        let mut decision = match taken {
-            Ok(decision) => decision,
+        match taken {
+            Ok(decision) => Ok((limit, decision)),
             Err(Contended) => {
                 self.env.metrics.global(GlobalEvent::CasExhausted);
-                return Err(applied.reported(l, limit, undecided(limit.requests)));
-            }
-        };
-        if !decision.allowed {
-            match &local.elastic {
-                Some(elastic) if self.borrow_local(applied, l, local, elastic) => {
-                    decision = lent(decision);
-                }
-                _ => return Err(applied.reported(l, limit, decision)),
+                Err(applied.reported(l, limit, undecided(limit.requests)))
             }
         }
+    }
+
+    /// Notes what local limit `l` of an enforcing `applied` reports once it
+    /// admitted.
+    pub(super) fn note_local(
+        &mut self,
+        applied: &Applied<'_, '_>,
+        l: usize,
+        limit: &Limit,
+        decision: Decision,
+    ) {
         if !applied.rule.shadow {
             let reported = applied.reported(l, limit, decision);
             self.tally.note(reported);
             self.tally.note_delay(reported);
         }
-        Ok(())
     }
 
-    /// Consumes `weight` of local limit `l` of rule `rule` at `aim`,
+    /// Consumes `weight` of `limit` in the dedicated shared-data key `key`,
     /// remembering it for a refund when admitted.
-    pub(super) fn take(
+    pub(super) fn take_key(
         &mut self,
-        rule: usize,
-        l: usize,
-        local: &LocalLimit,
-        aim: Aim,
+        key: &str,
+        limit: &Limit,
         weight: u64,
         share: u8,
     ) -> Result<Decision, Contended> {
         let (store, now) = (self.env.store, self.tally.now);
-        let (limit, prefix, fingerprint) = match aim {
-            Aim::Override(i) => {
-                let Some(o) = local.quota.overrides.get(i) else {
-                    return Ok(Decision::over_limit(0, 0));
-                };
-                let reserve = reserve(&o.limit, share);
-                let taken = local::consume(store, &o.state_key, &o.limit, now, weight, reserve)?;
-                return Ok(self.consumed(rule, l, Target::Override(i), taken, weight));
-            }
-            Aim::Key(fingerprint) => (&local.quota.limit, &local.state_prefix, fingerprint),
-            Aim::Extra(fingerprint) => match &local.elastic {
-                Some(elastic) => (&elastic.extra, &elastic.place, fingerprint),
-                None => return Ok(Decision::over_limit(0, 0)),
-            },
-        };
-        let table = Table::new(prefix, local.keys);
+        let taken = local::consume(store, key, limit, now, weight, reserve(limit, share))?;
+        Ok(self.consumed(LocalState::Key(key.to_string()), limit, taken, weight))
+    }
+
+    /// Consumes `weight` of `limit` in the entry of a key table (counting
+    /// `rule`'s `table_full` when the key has no entry of its own),
+    /// remembering it for a refund when admitted.
+    pub(super) fn take_entry(
+        &mut self,
+        rule: usize,
+        entry: Entry<'_>,
+        limit: &Limit,
+        weight: u64,
+        share: u8,
+    ) -> Result<Decision, Contended> {
+        let (store, now) = (self.env.store, self.tally.now);
+        let table = Table::new(entry.prefix, entry.shape);
         let reserve = reserve(limit, share);
-        let decided = table::consume(store, &table, fingerprint, limit, now, weight, reserve)?;
+        let decided = table::consume(
+            store,
+            &table,
+            entry.fingerprint,
+            limit,
+            now,
+            weight,
+            reserve,
+        )?;
         if decided.placed != Placed::Own {
             self.env.metrics.rule(rule, RuleEvent::TableFull);
         }
-        let target = match aim {
-            Aim::Extra(_) => Target::Extra(decided.spot),
-            _ => Target::Entry {
-                spot: decided.spot,
-                fingerprint,
-            },
+        let at = LocalState::Entry {
+            prefix: entry.prefix.to_string(),
+            shape: entry.shape,
+            fingerprint: entry.fingerprint,
+            spot: decided.spot,
         };
-        Ok(self.consumed(rule, l, target, decided.result, weight))
+        Ok(self.consumed(at, limit, decided.result, weight))
     }
 
-    /// Remembers what `taken` consumed at `target`, if it admitted.
-    fn consumed(
-        &mut self,
-        rule: usize,
-        l: usize,
-        target: Target,
-        taken: Taken,
-        weight: u64,
-    ) -> Decision {
+    /// Remembers what `taken` consumed at `at`, if it admitted.
+    fn consumed(&mut self, at: LocalState, limit: &Limit, taken: Taken, weight: u64) -> Decision {
         let decision = taken.decision;
         if decision.allowed {
-            self.tally.consumed.push(Consumed {
-                rule,
-                limit: l,
-                target,
-                at: taken.at,
-                delay: decision.delay,
+            self.tally.consumed.push(Undo::State {
+                at,
+                limit: limit.clone(),
+                admitted_at: taken.at.saturating_add(decision.delay),
                 weight,
             });
         }
         decision
     }
+}
+
+/// The entry of a key in a key table.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Entry<'a> {
+    /// The prefix of the table's buckets.
+    pub(super) prefix: &'a str,
+    pub(super) shape: Shape,
+    pub(super) fingerprint: u64,
 }

@@ -9,8 +9,8 @@
 //! here, by compare-and-swap ([`Owed::settle_local`]); global ones in a
 //! `POST /v1/charge` ([`Owed::adjustment`]).
 
-use super::tally::{StateAt, Tally, Target};
-use crate::config::{CostSource, LimitKind, Plan};
+use super::tally::{Tally, Undo};
+use crate::config::{Cost, CostSource, Plan};
 use crate::local::{self, Contended, SharedStore};
 use crate::rls::Descriptor;
 use crate::table::{self, Shape, Spot, Step, Table};
@@ -43,7 +43,8 @@ pub struct Owed {
     pub shadow: bool,
 }
 
-/// Where a local limit's state is (kept past the request's decision).
+/// Where a local limit's state lives in shared data: the one description
+/// of it, kept past the request's decision (to refund, to settle).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LocalState {
     /// A key of its own (an override's).
@@ -103,7 +104,7 @@ impl LocalState {
     }
 
     /// Gives back, at `now`, `cost` consumed at `admitted_at`.
-    fn refund<S: SharedStore + ?Sized>(
+    pub(super) fn refund<S: SharedStore + ?Sized>(
         &self,
         store: &S,
         limit: &Limit,
@@ -111,11 +112,12 @@ impl LocalState {
         now: Nanos,
         cost: u64,
     ) -> Result<(), Contended> {
-        let at = match self {
-            LocalState::Key(key) => StateAt::Key(key),
-            LocalState::Entry { prefix, spot, .. } => StateAt::Entry(prefix, *spot),
-        };
-        at.refund(store, limit, admitted_at, now, cost)
+        match self {
+            LocalState::Key(key) => local::refund_at(store, key, limit, admitted_at, now, cost),
+            LocalState::Entry { prefix, spot, .. } => {
+                table::refund(store, prefix, *spot, limit, admitted_at, now, cost)
+            }
+        }
     }
 }
 
@@ -182,18 +184,18 @@ impl Owed {
 /// owes: the plan's sources of rule `owed.rule`.
 pub fn sources<'p>(plan: &'p Plan, owed: &Owed) -> &'p [CostSource] {
     match plan.rules.get(owed.rule).map(|r| &r.cost) {
-        Some(crate::config::Cost::Response(cost)) => &cost.sources,
-        _ => &[],
+        Some(Cost::Response(cost)) => &cost.sources,
+        Some(Cost::Fixed(_) | Cost::Header(_)) | None => &[],
     }
 }
 
 impl Tally {
     /// Notes what rule `rule` owes once it admitted the request for
-    /// `estimate`: the local limits consumed since `consumed_mark`, and
-    /// the global limits added to the call since `global_mark`.
+    /// `estimate`: the local limits consumed since `consumed_mark` (a rule
+    /// with a response cost has local rate limits only), and the global
+    /// limits added to the call since `global_mark`.
     pub(super) fn owe(
         &mut self,
-        plan: &Plan,
         rule: usize,
         estimate: u64,
         consumed_mark: usize,
@@ -201,35 +203,15 @@ impl Tally {
         shadow: bool,
     ) {
         let (global, descriptors) = global;
-        let mut local = Vec::new();
-        for c in self.consumed.iter().skip(consumed_mark) {
-            let kind = plan
-                .rules
-                .get(c.rule)
-                .and_then(|r| r.limits.get(c.limit))
-                .map(|l| &l.kind);
-            let (Some(LimitKind::Local(limit)), Target::Entry { .. } | Target::Override(_)) =
-                (kind, c.target)
-            else {
-                continue;
-            };
-            let limit_keys = limit;
-            if let Some((limit, at)) = c.target.locate(limit) {
-                let state = match at {
-                    StateAt::Key(key) => LocalState::Key(key.to_string()),
-                    StateAt::Entry(prefix, spot) => LocalState::Entry {
-                        prefix: prefix.to_string(),
-                        shape: limit_keys.keys,
-                        fingerprint: match c.target {
-                            Target::Entry { fingerprint, .. } => fingerprint,
-                            _ => spot.fingerprint,
-                        },
-                        spot,
-                    },
-                };
-                local.push((state, limit.clone()));
-            }
-        }
+        let local = self
+            .consumed
+            .iter()
+            .skip(consumed_mark)
+            .filter_map(|undo| match undo {
+                Undo::State { at, limit, .. } => Some((at.clone(), limit.clone())),
+                Undo::Lease { .. } | Undo::Permit(_) => None,
+            })
+            .collect();
         self.owed.push(Owed {
             rule,
             estimate,

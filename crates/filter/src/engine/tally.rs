@@ -2,17 +2,15 @@
 //! admitted it, and what it consumed, so that a denial refunds it. The
 //! refund of every kind of consumption is here, once.
 
-use super::concurrency::{self, Held};
+use super::concurrency::{self, Held, HeldPermit};
 use super::renewal::Renewal;
-use super::settle::Owed;
+use super::settle::{LocalState, Owed};
 use super::verdict::{Admitted, Delayed, Denied, Verdict};
-use crate::config::{HeadersMode, LeasePolicy, LimitKind, LocalLimit, Plan, RuleLimit, Sync};
+use crate::config::{HeadersMode, Plan, RuleLimit};
 use crate::headers::{more_restrictive, Reported};
-use crate::layout;
 use crate::lease;
-use crate::local::{self, Contended, SharedStore};
+use crate::local::{Contended, SharedStore};
 use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
-use crate::table::{self, Spot};
 use sluice_core::{Decision, Denial, Holder, Limit, Nanos, SECOND};
 use sluice_wire::LimitSpec;
 
@@ -36,14 +34,6 @@ impl<'a, S: ?Sized, M: ?Sized> Env<'a, S, M> {
     pub(super) fn rule_limit(&self, rule: usize, limit: usize) -> Option<&'a RuleLimit> {
         self.plan.rules.get(rule).and_then(|r| r.limits.get(limit))
     }
-
-    /// The lease policy of limit `limit` of rule `rule`, if it is leased.
-    pub(super) fn lease_policy(&self, rule: usize, limit: usize) -> Option<&'a LeasePolicy> {
-        match self.rule_limit(rule, limit)?.sync()? {
-            Sync::Lease(policy) => Some(policy),
-            _ => None,
-        }
-    }
 }
 
 /// What has happened to a request so far.
@@ -65,10 +55,11 @@ pub(super) struct Tally {
     /// (counted `borrowed` if it passes).
     pub(super) borrowed: Vec<usize>,
     pub(super) shadow_denied: Vec<usize>,
-    pub(super) consumed: Vec<Consumed>,
-    /// The permits taken: one local entry per [`Target::Permit`] consumed,
-    /// in the same order; global ones once the limiter granted them.
-    pub(super) held: Held,
+    /// What the request consumed, oldest first: undone newest first.
+    pub(super) consumed: Vec<Undo>,
+    /// The global permits the limiter granted (local ones are in
+    /// `consumed`).
+    pub(super) global_permits: Vec<HeldPermit>,
     /// What rules with a response cost settle once the response says it.
     pub(super) owed: Vec<Owed>,
     /// The global rate limits the limiter counted the request in, each
@@ -78,89 +69,47 @@ pub(super) struct Tally {
     pub(super) renewal: Option<Renewal>,
 }
 
-/// Something this request consumed, to refund if the request is denied.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Consumed {
-    pub(super) rule: usize,
-    pub(super) limit: usize,
-    pub(super) target: Target,
-    /// The units consumed.
-    pub(super) weight: u64,
-    /// When the limit decided (see [`crate::local::decided_at`]).
-    pub(super) at: Nanos,
-    /// The limit's delay: the request counts as admitted this long after
-    /// the decision.
-    pub(super) delay: Nanos,
-}
-
-/// Where a consumed limit's state lives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Target {
-    /// The entry of a local limit's key table where the key of
-    /// `fingerprint` was decided.
-    Entry { spot: Spot, fingerprint: u64 },
-    /// The dedicated key of the local limit's override at this position.
-    Override(usize),
-    /// The extra allowance of an elastic local limit: an entry of its table.
-    Extra(Spot),
-    /// Permits of a local concurrency limit: the last of the tally's
-    /// `held.local`.
-    Permit,
-    /// This Envoy's lease of a global limit, in this slot: the grant made
-    /// at `granted_at` for the key of `fingerprint`.
+/// Something this request consumed, to give back if it is denied: plain
+/// data, undone without the plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Undo {
+    /// `weight` units of `limit` consumed in local state `at`, counted as
+    /// admitted at `admitted_at` (the decision time plus its delay).
+    State {
+        at: LocalState,
+        limit: Limit,
+        admitted_at: Nanos,
+        weight: u64,
+    },
+    /// `weight` units spent from this Envoy's lease in the slot at `key`:
+    /// the grant made at `granted_at` for the key of `fingerprint`.
     Lease {
-        slot: u64,
+        key: String,
         fingerprint: u64,
         granted_at: Nanos,
+        weight: u64,
     },
+    /// Local permits taken.
+    Permit(HeldPermit),
 }
 
-/// Where a local limit's state is in shared data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum StateAt<'a> {
-    /// A key of its own (an override's).
-    Key(&'a str),
-    /// An entry of the key table under this prefix.
-    Entry(&'a str, Spot),
-}
-
-impl StateAt<'_> {
-    /// Gives back, at `now`, `cost` consumed at `admitted_at`.
-    pub(super) fn refund<S: SharedStore + ?Sized>(
-        self,
-        store: &S,
-        limit: &Limit,
-        admitted_at: Nanos,
-        now: Nanos,
-        cost: u64,
-    ) -> Result<(), Contended> {
+impl Undo {
+    /// Gives back at `now` what this consumed.
+    fn undo<S: SharedStore + ?Sized>(self, store: &S, now: Nanos) -> Result<(), Contended> {
         match self {
-            StateAt::Key(key) => local::refund_at(store, key, limit, admitted_at, now, cost),
-            StateAt::Entry(prefix, spot) => {
-                table::refund(store, prefix, spot, limit, admitted_at, now, cost)
-            }
-        }
-    }
-}
-
-impl Target {
-    /// The limit deciding `local` at this target, and where its state is;
-    /// `None` for a lease or a permit.
-    pub(super) fn locate(self, local: &LocalLimit) -> Option<(&Limit, StateAt<'_>)> {
-        match self {
-            Target::Entry { spot, .. } => Some((
-                &local.quota.limit,
-                StateAt::Entry(&local.state_prefix, spot),
-            )),
-            Target::Override(i) => {
-                let o = local.quota.overrides.get(i)?;
-                Some((&o.limit, StateAt::Key(&o.state_key)))
-            }
-            Target::Extra(spot) => {
-                let elastic = local.elastic.as_ref()?;
-                Some((&elastic.extra, StateAt::Entry(&elastic.place, spot)))
-            }
-            Target::Lease { .. } | Target::Permit => None,
+            Undo::State {
+                at,
+                limit,
+                admitted_at,
+                weight,
+            } => at.refund(store, &limit, admitted_at, now, weight),
+            Undo::Lease {
+                key,
+                fingerprint,
+                granted_at,
+                weight,
+            } => lease::give_back(store, &key, fingerprint, granted_at, weight),
+            Undo::Permit(permit) => concurrency::release_local(store, &permit, now),
         }
     }
 }
@@ -179,7 +128,7 @@ impl Tally {
             borrowed: Vec::new(),
             shadow_denied: Vec::new(),
             consumed: Vec::new(),
-            held: Held::default(),
+            global_permits: Vec::new(),
             owed: Vec::new(),
             taken: Vec::new(),
             renewal: None,
@@ -214,46 +163,37 @@ impl Tally {
 
     /// Refunds at `now`, newest first, what was consumed since `mark`: a
     /// local limit as admitted when it conformed (the decision time plus
-    /// its delay), a lease by giving the units back to it.
+    /// its delay), a lease by giving the units back to it, permits by
+    /// releasing them.
     pub(super) fn refund_at<S, M>(&mut self, mark: usize, env: &Env<'_, S, M>, now: Nanos)
     where
         S: SharedStore + ?Sized,
         M: MetricSink + ?Sized,
     {
-        let mut key = String::new();
         while self.consumed.len() > mark {
-            let Some(c) = self.consumed.pop() else { break };
-            let refunded = match c.target {
-                Target::Lease {
-                    slot,
-                    fingerprint,
-                    granted_at,
-                } => {
-                    let Some(policy) = env.lease_policy(c.rule, c.limit) else {
-                        continue;
-                    };
-                    layout::slot_key(&mut key, &policy.prefix, slot);
-                    lease::give_back(env.store, &key, fingerprint, granted_at, c.weight)
-                }
-                Target::Permit => match self.held.local.pop() {
-                    Some(permit) => concurrency::release_local(env.store, &permit, now),
-                    None => continue,
-                },
-                target => {
-                    let located = match env.rule_limit(c.rule, c.limit).map(|l| &l.kind) {
-                        Some(LimitKind::Local(local)) => target.locate(local),
-                        _ => None,
-                    };
-                    let Some((limit, at)) = located else {
-                        continue;
-                    };
-                    let admitted_at = c.at.saturating_add(c.delay);
-                    at.refund(env.store, limit, admitted_at, now, c.weight)
-                }
+            let Some(undo) = self.consumed.pop() else {
+                break;
             };
-            if refunded.is_err() {
+            if undo.undo(env.store, now).is_err() {
                 env.metrics.global(GlobalEvent::CasExhausted);
             }
+        }
+    }
+
+    /// The permits the request holds, taken out: the local ones leave the
+    /// log (whoever holds them now gives them back).
+    pub(super) fn take_held(&mut self) -> Held {
+        let mut local = Vec::new();
+        self.consumed.retain(|undo| match undo {
+            Undo::Permit(permit) => {
+                local.push(permit.clone());
+                false
+            }
+            Undo::State { .. } | Undo::Lease { .. } => true,
+        });
+        Held {
+            local,
+            global: std::mem::take(&mut self.global_permits),
         }
     }
 
@@ -287,8 +227,8 @@ impl Tally {
         Denied {
             report,
             applied,
+            held: self.take_held(),
             shadow_denied: self.shadow_denied,
-            held: self.held,
             wait,
             renewal: self.renewal,
         }
@@ -296,7 +236,7 @@ impl Tally {
 
     /// Lets the request through, or holds it when some limit delays it
     /// (counted once the host holds it: [`Delayed::accept`]).
-    pub(super) fn admit<M: MetricSink + ?Sized>(self, metrics: &M) -> Verdict {
+    pub(super) fn admit<M: MetricSink + ?Sized>(mut self, metrics: &M) -> Verdict {
         if let Some(limit) = self.delayed {
             return Verdict::Delay(Delayed {
                 delay: limit.decision.delay,
@@ -307,10 +247,10 @@ impl Tally {
         }
         self.count_allowed(metrics);
         Verdict::Allow(Admitted {
+            held: self.take_held(),
             report: self.report,
             applied: self.applied,
             shadow_denied: self.shadow_denied,
-            held: self.held,
             owed: self.owed,
             renewal: self.renewal,
         })

@@ -131,7 +131,7 @@ impl Delayed {
     /// the host gives them back when the stream ends, whether or not it
     /// waited to the end ([`give_back`](Self::give_back) leaves them).
     pub fn take_held(&mut self) -> Held {
-        std::mem::take(&mut self.tally.held)
+        self.tally.take_held()
     }
 
     /// Counts the request as admitted and delayed, once it is held.

@@ -1,7 +1,7 @@
 //! Deciding a request rule after rule: each limit of a rule that applies
 //! takes the step of its kind (the one `match` over [`LimitKind`]).
 
-use super::call::Batch;
+use super::call::{Batch, Via};
 use super::pending::PendingCheck;
 use super::tally::{Env, Tally};
 use super::verdict::Verdict;
@@ -176,10 +176,10 @@ where
             self.tally.admitted.push(applied.index);
             if matches!(applied.rule.cost, Cost::Response(_)) {
                 let global = self.batch_of(applied).since(global_mark);
-                let (plan, shadow) = (self.env.plan, applied.rule.shadow);
                 let (rule, estimate) = (applied.index, applied.weight);
+                let shadow = applied.rule.shadow;
                 self.tally
-                    .owe(plan, rule, estimate, consumed_mark, global, shadow);
+                    .owe(rule, estimate, consumed_mark, global, shadow);
             }
             return Ok(());
         };
@@ -201,7 +201,11 @@ where
         for (l, rule_limit) in applied.rule.limits.iter().enumerate() {
             match &rule_limit.kind {
                 LimitKind::Local(local) => self.local(applied, l, local)?,
-                LimitKind::Global(global) => self.global(applied, l, global)?,
+                LimitKind::LocalElastic(limit) => self.local_elastic(applied, l, limit)?,
+                LimitKind::Global(global) => self.global(applied, l, global, Via::Alone)?,
+                LimitKind::Coalesced(global) => self.global(applied, l, global, Via::Coalesced)?,
+                LimitKind::Leased(leased) => self.leased(applied, l, leased)?,
+                LimitKind::GlobalElastic(limit) => self.global_elastic(applied, l, limit)?,
                 LimitKind::ServiceHeld(held) => self.service_held(applied, l, held)?,
                 LimitKind::Concurrency(c) => self.concurrency(applied, l, c)?,
             }
