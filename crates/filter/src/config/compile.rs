@@ -18,9 +18,9 @@ use super::raw::{
     ServiceHeaders, SyncMode,
 };
 use crate::client_ip::ClientIpPolicy;
-use crate::engine::{
-    coalesced, concurrency, elastic, global, global_elastic, leased, local, local_elastic,
-    service_held,
+use crate::engine::core::elastic;
+use crate::engine::kinds::{
+    coalesced, concurrency, global, global_elastic, leased, local, local_elastic, service_held,
 };
 use crate::layout;
 use crate::matcher::RuleIndex;

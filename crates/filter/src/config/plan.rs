@@ -407,6 +407,20 @@ impl RuleLimit {
         }
     }
 
+    /// The local rate limit, if this is a local limit without borrowing.
+    pub fn local(&self) -> Option<&LocalLimit> {
+        match &self.kind {
+            LimitKind::Local(local) => Some(local),
+            LimitKind::LocalElastic(_)
+            | LimitKind::Global(_)
+            | LimitKind::Coalesced(_)
+            | LimitKind::Leased(_)
+            | LimitKind::GlobalElastic(_)
+            | LimitKind::ServiceHeld(_)
+            | LimitKind::Concurrency(_) => None,
+        }
+    }
+
     /// The concurrency limit, if this is one.
     pub fn concurrency(&self) -> Option<&ConcurrencyLimit> {
         match &self.kind {

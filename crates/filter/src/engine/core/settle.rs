@@ -9,11 +9,10 @@
 //! here, by compare-and-swap ([`Owed::settle_local`]); global ones in a
 //! `POST /v1/charge` ([`Owed::adjustment`]).
 
-use super::tally::{Tally, Undo};
+pub use super::undo::LocalState;
 use crate::config::{Cost, CostSource, Plan};
-use crate::local::{self, Contended, SharedStore};
+use crate::local::{Contended, SharedStore};
 use crate::rls::Descriptor;
-use crate::table::{self, Shape, Spot, Step, Table};
 use sluice_core::{Limit, Nanos};
 use sluice_wire::LimitSpec;
 
@@ -41,84 +40,6 @@ pub struct Owed {
     /// Whether the rule is in shadow mode (its global limits went in the
     /// shadow call).
     pub shadow: bool,
-}
-
-/// Where a local limit's state lives in shared data: the one description
-/// of it, kept past the request's decision (to refund, to settle).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LocalState {
-    /// A key of its own (an override's).
-    Key(String),
-    /// The entry at `spot` of the key table of `shape` under `prefix`,
-    /// for the key of `fingerprint`.
-    Entry {
-        prefix: String,
-        shape: Shape,
-        fingerprint: u64,
-        spot: Spot,
-    },
-}
-
-impl LocalState {
-    /// Charges `cost` at `now`, whatever is left; returns whether the key
-    /// was left with quota (not in debt).
-    fn charge<S: SharedStore + ?Sized>(
-        &self,
-        store: &S,
-        limit: &Limit,
-        now: Nanos,
-        cost: u64,
-    ) -> Result<bool, Contended> {
-        let allowed = match self {
-            LocalState::Key(key) => local::measure_and_replace(store, key, |value| {
-                match sluice_core::charge(limit, value, now, cost) {
-                    Some(out) => (out.new_state, out.decision.allowed),
-                    None => (None, true),
-                }
-            })?,
-            // The key's entry, wherever it is now: an estimate of 0 placed
-            // none.
-            LocalState::Entry {
-                prefix,
-                shape,
-                fingerprint,
-                ..
-            } => {
-                let table = Table::new(prefix, *shape);
-                let mut charged = |state: Option<&[u8]>| {
-                    let out = sluice_core::charge(limit, state, now, cost);
-                    let rest_at = |o: &sluice_core::Outcome| now.saturating_add(o.decision.reset);
-                    Step {
-                        write: out
-                            .as_ref()
-                            .and_then(|o| Some((o.new_state.clone()?, rest_at(o)))),
-                        result: out.map_or(true, |o| o.decision.allowed),
-                    }
-                };
-                let mut undo =
-                    |state: &[u8], _: &bool| sluice_core::refund_at(limit, state, now, now, cost);
-                table::decide(store, &table, *fingerprint, now, &mut charged, &mut undo)?.result
-            }
-        };
-        Ok(allowed)
-    }
-
-    /// Gives back, at `now`, `cost` consumed at `admitted_at`.
-    pub(super) fn refund<S: SharedStore + ?Sized>(
-        &self,
-        store: &S,
-        limit: &Limit,
-        admitted_at: Nanos,
-        now: Nanos,
-        cost: u64,
-    ) -> Result<(), Contended> {
-        match self {
-            LocalState::Key(key) => local::refund_at(store, key, limit, admitted_at, now, cost),
-            LocalState::Entry { prefix, spot, .. } => {
-                table::refund(store, prefix, *spot, limit, admitted_at, now, cost)
-            }
-        }
-    }
 }
 
 /// What one settlement does to a limit.
@@ -186,42 +107,6 @@ pub fn sources<'p>(plan: &'p Plan, owed: &Owed) -> &'p [CostSource] {
     match plan.rules.get(owed.rule).map(|r| &r.cost) {
         Some(Cost::Response(cost)) => &cost.sources,
         Some(Cost::Fixed(_) | Cost::Header(_)) | None => &[],
-    }
-}
-
-impl Tally {
-    /// Notes what rule `rule` owes once it admitted the request for
-    /// `estimate`: the local limits consumed since `consumed_mark` (a rule
-    /// with a response cost has local rate limits only), and the global
-    /// limits added to the call since `global_mark`.
-    pub(super) fn owe(
-        &mut self,
-        rule: usize,
-        estimate: u64,
-        consumed_mark: usize,
-        global: (Vec<LimitSpec<'static>>, Vec<Descriptor>),
-        shadow: bool,
-    ) {
-        let (global, descriptors) = global;
-        let local = self
-            .consumed
-            .iter()
-            .skip(consumed_mark)
-            .filter_map(|undo| match undo {
-                Undo::State { at, limit, .. } => Some((at.clone(), limit.clone())),
-                Undo::Lease { .. } | Undo::Permit(_) => None,
-            })
-            .collect();
-        self.owed.push(Owed {
-            rule,
-            estimate,
-            admitted_at: self.now,
-            local,
-            global,
-            descriptors,
-            global_counted: true,
-            shadow,
-        });
     }
 }
 

@@ -1,5 +1,5 @@
-//! Elastic borrowing, shared by the two elastic kinds
-//! ([`super::local_elastic`], [`super::global_elastic`]): a request its own
+//! Elastic borrowing, shared by the two elastic kinds (local elastic and
+//! global elastic, in [`crate::engine::kinds`]): a request its own
 //! quota denies passes if the key's extra allowance (`ceiling - requests`
 //! per window) and every limit of the pool rule admit it; it then consumes
 //! both instead of the limit (all or nothing), and reports the limit with
@@ -13,7 +13,7 @@ use sluice_core::{Decision, FieldError, Limit, MAX_REQUESTS};
 
 /// Compiles the `elastic` of a limit compiled to `limit`, decided here
 /// (`local`) or by the limiter; its pool is found among the rules.
-pub(super) fn compile(
+pub(crate) fn compile(
     site: &LimitSite<'_>,
     raw: &RawLimit,
     raw_elastic: &RawElastic,
@@ -158,7 +158,7 @@ fn pool_of(
 /// What an elastic limit that denied with `denial` reports once it lent the
 /// request its extra allowance: admitted, with nothing of its own quota
 /// remaining.
-pub(super) fn lent(denial: Decision) -> Decision {
+pub(crate) fn lent(denial: Decision) -> Decision {
     Decision {
         allowed: true,
         remaining: 0,

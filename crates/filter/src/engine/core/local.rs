@@ -1,13 +1,14 @@
-//! Local limits: decided by this filter, each key's state in a shared-data
-//! slot (or an override's own key), consumed in a compare-and-swap loop
-//! ([`crate::local::consume`]) and refunded if the request is denied.
+//! Consuming local state, which the kinds decided by this filter share:
+//! a key's entry in a key table, or an override's own key, consumed in a
+//! compare-and-swap loop ([`crate::local::consume`]) and logged for the
+//! refund ([`Undo::State`]).
 
-use super::settle::LocalState;
-use super::tally::{undecided, Undo};
-use super::walk::{reserve, Applied, Walk};
-use crate::config::checks::{compile_limit, LimitSite};
+use super::tally::undecided;
+use super::undo::{LocalState, Undo};
+use super::walk::{reserve, Applied, Cx};
+use crate::config::checks::LimitSite;
 use crate::config::raw::RawLimit;
-use crate::config::{LimitKind, LocalLimit, Quota};
+use crate::config::{LocalLimit, Quota};
 use crate::headers::Reported;
 use crate::key::RequestView;
 use crate::layout;
@@ -16,14 +17,8 @@ use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
 use crate::table::{self, Placed, Shape, Table};
 use sluice_core::{Decision, FieldError, Limit};
 
-/// Compiles a local limit: its quota and where its state lives.
-pub(crate) fn compile(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind, FieldError> {
-    let limit = compile_limit(site.path, raw)?;
-    built(site, raw, limit).map(LimitKind::Local)
-}
-
 /// The local limit of `limit` at `site`; `sync` is refused.
-pub(super) fn built(
+pub(crate) fn built(
     site: &LimitSite<'_>,
     raw: &RawLimit,
     limit: Limit,
@@ -44,31 +39,16 @@ pub(super) fn built(
     })
 }
 
-impl<V, S, M> Walk<'_, V, S, M>
+impl<V, S, M> Cx<'_, V, S, M>
 where
     V: RequestView,
     S: SharedStore + ?Sized,
     M: MetricSink + ?Sized,
 {
-    /// Consumes local limit `l` of `applied`.
-    pub(super) fn local(
-        &mut self,
-        applied: &Applied<'_, '_>,
-        l: usize,
-        local: &LocalLimit,
-    ) -> Result<(), Reported> {
-        let (limit, decision) = self.take_quota(applied, l, local)?;
-        if !decision.allowed {
-            return Err(applied.reported(l, limit, decision));
-        }
-        self.note_local(applied, l, limit, decision);
-        Ok(())
-    }
-
     /// Consumes the key's quota of local limit `l` of `applied` (its
     /// override's, if it has one): the limit that decided, and its
     /// decision; a denial when contention prevents deciding.
-    pub(super) fn take_quota<'l>(
+    pub(crate) fn take_quota<'l>(
         &mut self,
         applied: &Applied<'_, '_>,
         l: usize,
@@ -105,7 +85,7 @@ where
 
     /// Notes what local limit `l` of an enforcing `applied` reports once it
     /// admitted.
-    pub(super) fn note_local(
+    pub(crate) fn note_local(
         &mut self,
         applied: &Applied<'_, '_>,
         l: usize,
@@ -121,7 +101,7 @@ where
 
     /// Consumes `weight` of `limit` in the dedicated shared-data key `key`,
     /// remembering it for a refund when admitted.
-    pub(super) fn take_key(
+    pub(crate) fn take_key(
         &mut self,
         key: &str,
         limit: &Limit,
@@ -136,7 +116,7 @@ where
     /// Consumes `weight` of `limit` in the entry of a key table (counting
     /// `rule`'s `table_full` when the key has no entry of its own),
     /// remembering it for a refund when admitted.
-    pub(super) fn take_entry(
+    pub(crate) fn take_entry(
         &mut self,
         rule: usize,
         entry: Entry<'_>,
@@ -185,9 +165,9 @@ where
 
 /// The entry of a key in a key table.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Entry<'a> {
+pub(crate) struct Entry<'a> {
     /// The prefix of the table's buckets.
-    pub(super) prefix: &'a str,
-    pub(super) shape: Shape,
-    pub(super) fingerprint: u64,
+    pub(crate) prefix: &'a str,
+    pub(crate) shape: Shape,
+    pub(crate) fingerprint: u64,
 }
