@@ -172,7 +172,8 @@ pub enum CostSource {
     Body(FieldPath),
 }
 
-/// One limit of a rule.
+/// One limit of a rule. Its accessors, which match over the kinds, are
+/// with the kinds' registry (`crate::engine::kinds`).
 #[derive(Debug)]
 pub struct RuleLimit {
     /// Its configured name in the IETF rate-limit headers, if any.
@@ -388,112 +389,6 @@ impl Quota {
         self.override_index(key)
             .and_then(|i| self.overrides.get(i))
             .map_or(&self.limit, |o| &o.limit)
-    }
-}
-
-impl RuleLimit {
-    /// The limit, with its overrides; `None` for a limit the rate limit
-    /// service holds and for a concurrency limit.
-    pub fn quota(&self) -> Option<&Quota> {
-        match &self.kind {
-            LimitKind::Local(local) | LimitKind::LocalElastic(LocalElastic { local, .. }) => {
-                Some(&local.quota)
-            }
-            LimitKind::Global(global)
-            | LimitKind::Coalesced(global)
-            | LimitKind::Leased(LeasedLimit { global, .. })
-            | LimitKind::GlobalElastic(GlobalElastic { global, .. }) => Some(&global.quota),
-            LimitKind::ServiceHeld(_) | LimitKind::Concurrency(_) => None,
-        }
-    }
-
-    /// The local rate limit, if this is a local limit without borrowing.
-    pub fn local(&self) -> Option<&LocalLimit> {
-        match &self.kind {
-            LimitKind::Local(local) => Some(local),
-            LimitKind::LocalElastic(_)
-            | LimitKind::Global(_)
-            | LimitKind::Coalesced(_)
-            | LimitKind::Leased(_)
-            | LimitKind::GlobalElastic(_)
-            | LimitKind::ServiceHeld(_)
-            | LimitKind::Concurrency(_) => None,
-        }
-    }
-
-    /// The concurrency limit, if this is one.
-    pub fn concurrency(&self) -> Option<&ConcurrencyLimit> {
-        match &self.kind {
-            LimitKind::Concurrency(c) => Some(c),
-            LimitKind::Local(_)
-            | LimitKind::LocalElastic(_)
-            | LimitKind::Global(_)
-            | LimitKind::Coalesced(_)
-            | LimitKind::Leased(_)
-            | LimitKind::GlobalElastic(_)
-            | LimitKind::ServiceHeld(_) => None,
-        }
-    }
-
-    /// The limit (for a limit the rate limit service holds, or a
-    /// concurrency limit, the stand-in [`SERVICE_HELD`], which refuses no
-    /// weight).
-    pub fn limit(&self) -> &Limit {
-        self.quota().map_or(&SERVICE_HELD, |q| &q.limit)
-    }
-
-    /// The overrides, sorted by key (none for a service-held limit).
-    pub fn overrides(&self) -> &[OverrideLimit] {
-        self.quota().map_or(&[], |q| q.overrides.as_slice())
-    }
-
-    /// See [`Quota::override_index`].
-    pub fn override_index(&self, key: &str) -> Option<usize> {
-        self.quota().and_then(|q| q.override_index(key))
-    }
-
-    /// See [`Quota::limit_for`].
-    pub fn limit_for(&self, key: &str) -> &Limit {
-        self.quota().map_or(&SERVICE_HELD, |q| q.limit_for(key))
-    }
-
-    /// The elastic borrowing, if the limit has one.
-    pub fn elastic(&self) -> Option<&Elastic> {
-        match &self.kind {
-            LimitKind::LocalElastic(LocalElastic { elastic, .. })
-            | LimitKind::GlobalElastic(GlobalElastic { elastic, .. }) => Some(elastic),
-            LimitKind::Local(_)
-            | LimitKind::Global(_)
-            | LimitKind::Coalesced(_)
-            | LimitKind::Leased(_)
-            | LimitKind::ServiceHeld(_)
-            | LimitKind::Concurrency(_) => None,
-        }
-    }
-
-    /// Whether this filter decides the limit.
-    pub fn is_local(&self) -> bool {
-        match &self.kind {
-            LimitKind::Local(_) | LimitKind::LocalElastic(_) => true,
-            LimitKind::Concurrency(c) => matches!(c.place, PermitPlace::Local(..)),
-            LimitKind::Global(_)
-            | LimitKind::Coalesced(_)
-            | LimitKind::Leased(_)
-            | LimitKind::GlobalElastic(_)
-            | LimitKind::ServiceHeld(_) => false,
-        }
-    }
-
-    /// The prefix of the over-limit cache keys of a global limit.
-    pub fn deny_prefix(&self) -> Option<&str> {
-        match &self.kind {
-            LimitKind::Local(_) | LimitKind::LocalElastic(_) | LimitKind::Concurrency(_) => None,
-            LimitKind::Global(global)
-            | LimitKind::Coalesced(global)
-            | LimitKind::Leased(LeasedLimit { global, .. })
-            | LimitKind::GlobalElastic(GlobalElastic { global, .. }) => Some(&global.deny_prefix),
-            LimitKind::ServiceHeld(held) => Some(&held.deny_prefix),
-        }
     }
 }
 

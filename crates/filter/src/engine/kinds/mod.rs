@@ -6,6 +6,7 @@
 //! lists what a new kind must handle. The kinds import the core
 //! ([`crate::engine::core`]); no kind imports another.
 
+mod assemble;
 pub(crate) mod coalesced;
 pub mod concurrency;
 pub(crate) mod global;
@@ -18,7 +19,12 @@ pub(crate) mod service_held;
 use self::concurrency::PermitAsk;
 use self::global_elastic::{Lend, Lent};
 use self::leased::LeaseAsk;
-use crate::config::{LimitKind, RuleLimit};
+use crate::config::checks::LimitSite;
+use crate::config::plan::{
+    ConcurrencyLimit, Elastic, GlobalElastic, LeasedLimit, LimitKind, LocalElastic, LocalLimit,
+    OverrideLimit, PermitPlace, Quota, RuleLimit, SERVICE_HELD,
+};
+use crate::config::raw::{OnExceed, Protocol, RawLimit, Scope, SyncMode};
 use crate::engine::core::call::{Batch, Item, Wire};
 use crate::engine::core::env::Env;
 use crate::engine::core::follow::FollowUp;
@@ -27,8 +33,219 @@ use crate::engine::core::walk::{Applied, Steps, Walk};
 use crate::key::RequestView;
 use crate::local::SharedStore;
 use crate::metrics::MetricSink;
-use sluice_core::{Decision, Nanos};
+use sluice_core::{Decision, FieldError, Limit, Nanos};
 use sluice_wire::LimitResult;
+
+/// Compiles a limit by its kind: the one place a raw limit's settings pick
+/// its kind, each kind compiling its own part.
+pub(crate) fn compile(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind, FieldError> {
+    if let Some(max) = raw.concurrency {
+        return concurrency::compile(site, raw, max);
+    }
+    if raw.permit_ttl.is_some() {
+        return Err(concurrency::stray_ttl(site));
+    }
+    let sync = raw.sync.as_ref().map_or(SyncMode::PerRequest, |s| s.mode);
+    match (raw.scope, site.protocol) {
+        (Scope::Global, Protocol::Rls) => service_held::compile(site, raw),
+        _ if raw.descriptor.is_some() => Err(FieldError::at(
+            site.field("descriptor"),
+            "only for global limits with limiter.protocol rls",
+        )),
+        (Scope::Local, Protocol::Sluice | Protocol::Rls) => match &raw.elastic {
+            None => local::compile(site, raw),
+            Some(elastic) => local_elastic::compile(site, raw, elastic),
+        },
+        (Scope::Global, Protocol::Sluice) => match (sync, &raw.elastic) {
+            (SyncMode::Lease, _) => leased::compile(site, raw),
+            (SyncMode::PerRequest | SyncMode::Coalesce, Some(elastic)) => {
+                global_elastic::compile(site, raw, elastic)
+            }
+            (SyncMode::Coalesce, None) => coalesced::compile(site, raw),
+            (SyncMode::PerRequest, None) => global::compile(site, raw),
+        },
+    }
+}
+
+/// The quota of limit `j` (of `kind`) an override replaces for a key; why
+/// not for a kind that takes no overrides.
+pub(crate) fn overridable(j: usize, kind: &mut LimitKind) -> Result<&mut Quota, String> {
+    match kind {
+        LimitKind::LocalElastic(_) | LimitKind::GlobalElastic(_) => Err(format!(
+            "limit {j} is elastic, and elastic limits take no overrides"
+        )),
+        LimitKind::Local(l) => Ok(&mut l.quota),
+        LimitKind::Global(g) | LimitKind::Coalesced(g) => Ok(&mut g.quota),
+        LimitKind::Leased(l) => Ok(&mut l.global.quota),
+        LimitKind::ServiceHeld(_) => Err(format!(
+            "limit {j} is held by the rate limit service: override it there"
+        )),
+        LimitKind::Concurrency(_) => Err(format!(
+            "limit {j} is a concurrency limit, which takes no overrides \
+             (give the override a limit index)"
+        )),
+    }
+}
+
+/// What a rule whose cost comes from the response charges after it in a
+/// limit of `kind`: the rate limit; `None` for a limit a rate limit service
+/// holds (charged by a second call, with the difference as its hits); or
+/// the field at fault and why the kind refuses it.
+pub(crate) fn charged_after_response(
+    kind: &LimitKind,
+) -> Result<Option<&Limit>, (&'static str, &'static str)> {
+    use crate::config::cost::RESPONSE_ONLY;
+    match kind {
+        LimitKind::LocalElastic(_) | LimitKind::GlobalElastic(_) => Err(("elastic", RESPONSE_ONLY)),
+        LimitKind::Local(local) => Ok(Some(&local.quota.limit)),
+        LimitKind::Global(global) => Ok(Some(&global.quota.limit)),
+        LimitKind::Coalesced(_) | LimitKind::Leased(_) => Err(("sync", RESPONSE_ONLY)),
+        LimitKind::ServiceHeld(_) => Ok(None),
+        LimitKind::Concurrency(_) => Err((
+            "concurrency",
+            "a rule whose cost comes from the response takes rate limits only: \
+             put the concurrency limit in a rule of its own",
+        )),
+    }
+}
+
+/// Refuses, at `at` (the rule's `priority`), a limit that classes cannot
+/// share: they share rate limits, local or checked with the limiter per
+/// request, whose reserve is room now, for one request.
+pub(crate) fn check_priority(
+    at: &str,
+    limits: &[RuleLimit],
+    raw: &[RawLimit],
+) -> Result<(), FieldError> {
+    for (j, (limit, raw)) in limits.iter().zip(raw).enumerate() {
+        let why = match &limit.kind {
+            _ if raw.on_exceed == OnExceed::Delay => Some("a limit in delay mode"),
+            LimitKind::Local(_)
+            | LimitKind::LocalElastic(_)
+            | LimitKind::Global(_)
+            | LimitKind::GlobalElastic(_) => None,
+            LimitKind::Coalesced(_) => Some("a global limit with sync coalesce"),
+            LimitKind::Leased(_) => Some("a global limit with sync lease"),
+            LimitKind::Concurrency(_) => Some("a concurrency limit"),
+            LimitKind::ServiceHeld(_) => Some("held by a rate limit service (protocol rls)"),
+        };
+        if let Some(why) = why {
+            return Err(FieldError::at(
+                at,
+                format!(
+                    "applies to rate limits, local or global per request; limits[{j}] is {why}"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl RuleLimit {
+    /// The limit, with its overrides; `None` for a limit the rate limit
+    /// service holds and for a concurrency limit.
+    pub fn quota(&self) -> Option<&Quota> {
+        match &self.kind {
+            LimitKind::Local(local) | LimitKind::LocalElastic(LocalElastic { local, .. }) => {
+                Some(&local.quota)
+            }
+            LimitKind::Global(global)
+            | LimitKind::Coalesced(global)
+            | LimitKind::Leased(LeasedLimit { global, .. })
+            | LimitKind::GlobalElastic(GlobalElastic { global, .. }) => Some(&global.quota),
+            LimitKind::ServiceHeld(_) | LimitKind::Concurrency(_) => None,
+        }
+    }
+
+    /// The local rate limit, if this is a local limit without borrowing.
+    pub fn local(&self) -> Option<&LocalLimit> {
+        match &self.kind {
+            LimitKind::Local(local) => Some(local),
+            LimitKind::LocalElastic(_)
+            | LimitKind::Global(_)
+            | LimitKind::Coalesced(_)
+            | LimitKind::Leased(_)
+            | LimitKind::GlobalElastic(_)
+            | LimitKind::ServiceHeld(_)
+            | LimitKind::Concurrency(_) => None,
+        }
+    }
+
+    /// The concurrency limit, if this is one.
+    pub fn concurrency(&self) -> Option<&ConcurrencyLimit> {
+        match &self.kind {
+            LimitKind::Concurrency(c) => Some(c),
+            LimitKind::Local(_)
+            | LimitKind::LocalElastic(_)
+            | LimitKind::Global(_)
+            | LimitKind::Coalesced(_)
+            | LimitKind::Leased(_)
+            | LimitKind::GlobalElastic(_)
+            | LimitKind::ServiceHeld(_) => None,
+        }
+    }
+
+    /// The limit (for a limit the rate limit service holds, or a
+    /// concurrency limit, the stand-in [`SERVICE_HELD`], which refuses no
+    /// weight).
+    pub fn limit(&self) -> &Limit {
+        self.quota().map_or(&SERVICE_HELD, |q| &q.limit)
+    }
+
+    /// The overrides, sorted by key (none for a service-held limit).
+    pub fn overrides(&self) -> &[OverrideLimit] {
+        self.quota().map_or(&[], |q| q.overrides.as_slice())
+    }
+
+    /// See [`Quota::override_index`].
+    pub fn override_index(&self, key: &str) -> Option<usize> {
+        self.quota().and_then(|q| q.override_index(key))
+    }
+
+    /// See [`Quota::limit_for`].
+    pub fn limit_for(&self, key: &str) -> &Limit {
+        self.quota().map_or(&SERVICE_HELD, |q| q.limit_for(key))
+    }
+
+    /// The elastic borrowing, if the limit has one.
+    pub fn elastic(&self) -> Option<&Elastic> {
+        match &self.kind {
+            LimitKind::LocalElastic(LocalElastic { elastic, .. })
+            | LimitKind::GlobalElastic(GlobalElastic { elastic, .. }) => Some(elastic),
+            LimitKind::Local(_)
+            | LimitKind::Global(_)
+            | LimitKind::Coalesced(_)
+            | LimitKind::Leased(_)
+            | LimitKind::ServiceHeld(_)
+            | LimitKind::Concurrency(_) => None,
+        }
+    }
+
+    /// Whether this filter decides the limit.
+    pub fn is_local(&self) -> bool {
+        match &self.kind {
+            LimitKind::Local(_) | LimitKind::LocalElastic(_) => true,
+            LimitKind::Concurrency(c) => matches!(c.place, PermitPlace::Local(..)),
+            LimitKind::Global(_)
+            | LimitKind::Coalesced(_)
+            | LimitKind::Leased(_)
+            | LimitKind::GlobalElastic(_)
+            | LimitKind::ServiceHeld(_) => false,
+        }
+    }
+
+    /// The prefix of the over-limit cache keys of a global limit.
+    pub fn deny_prefix(&self) -> Option<&str> {
+        match &self.kind {
+            LimitKind::Local(_) | LimitKind::LocalElastic(_) | LimitKind::Concurrency(_) => None,
+            LimitKind::Global(global)
+            | LimitKind::Coalesced(global)
+            | LimitKind::Leased(LeasedLimit { global, .. })
+            | LimitKind::GlobalElastic(GlobalElastic { global, .. }) => Some(&global.deny_prefix),
+            LimitKind::ServiceHeld(held) => Some(&held.deny_prefix),
+        }
+    }
+}
 
 /// What a global limit's item in a call does with the answer, by kind.
 #[derive(Debug, Clone)]
