@@ -54,6 +54,11 @@ impl<F> Item<F> {
 
     /// The same item with follow-up `follow`.
     pub(crate) fn with<G>(self, follow: G) -> Item<G> {
+        self.map(|_| follow)
+    }
+
+    /// The same item with its follow-up turned into another by `f`.
+    pub(crate) fn map<G>(self, f: impl FnOnce(F) -> G) -> Item<G> {
         Item {
             rule: self.rule,
             limit: self.limit,
@@ -62,7 +67,7 @@ impl<F> Item<F> {
             fingerprint: self.fingerprint,
             cache: self.cache,
             wire: self.wire,
-            follow,
+            follow: f(self.follow),
         }
     }
 
@@ -145,9 +150,14 @@ impl<F> Batch<F> {
         (limits, descriptors)
     }
 
-    /// The limiter's forms of the items, as sent.
-    pub(crate) fn specs(&self) -> Vec<LimitSpec<'static>> {
-        self.items.iter().filter_map(Item::spec).cloned().collect()
+    /// The limiter's forms of the items, as sent (borrowed: a call's body
+    /// is written from them).
+    pub(crate) fn specs(&self) -> Vec<LimitSpec<'_>> {
+        self.items
+            .iter()
+            .filter_map(Item::spec)
+            .map(borrowed)
+            .collect()
     }
 
     pub(crate) fn truncate(&mut self, len: usize) {
@@ -224,9 +234,14 @@ impl<F> Call<F> {
             .and_then(Option::as_ref)
             .filter(|a| a.limits.len() == self.batch.len())
     }
+}
 
-    /// Whether the call was answered and admitted.
-    pub(crate) fn admitted(&self) -> bool {
-        self.answered().is_some_and(|a| a.allowed)
+/// `spec` with its texts borrowed, to write a body from without copying
+/// them.
+pub(crate) fn borrowed<'a>(spec: &'a LimitSpec<'_>) -> LimitSpec<'a> {
+    LimitSpec {
+        key: std::borrow::Cow::Borrowed(&spec.key),
+        algorithm: std::borrow::Cow::Borrowed(&spec.algorithm),
+        ..*spec
     }
 }

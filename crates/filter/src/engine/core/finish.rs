@@ -13,9 +13,11 @@ use super::pending::PendingCheck;
 use super::tally::{undecided, Refusal, Tally};
 use super::verdict::Verdict;
 use crate::config::{FailureMode, Plan};
+use crate::headers::Reported;
 use crate::local::SharedStore;
 use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
-use sluice_core::{Decision, Nanos};
+use sluice_core::Nanos;
+use sluice_wire::LimitResult;
 
 /// Completes a request once every call of `pending` has an answer (see
 /// [`PendingCheck::record`]). A failed call of enforcing limits applies the
@@ -45,24 +47,29 @@ where
     let mut can_borrow = !borrowing;
     let mut failed: Option<&Item<F>> = None;
     for call in &calls {
-        let held = settle(&env, call, tally.now);
-        if call.answered().is_none() {
+        let Some(answer) = call.answered() else {
+            // What the items asked for besides their decisions is not granted.
+            for item in &call.batch.items {
+                item.follow.settle(&env, item, None, tally.now);
+            }
             if !call.shadow && failed.is_none() {
                 failed = call.batch.items.first();
             }
             uncounted(&mut tally, call.shadow, false);
             continue;
-        }
-        if call.admitted() {
+        };
+        if answer.allowed {
             hold_permits(&mut tally, call);
             note_taken(&mut tally, call);
         } else if call.shadow {
             uncounted(&mut tally, true, true);
         }
-        for (item, decision) in decisions(call, &held) {
+        for (i, (item, result)) in call.batch.items.iter().zip(&answer.limits).enumerate() {
+            let reported = reported(&env, call, i, item, result, tally.now);
+            let decision = reported.decision;
             if decision.allowed {
                 if !call.shadow {
-                    item.follow.admitted(&item, decision, &mut tally);
+                    item.follow.admitted(reported, &mut tally);
                 }
                 continue;
             }
@@ -79,7 +86,7 @@ where
             }
             can_borrow &= item.follow.may_borrow();
             if denied.is_none() {
-                denied = Some(item.follow.refusal(&item, decision));
+                denied = Some(item.follow.refusal(reported));
             }
         }
     }
@@ -94,26 +101,6 @@ where
         Some(refusal) => tally.deny(refusal, &env),
         None => tally.admit(metrics),
     }
-}
-
-/// Lets each item of `call` settle what it asked for besides its decision;
-/// returns, per item, the units this Envoy now holds for its key, if any.
-fn settle<F, S, M>(env: &Env<'_, S, M>, call: &Call<F>, now: Nanos) -> Vec<Option<u64>>
-where
-    F: FollowUp,
-    S: SharedStore + ?Sized,
-    M: MetricSink + ?Sized,
-{
-    let answers = call.answered().map(|a| a.limits.as_slice());
-    call.batch
-        .items
-        .iter()
-        .enumerate()
-        .map(|(i, item)| {
-            let answer = answers.and_then(|a| a.get(i));
-            item.follow.settle(env, item, answer, now)
-        })
-        .collect()
 }
 
 /// Notes that the limiter did not count the estimates of the rules whose
@@ -166,35 +153,32 @@ fn hold_permits<F: FollowUp>(tally: &mut Tally, call: &Call<F>) {
     }
 }
 
-/// The decision of each item of the answered `call`, given the units this
-/// Envoy `held` per item once its asks were settled: what a leased key has
-/// left counts them, and a rate limit service's answer gives its limit's
-/// window.
-fn decisions<'c, F: Clone>(
-    call: &'c Call<F>,
-    held: &'c [Option<u64>],
-) -> impl Iterator<Item = (std::borrow::Cow<'c, Item<F>>, Decision)> + 'c {
-    let answers = call.answered().map_or(&[][..], |a| a.limits.as_slice());
-    call.batch
-        .items
-        .iter()
-        .zip(answers)
-        .enumerate()
-        .map(move |(i, (item, answer))| {
-            let mut decision = answer.decision();
-            if let Some(&Some(held)) = held.get(i) {
-                decision.remaining = decision.remaining.saturating_add(held);
-            }
-            let window = call.windows.get(i).copied().filter(|w| *w > 0);
-            let item = match window {
-                Some(window) => std::borrow::Cow::Owned(Item {
-                    window,
-                    ..item.clone()
-                }),
-                None => std::borrow::Cow::Borrowed(item),
-            };
-            (item, decision)
-        })
+/// What item `i` of the answered `call` reports given its answer `result`,
+/// once its kind settled what it asked for besides its decision: units a
+/// leased key holds here count as remaining, and a rate limit service's
+/// answer gives its limit's window.
+fn reported<F, S, M>(
+    env: &Env<'_, S, M>,
+    call: &Call<F>,
+    i: usize,
+    item: &Item<F>,
+    result: &LimitResult,
+    now: Nanos,
+) -> Reported
+where
+    F: FollowUp,
+    S: SharedStore + ?Sized,
+    M: MetricSink + ?Sized,
+{
+    let mut decision = result.decision();
+    if let Some(held) = item.follow.settle(env, item, Some(result), now) {
+        decision.remaining = decision.remaining.saturating_add(held);
+    }
+    let window = call.windows.get(i).copied().filter(|w| *w > 0);
+    Reported {
+        window: window.unwrap_or(item.window),
+        ..item.reported(decision)
+    }
 }
 
 /// After the call of enforcing limits failed: when each of its limits can

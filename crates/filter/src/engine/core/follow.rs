@@ -6,6 +6,7 @@
 use super::call::{Batch, Item};
 use super::env::Env;
 use super::tally::{Refusal, Tally};
+use crate::headers::Reported;
 use crate::local::SharedStore;
 use crate::metrics::MetricSink;
 use sluice_core::{Decision, Nanos};
@@ -49,11 +50,13 @@ pub(crate) trait FollowUp: Sized + Clone + std::fmt::Debug {
         S: SharedStore + ?Sized,
         M: MetricSink + ?Sized;
 
-    /// Notes, in an enforcing call, what it reports once it admitted.
-    fn admitted(&self, item: &Item<Self>, decision: Decision, tally: &mut Tally);
+    /// Notes, in an enforcing call, what it reports once it admitted
+    /// (`reported`: its own decision).
+    fn admitted(&self, reported: Reported, tally: &mut Tally);
 
-    /// What its denial in an enforcing call denies the request with.
-    fn refusal(&self, item: &Item<Self>, decision: Decision) -> Refusal;
+    /// What its denial in an enforcing call (`reported`) denies the request
+    /// with.
+    fn refusal(&self, reported: Reported) -> Refusal;
 
     /// Its denial may be retried by borrowing in a second call.
     fn may_borrow(&self) -> bool;

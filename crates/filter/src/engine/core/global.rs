@@ -59,6 +59,22 @@ where
     S: SharedStore + ?Sized,
     M: MetricSink + ?Sized,
 {
+    /// The item of global limit `l` of `applied` for its call; a denial
+    /// when it can never admit the request's weight or the over-limit
+    /// cache holds its key. Kept apart: the kinds checked this way share
+    /// one copy.
+    #[inline(never)]
+    pub(crate) fn checked_item(
+        &mut self,
+        applied: &Applied<'_, '_>,
+        l: usize,
+        global: &GlobalLimit,
+    ) -> Result<Item<()>, Reported> {
+        let limit = affordable(applied, l, global)?;
+        let cache = self.not_cached(applied, l, global, limit)?;
+        Ok(item(applied, l, limit, cache))
+    }
+
     /// Denies `limit` of global limit `l` of `applied` while the over-limit
     /// cache holds its key; else the cache slot a denial of it goes in
     /// (`None` unless the rule's requests all weigh the same).

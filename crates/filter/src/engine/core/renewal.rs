@@ -4,6 +4,7 @@
 //! context, and hands the answer to [`Renewal::settle`]. A renewal carries
 //! where each lease lives ([`LeaseSlot`]), so settling it needs no plan.
 
+use super::call::borrowed;
 use super::env::Env;
 use crate::config::Plan;
 use crate::layout;
@@ -60,7 +61,7 @@ impl Renewal {
 
     /// The body of the call, for the limiter of `domain`.
     pub fn body(&self, domain: &str) -> Vec<u8> {
-        let limits: Vec<LimitSpec<'_>> = self.leases.iter().map(|(_, s)| s.clone()).collect();
+        let limits: Vec<LimitSpec<'_>> = self.leases.iter().map(|(_, s)| borrowed(s)).collect();
         check_json(domain, 0, &limits, None, None)
     }
 

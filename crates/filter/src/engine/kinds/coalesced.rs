@@ -8,7 +8,7 @@ use crate::config::raw::RawLimit;
 use crate::config::{GlobalLimit, LimitKind};
 use crate::engine::core::call::Item;
 use crate::engine::core::follow::FollowUp;
-use crate::engine::core::global::{affordable, built, item, refuse_lease_fields};
+use crate::engine::core::global::{built, refuse_lease_fields};
 use crate::engine::core::pending::PendingCheck;
 use crate::engine::core::walk::{Applied, Cx};
 use crate::headers::Reported;
@@ -39,9 +39,7 @@ where
     S: SharedStore + ?Sized,
     M: MetricSink + ?Sized,
 {
-    let limit = affordable(applied, l, global)?;
-    let cache = cx.not_cached(applied, l, global, limit)?;
-    Ok(item(applied, l, limit, cache))
+    cx.checked_item(applied, l, global)
 }
 
 // The bound is the crate's own: the only follow-up is the registry's.

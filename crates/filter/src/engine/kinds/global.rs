@@ -8,7 +8,7 @@ use crate::config::checks::{compile_limit, LimitSite};
 use crate::config::raw::RawLimit;
 use crate::config::{GlobalLimit, LimitKind};
 use crate::engine::core::call::Item;
-use crate::engine::core::global::{affordable, built, item, refuse_lease_fields};
+use crate::engine::core::global::{built, refuse_lease_fields};
 use crate::engine::core::walk::{Applied, Cx};
 use crate::headers::Reported;
 use crate::key::RequestView;
@@ -37,7 +37,5 @@ where
     S: SharedStore + ?Sized,
     M: MetricSink + ?Sized,
 {
-    let limit = affordable(applied, l, global)?;
-    let cache = cx.not_cached(applied, l, global, limit)?;
-    Ok(item(applied, l, limit, cache))
+    cx.checked_item(applied, l, global)
 }

@@ -30,6 +30,7 @@ use crate::engine::core::env::Env;
 use crate::engine::core::follow::FollowUp;
 use crate::engine::core::tally::{Refusal, Tally};
 use crate::engine::core::walk::{Applied, Steps, Walk};
+use crate::headers::Reported;
 use crate::key::RequestView;
 use crate::local::SharedStore;
 use crate::metrics::MetricSink;
@@ -308,10 +309,7 @@ impl Steps for Follow {
             }
             LimitKind::Concurrency(c) => match concurrency::step(cx, applied, l, c)? {
                 None => return Ok(()),
-                Some(item) => {
-                    let follow = Follow::Permit(item.follow);
-                    item.with(follow)
-                }
+                Some(item) => item.map(Follow::Permit),
             },
         };
         walk.push(applied, item);
@@ -381,27 +379,28 @@ impl FollowUp for Follow {
         }
     }
 
-    fn admitted(&self, item: &Item<Self>, decision: Decision, tally: &mut Tally) {
-        let reported = match self {
-            Follow::Lent(lent) => return global_elastic::admitted(lent, tally),
+    fn admitted(&self, reported: Reported, tally: &mut Tally) {
+        match self {
+            Follow::Lent(lent) => global_elastic::admitted(lent, tally),
             Follow::Alone
             | Follow::Coalesced
             | Follow::Leased(_)
             | Follow::Elastic(_)
-            | Follow::Permit(_) => item.reported(decision),
-        };
-        tally.note(reported);
-        tally.note_delay(reported);
+            | Follow::Permit(_) => {
+                tally.note(reported);
+                tally.note_delay(reported);
+            }
+        }
     }
 
-    fn refusal(&self, item: &Item<Self>, decision: Decision) -> Refusal {
+    fn refusal(&self, reported: Reported) -> Refusal {
         let report = match self {
             Follow::Lent(lent) => global_elastic::refused(lent),
             Follow::Alone
             | Follow::Coalesced
             | Follow::Leased(_)
             | Follow::Elastic(_)
-            | Follow::Permit(_) => item.reported(decision),
+            | Follow::Permit(_) => reported,
         };
         Refusal {
             report,
@@ -425,8 +424,7 @@ impl FollowUp for Follow {
         match follow {
             Follow::Elastic(lend) if !answer.allowed => {
                 for lent in global_elastic::borrowing(&item, *lend, answer) {
-                    let follow = Follow::Lent(lent.follow);
-                    batch.push(lent.with(follow), weight);
+                    batch.push(lent.map(Follow::Lent), weight);
                 }
                 return;
             }
