@@ -8,7 +8,7 @@ use sluice_core::{Decision, Holder, Nanos};
 use sluice_wire::{check_json, CheckResponse, LimitSpec};
 
 /// A global limit to check for this request.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Item<F> {
     pub(crate) rule: usize,
     pub(crate) limit: usize,

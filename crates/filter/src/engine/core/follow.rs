@@ -13,7 +13,7 @@ use sluice_core::{Decision, Nanos};
 use sluice_wire::LimitResult;
 
 /// What a kind does around the check of one of its limits.
-pub(crate) trait FollowUp: Sized + Clone + std::fmt::Debug {
+pub(crate) trait FollowUp: Sized + std::fmt::Debug {
     /// How long the permits its call takes count after a renewal, if it
     /// takes permits.
     fn permit_ttl(&self) -> Option<Nanos>;

@@ -21,7 +21,7 @@ use sluice_core::{FieldError, Limit};
 use sluice_wire::{limiter_key, LimitResult};
 
 /// What a global elastic limit checks in the second call instead of itself.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Lend {
     /// The key's extra allowance.
     extra: Item<()>,

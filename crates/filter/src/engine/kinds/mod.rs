@@ -249,7 +249,7 @@ impl RuleLimit {
 }
 
 /// What a global limit's item in a call does with the answer, by kind.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub enum Follow {
     /// Checked for this request alone (per request, a leased limit that
     /// asks nothing, an elastic limit that cannot borrow, or held by a
@@ -291,19 +291,10 @@ impl Steps for Follow {
             }
             LimitKind::Leased(leased) => match leased::step(cx, applied, l, leased)? {
                 None => return Ok(()),
-                Some(item) => {
-                    let follow = item.follow.clone().map_or(Follow::Alone, Follow::Leased);
-                    item.with(follow)
-                }
+                Some(item) => item.map(|ask| ask.map_or(Follow::Alone, Follow::Leased)),
             },
-            LimitKind::GlobalElastic(limit) => {
-                let item = global_elastic::step(cx, applied, l, limit)?;
-                let follow = item
-                    .follow
-                    .clone()
-                    .map_or(Follow::Alone, |lend| Follow::Elastic(Box::new(lend)));
-                item.with(follow)
-            }
+            LimitKind::GlobalElastic(limit) => global_elastic::step(cx, applied, l, limit)?
+                .map(|lend| lend.map_or(Follow::Alone, |lend| Follow::Elastic(Box::new(lend)))),
             LimitKind::ServiceHeld(held) => {
                 service_held::step(cx, applied, l, held)?.with(Follow::Alone)
             }
