@@ -4,7 +4,7 @@
 //! [`crate::engine`]).
 
 use super::duration::parse_duration;
-use super::raw::{Mode, OnExceed, Protocol, RawLimit};
+use super::raw::{Mode, OnExceed, Protocol, RawLimit, RawRule};
 use crate::key::KeyPart;
 use sluice_core::{Algorithm, FieldError, Limit, Nanos, MAX_SOFT_PERCENT, MILLISECOND};
 
@@ -16,6 +16,11 @@ pub struct LimitSite<'a> {
     pub domain: &'a str,
     /// The rule's name.
     pub rule: &'a str,
+    /// The rule's position among `rules`.
+    pub rule_index: usize,
+    /// Every rule as configured (an elastic limit names its pool among
+    /// them).
+    pub rules: &'a [RawRule],
     /// The rule's mode.
     pub mode: Mode,
     /// The rule's key parts.

@@ -1,28 +1,13 @@
-//! Checking a raw configuration and turning it into a [`Plan`]. Each kind
-//! of limit compiles its own part of a limit (see [`crate::engine`]); this
-//! file checks the rest and puts the plan together.
+//! The parts of a configuration that no kind of limit takes part in: the
+//! denial response, the limiter, the JWT payload's name, and the limits'
+//! names in the headers. The plan is put together where the kinds are
+//! registered (`Plan::compile`, in the engine's registry).
 
-use super::checks::{
-    field_path, in_range, limit_name, valid_name, validated, window, LimitSite, MAX_NAME_LEN,
-};
-use super::cost;
+use super::checks::{in_range, MAX_NAME_LEN};
 use super::duration::parse_duration;
-use super::matching;
-use super::plan::{
-    Cost, DenyResponse, Estimate, LimitKind, LimiterTarget, OverrideLimit, Plan, Quota, Rule,
-    RuleLimit,
-};
-use super::priority;
-use super::raw::{
-    Mode, Protocol, RawConfig, RawLimit, RawLimiter, RawOverride, RawResponse, RawRule, Scope,
-    ServiceHeaders,
-};
-use crate::client_ip::ClientIpPolicy;
-use crate::engine::{concurrency, elastic, global, local, service_held};
-use crate::layout;
-use crate::matcher::RuleIndex;
-use crate::table::Shape;
-use sluice_core::{FieldError, Limit, MILLISECOND};
+use super::plan::{DenyResponse, LimiterTarget, Rule};
+use super::raw::{Protocol, RawLimiter, RawResponse, ServiceHeaders};
+use sluice_core::{FieldError, MILLISECOND};
 
 /// Largest `local_max_keys`.
 pub const MAX_LOCAL_KEYS: u64 = 10_000_000;
@@ -30,54 +15,8 @@ pub const MAX_LOCAL_KEYS: u64 = 10_000_000;
 /// Largest `max_queued` of a rule.
 pub const MAX_QUEUED: u64 = 100_000;
 
-/// Checks `raw` and compiles it.
-pub fn compile(raw: RawConfig) -> Result<Plan, FieldError> {
-    if !valid_name(&raw.domain) {
-        return Err(FieldError::at(
-            "domain",
-            format!(
-                "{:?} must be 1 to {MAX_NAME_LEN} bytes of A-Z, a-z, 0-9, '_', '.', '-'",
-                raw.domain
-            ),
-        ));
-    }
-    let client_ip = ClientIpPolicy {
-        trusted_hops: in_range(
-            raw.client_ip.xff_trusted_hops,
-            0,
-            64,
-            "client_ip.xff_trusted_hops",
-        )?,
-        ipv4_prefix: in_range(raw.client_ip.ipv4_prefix, 0, 32, "client_ip.ipv4_prefix")?,
-        ipv6_prefix: in_range(raw.client_ip.ipv6_prefix, 0, 128, "client_ip.ipv6_prefix")?,
-    };
-    let local_max_keys: u64 = in_range(raw.local_max_keys, 1, MAX_LOCAL_KEYS, "local_max_keys")?;
-    let response = compile_response(raw.response)?;
-    let limiter = raw.limiter.map(compile_limiter).transpose()?;
-    let protocol = limiter.as_ref().map_or(Protocol::Sluice, |l| l.protocol);
-    let keys = Shape::for_keys(local_max_keys, raw.local_when_full);
-    let rules = compile_rules(&raw.domain, raw.rules, protocol, limiter.is_some(), keys)?;
-    let request_body = rules
-        .iter()
-        .any(|r| matches!(&r.cost, Cost::Response(c) if matches!(c.estimate, Estimate::Body(_))));
-    Ok(Plan {
-        request_body,
-        seed_key: layout::seed_key(&raw.domain),
-        domain: raw.domain,
-        headers: raw.headers,
-        client_ip,
-        limiter,
-        local_max_keys,
-        local_keys: keys,
-        jwt_payload: checked_jwt_payload(raw.jwt_payload_in_metadata)?,
-        response,
-        rule_index: RuleIndex::new(&rules, |r| (!r.pool).then_some(&r.matcher)),
-        rules,
-    })
-}
-
 /// Checks `jwt_payload_in_metadata`: a name, as `jwt_authn` takes.
-fn checked_jwt_payload(name: String) -> Result<String, FieldError> {
+pub(crate) fn checked_jwt_payload(name: String) -> Result<String, FieldError> {
     if name.is_empty() || name.len() > MAX_NAME_LEN {
         return Err(FieldError::at(
             "jwt_payload_in_metadata",
@@ -88,7 +27,7 @@ fn checked_jwt_payload(name: String) -> Result<String, FieldError> {
 }
 
 /// Checks the denial response.
-fn compile_response(raw: RawResponse) -> Result<DenyResponse, FieldError> {
+pub(crate) fn compile_response(raw: RawResponse) -> Result<DenyResponse, FieldError> {
     Ok(DenyResponse {
         status: in_range(raw.status, 400, 599, "response.status")?,
         body: raw.body,
@@ -110,7 +49,7 @@ fn compile_response(raw: RawResponse) -> Result<DenyResponse, FieldError> {
 }
 
 /// Checks where and how global limits are checked.
-fn compile_limiter(l: RawLimiter) -> Result<LimiterTarget, FieldError> {
+pub(crate) fn compile_limiter(l: RawLimiter) -> Result<LimiterTarget, FieldError> {
     if l.cluster.is_empty() {
         return Err(FieldError::at("limiter.cluster", "must not be empty"));
     }
@@ -154,60 +93,9 @@ fn compile_limiter(l: RawLimiter) -> Result<LimiterTarget, FieldError> {
     })
 }
 
-/// Checks the rules in order, then what relates them: elastic limits'
-/// pools and the limits' names.
-fn compile_rules(
-    domain: &str,
-    raw: Vec<RawRule>,
-    protocol: Protocol,
-    has_limiter: bool,
-    keys: Shape,
-) -> Result<Vec<Rule>, FieldError> {
-    // Rules named as an elastic limit's pool. Rules are few: plain lists
-    // searched in order cost the wasm less than a set's tree code.
-    let pool_names: Vec<&str> = raw
-        .iter()
-        .flat_map(|r| r.limits.iter().filter_map(|l| l.elastic.as_ref()))
-        .map(|e| e.pool.as_str())
-        .collect();
-    let pool_flags: Vec<bool> = raw
-        .iter()
-        .map(|r| pool_names.contains(&r.name.as_str()))
-        .collect();
-    let mut names: Vec<String> = Vec::with_capacity(raw.len());
-    let mut rules = Vec::with_capacity(raw.len());
-    for (i, (rule, pool)) in raw.into_iter().zip(pool_flags).enumerate() {
-        let path = format!("rules[{i}]");
-        if names.contains(&rule.name) {
-            return Err(FieldError::at(
-                field_path(&path, "name"),
-                format!("duplicate rule name {:?}", rule.name),
-            ));
-        }
-        names.push(rule.name.clone());
-        if pool {
-            elastic::check_pool_rule(&path, &rule)?;
-        }
-        let mut compiled = compile_rule(domain, &path, &rule, protocol, keys)?;
-        compiled.pool = pool;
-        if !has_limiter {
-            if let Some(j) = compiled.limits.iter().position(|l| !l.is_local()) {
-                return Err(FieldError::at(
-                    "limiter",
-                    format!("required because {path}.limits[{j}] has scope global"),
-                ));
-            }
-        }
-        rules.push(compiled);
-    }
-    elastic::resolve_pools(&mut rules)?;
-    check_limit_names(&rules)?;
-    Ok(rules)
-}
-
 /// Every limit's name in the IETF headers (configured, the rule's, or
 /// `<rule>.<index>`) is distinct, so that `ratelimit` names one policy.
-fn check_limit_names(rules: &[Rule]) -> Result<(), FieldError> {
+pub(crate) fn check_limit_names(rules: &[Rule]) -> Result<(), FieldError> {
     let mut seen: Vec<String> = Vec::new();
     for (i, rule) in rules.iter().enumerate() {
         for (j, limit) in rule.limits.iter().enumerate() {
@@ -232,212 +120,6 @@ fn check_limit_names(rules: &[Rule]) -> Result<(), FieldError> {
             }
             seen.push(name);
         }
-    }
-    Ok(())
-}
-
-fn compile_rule(
-    domain: &str,
-    path: &str,
-    rule: &RawRule,
-    protocol: Protocol,
-    keys: Shape,
-) -> Result<Rule, FieldError> {
-    if !valid_name(&rule.name) || rule.name.contains('.') {
-        // No '.': a rule name is one segment of its stat names
-        // (`sluice.<rule>.<event>`) and of its IETF limit names (`<rule>.<n>`).
-        return Err(FieldError::at(
-            field_path(path, "name"),
-            format!(
-                "{:?} must be 1 to {MAX_NAME_LEN} bytes of A-Z, a-z, 0-9, '_', '-' (no '.': it is one segment of the rule's stat names)",
-                rule.name
-            ),
-        ));
-    }
-    let matcher = matching::compile(&field_path(path, "match"), &rule.matcher)?;
-    if rule.key.is_empty() {
-        return Err(FieldError::at(
-            field_path(path, "key"),
-            "must list at least one part",
-        ));
-    }
-    let key = rule
-        .key
-        .iter()
-        .enumerate()
-        .map(|(j, part)| matching::key_part(&format!("{path}.key[{j}]"), part))
-        .collect::<Result<Vec<_>, _>>()?;
-    if rule.limits.is_empty() {
-        return Err(FieldError::at(
-            field_path(path, "limits"),
-            "must list at least one limit",
-        ));
-    }
-    let mut limits = Vec::with_capacity(rule.limits.len());
-    for (j, raw_limit) in rule.limits.iter().enumerate() {
-        let limit_path = format!("{path}.limits[{j}]");
-        let site = LimitSite {
-            domain,
-            rule: &rule.name,
-            mode: rule.mode,
-            key: &key,
-            index: j,
-            path: &limit_path,
-            protocol,
-            keys,
-        };
-        let kind = compile_kind(&site, raw_limit)?;
-        limits.push(RuleLimit {
-            name: limit_name(&limit_path, raw_limit)?,
-            kind,
-        });
-    }
-    add_overrides(domain, path, &rule.name, &rule.overrides, &mut limits)?;
-    let max_queued = in_range(
-        rule.max_queued,
-        1,
-        MAX_QUEUED,
-        &field_path(path, "max_queued"),
-    )?;
-    let cost = cost::compile_for(path, rule, &limits)?;
-    let priority = priority::compile(path, rule.priority.as_ref(), &limits, &rule.limits)?;
-    Ok(Rule {
-        name: rule.name.clone(),
-        matcher,
-        key,
-        limits,
-        shadow: rule.mode == Mode::Shadow,
-        max_queued,
-        cost,
-        pool: false,
-        priority,
-    })
-}
-
-/// Compiles a limit by its kind: one line per kind.
-fn compile_kind(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind, FieldError> {
-    if let Some(max) = raw.concurrency {
-        return concurrency::compile(site, raw, max);
-    }
-    if raw.permit_ttl.is_some() {
-        return Err(concurrency::stray_ttl(site));
-    }
-    match (raw.scope, site.protocol) {
-        (Scope::Global, Protocol::Rls) => service_held::compile(site, raw),
-        _ if raw.descriptor.is_some() => Err(FieldError::at(
-            site.field("descriptor"),
-            "only for global limits with limiter.protocol rls",
-        )),
-        (Scope::Local, _) => local::compile(site, raw),
-        (Scope::Global, Protocol::Sluice) => global::compile(site, raw),
-    }
-}
-
-/// Adds the rule's overrides to the limits they replace.
-fn add_overrides(
-    domain: &str,
-    path: &str,
-    rule: &str,
-    overrides: &[RawOverride],
-    limits: &mut [RuleLimit],
-) -> Result<(), FieldError> {
-    for (k, raw_override) in overrides.iter().enumerate() {
-        let override_path = format!("{path}.overrides[{k}]");
-        if overrides.iter().take(k).any(|o| o.key == raw_override.key) {
-            return Err(FieldError::at(
-                field_path(&override_path, "key"),
-                format!("duplicate override key {:?}", raw_override.key),
-            ));
-        }
-        add_override(domain, rule, &override_path, raw_override, limits)?;
-    }
-    Ok(())
-}
-
-/// The quota of limit `j`, which an override at `path` replaces for a key;
-/// an error for a limit that takes no overrides.
-fn overridable<'l>(
-    path: &str,
-    j: usize,
-    base: &'l mut RuleLimit,
-) -> Result<&'l mut Quota, FieldError> {
-    let refused = |why: String| Err(FieldError::at(path, why));
-    if base.elastic().is_some() {
-        return refused(format!(
-            "limit {j} is elastic, and elastic limits take no overrides"
-        ));
-    }
-    match &mut base.kind {
-        LimitKind::Local(l) => Ok(&mut l.quota),
-        LimitKind::Global(g) => Ok(&mut g.quota),
-        LimitKind::ServiceHeld(_) => refused(format!(
-            "limit {j} is held by the rate limit service: override it there"
-        )),
-        LimitKind::Concurrency(_) => refused(format!(
-            "limit {j} is a concurrency limit, which takes no overrides \
-             (give the override a limit index)"
-        )),
-    }
-}
-
-/// Adds `raw` to the overrides of the limits it replaces.
-fn add_override(
-    domain: &str,
-    rule: &str,
-    path: &str,
-    raw: &RawOverride,
-    limits: &mut [RuleLimit],
-) -> Result<(), FieldError> {
-    let only = match raw.limit {
-        None => None,
-        Some(index) => {
-            let index = usize::try_from(index)
-                .ok()
-                .filter(|&i| i < limits.len())
-                .ok_or_else(|| {
-                    FieldError::at(
-                        field_path(path, "limit"),
-                        format!("no limit {index} in this rule (it has {})", limits.len()),
-                    )
-                })?;
-            Some(index)
-        }
-    };
-    let window = raw
-        .window
-        .as_deref()
-        .map(|w| window(&field_path(path, "window"), w))
-        .transpose()?;
-    for (j, base) in limits.iter_mut().enumerate() {
-        if only.is_some_and(|o| o != j) {
-            continue;
-        }
-        let local = base.is_local();
-        let quota = overridable(path, j, base)?;
-        let limit = validated(
-            path,
-            Limit {
-                requests: raw.requests,
-                window: window.unwrap_or(quota.limit.window),
-                burst: raw.burst.unwrap_or(raw.requests),
-                ..quota.limit.clone()
-            },
-        )?;
-        let state_key = if local {
-            layout::override_key(domain, rule, j, &limit, &raw.key)
-        } else {
-            String::new()
-        };
-        // Kept sorted by key for the lookup.
-        let at = quota.overrides.partition_point(|o| o.key < raw.key);
-        quota.overrides.insert(
-            at,
-            OverrideLimit {
-                key: raw.key.clone(),
-                limit,
-                state_key,
-            },
-        );
     }
     Ok(())
 }

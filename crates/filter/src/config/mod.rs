@@ -1,28 +1,32 @@
-//! The filter configuration: raw JSON types, the duration syntax, checking,
-//! and the compiled [`Plan`].
+//! The filter configuration: raw JSON types, the duration syntax, the
+//! checks every part shares, and the compiled [`Plan`]'s types. Nothing
+//! here names a kind of limit's module: each kind compiles its own part,
+//! and the plan is put together where the kinds are registered (the
+//! engine's registry), below which this module sits.
 
 pub(crate) mod checks;
-mod compile;
-mod cost;
+pub(crate) mod compile;
+pub(crate) mod cost;
 mod doc;
 mod duration;
 mod from_json;
-mod matching;
+pub(crate) mod matching;
 mod message;
-mod plan;
-mod priority;
+pub(crate) mod plan;
+pub(crate) mod priority;
 pub(crate) mod raw;
 mod reader;
 mod span;
 mod syntax_path;
 
 pub use checks::MAX_NAME_LEN;
-pub use compile::{compile, MAX_LOCAL_KEYS, MAX_QUEUED};
+pub use compile::{MAX_LOCAL_KEYS, MAX_QUEUED};
 pub use duration::parse_duration;
 pub use plan::{
     ConcurrencyLimit, Cost, CostSource, DenyResponse, Elastic, Entry, EntryValue, Estimate,
-    GlobalLimit, LeasePolicy, LimitKind, LimiterTarget, LocalLimit, OverrideLimit, PermitPlace,
-    Plan, Quota, ResponseCost, Rule, RuleLimit, ServiceHeld, Sync, MAX_COST_SOURCES, SERVICE_HELD,
+    GlobalElastic, GlobalLimit, LeasePolicy, LeasedLimit, LimitKind, LimiterTarget, LocalElastic,
+    LocalLimit, OverrideLimit, PermitPlace, Plan, Quota, ResponseCost, Rule, RuleLimit,
+    ServiceHeld, MAX_COST_SOURCES, SERVICE_HELD,
 };
 pub use raw::{
     FailureMode, HeadersMode, Mode, OnExceed, Protocol, RawConfig, Scope, ServiceHeaders, SyncMode,
@@ -33,6 +37,12 @@ pub use sluice_core::FieldError;
 /// fault by its JSON path (`rules[2].limits[0].window`).
 pub fn parse(json: &[u8]) -> Result<Plan, FieldError> {
     compile(from_json::raw_config(json)?)
+}
+
+/// Checks `raw` and compiles it: each limit by its kind, where the kinds are
+/// registered ([`Plan::compile`]).
+pub fn compile(raw: RawConfig) -> Result<Plan, FieldError> {
+    Plan::compile(raw)
 }
 
 #[cfg(test)]

@@ -172,7 +172,8 @@ pub enum CostSource {
     Body(FieldPath),
 }
 
-/// One limit of a rule.
+/// One limit of a rule. Its accessors, which match over the kinds, are
+/// with the kinds' registry (`crate::engine::kinds`).
 #[derive(Debug)]
 pub struct RuleLimit {
     /// Its configured name in the IETF rate-limit headers, if any.
@@ -183,18 +184,59 @@ pub struct RuleLimit {
 
 /// Who decides a limit, and how: one variant per kind of limit, each
 /// carrying only what that kind uses (see [`crate::engine`], where each
-/// kind has its module).
+/// kind has its module). Every `match` on it is exhaustive: a new kind is
+/// handled wherever the compiler lists it.
 #[derive(Debug)]
 pub enum LimitKind {
     /// Decided by this filter in shared data.
     Local(LocalLimit),
-    /// Decided by the `sluice-limiter` cluster.
+    /// Decided by this filter; a request its quota denies may borrow from
+    /// a pool.
+    LocalElastic(LocalElastic),
+    /// Decided by the `sluice-limiter` cluster, each request in its own
+    /// call.
     Global(GlobalLimit),
+    /// Decided by the limiter; requests with the same check share calls
+    /// (see [`crate::coalesce`]).
+    Coalesced(GlobalLimit),
+    /// Decided by the limiter; this Envoy spends leases of the quota (see
+    /// [`crate::lease`]).
+    Leased(LeasedLimit),
+    /// Decided by the limiter per request; a request its quota denies may
+    /// borrow in a second call.
+    GlobalElastic(GlobalElastic),
     /// Held by a rate limit service (`limiter.protocol: rls`): the service
     /// knows its quota and window.
     ServiceHeld(ServiceHeld),
     /// A concurrency limit: permits held while requests are in flight.
     Concurrency(ConcurrencyLimit),
+}
+
+/// A local limit with elastic borrowing.
+#[derive(Debug)]
+pub struct LocalElastic {
+    /// The limit itself.
+    pub local: LocalLimit,
+    /// Its borrowing; the pool's limits are local.
+    pub elastic: Elastic,
+}
+
+/// A global limit whose quota this Envoy spends in leases.
+#[derive(Debug)]
+pub struct LeasedLimit {
+    /// The limit itself.
+    pub global: GlobalLimit,
+    /// How its leases are sized and kept.
+    pub policy: LeasePolicy,
+}
+
+/// A global limit with elastic borrowing.
+#[derive(Debug)]
+pub struct GlobalElastic {
+    /// The limit itself.
+    pub global: GlobalLimit,
+    /// Its borrowing; the pool's limits are global.
+    pub elastic: Elastic,
 }
 
 /// A concurrency limit: a request takes `weight` permits of its key when
@@ -241,8 +283,6 @@ pub struct LocalLimit {
     pub state_prefix: String,
     /// The key table's size and policy.
     pub keys: Shape,
-    /// Admission beyond the quota while a pool has headroom.
-    pub elastic: Option<Elastic>,
 }
 
 /// A limit decided by the limiter; shared data holds only the over-limit
@@ -253,8 +293,6 @@ pub struct GlobalLimit {
     pub quota: Quota,
     /// Prefix of the over-limit cache keys.
     pub deny_prefix: String,
-    /// How its checks reach the limiter.
-    pub sync: Sync,
 }
 
 /// A global limit held by a rate limit service.
@@ -297,20 +335,6 @@ pub enum EntryValue {
     Part(KeyPart),
 }
 
-/// How a global limit's checks reach the limiter.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Sync {
-    /// Every request makes its own call.
-    PerRequest,
-    /// Every request makes its own call; one its quota denies may borrow in
-    /// a second call.
-    Elastic(Elastic),
-    /// Requests with the same check share calls (see [`crate::coalesce`]).
-    Coalesce,
-    /// This Envoy spends leases of the quota (see [`crate::lease`]).
-    Lease(LeasePolicy),
-}
-
 /// How a leased limit's leases are sized and kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeasePolicy {
@@ -342,8 +366,6 @@ pub struct Elastic {
     pub extra: Limit,
     /// The index of the pool rule.
     pub pool: usize,
-    /// The pool rule's name, as configured.
-    pub pool_name: String,
     /// Where the extra allowance lives: for a local limit, the prefix of its
     /// slot keys; for a global one, the rule label of its limiter keys.
     pub place: String,
@@ -367,86 +389,6 @@ impl Quota {
         self.override_index(key)
             .and_then(|i| self.overrides.get(i))
             .map_or(&self.limit, |o| &o.limit)
-    }
-}
-
-impl RuleLimit {
-    /// The limit, with its overrides; `None` for a limit the rate limit
-    /// service holds.
-    pub fn quota(&self) -> Option<&Quota> {
-        match &self.kind {
-            LimitKind::Local(local) => Some(&local.quota),
-            LimitKind::Global(global) => Some(&global.quota),
-            LimitKind::ServiceHeld(_) | LimitKind::Concurrency(_) => None,
-        }
-    }
-
-    /// The concurrency limit, if this is one.
-    pub fn concurrency(&self) -> Option<&ConcurrencyLimit> {
-        match &self.kind {
-            LimitKind::Concurrency(c) => Some(c),
-            _ => None,
-        }
-    }
-
-    /// The limit (for a limit the rate limit service holds, or a
-    /// concurrency limit, the stand-in [`SERVICE_HELD`], which refuses no
-    /// weight).
-    pub fn limit(&self) -> &Limit {
-        self.quota().map_or(&SERVICE_HELD, |q| &q.limit)
-    }
-
-    /// The overrides, sorted by key (none for a service-held limit).
-    pub fn overrides(&self) -> &[OverrideLimit] {
-        self.quota().map_or(&[], |q| q.overrides.as_slice())
-    }
-
-    /// See [`Quota::override_index`].
-    pub fn override_index(&self, key: &str) -> Option<usize> {
-        self.quota().and_then(|q| q.override_index(key))
-    }
-
-    /// See [`Quota::limit_for`].
-    pub fn limit_for(&self, key: &str) -> &Limit {
-        self.quota().map_or(&SERVICE_HELD, |q| q.limit_for(key))
-    }
-
-    /// The elastic borrowing, if the limit has one.
-    pub fn elastic(&self) -> Option<&Elastic> {
-        match &self.kind {
-            LimitKind::Local(local) => local.elastic.as_ref(),
-            LimitKind::Global(GlobalLimit {
-                sync: Sync::Elastic(elastic),
-                ..
-            }) => Some(elastic),
-            _ => None,
-        }
-    }
-
-    /// Whether this filter decides the limit.
-    pub fn is_local(&self) -> bool {
-        match &self.kind {
-            LimitKind::Local(_) => true,
-            LimitKind::Concurrency(c) => matches!(c.place, PermitPlace::Local(..)),
-            LimitKind::Global(_) | LimitKind::ServiceHeld(_) => false,
-        }
-    }
-
-    /// The prefix of the over-limit cache keys of a global limit.
-    pub fn deny_prefix(&self) -> Option<&str> {
-        match &self.kind {
-            LimitKind::Local(_) | LimitKind::Concurrency(_) => None,
-            LimitKind::Global(global) => Some(&global.deny_prefix),
-            LimitKind::ServiceHeld(held) => Some(&held.deny_prefix),
-        }
-    }
-
-    /// How a global limit's checks reach the limiter.
-    pub fn sync(&self) -> Option<&Sync> {
-        match &self.kind {
-            LimitKind::Global(global) => Some(&global.sync),
-            _ => None,
-        }
     }
 }
 

@@ -2,27 +2,22 @@
 //! of each limit a class may use (see [`Priority`]).
 
 use super::checks::{field_path, valid_name, MAX_NAME_LEN};
-use super::plan::{LimitKind, Priority, RuleLimit, Sync};
-use super::raw::{OnExceed, RawLimit, RawPriority};
+use super::plan::Priority;
+use super::raw::RawPriority;
 use crate::key::KeyPart;
 use sluice_core::FieldError;
 
 /// Most classes of a rule.
 pub const MAX_CLASSES: usize = 16;
 
-/// Compiles the `priority` of the rule at `path`, whose limits are
-/// `limits` (`raw`: as written).
-pub fn compile(
-    path: &str,
-    priority: Option<&RawPriority>,
-    limits: &[RuleLimit],
-    raw: &[RawLimit],
-) -> Result<Option<Priority>, FieldError> {
+/// Compiles the `priority` of the rule at `path` (whether its limits can
+/// be shared by classes is their kinds' to say, where the plan is put
+/// together).
+pub fn compile(path: &str, priority: Option<&RawPriority>) -> Result<Option<Priority>, FieldError> {
     let Some(priority) = priority else {
         return Ok(None);
     };
     let at = field_path(path, "priority");
-    check_limits(&at, limits, raw)?;
     let from =
         KeyPart::parse(&priority.from).map_err(|m| FieldError::at(field_path(&at, "from"), m))?;
     if priority.classes.is_empty() || priority.classes.len() > MAX_CLASSES {
@@ -65,31 +60,4 @@ pub fn compile(
         classes,
         default,
     }))
-}
-
-/// Priority classes share the rule's rate limits, local or checked with
-/// the limiter per request: a reserve is room now, for one request.
-fn check_limits(at: &str, limits: &[RuleLimit], raw: &[RawLimit]) -> Result<(), FieldError> {
-    for (j, (limit, raw)) in limits.iter().zip(raw).enumerate() {
-        let why = match &limit.kind {
-            _ if raw.on_exceed == OnExceed::Delay => Some("a limit in delay mode"),
-            LimitKind::Local(_) => None,
-            LimitKind::Global(g) => match g.sync {
-                Sync::PerRequest | Sync::Elastic(_) => None,
-                Sync::Coalesce => Some("a global limit with sync coalesce"),
-                Sync::Lease(_) => Some("a global limit with sync lease"),
-            },
-            LimitKind::Concurrency(_) => Some("a concurrency limit"),
-            LimitKind::ServiceHeld(_) => Some("held by a rate limit service (protocol rls)"),
-        };
-        if let Some(why) = why {
-            return Err(FieldError::at(
-                at,
-                format!(
-                    "applies to rate limits, local or global per request; limits[{j}] is {why}"
-                ),
-            ));
-        }
-    }
-    Ok(())
 }

@@ -715,8 +715,8 @@ fn sync_modes_compile() {
     let plan =
         parse(leased(r#"{"mode":"lease","max_share":"2.5%","ttl":"200ms"}"#).as_bytes()).unwrap();
     let rule_limit = &plan.rules[0].limits[0];
-    match rule_limit.sync() {
-        Some(Sync::Lease(policy)) => {
+    match &rule_limit.kind {
+        LimitKind::Leased(LeasedLimit { policy, .. }) => {
             assert_eq!((policy.share_ppm, policy.ttl), (25_000, 200 * MILLISECOND));
             assert_eq!(policy.max_units(rule_limit.limit()), 25);
             assert_eq!(policy.prefix, "sluice/d/r/0/lease/");
@@ -725,12 +725,15 @@ fn sync_modes_compile() {
     }
     let plan = parse(leased(r#"{"mode":"lease","max_share":"100%"}"#).as_bytes()).unwrap();
     assert!(
-        matches!(plan.rules[0].limits[0].sync(), Some(Sync::Lease(p)) if p.ttl == SECOND && p.share_ppm == 1_000_000)
+        matches!(&plan.rules[0].limits[0].kind, LimitKind::Leased(LeasedLimit { policy: p, .. }) if p.ttl == SECOND && p.share_ppm == 1_000_000)
     );
     let plan = parse(leased(r#"{"mode":"coalesce"}"#).as_bytes()).unwrap();
-    assert_eq!(plan.rules[0].limits[0].sync(), Some(&Sync::Coalesce));
+    assert!(matches!(
+        plan.rules[0].limits[0].kind,
+        LimitKind::Coalesced(_)
+    ));
     let plan = parse(leased(r#"{"mode":"per_request"}"#).as_bytes()).unwrap();
-    assert_eq!(plan.rules[0].limits[0].sync(), Some(&Sync::PerRequest));
+    assert!(matches!(plan.rules[0].limits[0].kind, LimitKind::Global(_)));
 }
 
 #[test]

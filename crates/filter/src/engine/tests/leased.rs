@@ -1,7 +1,7 @@
 //! Leased global limits: units spent in the Envoy, asked for with checks.
 
 use super::*;
-use crate::engine::leased::lease_expiry;
+use crate::engine::core::renewal::lease_expiry;
 use sluice_core::Limit;
 
 const LEASED: &str = r#"{"name":"g","key":["client_ip"],"limits":[

@@ -1,9 +1,11 @@
 //! A request waiting for the limiter: its calls, and their answers as they
 //! arrive.
 
-use super::call::{Call, Via};
+use super::call::Call;
+use super::env::Env;
+use super::follow::FollowUp;
 use super::renewal::Renewal;
-use super::tally::{Env, Tally};
+use super::tally::Tally;
 use crate::config::Plan;
 use crate::local::SharedStore;
 use crate::metrics::MetricSink;
@@ -17,17 +19,19 @@ use sluice_wire::CheckResponse;
 /// limits of one call together (a denial consumes nothing), and a shadow
 /// denial must not stop the enforcing limits from being counted.
 #[derive(Debug)]
-pub struct PendingCheck {
+pub struct PendingCheck<F> {
     /// The enforcing call first, if any.
-    pub(super) calls: Vec<Call>,
-    pub(super) tally: Tally,
+    pub(crate) calls: Vec<Call<F>>,
+    pub(crate) tally: Tally,
     /// This is the second call, where elastic limits borrow.
-    pub(super) borrowing: bool,
+    pub(crate) borrowing: bool,
     /// What the rate limit service asked for besides its decision.
-    pub(super) reply: Option<rls::Reply>,
+    pub(crate) reply: Option<rls::Reply>,
 }
 
-impl PendingCheck {
+// The bound is the crate's own: the only follow-up is the registry's.
+#[allow(private_bounds)]
+impl<F: FollowUp> PendingCheck<F> {
     /// Number of calls to make (one or two).
     pub fn call_count(&self) -> usize {
         self.calls.len()
@@ -63,19 +67,19 @@ impl PendingCheck {
     /// Whether a call takes permits of a global concurrency limit: its
     /// answer must be read even if the request is gone, to give them back.
     pub fn takes_permits(&self) -> bool {
-        self.calls.iter().any(|c| {
-            c.batch
-                .items
-                .iter()
-                .any(|i| matches!(i.via, Via::Permit(_)))
-        })
+        self.calls
+            .iter()
+            .any(|c| c.batch.items.iter().any(|i| i.follow.takes_permits()))
     }
 
     /// The limiter keys of its calls' limits (none with `protocol: rls`).
     pub fn limiter_keys(&self) -> impl Iterator<Item = &str> {
-        self.calls
-            .iter()
-            .flat_map(|c| c.batch.limits.iter().map(|l| l.key.as_ref()))
+        self.calls.iter().flat_map(|c| {
+            c.batch
+                .items
+                .iter()
+                .filter_map(|i| i.spec().map(|l| l.key.as_ref()))
+        })
     }
 
     /// When the request was decided, just before its calls were made (the

@@ -3,11 +3,11 @@
 //! the quota and window, answers (see [`crate::rls`]). A denial is cached
 //! like any global limit's.
 
-use super::call::{GlobalItem, Via};
-use super::walk::{Applied, Walk};
 use crate::config::checks::{field_path, rate_fields, LimitSite};
 use crate::config::raw::{OnExceed, RawLimit};
 use crate::config::{Entry, EntryValue, LimitKind, ServiceHeld};
+use crate::engine::core::call::{Item, Wire};
+use crate::engine::core::walk::{Applied, Cx};
 use crate::headers::Reported;
 use crate::key::{KeyPart, RequestView};
 use crate::layout;
@@ -26,60 +26,64 @@ pub(crate) fn compile(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind,
     }))
 }
 
-impl<'a, V, S, M> Walk<'a, V, S, M>
+/// Denies global limit `l` of `applied`, held by a rate limit service, if
+/// the over-limit cache holds its key; else its item for the call, its
+/// descriptor. Its quota and window are known only from the service's
+/// answer.
+pub(crate) fn step<'a, V, S, M>(
+    cx: &mut Cx<'a, V, S, M>,
+    applied: &Applied<'_, '_>,
+    l: usize,
+    held: &'a ServiceHeld,
+) -> Result<Item<()>, Reported>
 where
     V: RequestView,
     S: SharedStore + ?Sized,
     M: MetricSink + ?Sized,
 {
-    /// Denies global limit `l` of `applied`, held by a rate limit service,
-    /// if the over-limit cache holds its key, or adds its descriptor to the
-    /// call it belongs to. Its quota and window are known only from the
-    /// service's answer.
-    pub(super) fn service_held(
-        &mut self,
-        applied: &Applied<'_, '_>,
-        l: usize,
-        held: &'a ServiceHeld,
-    ) -> Result<(), Reported> {
-        let item = GlobalItem {
-            rule: applied.index,
-            limit: l,
-            window: 0,
-            requests: 0,
-            fingerprint: applied.fingerprint,
-            cacheable: applied.fixed_cost(),
-            via: Via::Alone,
-        };
-        if let Some(deadline) = self.cached_denial(applied, &held.deny_prefix, 0) {
-            let now = self.tally.now;
-            return Err(item.reported(Decision::over_limit(0, deadline.saturating_sub(now))));
+    let reported = |decision| Reported {
+        rule: applied.index,
+        limit: l,
+        window: 0,
+        decision,
+    };
+    let cache = match cx.cache_slot(applied, &held.deny_prefix, 0) {
+        Some((_, Some(deadline))) => {
+            let wait = deadline.saturating_sub(cx.tally.now);
+            return Err(reported(Decision::over_limit(0, wait)));
         }
-        let mut value = String::new();
-        let entries = held
-            .descriptor
-            .iter()
-            .map(|e| {
-                let value = match &e.value {
-                    EntryValue::Fixed(text) => text.clone(),
-                    EntryValue::Part(part) => {
-                        // A part of the rule's key, which was built.
-                        self.request
-                            .write_key(std::slice::from_ref(part), &mut value);
-                        value.clone()
-                    }
-                };
-                (e.key.clone(), value)
-            })
-            .collect();
-        let descriptor = rls::Descriptor {
+        Some((slot, None)) => Some(slot),
+        None => None,
+    };
+    let mut value = String::new();
+    let entries = held
+        .descriptor
+        .iter()
+        .map(|e| {
+            let value = match &e.value {
+                EntryValue::Fixed(text) => text.clone(),
+                EntryValue::Part(part) => {
+                    // A part of the rule's key, which was built.
+                    cx.request.write_key(std::slice::from_ref(part), &mut value);
+                    value.clone()
+                }
+            };
+            (e.key.clone(), value)
+        })
+        .collect();
+    Ok(Item {
+        rule: applied.index,
+        limit: l,
+        window: 0,
+        requests: 0,
+        fingerprint: applied.fingerprint,
+        cache,
+        wire: Wire::Descriptor(rls::Descriptor {
             entries,
             hits: None,
-        };
-        self.batch_of(applied)
-            .push_descriptor(item, descriptor, applied.weight);
-        Ok(())
-    }
+        }),
+        follow: (),
+    })
 }
 
 /// Checks a global limit of `protocol: rls`: only `scope` and `descriptor`

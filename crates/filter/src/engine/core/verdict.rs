@@ -1,36 +1,38 @@
 //! What the engine answers for a request: let it through, hold it, deny it,
 //! or ask the limiter first.
 
-use super::concurrency::Held;
+use super::env::Env;
+use super::held::Held;
 use super::pending::PendingCheck;
 use super::renewal::Renewal;
 use super::settle::Owed;
-use super::tally::{Env, Tally};
+use super::tally::{Refusal, Tally};
 use crate::config::Plan;
 use crate::headers::Reported;
 use crate::local::SharedStore;
-use crate::metrics::MetricSink;
+use crate::metrics::{MetricSink, RuleEvent};
 use sluice_core::{Decision, Denial, Nanos};
 use sluice_wire::LimitSpec;
 
-/// What to do with a request.
+/// What to do with a request (`F`: what each kind of global limit does
+/// with the limiter's answer; see [`crate::engine::Verdict`]).
 #[derive(Debug)]
-pub enum Verdict {
+pub enum Verdict<F> {
     /// Let it through.
     Allow(Admitted),
     /// Let it through once it has been held for [`Delayed::delay`].
     Delay(Delayed),
     /// Answer with the denial response.
     Deny(Denied),
-    /// Ask the limiter, then call [`finish`](super::finish).
-    Check(PendingCheck),
+    /// Ask the limiter, then call [`finish`](crate::engine::finish).
+    Check(PendingCheck<F>),
 }
 
-impl Verdict {
+impl<F> Verdict<F> {
     /// The lease renewal a final verdict carries, taken out: the host sends
     /// it from its root context, whatever becomes of the request, and
     /// settles it with the answer ([`Renewal::settle`]). A
-    /// [`Verdict::Check`] keeps its own until [`finish`](super::finish).
+    /// [`Verdict::Check`] keeps its own until [`finish`](crate::engine::finish).
     pub fn take_renewal(&mut self) -> Option<Renewal> {
         match self {
             Verdict::Allow(admitted) => admitted.renewal.take(),
@@ -97,8 +99,8 @@ pub struct Delayed {
     /// waiting requests, its metrics count the delay).
     pub rule: usize,
     /// The decision of that limit.
-    pub(super) limit: Reported,
-    pub(super) tally: Tally,
+    pub(crate) limit: Reported,
+    pub(crate) tally: Tally,
 }
 
 impl Delayed {
@@ -131,7 +133,7 @@ impl Delayed {
     /// the host gives them back when the stream ends, whether or not it
     /// waited to the end ([`give_back`](Self::give_back) leaves them).
     pub fn take_held(&mut self) -> Held {
-        std::mem::take(&mut self.tally.held)
+        self.tally.take_held()
     }
 
     /// Counts the request as admitted and delayed, once it is held.
@@ -157,7 +159,7 @@ impl Delayed {
             denial: Some(Denial::OverLimit),
             ..report.decision
         };
-        self.tally.denied(report, &env)
+        self.tally.denied(report.into(), &env)
     }
 
     /// Gives back at `now` what the request consumed locally, as admitted at
@@ -178,5 +180,65 @@ impl Delayed {
         let env = Env::new(plan, store, metrics);
         self.tally.refund_at(0, &env, now);
         std::mem::take(&mut self.tally.taken)
+    }
+}
+
+impl Tally {
+    /// Denies the request for `refusal`, refunding everything it consumed.
+    pub(crate) fn deny<S, M, F>(self, refusal: Refusal, env: &Env<'_, S, M>) -> Verdict<F>
+    where
+        S: SharedStore + ?Sized,
+        M: MetricSink + ?Sized,
+    {
+        Verdict::Deny(self.denied(refusal, env))
+    }
+
+    /// [`deny`](Self::deny)'s denial.
+    pub(crate) fn denied<S, M>(mut self, refusal: Refusal, env: &Env<'_, S, M>) -> Denied
+    where
+        S: SharedStore + ?Sized,
+        M: MetricSink + ?Sized,
+    {
+        self.refund_since(0, env);
+        let report = refusal.report;
+        let wait = refusal
+            .wait
+            .filter(|_| report.decision.denial == Some(Denial::OverLimit));
+        if wait.is_none() {
+            // A request that may wait for a permit is counted when it ends.
+            env.metrics.rule(report.rule, RuleEvent::Denied);
+        }
+        let mut applied = std::mem::take(&mut self.applied);
+        applied.push(report);
+        Denied {
+            report,
+            applied,
+            held: self.take_held(),
+            shadow_denied: self.shadow_denied,
+            wait,
+            renewal: self.renewal,
+        }
+    }
+
+    /// Lets the request through, or holds it when some limit delays it
+    /// (counted once the host holds it: [`Delayed::accept`]).
+    pub(crate) fn admit<M: MetricSink + ?Sized, F>(mut self, metrics: &M) -> Verdict<F> {
+        if let Some(limit) = self.delayed {
+            return Verdict::Delay(Delayed {
+                delay: limit.decision.delay,
+                rule: limit.rule,
+                limit,
+                tally: self,
+            });
+        }
+        self.count_allowed(metrics);
+        Verdict::Allow(Admitted {
+            held: self.take_held(),
+            report: self.report,
+            applied: self.applied,
+            shadow_denied: self.shadow_denied,
+            owed: self.owed,
+            renewal: self.renewal,
+        })
     }
 }

@@ -3,11 +3,48 @@
 //! The limiter admits the first `admitted` requests of a shared call in
 //! arrival order; each request reads its share of the answer.
 
-use super::call::Via;
-use super::pending::PendingCheck;
+use crate::config::checks::{compile_limit, LimitSite};
+use crate::config::raw::RawLimit;
+use crate::config::{GlobalLimit, LimitKind};
+use crate::engine::core::call::Item;
+use crate::engine::core::follow::FollowUp;
+use crate::engine::core::global::{built, refuse_lease_fields};
+use crate::engine::core::pending::PendingCheck;
+use crate::engine::core::walk::{Applied, Cx};
+use crate::headers::Reported;
+use crate::key::RequestView;
+use crate::local::SharedStore;
+use crate::metrics::MetricSink;
+use sluice_core::FieldError;
 use sluice_wire::{check_json, CheckResponse, LimitResult};
 
-impl PendingCheck {
+/// Compiles a global limit with `sync: coalesce`.
+pub(crate) fn compile(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind, FieldError> {
+    let limit = compile_limit(site.path, raw)?;
+    refuse_lease_fields(site, raw)?;
+    Ok(LimitKind::Coalesced(built(site, limit)))
+}
+
+/// Denies coalesced limit `l` of `applied` if it can never admit the
+/// request's weight or the over-limit cache holds its key; else its item
+/// for the call, which may be shared.
+pub(crate) fn step<V, S, M>(
+    cx: &mut Cx<'_, V, S, M>,
+    applied: &Applied<'_, '_>,
+    l: usize,
+    global: &GlobalLimit,
+) -> Result<Item<()>, Reported>
+where
+    V: RequestView,
+    S: SharedStore + ?Sized,
+    M: MetricSink + ?Sized,
+{
+    cx.checked_item(applied, l, global)
+}
+
+// The bound is the crate's own: the only follow-up is the registry's.
+#[allow(private_bounds)]
+impl<F: FollowUp> PendingCheck<F> {
     /// The request's check, when it may share calls with requests that have
     /// the same (see [`crate::coalesce`]): one call, of enforcing limits that
     /// all coalesce, none of them elastic. Requests with equal bodies have
@@ -16,11 +53,7 @@ impl PendingCheck {
         let [call] = self.calls.as_slice() else {
             return None;
         };
-        let all = call
-            .batch
-            .items
-            .iter()
-            .all(|item| matches!(item.via, Via::Coalesced));
+        let all = call.batch.items.iter().all(|item| item.follow.coalesces());
         (!call.shadow && !self.borrowing && all).then_some(call.body.as_slice())
     }
 
@@ -30,13 +63,7 @@ impl PendingCheck {
             return Vec::new();
         };
         let batch = &call.batch;
-        check_json(
-            domain,
-            batch.hits.unwrap_or(1),
-            &batch.limits,
-            Some(n),
-            None,
-        )
+        check_json(domain, batch.hits(), &batch.specs(), Some(n), None)
     }
 
     /// Reads the answer `body` to a call carrying `n` requests with this

@@ -1,11 +1,14 @@
 //! Deciding a request rule after rule: each limit of a rule that applies
-//! takes the step of its kind (the one `match` over [`LimitKind`]).
+//! takes the step of its kind, which the registry ([`Steps`], implemented
+//! in [`crate::engine::kinds`]) chooses; the walk knows no kind.
 
-use super::call::Batch;
+use super::call::{Batch, Item};
+use super::env::Env;
+use super::follow::FollowUp;
 use super::pending::PendingCheck;
-use super::tally::{Env, Tally};
+use super::tally::{Refusal, Tally};
 use super::verdict::Verdict;
-use crate::config::{Cost, Estimate, LimitKind, Plan, Rule};
+use crate::config::{Cost, Estimate, Plan, Rule, RuleLimit};
 use crate::headers::Reported;
 use crate::key::{Request, RequestView};
 use crate::local::SharedStore;
@@ -18,10 +21,27 @@ use sluice_wire::LimitSpec;
 /// fit, so that writing them allocates once.
 const KEY_ROOM: usize = 64;
 
+/// The step of every kind of limit: the registry's one `match` over the
+/// kinds.
+pub(crate) trait Steps: FollowUp {
+    /// Decides limit `l` (`limit`) of `applied`: consumes it, or adds it to
+    /// the call it belongs to; the refusal of a limit that denies.
+    fn step<'a, V, S, M>(
+        walk: &mut Walk<'a, V, S, M, Self>,
+        applied: &Applied<'a, '_>,
+        l: usize,
+        limit: &'a RuleLimit,
+    ) -> Result<(), Refusal>
+    where
+        V: RequestView,
+        S: SharedStore + ?Sized,
+        M: MetricSink + ?Sized;
+}
+
 /// Decides a request's local limits and prepares its global check. `clock`
 /// is read once, and only when some rule applies; `holder` holds the
-/// permits of concurrency limits (see [`super::concurrency`]).
-pub fn evaluate<V, S, M, C>(
+/// permits of concurrency limits (see [`crate::engine::concurrency`]).
+pub(crate) fn evaluate<K, V, S, M, C>(
     plan: &Plan,
     hasher: &SlotHasher,
     holder: Holder,
@@ -29,8 +49,9 @@ pub fn evaluate<V, S, M, C>(
     store: &S,
     metrics: &M,
     clock: C,
-) -> Verdict
+) -> Verdict<K>
 where
+    K: Steps,
     V: RequestView,
     S: SharedStore + ?Sized,
     M: MetricSink + ?Sized,
@@ -38,15 +59,17 @@ where
 {
     let request = Request::new(view, &plan.client_ip).with_jwt_payload(&plan.jwt_payload);
     let mut walk = Walk {
-        env: Env::new(plan, store, metrics),
-        request: &request,
-        hasher,
-        holder,
-        tally: Tally::new(plan, holder),
+        cx: Cx {
+            env: Env::new(plan, store, metrics),
+            request: &request,
+            hasher,
+            holder,
+            tally: Tally::new(plan, holder),
+            // Room for a shared-data key (prefix and slot) without growing.
+            scratch: String::with_capacity(KEY_ROOM),
+        },
         enforcing: Batch::default(),
         shadow: Batch::default(),
-        // Room for a shared-data key (prefix and slot) without growing.
-        scratch: String::with_capacity(KEY_ROOM),
     };
     let mut clock_read: Option<Nanos> = None;
     let mut key = String::with_capacity(KEY_ROOM);
@@ -68,7 +91,7 @@ where
                 u64::from(!owes)
             }
         };
-        walk.tally.now = *clock_read.get_or_insert_with(&clock);
+        walk.cx.tally.now = *clock_read.get_or_insert_with(&clock);
         let fingerprint = hasher.fingerprint(&key);
         let applied = Applied {
             index,
@@ -79,9 +102,9 @@ where
             weight,
             share: share(rule, &request),
         };
-        if let Err(report) = walk.rule(&applied) {
+        if let Err(refusal) = walk.rule(&applied) {
             walk.cancel_asks();
-            return walk.tally.deny(report, &walk.env);
+            return walk.cx.tally.deny(refusal, &walk.cx.env);
         }
     }
     walk.into_verdict()
@@ -114,21 +137,21 @@ fn weight<'a, V: RequestView>(cost: &'a Cost, request: &Request<'a, V>) -> Resul
 }
 
 /// A rule that applies to the request, and the request's key for it.
-pub(super) struct Applied<'a, 'k> {
-    pub(super) index: usize,
-    pub(super) rule: &'a Rule,
-    pub(super) key: &'k str,
-    pub(super) fingerprint: u64,
-    pub(super) slot: u64,
+pub(crate) struct Applied<'a, 'k> {
+    pub(crate) index: usize,
+    pub(crate) rule: &'a Rule,
+    pub(crate) key: &'k str,
+    pub(crate) fingerprint: u64,
+    pub(crate) slot: u64,
     /// What the request weighs in this rule's limits (at least 1).
-    pub(super) weight: u64,
+    pub(crate) weight: u64,
     /// The percent of each local limit of the rule the request's priority
     /// class may use (100 without classes).
-    pub(super) share: u8,
+    pub(crate) share: u8,
 }
 
 impl Applied<'_, '_> {
-    pub(super) fn reported(&self, l: usize, limit: &Limit, decision: Decision) -> Reported {
+    pub(crate) fn reported(&self, l: usize, limit: &Limit, decision: Decision) -> Reported {
         Reported {
             rule: self.index,
             limit: l,
@@ -138,79 +161,88 @@ impl Applied<'_, '_> {
     }
 
     /// Whether every request of the rule weighs the same.
-    pub(super) fn fixed_cost(&self) -> bool {
+    pub(crate) fn fixed_cost(&self) -> bool {
         matches!(self.rule.cost, Cost::Fixed(_))
     }
 }
 
-/// A request being decided, rule after rule.
-pub(super) struct Walk<'a, V: RequestView, S: ?Sized, M: ?Sized> {
-    pub(super) env: Env<'a, S, M>,
+/// What a kind's step decides a limit with: the request, the shared data
+/// and what happened to the request so far (its calls aside).
+pub(crate) struct Cx<'a, V: RequestView, S: ?Sized, M: ?Sized> {
+    pub(crate) env: Env<'a, S, M>,
     /// The request, for the keys of pool rules.
-    pub(super) request: &'a Request<'a, V>,
-    pub(super) hasher: &'a SlotHasher,
+    pub(crate) request: &'a Request<'a, V>,
+    pub(crate) hasher: &'a SlotHasher,
     /// Who holds the permits this request takes.
-    pub(super) holder: Holder,
-    pub(super) tally: Tally,
-    /// The global limits of enforcing rules, and of shadow rules.
-    pub(super) enforcing: Batch,
-    pub(super) shadow: Batch,
+    pub(crate) holder: Holder,
+    pub(crate) tally: Tally,
     /// Reused for shared-data keys.
-    pub(super) scratch: String,
+    pub(crate) scratch: String,
 }
 
-impl<'a, V, S, M> Walk<'a, V, S, M>
+/// A request being decided, rule after rule.
+pub(crate) struct Walk<'a, V: RequestView, S: ?Sized, M: ?Sized, F> {
+    pub(crate) cx: Cx<'a, V, S, M>,
+    /// The global limits of enforcing rules, and of shadow rules.
+    enforcing: Batch<F>,
+    shadow: Batch<F>,
+}
+
+impl<'a, V, S, M, K> Walk<'a, V, S, M, K>
 where
     V: RequestView,
     S: SharedStore + ?Sized,
     M: MetricSink + ?Sized,
+    K: Steps,
 {
     /// Decides the limits of `applied` in order. A shadow rule that would
     /// deny gives back its own consumption and drops its global limits;
-    /// an enforcing rule's denial is returned.
-    fn rule(&mut self, applied: &Applied<'a, '_>) -> Result<(), Reported> {
-        let consumed_mark = self.tally.consumed.len();
+    /// an enforcing rule's refusal is returned.
+    fn rule(&mut self, applied: &Applied<'a, '_>) -> Result<(), Refusal> {
+        let consumed_mark = self.cx.tally.consumed.len();
         let shadow_mark = self.shadow.len();
         let global_mark = self.batch_of(applied).len();
-        let Err(report) = self.limits(applied) else {
-            self.tally.admitted.push(applied.index);
+        let Err(refusal) = self.limits(applied) else {
+            self.cx.tally.admitted.push(applied.index);
             if matches!(applied.rule.cost, Cost::Response(_)) {
                 let global = self.batch_of(applied).since(global_mark);
-                let (plan, shadow) = (self.env.plan, applied.rule.shadow);
                 let (rule, estimate) = (applied.index, applied.weight);
-                self.tally
-                    .owe(plan, rule, estimate, consumed_mark, global, shadow);
+                let shadow = applied.rule.shadow;
+                let tally = &mut self.cx.tally;
+                tally.owe(rule, estimate, consumed_mark, global, shadow);
             }
             return Ok(());
         };
         if !applied.rule.shadow {
-            return Err(report);
+            return Err(refusal);
         }
-        self.tally.refund_since(consumed_mark, &self.env);
+        self.cx.tally.refund_since(consumed_mark, &self.cx.env);
         self.shadow.truncate(shadow_mark);
-        self.env
+        self.cx
+            .env
             .metrics
             .rule(applied.index, RuleEvent::ShadowDenied);
-        self.tally.shadow_denied.push(applied.index);
+        self.cx.tally.shadow_denied.push(applied.index);
         Ok(())
     }
 
-    /// The first denial among the limits of `applied`, each decided by its
+    /// The first refusal among the limits of `applied`, each decided by its
     /// kind.
-    fn limits(&mut self, applied: &Applied<'a, '_>) -> Result<(), Reported> {
+    fn limits(&mut self, applied: &Applied<'a, '_>) -> Result<(), Refusal> {
         for (l, rule_limit) in applied.rule.limits.iter().enumerate() {
-            match &rule_limit.kind {
-                LimitKind::Local(local) => self.local(applied, l, local)?,
-                LimitKind::Global(global) => self.global(applied, l, global)?,
-                LimitKind::ServiceHeld(held) => self.service_held(applied, l, held)?,
-                LimitKind::Concurrency(c) => self.concurrency(applied, l, c)?,
-            }
+            K::step(self, applied, l, rule_limit)?;
         }
         Ok(())
+    }
+
+    /// Adds `item`, checked with the request's weight, to the call the
+    /// global limits of `applied` go in.
+    pub(crate) fn push(&mut self, applied: &Applied<'_, '_>, item: Item<K>) {
+        self.batch_of(applied).push(item, applied.weight);
     }
 
     /// The call the global limits of `applied` go in.
-    pub(super) fn batch_of(&mut self, applied: &Applied<'_, '_>) -> &mut Batch {
+    fn batch_of(&mut self, applied: &Applied<'_, '_>) -> &mut Batch<K> {
         if applied.rule.shadow {
             &mut self.shadow
         } else {
@@ -218,19 +250,34 @@ where
         }
     }
 
-    /// Admits the request, or asks the limiter about its global limits.
-    fn into_verdict(self) -> Verdict {
-        if self.enforcing.is_empty() && self.shadow.is_empty() {
-            return self.tally.admit(self.env.metrics);
+    /// Ends what the limits bound for calls asked for: the request is
+    /// denied before any call is made.
+    fn cancel_asks(&self) {
+        for item in self.enforcing.items.iter().chain(&self.shadow.items) {
+            item.follow.cancel(&self.cx.env, item);
         }
-        let domain = &self.env.plan.domain;
+    }
+
+    /// Admits the request, or asks the limiter about its global limits.
+    fn into_verdict(self) -> Verdict<K> {
+        let Walk {
+            cx,
+            enforcing,
+            shadow,
+        } = self;
+        if enforcing.is_empty() && shadow.is_empty() {
+            return cx.tally.admit(cx.env.metrics);
+        }
+        let domain = &cx.env.plan.domain;
         let mut calls = Vec::with_capacity(2);
-        let holder = self.holder;
-        calls.extend(self.enforcing.into_call(domain, false, holder));
-        calls.extend(self.shadow.into_call(domain, true, holder));
+        for (batch, is_shadow) in [(enforcing, false), (shadow, true)] {
+            let permits = batch.items.iter().any(|i| i.follow.takes_permits());
+            let holder = permits.then_some(cx.holder);
+            calls.extend(batch.into_call(domain, is_shadow, holder));
+        }
         Verdict::Check(PendingCheck {
             calls,
-            tally: self.tally,
+            tally: cx.tally,
             borrowing: false,
             reply: None,
         })
@@ -238,7 +285,7 @@ where
 }
 
 /// The share of `rule`'s limits the request's priority class may use.
-pub(super) fn share<'a, V: RequestView>(rule: &'a Rule, request: &Request<'a, V>) -> u8 {
+pub(crate) fn share<'a, V: RequestView>(rule: &'a Rule, request: &Request<'a, V>) -> u8 {
     let Some(priority) = &rule.priority else {
         return 100;
     };
@@ -249,7 +296,7 @@ pub(super) fn share<'a, V: RequestView>(rule: &'a Rule, request: &Request<'a, V>
 
 /// The units of `limit` a priority class with `share` percent must leave
 /// free: `100 − share` percent of what a fresh key admits, rounded down.
-pub(super) fn reserve(limit: &Limit, share: u8) -> u64 {
+pub(crate) fn reserve(limit: &Limit, share: u8) -> u64 {
     let kept = u128::from(100 - share.min(100));
     u64::try_from(u128::from(limit.soft_burst()) * kept / 100).unwrap_or(u64::MAX)
 }
@@ -257,7 +304,7 @@ pub(super) fn reserve(limit: &Limit, share: u8) -> u64 {
 /// The wire form of `limit` under limiter key `key` for a request of a
 /// priority class with `share` percent: with the reserve it leaves for the
 /// classes above it, if any.
-pub(super) fn class_spec(key: String, limit: &Limit, share: u8) -> LimitSpec<'static> {
+pub(crate) fn class_spec(key: String, limit: &Limit, share: u8) -> LimitSpec<'static> {
     LimitSpec {
         reserve: Some(reserve(limit, share)).filter(|&r| r > 0),
         ..LimitSpec::new(key, limit)
@@ -265,6 +312,6 @@ pub(super) fn class_spec(key: String, limit: &Limit, share: u8) -> LimitSpec<'st
 }
 
 /// The slot of a key with `fingerprint` in a limit's slot table.
-pub(super) fn slot(plan: &Plan, fingerprint: u64) -> u64 {
+pub(crate) fn slot(plan: &Plan, fingerprint: u64) -> u64 {
     slots::slot_of(fingerprint, plan.local_max_keys)
 }

@@ -1,0 +1,173 @@
+//! Consuming local state, which the kinds decided by this filter share:
+//! a key's entry in a key table, or an override's own key, consumed in a
+//! compare-and-swap loop ([`crate::local::consume`]) and logged for the
+//! refund ([`Undo::State`]).
+
+use super::tally::undecided;
+use super::undo::{LocalState, Undo};
+use super::walk::{reserve, Applied, Cx};
+use crate::config::checks::LimitSite;
+use crate::config::raw::RawLimit;
+use crate::config::{LocalLimit, Quota};
+use crate::headers::Reported;
+use crate::key::RequestView;
+use crate::layout;
+use crate::local::{self, Contended, SharedStore, Taken};
+use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
+use crate::table::{self, Placed, Shape, Table};
+use sluice_core::{Decision, FieldError, Limit};
+
+/// The local limit of `limit` at `site`; `sync` is refused.
+pub(crate) fn built(
+    site: &LimitSite<'_>,
+    raw: &RawLimit,
+    limit: Limit,
+) -> Result<LocalLimit, FieldError> {
+    if raw.sync.is_some() {
+        return Err(FieldError::at(
+            site.field("sync"),
+            "only applies to limits with scope global",
+        ));
+    }
+    Ok(LocalLimit {
+        state_prefix: layout::limit_prefix(site.domain, site.rule, site.index, &limit),
+        quota: Quota {
+            limit,
+            overrides: Vec::new(),
+        },
+        keys: site.keys,
+    })
+}
+
+impl<V, S, M> Cx<'_, V, S, M>
+where
+    V: RequestView,
+    S: SharedStore + ?Sized,
+    M: MetricSink + ?Sized,
+{
+    /// Consumes the key's quota of local limit `l` of `applied` (its
+    /// override's, if it has one): the limit that decided, and its
+    /// decision; a denial when contention prevents deciding.
+    pub(crate) fn take_quota<'l>(
+        &mut self,
+        applied: &Applied<'_, '_>,
+        l: usize,
+        local: &'l LocalLimit,
+    ) -> Result<(&'l Limit, Decision), Reported> {
+        let quota = &local.quota;
+        let own = quota
+            .override_index(applied.key)
+            .and_then(|i| quota.overrides.get(i));
+        let (weight, share) = (applied.weight, applied.share);
+        let (limit, taken) = match own {
+            Some(o) => (
+                &o.limit,
+                self.take_key(&o.state_key, &o.limit, weight, share),
+            ),
+            None => {
+                let entry = Entry {
+                    prefix: &local.state_prefix,
+                    shape: local.keys,
+                    fingerprint: applied.fingerprint,
+                };
+                let taken = self.take_entry(applied.index, entry, &quota.limit, weight, share);
+                (&quota.limit, taken)
+            }
+        };
+        match taken {
+            Ok(decision) => Ok((limit, decision)),
+            Err(Contended) => {
+                self.env.metrics.global(GlobalEvent::CasExhausted);
+                Err(applied.reported(l, limit, undecided(limit.requests)))
+            }
+        }
+    }
+
+    /// Notes what local limit `l` of an enforcing `applied` reports once it
+    /// admitted.
+    pub(crate) fn note_local(
+        &mut self,
+        applied: &Applied<'_, '_>,
+        l: usize,
+        limit: &Limit,
+        decision: Decision,
+    ) {
+        if !applied.rule.shadow {
+            let reported = applied.reported(l, limit, decision);
+            self.tally.note(reported);
+            self.tally.note_delay(reported);
+        }
+    }
+
+    /// Consumes `weight` of `limit` in the dedicated shared-data key `key`,
+    /// remembering it for a refund when admitted.
+    pub(crate) fn take_key(
+        &mut self,
+        key: &str,
+        limit: &Limit,
+        weight: u64,
+        share: u8,
+    ) -> Result<Decision, Contended> {
+        let (store, now) = (self.env.store, self.tally.now);
+        let taken = local::consume(store, key, limit, now, weight, reserve(limit, share))?;
+        Ok(self.consumed(LocalState::Key(key.to_string()), limit, taken, weight))
+    }
+
+    /// Consumes `weight` of `limit` in the entry of a key table (counting
+    /// `rule`'s `table_full` when the key has no entry of its own),
+    /// remembering it for a refund when admitted.
+    pub(crate) fn take_entry(
+        &mut self,
+        rule: usize,
+        entry: Entry<'_>,
+        limit: &Limit,
+        weight: u64,
+        share: u8,
+    ) -> Result<Decision, Contended> {
+        let (store, now) = (self.env.store, self.tally.now);
+        let table = Table::new(entry.prefix, entry.shape);
+        let reserve = reserve(limit, share);
+        let decided = table::consume(
+            store,
+            &table,
+            entry.fingerprint,
+            limit,
+            now,
+            weight,
+            reserve,
+        )?;
+        if decided.placed != Placed::Own {
+            self.env.metrics.rule(rule, RuleEvent::TableFull);
+        }
+        let at = LocalState::Entry {
+            prefix: entry.prefix.to_string(),
+            shape: entry.shape,
+            fingerprint: entry.fingerprint,
+            spot: decided.spot,
+        };
+        Ok(self.consumed(at, limit, decided.result, weight))
+    }
+
+    /// Remembers what `taken` consumed at `at`, if it admitted.
+    fn consumed(&mut self, at: LocalState, limit: &Limit, taken: Taken, weight: u64) -> Decision {
+        let decision = taken.decision;
+        if decision.allowed {
+            self.tally.consumed.push(Undo::State {
+                at,
+                limit: limit.clone(),
+                admitted_at: taken.at.saturating_add(decision.delay),
+                weight,
+            });
+        }
+        decision
+    }
+}
+
+/// The entry of a key in a key table.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Entry<'a> {
+    /// The prefix of the table's buckets.
+    pub(crate) prefix: &'a str,
+    pub(crate) shape: Shape,
+    pub(crate) fingerprint: u64,
+}

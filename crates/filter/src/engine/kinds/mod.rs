@@ -1,0 +1,488 @@
+//! The limit kinds, one module each (its compile step, its step, what it
+//! does with the limiter's answer, its undo and its duty after the
+//! response), and the registry: the one place that lists them. Every
+//! `match` over [`LimitKind`] and over the follow-ups of the kinds'
+//! items ([`Follow`]) is here and names every kind, so that the compiler
+//! lists what a new kind must handle. The kinds import the core
+//! ([`crate::engine::core`]); no kind imports another.
+
+mod assemble;
+pub(crate) mod coalesced;
+pub mod concurrency;
+pub(crate) mod global;
+pub(crate) mod global_elastic;
+pub(crate) mod leased;
+pub(crate) mod local;
+pub(crate) mod local_elastic;
+pub(crate) mod service_held;
+
+use self::concurrency::PermitAsk;
+use self::global_elastic::{Lend, Lent};
+use self::leased::LeaseAsk;
+use crate::config::checks::LimitSite;
+use crate::config::plan::{
+    ConcurrencyLimit, Elastic, GlobalElastic, LeasedLimit, LimitKind, LocalElastic, LocalLimit,
+    OverrideLimit, PermitPlace, Quota, RuleLimit, SERVICE_HELD,
+};
+use crate::config::raw::{OnExceed, Protocol, RawLimit, Scope, SyncMode};
+use crate::engine::core::call::{Batch, Item, Wire};
+use crate::engine::core::env::Env;
+use crate::engine::core::follow::FollowUp;
+use crate::engine::core::tally::{Refusal, Tally};
+use crate::engine::core::walk::{Applied, Steps, Walk};
+use crate::headers::Reported;
+use crate::key::RequestView;
+use crate::local::SharedStore;
+use crate::metrics::MetricSink;
+use sluice_core::{Decision, FieldError, Limit, Nanos};
+use sluice_wire::LimitResult;
+
+/// Compiles a limit by its kind: the one place a raw limit's settings pick
+/// its kind, each kind compiling its own part.
+pub(crate) fn compile(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind, FieldError> {
+    if let Some(max) = raw.concurrency {
+        return concurrency::compile(site, raw, max);
+    }
+    if raw.permit_ttl.is_some() {
+        return Err(concurrency::stray_ttl(site));
+    }
+    let sync = raw.sync.as_ref().map_or(SyncMode::PerRequest, |s| s.mode);
+    match (raw.scope, site.protocol) {
+        (Scope::Global, Protocol::Rls) => service_held::compile(site, raw),
+        _ if raw.descriptor.is_some() => Err(FieldError::at(
+            site.field("descriptor"),
+            "only for global limits with limiter.protocol rls",
+        )),
+        (Scope::Local, Protocol::Sluice | Protocol::Rls) => match &raw.elastic {
+            None => local::compile(site, raw),
+            Some(elastic) => local_elastic::compile(site, raw, elastic),
+        },
+        (Scope::Global, Protocol::Sluice) => match (sync, &raw.elastic) {
+            (SyncMode::Lease, _) => leased::compile(site, raw),
+            (SyncMode::PerRequest | SyncMode::Coalesce, Some(elastic)) => {
+                global_elastic::compile(site, raw, elastic)
+            }
+            (SyncMode::Coalesce, None) => coalesced::compile(site, raw),
+            (SyncMode::PerRequest, None) => global::compile(site, raw),
+        },
+    }
+}
+
+/// The quota of limit `j` (of `kind`) an override replaces for a key; why
+/// not for a kind that takes no overrides.
+pub(crate) fn overridable(j: usize, kind: &mut LimitKind) -> Result<&mut Quota, String> {
+    match kind {
+        LimitKind::LocalElastic(_) | LimitKind::GlobalElastic(_) => Err(format!(
+            "limit {j} is elastic, and elastic limits take no overrides"
+        )),
+        LimitKind::Local(l) => Ok(&mut l.quota),
+        LimitKind::Global(g) | LimitKind::Coalesced(g) => Ok(&mut g.quota),
+        LimitKind::Leased(l) => Ok(&mut l.global.quota),
+        LimitKind::ServiceHeld(_) => Err(format!(
+            "limit {j} is held by the rate limit service: override it there"
+        )),
+        LimitKind::Concurrency(_) => Err(format!(
+            "limit {j} is a concurrency limit, which takes no overrides \
+             (give the override a limit index)"
+        )),
+    }
+}
+
+/// What a rule whose cost comes from the response charges after it in a
+/// limit of `kind`: the rate limit; `None` for a limit a rate limit service
+/// holds (charged by a second call, with the difference as its hits); or
+/// the field at fault and why the kind refuses it.
+pub(crate) fn charged_after_response(
+    kind: &LimitKind,
+) -> Result<Option<&Limit>, (&'static str, &'static str)> {
+    use crate::config::cost::RESPONSE_ONLY;
+    match kind {
+        LimitKind::LocalElastic(_) | LimitKind::GlobalElastic(_) => Err(("elastic", RESPONSE_ONLY)),
+        LimitKind::Local(local) => Ok(Some(&local.quota.limit)),
+        LimitKind::Global(global) => Ok(Some(&global.quota.limit)),
+        LimitKind::Coalesced(_) | LimitKind::Leased(_) => Err(("sync", RESPONSE_ONLY)),
+        LimitKind::ServiceHeld(_) => Ok(None),
+        LimitKind::Concurrency(_) => Err((
+            "concurrency",
+            "a rule whose cost comes from the response takes rate limits only: \
+             put the concurrency limit in a rule of its own",
+        )),
+    }
+}
+
+/// Refuses, at `at` (the rule's `priority`), a limit that classes cannot
+/// share: they share rate limits, local or checked with the limiter per
+/// request, whose reserve is room now, for one request.
+pub(crate) fn check_priority(
+    at: &str,
+    limits: &[RuleLimit],
+    raw: &[RawLimit],
+) -> Result<(), FieldError> {
+    for (j, (limit, raw)) in limits.iter().zip(raw).enumerate() {
+        let why = match &limit.kind {
+            _ if raw.on_exceed == OnExceed::Delay => Some("a limit in delay mode"),
+            LimitKind::Local(_)
+            | LimitKind::LocalElastic(_)
+            | LimitKind::Global(_)
+            | LimitKind::GlobalElastic(_) => None,
+            LimitKind::Coalesced(_) => Some("a global limit with sync coalesce"),
+            LimitKind::Leased(_) => Some("a global limit with sync lease"),
+            LimitKind::Concurrency(_) => Some("a concurrency limit"),
+            LimitKind::ServiceHeld(_) => Some("held by a rate limit service (protocol rls)"),
+        };
+        if let Some(why) = why {
+            return Err(FieldError::at(
+                at,
+                format!(
+                    "applies to rate limits, local or global per request; limits[{j}] is {why}"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl RuleLimit {
+    /// The limit, with its overrides; `None` for a limit the rate limit
+    /// service holds and for a concurrency limit.
+    pub fn quota(&self) -> Option<&Quota> {
+        match &self.kind {
+            LimitKind::Local(local) | LimitKind::LocalElastic(LocalElastic { local, .. }) => {
+                Some(&local.quota)
+            }
+            LimitKind::Global(global)
+            | LimitKind::Coalesced(global)
+            | LimitKind::Leased(LeasedLimit { global, .. })
+            | LimitKind::GlobalElastic(GlobalElastic { global, .. }) => Some(&global.quota),
+            LimitKind::ServiceHeld(_) | LimitKind::Concurrency(_) => None,
+        }
+    }
+
+    /// The local rate limit, if this is a local limit without borrowing.
+    pub fn local(&self) -> Option<&LocalLimit> {
+        match &self.kind {
+            LimitKind::Local(local) => Some(local),
+            LimitKind::LocalElastic(_)
+            | LimitKind::Global(_)
+            | LimitKind::Coalesced(_)
+            | LimitKind::Leased(_)
+            | LimitKind::GlobalElastic(_)
+            | LimitKind::ServiceHeld(_)
+            | LimitKind::Concurrency(_) => None,
+        }
+    }
+
+    /// The concurrency limit, if this is one.
+    pub fn concurrency(&self) -> Option<&ConcurrencyLimit> {
+        match &self.kind {
+            LimitKind::Concurrency(c) => Some(c),
+            LimitKind::Local(_)
+            | LimitKind::LocalElastic(_)
+            | LimitKind::Global(_)
+            | LimitKind::Coalesced(_)
+            | LimitKind::Leased(_)
+            | LimitKind::GlobalElastic(_)
+            | LimitKind::ServiceHeld(_) => None,
+        }
+    }
+
+    /// The limit (for a limit the rate limit service holds, or a
+    /// concurrency limit, the stand-in [`SERVICE_HELD`], which refuses no
+    /// weight).
+    pub fn limit(&self) -> &Limit {
+        self.quota().map_or(&SERVICE_HELD, |q| &q.limit)
+    }
+
+    /// The overrides, sorted by key (none for a service-held limit).
+    pub fn overrides(&self) -> &[OverrideLimit] {
+        self.quota().map_or(&[], |q| q.overrides.as_slice())
+    }
+
+    /// See [`Quota::override_index`].
+    pub fn override_index(&self, key: &str) -> Option<usize> {
+        self.quota().and_then(|q| q.override_index(key))
+    }
+
+    /// See [`Quota::limit_for`].
+    pub fn limit_for(&self, key: &str) -> &Limit {
+        self.quota().map_or(&SERVICE_HELD, |q| q.limit_for(key))
+    }
+
+    /// The elastic borrowing, if the limit has one.
+    pub fn elastic(&self) -> Option<&Elastic> {
+        match &self.kind {
+            LimitKind::LocalElastic(LocalElastic { elastic, .. })
+            | LimitKind::GlobalElastic(GlobalElastic { elastic, .. }) => Some(elastic),
+            LimitKind::Local(_)
+            | LimitKind::Global(_)
+            | LimitKind::Coalesced(_)
+            | LimitKind::Leased(_)
+            | LimitKind::ServiceHeld(_)
+            | LimitKind::Concurrency(_) => None,
+        }
+    }
+
+    /// Whether this filter decides the limit.
+    pub fn is_local(&self) -> bool {
+        match &self.kind {
+            LimitKind::Local(_) | LimitKind::LocalElastic(_) => true,
+            LimitKind::Concurrency(c) => matches!(c.place, PermitPlace::Local(..)),
+            LimitKind::Global(_)
+            | LimitKind::Coalesced(_)
+            | LimitKind::Leased(_)
+            | LimitKind::GlobalElastic(_)
+            | LimitKind::ServiceHeld(_) => false,
+        }
+    }
+
+    /// The prefix of the over-limit cache keys of a global limit.
+    pub fn deny_prefix(&self) -> Option<&str> {
+        match &self.kind {
+            LimitKind::Local(_) | LimitKind::LocalElastic(_) | LimitKind::Concurrency(_) => None,
+            LimitKind::Global(global)
+            | LimitKind::Coalesced(global)
+            | LimitKind::Leased(LeasedLimit { global, .. })
+            | LimitKind::GlobalElastic(GlobalElastic { global, .. }) => Some(&global.deny_prefix),
+            LimitKind::ServiceHeld(held) => Some(&held.deny_prefix),
+        }
+    }
+}
+
+/// What a global limit's item in a call does with the answer, by kind.
+#[derive(Debug)]
+pub enum Follow {
+    /// Checked for this request alone (per request, a leased limit that
+    /// asks nothing, an elastic limit that cannot borrow, or held by a
+    /// rate limit service): the answer is read as it comes.
+    Alone,
+    /// May share its call with requests that have the same check.
+    Coalesced,
+    /// A leased limit's ask for units, made with the check.
+    Leased(LeaseAsk),
+    /// An elastic limit: what it checks in the second call if it denies.
+    Elastic(Box<Lend>),
+    /// Borrowing in the second call for an elastic limit that denied.
+    Lent(Lent),
+    /// A concurrency limit's permits.
+    Permit(PermitAsk),
+}
+
+impl Steps for Follow {
+    fn step<'a, V, S, M>(
+        walk: &mut Walk<'a, V, S, M, Self>,
+        applied: &Applied<'a, '_>,
+        l: usize,
+        limit: &'a RuleLimit,
+    ) -> Result<(), Refusal>
+    where
+        V: RequestView,
+        S: SharedStore + ?Sized,
+        M: MetricSink + ?Sized,
+    {
+        let cx = &mut walk.cx;
+        let item = match &limit.kind {
+            LimitKind::Local(local) => return Ok(local::step(cx, applied, l, local)?),
+            LimitKind::LocalElastic(limit) => {
+                return Ok(local_elastic::step(cx, applied, l, limit)?)
+            }
+            LimitKind::Global(global) => global::step(cx, applied, l, global)?.with(Follow::Alone),
+            LimitKind::Coalesced(global) => {
+                coalesced::step(cx, applied, l, global)?.with(Follow::Coalesced)
+            }
+            LimitKind::Leased(leased) => match leased::step(cx, applied, l, leased)? {
+                None => return Ok(()),
+                Some(item) => item.map(|ask| ask.map_or(Follow::Alone, Follow::Leased)),
+            },
+            LimitKind::GlobalElastic(limit) => global_elastic::step(cx, applied, l, limit)?
+                .map(|lend| lend.map_or(Follow::Alone, |lend| Follow::Elastic(Box::new(lend)))),
+            LimitKind::ServiceHeld(held) => {
+                service_held::step(cx, applied, l, held)?.with(Follow::Alone)
+            }
+            LimitKind::Concurrency(c) => match concurrency::step(cx, applied, l, c)? {
+                None => return Ok(()),
+                Some(item) => item.map(Follow::Permit),
+            },
+        };
+        walk.push(applied, item);
+        Ok(())
+    }
+}
+
+impl FollowUp for Follow {
+    fn permit_ttl(&self) -> Option<Nanos> {
+        match self {
+            Follow::Permit(ask) => Some(ask.ttl),
+            Follow::Alone
+            | Follow::Coalesced
+            | Follow::Leased(_)
+            | Follow::Elastic(_)
+            | Follow::Lent(_) => None,
+        }
+    }
+
+    fn wait(&self) -> Option<Nanos> {
+        match self {
+            Follow::Permit(ask) => ask.wait,
+            Follow::Alone
+            | Follow::Coalesced
+            | Follow::Leased(_)
+            | Follow::Elastic(_)
+            | Follow::Lent(_) => None,
+        }
+    }
+
+    fn coalesces(&self) -> bool {
+        match self {
+            Follow::Coalesced => true,
+            Follow::Alone
+            | Follow::Leased(_)
+            | Follow::Elastic(_)
+            | Follow::Lent(_)
+            | Follow::Permit(_) => false,
+        }
+    }
+
+    fn counted_alone(&self) -> bool {
+        match self {
+            Follow::Alone | Follow::Elastic(_) => true,
+            Follow::Coalesced | Follow::Leased(_) | Follow::Lent(_) | Follow::Permit(_) => false,
+        }
+    }
+
+    fn settle<S, M>(
+        &self,
+        env: &Env<'_, S, M>,
+        _item: &Item<Self>,
+        answer: Option<&LimitResult>,
+        now: Nanos,
+    ) -> Option<u64>
+    where
+        S: SharedStore + ?Sized,
+        M: MetricSink + ?Sized,
+    {
+        match self {
+            Follow::Leased(ask) => leased::settle(env, ask, answer, now),
+            Follow::Alone
+            | Follow::Coalesced
+            | Follow::Elastic(_)
+            | Follow::Lent(_)
+            | Follow::Permit(_) => None,
+        }
+    }
+
+    fn admitted(&self, reported: Reported, tally: &mut Tally) {
+        match self {
+            Follow::Lent(lent) => global_elastic::admitted(lent, tally),
+            Follow::Alone
+            | Follow::Coalesced
+            | Follow::Leased(_)
+            | Follow::Elastic(_)
+            | Follow::Permit(_) => {
+                tally.note(reported);
+                tally.note_delay(reported);
+            }
+        }
+    }
+
+    fn refusal(&self, reported: Reported) -> Refusal {
+        let report = match self {
+            Follow::Lent(lent) => global_elastic::refused(lent),
+            Follow::Alone
+            | Follow::Coalesced
+            | Follow::Leased(_)
+            | Follow::Elastic(_)
+            | Follow::Permit(_) => reported,
+        };
+        Refusal {
+            report,
+            wait: self.wait(),
+        }
+    }
+
+    fn may_borrow(&self) -> bool {
+        match self {
+            Follow::Elastic(_) => true,
+            Follow::Alone
+            | Follow::Coalesced
+            | Follow::Leased(_)
+            | Follow::Lent(_)
+            | Follow::Permit(_) => false,
+        }
+    }
+
+    fn again(mut item: Item<Self>, answer: &LimitResult, weight: u64, batch: &mut Batch<Self>) {
+        let follow = std::mem::replace(&mut item.follow, Follow::Alone);
+        match follow {
+            Follow::Elastic(lend) if !answer.allowed => {
+                for lent in global_elastic::borrowing(&item, *lend, answer) {
+                    batch.push(lent.map(Follow::Lent), weight);
+                }
+                return;
+            }
+            // Permits are asked for again; nothing else is.
+            Follow::Permit(ask) => item.follow = Follow::Permit(ask),
+            Follow::Alone
+            | Follow::Coalesced
+            | Follow::Leased(_)
+            | Follow::Elastic(_)
+            | Follow::Lent(_) => {}
+        }
+        // The first call settled its lease ask and returns.
+        match &mut item.wire {
+            Wire::Limit(spec) => {
+                spec.lease = None;
+                spec.returned = None;
+                spec.returned_age_ms = None;
+            }
+            Wire::Descriptor(_) => {}
+        }
+        batch.push(item, weight);
+    }
+
+    fn serves_unanswered(&self) -> bool {
+        match self {
+            Follow::Leased(_) => true,
+            Follow::Alone
+            | Follow::Coalesced
+            | Follow::Elastic(_)
+            | Follow::Lent(_)
+            | Follow::Permit(_) => false,
+        }
+    }
+
+    fn serve_unanswered<S, M>(
+        &self,
+        env: &Env<'_, S, M>,
+        item: &Item<Self>,
+        weight: u64,
+        tally: &mut Tally,
+    ) -> Option<Decision>
+    where
+        S: SharedStore + ?Sized,
+        M: MetricSink + ?Sized,
+    {
+        match self {
+            Follow::Leased(ask) => leased::serve_unanswered(env, ask, item, weight, tally),
+            Follow::Alone
+            | Follow::Coalesced
+            | Follow::Elastic(_)
+            | Follow::Lent(_)
+            | Follow::Permit(_) => None,
+        }
+    }
+
+    fn cancel<S, M>(&self, env: &Env<'_, S, M>, _item: &Item<Self>)
+    where
+        S: SharedStore + ?Sized,
+        M: MetricSink + ?Sized,
+    {
+        match self {
+            Follow::Leased(ask) => leased::cancel(env, ask),
+            Follow::Alone
+            | Follow::Coalesced
+            | Follow::Elastic(_)
+            | Follow::Lent(_)
+            | Follow::Permit(_) => {}
+        }
+    }
+}
