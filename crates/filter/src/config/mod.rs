@@ -4,6 +4,7 @@
 pub(crate) mod checks;
 mod compile;
 mod cost;
+mod describe;
 mod doc;
 mod duration;
 mod from_json;
