@@ -114,7 +114,35 @@ impl ReadJson for RawResponseCost {
 
 #[cfg(test)]
 mod tests {
+    use super::raw_config;
     use crate::config::parse;
+    use crate::config::raw::{RawClientIp, RawLimit, RawMatch, RawResponse};
+
+    /// A struct's `Default` (made from its fields' defaults) is what an
+    /// empty object, or none, reads as.
+    #[test]
+    fn a_structs_default_is_an_empty_object() {
+        let debug = |v: &dyn std::fmt::Debug| format!("{v:?}");
+        let rule = r#"{"name":"r","key":[],"limits":[{}],"match":{}}"#;
+        let json = format!(r#"{{"domain":"d","client_ip":{{}},"response":{{}},"rules":[{rule}]}}"#);
+        let written = raw_config(json.as_bytes()).unwrap();
+        let absent =
+            raw_config(br#"{"domain":"d","rules":[{"name":"r","key":[],"limits":[{}]}]}"#).unwrap();
+        for raw in [&written, &absent] {
+            assert_eq!(debug(&raw.client_ip), debug(&RawClientIp::default()));
+            assert_eq!(debug(&raw.response), debug(&RawResponse::default()));
+            assert_eq!(debug(&raw.rules[0].matcher), debug(&RawMatch::default()));
+            assert_eq!(debug(&raw.rules[0].limits[0]), debug(&RawLimit::default()));
+        }
+        assert_eq!(
+            debug(&RawClientIp::default()),
+            "RawClientIp { xff_trusted_hops: 0, ipv4_prefix: 32, ipv6_prefix: 64 }"
+        );
+        assert_eq!(
+            debug(&RawResponse::default()),
+            r#"RawResponse { status: 429, body: "rate limited\n", headers: [] }"#
+        );
+    }
 
     /// Each error as serde derive and serde_path_to_error reported it.
     #[test]
