@@ -3,7 +3,7 @@
 //! with the [`Node`] cursor ([`ReadJson`]; the structs' and enums' readers
 //! are made from their one description in `raw.rs`). Here are the forms
 //! that are one of several JSON types, read by hand: a key part, a cost and
-//! its estimate.
+//! a response cost's estimate.
 
 use super::describe::ReadJson;
 use super::doc::{self, Kind};
@@ -82,33 +82,6 @@ impl ReadJson for RawEstimate {
             }
             _ => Err(n.invalid_type_any(EXPECTED)),
         }
-    }
-}
-
-impl ReadJson for RawResponseCost {
-    fn read_json(n: &Node<'_>) -> Read<Self> {
-        let mut out = RawResponseCost::default();
-        let mut response = None;
-        let fields = &["estimate", "response"];
-        n.object(
-            "struct RawResponseCost",
-            fields,
-            &mut |k: &str, v: &Node| {
-                match k {
-                    "estimate" => out.estimate = RawEstimate::read_json(v)?,
-                    "response" => {
-                        response = Some(match v.kind() {
-                            Kind::Str(s) => vec![s.to_string()],
-                            _ => v.list(Node::string)?,
-                        })
-                    }
-                    _ => {}
-                }
-                Ok(())
-            },
-        )?;
-        out.response = n.required(response, "response")?;
-        Ok(out)
     }
 }
 

@@ -211,7 +211,7 @@ pub struct RawRule {
     /// What one request weighs: a fixed integer, `header:NAME`, or
     /// `{"estimate", "response"}` for a cost known from the response.
     #[default]
-    #[schema(schemars(schema_with = "crate::schema::cost"))]
+    #[schema(schemars(schema_with = "crate::schema::cost::<RawResponseCost>"))]
     pub cost: RawCost,
     /// Requests of this rule held in delay mode at once, per worker.
     #[default = 1000]
@@ -282,15 +282,19 @@ pub enum RawCost {
     Response(RawResponseCost),
 }
 
-/// A cost known from the response, as written.
+raw_struct! {
+/// A cost known from the response: each request is admitted for `estimate`, then charged or refunded the difference with what `response` says it cost.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RawResponseCost {
-    /// What a request is admitted for: an integer (0 by default) or
-    /// `header:NAME` / `body:PATH` of the request.
+    /// What a request is admitted for: an integer (0 by default), `header:NAME` or `body:PATH` of the request.
+    #[default]
+    #[schema(schemars(schema_with = "crate::schema::estimate"))]
     pub estimate: RawEstimate,
-    /// Where the response says the cost (`header:NAME`, `trailer:NAME`,
-    /// `body:PATH`), one or several summed.
+    /// Where the response says what the request cost: `header:NAME`, `trailer:NAME` or `body:PATH`, or a list of 1 to 4 of them, summed.
+    #[read_with = Node::strings]
+    #[schema(schemars(schema_with = "crate::schema::response_places"))]
     pub response: Vec<String>,
+}
 }
 
 /// A response cost's estimate as written.
@@ -305,6 +309,17 @@ pub enum RawEstimate {
 impl Default for RawEstimate {
     fn default() -> Self {
         RawEstimate::Fixed(0)
+    }
+}
+
+/// The schema's default of a response cost's `estimate`: as written.
+#[cfg(feature = "schema")]
+impl serde::Serialize for RawEstimate {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            RawEstimate::Fixed(units) => serializer.serialize_u64(*units),
+            RawEstimate::Text(text) => serializer.serialize_str(text),
+        }
     }
 }
 
