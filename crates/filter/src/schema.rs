@@ -79,28 +79,15 @@ pub(crate) fn response_places(_: &mut SchemaGenerator) -> Schema {
 }
 
 /// A rule's `key`: key parts as text, or objects narrowing a part with a
-/// regular expression or giving it a default (see `RawKeyPart`).
-pub(crate) fn key_parts(generator: &mut SchemaGenerator) -> Schema {
+/// regular expression or giving it a default (`Refined`, `RawRefinedPart`,
+/// in place).
+pub(crate) fn key_parts<Refined: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
     let part = key_part(generator);
+    let refined = Refined::json_schema(generator);
     json_schema!({
         "type": "array",
         "minItems": 1,
-        "items": {
-            "oneOf": [
-                part,
-                {
-                    "type": "object",
-                    "description": "A key part whose value is narrowed by `regex` (its first group, or its whole match; a value it does not match is missing) or replaced by `default` when missing.",
-                    "additionalProperties": false,
-                    "required": ["part"],
-                    "properties": {
-                        "part": part,
-                        "regex": { "type": "string" },
-                        "default": { "type": "string" }
-                    }
-                }
-            ]
-        }
+        "items": { "oneOf": [part, refined] }
     })
 }
 

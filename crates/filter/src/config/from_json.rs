@@ -7,7 +7,9 @@
 
 use super::describe::ReadJson;
 use super::doc::{self, Kind};
-use super::raw::{RawConfig, RawCost, RawEstimate, RawKeyPart, RawResponseCost, COST_EXPECTED};
+use super::raw::{
+    RawConfig, RawCost, RawEstimate, RawKeyPart, RawRefinedPart, RawResponseCost, COST_EXPECTED,
+};
 use super::reader::Node;
 use super::syntax_path::syntax_error_path;
 use sluice_core::FieldError;
@@ -30,22 +32,13 @@ impl ReadJson for RawKeyPart {
         match n.kind() {
             Kind::Str(s) => Ok(RawKeyPart::Text(s.to_string())),
             Kind::Object => {
-                let (mut part, mut regex, mut default) = Default::default();
-                n.object(
-                    "struct RawKeyPart",
-                    &["part", "regex", "default"],
-                    &mut |k: &str, v: &Node| {
-                        match k {
-                            "part" => part = Some(v.string()?),
-                            "regex" => regex = v.optional(Node::string)?,
-                            "default" => default = v.optional(Node::string)?,
-                            _ => {}
-                        }
-                        Ok(())
-                    },
-                )?;
+                let RawRefinedPart {
+                    part,
+                    regex,
+                    default,
+                } = RawRefinedPart::read_json(n)?;
                 Ok(RawKeyPart::Refined {
-                    part: n.required(part, "part")?,
+                    part,
                     regex,
                     default,
                 })
@@ -89,18 +82,36 @@ impl ReadJson for RawEstimate {
 mod tests {
     use super::raw_config;
     use crate::config::parse;
-    use crate::config::raw::{RawClientIp, RawLimit, RawMatch, RawResponse};
+    use crate::config::raw::{RawClientIp, RawKeyPart, RawLimit, RawMatch, RawResponse};
+    use serde_json::{json, Value};
+
+    /// A key part object's `regex` and `default` may be `null`, as every
+    /// optional field (the schema says so).
+    #[test]
+    fn a_key_parts_null_regex_and_default_are_absent() {
+        let json = json!({"domain": "d", "rules": [{"name": "r", "limits": [], "key": [
+            {"part": "path", "regex": null, "default": null},
+            {"part": "method"},
+        ]}]});
+        let raw = raw_config(json.to_string().as_bytes()).unwrap();
+        let refined = |part: &str| RawKeyPart::Refined {
+            part: part.to_string(),
+            regex: None,
+            default: None,
+        };
+        assert_eq!(raw.rules[0].key, [refined("path"), refined("method")]);
+    }
 
     /// A struct's `Default` (made from its fields' defaults) is what an
     /// empty object, or none, reads as.
     #[test]
     fn a_structs_default_is_an_empty_object() {
         let debug = |v: &dyn std::fmt::Debug| format!("{v:?}");
-        let rule = r#"{"name":"r","key":[],"limits":[{}],"match":{}}"#;
-        let json = format!(r#"{{"domain":"d","client_ip":{{}},"response":{{}},"rules":[{rule}]}}"#);
-        let written = raw_config(json.as_bytes()).unwrap();
+        let read = |json: Value| raw_config(json.to_string().as_bytes()).unwrap();
+        let written = read(json!({"domain": "d", "client_ip": {}, "response": {},
+            "rules": [{"name": "r", "key": [], "limits": [{}], "match": {}}]}));
         let absent =
-            raw_config(br#"{"domain":"d","rules":[{"name":"r","key":[],"limits":[{}]}]}"#).unwrap();
+            read(json!({"domain": "d", "rules": [{"name": "r", "key": [], "limits": [{}]}]}));
         for raw in [&written, &absent] {
             assert_eq!(debug(&raw.client_ip), debug(&RawClientIp::default()));
             assert_eq!(debug(&raw.response), debug(&RawResponse::default()));
@@ -113,7 +124,7 @@ mod tests {
         );
         assert_eq!(
             debug(&RawResponse::default()),
-            r#"RawResponse { status: 429, body: "rate limited\n", headers: [] }"#
+            "RawResponse { status: 429, body: \"rate limited\\n\", headers: [] }"
         );
     }
 

@@ -198,7 +198,7 @@ pub struct RawRule {
     pub matcher: RawMatch,
     /// Key parts (`client_ip`, `header:NAME`, `jwt:CLAIM` ... or
     /// `{"part", "regex", "default"}`).
-    #[schema(schemars(schema_with = "crate::schema::key_parts"))]
+    #[schema(schemars(schema_with = "crate::schema::key_parts::<RawRefinedPart>"))]
     pub key: Vec<RawKeyPart>,
     /// The limits, all of which must pass.
     pub limits: Vec<RawLimit>,
@@ -249,7 +249,8 @@ pub struct RawPriorityClass {
 }
 
 /// A key part as written: its text, or an object narrowing its value with
-/// a regular expression or giving it a default.
+/// a regular expression or giving it a default (read as a
+/// [`RawRefinedPart`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RawKeyPart {
     /// `client_ip`, `header:NAME`, `jwt:CLAIM` ...
@@ -264,6 +265,21 @@ pub enum RawKeyPart {
         /// The key text when the value is missing.
         default: Option<String>,
     },
+}
+
+raw_struct! {
+/// A key part whose value is narrowed by `regex` (its first group, or its whole match; a value it does not match is missing) or replaced by `default` when missing.
+#[derive(Debug)]
+pub struct RawRefinedPart {
+    // The fields mean what `RawKeyPart::Refined`'s do; without docs of
+    // their own, `part` keeps the key part's description in the schema.
+    #[schema(schemars(schema_with = "crate::schema::key_part"))]
+    pub part: String,
+    #[default]
+    pub regex: Option<String>,
+    #[default]
+    pub default: Option<String>,
+}
 }
 
 /// A rule's request weight as written: `5`, `"header:x-cost"`, or an
