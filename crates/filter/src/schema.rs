@@ -11,8 +11,8 @@ use crate::config::RawConfig;
 use crate::key::context::MAX_PATH;
 use crate::key::{Argument, Source};
 use schemars::generate::SchemaSettings;
-use schemars::{json_schema, Schema, SchemaGenerator};
-use serde_json::{Map, Value};
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
+use serde_json::{json, Map, Value};
 
 /// The title of the schema.
 pub const TITLE: &str = "Sluice filter configuration";
@@ -44,68 +44,50 @@ pub fn schema_text() -> String {
 }
 
 /// A rule's `cost`, read by hand (see `RawCost`): an integer,
-/// `header:NAME`, or `{"estimate", "response"}` for a cost known from the
-/// response.
-pub(crate) fn cost(_: &mut SchemaGenerator) -> Schema {
+/// `header:NAME`, or the object of a cost known from the response
+/// (`Response`, `RawResponseCost`, in place).
+pub(crate) fn cost<Response: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    let response = Response::json_schema(generator);
     json_schema!({
         "oneOf": [
             { "type": "integer", "minimum": 1 },
             { "type": "string", "pattern": "^header:.+$" },
-            {
-                "type": "object",
-                "description": "A cost known from the response: each request is admitted for `estimate`, then charged or refunded the difference with what `response` says it cost.",
-                "additionalProperties": false,
-                "required": ["response"],
-                "properties": {
-                    "estimate": {
-                        "description": "What a request is admitted for: an integer (0 by default), `header:NAME` or `body:PATH` of the request.",
-                        "default": 0,
-                        "oneOf": [
-                            { "type": "integer", "minimum": 0 },
-                            { "type": "string", "pattern": "^(header|body):.+$" }
-                        ]
-                    },
-                    "response": {
-                        "description": "Where the response says what the request cost: `header:NAME`, `trailer:NAME` or `body:PATH`, or a list of 1 to 4 of them, summed.",
-                        "oneOf": [
-                            { "type": "string", "pattern": "^(header|trailer|body):.+$" },
-                            {
-                                "type": "array",
-                                "minItems": 1,
-                                "maxItems": 4,
-                                "items": { "type": "string", "pattern": "^(header|trailer|body):.+$" }
-                            }
-                        ]
-                    }
-                }
-            }
+            response
+        ]
+    })
+}
+
+/// A response cost's `estimate` (see `RawEstimate`).
+pub(crate) fn estimate(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "oneOf": [
+            { "type": "integer", "minimum": 0 },
+            { "type": "string", "pattern": "^(header|body):.+$" }
+        ]
+    })
+}
+
+/// Where a response says its request's cost: one place or 1 to 4.
+pub(crate) fn response_places(_: &mut SchemaGenerator) -> Schema {
+    let place = json!({ "type": "string", "pattern": "^(header|trailer|body):.+$" });
+    json_schema!({
+        "oneOf": [
+            place,
+            { "type": "array", "minItems": 1, "maxItems": 4, "items": place }
         ]
     })
 }
 
 /// A rule's `key`: key parts as text, or objects narrowing a part with a
-/// regular expression or giving it a default (see `RawKeyPart`).
-pub(crate) fn key_parts(generator: &mut SchemaGenerator) -> Schema {
+/// regular expression or giving it a default (`Refined`, `RawRefinedPart`,
+/// in place).
+pub(crate) fn key_parts<Refined: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
     let part = key_part(generator);
+    let refined = Refined::json_schema(generator);
     json_schema!({
         "type": "array",
         "minItems": 1,
-        "items": {
-            "oneOf": [
-                part,
-                {
-                    "type": "object",
-                    "description": "A key part whose value is narrowed by `regex` (its first group, or its whole match; a value it does not match is missing) or replaced by `default` when missing.",
-                    "additionalProperties": false,
-                    "required": ["part"],
-                    "properties": {
-                        "part": part,
-                        "regex": { "type": "string" },
-                        "default": { "type": "string" }
-                    }
-                }
-            ]
-        }
+        "items": { "oneOf": [part, refined] }
     })
 }
 

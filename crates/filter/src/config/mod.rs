@@ -7,6 +7,7 @@
 pub(crate) mod checks;
 pub(crate) mod compile;
 pub(crate) mod cost;
+mod describe;
 mod doc;
 mod duration;
 mod from_json;

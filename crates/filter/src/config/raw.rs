@@ -1,208 +1,180 @@
-//! The configuration as written: types mirroring the JSON contract.
+//! The configuration as written: types mirroring the JSON contract, each
+//! described once (`describe.rs`): a struct's fields with their JSON names,
+//! types, defaults and docs, an enum's variants with their names. That one
+//! description makes the type, its reader and, with the `schema` feature,
+//! the JSON Schema (`schema.rs`).
 //!
 //! The reference of every field (default, range, meaning) is
 //! `docs/reference/configuration.md`; the field docs
 //! here give a one-line meaning, and `tests/test_docs.py` checks that the
 //! reference lists exactly the fields of these types.
 //!
-//! Every struct denies unknown fields so that a typo is an error rather than a
-//! silently ignored setting. [`from_json`](super::from_json) reads them; the
-//! `serde` attributes only tell the schema generator (feature `schema`) the
-//! same contract. Values are checked and converted by
+//! Every struct refuses unknown fields so that a typo is an error rather than
+//! a silently ignored setting. The forms that are one of several JSON types
+//! (`RawKeyPart`, `RawCost`, `RawEstimate`) are read by hand in
+//! [`from_json`](super::from_json). Values are checked and converted by
 //! [`compile`](super::compile).
 
+use super::describe::{raw_enum, raw_struct, read_names};
+use super::reader::Node;
 pub use crate::table::WhenFull;
 
+read_names!(WhenFull {
+    Share = "share",
+    Evict = "evict",
+});
+
+raw_struct! {
 /// The whole filter configuration.
 #[derive(Debug)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
 pub struct RawConfig {
     /// Namespace of every counter; required and non-empty.
     pub domain: String,
     /// Which rate-limit headers to send.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub headers: HeadersMode,
     /// How the client address is found and masked.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub client_ip: RawClientIp,
     /// The global limiter; required when some limit has `scope: global`.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub limiter: Option<RawLimiter>,
     /// Keys each local limit keeps exactly (bounded key space).
-    #[cfg_attr(feature = "schema", serde(default = "default_local_max_keys"))]
+    #[default = 100_000]
     pub local_max_keys: u64,
     /// What a key finds when its local limit's table is full of live keys.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub local_when_full: WhenFull,
     /// The `payload_in_metadata` name of Envoy's `jwt_authn` filter, under
     /// which `jwt:` key parts read claims.
-    #[cfg_attr(feature = "schema", serde(default = "default_jwt_payload"))]
+    #[default = crate::key::DEFAULT_JWT_PAYLOAD.to_string()]
     pub jwt_payload_in_metadata: String,
     /// The response sent to denied requests.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub response: RawResponse,
     /// The rules; all matching rules apply.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub rules: Vec<RawRule>,
 }
-
-pub(super) fn default_jwt_payload() -> String {
-    crate::key::DEFAULT_JWT_PAYLOAD.to_string()
 }
 
-pub(super) fn default_local_max_keys() -> u64 {
-    100_000
-}
-
+raw_enum! {
 /// Which rate-limit headers Sluice adds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(feature = "schema", serde(rename_all = "snake_case"))]
 pub enum HeadersMode {
     /// No rate-limit headers (a denial still carries `retry-after`).
-    None,
+    None = "none",
     /// `x-ratelimit-limit`, `x-ratelimit-remaining`, `x-ratelimit-reset`.
-    Legacy,
+    Legacy = "legacy",
     /// `ratelimit` and `ratelimit-policy` (draft-ietf-httpapi-ratelimit-headers).
     #[default]
-    Ietf,
+    Ietf = "ietf",
     /// Both the legacy and the IETF headers.
-    Both,
+    Both = "both",
+}
 }
 
+raw_struct! {
 /// Client address settings.
 #[derive(Debug)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
+#[default]
 pub struct RawClientIp {
     /// Proxies in front of Envoy whose `x-forwarded-for` entries are trusted.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub xff_trusted_hops: u64,
     /// IPv4 prefix length that identifies a client.
-    #[cfg_attr(feature = "schema", serde(default = "default_ipv4_prefix"))]
+    #[default = 32]
     pub ipv4_prefix: u64,
     /// IPv6 prefix length that identifies a client.
-    #[cfg_attr(feature = "schema", serde(default = "default_ipv6_prefix"))]
+    #[default = 64]
     pub ipv6_prefix: u64,
 }
-
-impl Default for RawClientIp {
-    fn default() -> Self {
-        RawClientIp {
-            xff_trusted_hops: 0,
-            ipv4_prefix: default_ipv4_prefix(),
-            ipv6_prefix: default_ipv6_prefix(),
-        }
-    }
 }
 
-fn default_ipv4_prefix() -> u64 {
-    32
-}
-
-fn default_ipv6_prefix() -> u64 {
-    64
-}
-
+raw_struct! {
 /// The global limiter cluster.
 #[derive(Debug)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
 pub struct RawLimiter {
     /// Envoy cluster of `sluice-limiter` instances (or of a rate limit
     /// service, with `protocol: rls`).
     pub cluster: String,
     /// `:authority` of the call-out (`protocol: sluice` only).
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub authority: Option<String>,
     /// The limiter's protocol.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub protocol: Protocol,
     /// Call-out timeout.
-    #[cfg_attr(feature = "schema", serde(default = "default_timeout"))]
+    #[default = String::from("50ms")]
     pub timeout: String,
     /// What to do when the limiter cannot answer.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub failure_mode: FailureMode,
     /// Which responses get the headers a rate limit service asks for
     /// (`protocol: rls` only; default `always`).
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub service_headers: Option<ServiceHeaders>,
 }
+}
 
+raw_enum! {
 /// Which responses get a rate limit service's `response_headers_to_add`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(feature = "schema", serde(rename_all = "snake_case"))]
 pub enum ServiceHeaders {
     /// Denials and admitted requests' responses, as Envoy's ratelimit
     /// filter does.
     #[default]
-    Always,
+    Always = "always",
     /// Denials only.
-    Denied,
+    Denied = "denied",
     /// None.
-    Never,
+    Never = "never",
+}
 }
 
-pub(super) fn default_timeout() -> String {
-    "50ms".to_string()
-}
-
+raw_enum! {
 /// How the filter talks to the limiter cluster.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(feature = "schema", serde(rename_all = "snake_case"))]
 pub enum Protocol {
     /// `sluice-limiter`'s HTTP/JSON API.
     #[default]
-    Sluice,
+    Sluice = "sluice",
     /// Envoy's rate limit service protocol (gRPC `ShouldRateLimit`).
-    Rls,
+    Rls = "rls",
+}
 }
 
+raw_enum! {
 /// What happens to a request whose global check failed (error, timeout, bad answer).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(feature = "schema", serde(rename_all = "snake_case"))]
 pub enum FailureMode {
     /// Let the request through (fail open).
     #[default]
-    Allow,
+    Allow = "allow",
     /// Deny the request (fail closed).
-    Deny,
+    Deny = "deny",
+}
 }
 
+raw_struct! {
 /// The denial response.
 #[derive(Debug)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
+#[default]
 pub struct RawResponse {
     /// HTTP status, 400 to 599.
-    #[cfg_attr(feature = "schema", serde(default = "default_status"))]
+    #[default = 429]
     pub status: u64,
     /// Response body.
-    #[cfg_attr(feature = "schema", serde(default = "default_body"))]
+    #[default = String::from("rate limited\n")]
     pub body: String,
     /// Extra response headers.
     // An object in the JSON; read as pairs sorted by name.
-    #[cfg_attr(
-        feature = "schema",
-        serde(default, serialize_with = "headers_as_object"),
-        schemars(with = "std::collections::BTreeMap<String, String>")
-    )]
+    #[default]
+    #[read_with = Node::string_map]
+    #[schema(serde(serialize_with = "headers_as_object"))]
+    #[schema(schemars(with = "std::collections::BTreeMap<String, String>"))]
     pub headers: Vec<(String, String)>,
 }
-
-impl Default for RawResponse {
-    fn default() -> Self {
-        RawResponse {
-            status: default_status(),
-            body: default_body(),
-            headers: Vec::new(),
-        }
-    }
 }
 
 /// The schema's default of `response.headers`: an object, as written.
@@ -214,81 +186,71 @@ fn headers_as_object<S: serde::Serializer>(
     serializer.collect_map(headers.iter().map(|(name, value)| (name, value)))
 }
 
-fn default_status() -> u64 {
-    429
-}
-
-fn default_body() -> String {
-    "rate limited\n".to_string()
-}
-
+raw_struct! {
 /// One rule.
 #[derive(Debug)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
 pub struct RawRule {
     /// Unique name, `[A-Za-z0-9_.-]+`.
     pub name: String,
     /// Which requests the rule applies to; absent matches all.
-    #[cfg_attr(feature = "schema", serde(default, rename = "match"))]
+    #[default]
+    #[rename = "match"]
     pub matcher: RawMatch,
     /// Key parts (`client_ip`, `header:NAME`, `jwt:CLAIM` ... or
     /// `{"part", "regex", "default"}`).
-    #[cfg_attr(feature = "schema", schemars(schema_with = "crate::schema::key_parts"))]
+    #[schema(schemars(schema_with = "crate::schema::key_parts::<RawRefinedPart>"))]
     pub key: Vec<RawKeyPart>,
     /// The limits, all of which must pass.
     pub limits: Vec<RawLimit>,
     /// Per-key exceptions.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub overrides: Vec<RawOverride>,
     /// Enforce or only observe.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub mode: Mode,
     /// What one request weighs: a fixed integer, `header:NAME`, or
     /// `{"estimate", "response"}` for a cost known from the response.
-    #[cfg_attr(feature = "schema", serde(default))]
-    #[cfg_attr(feature = "schema", schemars(schema_with = "crate::schema::cost"))]
+    #[default]
+    #[schema(schemars(schema_with = "crate::schema::cost::<RawResponseCost>"))]
     pub cost: RawCost,
     /// Requests of this rule held in delay mode at once, per worker.
-    #[cfg_attr(feature = "schema", serde(default = "default_max_queued"))]
+    #[default = 1000]
     pub max_queued: u64,
     /// Priority classes: each may use a share of the rule's limits.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub priority: Option<RawPriority>,
 }
-
-pub(super) fn default_max_queued() -> u64 {
-    1000
 }
 
+raw_struct! {
 /// A rule's priority classes: the class of a request is the value of a key
 /// part; each class may use a share of the rule's limits.
 #[derive(Debug)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
 pub struct RawPriority {
     /// The key part whose value names the request's class.
-    #[cfg_attr(feature = "schema", schemars(schema_with = "crate::schema::key_part"))]
+    #[schema(schemars(schema_with = "crate::schema::key_part"))]
     pub from: String,
     /// The classes and their shares.
     pub classes: Vec<RawPriorityClass>,
     /// The class of a request whose value is missing or names no class.
     pub default: String,
 }
+}
 
+raw_struct! {
 /// A priority class and the share of the limits its requests may use.
 #[derive(Debug)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
 pub struct RawPriorityClass {
     /// The value of `from` that names the class.
     pub name: String,
     /// Percent of each limit the class may use, 1 to 100.
     pub share: u64,
 }
+}
 
 /// A key part as written: its text, or an object narrowing its value with
-/// a regular expression or giving it a default.
+/// a regular expression or giving it a default (read as a
+/// [`RawRefinedPart`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RawKeyPart {
     /// `client_ip`, `header:NAME`, `jwt:CLAIM` ...
@@ -303,6 +265,21 @@ pub enum RawKeyPart {
         /// The key text when the value is missing.
         default: Option<String>,
     },
+}
+
+raw_struct! {
+/// A key part whose value is narrowed by `regex` (its first group, or its whole match; a value it does not match is missing) or replaced by `default` when missing.
+#[derive(Debug)]
+pub struct RawRefinedPart {
+    // The fields mean what `RawKeyPart::Refined`'s do; without docs of
+    // their own, `part` keeps the key part's description in the schema.
+    #[schema(schemars(schema_with = "crate::schema::key_part"))]
+    pub part: String,
+    #[default]
+    pub regex: Option<String>,
+    #[default]
+    pub default: Option<String>,
+}
 }
 
 /// A rule's request weight as written: `5`, `"header:x-cost"`, or an
@@ -321,15 +298,19 @@ pub enum RawCost {
     Response(RawResponseCost),
 }
 
-/// A cost known from the response, as written.
+raw_struct! {
+/// A cost known from the response: each request is admitted for `estimate`, then charged or refunded the difference with what `response` says it cost.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RawResponseCost {
-    /// What a request is admitted for: an integer (0 by default) or
-    /// `header:NAME` / `body:PATH` of the request.
+    /// What a request is admitted for: an integer (0 by default), `header:NAME` or `body:PATH` of the request.
+    #[default]
+    #[schema(schemars(schema_with = "crate::schema::estimate"))]
     pub estimate: RawEstimate,
-    /// Where the response says the cost (`header:NAME`, `trailer:NAME`,
-    /// `body:PATH`), one or several summed.
+    /// Where the response says what the request cost: `header:NAME`, `trailer:NAME` or `body:PATH`, or a list of 1 to 4 of them, summed.
+    #[read_with = Node::strings]
+    #[schema(schemars(schema_with = "crate::schema::response_places"))]
     pub response: Vec<String>,
+}
 }
 
 /// A response cost's estimate as written.
@@ -347,6 +328,17 @@ impl Default for RawEstimate {
     }
 }
 
+/// The schema's default of a response cost's `estimate`: as written.
+#[cfg(feature = "schema")]
+impl serde::Serialize for RawEstimate {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            RawEstimate::Fixed(units) => serializer.serialize_u64(*units),
+            RawEstimate::Text(text) => serializer.serialize_str(text),
+        }
+    }
+}
+
 impl Default for RawCost {
     fn default() -> Self {
         RawCost::Fixed(1)
@@ -357,240 +349,242 @@ impl Default for RawCost {
 pub const COST_EXPECTED: &str =
     "must be an integer of at least 1, \"header:NAME\" or {\"estimate\", \"response\"}";
 
+raw_enum! {
 /// Whether a rule blocks requests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(feature = "schema", serde(rename_all = "snake_case"))]
 pub enum Mode {
     /// Deny requests over the limit.
     #[default]
-    Enforce,
+    Enforce = "enforce",
     /// Count and report, never deny.
-    Shadow,
+    Shadow = "shadow",
+}
 }
 
+raw_struct! {
 /// Request matching conditions; all given conditions must hold.
-#[derive(Debug, Default)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
+#[derive(Debug)]
+#[default]
 pub struct RawMatch {
     /// The path (without query) starts with this.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub path_prefix: Option<String>,
     /// The path (without query) is exactly this.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub path: Option<String>,
     /// The whole path (without query) matches this regular expression.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub path_regex: Option<String>,
     /// The method is one of these.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub methods: Vec<String>,
     /// Header conditions.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub headers: Vec<RawHeaderMatch>,
     /// Conditions on key parts (JWT claims, metadata, the route ...).
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub parts: Vec<RawPartMatch>,
     /// The rule applies only to requests this does not match.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub not: Option<Box<RawMatch>>,
 }
+}
 
+raw_struct! {
 /// A header condition: `{name, exact}`, `{name, regex}` or `{name, present}`.
 #[derive(Debug)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
 pub struct RawHeaderMatch {
     /// Header name (case-insensitive).
     pub name: String,
     /// The header's value equals this.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub exact: Option<String>,
     /// The header's whole value matches this regular expression.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub regex: Option<String>,
     /// `true`: the header is present; `false`: it is absent.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub present: Option<bool>,
 }
+}
 
+raw_struct! {
 /// A condition on a key part: `{part, exact}`, `{part, regex}` or
 /// `{part, present}`.
 #[derive(Debug)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
 pub struct RawPartMatch {
     /// A key part, as in `key` (`jwt:plan`, `metadata:NS:PATH`, `route` ...).
-    #[cfg_attr(feature = "schema", schemars(schema_with = "crate::schema::key_part"))]
+    #[schema(schemars(schema_with = "crate::schema::key_part"))]
     pub part: String,
     /// The part's value equals this.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub exact: Option<String>,
     /// The part's whole value matches this regular expression.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub regex: Option<String>,
     /// `true`: the request has the part; `false`: it has not.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub present: Option<bool>,
 }
+}
 
+raw_enum! {
 /// Where a limit is decided.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(feature = "schema", serde(rename_all = "snake_case"))]
 pub enum Scope {
     /// In this Envoy's shared data.
     #[default]
-    Local,
+    Local = "local",
     /// By the limiter cluster.
-    Global,
+    Global = "global",
+}
 }
 
+raw_struct! {
 /// One limit.
-#[derive(Debug, Default)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
+#[derive(Debug)]
+#[default]
 pub struct RawLimit {
     /// The limit's name in the IETF rate-limit headers; defaults to the
     /// rule's name, or `<rule>.<index>` when the rule has several limits.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub name: Option<String>,
     /// Algorithm name (not with `protocol: rls` for a global limit).
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub algorithm: Option<String>,
     /// Requests per window (not with `protocol: rls` for a global limit).
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub requests: Option<u64>,
     /// Window duration (not with `protocol: rls` for a global limit).
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub window: Option<String>,
     /// Requests a fresh key admits at once; defaults to `requests`.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub burst: Option<u64>,
     /// Local or global.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub scope: Scope,
     /// Sub-windows per window (`sliding_window` only).
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub precision: Option<u64>,
     /// Percent admitted above `requests`/`burst` (0 to 1000).
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub soft_percent: u64,
     /// What a request over the limit gets: denied, or held until it conforms.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub on_exceed: OnExceed,
     /// Longest hold in delay mode (required with `on_exceed: delay`).
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub max_delay: Option<String>,
     /// Admission above `requests`, up to a ceiling, while a pool rule has
     /// headroom.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub elastic: Option<RawElastic>,
     /// How a global limit's checks reach the limiter.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub sync: Option<RawSync>,
     /// The rate limit service descriptor of a global limit
     /// (`protocol: rls` only).
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub descriptor: Option<Vec<RawEntry>>,
     /// A concurrency limit: requests in flight at once per key (instead of
     /// `algorithm`, `requests` and `window`).
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub concurrency: Option<u64>,
     /// Concurrency: how long a worker's permits count after it last
     /// renewed them (a crashed Envoy's permits come back after this).
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub permit_ttl: Option<String>,
 }
+}
 
+raw_struct! {
 /// One entry of a rate limit service descriptor: `{key, value}` or
 /// `{key, from}`.
 #[derive(Debug)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
 pub struct RawEntry {
     /// The entry's key.
     pub key: String,
     /// A fixed value.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub value: Option<String>,
     /// The value of one of the rule's key parts.
-    #[cfg_attr(feature = "schema", serde(default))]
-    #[cfg_attr(feature = "schema", schemars(schema_with = "crate::schema::opt_part"))]
+    #[default]
+    #[schema(schemars(schema_with = "crate::schema::opt_part"))]
     pub from: Option<String>,
 }
+}
 
+raw_struct! {
 /// How a global limit's checks reach the limiter.
 #[derive(Debug)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
 pub struct RawSync {
     /// `per_request`, `coalesce` or `lease`.
     pub mode: SyncMode,
     /// Lease: the most of the limit's `requests` one Envoy holds, e.g. `"1%"`.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub max_share: Option<String>,
     /// Lease: how long a grant may be spent.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub ttl: Option<String>,
 }
+}
 
+raw_enum! {
 /// How a global limit's checks reach the limiter.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(feature = "schema", serde(rename_all = "snake_case"))]
 pub enum SyncMode {
     /// Every request makes its own call.
     #[default]
-    PerRequest,
+    PerRequest = "per_request",
     /// Requests with the same check while one is in flight from this
     /// worker wait for the next call, which carries them all.
-    Coalesce,
+    Coalesce = "coalesce",
     /// This Envoy spends slices of the quota the limiter debited in advance.
-    Lease,
+    Lease = "lease",
+}
 }
 
+raw_struct! {
 /// An elastic limit: beyond its own quota, a request may borrow from a pool.
 #[derive(Debug)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
 pub struct RawElastic {
     /// Requests per window at most, own quota and borrowed together.
     pub ceiling: u64,
     /// The name of the rule whose limits are the shared spare capacity.
     pub pool: String,
 }
+}
 
+raw_enum! {
 /// What happens to a request over a limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(feature = "schema", serde(rename_all = "snake_case"))]
 pub enum OnExceed {
     /// Deny it at once.
     #[default]
-    Deny,
+    Deny = "deny",
     /// Hold it until it conforms, when that is within `max_delay`; deny it
     /// otherwise.
-    Delay,
+    Delay = "delay",
+}
 }
 
+raw_struct! {
 /// A per-key exception.
 #[derive(Debug)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(feature = "schema", serde(deny_unknown_fields))]
 pub struct RawOverride {
     /// The key text this override applies to.
     pub key: String,
     /// Requests per window for this key.
     pub requests: u64,
     /// Window for this key; defaults to the limit's window.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub window: Option<String>,
     /// Burst for this key; defaults to this override's `requests`.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub burst: Option<u64>,
     /// Index of the limit overridden; absent overrides every limit of the rule.
-    #[cfg_attr(feature = "schema", serde(default))]
+    #[default]
     pub limit: Option<u64>,
+}
 }

@@ -200,16 +200,40 @@ impl<'a> Node<'a> {
         let Kind::Array = self.kind() else {
             return Err(self.invalid_type("a sequence"));
         };
-        self.children().map(|n| read(&n)).collect()
+        // A loop rather than `collect`: less code for each element type.
+        let mut out = Vec::new();
+        for element in self.children() {
+            out.push(read(&element)?);
+        }
+        Ok(out)
+    }
+
+    /// A string or an array of strings, as a list.
+    pub fn strings(&self) -> Result<Vec<String>, FieldError> {
+        match self.kind() {
+            Kind::Str(s) => Ok(vec![s.to_string()]),
+            _ => self.list(Node::string),
+        }
     }
 
     /// One of the unit variants `names` (a string), as the matching entry of
-    /// `values`.
+    /// `values` (as many as `names`).
     pub fn choice<T: Copy>(
         &self,
         names: &'static [&'static str],
         values: &[T],
     ) -> Result<T, FieldError> {
+        let at = self.variant(names)?;
+        values
+            .get(at)
+            .copied()
+            .ok_or_else(|| self.unknown_variant(names))
+    }
+
+    /// The place in `names` of the variant this value names; out of line,
+    /// so that each enum's reader is only its table.
+    #[inline(never)]
+    fn variant(&self, names: &'static [&'static str]) -> Result<usize, FieldError> {
         let item = self.item();
         let Kind::Str(s) = &item.kind else {
             // serde_json reads an enum from a string (or a one-member
@@ -225,8 +249,15 @@ impl<'a> Node<'a> {
         names
             .iter()
             .position(|n| n == s)
-            .and_then(|i| values.get(i).copied())
-            .ok_or_else(|| self.error(message::unknown_variant(s, names)))
+            .ok_or_else(|| self.unknown_variant(names))
+    }
+
+    fn unknown_variant(&self, names: &'static [&'static str]) -> FieldError {
+        let found = match self.kind() {
+            Kind::Str(s) => s,
+            _ => "",
+        };
+        self.error(message::unknown_variant(found, names))
     }
 
     /// An object of strings as pairs sorted by key; a repeated key keeps
@@ -261,7 +292,16 @@ impl<'a> Node<'a> {
 
     /// `value` of a field this object must have.
     pub fn required<T>(&self, value: Option<T>, field: &'static str) -> Result<T, FieldError> {
-        value.ok_or_else(|| self.error(message::missing_field(field)))
+        match value {
+            Some(value) => Ok(value),
+            None => Err(self.missing(field)),
+        }
+    }
+
+    /// serde's "missing field", after the object's closing brace.
+    #[inline(never)]
+    fn missing(&self, field: &'static str) -> FieldError {
+        self.error(message::missing_field(field))
     }
 
     fn members(

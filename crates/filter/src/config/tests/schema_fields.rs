@@ -1,8 +1,8 @@
-//! Every field of the schema (generated from `raw.rs`) is read by
-//! `from_json.rs`: a document setting every property of every object is
-//! accepted, and giving any one property another value changes what is
-//! read. A field missing from the reader's list is refused as unknown; one
-//! listed without its arm reads the same whatever its value.
+//! The schema and the reader, both made from the one description of each
+//! type in `raw.rs`, agree: a document setting every property of every
+//! object is accepted, giving any one property another value changes what
+//! is read, and a property the schema gives a default reads, when absent,
+//! as that default written.
 
 use super::super::from_json::raw_config;
 use crate::schema::schema;
@@ -92,9 +92,35 @@ fn read(doc: &Value) -> String {
     format!("{:?}", raw_config(doc.to_string().as_bytes()))
 }
 
-/// Checks each property of the object at `pointer` in `full`, then the
-/// objects inside it; the count of properties checked.
-fn check_object(full: &Value, pointer: &str, schema: &Value, defs: &Value) -> usize {
+/// Checks that the property `name` of the object at `pointer` in `full`,
+/// absent, reads as `default` written.
+fn check_default(full: &Value, pointer: &str, name: &str, default: &Value) {
+    let mut absent = full.clone();
+    let object = absent
+        .pointer_mut(pointer)
+        .unwrap()
+        .as_object_mut()
+        .unwrap();
+    object.remove(name).unwrap();
+    let mut given = full.clone();
+    *given.pointer_mut(&format!("{pointer}/{name}")).unwrap() = default.clone();
+    assert_eq!(
+        read(&absent),
+        read(&given),
+        "{pointer}/{name}: absent is not {default}"
+    );
+}
+
+/// Checks each property of the object at `pointer` in `full` (and its
+/// default, counted in `defaults`), then the objects inside it; the count
+/// of properties checked.
+fn check_object(
+    full: &Value,
+    pointer: &str,
+    schema: &Value,
+    defs: &Value,
+    defaults: &mut usize,
+) -> usize {
     let schema = object_schema(schema, defs);
     let Some(properties) = schema["properties"].as_object() else {
         return 0;
@@ -105,6 +131,10 @@ fn check_object(full: &Value, pointer: &str, schema: &Value, defs: &Value) -> us
         let mut changed = full.clone();
         *changed.pointer_mut(&at).unwrap() = example(property, defs, true);
         assert_ne!(read(full), read(&changed), "{at} is not read");
+        if let Some(default) = property.get("default") {
+            check_default(full, pointer, name, default);
+            *defaults += 1;
+        }
         // An array's objects are checked through its first element; an
         // object holding itself (empty inside itself) once.
         let inner = match full.pointer(&at) {
@@ -115,7 +145,7 @@ fn check_object(full: &Value, pointer: &str, schema: &Value, defs: &Value) -> us
             }
             _ => at,
         };
-        checked += 1 + check_object(full, &inner, property, defs);
+        checked += 1 + check_object(full, &inner, property, defs, defaults);
     }
     checked
 }
@@ -127,12 +157,18 @@ fn the_reader_reads_every_field_of_the_schema() {
     let full = example(&schema, defs, false);
     let read_full = raw_config(full.to_string().as_bytes());
     assert!(read_full.is_ok(), "{full}: {:?}", read_full.err());
-    let checked = check_object(&full, "", &schema, defs);
+    let mut defaults = 0;
+    let checked = check_object(&full, "", &schema, defs, &mut defaults);
     // Every property of every object type, each met once in `full`.
-    let expected: usize = std::iter::once(&schema)
-        .chain(defs.as_object().unwrap().values())
-        .filter_map(|s| s["properties"].as_object())
-        .map(|p| p.len())
-        .sum();
-    assert_eq!(checked, expected);
+    let properties = || {
+        std::iter::once(&schema)
+            .chain(defs.as_object().unwrap().values())
+            .filter_map(|s| s["properties"].as_object())
+            .flat_map(|p| p.values())
+    };
+    assert_eq!(checked, properties().count());
+    assert_eq!(checked, 78);
+    let with_default = properties().filter(|p| p.get("default").is_some());
+    assert_eq!(defaults, with_default.count());
+    assert_eq!(defaults, 38);
 }
