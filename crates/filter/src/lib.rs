@@ -54,6 +54,6 @@ pub mod queue;
 pub mod response;
 pub mod rls;
 #[cfg(feature = "schema")]
-pub mod schema;
+pub use config::schema;
 pub mod slots;
 pub mod table;

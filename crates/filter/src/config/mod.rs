@@ -17,6 +17,8 @@ pub(crate) mod plan;
 pub(crate) mod priority;
 pub(crate) mod raw;
 mod reader;
+#[cfg(feature = "schema")]
+pub mod schema;
 mod span;
 mod syntax_path;
 

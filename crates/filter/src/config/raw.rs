@@ -198,7 +198,7 @@ pub struct RawRule {
     pub matcher: RawMatch,
     /// Key parts (`client_ip`, `header:NAME`, `jwt:CLAIM` ... or
     /// `{"part", "regex", "default"}`).
-    #[schema(schemars(schema_with = "crate::schema::key_parts::<RawRefinedPart>"))]
+    #[schema(schemars(schema_with = "crate::config::schema::key_parts::<RawRefinedPart>"))]
     pub key: Vec<RawKeyPart>,
     /// The limits, all of which must pass.
     pub limits: Vec<RawLimit>,
@@ -211,7 +211,7 @@ pub struct RawRule {
     /// What one request weighs: a fixed integer, `header:NAME`, or
     /// `{"estimate", "response"}` for a cost known from the response.
     #[default]
-    #[schema(schemars(schema_with = "crate::schema::cost::<RawResponseCost>"))]
+    #[schema(schemars(schema_with = "crate::config::schema::cost::<RawResponseCost>"))]
     pub cost: RawCost,
     /// Requests of this rule held in delay mode at once, per worker.
     #[default = 1000]
@@ -228,7 +228,7 @@ raw_struct! {
 #[derive(Debug)]
 pub struct RawPriority {
     /// The key part whose value names the request's class.
-    #[schema(schemars(schema_with = "crate::schema::key_part"))]
+    #[schema(schemars(schema_with = "crate::config::schema::key_part"))]
     pub from: String,
     /// The classes and their shares.
     pub classes: Vec<RawPriorityClass>,
@@ -273,7 +273,7 @@ raw_struct! {
 pub struct RawRefinedPart {
     // The fields mean what `RawKeyPart::Refined`'s do; without docs of
     // their own, `part` keeps the key part's description in the schema.
-    #[schema(schemars(schema_with = "crate::schema::key_part"))]
+    #[schema(schemars(schema_with = "crate::config::schema::key_part"))]
     pub part: String,
     #[default]
     pub regex: Option<String>,
@@ -304,11 +304,11 @@ raw_struct! {
 pub struct RawResponseCost {
     /// What a request is admitted for: an integer (0 by default), `header:NAME` or `body:PATH` of the request.
     #[default]
-    #[schema(schemars(schema_with = "crate::schema::estimate"))]
+    #[schema(schemars(schema_with = "crate::config::schema::estimate"))]
     pub estimate: RawEstimate,
     /// Where the response says what the request cost: `header:NAME`, `trailer:NAME` or `body:PATH`, or a list of 1 to 4 of them, summed.
     #[read_with = Node::strings]
-    #[schema(schemars(schema_with = "crate::schema::response_places"))]
+    #[schema(schemars(schema_with = "crate::config::schema::response_places"))]
     pub response: Vec<String>,
 }
 }
@@ -414,7 +414,7 @@ raw_struct! {
 #[derive(Debug)]
 pub struct RawPartMatch {
     /// A key part, as in `key` (`jwt:plan`, `metadata:NS:PATH`, `route` ...).
-    #[schema(schemars(schema_with = "crate::schema::key_part"))]
+    #[schema(schemars(schema_with = "crate::config::schema::key_part"))]
     pub part: String,
     /// The part's value equals this.
     #[default]
@@ -510,7 +510,7 @@ pub struct RawEntry {
     pub value: Option<String>,
     /// The value of one of the rule's key parts.
     #[default]
-    #[schema(schemars(schema_with = "crate::schema::opt_part"))]
+    #[schema(schemars(schema_with = "crate::config::schema::opt_part"))]
     pub from: Option<String>,
 }
 }

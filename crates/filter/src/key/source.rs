@@ -1,7 +1,7 @@
 //! The sources a key part reads, listed once: [`KeyPart::parse`] finds a
 //! part's source in [`Source::ALL`] and checks what follows its name by the
 //! source's [`Argument`]; the JSON Schema's pattern for key parts is built
-//! from the same table (`crate::schema`), so the two cannot disagree.
+//! from the same table (`crate::config::schema`), so the two cannot disagree.
 
 use super::context::{self, ContextPart, PeerField};
 use super::KeyPart;

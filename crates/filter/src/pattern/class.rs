@@ -1,6 +1,7 @@
 //! Character classes as sorted, disjoint ranges of scalar values.
 
-use super::parse::Error;
+/// Why a pattern is refused (by the parser, or a class it reads).
+pub(super) type Error = &'static str;
 
 /// Inclusive ranges of scalar values, sorted, neither overlapping nor
 /// adjacent once [`canonical`].

@@ -15,8 +15,7 @@ use super::class::{self, Ranges};
 /// the first).
 pub(super) const NEST_LIMIT: u32 = 32;
 
-/// Why a pattern is refused.
-pub(super) type Error = &'static str;
+pub(super) use super::class::Error;
 
 const UNCLOSED: Error = "a class is not closed: '[' without ']'";
 

@@ -3,8 +3,8 @@
 //! and for random texts made of sources' names and the characters that
 //! separate their arguments.
 
+use crate::config::schema::schema;
 use crate::key::{KeyPart, Source};
-use crate::schema::schema;
 use proptest::prelude::*;
 use regex_lite::Regex;
 use serde_json::Value;

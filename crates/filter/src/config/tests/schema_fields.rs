@@ -5,7 +5,7 @@
 //! as that default written.
 
 use super::super::from_json::raw_config;
-use crate::schema::schema;
+use crate::config::schema::schema;
 use serde_json::{json, Value};
 
 /// A value `schema` allows; `other` gives a second, different one (the

@@ -7,7 +7,7 @@
 //! linters; ranges and the rules between fields are checked by
 //! [`config::parse`](crate::config::parse), which `sluice check-config` runs.
 
-use crate::config::RawConfig;
+use super::RawConfig;
 use crate::key::context::MAX_PATH;
 use crate::key::{Argument, Source};
 use schemars::generate::SchemaSettings;
