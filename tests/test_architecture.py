@@ -1,11 +1,14 @@
-"""ARCHITECTURE.md describes the tree as it is.
+"""ARCHITECTURE.md is a map that stays true.
 
-Every path it names exists, and every Rust source file of the filter and
-the crates (tests aside) is named, or lies in a named folder below a
-crate's `src/`. A file added without a word in ARCHITECTURE.md, or a file
-renamed while the page still names the old one, fails here.
+Every path it names exists. Its `layers` blocks list, for a folder of a
+crate, that folder's modules from the bottom layer up; each module of the
+folder is in exactly one layer, and no module imports one of a layer above
+its own (read from `crate::`, `super::` and `self::` paths in the code,
+tests left out). The filter's logic and the host have no import circle
+among their files at all.
 """
 
+import os
 import re
 
 from support import ROOT
@@ -13,6 +16,11 @@ from support import ROOT
 ARCHITECTURE = ROOT / "ARCHITECTURE.md"
 _CODE = re.compile(r"`([^`\s]+)`")
 _EXTENSIONS = (".rs", ".lua", ".md", ".py", ".sh", ".yaml", ".json", ".toml", ".svg", ".Dockerfile")
+_WORD = r"[A-Za-z_]\w*"
+_PATH = re.compile(rf"\b(crate|super|self)((?:::{_WORD})+)")
+_USE = re.compile(r"\buse\s+([^;]+);", re.S)
+# The crates whose files may not reach each other in a circle.
+_NO_CIRCLES = ("crates/filter/src", "src")
 
 
 def _looks_like_path(token: str) -> bool:
@@ -21,40 +29,109 @@ def _looks_like_path(token: str) -> bool:
     return "/" in token or token.endswith(_EXTENSIONS)
 
 
-def named_paths() -> dict[str, bool]:
-    """{path named by ARCHITECTURE.md, relative to the root: whether it exists}.
+def _prose() -> str:
+    return re.sub(r"^```.*?^```", "", ARCHITECTURE.read_text(), flags=re.S | re.M)
 
-    Outside code blocks, a backticked token is a path when it has a `/` or a
-    file extension. A bare file name in a table row resolves in the folder
-    the row's first cell names (`decide.lua` in the `crates/limiter/src/store/` row).
-    """
-    out: dict[str, bool] = {}
-    text = re.sub(r"^```.*?^```", "", ARCHITECTURE.read_text(), flags=re.S | re.M)
-    for line in text.splitlines():
-        folder = ""
-        if line.startswith("| `"):
-            first = line.strip("|").split("|")[0].strip().strip("`")
-            folder = first if first.endswith("/") else ""
-        for token in _CODE.findall(line):
-            if not _looks_like_path(token):
-                continue
-            candidates = [token] + ([folder + token] if folder and "/" not in token.rstrip("/") else [])
-            found = next((c for c in candidates if list(ROOT.glob(c.rstrip("/")))), candidates[-1])
-            out[found] = bool(list(ROOT.glob(found.rstrip("/"))))
+
+def named_paths() -> dict[str, bool]:
+    """{path named outside code blocks: whether it exists}."""
+    out = {}
+    for token in _CODE.findall(_prose()):
+        if _looks_like_path(token):
+            out[token] = bool(list(ROOT.glob(token.rstrip("/"))))
     return out
 
 
-def rust_sources() -> list[str]:
-    """The Rust files under src/ and crates/*/src/, without tests.rs and tests/ folders."""
-    roots = [ROOT / "src", *sorted((ROOT / "crates").glob("*/src"))]
-    return sorted(str(p.relative_to(ROOT)) for root in roots for p in root.rglob("*.rs")
-                  if p.name != "tests.rs" and "tests" not in p.relative_to(root).parts[:-1])
+def layer_blocks() -> dict[str, list[list[str]]]:
+    """{folder: its layers, bottom first} from the ```layers FOLDER blocks."""
+    blocks = {}
+    for folder, body in re.findall(r"^```layers (\S+)\n(.*?)^```", ARCHITECTURE.read_text(), flags=re.S | re.M):
+        lines = [line.split("#")[0].split() for line in body.splitlines()]
+        blocks[folder.rstrip("/")] = [line for line in lines if line]
+    return blocks
 
 
-def _is_crate_root(folder: str) -> bool:
-    """`src/`, `crates/`, `crates/x/`, `crates/x/src/`: too broad to count as describing their files."""
-    parts = folder.strip("/").split("/")
-    return parts in (["src"], ["crates"]) or (parts[0] == "crates" and (len(parts) == 2 or parts[2:] == ["src"]))
+def _code(path) -> str:
+    text = path.read_text(encoding="utf-8", errors="replace")
+    text = text.split("#[cfg(test)]")[0]
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    return re.sub(r"//[^\n]*", "", text)
+
+
+def _expand(tree: str) -> list[str]:
+    """`a::{b, c::{d}}` as its paths."""
+    tree = re.sub(r"\s+", "", tree)
+    if "{" not in tree:
+        return [tree]
+    cut = tree.index("{")
+    prefix, inner = tree[:cut], tree[cut + 1:tree.rindex("}")]
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(inner):
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            parts.append(inner[start:i])
+            start = i + 1
+    parts.append(inner[start:])
+    return [prefix + q for p in parts if p for q in _expand(p)]
+
+
+def crate_modules(src: str) -> dict[tuple, str]:
+    """{module path: file} of a crate's sources, tests left out."""
+    base = ROOT / src
+    mods = {}
+    for root, dirs, files in os.walk(base):
+        dirs[:] = [d for d in dirs if d != "tests"]
+        for f in files:
+            if f.endswith(".rs") and f != "tests.rs":
+                rel = os.path.relpath(os.path.join(root, f), base)
+                parts = rel[:-3].split(os.sep)
+                if parts[-1] in ("mod", "lib", "main"):
+                    parts = parts[:-1]
+                mods[tuple(parts)] = rel
+    return mods
+
+
+def imports(src: str) -> dict[tuple, set[tuple]]:
+    """{module: the modules its code names}, each path resolved to the
+    longest module that exists."""
+    mods = crate_modules(src)
+    out = {}
+    for mod, rel in mods.items():
+        text = _code(ROOT / src / rel)
+        paths = [p for m in _USE.finditer(text) for p in _expand(m.group(1))]
+        paths += [m.group(1) + m.group(2) for m in _PATH.finditer(text)]
+        here = list(mod)
+        targets = set()
+        for p in paths:
+            segs = [s.split(" as ")[0] for s in p.split("::") if s]
+            if not segs or segs[0] not in ("crate", "super", "self"):
+                continue
+            at = [] if segs[0] == "crate" else list(here)
+            rest = segs[1:] if segs[0] in ("crate", "self") else segs
+            while rest and rest[0] == "super":
+                at = at[:-1] if at else at
+                rest = rest[1:]
+            full = at + rest
+            for n in range(len(full), -1, -1):
+                if tuple(full[:n]) in mods:
+                    if tuple(full[:n]) != mod:
+                        targets.add(tuple(full[:n]))
+                    break
+        out[mod] = targets
+    return out
+
+
+def _module_of(folder: str, src: str, mod: tuple) -> str | None:
+    """The name, within `folder`, of the module `mod` is or lies in."""
+    prefix = tuple(p for p in os.path.relpath(ROOT / folder, ROOT / src).split(os.sep) if p != ".")
+    if mod[:len(prefix)] != prefix or len(mod) == len(prefix):
+        return None
+    return mod[len(prefix)]
+
+
+def _crate_of(folder: str) -> str:
+    parts = folder.split("/")
+    return "src" if parts[0] == "src" else "/".join(parts[:3])
 
 
 def test_every_path_architecture_names_exists():
@@ -62,15 +139,70 @@ def test_every_path_architecture_names_exists():
     assert not missing, f"ARCHITECTURE.md names paths that do not exist: {missing}"
 
 
-def test_every_rust_source_file_is_named_or_in_a_named_folder():
-    named = set(named_paths())
-    folders = [p.rstrip("/") + "/" for p in named if (ROOT / p).is_dir() and not _is_crate_root(p)]
-    uncovered = [f for f in rust_sources() if f not in named and not any(f.startswith(d) for d in folders)]
-    assert not uncovered, f"ARCHITECTURE.md says nothing of: {uncovered}"
+def test_every_module_of_a_layered_folder_is_in_one_layer():
+    blocks = layer_blocks()
+    assert {"crates/filter/src", "crates/filter/src/engine", "crates/filter/src/driver", "src/host"} <= set(blocks)
+    for folder, layers in blocks.items():
+        listed = [m for layer in layers for m in layer]
+        assert len(listed) == len(set(listed)), f"{folder}: a module in two layers"
+        mods = {_module_of(folder, _crate_of(folder), m) for m in crate_modules(_crate_of(folder))} - {None}
+        assert set(listed) == mods, f"{folder}: layers list {sorted(set(listed) - mods)} not in the code, " \
+                                    f"miss {sorted(mods - set(listed))}"
 
 
-def test_the_check_sees_the_tree():
-    sources = rust_sources()
-    assert "src/host/mod.rs" in sources and "crates/limiter/src/store/redis/mod.rs" in sources
-    assert not any(s.endswith("/tests.rs") or "/tests/" in s for s in sources)
-    assert _is_crate_root("crates/core/src/") and not _is_crate_root("crates/limiter/src/rls/")
+def test_no_module_imports_a_layer_above_its_own():
+    wrong = []
+    for folder, layers in layer_blocks().items():
+        src = _crate_of(folder)
+        level = {m: i for i, layer in enumerate(layers) for m in layer}
+        for mod, targets in imports(src).items():
+            a = _module_of(folder, src, mod)
+            for target in targets:
+                b = _module_of(folder, src, target)
+                if a and b and a != b and level[b] > level[a]:
+                    wrong.append(f"{folder}: {a} imports {b}, a layer above")
+    assert not wrong, "\n".join(sorted(set(wrong)))
+
+
+def circles(src: str) -> list[list[tuple]]:
+    """The strongly connected groups (of more than one module) of a crate."""
+    graph = imports(src)
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in list(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_filter_and_the_host_have_no_import_circle():
+    found = {src: circles(src) for src in _NO_CIRCLES}
+    assert not any(found.values()), found
+
+
+def test_the_checks_see_the_tree():
+    assert ("driver", "stream") in crate_modules("crates/filter/src")
+    assert ("engine", "core", "walk") in imports("crates/filter/src")[("engine", "kinds")]
+    assert layer_blocks()["crates/filter/src"][-1] == ["driver"]
