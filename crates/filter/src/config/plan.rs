@@ -8,6 +8,7 @@ use crate::key::KeyPart;
 use crate::matcher::{Matcher, RuleIndex};
 use crate::table::Shape;
 use sluice_core::{Limit, Nanos, Permits};
+use std::rc::Rc;
 
 /// A validated configuration, shared read-only by every request.
 #[derive(Debug)]
@@ -280,7 +281,7 @@ pub struct LocalLimit {
     /// The limit and its overrides.
     pub quota: Quota,
     /// Prefix of the key table's buckets.
-    pub state_prefix: String,
+    pub state_prefix: Rc<str>,
     /// The key table's size and policy.
     pub keys: Shape,
 }
@@ -292,14 +293,14 @@ pub struct GlobalLimit {
     /// The limit and its overrides.
     pub quota: Quota,
     /// Prefix of the over-limit cache keys.
-    pub deny_prefix: String,
+    pub deny_prefix: Rc<str>,
 }
 
 /// A global limit held by a rate limit service.
 #[derive(Debug)]
 pub struct ServiceHeld {
     /// Prefix of the over-limit cache keys.
-    pub deny_prefix: String,
+    pub deny_prefix: Rc<str>,
     /// The descriptor it sends.
     pub descriptor: Vec<Entry>,
 }
@@ -368,7 +369,7 @@ pub struct Elastic {
     pub pool: usize,
     /// Where the extra allowance lives: for a local limit, the prefix of its
     /// slot keys; for a global one, the rule label of its limiter keys.
-    pub place: String,
+    pub place: Rc<str>,
 }
 
 impl Quota {
@@ -401,5 +402,5 @@ pub struct OverrideLimit {
     pub limit: Limit,
     /// For a local limit, the dedicated shared-data key of this key's state
     /// (empty for a global limit: the limiter keeps its state).
-    pub state_key: String,
+    pub state_key: Rc<str>,
 }

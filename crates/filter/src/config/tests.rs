@@ -85,7 +85,7 @@ fn compiles_the_full_example() {
     );
     assert_eq!(gcra.limit().window, 60 * SECOND);
     assert!(
-        matches!(&gcra.kind, LimitKind::Local(l) if l.state_prefix == "sluice/demo/per-ip/0/gcra/60000/")
+        matches!(&gcra.kind, LimitKind::Local(l) if &*l.state_prefix == "sluice/demo/per-ip/0/gcra/60000/")
     );
     let sw = &rule.limits[1];
     assert_eq!(sw.limit().precision, 4);
@@ -98,7 +98,10 @@ fn compiles_the_full_example() {
         (o0.limit.requests, o0.limit.burst, o0.limit.window),
         (1000, 1000, 60 * SECOND)
     );
-    assert_eq!(o0.state_key, "sluice/demo/per-ip/0/gcra/60000/=203.0.113.7");
+    assert_eq!(
+        &*o0.state_key,
+        "sluice/demo/per-ip/0/gcra/60000/=203.0.113.7"
+    );
     assert!(sw.override_index("203.0.113.7").is_some());
     // The second replaces only limit 1.
     assert!(gcra.override_index("vip").is_none());
@@ -609,7 +612,7 @@ fn elastic_limits_compile_their_extra_allowance_and_pool() {
     // 15 more per second, the burst scaled alike (4 * 15 / 10).
     assert_eq!((elastic.extra.requests, elastic.extra.burst), (15, 6));
     assert_eq!(elastic.extra.window, SECOND);
-    assert_eq!(elastic.place, "sluice/d/user+elastic/0/gcra/1000/");
+    assert_eq!(&*elastic.place, "sluice/d/user+elastic/0/gcra/1000/");
     assert!(plan.rules[1].pool && !plan.rules[0].pool);
 }
 

@@ -28,8 +28,10 @@ pub struct Item<F> {
 /// The over-limit cache entry a denial of an item is remembered in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct CacheSlot {
-    /// The shared-data key of the cache slot.
-    pub(crate) key: String,
+    /// The cache's prefix and the slot under it (the key is written only
+    /// when a denial is remembered).
+    pub(crate) prefix: std::rc::Rc<str>,
+    pub(crate) slot: u64,
     /// The entry's owner (see [`super::deny_cache::owner`]).
     pub(crate) owner: u64,
 }

@@ -46,7 +46,11 @@ pub(crate) fn compile(
         &raw_elastic.pool,
         local,
     )?;
-    Ok(Elastic { extra, pool, place })
+    Ok(Elastic {
+        extra,
+        pool,
+        place: place.into(),
+    })
 }
 
 /// The extra allowance of an elastic limit: `ceiling - requests` per window,

@@ -14,6 +14,7 @@ use super::tally::{undecided, Refusal, Tally};
 use super::verdict::Verdict;
 use crate::config::{FailureMode, Plan};
 use crate::headers::Reported;
+use crate::layout;
 use crate::local::SharedStore;
 use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
 use sluice_core::Nanos;
@@ -75,7 +76,9 @@ where
             }
             if let Some(cache) = item.cache.as_ref().filter(|_| decision.retry_after > 0) {
                 let deadline = tally.now.saturating_add(decision.retry_after);
-                deny_cache::remember(env.store, &cache.key, cache.owner, deadline);
+                let mut key = String::new();
+                layout::slot_key(&mut key, &cache.prefix, cache.slot);
+                deny_cache::remember(env.store, &key, cache.owner, deadline);
             }
             if call.shadow {
                 if !tally.shadow_denied.contains(&item.rule) {

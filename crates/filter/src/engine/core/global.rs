@@ -24,7 +24,7 @@ pub(crate) fn built(site: &LimitSite<'_>, limit: Limit) -> GlobalLimit {
             limit,
             overrides: Vec::new(),
         },
-        deny_prefix: layout::deny_prefix(site.domain, site.rule, site.index),
+        deny_prefix: layout::deny_prefix(site.domain, site.rule, site.index).into(),
     }
 }
 
@@ -103,7 +103,7 @@ where
     pub(crate) fn cache_slot(
         &mut self,
         applied: &Applied<'_, '_>,
-        deny_prefix: &str,
+        deny_prefix: &std::rc::Rc<str>,
         shape: u64,
     ) -> Option<(CacheSlot, Option<Nanos>)> {
         if !applied.fixed_cost() {
@@ -113,7 +113,8 @@ where
         let owner = deny_cache::owner(applied.fingerprint, shape);
         let deadline = deny_cache::lookup(self.env.store, &self.scratch, owner, self.tally.now);
         let slot = CacheSlot {
-            key: self.scratch.clone(),
+            prefix: std::rc::Rc::clone(deny_prefix),
+            slot: applied.slot,
             owner,
         };
         Some((slot, deadline))

@@ -16,6 +16,7 @@ use crate::local::{self, Contended, SharedStore, Taken};
 use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
 use crate::table::{self, Placed, Shape, Table};
 use sluice_core::{Decision, FieldError, Limit};
+use std::rc::Rc;
 
 /// The local limit of `limit` at `site`; `sync` is refused.
 pub(crate) fn built(
@@ -30,7 +31,7 @@ pub(crate) fn built(
         ));
     }
     Ok(LocalLimit {
-        state_prefix: layout::limit_prefix(site.domain, site.rule, site.index, &limit),
+        state_prefix: layout::limit_prefix(site.domain, site.rule, site.index, &limit).into(),
         quota: Quota {
             limit,
             overrides: Vec::new(),
@@ -103,14 +104,14 @@ where
     /// remembering it for a refund when admitted.
     pub(crate) fn take_key(
         &mut self,
-        key: &str,
+        key: &Rc<str>,
         limit: &Limit,
         weight: u64,
         share: u8,
     ) -> Result<Decision, Contended> {
         let (store, now) = (self.env.store, self.tally.now);
         let taken = local::consume(store, key, limit, now, weight, reserve(limit, share))?;
-        Ok(self.consumed(LocalState::Key(key.to_string()), limit, taken, weight))
+        Ok(self.consumed(LocalState::Key(Rc::clone(key)), limit, taken, weight))
     }
 
     /// Consumes `weight` of `limit` in the entry of a key table (counting
@@ -140,7 +141,7 @@ where
             self.env.metrics.rule(rule, RuleEvent::TableFull);
         }
         let at = LocalState::Entry {
-            prefix: entry.prefix.to_string(),
+            prefix: Rc::clone(entry.prefix),
             shape: entry.shape,
             fingerprint: entry.fingerprint,
             spot: decided.spot,
@@ -167,7 +168,7 @@ where
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Entry<'a> {
     /// The prefix of the table's buckets.
-    pub(crate) prefix: &'a str,
+    pub(crate) prefix: &'a Rc<str>,
     pub(crate) shape: Shape,
     pub(crate) fingerprint: u64,
 }

@@ -9,17 +9,18 @@ use crate::lease;
 use crate::local::{self, Contended, SharedStore};
 use crate::table::{self, Shape, Spot, Step, Table};
 use sluice_core::{Limit, Nanos};
+use std::rc::Rc;
 
 /// Where a local limit's state lives in shared data: the one description
 /// of it, kept past the request's decision (to refund, to settle).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LocalState {
     /// A key of its own (an override's).
-    Key(String),
+    Key(Rc<str>),
     /// The entry at `spot` of the key table of `shape` under `prefix`,
     /// for the key of `fingerprint`.
     Entry {
-        prefix: String,
+        prefix: Rc<str>,
         shape: Shape,
         fingerprint: u64,
         spot: Spot,

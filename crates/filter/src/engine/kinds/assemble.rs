@@ -313,7 +313,7 @@ fn add_override(
             OverrideLimit {
                 key: raw.key.clone(),
                 limit,
-                state_key,
+                state_key: state_key.into(),
             },
         );
     }

@@ -21,7 +21,7 @@ use sluice_core::{Decision, FieldError};
 pub(crate) fn compile(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind, FieldError> {
     let descriptor = compile_descriptor(site.path, raw, site.rule, site.key)?;
     Ok(LimitKind::ServiceHeld(ServiceHeld {
-        deny_prefix: layout::deny_prefix(site.domain, site.rule, site.index),
+        deny_prefix: layout::deny_prefix(site.domain, site.rule, site.index).into(),
         descriptor,
     }))
 }
