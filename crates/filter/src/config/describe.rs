@@ -6,8 +6,9 @@
 //!
 //! A field's value is read by its type: a string, `u64`, `bool`, `null` or a
 //! value for an `Option`, an array for a `Vec`, an object for another raw
-//! struct, a name for a raw enum. What a type declares is what is read, so
-//! the reader and the schema cannot disagree on a field.
+//! struct, a name for a raw enum. What a type declares is what is read and
+//! what the schema says: the same fields, names, types and defaults, except
+//! where a field says otherwise (`read_with`, `schema`).
 //!
 //! Field attributes, in this order, all optional:
 //! - `#[default]`: absent, the field is its type's default; `#[default =
