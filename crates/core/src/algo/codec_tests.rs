@@ -2,7 +2,8 @@
 
 use super::gcra::Gcra;
 use super::leaky_bucket::LeakyBucket;
-use super::meter::{Meter, Round};
+use super::meter::Meter;
+use super::scaled::{self, Round};
 use super::token_bucket::TokenBucket;
 use super::*;
 use crate::limit::Params;
@@ -37,9 +38,9 @@ proptest! {
     #[test]
     fn whole_and_fraction(unit in 1u128..=u128::from(u64::MAX), x: u128, down: bool) {
         let value = x % (unit * (u128::from(u64::MAX) + 1));
-        let (whole, frac) = meter::split(value, unit);
+        let (whole, frac) = scaled::split(value, unit);
         let round = if down { Round::Down } else { Round::Up };
-        prop_assert_eq!(meter::join(whole, frac, unit, round), value);
+        prop_assert_eq!(scaled::join(whole, frac, unit, round), value);
     }
 
     #[test]
@@ -70,7 +71,7 @@ proptest! {
         let e = Gcra::encode(&p, at, ahead);
         prop_assert_eq!(e.len(), 18);
         let (whole, frac) = Gcra::words(e.as_bytes()).unwrap();
-        prop_assert_eq!(meter::join(whole, frac, p.rate(), Round::Up), tat);
+        prop_assert_eq!(scaled::join(whole, frac, p.rate(), Round::Up), tat);
         if ahead <= meter::max_level(&p) {
             prop_assert_eq!(Gcra::level(&p, (whole, frac), at), (ahead, false));
         }

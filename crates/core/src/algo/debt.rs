@@ -18,7 +18,7 @@
 //! of range is rounded up (more debt); a level beyond `u64::MAX` requests
 //! is written as `u64::MAX` requests.
 
-use super::meter::{join, split, Round};
+use super::scaled::{join, split, Round};
 use crate::limit::Params;
 use crate::state::{payload, u64_at, INLINE, VERSION};
 use crate::{Algorithm, Encoded, Nanos};

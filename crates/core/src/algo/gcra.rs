@@ -13,7 +13,8 @@
 //! In debt beyond what this layout holds (after a charge), the state takes
 //! the meters' debt layout (`super::debt`).
 
-use super::meter::{self, Judged, Meter, RefundView, Round};
+use super::meter::{self, Judged, Meter, RefundView};
+use super::scaled::{self, Round};
 use super::{Mode, Verdict};
 use crate::limit::Params;
 use crate::math::sat64;
@@ -27,7 +28,7 @@ impl Gcra {
     #[inline]
     fn ahead(p: &Params, whole: u64, frac: u64, at: Nanos) -> u128 {
         // A fraction out of range (another rate) is rounded up: a later TAT.
-        let tat = meter::join(whole, frac, p.rate(), Round::Up);
+        let tat = scaled::join(whole, frac, p.rate(), Round::Up);
         tat.saturating_sub(u128::from(at) * p.rate())
     }
 }
@@ -121,7 +122,7 @@ impl Meter for Gcra {
     }
 
     fn encode(p: &Params, at: Nanos, level: u128) -> Encoded {
-        let (whole, frac) = meter::split(u128::from(at) * p.rate() + level, p.rate());
+        let (whole, frac) = scaled::split(u128::from(at) * p.rate() + level, p.rate());
         encode2(Algorithm::Gcra, whole, frac)
     }
 

@@ -9,7 +9,8 @@
 //! In debt beyond what this layout holds (after a charge), the state takes
 //! the meters' debt layout (`super::debt`).
 
-use super::meter::{self, Judged, Meter, RefundView, Round};
+use super::meter::{self, Judged, Meter, RefundView};
+use super::scaled::{self, Round};
 use super::Mode;
 use crate::limit::Params;
 use crate::math::sat64;
@@ -23,7 +24,7 @@ impl LeakyBucket {
     #[inline]
     fn stored(p: &Params, whole: u64, frac: u64) -> u128 {
         // A fraction out of range (another window) is rounded up: a fuller bucket.
-        meter::join(whole, frac, p.window(), Round::Up).min(meter::max_level(p))
+        scaled::join(whole, frac, p.window(), Round::Up).min(meter::max_level(p))
     }
 }
 
@@ -58,7 +59,7 @@ impl Meter for LeakyBucket {
     }
 
     fn encode(p: &Params, at: Nanos, level: u128) -> Encoded {
-        let (whole, frac) = meter::split(level, p.window());
+        let (whole, frac) = scaled::split(level, p.window());
         encode3(Algorithm::LeakyBucket, at, whole, frac)
     }
 

@@ -2,13 +2,15 @@
 //! the new state. The three rate-based ones (token bucket, leaky bucket,
 //! GCRA) say only how their state reads as a level ([`meter::Meter`]); the
 //! meter module decides, charges and refunds for all three (`debt` holds
-//! their layout for a level beyond what their own can hold).
+//! their layout for a level beyond what their own can hold, `scaled` the
+//! whole units and fraction both store).
 
 pub(crate) mod debt;
 pub(crate) mod fixed_window;
 pub(crate) mod gcra;
 pub(crate) mod leaky_bucket;
 pub(crate) mod meter;
+pub(crate) mod scaled;
 pub(crate) mod sliding_log;
 pub(crate) mod sliding_window;
 pub(crate) mod token_bucket;

@@ -10,7 +10,8 @@
 //! In debt beyond what this layout holds (after a charge), the state takes
 //! the meters' debt layout (`super::debt`).
 
-use super::meter::{self, Judged, Meter, RefundView, Round};
+use super::meter::{self, Judged, Meter, RefundView};
+use super::scaled::{self, Round};
 use super::Mode;
 use crate::limit::Params;
 use crate::math::sat64;
@@ -24,7 +25,7 @@ impl TokenBucket {
     #[inline]
     fn tokens(p: &Params, whole: u64, frac: u64) -> u128 {
         // A fraction out of range (another window) is rounded down: fewer tokens.
-        meter::join(whole, frac, p.window(), Round::Down).min(meter::capacity(p))
+        scaled::join(whole, frac, p.window(), Round::Down).min(meter::capacity(p))
     }
 }
 
@@ -83,7 +84,7 @@ impl Meter for TokenBucket {
     }
 
     fn encode(p: &Params, at: Nanos, level: u128) -> Encoded {
-        let (whole, frac) = meter::split(meter::capacity(p).saturating_sub(level), p.window());
+        let (whole, frac) = scaled::split(meter::capacity(p).saturating_sub(level), p.window());
         encode3(Algorithm::TokenBucket, at, whole, frac)
     }
 
