@@ -28,6 +28,7 @@ mod charge;
 mod key;
 mod loose;
 mod permits;
+mod read_answer;
 mod request;
 mod validate;
 
