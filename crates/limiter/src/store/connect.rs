@@ -18,6 +18,7 @@
 //!   fails or answers `READONLY` (a demoted primary), and asks again with
 //!   backoff (50 ms doubling to 250 ms, with jitter) until a primary answers.
 
+use super::jitter::jittered;
 use super::single::Single;
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
@@ -407,18 +408,6 @@ const FOLLOW_MAX: Duration = Duration::from_millis(250);
 /// after a failed or timed-out call.
 const RECHECK_EVERY: Duration = Duration::from_secs(5);
 
-/// `d` give or take half of it, from the clock's low bits: instances that
-/// lost Redis together do not come back in step.
-pub fn jittered(d: Duration) -> Duration {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|t| u64::from(t.subsec_nanos()))
-        .unwrap_or(0);
-    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1);
-    let spread = nanos.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 33;
-    Duration::from_millis(ms / 2 + spread % ms)
-}
-
 impl Follower {
     fn new(t: &SentinelTarget, opts: &ConnectOptions, timeout: Duration) -> RedisResult<Follower> {
         let addrs = t.sentinels.iter().map(|(host, port)| {
@@ -598,14 +587,6 @@ async fn follow(follower: Weak<Follower>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn jitter_stays_within_half_either_side() {
-        for _ in 0..100 {
-            let d = jittered(Duration::from_millis(400));
-            assert!(d >= Duration::from_millis(200) && d < Duration::from_millis(600));
-        }
-    }
 
     #[test]
     fn errors_are_explained() {

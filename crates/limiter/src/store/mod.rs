@@ -8,6 +8,7 @@
 pub mod connect;
 mod id;
 mod item;
+mod jitter;
 pub mod memory;
 pub mod redis;
 mod single;

@@ -10,7 +10,7 @@
 //! accepting connections, and an outage costs each limiter at most a few
 //! connection attempts a second.
 
-use super::connect::jittered;
+use super::jitter::jittered;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, RedisResult};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -26,8 +26,9 @@ mod adjust;
 mod cluster;
 mod script;
 
-use super::connect::{connect, explain, is_auth_error, jittered, Conn};
+use super::connect::{connect, explain, is_auth_error, Conn};
 pub use super::connect::{ConnectError, ConnectOptions, SentinelTarget, Target};
+use super::jitter::jittered;
 use super::memory::refuse_batched_permits;
 use super::{AdjustItem, PermitsOutcome, Store, StoreError, StoreItem, StoreStatus, Verdict};
 use crate::metrics::Histogram;
