@@ -39,6 +39,8 @@ pub mod fuzzing;
 #[cfg(test)]
 mod json_mutation;
 #[cfg(test)]
+mod round_trip_tests;
+#[cfg(test)]
 mod test_rng;
 
 pub use answer::{CheckResponse, ErrorBody, LimitResult};

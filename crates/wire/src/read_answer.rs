@@ -35,6 +35,7 @@ impl CheckResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_rng::Rng;
     use sluice_core::{Denial, MILLISECOND};
 
     #[test]
@@ -77,5 +78,32 @@ mod tests {
         let r = CheckResponse::parse(plain.as_bytes(), 1).unwrap();
         assert_eq!((r.admitted, r.delays_ms.len()), (None, 0));
         assert_eq!(serde_json::to_string(&r).unwrap(), plain);
+    }
+
+    /// The compact reader reads every answer the limiter writes as serde
+    /// does, and anything it reads at all (here: answers with bytes changed,
+    /// dropped or added) as serde does.
+    #[test]
+    fn the_compact_reader_agrees_with_serde() {
+        let mut rng = Rng(0x00dd_ba11_5eed_0001);
+        let mut read = 0;
+        for _ in 0..3000 {
+            let response = rng.answer();
+            let body = serde_json::to_vec(&response).unwrap();
+            assert_eq!(compact::parse(&body).as_ref(), Some(&response));
+            for _ in 0..20 {
+                let changed = rng.mutate(&body, b"0123456789,:{}[]\" ae-.");
+                let serde: Option<CheckResponse> = serde_json::from_slice(&changed).ok();
+                if let Some(fast) = compact::parse(&changed) {
+                    read += 1;
+                    assert_eq!(Some(fast), serde, "{}", String::from_utf8_lossy(&changed));
+                }
+            }
+        }
+        assert!(read > 1000, "{read}");
+        // Other forms are the loose reader's.
+        let spaced = br#"{ "allowed": true, "limits": [] }"#;
+        assert!(compact::parse(spaced).is_none());
+        assert!(CheckResponse::parse(spaced, 0).is_some());
     }
 }
