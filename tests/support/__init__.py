@@ -8,6 +8,7 @@
 - `client`: one HTTP request, and concurrent load that counts every answer.
 - `load`: `sluice-load` (fast load with a fresh client address per request, timeouts, timeline).
 - `windows`: waiting until a sequence of requests fits in one clock-aligned window.
+- `rust_imports`: which modules of a Rust crate import which (the architecture test).
 
 The names most callers need are importable from the package itself.
 """
