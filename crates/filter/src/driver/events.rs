@@ -159,21 +159,26 @@ impl<H: Host> Worker<H> {
         })
     }
 
-    /// The response's headers are in.
+    /// The response's headers are in (the response's callbacks need only
+    /// the request: it stays in the table).
     pub fn response_headers(&mut self, host: &mut H, context: u32) {
-        self.with_request(context, (), |_, req| stream::response_headers(host, req));
+        if let Some(req) = self.requests.get_mut(&context) {
+            stream::response_headers(host, req);
+        }
     }
 
     /// A chunk of the response body is in.
     pub fn response_body(&mut self, host: &mut H, context: u32, body_size: usize) {
-        self.with_request(context, (), |_, req| {
-            stream::response_body(host, req, body_size)
-        });
+        if let Some(req) = self.requests.get_mut(&context) {
+            stream::response_body(host, req, body_size);
+        }
     }
 
     /// The response's trailers are in.
     pub fn response_trailers(&mut self, host: &mut H, context: u32) {
-        self.with_request(context, (), |_, req| stream::response_trailers(host, req));
+        if let Some(req) = self.requests.get_mut(&context) {
+            stream::response_trailers(host, req);
+        }
     }
 
     /// The request's stream ended (its log or its end, whichever comes

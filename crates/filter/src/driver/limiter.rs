@@ -135,6 +135,28 @@ pub(super) fn send_check<H: Host>(
     tokens
 }
 
+/// Records `body`, the answer to call `token` of `pending` (whose calls
+/// still out are `tokens`); an answer that could not be read counts as a
+/// failed call. Returns whether every call of `pending` is answered.
+pub(super) fn record_answer<H: Host>(
+    w: &mut Worker<H>,
+    host: &H,
+    runtime: &Runtime<H::Metrics>,
+    (pending, tokens): (&mut PendingCheck, &mut Vec<(u32, usize)>),
+    token: u32,
+    body: Option<&[u8]>,
+) -> bool {
+    let Some(at) = tokens.iter().position(|(t, _)| *t == token) else {
+        return false;
+    };
+    let (_, call) = tokens.swap_remove(at);
+    let complete = pending.record(call, body);
+    if pending.unreadable(call) {
+        call_failed(w, host, runtime, CallFailure::Unreadable);
+    }
+    complete
+}
+
 /// Calls the limiter (a check, or a rate limit service's method); `None`
 /// when the call could not be made.
 pub(super) fn dispatch<H: Host, M>(host: &mut H, runtime: &Runtime<M>, body: &[u8]) -> Option<u32> {

@@ -18,14 +18,13 @@
 
 use super::carry::{self, Final};
 use super::host::Host;
-use super::limiter::{call_failed, send_check};
+use super::limiter::{record_answer, send_check};
 use super::outcome::unapplied;
 use super::parts::{RootedCheck, Shared};
 use super::renewal;
 use super::wake;
 use super::worker::{take_where, Worker};
 use crate::engine::PendingCheck;
-use crate::failure::CallFailure;
 use std::rc::Rc;
 
 /// Leaves `pending`, the check of the request of `context`, for the root to
@@ -121,16 +120,11 @@ pub(super) fn answered<H: Host>(
     let Some(mut check) = take_where(&mut w.rooted, mine).pop() else {
         return false;
     };
-    let at = check.tokens.iter().position(|(t, _)| *t == token);
-    if let Some((_, call)) = at.map(|at| check.tokens.swap_remove(at)) {
-        let complete = check.pending.record(call, body);
-        if check.pending.unreadable(call) {
-            call_failed(w, host, &check.runtime, CallFailure::Unreadable);
-        }
-        if !complete {
-            w.rooted.push(check);
-            return true;
-        }
+    let runtime = Rc::clone(&check.runtime);
+    let out = (&mut check.pending, &mut check.tokens);
+    if !record_answer(w, host, &runtime, out, token, body) {
+        w.rooted.push(check);
+        return true;
     }
     decide(w, host, root, check);
     true

@@ -10,7 +10,7 @@ use super::carry::{self, Final};
 use super::coalesced::{self, MAX_BATCH};
 use super::cost;
 use super::host::{Action, Host, Map};
-use super::limiter::{call_failed, grpc_answer, http_answer, send_check, Answer};
+use super::limiter::{call_failed, grpc_answer, http_answer, record_answer, send_check, Answer};
 use super::outcome::{add_response_headers, add_service_response_headers, unapplied};
 use super::parts::{Member, Shared};
 use super::permits;
@@ -236,15 +236,7 @@ fn own_answered<H: Host>(
     body: Option<&[u8]>,
 ) {
     let runtime = &Rc::clone(&req.runtime);
-    let mut complete = false;
-    if let Some(at) = tokens.iter().position(|(t, _)| *t == token) {
-        let (_, call) = tokens.swap_remove(at);
-        complete = pending.record(call, body);
-        if pending.unreadable(call) {
-            call_failed(w, host, runtime, CallFailure::Unreadable);
-        }
-    }
-    if !complete {
+    if !record_answer(w, host, runtime, (&mut pending, &mut tokens), token, body) {
         req.phase = Phase::Checking {
             pending,
             tokens,
