@@ -36,9 +36,10 @@ _RENAME = re.compile(r'rename\s*=\s*"([^"]+)"')
 
 
 def raw_structs() -> dict[str, list[tuple[str, str]]]:
-    """{struct: [(JSON field name, Rust type)]} of raw.rs."""
+    """{struct: [(JSON field name, Rust type)]} of raw.rs and its submodules (raw/*.rs)."""
     out = {}
-    for name, body in _STRUCT.findall(RAW.read_text()):
+    text = "".join(p.read_text() for p in [RAW, *sorted(RAW.with_suffix("").glob("*.rs"))])
+    for name, body in _STRUCT.findall(text):
         fields = []
         for attrs, field, ty in _FIELD.findall(body):
             rename = _RENAME.search(attrs)

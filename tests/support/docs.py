@@ -99,7 +99,9 @@ def schema_type(node: dict) -> str:
         item = node["items"]
         if "oneOf" in item:
             return "array of " + " or ".join(f"{n['type']}s" for n in item["oneOf"])
-        return "array of strings" if item.get("type") == "string" else "array of objects"
+        if item.get("type") in ("string", "integer"):
+            return f"array of {item['type']}s"
+        return "array of objects"
     if kind == "object" and isinstance(node.get("additionalProperties"), dict):
         return "map of strings"
     return kind

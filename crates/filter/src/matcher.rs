@@ -123,7 +123,7 @@ impl Matcher {
 
 impl HeaderTest {
     /// Whether a value (`None`: absent) passes the test.
-    fn holds(&self, value: Option<&str>) -> bool {
+    pub fn holds(&self, value: Option<&str>) -> bool {
         match self {
             HeaderTest::Exact(expected) => value == Some(expected.as_str()),
             HeaderTest::Regex(pattern) => value.is_some_and(|v| pattern.matches(v)),

@@ -55,6 +55,12 @@ pub enum RuleEvent {
     /// keys: it shared the table's overflow entry, or evicted a key
     /// (`local_when_full`). Raise `local_max_keys` when it counts.
     TableFull,
+    /// Requests a limit counted by outcome kept once their stream ended:
+    /// the response matched (or the stream ended without one).
+    OutcomeCounted,
+    /// Requests a limit counted by outcome gave back: the response did not
+    /// match.
+    OutcomeGivenBack,
 }
 
 impl RuleEvent {
@@ -69,12 +75,15 @@ impl RuleEvent {
             | RuleEvent::CostMissing
             | RuleEvent::CostDebt => matches!(rule.cost, crate::config::Cost::Response(_)),
             RuleEvent::TableFull => rule.limits.iter().any(|l| l.is_local()),
+            RuleEvent::OutcomeCounted | RuleEvent::OutcomeGivenBack => {
+                rule.limits.iter().any(|l| l.count_when().is_some())
+            }
             _ => true,
         }
     }
 
     /// Every per-rule event, in the order of their metric ids.
-    pub const ALL: [RuleEvent; 13] = [
+    pub const ALL: [RuleEvent; 15] = [
         RuleEvent::Allowed,
         RuleEvent::Denied,
         RuleEvent::ShadowDenied,
@@ -88,6 +97,8 @@ impl RuleEvent {
         RuleEvent::CostMissing,
         RuleEvent::CostDebt,
         RuleEvent::TableFull,
+        RuleEvent::OutcomeCounted,
+        RuleEvent::OutcomeGivenBack,
     ];
 
     /// The metric name's last component.
@@ -106,6 +117,8 @@ impl RuleEvent {
             RuleEvent::CostMissing => "cost_missing",
             RuleEvent::CostDebt => "cost_debt",
             RuleEvent::TableFull => "table_full",
+            RuleEvent::OutcomeCounted => "outcome_counted",
+            RuleEvent::OutcomeGivenBack => "outcome_given_back",
         }
     }
 

@@ -5,7 +5,7 @@ use crate::client_ip::ClientIpPolicy;
 use crate::config::raw::{FailureMode, HeadersMode, Protocol, ServiceHeaders};
 use crate::cost::extract::FieldPath;
 use crate::key::KeyPart;
-use crate::matcher::{Matcher, RuleIndex};
+use crate::matcher::{HeaderCondition, Matcher, RuleIndex};
 use crate::table::Shape;
 use sluice_core::{Limit, Nanos, Permits};
 use std::rc::Rc;
@@ -211,6 +211,95 @@ pub enum LimitKind {
     ServiceHeld(ServiceHeld),
     /// A concurrency limit: permits held while requests are in flight.
     Concurrency(ConcurrencyLimit),
+    /// A rate limit that counts only the requests whose response matches
+    /// (`count_when`).
+    ByOutcome(ByOutcome),
+}
+
+/// A rate limit counting only the requests whose response matches: a unit
+/// taken at admission is given back when the response does not match (a
+/// limit a rate limit service holds is charged at the stream's end instead).
+#[derive(Debug)]
+pub struct ByOutcome {
+    /// The limit that counts.
+    pub counted: Counted,
+    /// Which responses it counts.
+    pub when: Rc<CountWhen>,
+}
+
+/// The limit a by-outcome limit counts in.
+#[derive(Debug)]
+pub enum Counted {
+    /// Decided by this filter: reserved at admission.
+    Local(LocalLimit),
+    /// Decided by the limiter per request: reserved at admission.
+    Global(GlobalLimit),
+    /// Held by a rate limit service: charged at the stream's end.
+    Service(ServiceHeld),
+}
+
+/// Which responses a by-outcome limit counts: every test holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CountWhen {
+    /// The tests, at least one.
+    pub tests: Vec<OutcomeTest>,
+}
+
+/// One test of a response's outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutcomeTest {
+    /// The status is in one of these inclusive ranges.
+    Status(Vec<(u16, u16)>),
+    /// A response header condition.
+    Header(HeaderCondition),
+    /// The gRPC status is one of these.
+    GrpcStatus(Vec<u64>),
+}
+
+/// What a response showed of its outcome, as its stream went.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// The `:status`; `None` until the response's headers came.
+    pub status: Option<u16>,
+    /// The value of the header a test names, if present.
+    pub header: Option<String>,
+    /// The `grpc-status` of the headers or trailers, once seen.
+    pub grpc_status: Option<u64>,
+}
+
+impl CountWhen {
+    /// The header a test names, if any.
+    pub fn header(&self) -> Option<&str> {
+        self.tests.iter().find_map(|t| match t {
+            OutcomeTest::Header(h) => Some(h.name.as_str()),
+            OutcomeTest::Status(_) | OutcomeTest::GrpcStatus(_) => None,
+        })
+    }
+
+    /// Whether a test reads the gRPC status.
+    pub fn reads_grpc(&self) -> bool {
+        self.tests.iter().any(|t| match t {
+            OutcomeTest::GrpcStatus(_) => true,
+            OutcomeTest::Status(_) | OutcomeTest::Header(_) => false,
+        })
+    }
+
+    /// Whether a response that showed `outcome` counts. What the stream
+    /// never showed counts (no status: the request ended without a
+    /// response; no gRPC status by the end), so that cutting a stream never
+    /// makes a request free.
+    pub fn counts(&self, outcome: &Outcome) -> bool {
+        let Some(status) = outcome.status else {
+            return true;
+        };
+        self.tests.iter().all(|t| match t {
+            OutcomeTest::Status(ranges) => ranges.iter().any(|(l, h)| (*l..=*h).contains(&status)),
+            OutcomeTest::Header(h) => h.test.holds(outcome.header.as_deref()),
+            OutcomeTest::GrpcStatus(codes) => outcome
+                .grpc_status
+                .map_or(true, |code| codes.contains(&code)),
+        })
+    }
 }
 
 /// A local limit with elastic borrowing.

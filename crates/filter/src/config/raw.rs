@@ -15,9 +15,12 @@
 //! [`from_json`](super::from_json). Values are checked and converted by
 //! [`compile`](super::compile).
 
+mod outcome;
+
 use super::describe::{raw_enum, raw_struct, read_names};
 use super::reader::Node;
 pub use crate::table::WhenFull;
+pub use outcome::{RawCountWhen, RawResponseHeader};
 
 read_names!(WhenFull {
     Share = "share",
@@ -495,6 +498,10 @@ pub struct RawLimit {
     /// renewed them (a crashed Envoy's permits come back after this).
     #[default]
     pub permit_ttl: Option<String>,
+    /// Count only the requests whose response matches: a unit is taken at
+    /// admission and given back when the response does not match.
+    #[default]
+    pub count_when: Option<RawCountWhen>,
 }
 }
 

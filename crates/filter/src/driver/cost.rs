@@ -9,10 +9,12 @@
 
 use super::host::{Buffer, Host, Map};
 use super::limiter::{dispatch, dispatch_charge};
-use super::parts::{Charge, ChargeCall, Runtime, Shared};
+use super::parts::{Charge, ChargeCall, Runtime, ServiceCharge, Shared};
 use super::wake;
 use super::worker::{take_where, Worker};
-use crate::engine::cost_reader::{charge_bodies, CostReader, GlobalSettlement};
+use crate::engine::cost_reader::{
+    charge_bodies, remember_over_limit, CostReader, GlobalSettlement,
+};
 use crate::engine::settle::Adjustment;
 use crate::metrics::{GlobalEvent, MetricSink};
 use crate::rls;
@@ -20,11 +22,28 @@ use sluice_core::Nanos;
 use sluice_wire::LimitSpec;
 use std::rc::Rc;
 
-/// Reads the response headers.
+/// Reads the response headers, and its status when a limit is counted by
+/// outcome (only then: other requests make no call for it).
 pub(super) fn read_headers<H: Host, M>(host: &H, runtime: &Runtime<M>, reader: &mut CostReader) {
-    reader.on_headers(&runtime.plan, |name| {
-        host.header(Map::ResponseHeaders, name)
-    });
+    let header = |name: &str| host.header(Map::ResponseHeaders, name);
+    reader.on_headers(&runtime.plan, header);
+    if reader.reads_outcome() {
+        reader.on_outcome(upstream_status(host), header);
+    }
+}
+
+/// The response's status, if the upstream sent it: a reply Envoy made
+/// itself (an upstream reset or timeout, its 503 or 504) is no response,
+/// as a stream that ended before one.
+fn upstream_status<H: Host>(host: &H) -> Option<u16> {
+    let details = host.property(&["response", "code_details"]);
+    if details.is_some_and(|d| d != b"via_upstream") {
+        return None;
+    }
+    host.header(Map::ResponseHeaders, ":status")?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Reads the chunk of the response body the host holds now.
@@ -88,6 +107,7 @@ pub(super) fn answered<H: Host>(w: &mut Worker<H>, token: u32) -> bool {
 /// Root `root` is closing: its charge calls will not be answered; their
 /// keys are no longer waited for.
 pub(super) fn root_closing<H: Host>(w: &mut Worker<H>, root: u32) {
+    take_where(&mut w.service_charges, |c| c.root == root);
     for call in take_where(&mut w.charge_calls, |c| c.root == root) {
         pay(w, &call.owed);
     }
@@ -97,12 +117,30 @@ fn pay<H: Host>(w: &mut Worker<H>, owed: &[u64]) {
     owed.iter().for_each(|id| w.owing.paid(*id));
 }
 
+/// The answer to call `token`, if it is a rate limit service's to the
+/// stream-end charge of a limit counted by outcome: an `OVER_LIMIT` fills
+/// the over-limit cache. Returns whether it was.
+pub(super) fn service_answered<H: Host>(
+    w: &mut Worker<H>,
+    host: &H,
+    token: u32,
+    answer: Option<&[u8]>,
+) -> bool {
+    let Some(charge) = take_where(&mut w.service_charges, |c| c.token == token).pop() else {
+        return false;
+    };
+    remember_over_limit(host, &charge.cache, answer, host.now());
+    true
+}
+
 /// Charges what a rate limit service holds: one `ShouldRateLimit` per
 /// settlement, its descriptors with the difference as their hits (a
-/// service cannot be refunded: it keeps the estimate).
+/// service cannot be refunded: it keeps the estimate). The answer of a
+/// charge whose over-limit is cached is read by root `root`.
 fn send_to_service<H: Host>(
+    w: &mut Worker<H>,
     host: &mut H,
-    runtime: &Runtime<H::Metrics>,
+    (runtime, root): (&Runtime<H::Metrics>, u32),
     settlements: &[GlobalSettlement],
 ) {
     for s in settlements.iter().filter(|s| !s.descriptors.is_empty()) {
@@ -119,8 +157,14 @@ fn send_to_service<H: Host>(
             })
             .collect();
         let body = rls::encode_request(&runtime.plan.domain, &descriptors, hits);
-        if dispatch(host, runtime, &body).is_none() {
-            runtime.metrics.global(GlobalEvent::LimiterUnreachable);
+        match (dispatch(host, runtime, &body), &s.cache) {
+            (None, _) => runtime.metrics.global(GlobalEvent::LimiterUnreachable),
+            (Some(token), Some(cache)) => w.service_charges.push(ServiceCharge {
+                root,
+                token,
+                cache: cache.clone(),
+            }),
+            (Some(_), None) => {}
         }
     }
 }
@@ -142,6 +186,7 @@ pub(super) fn refund<H: Host>(
             limits: vec![spec],
             adjustment: Adjustment::Refund(units),
             admitted_at,
+            cache: None,
         };
         w.charges.push(Charge {
             runtime: Rc::clone(runtime),
@@ -168,7 +213,7 @@ pub(super) fn send_charges<H: Host>(w: &mut Worker<H>, host: &mut H, root: u32) 
             .unzip();
         let owed: Vec<u64> = owed.into_iter().filter(|id| *id != 0).collect();
         let now = host.now();
-        send_to_service(host, &runtime, &settlements);
+        send_to_service(w, host, (&runtime, root), &settlements);
         let mut tokens = Vec::new();
         for body in charge_bodies(&runtime.plan.domain, &settlements, now) {
             match dispatch_charge(host, &runtime, &body) {

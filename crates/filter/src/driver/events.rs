@@ -219,7 +219,8 @@ impl<H: Host> Worker<H> {
             // Checks that waited for those charges go now.
             rooted::send_queued(self, host, root);
         } else {
-            let _ = renewal::answered(self, host, token, body)
+            let _ = cost::service_answered(self, host, token, body)
+                || renewal::answered(self, host, token, body)
                 || rooted::answered(self, host, root, token, body)
                 || coalesced::answered(self, host, root, token, body);
         }

@@ -5,6 +5,7 @@
 
 use super::host::Host;
 use crate::config::Plan;
+use crate::engine::core::call::CacheSlot;
 use crate::engine::cost_reader::GlobalSettlement;
 use crate::engine::{PendingCheck, Renewal};
 use crate::slots::SlotHasher;
@@ -70,6 +71,14 @@ pub(super) struct Charge<H: Host> {
     pub(super) runtime: Shared<H>,
     pub(super) settlement: GlobalSettlement,
     pub(super) owed: u64,
+}
+
+/// A rate limit service's stream-end charge of a limit counted by outcome,
+/// made by root `root`: its `OVER_LIMIT` answer is cached in `cache`.
+pub(super) struct ServiceCharge {
+    pub(super) root: u32,
+    pub(super) token: u32,
+    pub(super) cache: CacheSlot,
 }
 
 /// The `POST /v1/charge` calls of one configuration's settlements, made by

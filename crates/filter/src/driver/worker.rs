@@ -6,7 +6,9 @@
 //! still owes. The driver's modules reach it through their functions.
 
 use super::host::Host;
-use super::parts::{Charge, ChargeCall, Member, RenewalCall, RootedCheck, Shared, SharedCall};
+use super::parts::{
+    Charge, ChargeCall, Member, RenewalCall, RootedCheck, ServiceCharge, Shared, SharedCall,
+};
 use super::request::Request;
 use crate::coalesce::Coalescer;
 use crate::engine::concurrency::HeldPermit;
@@ -36,6 +38,9 @@ pub struct Worker<H: Host> {
     /// calls in flight.
     pub(super) owing: Owing,
     pub(super) charge_calls: Vec<ChargeCall>,
+    /// Rate limit services' stream-end charges whose answers fill the
+    /// over-limit cache.
+    pub(super) service_charges: Vec<ServiceCharge>,
     /// Global permits ended requests gave back, for the root to send.
     pub(super) releases: Vec<(Shared<H>, HeldPermit)>,
     /// Requests waiting for a permit of a concurrency limit in delay mode
@@ -63,6 +68,7 @@ impl<H: Host> Default for Worker<H> {
             charges: Vec::new(),
             owing: Owing::default(),
             charge_calls: Vec::new(),
+            service_charges: Vec::new(),
             releases: Vec::new(),
             waiters: Vec::new(),
             renewals_queued: Vec::new(),
@@ -124,6 +130,7 @@ impl<H: Host> Worker<H> {
             ("charges", self.charges.is_empty()),
             ("owing", self.owing.is_empty()),
             ("charge_calls", self.charge_calls.is_empty()),
+            ("service_charges", self.service_charges.is_empty()),
             ("releases", self.releases.is_empty()),
             ("waiters", self.waiters.is_empty()),
             ("renewals_queued", self.renewals_queued.is_empty()),

@@ -1062,6 +1062,8 @@ mod concurrency;
 
 mod response_cost;
 
+mod by_outcome;
+
 mod host_calls;
 
 const GLOBAL_PRIORITY: &str = r#"{"name":"api","key":["const:all"],

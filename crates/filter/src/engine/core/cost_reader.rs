@@ -3,12 +3,15 @@
 //! ([`super::settle`]), the settlement once the stream ends, and the
 //! `POST /v1/charge` bodies of the global settlements.
 
+use super::call::CacheSlot;
+use super::deny_cache;
 use super::settle::{sources, Adjustment, Owed};
-use crate::config::{CostSource, Plan};
+use crate::config::{CostSource, Outcome, Plan};
 use crate::cost::extract::{scanner, BodyScanner, Found};
+use crate::layout;
 use crate::local::{Contended, SharedStore};
 use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
-use sluice_core::{Adjust, Nanos};
+use sluice_core::{Adjust, Nanos, MILLISECOND, SECOND};
 use sluice_wire::{charge_json, LimitSpec, MAX_LIMITS};
 
 /// One owed rule and what its response said so far.
@@ -21,6 +24,9 @@ struct Reading {
     malformed: bool,
     /// The body fields of the rule's sources, and the source each feeds.
     body: Option<(BodyScanner, Vec<usize>)>,
+    /// What the response showed of its outcome (for a limit counted by
+    /// outcome).
+    outcome: Outcome,
 }
 
 /// What a request's response says it cost, for each rule it owes.
@@ -42,6 +48,9 @@ pub struct GlobalSettlement {
     pub adjustment: Adjustment,
     /// When the estimate was counted (a refund gives back as of then).
     pub admitted_at: Nanos,
+    /// Where the service's over-limit answer to this charge is cached (a
+    /// limit counted by outcome held by a rate limit service).
+    pub(crate) cache: Option<CacheSlot>,
 }
 
 impl CostReader {
@@ -57,6 +66,7 @@ impl CostReader {
                 values: Vec::new(),
                 malformed: false,
                 body: None,
+                outcome: Outcome::default(),
             })
             .collect();
         Some(CostReader { readings })
@@ -87,6 +97,32 @@ impl CostReader {
         }
     }
 
+    /// Whether some limit is counted by the response's outcome.
+    pub fn reads_outcome(&self) -> bool {
+        self.readings.iter().any(|r| r.owed.outcome.is_some())
+    }
+
+    /// Reads the response's outcome: its `status` (`None` for a response
+    /// Envoy made itself, e.g. after an upstream reset), and the headers
+    /// the conditions name (`header` gives one by lowercase name).
+    pub fn on_outcome(&mut self, status: Option<u16>, header: impl Fn(&str) -> Option<String>) {
+        for r in &mut self.readings {
+            let Some(owed) = &r.owed.outcome else {
+                continue;
+            };
+            r.outcome.status = status;
+            if status.is_none() {
+                continue;
+            }
+            if let Some(name) = owed.when.header() {
+                r.outcome.header = header(name);
+            }
+            if owed.when.reads_grpc() {
+                r.outcome.grpc_status = header("grpc-status").and_then(|v| v.trim().parse().ok());
+            }
+        }
+    }
+
     /// Whether some rule reads the body.
     pub fn reads_body(&self) -> bool {
         self.readings.iter().any(|r| r.body.is_some())
@@ -104,6 +140,13 @@ impl CostReader {
     /// Reads the response trailers.
     pub fn on_trailers(&mut self, plan: &Plan, trailer: impl Fn(&str) -> Option<String>) {
         for r in &mut self.readings {
+            if let Some(owed) = &r.owed.outcome {
+                if owed.when.reads_grpc() && r.outcome.grpc_status.is_none() {
+                    r.outcome.grpc_status =
+                        trailer("grpc-status").and_then(|v| v.trim().parse().ok());
+                }
+                continue;
+            }
             for (i, source) in sources(plan, &r.owed).iter().enumerate() {
                 if let CostSource::Trailer(name) = source {
                     read_number(r, i, trailer(name));
@@ -132,21 +175,9 @@ impl CostReader {
                     }
                 }
             }
-            let rule = r.owed.rule;
-            let actual = match total(&r.values) {
-                Some(actual) if !r.malformed => actual,
-                _ => {
-                    metrics.rule(rule, RuleEvent::CostMissing);
-                    r.owed.estimate
-                }
-            };
-            match Adjustment::between(r.owed.estimate, actual) {
-                Some(Adjustment::Charge(n)) => metrics.rule_n(rule, RuleEvent::CostCharged, n),
-                Some(Adjustment::Refund(n)) => metrics.rule_n(rule, RuleEvent::CostRefunded, n),
-                None => {}
-            }
+            let actual = actual_cost(&r, metrics);
             match r.owed.settle_local(store, actual, now) {
-                Ok(true) => metrics.rule(rule, RuleEvent::CostDebt),
+                Ok(true) => metrics.rule(r.owed.rule, RuleEvent::CostDebt),
                 Ok(false) => {}
                 Err(Contended) => metrics.global(GlobalEvent::CasExhausted),
             }
@@ -156,11 +187,66 @@ impl CostReader {
                     limits: r.owed.global,
                     adjustment,
                     admitted_at: r.owed.admitted_at,
+                    cache: r.owed.outcome.and_then(|o| o.cache),
                 });
             }
         }
         global
     }
+}
+
+/// What reading `r` says its request cost: for a limit counted by outcome,
+/// its weight when the response counts, else 0; for a cost from the
+/// response, the sum of its sources (the estimate when one did not say).
+fn actual_cost<M: MetricSink + ?Sized>(r: &Reading, metrics: &M) -> u64 {
+    let rule = r.owed.rule;
+    if let Some(owed) = &r.owed.outcome {
+        if owed.when.counts(&r.outcome) {
+            metrics.rule(rule, RuleEvent::OutcomeCounted);
+            return r.owed.estimate;
+        }
+        metrics.rule(rule, RuleEvent::OutcomeGivenBack);
+        return 0;
+    }
+    let actual = match total(&r.values) {
+        Some(actual) if !r.malformed => actual,
+        _ => {
+            metrics.rule(rule, RuleEvent::CostMissing);
+            r.owed.estimate
+        }
+    };
+    match Adjustment::between(r.owed.estimate, actual) {
+        Some(Adjustment::Charge(n)) => metrics.rule_n(rule, RuleEvent::CostCharged, n),
+        Some(Adjustment::Refund(n)) => metrics.rule_n(rule, RuleEvent::CostRefunded, n),
+        None => {}
+    }
+    actual
+}
+
+/// Remembers in the over-limit cache `cache` a rate limit service's
+/// `answer` to a stream-end charge when it is `OVER_LIMIT`: until the
+/// reset it gives, else for a second (the service's window is not known
+/// here).
+pub(crate) fn remember_over_limit<S: SharedStore + ?Sized>(
+    store: &S,
+    cache: &CacheSlot,
+    answer: Option<&[u8]>,
+    now: Nanos,
+) {
+    let Some(read) = answer.and_then(|a| crate::rls::decode_response(a, 1)) else {
+        return;
+    };
+    if read.check.allowed {
+        return;
+    }
+    let retry = read.check.limits.first().map_or(0, |l| l.retry_after_ms);
+    let wait = match retry {
+        0 => SECOND,
+        ms => ms.saturating_mul(MILLISECOND),
+    };
+    let mut key = String::new();
+    layout::slot_key(&mut key, &cache.prefix, cache.slot);
+    deny_cache::remember(store, &key, cache.owner, now.saturating_add(wait));
 }
 
 /// Notes source `i` of `r` from a header or trailer value.
@@ -280,6 +366,7 @@ mod tests {
             limits: vec![spec.clone()],
             adjustment,
             admitted_at: at,
+            cache: None,
         }
     }
 

@@ -9,12 +9,14 @@
 //! here, by compare-and-swap ([`Owed::settle_local`]); global ones in a
 //! `POST /v1/charge` ([`Owed::adjustment`]).
 
+use super::call::CacheSlot;
 pub use super::undo::LocalState;
-use crate::config::{Cost, CostSource, Plan};
+use crate::config::{Cost, CostSource, CountWhen, Plan};
 use crate::local::{Contended, SharedStore};
 use crate::rls::Descriptor;
 use sluice_core::{Limit, Nanos};
 use sluice_wire::LimitSpec;
+use std::rc::Rc;
 
 /// What a request admitted by a rule with a response cost settles when its
 /// response says what it cost.
@@ -40,6 +42,20 @@ pub struct Owed {
     /// Whether the rule is in shadow mode (its global limits went in the
     /// shadow call).
     pub shadow: bool,
+    /// For a limit counted by outcome: which responses keep the unit.
+    pub(crate) outcome: Option<OwedOutcome>,
+}
+
+/// What a limit counted by its response's outcome owes: its unit is kept
+/// when the response matches (`estimate` is the weight; the actual cost is
+/// the weight or 0).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OwedOutcome {
+    /// Which responses count.
+    pub(crate) when: Rc<CountWhen>,
+    /// Where a rate limit service's over-limit answer to the stream-end
+    /// charge is cached.
+    pub(crate) cache: Option<CacheSlot>,
 }
 
 /// What one settlement does to a limit.

@@ -162,6 +162,7 @@ impl Tally {
             descriptors,
             global_counted: true,
             shadow,
+            outcome: None,
         });
     }
 

@@ -200,6 +200,7 @@ where
     /// an enforcing rule's refusal is returned.
     fn rule(&mut self, applied: &Applied<'a, '_>) -> Result<(), Refusal> {
         let consumed_mark = self.cx.tally.consumed.len();
+        let owed_mark = self.cx.tally.owed.len();
         let shadow_mark = self.shadow.len();
         let global_mark = self.batch_of(applied).len();
         let Err(refusal) = self.limits(applied) else {
@@ -217,6 +218,7 @@ where
             return Err(refusal);
         }
         self.cx.tally.refund_since(consumed_mark, &self.cx.env);
+        self.cx.tally.owed.truncate(owed_mark);
         self.shadow.truncate(shadow_mark);
         self.cx
             .env

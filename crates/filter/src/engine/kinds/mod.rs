@@ -7,6 +7,7 @@
 //! ([`crate::engine::core`]); no kind imports another.
 
 mod assemble;
+pub(crate) mod by_outcome;
 pub(crate) mod coalesced;
 pub mod concurrency;
 pub(crate) mod global;
@@ -21,10 +22,11 @@ use self::global_elastic::{Lend, Lent};
 use self::leased::LeaseAsk;
 use crate::config::checks::LimitSite;
 use crate::config::plan::{
-    ConcurrencyLimit, Elastic, GlobalElastic, LeasedLimit, LimitKind, LocalElastic, LocalLimit,
-    OverrideLimit, PermitPlace, Quota, RuleLimit, SERVICE_HELD,
+    ByOutcome, ConcurrencyLimit, CountWhen, Counted, Elastic, GlobalElastic, LeasedLimit,
+    LimitKind, LocalElastic, LocalLimit, OverrideLimit, PermitPlace, Quota, RuleLimit,
+    SERVICE_HELD,
 };
-use crate::config::raw::{OnExceed, Protocol, RawLimit, Scope, SyncMode};
+use crate::config::raw::{OnExceed, Protocol, RawCountWhen, RawLimit, Scope, SyncMode};
 use crate::engine::core::call::{Batch, Item, Wire};
 use crate::engine::core::env::Env;
 use crate::engine::core::follow::FollowUp;
@@ -40,6 +42,36 @@ use sluice_wire::LimitResult;
 /// Compiles a limit by its kind: the one place a raw limit's settings pick
 /// its kind, each kind compiling its own part.
 pub(crate) fn compile(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind, FieldError> {
+    let kind = compile_kind(site, raw)?;
+    match &raw.count_when {
+        None => Ok(kind),
+        Some(when) => counted_by_outcome(site, raw, when, kind),
+    }
+}
+
+/// A limit `kind` (compiled without its `count_when`) counted by outcome;
+/// refused, naming the field, for a kind that cannot give back a unit.
+fn counted_by_outcome(
+    site: &LimitSite<'_>,
+    raw: &RawLimit,
+    when: &RawCountWhen,
+    kind: LimitKind,
+) -> Result<LimitKind, FieldError> {
+    let refused = |field: &str| FieldError::at(site.field(field), by_outcome::NOT_COUNTED);
+    let counted = match kind {
+        LimitKind::Local(local) => Counted::Local(local),
+        LimitKind::Global(global) => Counted::Global(global),
+        LimitKind::ServiceHeld(held) => Counted::Service(held),
+        LimitKind::LocalElastic(_) | LimitKind::GlobalElastic(_) => return Err(refused("elastic")),
+        LimitKind::Coalesced(_) | LimitKind::Leased(_) => return Err(refused("sync")),
+        LimitKind::Concurrency(_) => return Err(refused("concurrency")),
+        LimitKind::ByOutcome(_) => return Err(refused("count_when")),
+    };
+    by_outcome::compile(site, raw, when, counted)
+}
+
+/// Compiles a limit by its kind, its `count_when` aside.
+fn compile_kind(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind, FieldError> {
     if let Some(max) = raw.concurrency {
         return concurrency::compile(site, raw, max);
     }
@@ -85,6 +117,13 @@ pub(crate) fn overridable(j: usize, kind: &mut LimitKind) -> Result<&mut Quota, 
             "limit {j} is a concurrency limit, which takes no overrides \
              (give the override a limit index)"
         )),
+        LimitKind::ByOutcome(b) => match &mut b.counted {
+            Counted::Local(l) => Ok(&mut l.quota),
+            Counted::Global(g) => Ok(&mut g.quota),
+            Counted::Service(_) => Err(format!(
+                "limit {j} is held by the rate limit service: override it there"
+            )),
+        },
     }
 }
 
@@ -106,6 +145,11 @@ pub(crate) fn charged_after_response(
             "concurrency",
             "a rule whose cost comes from the response takes rate limits only: \
              put the concurrency limit in a rule of its own",
+        )),
+        LimitKind::ByOutcome(_) => Err((
+            "count_when",
+            "a limit counted by outcome weighs requests when they come: \
+             not in a rule whose cost comes from the response",
         )),
     }
 }
@@ -129,6 +173,10 @@ pub(crate) fn check_priority(
             LimitKind::Leased(_) => Some("a global limit with sync lease"),
             LimitKind::Concurrency(_) => Some("a concurrency limit"),
             LimitKind::ServiceHeld(_) => Some("held by a rate limit service (protocol rls)"),
+            LimitKind::ByOutcome(b) => match b.counted {
+                Counted::Local(_) | Counted::Global(_) => None,
+                Counted::Service(_) => Some("held by a rate limit service (protocol rls)"),
+            },
         };
         if let Some(why) = why {
             return Err(FieldError::at(
@@ -155,6 +203,26 @@ impl RuleLimit {
             | LimitKind::Leased(LeasedLimit { global, .. })
             | LimitKind::GlobalElastic(GlobalElastic { global, .. }) => Some(&global.quota),
             LimitKind::ServiceHeld(_) | LimitKind::Concurrency(_) => None,
+            LimitKind::ByOutcome(b) => match &b.counted {
+                Counted::Local(local) => Some(&local.quota),
+                Counted::Global(global) => Some(&global.quota),
+                Counted::Service(_) => None,
+            },
+        }
+    }
+
+    /// Which responses the limit counts, if it is counted by outcome.
+    pub fn count_when(&self) -> Option<&CountWhen> {
+        match &self.kind {
+            LimitKind::ByOutcome(ByOutcome { when, .. }) => Some(when),
+            LimitKind::Local(_)
+            | LimitKind::LocalElastic(_)
+            | LimitKind::Global(_)
+            | LimitKind::Coalesced(_)
+            | LimitKind::Leased(_)
+            | LimitKind::GlobalElastic(_)
+            | LimitKind::ServiceHeld(_)
+            | LimitKind::Concurrency(_) => None,
         }
     }
 
@@ -162,7 +230,8 @@ impl RuleLimit {
     pub fn local(&self) -> Option<&LocalLimit> {
         match &self.kind {
             LimitKind::Local(local) => Some(local),
-            LimitKind::LocalElastic(_)
+            LimitKind::ByOutcome(_)
+            | LimitKind::LocalElastic(_)
             | LimitKind::Global(_)
             | LimitKind::Coalesced(_)
             | LimitKind::Leased(_)
@@ -176,7 +245,8 @@ impl RuleLimit {
     pub fn concurrency(&self) -> Option<&ConcurrencyLimit> {
         match &self.kind {
             LimitKind::Concurrency(c) => Some(c),
-            LimitKind::Local(_)
+            LimitKind::ByOutcome(_)
+            | LimitKind::Local(_)
             | LimitKind::LocalElastic(_)
             | LimitKind::Global(_)
             | LimitKind::Coalesced(_)
@@ -213,7 +283,8 @@ impl RuleLimit {
         match &self.kind {
             LimitKind::LocalElastic(LocalElastic { elastic, .. })
             | LimitKind::GlobalElastic(GlobalElastic { elastic, .. }) => Some(elastic),
-            LimitKind::Local(_)
+            LimitKind::ByOutcome(_)
+            | LimitKind::Local(_)
             | LimitKind::Global(_)
             | LimitKind::Coalesced(_)
             | LimitKind::Leased(_)
@@ -227,6 +298,10 @@ impl RuleLimit {
         match &self.kind {
             LimitKind::Local(_) | LimitKind::LocalElastic(_) => true,
             LimitKind::Concurrency(c) => matches!(c.place, PermitPlace::Local(..)),
+            LimitKind::ByOutcome(b) => match b.counted {
+                Counted::Local(_) => true,
+                Counted::Global(_) | Counted::Service(_) => false,
+            },
             LimitKind::Global(_)
             | LimitKind::Coalesced(_)
             | LimitKind::Leased(_)
@@ -244,6 +319,11 @@ impl RuleLimit {
             | LimitKind::Leased(LeasedLimit { global, .. })
             | LimitKind::GlobalElastic(GlobalElastic { global, .. }) => Some(&global.deny_prefix),
             LimitKind::ServiceHeld(held) => Some(&held.deny_prefix),
+            LimitKind::ByOutcome(b) => match &b.counted {
+                Counted::Local(_) => None,
+                Counted::Global(global) => Some(&global.deny_prefix),
+                Counted::Service(held) => Some(&held.deny_prefix),
+            },
         }
     }
 }
@@ -302,6 +382,20 @@ impl Steps for Follow {
                 None => return Ok(()),
                 Some(item) => item.map(Follow::Permit),
             },
+            LimitKind::ByOutcome(b) => {
+                let item = match &b.counted {
+                    Counted::Local(local) => {
+                        local::step(cx, applied, l, local)?;
+                        None
+                    }
+                    Counted::Global(global) => Some(global::step(cx, applied, l, global)?),
+                    Counted::Service(held) => Some(service_held::step(cx, applied, l, held)?),
+                };
+                match by_outcome::owe(cx, applied, b, item) {
+                    None => return Ok(()),
+                    Some(item) => item.with(Follow::Alone),
+                }
+            }
         };
         walk.push(applied, item);
         Ok(())
