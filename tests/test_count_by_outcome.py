@@ -1,0 +1,181 @@
+"""Limits counted by the response's outcome (`count_when`) in a real Envoy: a
+login limit that counts only failed logins (401), local, global (the limiter
+on memory and on Redis, 2 Envoys + 2 limiters) and through Limitador
+(`limiter.protocol: rls`, charged at the stream's end). The fake login
+upstream counts the failures it answered: what the limit must bound."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from support import (Process, free_port, limiter_cluster, load_through, request, sluice_config, start_envoy,
+                     wait_until, wasm_filter)
+from support.login_upstream import LoginUpstream
+
+LIMIT = 5
+COUNT_401 = {"status": ["401"]}
+
+
+def login_rule(**limit) -> list[dict]:
+    return [{"name": "login", "key": ["header:x-user"],
+             "limits": [{"algorithm": "fixed_window", "requests": LIMIT, "window": "1h",
+                         "count_when": COUNT_401, **limit}]}]
+
+
+def global_config(rules=None):
+    return sluice_config(rules or login_rule(scope="global"),
+                         limiter={"cluster": "sluice_limiter", "authority": "sluice-limiter", "timeout": "5s",
+                                  "failure_mode": "deny"})
+
+
+@pytest.fixture
+def login():
+    up = LoginUpstream()
+    yield up
+    up.stop()
+
+
+@pytest.fixture
+def proxy(tmp_path, login):
+    started = []
+
+    def start(config: dict, clusters=()):
+        e = start_envoy(tmp_path, [wasm_filter(config)], clusters=[login.cluster(), *clusters],
+                        hcm_extra=LoginUpstream.route_config())
+        started.append(e)
+        return e
+
+    yield start
+    for e in started:
+        e.stop()
+
+
+def attempt(port, user, outcome="fail"):
+    return request(port, "/login", method="POST", headers={"x-user": user, "x-login": outcome}, body=b"{}").status
+
+
+def test_only_failed_logins_count_and_are_cut_off_after_exactly_the_limit(proxy, login):
+    e = proxy(sluice_config(login_rule()))
+    # Successes are never counted.
+    assert [attempt(e.port, "alice", "ok") for _ in range(50)] == [200] * 50
+    statuses = [attempt(e.port, "alice") for _ in range(20)]
+    print(f"\n20 failed logins of one user after 50 successes, limit {LIMIT} failures: {statuses}")
+    assert statuses == [401] * LIMIT + [429] * (20 - LIMIT)
+    assert login.failures["alice"] == LIMIT
+    assert login.successes["alice"] == 50
+    # Over the limit, a success is refused too: the key is over its limit.
+    assert attempt(e.port, "alice", "ok") == 429
+    # Another user is untouched.
+    assert [attempt(e.port, "bob") for _ in range(LIMIT + 1)] == [401] * LIMIT + [429]
+    wait_until(lambda: e.sluice_stat("sluice.login.outcome_given_back") == 50, what="50 successes given back")
+    wait_until(lambda: e.sluice_stat("sluice.login.outcome_counted") == 2 * LIMIT, what="10 failures counted")
+    assert e.sluice_stat("sluice.login.denied") == 15 + 1 + 1
+
+
+def test_a_stream_without_a_response_status_keeps_its_unit(proxy, login):
+    e = proxy(sluice_config(login_rule()))
+    # The upstream resets: Envoy answers 503 itself, which is no response.
+    assert [attempt(e.port, "carol", "reset") for _ in range(2)] == [503] * 2
+    statuses = [attempt(e.port, "carol") for _ in range(LIMIT)]
+    print(f"\nafter 2 upstream resets, {LIMIT} failed logins: {statuses}")
+    assert statuses == [401] * (LIMIT - 2) + [429] * 2
+    assert login.failures["carol"] == LIMIT - 2
+    wait_until(lambda: e.sluice_stat("sluice.login.outcome_counted") == LIMIT, what="resets and failures counted")
+    assert e.sluice_stat("sluice.login.outcome_given_back") == 0
+
+
+def burst_of_failures(envoys, login, user):
+    counts = load_through(envoys, per_envoy=200 // len(envoys), connections=32 // len(envoys),
+                          headers={"x-user": user, "x-login": "fail"})
+    print(f"\n200 failed logins of one user from 32 connections across {len(envoys)} Envoy(s): {counts}, "
+          f"the upstream answered {login.failures.get(user, 0)} failures")
+    assert counts == {401: LIMIT, 429: 200 - LIMIT}
+    assert login.failures[user] == LIMIT
+
+
+def test_32_connections_of_failures_locally_reach_the_upstream_exactly_the_limit(proxy, login):
+    burst_of_failures([proxy(sluice_config(login_rule()))], login, "dave")
+
+
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_32_connections_of_failures_across_two_envoys_reach_the_upstream_exactly_the_limit(
+        proxy, login, processes, store):
+    redis = processes.redis() if store == "redis" else None
+    limiters = [processes.limiter(**({"store": redis.url} if redis else {})) for _ in range(2 if redis else 1)]
+    clusters = [limiter_cluster("sluice_limiter", [lim.port for lim in limiters])]
+    envoys = [proxy(global_config(), clusters) for _ in range(2)]
+    # Successes through both Envoys are given back at the limiter.
+    for e in envoys:
+        assert [attempt(e.port, "erin", "ok") for _ in range(10)] == [200] * 10
+    burst_of_failures(envoys, login, "erin")
+    for e in envoys:
+        assert e.sluice_stat("sluice.limiter_errors") == 0
+
+
+LIMITADOR = os.environ.get("LIMITADOR")
+LIMITADOR_LIMITS = f"""\
+- namespace: test
+  max_value: {LIMIT}
+  seconds: 3600
+  conditions: ["descriptors[0].generic_key == 'login'"]
+  variables: ["descriptors[0].user"]
+"""
+
+
+@pytest.fixture
+def limitador(tmp_path):
+    limits = tmp_path / "limits.yaml"
+    limits.write_text(LIMITADOR_LIMITS)
+    rls_port, http_port = free_port(), free_port()
+    process = Process([LIMITADOR, "-b", "127.0.0.1", "-p", str(rls_port), "-B", "127.0.0.1", "-P", str(http_port),
+                       "--rate-limit-headers", "DRAFT_VERSION_03", str(limits), "memory"],
+                      Path(tmp_path) / "limitador.log")
+    try:
+        wait_until(lambda: process.alive() and request(http_port, "/status", timeout=2).status == 200,
+                   what="limitador /status")
+
+        def metric(name: str) -> int:
+            for line in request(http_port, "/metrics").body.decode().splitlines():
+                if line.startswith(name + "{") or line.startswith(name + " "):
+                    return int(float(line.rsplit(" ", 1)[1]))
+            return 0
+
+        yield rls_port, metric
+    finally:
+        process.stop()
+
+
+@pytest.mark.skipif(not LIMITADOR, reason="LIMITADOR does not name a limitador-server binary")
+def test_through_limitador_failures_are_charged_at_the_stream_end(proxy, login, limitador):
+    rls_port, metric = limitador
+    rules = [{"name": "login", "key": ["header:x-user"],
+              "limits": [{"scope": "global", "count_when": COUNT_401,
+                          "descriptor": [{"key": "generic_key", "value": "login"},
+                                         {"key": "user", "from": "header:x-user"}]}]}]
+    config = sluice_config(rules, limiter={"cluster": "rls", "protocol": "rls", "timeout": "5s",
+                                           "failure_mode": "deny"})
+    e = proxy(config, [limiter_cluster("rls", [rls_port])])
+    # Successes make no call at all.
+    assert [attempt(e.port, "frank", "ok") for _ in range(3)] == [200] * 3
+    calls = lambda: metric("authorized_calls") + metric("limited_calls")  # noqa: E731
+    assert calls() == 0
+    statuses = []
+    # One failure at a time, each charged before the next: the sixth's
+    # charge finds the key over its limit.
+    for n in range(1, LIMIT + 2):
+        statuses.append(attempt(e.port, "frank"))
+        wait_until(lambda n=n: calls() == n, what=f"charge {n} answered")
+    # The charge that found the key over its limit is cached: a success is
+    # refused too from then on.
+    wait_until(lambda: attempt(e.port, "frank", "ok") == 429, what="the over-limit answer cached")
+    statuses += [attempt(e.port, "frank") for _ in range(20 - len(statuses))]
+    authorized, limited = metric("authorized_calls"), metric("limited_calls")
+    print(f"\nLimitador, {LIMIT} failures an hour, 20 failed logins one at a time: {statuses}; "
+          f"the upstream answered {login.failures['frank']} failures; Limitador counted {authorized} charges "
+          f"and refused {limited}")
+    assert statuses == [401] * (LIMIT + 1) + [429] * (20 - LIMIT - 1)
+    assert login.failures["frank"] == LIMIT + 1
+    assert (authorized, limited) == (LIMIT, 1)
+    # Another user is untouched.
+    assert attempt(e.port, "grace") == 401
