@@ -59,6 +59,9 @@ pub(super) struct Stream {
     pub(super) request_body: Vec<u8>,
     pub(super) response_headers: Vec<(String, String)>,
     pub(super) response_body: Vec<u8>,
+    /// Envoy's `response.code_details` (`via_upstream` for the upstream's
+    /// own response), when set.
+    pub(super) code_details: Option<String>,
 }
 
 /// Every configuration's metrics, recorded together, and the permits
@@ -224,7 +227,13 @@ impl Host for FakeHost {
     }
     fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
         self.note("property");
-        (path == ["source", "address"]).then(|| b"10.0.0.1:5555".to_vec())
+        match path {
+            ["source", "address"] => Some(b"10.0.0.1:5555".to_vec()),
+            ["response", "code_details"] => {
+                self.stream()?.code_details.clone().map(String::into_bytes)
+            }
+            _ => None,
+        }
     }
     fn buffer(&self, buffer: Buffer, size: usize) -> Option<Vec<u8>> {
         self.note("buffer");

@@ -111,3 +111,28 @@ fn a_request_under_a_global_concurrency_limit_is_checked_by_the_root() {
         ]
     );
 }
+
+#[test]
+fn a_request_under_a_local_limit_counted_by_outcome() {
+    let login =
+        r#"{"algorithm":"gcra","requests":1000,"window":"1s","count_when":{"status":["401"]}}"#;
+    let mut sim = Sim::new(&rule(login, "client_ip"));
+    calls_of(&mut sim, 9, "a");
+    assert_eq!(
+        calls_of(&mut sim, 10, "a"),
+        [
+            "header",
+            "property",
+            "now",
+            "get",
+            "clock",
+            "set",      // the unit reserved, as a local limit takes it
+            "header",   // the response's content-type (its cost reader)
+            "property", // response.code_details: from the upstream?
+            "header",   // its :status
+            "add_header",
+            "add_header",
+            "now", // the settlement's clock (no status: the unit is kept)
+        ]
+    );
+}

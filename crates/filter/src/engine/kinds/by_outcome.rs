@@ -13,11 +13,13 @@
 use crate::config::checks::{field_path, LimitSite};
 use crate::config::matching;
 use crate::config::raw::{OnExceed, RawCountWhen, RawLimit, RawResponseHeader};
-use crate::config::{ByOutcome, CountWhen, Counted, LimitKind, OutcomeTest};
+use crate::config::{ByOutcome, CountWhen, Counted, GlobalLimit, LimitKind, OutcomeTest};
 use crate::engine::core::call::{Item, Wire};
+use crate::engine::core::global::{affordable, item};
 use crate::engine::core::settle::{Owed, OwedOutcome};
 use crate::engine::core::undo::Undo;
 use crate::engine::core::walk::{Applied, Cx};
+use crate::headers::Reported;
 use crate::key::RequestView;
 use crate::local::SharedStore;
 use crate::matcher::{HeaderCondition, HeaderTest};
@@ -136,6 +138,18 @@ fn status_range(text: &str) -> Result<(u16, u16), String> {
         }
         None => code(text).map(|c| (c, c)),
     }
+}
+
+/// The item of global limit `l` of `applied` counted by outcome; a denial
+/// when it can never admit the request's weight. Its denials are not
+/// cached: a unit given back may free the key before the denial's reset.
+pub(crate) fn global_item(
+    applied: &Applied<'_, '_>,
+    l: usize,
+    global: &GlobalLimit,
+) -> Result<Item<()>, Reported> {
+    let limit = affordable(applied, l, global)?;
+    Ok(item(applied, l, limit, None))
 }
 
 /// Notes what by-outcome limit `limit` of `applied` owes once its counted

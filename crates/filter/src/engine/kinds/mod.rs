@@ -388,7 +388,7 @@ impl Steps for Follow {
                         local::step(cx, applied, l, local)?;
                         None
                     }
-                    Counted::Global(global) => Some(global::step(cx, applied, l, global)?),
+                    Counted::Global(global) => Some(by_outcome::global_item(applied, l, global)?),
                     Counted::Service(held) => Some(service_held::step(cx, applied, l, held)?),
                 };
                 match by_outcome::owe(cx, applied, b, item) {

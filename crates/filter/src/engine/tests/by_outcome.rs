@@ -239,6 +239,18 @@ fn a_global_limit_is_checked_at_admission_and_refunded_when_the_response_does_no
 }
 
 #[test]
+fn a_global_denial_is_not_cached_since_a_unit_given_back_frees_the_key() {
+    let w = World::new(&rules(GLOBAL_LOGIN));
+    let p = pending(w.eval(&login("a")));
+    assert!(matches!(
+        w.finish(p, answer(false, 60_000)),
+        Verdict::Deny(_)
+    ));
+    // Asked again at once: no over-limit cache holds the key.
+    assert!(matches!(w.eval(&login("a")), Verdict::Check(_)));
+}
+
+#[test]
 fn a_global_limit_the_limiter_could_not_count_is_charged_when_the_response_matches() {
     let w = World::new(&rules(GLOBAL_LOGIN));
     let p = pending(w.eval(&login("a")));
