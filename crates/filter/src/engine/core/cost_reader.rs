@@ -224,9 +224,10 @@ fn actual_cost<M: MetricSink + ?Sized>(r: &Reading, metrics: &M) -> u64 {
 }
 
 /// Remembers in the over-limit cache `cache` a rate limit service's
-/// `answer` to a stream-end charge when it is `OVER_LIMIT`: until the
-/// reset it gives, else for a second (the service's window is not known
-/// here).
+/// `answer` to a stream-end charge: an `OVER_LIMIT` until the reset it
+/// gives (a second when it gives none); an `OK` that leaves nothing (its
+/// status, or its `x-ratelimit-remaining` header, says 0 remain) until the
+/// reset it gives.
 pub(crate) fn remember_over_limit<S: SharedStore + ?Sized>(
     store: &S,
     cache: &CacheSlot,
@@ -236,17 +237,43 @@ pub(crate) fn remember_over_limit<S: SharedStore + ?Sized>(
     let Some(read) = answer.and_then(|a| crate::rls::decode_response(a, 1)) else {
         return;
     };
-    if read.check.allowed {
+    let wait = if read.check.allowed {
+        exhausted(&read)
+    } else {
+        match read.check.limits.first().map_or(0, |l| l.retry_after_ms) {
+            0 => Some(SECOND),
+            ms => Some(ms.saturating_mul(MILLISECOND)),
+        }
+    };
+    let Some(wait) = wait.filter(|w| *w > 0) else {
         return;
-    }
-    let retry = read.check.limits.first().map_or(0, |l| l.retry_after_ms);
-    let wait = match retry {
-        0 => SECOND,
-        ms => ms.saturating_mul(MILLISECOND),
     };
     let mut key = String::new();
     layout::slot_key(&mut key, &cache.prefix, cache.slot);
     deny_cache::remember(store, &key, cache.owner, now.saturating_add(wait));
+}
+
+/// How long until the reset of an admitted answer that leaves nothing:
+/// from its status when it has one, else from its `x-ratelimit-remaining`
+/// and `x-ratelimit-reset` headers (as Limitador sends them).
+fn exhausted(read: &crate::rls::Read) -> Option<Nanos> {
+    if let Some(status) = read.check.limits.first().filter(|l| l.limit > 0) {
+        return (status.remaining == 0).then(|| status.reset_ms.saturating_mul(MILLISECOND));
+    }
+    let header = |name: &str| {
+        let headers = &read.reply.response_headers;
+        headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.trim())
+    };
+    // `0` or `0, 5;w=60`: the first figure is what remains.
+    let remaining = header("x-ratelimit-remaining")?.split(',').next()?.trim();
+    if remaining != "0" {
+        return None;
+    }
+    let reset: u64 = header("x-ratelimit-reset")?.parse().ok()?;
+    Some(reset.saturating_mul(SECOND))
 }
 
 /// Notes source `i` of `r` from a header or trailer value.

@@ -314,6 +314,77 @@ fn a_limit_a_service_holds_takes_nothing_at_admission_and_is_charged_at_the_end(
     assert!(allowed(&w.eval_at(&login("a"), NOW + SECOND)));
 }
 
+/// A `RateLimitResponse` of `overall` code with `headers` to add, and one
+/// status (code, remaining, reset seconds) if given.
+fn rls_answer(overall: u8, headers: &[(&str, &str)], status: Option<(u8, u8, u8)>) -> Vec<u8> {
+    let mut out = vec![0x08, overall];
+    if let Some((code, remaining, reset)) = status {
+        let status = [
+            0x08, code, 0x12, 4, 0x08, 5, 0x10, 2, 0x18, remaining, 0x22, 2, 0x08, reset,
+        ];
+        out.extend([0x12, status.len() as u8]);
+        out.extend(status);
+    }
+    for (name, value) in headers {
+        let mut header = vec![0x0a, name.len() as u8];
+        header.extend(name.bytes());
+        header.extend([0x12, value.len() as u8]);
+        header.extend(value.bytes());
+        out.extend([0x1a, header.len() as u8]);
+        out.extend(header);
+    }
+    out
+}
+
+#[test]
+fn a_charge_the_service_admits_leaving_nothing_refuses_the_key_until_its_reset() {
+    let cases = [
+        // Limitador's draft 03 headers.
+        (
+            rls_answer(
+                1,
+                &[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "30")],
+                None,
+            ),
+            Some(30),
+        ),
+        (
+            rls_answer(
+                1,
+                &[("x-ratelimit-remaining", "1"), ("x-ratelimit-reset", "30")],
+                None,
+            ),
+            None,
+        ),
+        // A status per descriptor (envoyproxy/ratelimit, sluice-limiter).
+        (rls_answer(1, &[], Some((1, 0, 20))), Some(20)),
+        (rls_answer(1, &[], Some((1, 2, 20))), None),
+        // Over the limit, the reset the headers give.
+        (
+            rls_answer(2, &[("x-ratelimit-reset", "40")], None),
+            Some(40),
+        ),
+        // An OK that says nothing caches nothing.
+        (rls_answer(1, &[], None), None),
+    ];
+    for (i, (answer, refused_for)) in cases.into_iter().enumerate() {
+        let w = rls_world(RLS_LOGIN);
+        let o = owed(w.eval(&login("a")));
+        let cache = respond(&w, o, Some(401), &[], &[])[0]
+            .cache
+            .clone()
+            .unwrap();
+        remember_over_limit(&w.store, &cache, Some(&answer), NOW);
+        match (w.eval(&login("a")), refused_for) {
+            (Verdict::Deny(d), Some(s)) => {
+                assert_eq!(d.report.decision.retry_after, s * SECOND, "case {i}")
+            }
+            (Verdict::Allow(_), None) => {}
+            (other, _) => panic!("case {i}: {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn configuration_errors_name_the_field() {
     let limit = |extra: &str| {
