@@ -182,3 +182,71 @@ fn a_unit_reserved_when_the_vm_closes_is_kept() {
     next.h.store = std::mem::take(&mut sim.h.store);
     assert_eq!(admitted_in_a_row(&mut next, 20), 2);
 }
+
+#[test]
+fn a_limit_a_service_holds_is_charged_from_the_root_and_its_exhausted_answer_refuses_the_key() {
+    let rules = r#"{"name":"login","key":["header:x-user"],"limits":[
+        {"scope":"global","count_when":{"status":["401"]}}]}"#;
+    let json = format!(
+        r#"{{"domain":"t","limiter":{{"cluster":"c","protocol":"rls","failure_mode":"deny"}},"rules":[{rules}]}}"#
+    );
+    let mut sim = Sim {
+        w: Worker::default(),
+        h: FakeHost::default(),
+        limiter: FakeLimiter::default(),
+    };
+    sim.w.root_created(ROOT);
+    sim.h.roots.push(ROOT);
+    sim.h.focused = ROOT;
+    assert!(sim.w.configure(
+        &mut sim.h,
+        ROOT,
+        json.as_bytes(),
+        Some([7; crate::slots::SEED_LEN])
+    ));
+    // A success makes no call at all, at admission or after.
+    assert_eq!(sim.user(10, "a"), Action::Continue);
+    sim.respond(10, &[(":status", "200")]);
+    sim.end(10);
+    while sim.wake() {}
+    assert!(sim.h.calls.is_empty());
+    // A failure is charged at the stream's end, from the root.
+    assert_eq!(sim.user(11, "a"), Action::Continue);
+    sim.respond(11, &[(":status", "401")]);
+    sim.end(11);
+    while sim.wake() {}
+    assert_eq!(sim.h.calls.len(), 1);
+    let call = sim.h.calls.remove(0);
+    assert_eq!((call.from, call.path.as_str()), (ROOT, crate::rls::METHOD));
+    let descriptor = crate::rls::Descriptor {
+        entries: vec![
+            ("generic_key".into(), "login".into()),
+            ("x-user".into(), "a".into()),
+        ],
+        hits: None,
+    };
+    assert_eq!(call.body, crate::rls::encode_request("t", &[descriptor], 1));
+    // The service answers OVER_LIMIT: the key is refused at admission.
+    let over_limit = vec![0x08, 2];
+    let size = over_limit.len();
+    sim.h.answer = ("200".into(), "application/grpc".into(), over_limit);
+    sim.h.focused = ROOT;
+    let answer = Answer::Grpc { status: 0, size };
+    sim.w.answered(&mut sim.h, ROOT, call.token, answer);
+    assert_eq!(sim.user(12, "a"), Action::Pause);
+    assert_eq!(sim.replied(12), Some(429));
+    assert_eq!(sim.user(13, "b"), Action::Continue);
+    // 13 ends without a response: its unit counts, charged as a failure.
+    for context in [12, 13] {
+        sim.end(context);
+    }
+    while sim.wake() {}
+    assert_eq!(sim.h.calls.len(), 1);
+    let call = sim.h.calls.remove(0);
+    sim.h.answer = ("200".into(), "application/grpc".into(), vec![0x08, 1]);
+    sim.h.focused = ROOT;
+    let answer = Answer::Grpc { status: 0, size: 2 };
+    sim.w.answered(&mut sim.h, ROOT, call.token, answer);
+    assert!(sim.w.left().is_empty(), "{:?}", sim.w.left());
+    assert_eq!(sim.user(14, "b"), Action::Continue);
+}
