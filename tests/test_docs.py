@@ -133,6 +133,19 @@ def test_the_cost_object_has_a_row_per_field_of_the_schema_and_raw_rs():
         assert all(t in rows[name][1] for t in types), f"`rules[].cost.{name}`: documented as {rows[name][1]!r}, the schema says {types}"
 
 
+def test_the_priced_place_has_a_row_per_field_of_the_schema_and_raw_rs():
+    # A response cost's place may be an object (read by hand, inside `cost`):
+    # its table lists the fields of the schema's object form and of raw.rs.
+    schema = json.loads((ROOT / "schema" / "sluice.schema.json").read_text())
+    [form] = [n for n in schema["definitions"]["RawRule"]["properties"]["cost"]["oneOf"] if n["type"] == "object"]
+    [places] = [n for n in form["properties"]["response"]["oneOf"] if n["type"] == "array"]
+    [priced] = [n for n in places["items"]["oneOf"] if n["type"] == "object"]
+    rows = documented_rows("rules[].cost.response[]")
+    assert sorted(rows) == sorted(priced["properties"]) == sorted(f for f, _ in raw_structs()["RawPricedPlace"])
+    for name, node in priced["properties"].items():
+        assert rows[name][1] == schema_type(node), f"`rules[].cost.response[].{name}`: {rows[name][1]!r}"
+
+
 def test_the_key_parts_table_lists_the_forms_of_the_schema():
     # The schema's key part (built from the filter parser's table of sources)
     # lists its forms in its description; the reference has a row for each,

@@ -4,6 +4,7 @@
 use crate::client_ip::ClientIpPolicy;
 use crate::config::raw::{FailureMode, HeadersMode, Protocol, ServiceHeaders};
 use crate::cost::extract::FieldPath;
+use crate::cost::price::Price;
 use crate::key::KeyPart;
 use crate::matcher::{Matcher, RuleIndex};
 use crate::table::Shape;
@@ -139,9 +140,18 @@ pub enum Cost {
 pub struct ResponseCost {
     /// What a request is admitted for.
     pub estimate: Estimate,
-    /// Where the response says what the request cost: the sum of these
-    /// (1 to [`MAX_COST_SOURCES`]).
-    pub sources: Vec<CostSource>,
+    /// Where the response says what the request cost: the sum of these,
+    /// each times its price (1 to [`MAX_COST_SOURCES`]).
+    pub sources: Vec<PricedSource>,
+}
+
+/// A place the response says a count, and what one unit of it costs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PricedSource {
+    /// Where the count is.
+    pub source: CostSource,
+    /// What one unit of it costs ([`Price::ONE`] unless `times` says).
+    pub price: Price,
 }
 
 /// The most places one response cost is summed from.

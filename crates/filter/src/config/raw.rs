@@ -11,7 +11,7 @@
 //!
 //! Every struct refuses unknown fields so that a typo is an error rather than
 //! a silently ignored setting. The forms that are one of several JSON types
-//! (`RawKeyPart`, `RawCost`, `RawEstimate`) are read by hand in
+//! (`RawKeyPart`, `RawCost`, `RawEstimate`, `RawPlace`) are read by hand in
 //! [`from_json`](super::from_json). Values are checked and converted by
 //! [`compile`](super::compile).
 
@@ -306,10 +306,34 @@ pub struct RawResponseCost {
     #[default]
     #[schema(schemars(schema_with = "crate::config::schema::estimate"))]
     pub estimate: RawEstimate,
-    /// Where the response says what the request cost: `header:NAME`, `trailer:NAME` or `body:PATH`, or a list of 1 to 4 of them, summed.
-    #[read_with = Node::strings]
-    #[schema(schemars(schema_with = "crate::config::schema::response_places"))]
-    pub response: Vec<String>,
+    /// Where the response says what the request cost: `header:NAME`, `trailer:NAME` or `body:PATH`, or a list of 1 to 4 of them (each may be `{"from", "times"}`), summed.
+    #[read_with = super::from_json::places]
+    #[schema(schemars(schema_with = "crate::config::schema::response_places::<RawPricedPlace>"))]
+    pub response: Vec<RawPlace>,
+}
+}
+
+/// A place a response says a count, as written: its text, or an object
+/// weighting it (read as a [`RawPricedPlace`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RawPlace {
+    /// `header:NAME`, `trailer:NAME` or `body:PATH`: the count as is.
+    Text(String),
+    /// `{"from": ..., "times": ...}`.
+    Priced(RawPricedPlace),
+}
+
+raw_struct! {
+/// A place a response says a count, weighted: the count times `times`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawPricedPlace {
+    /// `header:NAME`, `trailer:NAME` or `body:PATH`.
+    #[schema(schemars(schema_with = "crate::config::schema::response_place"))]
+    pub from: String,
+    /// What one unit of the count costs: a non-negative decimal of at most 3 decimal places, at most 1000000 (`4`, `0.1`).
+    #[read_with = super::from_json::times]
+    #[schema(schemars(schema_with = "crate::config::schema::times"))]
+    pub times: String,
 }
 }
 

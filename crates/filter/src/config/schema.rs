@@ -67,13 +67,30 @@ pub(crate) fn estimate(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
-/// Where a response says its request's cost: one place or 1 to 4.
-pub(crate) fn response_places(_: &mut SchemaGenerator) -> Schema {
-    let place = json!({ "type": "string", "pattern": "^(header|trailer|body):.+$" });
+/// Where a response says its request's cost: one place or 1 to 4, each
+/// as text or weighted (`Priced`, `RawPricedPlace`, in place).
+pub(crate) fn response_places<Priced: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    let place = response_place(generator);
+    let priced = Priced::json_schema(generator);
     json_schema!({
         "oneOf": [
             place,
-            { "type": "array", "minItems": 1, "maxItems": 4, "items": place }
+            { "type": "array", "minItems": 1, "maxItems": 4, "items": { "oneOf": [place, priced] } }
+        ]
+    })
+}
+
+/// One place a response says a count.
+pub(crate) fn response_place(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "string", "pattern": "^(header|trailer|body):.+$" })
+}
+
+/// A price (`times`): a non-negative number, or a string of one.
+pub(crate) fn times(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "oneOf": [
+            { "type": "number", "minimum": 0, "maximum": crate::cost::price::MAX_TIMES },
+            { "type": "string", "pattern": "^[0-9]+(\\.[0-9]{1,3})?$" }
         ]
     })
 }

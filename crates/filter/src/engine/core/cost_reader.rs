@@ -4,7 +4,8 @@
 //! `POST /v1/charge` bodies of the global settlements.
 
 use super::settle::{sources, Adjustment, Owed};
-use crate::config::{CostSource, Plan};
+use crate::config::{CostSource, Plan, PricedSource};
+use crate::cost::price;
 use crate::cost::extract::{scanner, BodyScanner, Found};
 use crate::local::{Contended, SharedStore};
 use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
@@ -71,8 +72,8 @@ impl CostReader {
             r.values = vec![None; sources.len()];
             let mut paths = Vec::new();
             let mut feeds = Vec::new();
-            for (i, source) in sources.iter().enumerate() {
-                match source {
+            for (i, priced) in sources.iter().enumerate() {
+                match &priced.source {
                     CostSource::Header(name) => read_number(r, i, header(name)),
                     CostSource::Body(path) => {
                         paths.push(path.clone());
@@ -104,8 +105,8 @@ impl CostReader {
     /// Reads the response trailers.
     pub fn on_trailers(&mut self, plan: &Plan, trailer: impl Fn(&str) -> Option<String>) {
         for r in &mut self.readings {
-            for (i, source) in sources(plan, &r.owed).iter().enumerate() {
-                if let CostSource::Trailer(name) = source {
+            for (i, priced) in sources(plan, &r.owed).iter().enumerate() {
+                if let CostSource::Trailer(name) = &priced.source {
                     read_number(r, i, trailer(name));
                 }
             }
@@ -116,7 +117,13 @@ impl CostReader {
     /// here; the global settlements are returned for the host to send.
     /// A rule whose response did not say what it cost keeps its estimate
     /// (counted `cost_missing`).
-    pub fn settle<S, M>(self, store: &S, metrics: &M, now: Nanos) -> Vec<GlobalSettlement>
+    pub fn settle<S, M>(
+        self,
+        plan: &Plan,
+        store: &S,
+        metrics: &M,
+        now: Nanos,
+    ) -> Vec<GlobalSettlement>
     where
         S: SharedStore + ?Sized,
         M: MetricSink + ?Sized,
@@ -133,7 +140,7 @@ impl CostReader {
                 }
             }
             let rule = r.owed.rule;
-            let actual = match total(&r.values) {
+            let actual = match total(&r.values, sources(plan, &r.owed)) {
                 Some(actual) if !r.malformed => actual,
                 _ => {
                     metrics.rule(rule, RuleEvent::CostMissing);
@@ -182,15 +189,18 @@ fn set(values: &mut [Option<u64>], i: usize, v: u64) {
     }
 }
 
-/// The sum of every source, when each said (none said before the
-/// response's headers came).
-fn total(values: &[Option<u64>]) -> Option<u64> {
-    if values.is_empty() {
+/// The sum of every source times its price, rounded up (see
+/// [`price::total`]), when each said (none said before the response's
+/// headers came).
+fn total(values: &[Option<u64>], sources: &[PricedSource]) -> Option<u64> {
+    if values.is_empty() || values.iter().any(Option::is_none) {
         return None;
     }
-    values
+    let priced = values
         .iter()
-        .try_fold(0u64, |sum, v| v.map(|v| sum.saturating_add(v)))
+        .zip(sources)
+        .map(|(v, s)| (v.unwrap_or_default(), s.price));
+    Some(price::total(priced))
 }
 
 /// The bodies carrying `settlements` of `domain` at `now`, each with at

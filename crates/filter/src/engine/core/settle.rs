@@ -10,7 +10,7 @@
 //! `POST /v1/charge` ([`Owed::adjustment`]).
 
 pub use super::undo::LocalState;
-use crate::config::{Cost, CostSource, Plan};
+use crate::config::{Cost, Plan, PricedSource};
 use crate::local::{Contended, SharedStore};
 use crate::rls::Descriptor;
 use sluice_core::{Limit, Nanos};
@@ -103,7 +103,7 @@ impl Owed {
 
 /// Where the response of a request says what it cost, for each rule it
 /// owes: the plan's sources of rule `owed.rule`.
-pub fn sources<'p>(plan: &'p Plan, owed: &Owed) -> &'p [CostSource] {
+pub fn sources<'p>(plan: &'p Plan, owed: &Owed) -> &'p [PricedSource] {
     match plan.rules.get(owed.rule).map(|r| &r.cost) {
         Some(Cost::Response(cost)) => &cost.sources,
         Some(Cost::Fixed(_) | Cost::Header(_)) | None => &[],

@@ -50,7 +50,7 @@ fn settle(
         reader.on_body(chunk);
     }
     reader.on_trailers(&w.plan, |n| find(trailers, n));
-    let global = reader.settle(&w.store, &w.metrics, NOW);
+    let global = reader.settle(&w.plan, &w.store, &w.metrics, NOW);
     assert!(global.is_empty());
 }
 
@@ -101,6 +101,59 @@ fn sources_are_summed_from_headers_trailers_and_body() {
     assert_eq!(remaining(&w), 64);
 }
 
+/// input + 4 × output + 0.1 × cached input, as LLM prices weigh them.
+const PRICED: &str = r#"["body:usage.input_tokens",{"from":"body:usage.output_tokens","times":4},
+    {"from":"body:usage.input_tokens_details.cached_tokens","times":"0.1"}]"#;
+
+#[test]
+fn priced_counts_are_weighted_and_rounded_up_once() {
+    // 10 + 4 × 5 + 0.1 × 7 = 30.7: 31 counted.
+    let json = r#"{"usage":{"input_tokens":10,"output_tokens":5,"input_tokens_details":{"cached_tokens":7}}}"#;
+    let w = world("0", PRICED);
+    let o = owed(w.eval(&FakeRequest::get("/").with("x-user", "a")));
+    settle(&w, o, JSON, json, &[]);
+    assert_eq!(w.metrics.count(0, RuleEvent::CostCharged), 31);
+    assert_eq!(remaining(&w), 69);
+    // The same usage in the last event of a stream that carries it.
+    let w = world("0", PRICED);
+    let o = owed(w.eval(&FakeRequest::get("/").with("x-user", "a")));
+    let sse = format!("data: {{\"usage\":null}}\n\ndata: {json}\n\ndata: [DONE]\n\n");
+    settle(&w, o, &[("content-type", "text/event-stream")], &sse, &[]);
+    assert_eq!(w.metrics.count(0, RuleEvent::CostCharged), 31);
+    // Headers and trailers: 3 × 0.1 = 0.3 is 1, never free; 2 × 1.5 = 3.
+    let w = world(
+        "0",
+        r#"[{"from":"header:x-in","times":0.1},{"from":"trailer:x-out","times":1.5}]"#,
+    );
+    let o = owed(w.eval(&FakeRequest::get("/").with("x-user", "a")));
+    settle(&w, o, &[("x-in", "3")], "", &[("x-out", "2")]);
+    assert_eq!(w.metrics.count(0, RuleEvent::CostCharged), 4);
+    assert_eq!(remaining(&w), 96);
+    // A price of 0 counts nothing, but its place must still say.
+    let w = world("5", r#"["header:x-in",{"from":"header:x-free","times":0}]"#);
+    let o = owed(w.eval(&FakeRequest::get("/").with("x-user", "a")));
+    settle(&w, o, &[("x-in", "2")], "", &[]);
+    assert_eq!(w.metrics.count(0, RuleEvent::CostMissing), 1);
+}
+
+#[test]
+fn a_priced_total_beyond_u64_saturates() {
+    let w = World::new(&rules(
+        r#"{"name":"tokens","key":["header:x-user"],"cost":{"response":[{"from":"header:x-in","times":1000000},"header:x-out"]},
+           "limits":[{"algorithm":"gcra","requests":1000,"window":"1m","scope":"global"}]}"#,
+    ));
+    let p = pending(w.eval(&FakeRequest::get("/").with("x-user", "a")));
+    // The check failed and was admitted: the whole cost is charged.
+    let mut reader = CostReader::new(owed(w.finish(p, None))).unwrap();
+    reader.on_headers(&w.plan, |n| match n {
+        "x-in" => Some(u64::MAX.to_string()),
+        "x-out" => Some("1".to_string()),
+        _ => None,
+    });
+    let global = reader.settle(&w.plan, &w.store, &w.metrics, NOW);
+    assert_eq!(global[0].adjustment, Adjustment::Charge(u64::MAX));
+}
+
 #[test]
 fn a_response_that_does_not_say_keeps_the_estimate() {
     for (headers, body, trailers) in [
@@ -120,7 +173,7 @@ fn a_response_that_does_not_say_keeps_the_estimate() {
     let w = world("20", r#""header:x-used""#);
     let o = owed(w.eval(&FakeRequest::get("/").with("x-user", "a")));
     let reader = CostReader::new(o).unwrap();
-    assert!(reader.settle(&w.store, &w.metrics, NOW).is_empty());
+    assert!(reader.settle(&w.plan, &w.store, &w.metrics, NOW).is_empty());
     assert_eq!(w.metrics.count(0, RuleEvent::CostMissing), 1);
 }
 
@@ -171,7 +224,7 @@ fn a_global_limit_is_settled_by_the_limiter() {
     assert_eq!(o[0].adjustment(30), Some(Adjustment::Refund(10)));
     let mut reader = CostReader::new(o).unwrap();
     reader.on_headers(&w.plan, |n| (n == "x-used").then(|| "30".to_string()));
-    let global = reader.settle(&w.store, &w.metrics, NOW + SECOND);
+    let global = reader.settle(&w.plan, &w.store, &w.metrics, NOW + SECOND);
     assert_eq!(global.len(), 1);
     assert_eq!(global[0].adjustment, Adjustment::Refund(10));
     assert_eq!(global[0].limits[0].key, "tokens/0/a");
@@ -227,12 +280,48 @@ fn response_costs_refuse_what_cannot_be_charged_later() {
             "rules[0].cost.estimate",
         ),
         (r#"{"estimate":5}"#, "rules[0].cost"),
+        (
+            r#"{"response":["header:a","header:b",{"from":"header:c","times":"0.0001"}]}"#,
+            "rules[0].cost.response[2].times",
+        ),
+        (
+            r#"{"response":[{"from":"header:c","times":-1}]}"#,
+            "rules[0].cost.response.times",
+        ),
+        (
+            r#"{"response":["header:a",{"from":"header:c","times":1000001}]}"#,
+            "rules[0].cost.response[1].times",
+        ),
+        (
+            r#"{"response":["header:a",{"from":"header:c","times":true}]}"#,
+            "rules[0].cost.response[1].times",
+        ),
+        (
+            r#"{"response":["header:a",{"from":"query:c","times":2}]}"#,
+            "rules[0].cost.response[1].from",
+        ),
+        (
+            r#"{"response":["header:a",{"from":"header:c"}]}"#,
+            "rules[0].cost.response[1]",
+        ),
+        (
+            r#"{"response":["header:a",{"from":"header:c","times":2,"x":1}]}"#,
+            "rules[0].cost.response[1].x",
+        ),
+        (r#"{"response":[7]}"#, "rules[0].cost.response[0]"),
     ] {
         let json = rules(&format!(
             r#"{{"name":"r","key":["path"],"cost":{cost},"limits":[{{"algorithm":"gcra","requests":10,"window":"1m"}}]}}"#
         ));
         let err = parse(json.as_bytes()).unwrap_err();
         assert_eq!(err.path, path, "{cost}: {err}");
+        if path.ends_with(".times") && !cost.contains("true") {
+            assert!(
+                err.to_string()
+                    .contains("must be a non-negative decimal of at most 3 decimal places, at most 1000000"),
+                "{err}"
+            );
+        }
     }
 }
 
