@@ -36,8 +36,9 @@ pub struct Plan {
     pub rule_index: RuleIndex,
     /// Shared-data key holding the slot-hashing seed of this domain.
     pub seed_key: String,
-    /// Some rule estimates a response cost from the request's body: a
-    /// request with a body is decided once the body is in.
+    /// Some rule estimates a response cost from the request's body, or has
+    /// a `body:` key part: a request with a body is decided once the body
+    /// is in.
     pub request_body: bool,
 }
 

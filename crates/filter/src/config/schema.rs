@@ -8,6 +8,7 @@
 //! [`config::parse`](crate::config::parse), which `sluice check-config` runs.
 
 use super::RawConfig;
+use crate::cost::extract::{MAX_KEYS, MAX_KEY_LEN};
 use crate::key::context::MAX_PATH;
 use crate::key::{Argument, Source};
 use schemars::generate::SchemaSettings;
@@ -148,6 +149,10 @@ fn argument_pattern(argument: Argument) -> String {
         Argument::Names(_) => format!(":{}", names("[^.]+")),
         Argument::NamespaceNames => format!(":[\\s\\S]+:{}", names("[^.:]+")),
         Argument::OneOf(words) => format!(":(?:{})", words.join("|")),
+        Argument::Fields(_) => {
+            let key = format!("[A-Za-z0-9_-]{{1,{MAX_KEY_LEN}}}");
+            format!(":{key}(?:\\.{key}){{0,{}}}", MAX_KEYS - 1)
+        }
     }
 }
 
