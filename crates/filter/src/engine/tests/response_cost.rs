@@ -251,7 +251,6 @@ fn response_costs_refuse_what_cannot_be_charged_later() {
             r#"{"algorithm":"gcra","requests":10,"window":"1m","on_exceed":"delay","max_delay":"1s"}"#,
             "rules[0].limits[0].on_exceed",
         ),
-        (r#"{"concurrency":3}"#, "rules[0].limits[0].concurrency"),
         (
             r#"{"algorithm":"gcra","requests":10,"window":"1m","scope":"global","sync":{"mode":"coalesce"}}"#,
             "rules[0].limits[0].sync",
@@ -341,4 +340,79 @@ fn only_rules_that_settle_have_the_settlement_counters() {
     assert_eq!(counted.len(), RuleEvent::ALL.len() - 4);
     assert!(!RuleEvent::CostCharged.applies_to(plain));
     assert!(RuleEvent::Denied.applies_to(plain));
+}
+
+/// A request admitted with a cost from the response: what it owes, and
+/// the permits it holds.
+fn admitted(v: Verdict) -> (Vec<Owed>, crate::engine::concurrency::Held) {
+    match v {
+        Verdict::Allow(a) => (a.owed, a.held),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_concurrency_limit_caps_the_estimates_in_flight() {
+    // 30 tokens in flight per user; an estimate from a header.
+    let w = World::new(&rules(
+        r#"{"name":"tokens","key":["header:x-user"],"cost":{"estimate":"header:x-max","response":"header:x-used"},
+           "limits":[{"concurrency":30},{"algorithm":"fixed_window","requests":1000,"window":"1h"}]}"#,
+    ));
+    let req = |max: &str| FakeRequest::get("/").with("x-user", "a").with("x-max", max);
+    let (owed_a, held_a) = admitted(w.eval(&req("10")));
+    assert_eq!(held_a.local[0].weight, 10);
+    let (_, held_b) = admitted(w.eval(&req("20")));
+    assert_eq!(held_b.local[0].weight, 20);
+    // 30 in flight: one more of 10 is refused, by the concurrency limit.
+    match w.eval(&req("10")) {
+        Verdict::Deny(d) => assert_eq!((d.report.rule, d.report.limit), (0, 0)),
+        other => panic!("{other:?}"),
+    }
+    // An estimate of 0 still holds one permit: refused too.
+    match w.eval(&req("0")) {
+        Verdict::Deny(d) => assert_eq!(d.report.limit, 0),
+        other => panic!("{other:?}"),
+    }
+    // More than the cap can never pass.
+    match w.eval(&req("31")) {
+        Verdict::Deny(d) => assert_eq!(
+            d.report.decision.denial,
+            Some(sluice_core::Denial::CostExceedsCapacity)
+        ),
+        other => panic!("{other:?}"),
+    }
+    // The first settles (charged 25) and gives its 10 back: one of 0 is
+    // admitted and holds 1.
+    assert_eq!(owed_a[0].local.len(), 1, "only the rate limit is settled");
+    settle(&w, owed_a, &[("x-used", "25")], "", &[]);
+    for permit in &held_a.local {
+        crate::engine::concurrency::release_local(&w.store, permit, NOW).unwrap();
+    }
+    let (owed_c, held_c) = admitted(w.eval(&req("0")));
+    assert_eq!(held_c.local[0].weight, 1);
+    assert_eq!(owed_c[0].estimate, 0);
+    assert_eq!(w.metrics.count(0, RuleEvent::CostCharged), 15);
+}
+
+#[test]
+fn a_global_concurrency_limit_takes_the_estimate_in_permits_and_is_not_charged() {
+    let w = World::new(&rules(
+        r#"{"name":"tokens","key":["header:x-user"],"cost":{"estimate":"header:x-max","response":"header:x-used"},
+           "limits":[{"algorithm":"gcra","requests":1000,"window":"1m","scope":"global"},{"concurrency":100,"scope":"global"}]}"#,
+    ));
+    for (max, permits) in [("40", 40), ("0", 1)] {
+        let p = pending(w.eval(&FakeRequest::get("/").with("x-user", "a").with("x-max", max)));
+        let body: serde_json::Value = serde_json::from_slice(p.body(0)).unwrap();
+        let limits = body["limits"].as_array().unwrap();
+        assert_eq!(limits[1]["algorithm"], "concurrency");
+        assert_eq!(limits[1]["hits"], permits, "{body}");
+        assert_eq!(limits[0].get("hits"), None, "{body}");
+        let answer = r#"{"allowed":true,"limits":[{"allowed":true,"limit":1000,"remaining":960,"reset_ms":2400,"retry_after_ms":0},{"allowed":true,"limit":100,"remaining":60,"reset_ms":0,"retry_after_ms":0}]}"#;
+        let (owed, held) = admitted(w.finish(p, Some(answer.to_string())));
+        assert_eq!(held.global.len(), 1);
+        assert_eq!(held.global[0].weight, permits);
+        // Only the rate limit is settled.
+        assert_eq!(owed[0].global.len(), 1);
+        assert_eq!(owed[0].global[0].key, "tokens/0/a");
+    }
 }
