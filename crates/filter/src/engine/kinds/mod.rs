@@ -103,6 +103,8 @@ pub(crate) fn charged_after_response(
         LimitKind::Local(local) => Ok(Some(&local.quota.limit)),
         LimitKind::Global(global) => Ok(Some(&global.quota.limit)),
         LimitKind::Coalesced(_) | LimitKind::Leased(_) => Err(("sync", RESPONSE_ONLY)),
+        // A request waiting for a permit would wait with its estimate unsettled.
+        LimitKind::Concurrency(c) if c.max_wait.is_some() => Err(("on_exceed", RESPONSE_ONLY)),
         LimitKind::ServiceHeld(_) | LimitKind::Concurrency(_) => Ok(None),
     }
 }

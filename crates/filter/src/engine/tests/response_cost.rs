@@ -255,6 +255,10 @@ fn response_costs_refuse_what_cannot_be_charged_later() {
             r#"{"algorithm":"gcra","requests":10,"window":"1m","scope":"global","sync":{"mode":"coalesce"}}"#,
             "rules[0].limits[0].sync",
         ),
+        (
+            r#"{"concurrency":3,"on_exceed":"delay","max_delay":"1s"}"#,
+            "rules[0].limits[0].on_exceed",
+        ),
     ];
     for (limit, path) in cases {
         let json = rules(&format!(
@@ -316,8 +320,9 @@ fn response_costs_refuse_what_cannot_be_charged_later() {
         assert_eq!(err.path, path, "{cost}: {err}");
         if path.ends_with(".times") && !cost.contains("true") {
             assert!(
-                err.to_string()
-                    .contains("must be a non-negative decimal of at most 3 decimal places, at most 1000000"),
+                err.to_string().contains(
+                    "must be a non-negative decimal of at most 3 decimal places, at most 1000000"
+                ),
                 "{err}"
             );
         }
