@@ -36,9 +36,10 @@ _RENAME = re.compile(r'rename\s*=\s*"([^"]+)"')
 
 
 def raw_structs() -> dict[str, list[tuple[str, str]]]:
-    """{struct: [(JSON field name, Rust type)]} of raw.rs."""
+    """{struct: [(JSON field name, Rust type)]} of raw.rs and its modules (raw/)."""
     out = {}
-    for name, body in _STRUCT.findall(RAW.read_text()):
+    text = "\n".join(f.read_text() for f in [RAW, *sorted((RAW.parent / "raw").glob("*.rs"))])
+    for name, body in _STRUCT.findall(text):
         fields = []
         for attrs, field, ty in _FIELD.findall(body):
             rename = _RENAME.search(attrs)

@@ -524,7 +524,12 @@ mod tests {
             Some("2|gold")
         );
         // Missing, not a string or integer, not JSON, no body: no key.
-        for part in ["body:absent", "body:meta", "body:max_tokens", "body:meta.tier.x"] {
+        for part in [
+            "body:absent",
+            "body:meta",
+            "body:max_tokens",
+            "body:meta.tier.x",
+        ] {
             assert_eq!(key(&req, &[part]), None, "{part}");
         }
         let not_json = FakeRequest::get("/").with_body("model=gpt-4o");

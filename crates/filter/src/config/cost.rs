@@ -56,7 +56,7 @@ fn response(path: &str, raw: &RawResponseCost) -> Result<ResponseCost, FieldErro
         },
     };
     let response_path = field_path(path, "response");
-    if raw.response.is_empty() || raw.response.len() > MAX_COST_SOURCES {
+    if raw.response.0.is_empty() || raw.response.0.len() > MAX_COST_SOURCES {
         return Err(FieldError::at(
             response_path,
             format!("must name 1 to {MAX_COST_SOURCES} places"),
@@ -64,10 +64,11 @@ fn response(path: &str, raw: &RawResponseCost) -> Result<ResponseCost, FieldErro
     }
     let sources = raw
         .response
+        .0
         .iter()
         .enumerate()
         .map(|(i, place)| {
-            let at = if raw.response.len() == 1 {
+            let at = if raw.response.0.len() == 1 {
                 response_path.clone()
             } else {
                 format!("{response_path}[{i}]")
@@ -87,7 +88,8 @@ fn priced(path: &str, raw: &RawPlace) -> Result<PricedSource, FieldError> {
         }),
         RawPlace::Priced(p) => Ok(PricedSource {
             source: source(&field_path(path, "from"), &p.from)?,
-            price: Price::parse(&p.times).map_err(|m| FieldError::at(field_path(path, "times"), m))?,
+            price: Price::parse(&p.times.0)
+                .map_err(|m| FieldError::at(field_path(path, "times"), m))?,
         }),
     }
 }

@@ -8,8 +8,8 @@
 use super::describe::ReadJson;
 use super::doc::{self, Kind};
 use super::raw::{
-    RawConfig, RawCost, RawEstimate, RawKeyPart, RawPlace, RawPricedPlace, RawRefinedPart,
-    RawResponseCost, COST_EXPECTED,
+    RawConfig, RawCost, RawEstimate, RawKeyPart, RawPlace, RawPlaces, RawPricedPlace,
+    RawRefinedPart, RawResponseCost, RawTimes, COST_EXPECTED,
 };
 use super::reader::Node;
 use super::syntax_path::syntax_error_path;
@@ -84,10 +84,12 @@ const PLACE_EXPECTED: &str =
     "a place: \"header:NAME\", \"trailer:NAME\", \"body:PATH\" or {\"from\", \"times\"}";
 
 /// A response cost's places: one, or a list.
-pub(super) fn places(n: &Node<'_>) -> Read<Vec<RawPlace>> {
-    match n.kind() {
-        Kind::Str(s) => Ok(vec![RawPlace::Text(s.to_string())]),
-        _ => n.list(RawPlace::read_json),
+impl ReadJson for RawPlaces {
+    fn read_json(n: &Node<'_>) -> Read<Self> {
+        match n.kind() {
+            Kind::Str(s) => Ok(RawPlaces(vec![RawPlace::Text(s.to_string())])),
+            _ => n.list(RawPlace::read_json).map(RawPlaces),
+        }
     }
 }
 
@@ -101,13 +103,16 @@ impl ReadJson for RawPlace {
     }
 }
 
-/// A price as written: a number or a string of one (`4`, `0.1`, `"0.1"`),
-/// checked when compiled (`crate::cost::price`).
-pub(super) fn times(n: &Node<'_>) -> Read<String> {
-    match n.kind() {
-        Kind::Str(s) => Ok(s.to_string()),
-        Kind::Unsigned(_) | Kind::Signed(_) | Kind::Float => Ok(n.written().to_string()),
-        _ => Err(n.invalid_type_any("a number or a string of one")),
+/// A price: its text, as written (a number, or a string of one).
+impl ReadJson for RawTimes {
+    fn read_json(n: &Node<'_>) -> Read<Self> {
+        match n.kind() {
+            Kind::Str(s) => Ok(RawTimes(s.to_string())),
+            Kind::Unsigned(_) | Kind::Signed(_) | Kind::Float => {
+                Ok(RawTimes(n.written().to_string()))
+            }
+            _ => Err(n.invalid_type_any("a number or a string of one")),
+        }
     }
 }
 

@@ -28,8 +28,8 @@ pub use duration::parse_duration;
 pub use plan::{
     ConcurrencyLimit, Cost, CostSource, DenyResponse, Elastic, Entry, EntryValue, Estimate,
     GlobalElastic, GlobalLimit, LeasePolicy, LeasedLimit, LimitKind, LimiterTarget, LocalElastic,
-    LocalLimit, OverrideLimit, PermitPlace, Plan, PricedSource, Quota, ResponseCost, Rule, RuleLimit,
-    ServiceHeld, MAX_COST_SOURCES, SERVICE_HELD,
+    LocalLimit, OverrideLimit, PermitPlace, Plan, PricedSource, Quota, ResponseCost, Rule,
+    RuleLimit, ServiceHeld, MAX_COST_SOURCES, SERVICE_HELD,
 };
 pub use raw::{
     FailureMode, HeadersMode, Mode, OnExceed, Protocol, RawConfig, Scope, ServiceHeaders, SyncMode,

@@ -11,13 +11,20 @@
 //!
 //! Every struct refuses unknown fields so that a typo is an error rather than
 //! a silently ignored setting. The forms that are one of several JSON types
-//! (`RawKeyPart`, `RawCost`, `RawEstimate`, `RawPlace`) are read by hand in
+//! (`RawKeyPart`, and a cost's forms in `raw/cost.rs`: `RawCost`,
+//! `RawEstimate`, `RawPlaces`, `RawTimes`) are read by hand in
 //! [`from_json`](super::from_json). Values are checked and converted by
 //! [`compile`](super::compile).
 
 use super::describe::{raw_enum, raw_struct, read_names};
 use super::reader::Node;
 pub use crate::table::WhenFull;
+pub use cost::{
+    RawCost, RawEstimate, RawPlace, RawPlaces, RawPricedPlace, RawResponseCost, RawTimes,
+    COST_EXPECTED,
+};
+
+mod cost;
 
 read_names!(WhenFull {
     Share = "share",
@@ -282,96 +289,6 @@ pub struct RawRefinedPart {
 }
 }
 
-/// A rule's request weight as written: `5`, `"header:x-cost"`, or an
-/// object for a cost known from the response.
-///
-/// Read by hand so that a negative, fractional or otherwise wrong value gets
-/// a message saying what is expected.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RawCost {
-    /// A fixed weight (checked by `compile`).
-    Fixed(u64),
-    /// The text form, `header:NAME` (checked by `compile`).
-    Text(String),
-    /// `{"estimate": ..., "response": ...}`: admitted for the estimate,
-    /// charged what the response says.
-    Response(RawResponseCost),
-}
-
-raw_struct! {
-/// A cost known from the response: each request is admitted for `estimate`, then charged or refunded the difference with what `response` says it cost.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RawResponseCost {
-    /// What a request is admitted for: an integer (0 by default), `header:NAME` or `body:PATH` of the request.
-    #[default]
-    #[schema(schemars(schema_with = "crate::config::schema::estimate"))]
-    pub estimate: RawEstimate,
-    /// Where the response says what the request cost: `header:NAME`, `trailer:NAME` or `body:PATH`, or a list of 1 to 4 of them (each may be `{"from", "times"}`), summed.
-    #[read_with = super::from_json::places]
-    #[schema(schemars(schema_with = "crate::config::schema::response_places::<RawPricedPlace>"))]
-    pub response: Vec<RawPlace>,
-}
-}
-
-/// A place a response says a count, as written: its text, or an object
-/// weighting it (read as a [`RawPricedPlace`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RawPlace {
-    /// `header:NAME`, `trailer:NAME` or `body:PATH`: the count as is.
-    Text(String),
-    /// `{"from": ..., "times": ...}`.
-    Priced(RawPricedPlace),
-}
-
-raw_struct! {
-/// A place a response says a count, weighted: the count times `times`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RawPricedPlace {
-    /// `header:NAME`, `trailer:NAME` or `body:PATH`.
-    #[schema(schemars(schema_with = "crate::config::schema::response_place"))]
-    pub from: String,
-    /// What one unit of the count costs: a non-negative decimal of at most 3 decimal places, at most 1000000 (`4`, `0.1`).
-    #[read_with = super::from_json::times]
-    #[schema(schemars(schema_with = "crate::config::schema::times"))]
-    pub times: String,
-}
-}
-
-/// A response cost's estimate as written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RawEstimate {
-    /// A fixed estimate, 0 or more.
-    Fixed(u64),
-    /// `header:NAME` or `body:PATH`.
-    Text(String),
-}
-
-impl Default for RawEstimate {
-    fn default() -> Self {
-        RawEstimate::Fixed(0)
-    }
-}
-
-/// The schema's default of a response cost's `estimate`: as written.
-#[cfg(feature = "schema")]
-impl serde::Serialize for RawEstimate {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self {
-            RawEstimate::Fixed(units) => serializer.serialize_u64(*units),
-            RawEstimate::Text(text) => serializer.serialize_str(text),
-        }
-    }
-}
-
-impl Default for RawCost {
-    fn default() -> Self {
-        RawCost::Fixed(1)
-    }
-}
-
-/// What a `cost` must be, for error messages.
-pub const COST_EXPECTED: &str =
-    "must be an integer of at least 1, \"header:NAME\" or {\"estimate\", \"response\"}";
 
 raw_enum! {
 /// Whether a rule blocks requests.

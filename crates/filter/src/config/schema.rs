@@ -13,7 +13,7 @@ use crate::key::context::MAX_PATH;
 use crate::key::{Argument, Source};
 use schemars::generate::SchemaSettings;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 /// The title of the schema.
 pub const TITLE: &str = "Sluice filter configuration";

@@ -954,18 +954,28 @@ fn a_body_key_part_makes_requests_wait_for_their_body_and_is_only_in_keys() {
     ))
     .unwrap();
     assert!(keyed.request_body);
-    let plain = plan(&format!(r#"{{"name":"r","key":["header:x-api-key"],{limit}}}"#)).unwrap();
+    let plain = plan(&format!(
+        r#"{{"name":"r","key":["header:x-api-key"],{limit}}}"#
+    ))
+    .unwrap();
     assert!(!plain.request_body, "no body part: no body read");
     for (rule, path) in [
         (
-            format!(r#"{{"name":"r","key":["path"],"match":{{"parts":[{{"part":"body:model","present":true}}]}},{limit}}}"#),
+            format!(
+                r#"{{"name":"r","key":["path"],"match":{{"parts":[{{"part":"body:model","present":true}}]}},{limit}}}"#
+            ),
             "rules[0].match.parts[0].part",
         ),
         (
-            format!(r#"{{"name":"r","key":["path"],"priority":{{"from":"body:tier","classes":[{{"name":"a","share":50}}],"default":"a"}},{limit}}}"#),
+            format!(
+                r#"{{"name":"r","key":["path"],"priority":{{"from":"body:tier","classes":[{{"name":"a","share":50}}],"default":"a"}},{limit}}}"#
+            ),
             "rules[0].priority.from",
         ),
-        (format!(r#"{{"name":"r","key":["body:a..b"],{limit}}}"#), "rules[0].key[0]"),
+        (
+            format!(r#"{{"name":"r","key":["body:a..b"],{limit}}}"#),
+            "rules[0].key[0]",
+        ),
     ] {
         let e = plan(&rule).unwrap_err();
         assert_eq!(e.path, path, "{rule}: {e}");
@@ -974,5 +984,9 @@ fn a_body_key_part_makes_requests_wait_for_their_body_and_is_only_in_keys() {
         r#"{{"name":"r","key":["path"],"match":{{"parts":[{{"part":"body:model","present":true}}]}},{limit}}}"#
     ))
     .unwrap_err();
-    assert!(e.to_string().contains("a body: part is read only in a rule's key"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("a body: part is read only in a rule's key"),
+        "{e}"
+    );
 }

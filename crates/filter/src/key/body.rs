@@ -132,7 +132,10 @@ mod tests {
         assert_eq!(at(body, "t").as_deref(), Some("-2"));
         assert_eq!(at(body, "meta.tier.name").as_deref(), Some("gold"));
         // Escapes are read; the last of a repeated key counts.
-        assert_eq!(at(r#"{"m":"a\"b\u00e9"}"#, "m").as_deref(), Some("a\"b\u{e9}"));
+        assert_eq!(
+            at(r#"{"m":"a\"b\u00e9"}"#, "m").as_deref(),
+            Some("a\"b\u{e9}")
+        );
         assert_eq!(at(r#"{"m":"a","m":"b"}"#, "m").as_deref(), Some("b"));
         assert_eq!(at(r#"{"m\u006fdel":"c"}"#, "model").as_deref(), Some("c"));
         assert_eq!(at(r#"{"m":""}"#, "m").as_deref(), Some(""));
@@ -145,7 +148,14 @@ mod tests {
             assert_eq!(at(body, path), None, "{path}");
         }
         // Not JSON, not one document, or cut short.
-        for body in ["", "model=gpt", r#"{"model":"a"} {}"#, r#"{"model":"a""#, "[1,2]", r#""gpt""#] {
+        for body in [
+            "",
+            "model=gpt",
+            r#"{"model":"a"} {}"#,
+            r#"{"model":"a""#,
+            "[1,2]",
+            r#""gpt""#,
+        ] {
             assert_eq!(at(body, "model"), None, "{body:?}");
         }
     }

@@ -5,8 +5,8 @@
 
 use super::settle::{sources, Adjustment, Owed};
 use crate::config::{CostSource, Plan, PricedSource};
-use crate::cost::price;
 use crate::cost::extract::{scanner, BodyScanner, Found};
+use crate::cost::price;
 use crate::local::{Contended, SharedStore};
 use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
 use sluice_core::{Adjust, Nanos};
