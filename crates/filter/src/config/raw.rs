@@ -289,7 +289,6 @@ pub struct RawRefinedPart {
 }
 }
 
-
 raw_enum! {
 /// Whether a rule blocks requests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
