@@ -36,9 +36,9 @@ _RENAME = re.compile(r'rename\s*=\s*"([^"]+)"')
 
 
 def raw_structs() -> dict[str, list[tuple[str, str]]]:
-    """{struct: [(JSON field name, Rust type)]} of raw.rs and its submodules (raw/*.rs)."""
+    """{struct: [(JSON field name, Rust type)]} of raw.rs and its modules (raw/)."""
     out = {}
-    text = "".join(p.read_text() for p in [RAW, *sorted(RAW.with_suffix("").glob("*.rs"))])
+    text = "\n".join(f.read_text() for f in [RAW, *sorted((RAW.parent / "raw").glob("*.rs"))])
     for name, body in _STRUCT.findall(text):
         fields = []
         for attrs, field, ty in _FIELD.findall(body):
@@ -132,6 +132,19 @@ def test_the_cost_object_has_a_row_per_field_of_the_schema_and_raw_rs():
     for name, node in form["properties"].items():
         types = [n["type"] for n in node.get("oneOf", [node])]
         assert all(t in rows[name][1] for t in types), f"`rules[].cost.{name}`: documented as {rows[name][1]!r}, the schema says {types}"
+
+
+def test_the_priced_place_has_a_row_per_field_of_the_schema_and_raw_rs():
+    # A response cost's place may be an object (read by hand, inside `cost`):
+    # its table lists the fields of the schema's object form and of raw.rs.
+    schema = json.loads((ROOT / "schema" / "sluice.schema.json").read_text())
+    [form] = [n for n in schema["definitions"]["RawRule"]["properties"]["cost"]["oneOf"] if n["type"] == "object"]
+    [places] = [n for n in form["properties"]["response"]["oneOf"] if n["type"] == "array"]
+    [priced] = [n for n in places["items"]["oneOf"] if n["type"] == "object"]
+    rows = documented_rows("rules[].cost.response[]")
+    assert sorted(rows) == sorted(priced["properties"]) == sorted(f for f, _ in raw_structs()["RawPricedPlace"])
+    for name, node in priced["properties"].items():
+        assert rows[name][1] == schema_type(node), f"`rules[].cost.response[].{name}`: {rows[name][1]!r}"
 
 
 def test_the_key_parts_table_lists_the_forms_of_the_schema():

@@ -8,10 +8,14 @@ Each request says what it gets, in headers:
 - `x-stream: 1`: an event stream (`x-chunks` content events, default 3, each
   `x-chunk-ms` apart, default 0), then the usage event, then `[DONE]`;
 - `x-abort-after: K`: the stream is cut (the connection closed) after K events;
-- `x-no-usage: 1`: no usage anywhere.
+- `x-no-usage: 1`: no usage anywhere;
+- `x-usage: JSON`: this usage object instead (as a priced API reports it:
+  `{"input_tokens": 10, "output_tokens": 5, ...}`);
+- `x-delay-ms: N`: the answer starts N ms after the request came.
 A JSON answer also reports the total in its `x-usage-total` header.
 The upstream sums the usage it reported per `x-user` (`reported[user]`), only
-for responses it sent whole.
+for responses it sent whole, and counts the requests of each `x-user` it is
+answering at once (`max_in_flight[user]`, the most seen).
 """
 
 import http.server
@@ -29,6 +33,8 @@ class LlmUpstream(HttpUpstream):
         outer = self
         self.reported: dict[str, int] = {}
         self.requests = 0
+        self.in_flight: dict[str, int] = {}
+        self.max_in_flight: dict[str, int] = {}
         self._lock = threading.Lock()
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -48,13 +54,25 @@ class LlmUpstream(HttpUpstream):
         self._serve(Handler)
 
     def _answer(self, h):
+        user = h.headers.get("x-user", "")
         with self._lock:
             self.requests += 1
+            self.in_flight[user] = self.in_flight.get(user, 0) + 1
+            self.max_in_flight[user] = max(self.max_in_flight.get(user, 0), self.in_flight[user])
+        try:
+            time.sleep(int(h.headers.get("x-delay-ms", "0")) / 1000)
+            self._respond(h, user)
+        finally:
+            with self._lock:
+                self.in_flight[user] -= 1
+
+    def _respond(self, h, user: str):
         prompt = int(h.headers.get("x-prompt-tokens", "10"))
         completion = int(h.headers.get("x-completion-tokens", "20"))
         usage = None if h.headers.get("x-no-usage") else {
             "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-        user = h.headers.get("x-user", "")
+        if h.headers.get("x-usage"):
+            usage = json.loads(h.headers["x-usage"])
         if h.headers.get("x-stream") == "1":
             whole = self._stream(h, usage)
         else:
@@ -64,14 +82,14 @@ class LlmUpstream(HttpUpstream):
             h.send_response(200)
             h.send_header("content-type", "application/json")
             h.send_header("content-length", str(len(body)))
-            if usage:
+            if usage and "total_tokens" in usage:
                 h.send_header("x-usage-total", str(usage["total_tokens"]))
             h.end_headers()
             h.wfile.write(body)
             whole = True
         if whole and usage:
             with self._lock:
-                self.reported[user] = self.reported.get(user, 0) + usage["total_tokens"]
+                self.reported[user] = self.reported.get(user, 0) + usage.get("total_tokens", 0)
 
     def _stream(self, h, usage) -> bool:
         chunks = int(h.headers.get("x-chunks", "3"))

@@ -60,6 +60,9 @@ pub enum KeyPart {
     /// A part whose value is narrowed by a regular expression (its first
     /// group, or its whole match), or stands in for a missing value.
     Refined(Box<Refined>),
+    /// The string or integer at a field of the request's JSON body (see
+    /// [`body::field_text`]); read only when the plan waits for bodies.
+    Body(FieldPath),
 }
 
 /// A key part with a capture or a default (`{"part", "regex", "default"}`).
@@ -75,6 +78,12 @@ pub struct Refined {
 }
 
 impl KeyPart {
+    /// Whether the part reads the request's body (`body:PATH`, refined or
+    /// not).
+    pub fn reads_body(&self) -> bool {
+        matches!(self.base(), KeyPart::Body(_))
+    }
+
     /// The part read, without its capture or default.
     pub fn base(&self) -> &KeyPart {
         match self {
@@ -86,9 +95,9 @@ impl KeyPart {
 
 impl KeyPart {
     /// Parses `client_ip`, `header:NAME`, `path`, `method`, `authority`,
-    /// `query:NAME`, `const:TEXT`, or a context part (`jwt:CLAIM`,
+    /// `query:NAME`, `const:TEXT`, a context part (`jwt:CLAIM`,
     /// `metadata:NAMESPACE:PATH`, `filter_state:NAME`, `peer:FIELD`, `route`,
-    /// `cluster`): the sources of [`Source::ALL`].
+    /// `cluster`) or `body:PATH`: the sources of [`Source::ALL`].
     pub fn parse(text: &str) -> Result<KeyPart, String> {
         let (name, rest) = match text.split_once(':') {
             Some((name, rest)) => (name, Some(rest)),
@@ -150,6 +159,13 @@ impl<'a, V: RequestView> Request<'a, V> {
             Some(Found::Value(v)) => Some(*v),
             _ => None,
         }
+    }
+
+    /// The string or integer at `path` of the request's JSON body (read
+    /// once), as text; `None` when there is no body or no such value.
+    pub fn body_text(&self, path: &FieldPath) -> Option<String> {
+        let body = self.body.get_or_init(|| self.view.body()).as_deref()?;
+        body::field_text(body, path)
     }
 
     /// The full `:path`, query included.
@@ -250,6 +266,7 @@ impl<'a, V: RequestView> Request<'a, V> {
                     .map(|v| context::push_value(out, &v))
                     .is_some(),
                 KeyPart::Refined(r) => self.write_refined(r, out),
+                KeyPart::Body(path) => self.body_text(path).map(|v| out.push_str(&v)).is_some(),
             };
             if !present {
                 return false;
@@ -259,6 +276,7 @@ impl<'a, V: RequestView> Request<'a, V> {
     }
 }
 
+pub mod body;
 pub mod context;
 pub mod source;
 
@@ -319,7 +337,7 @@ mod tests {
         );
         assert_eq!(
             KeyPart::parse("cookie:x"),
-            Err("unknown key part \"cookie:x\" (expected client_ip, header:NAME, path, method, authority, query:NAME, const:TEXT, jwt:CLAIM, metadata:NAMESPACE:PATH, filter_state:NAME, peer:uri_san, peer:dns_san, peer:subject, route or cluster)".into())
+            Err("unknown key part \"cookie:x\" (expected client_ip, header:NAME, path, method, authority, query:NAME, const:TEXT, jwt:CLAIM, metadata:NAMESPACE:PATH, filter_state:NAME, peer:uri_san, peer:dns_san, peer:subject, route, cluster or body:PATH)".into())
         );
         for bad in [
             "", "ip", "header:", "query:", "cookie:x", "Path", "jwt:", "peer:x", "route:x",
@@ -489,6 +507,40 @@ mod tests {
         ] {
             let err = parse(bad).unwrap_err();
             assert_eq!(err.path, field, "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn body_parts_read_the_requests_json_body() {
+        let req = FakeRequest::get("/v1/chat/completions")
+            .with("x-api-key", "k1")
+            .with_body(r#"{"model":"gpt-4o","n":2,"meta":{"tier":"gold"},"max_tokens":1.5}"#);
+        assert_eq!(
+            key(&req, &["header:x-api-key", "body:model"]).as_deref(),
+            Some("k1|gpt-4o")
+        );
+        assert_eq!(
+            key(&req, &["body:n", "body:meta.tier"]).as_deref(),
+            Some("2|gold")
+        );
+        // Missing, not a string or integer, not JSON, no body: no key.
+        for part in [
+            "body:absent",
+            "body:meta",
+            "body:max_tokens",
+            "body:meta.tier.x",
+        ] {
+            assert_eq!(key(&req, &[part]), None, "{part}");
+        }
+        let not_json = FakeRequest::get("/").with_body("model=gpt-4o");
+        assert_eq!(key(&not_json, &["body:model"]), None);
+        assert_eq!(key(&FakeRequest::get("/"), &["body:model"]), None);
+        assert_eq!(
+            KeyPart::parse("body:usage.total_tokens").map(|p| p.reads_body()),
+            Ok(true)
+        );
+        for bad in ["body:", "body:a..b", "body:a b", "body:.a"] {
+            assert!(KeyPart::parse(bad).is_err(), "{bad:?}");
         }
     }
 

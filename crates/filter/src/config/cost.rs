@@ -4,9 +4,10 @@
 //! checked where the plan is put together, by their kinds.
 
 use super::checks::field_path;
-use super::plan::{Cost, CostSource, Estimate, ResponseCost, MAX_COST_SOURCES};
-use super::raw::{RawCost, RawEstimate, RawResponseCost, COST_EXPECTED};
+use super::plan::{Cost, CostSource, Estimate, PricedSource, ResponseCost, MAX_COST_SOURCES};
+use super::raw::{RawCost, RawEstimate, RawPlace, RawResponseCost, COST_EXPECTED};
 use crate::cost::extract::FieldPath;
+use crate::cost::price::Price;
 use sluice_core::{FieldError, MAX_REQUESTS};
 
 /// Checks a rule's `cost`: an integer from 1 to the largest `requests`,
@@ -55,7 +56,7 @@ fn response(path: &str, raw: &RawResponseCost) -> Result<ResponseCost, FieldErro
         },
     };
     let response_path = field_path(path, "response");
-    if raw.response.is_empty() || raw.response.len() > MAX_COST_SOURCES {
+    if raw.response.0.is_empty() || raw.response.0.len() > MAX_COST_SOURCES {
         return Err(FieldError::at(
             response_path,
             format!("must name 1 to {MAX_COST_SOURCES} places"),
@@ -63,18 +64,34 @@ fn response(path: &str, raw: &RawResponseCost) -> Result<ResponseCost, FieldErro
     }
     let sources = raw
         .response
+        .0
         .iter()
         .enumerate()
-        .map(|(i, text)| {
-            let at = if raw.response.len() == 1 {
+        .map(|(i, place)| {
+            let at = if raw.response.0.len() == 1 {
                 response_path.clone()
             } else {
                 format!("{response_path}[{i}]")
             };
-            source(&at, text)
+            priced(&at, place)
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(ResponseCost { estimate, sources })
+}
+
+/// A place of the response, at `path`, with its price.
+fn priced(path: &str, raw: &RawPlace) -> Result<PricedSource, FieldError> {
+    match raw {
+        RawPlace::Text(text) => Ok(PricedSource {
+            source: source(path, text)?,
+            price: Price::ONE,
+        }),
+        RawPlace::Priced(p) => Ok(PricedSource {
+            source: source(&field_path(path, "from"), &p.from)?,
+            price: Price::parse(&p.times.0)
+                .map_err(|m| FieldError::at(field_path(path, "times"), m))?,
+        }),
+    }
 }
 
 fn source(path: &str, text: &str) -> Result<CostSource, FieldError> {

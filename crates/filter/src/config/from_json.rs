@@ -2,13 +2,14 @@
 //! flat list of values (`doc.rs`), then each raw type reads itself from it
 //! with the [`Node`] cursor ([`ReadJson`]; the structs' and enums' readers
 //! are made from their one description in `raw.rs`). Here are the forms
-//! that are one of several JSON types, read by hand: a key part, a cost and
-//! a response cost's estimate.
+//! that are one of several JSON types, read by hand: a key part, a cost, a
+//! response cost's estimate, its places and their prices.
 
 use super::describe::ReadJson;
 use super::doc::{self, Kind};
 use super::raw::{
-    RawConfig, RawCost, RawEstimate, RawKeyPart, RawRefinedPart, RawResponseCost, COST_EXPECTED,
+    RawConfig, RawCost, RawEstimate, RawKeyPart, RawPlace, RawPlaces, RawPricedPlace,
+    RawRefinedPart, RawResponseCost, RawTimes, COST_EXPECTED,
 };
 use super::reader::Node;
 use super::syntax_path::syntax_error_path;
@@ -74,6 +75,43 @@ impl ReadJson for RawEstimate {
                 Err(n.error(format!("must be {EXPECTED}, got {}", n.written())))
             }
             _ => Err(n.invalid_type_any(EXPECTED)),
+        }
+    }
+}
+
+/// What a response cost's place must be, for error messages.
+const PLACE_EXPECTED: &str =
+    "a place: \"header:NAME\", \"trailer:NAME\", \"body:PATH\" or {\"from\", \"times\"}";
+
+/// A response cost's places: one, or a list.
+impl ReadJson for RawPlaces {
+    fn read_json(n: &Node<'_>) -> Read<Self> {
+        match n.kind() {
+            Kind::Str(s) => Ok(RawPlaces(vec![RawPlace::Text(s.to_string())])),
+            _ => n.list(RawPlace::read_json).map(RawPlaces),
+        }
+    }
+}
+
+impl ReadJson for RawPlace {
+    fn read_json(n: &Node<'_>) -> Read<Self> {
+        match n.kind() {
+            Kind::Str(s) => Ok(RawPlace::Text(s.to_string())),
+            Kind::Object => RawPricedPlace::read_json(n).map(RawPlace::Priced),
+            _ => Err(n.invalid_type_any(PLACE_EXPECTED)),
+        }
+    }
+}
+
+/// A price: its text, as written (a number, or a string of one).
+impl ReadJson for RawTimes {
+    fn read_json(n: &Node<'_>) -> Read<Self> {
+        match n.kind() {
+            Kind::Str(s) => Ok(RawTimes(s.to_string())),
+            Kind::Unsigned(_) | Kind::Signed(_) | Kind::Float => {
+                Ok(RawTimes(n.written().to_string()))
+            }
+            _ => Err(n.invalid_type_any("a number or a string of one")),
         }
     }
 }

@@ -3,6 +3,7 @@
 
 use super::checks::field_path;
 use super::raw::{RawHeaderMatch, RawKeyPart, RawMatch, RawPartMatch};
+use crate::key::source::BODY_ONLY_IN_KEY;
 use crate::key::{KeyPart, Refined};
 use crate::matcher::{HeaderCondition, HeaderTest, Matcher, PartCondition, PathMatch, Pattern};
 use sluice_core::FieldError;
@@ -97,6 +98,9 @@ fn header(path: &str, h: &RawHeaderMatch) -> Result<HeaderCondition, FieldError>
 
 fn part(path: &str, p: &RawPartMatch) -> Result<PartCondition, FieldError> {
     let part = KeyPart::parse(&p.part).map_err(|m| FieldError::at(field_path(path, "part"), m))?;
+    if part.reads_body() {
+        return Err(FieldError::at(field_path(path, "part"), BODY_ONLY_IN_KEY));
+    }
     Ok(PartCondition {
         part,
         test: test(path, &p.exact, &p.regex, p.present)?,

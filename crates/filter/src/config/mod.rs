@@ -29,7 +29,8 @@ pub use plan::{
     ByOutcome, ConcurrencyLimit, Cost, CostSource, CountWhen, Counted, DenyResponse, Elastic,
     Entry, EntryValue, Estimate, GlobalElastic, GlobalLimit, LeasePolicy, LeasedLimit, LimitKind,
     LimiterTarget, LocalElastic, LocalLimit, Outcome, OutcomeTest, OverrideLimit, PermitPlace,
-    Plan, Quota, ResponseCost, Rule, RuleLimit, ServiceHeld, MAX_COST_SOURCES, SERVICE_HELD,
+    Plan, PricedSource, Quota, ResponseCost, Rule, RuleLimit, ServiceHeld, MAX_COST_SOURCES,
+    SERVICE_HELD,
 };
 pub use raw::{
     FailureMode, HeadersMode, Mode, OnExceed, Protocol, RawConfig, Scope, ServiceHeaders, SyncMode,

@@ -4,6 +4,7 @@
 use crate::client_ip::ClientIpPolicy;
 use crate::config::raw::{FailureMode, HeadersMode, Protocol, ServiceHeaders};
 use crate::cost::extract::FieldPath;
+use crate::cost::price::Price;
 use crate::key::KeyPart;
 use crate::matcher::{HeaderCondition, Matcher, RuleIndex};
 use crate::table::Shape;
@@ -35,8 +36,9 @@ pub struct Plan {
     pub rule_index: RuleIndex,
     /// Shared-data key holding the slot-hashing seed of this domain.
     pub seed_key: String,
-    /// Some rule estimates a response cost from the request's body: a
-    /// request with a body is decided once the body is in.
+    /// Some rule estimates a response cost from the request's body, or has
+    /// a `body:` key part: a request with a body is decided once the body
+    /// is in.
     pub request_body: bool,
 }
 
@@ -139,9 +141,18 @@ pub enum Cost {
 pub struct ResponseCost {
     /// What a request is admitted for.
     pub estimate: Estimate,
-    /// Where the response says what the request cost: the sum of these
-    /// (1 to [`MAX_COST_SOURCES`]).
-    pub sources: Vec<CostSource>,
+    /// Where the response says what the request cost: the sum of these,
+    /// each times its price (1 to [`MAX_COST_SOURCES`]).
+    pub sources: Vec<PricedSource>,
+}
+
+/// A place the response says a count, and what one unit of it costs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PricedSource {
+    /// Where the count is.
+    pub source: CostSource,
+    /// What one unit of it costs ([`Price::ONE`] unless `times` says).
+    pub price: Price,
 }
 
 /// The most places one response cost is summed from.

@@ -4,6 +4,7 @@
 use super::checks::{field_path, valid_name, MAX_NAME_LEN};
 use super::plan::Priority;
 use super::raw::RawPriority;
+use crate::key::source::BODY_ONLY_IN_KEY;
 use crate::key::KeyPart;
 use sluice_core::FieldError;
 
@@ -20,6 +21,9 @@ pub fn compile(path: &str, priority: Option<&RawPriority>) -> Result<Option<Prio
     let at = field_path(path, "priority");
     let from =
         KeyPart::parse(&priority.from).map_err(|m| FieldError::at(field_path(&at, "from"), m))?;
+    if from.reads_body() {
+        return Err(FieldError::at(field_path(&at, "from"), BODY_ONLY_IN_KEY));
+    }
     if priority.classes.is_empty() || priority.classes.len() > MAX_CLASSES {
         return Err(FieldError::at(
             field_path(&at, "classes"),

@@ -11,16 +11,23 @@
 //!
 //! Every struct refuses unknown fields so that a typo is an error rather than
 //! a silently ignored setting. The forms that are one of several JSON types
-//! (`RawKeyPart`, `RawCost`, `RawEstimate`) are read by hand in
+//! (`RawKeyPart`, and a cost's forms in `raw/cost.rs`: `RawCost`,
+//! `RawEstimate`, `RawPlaces`, `RawTimes`) are read by hand in
 //! [`from_json`](super::from_json). Values are checked and converted by
 //! [`compile`](super::compile).
-
-mod outcome;
 
 use super::describe::{raw_enum, raw_struct, read_names};
 use super::reader::Node;
 pub use crate::table::WhenFull;
+pub use cost::{
+    RawCost, RawEstimate, RawPlace, RawPlaces, RawPricedPlace, RawResponseCost, RawTimes,
+    COST_EXPECTED,
+};
+
 pub use outcome::{RawCountWhen, RawResponseHeader};
+
+mod cost;
+mod outcome;
 
 read_names!(WhenFull {
     Share = "share",
@@ -284,73 +291,6 @@ pub struct RawRefinedPart {
     pub default: Option<String>,
 }
 }
-
-/// A rule's request weight as written: `5`, `"header:x-cost"`, or an
-/// object for a cost known from the response.
-///
-/// Read by hand so that a negative, fractional or otherwise wrong value gets
-/// a message saying what is expected.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RawCost {
-    /// A fixed weight (checked by `compile`).
-    Fixed(u64),
-    /// The text form, `header:NAME` (checked by `compile`).
-    Text(String),
-    /// `{"estimate": ..., "response": ...}`: admitted for the estimate,
-    /// charged what the response says.
-    Response(RawResponseCost),
-}
-
-raw_struct! {
-/// A cost known from the response: each request is admitted for `estimate`, then charged or refunded the difference with what `response` says it cost.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RawResponseCost {
-    /// What a request is admitted for: an integer (0 by default), `header:NAME` or `body:PATH` of the request.
-    #[default]
-    #[schema(schemars(schema_with = "crate::config::schema::estimate"))]
-    pub estimate: RawEstimate,
-    /// Where the response says what the request cost: `header:NAME`, `trailer:NAME` or `body:PATH`, or a list of 1 to 4 of them, summed.
-    #[read_with = Node::strings]
-    #[schema(schemars(schema_with = "crate::config::schema::response_places"))]
-    pub response: Vec<String>,
-}
-}
-
-/// A response cost's estimate as written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RawEstimate {
-    /// A fixed estimate, 0 or more.
-    Fixed(u64),
-    /// `header:NAME` or `body:PATH`.
-    Text(String),
-}
-
-impl Default for RawEstimate {
-    fn default() -> Self {
-        RawEstimate::Fixed(0)
-    }
-}
-
-/// The schema's default of a response cost's `estimate`: as written.
-#[cfg(feature = "schema")]
-impl serde::Serialize for RawEstimate {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self {
-            RawEstimate::Fixed(units) => serializer.serialize_u64(*units),
-            RawEstimate::Text(text) => serializer.serialize_str(text),
-        }
-    }
-}
-
-impl Default for RawCost {
-    fn default() -> Self {
-        RawCost::Fixed(1)
-    }
-}
-
-/// What a `cost` must be, for error messages.
-pub const COST_EXPECTED: &str =
-    "must be an integer of at least 1, \"header:NAME\" or {\"estimate\", \"response\"}";
 
 raw_enum! {
 /// Whether a rule blocks requests.

@@ -208,14 +208,6 @@ impl<'a> Node<'a> {
         Ok(out)
     }
 
-    /// A string or an array of strings, as a list.
-    pub fn strings(&self) -> Result<Vec<String>, FieldError> {
-        match self.kind() {
-            Kind::Str(s) => Ok(vec![s.to_string()]),
-            _ => self.list(Node::string),
-        }
-    }
-
     /// One of the unit variants `names` (a string), as the matching entry of
     /// `values` (as many as `names`).
     pub fn choice<T: Copy>(

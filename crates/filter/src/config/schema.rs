@@ -8,11 +8,12 @@
 //! [`config::parse`](crate::config::parse), which `sluice check-config` runs.
 
 use super::RawConfig;
+use crate::cost::extract::{MAX_KEYS, MAX_KEY_LEN};
 use crate::key::context::MAX_PATH;
 use crate::key::{Argument, Source};
 use schemars::generate::SchemaSettings;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 /// The title of the schema.
 pub const TITLE: &str = "Sluice filter configuration";
@@ -67,13 +68,30 @@ pub(crate) fn estimate(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
-/// Where a response says its request's cost: one place or 1 to 4.
-pub(crate) fn response_places(_: &mut SchemaGenerator) -> Schema {
-    let place = json!({ "type": "string", "pattern": "^(header|trailer|body):.+$" });
+/// Where a response says its request's cost: one place or 1 to 4, each
+/// as text or weighted (`Priced`, `RawPricedPlace`, in place).
+pub(crate) fn response_places<Priced: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    let place = response_place(generator);
+    let priced = Priced::json_schema(generator);
     json_schema!({
         "oneOf": [
             place,
-            { "type": "array", "minItems": 1, "maxItems": 4, "items": place }
+            { "type": "array", "minItems": 1, "maxItems": 4, "items": { "oneOf": [place, priced] } }
+        ]
+    })
+}
+
+/// One place a response says a count.
+pub(crate) fn response_place(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "string", "pattern": "^(header|trailer|body):.+$" })
+}
+
+/// A price (`times`): a non-negative number, or a string of one.
+pub(crate) fn times(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "oneOf": [
+            { "type": "number", "minimum": 0, "maximum": crate::cost::price::MAX_TIMES },
+            { "type": "string", "pattern": "^[0-9]+(\\.[0-9]{1,3})?$" }
         ]
     })
 }
@@ -131,6 +149,10 @@ fn argument_pattern(argument: Argument) -> String {
         Argument::Names(_) => format!(":{}", names("[^.]+")),
         Argument::NamespaceNames => format!(":[\\s\\S]+:{}", names("[^.:]+")),
         Argument::OneOf(words) => format!(":(?:{})", words.join("|")),
+        Argument::Fields(_) => {
+            let key = format!("[A-Za-z0-9_-]{{1,{MAX_KEY_LEN}}}");
+            format!(":{key}(?:\\.{key}){{0,{}}}", MAX_KEYS - 1)
+        }
     }
 }
 

@@ -944,3 +944,49 @@ fn service_headers_are_a_rate_limit_services_only() {
     let bad = r#"{"domain":"d","limiter":{"cluster":"rls","protocol":"rls","service_headers":"sometimes"}}"#;
     assert_eq!(err(bad).path, "limiter.service_headers");
 }
+
+#[test]
+fn a_body_key_part_makes_requests_wait_for_their_body_and_is_only_in_keys() {
+    let limit = r#""limits":[{"algorithm":"gcra","requests":10,"window":"1m"}]"#;
+    let plan = |rule: &str| parse(with_rule(rule).as_bytes());
+    let keyed = plan(&format!(
+        r#"{{"name":"r","key":["header:x-api-key",{{"part":"body:model","default":"none"}}],{limit}}}"#
+    ))
+    .unwrap();
+    assert!(keyed.request_body);
+    let plain = plan(&format!(
+        r#"{{"name":"r","key":["header:x-api-key"],{limit}}}"#
+    ))
+    .unwrap();
+    assert!(!plain.request_body, "no body part: no body read");
+    for (rule, path) in [
+        (
+            format!(
+                r#"{{"name":"r","key":["path"],"match":{{"parts":[{{"part":"body:model","present":true}}]}},{limit}}}"#
+            ),
+            "rules[0].match.parts[0].part",
+        ),
+        (
+            format!(
+                r#"{{"name":"r","key":["path"],"priority":{{"from":"body:tier","classes":[{{"name":"a","share":50}}],"default":"a"}},{limit}}}"#
+            ),
+            "rules[0].priority.from",
+        ),
+        (
+            format!(r#"{{"name":"r","key":["body:a..b"],{limit}}}"#),
+            "rules[0].key[0]",
+        ),
+    ] {
+        let e = plan(&rule).unwrap_err();
+        assert_eq!(e.path, path, "{rule}: {e}");
+    }
+    let e = plan(&format!(
+        r#"{{"name":"r","key":["path"],"match":{{"parts":[{{"part":"body:model","present":true}}]}},{limit}}}"#
+    ))
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("a body: part is read only in a rule's key"),
+        "{e}"
+    );
+}

@@ -1,6 +1,7 @@
 //! What a request cost, as its response tells: [`extract`] reads the counts
 //! an upstream reports in its body (an LLM's `usage` tokens) while the body
 //! streams past (the request path reads with it in
-//! `crate::engine::cost_reader`).
+//! `crate::engine::cost_reader`), and [`price`] weighs them.
 
 pub mod extract;
+pub mod price;

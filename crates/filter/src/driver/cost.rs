@@ -67,7 +67,7 @@ pub(super) fn settle<H: Host>(
     runtime: &Shared<H>,
     reader: CostReader,
 ) {
-    let global = reader.settle(&*host, &runtime.metrics, host.now());
+    let global = reader.settle(&runtime.plan, &*host, &runtime.metrics, host.now());
     for settlement in global {
         let owed = w.owing.owe(charged_keys(std::slice::from_ref(&settlement)));
         w.charges.push(Charge {

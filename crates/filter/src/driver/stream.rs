@@ -337,8 +337,11 @@ pub(super) fn leave<H: Host>(w: &mut Worker<H>, host: &mut H, context: u32, req:
             }
         }
     }
-    permits::release(w, host, &runtime, holding);
+    // Settled before its permits are free: a request a freed permit
+    // admits finds this one's cost counted (locally; a global settlement
+    // and release are sent by the root together).
     if let Some(reader) = cost {
         cost::settle(w, host, &runtime, reader);
     }
+    permits::release(w, host, &runtime, holding);
 }

@@ -12,6 +12,8 @@ pub struct FakeRequest {
     pub source: Option<String>,
     /// Properties, by their path joined with `.`.
     pub properties: Vec<(String, Vec<u8>)>,
+    /// The body, as the host gives it once the filter waited for it.
+    pub body: Option<Vec<u8>>,
 }
 
 impl FakeRequest {
@@ -25,7 +27,14 @@ impl FakeRequest {
             ],
             source: Some("203.0.113.7:40000".into()),
             properties: Vec::new(),
+            body: None,
         }
+    }
+
+    /// Sets the body.
+    pub fn with_body(mut self, body: &str) -> FakeRequest {
+        self.body = Some(body.as_bytes().to_vec());
+        self
     }
 
     /// Adds a property at `path` (names joined with `.`).
@@ -51,6 +60,10 @@ impl RequestView for FakeRequest {
 
     fn source_address(&self) -> Option<String> {
         self.source.clone()
+    }
+
+    fn body(&self) -> Option<Vec<u8>> {
+        self.body.clone()
     }
 
     fn property(&self, path: &[&str]) -> Option<Vec<u8>> {

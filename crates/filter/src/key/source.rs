@@ -5,6 +5,9 @@
 
 use super::context::{self, ContextPart, PeerField};
 use super::KeyPart;
+use crate::cost::extract::FieldPath;
+#[cfg(doc)]
+use crate::cost::extract::{MAX_KEYS, MAX_KEY_LEN};
 
 /// Where a key part's value comes from: the text before its first `:`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +38,8 @@ pub enum Source {
     Route,
     /// `cluster`.
     Cluster,
+    /// `body:PATH`.
+    Body,
 }
 
 /// What follows a source's name in a key part.
@@ -55,11 +60,15 @@ pub enum Argument {
     NamespaceNames,
     /// `:` and one of these words (`peer:uri_san`).
     OneOf(&'static [&'static str]),
+    /// `:` and a JSON field path: 1 to [`MAX_KEYS`] keys of 1 to
+    /// [`MAX_KEY_LEN`] ASCII letters, digits, `_` and `-`, separated by `.`
+    /// (`body:model`).
+    Fields(&'static str),
 }
 
 impl Source {
     /// Every source, in the order the error for an unknown part lists them.
-    pub const ALL: [Source; 13] = [
+    pub const ALL: [Source; 14] = [
         Source::ClientIp,
         Source::Header,
         Source::Path,
@@ -73,6 +82,7 @@ impl Source {
         Source::Peer,
         Source::Route,
         Source::Cluster,
+        Source::Body,
     ];
 
     /// The source's name: a key part's text before its first `:`.
@@ -91,6 +101,7 @@ impl Source {
             Source::Peer => "peer",
             Source::Route => "route",
             Source::Cluster => "cluster",
+            Source::Body => "body",
         }
     }
 
@@ -108,6 +119,7 @@ impl Source {
             Source::Jwt => Argument::Names("CLAIM"),
             Source::Metadata => Argument::NamespaceNames,
             Source::Peer => Argument::OneOf(&PeerField::NAMES),
+            Source::Body => Argument::Fields("PATH"),
         }
     }
 
@@ -125,7 +137,10 @@ impl Source {
         let name = self.name();
         match self.argument() {
             Argument::Bare => f(name, ""),
-            Argument::Text(what) | Argument::AnyText(what) | Argument::Names(what) => f(name, what),
+            Argument::Text(what)
+            | Argument::AnyText(what)
+            | Argument::Names(what)
+            | Argument::Fields(what) => f(name, what),
             Argument::NamespaceNames => f(name, "NAMESPACE:PATH"),
             Argument::OneOf(words) => words.iter().for_each(|w| f(name, w)),
         }
@@ -141,7 +156,8 @@ impl Source {
                 Argument::AnyText(_)
                 | Argument::Names(_)
                 | Argument::NamespaceNames
-                | Argument::OneOf(_),
+                | Argument::OneOf(_)
+                | Argument::Fields(_),
                 rest,
             ) => rest,
             (Argument::Bare, Some(_)) => None,
@@ -169,6 +185,7 @@ impl Source {
             },
             Source::Route => KeyPart::Context(ContextPart::Route),
             Source::Cluster => KeyPart::Context(ContextPart::Cluster),
+            Source::Body => KeyPart::Body(FieldPath::parse(arg)?),
         };
         Ok(part)
     }
@@ -209,6 +226,10 @@ fn form(name: &str, what: &str) -> String {
         format!("{name}:{what}")
     }
 }
+
+/// Why a `body:` part is refused where it is not a rule's key.
+pub const BODY_ONLY_IN_KEY: &str =
+    "a body: part is read only in a rule's key (the body is in only when the rule is decided)";
 
 /// The error for a part of no source, or of a source with no argument
 /// where one is needed (or one where none is).

@@ -45,6 +45,9 @@ const VALID: &[&str] = &[
     "peer:subject",
     "route",
     "cluster",
+    "body:model",
+    "body:a.b-c.d_e",
+    "body:a.b.c.d.e.f.g.h",
 ];
 
 /// Texts the parser refuses: unknown sources, near misses, a source
@@ -70,7 +73,14 @@ const INVALID: &[&str] = &[
     "query:",
     "const",
     "cookie:x",
-    "body:usage",
+    "body",
+    "body:",
+    "body:a..b",
+    "body:.a",
+    "body:a.",
+    "body:a b",
+    "body:a:b",
+    "body:a.b.c.d.e.f.g.h.i",
     "jwt",
     "jwt:",
     "jwt:.",

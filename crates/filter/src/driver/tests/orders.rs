@@ -838,6 +838,31 @@ const AFTER_BODY: Case = Case {
     body: true,
 };
 
+/// Tokens in flight: 20 per user, each request estimated 10 (2 at once).
+const LOCAL_TOKENS_IN_FLIGHT: Case = Case {
+    rules: r#"{"name":"tokens","key":["header:x-user"],
+        "cost":{"estimate":10,"response":"header:x-tokens"},
+        "limits":[{"concurrency":20,"permit_ttl":"1h"},
+                  {"algorithm":"fixed_window","requests":1000000,"window":"1h"}]}"#,
+    at_once: Some(2),
+    in_all: None,
+    counted: Counted::Permits,
+    probe: true,
+    body: false,
+};
+
+const GLOBAL_TOKENS_IN_FLIGHT: Case = Case {
+    rules: r#"{"name":"tokens","key":["header:x-user"],
+        "cost":{"estimate":10,"response":"header:x-tokens"},
+        "limits":[{"concurrency":20,"scope":"global","permit_ttl":"1h"},
+                  {"algorithm":"fixed_window","requests":40,"window":"1h","scope":"global"}]}"#,
+    at_once: Some(2),
+    in_all: None,
+    counted: Counted::ResponseCost,
+    probe: false,
+    body: false,
+};
+
 proptest! {
     #![proptest_config(cases())]
 
@@ -849,6 +874,16 @@ proptest! {
     #[test]
     fn orders_local_permits(events in events()) {
         check(&LOCAL_PERMITS, &events);
+    }
+
+    #[test]
+    fn orders_local_tokens_in_flight(events in events()) {
+        check(&LOCAL_TOKENS_IN_FLIGHT, &events);
+    }
+
+    #[test]
+    fn orders_global_tokens_in_flight(events in events()) {
+        check(&GLOBAL_TOKENS_IN_FLIGHT, &events);
     }
 
     #[test]

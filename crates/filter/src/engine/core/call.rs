@@ -110,8 +110,11 @@ impl<F> Default for Batch<F> {
 }
 
 impl<F> Batch<F> {
-    /// Adds `item`, checked with `weight`.
+    /// Adds `item`, checked with `weight`, or with its own `hits` when it
+    /// carries them (a concurrency limit's permits, see
+    /// `crate::engine::concurrency`).
     pub(crate) fn push(&mut self, mut item: Item<F>, weight: u64) {
+        let weight = item.weight(weight);
         if *self.hits.get_or_insert(weight) != weight {
             match &mut item.wire {
                 Wire::Limit(spec) => spec.hits = Some(weight),

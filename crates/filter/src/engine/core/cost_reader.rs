@@ -6,8 +6,9 @@
 use super::call::CacheSlot;
 use super::deny_cache;
 use super::settle::{sources, Adjustment, Owed};
-use crate::config::{CostSource, Outcome, Plan};
+use crate::config::{CostSource, Outcome, Plan, PricedSource};
 use crate::cost::extract::{scanner, BodyScanner, Found};
+use crate::cost::price;
 use crate::layout;
 use crate::local::{Contended, SharedStore};
 use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
@@ -81,8 +82,8 @@ impl CostReader {
             r.values = vec![None; sources.len()];
             let mut paths = Vec::new();
             let mut feeds = Vec::new();
-            for (i, source) in sources.iter().enumerate() {
-                match source {
+            for (i, priced) in sources.iter().enumerate() {
+                match &priced.source {
                     CostSource::Header(name) => read_number(r, i, header(name)),
                     CostSource::Body(path) => {
                         paths.push(path.clone());
@@ -147,8 +148,8 @@ impl CostReader {
                 }
                 continue;
             }
-            for (i, source) in sources(plan, &r.owed).iter().enumerate() {
-                if let CostSource::Trailer(name) = source {
+            for (i, priced) in sources(plan, &r.owed).iter().enumerate() {
+                if let CostSource::Trailer(name) = &priced.source {
                     read_number(r, i, trailer(name));
                 }
             }
@@ -159,7 +160,13 @@ impl CostReader {
     /// here; the global settlements are returned for the host to send.
     /// A rule whose response did not say what it cost keeps its estimate
     /// (counted `cost_missing`).
-    pub fn settle<S, M>(self, store: &S, metrics: &M, now: Nanos) -> Vec<GlobalSettlement>
+    pub fn settle<S, M>(
+        self,
+        plan: &Plan,
+        store: &S,
+        metrics: &M,
+        now: Nanos,
+    ) -> Vec<GlobalSettlement>
     where
         S: SharedStore + ?Sized,
         M: MetricSink + ?Sized,
@@ -175,7 +182,7 @@ impl CostReader {
                     }
                 }
             }
-            let actual = actual_cost(&r, metrics);
+            let actual = actual_cost(&r, sources(plan, &r.owed), metrics);
             match r.owed.settle_local(store, actual, now) {
                 Ok(true) => metrics.rule(r.owed.rule, RuleEvent::CostDebt),
                 Ok(false) => {}
@@ -197,8 +204,9 @@ impl CostReader {
 
 /// What reading `r` says its request cost: for a limit counted by outcome,
 /// its weight when the response counts, else 0; for a cost from the
-/// response, the sum of its sources (the estimate when one did not say).
-fn actual_cost<M: MetricSink + ?Sized>(r: &Reading, metrics: &M) -> u64 {
+/// response, the priced sum of its `sources` (the estimate when one did
+/// not say).
+fn actual_cost<M: MetricSink + ?Sized>(r: &Reading, sources: &[PricedSource], metrics: &M) -> u64 {
     let rule = r.owed.rule;
     if let Some(owed) = &r.owed.outcome {
         if owed.when.counts(&r.outcome) {
@@ -208,7 +216,7 @@ fn actual_cost<M: MetricSink + ?Sized>(r: &Reading, metrics: &M) -> u64 {
         metrics.rule(rule, RuleEvent::OutcomeGivenBack);
         return 0;
     }
-    let actual = match total(&r.values) {
+    let actual = match total(&r.values, sources) {
         Some(actual) if !r.malformed => actual,
         _ => {
             metrics.rule(rule, RuleEvent::CostMissing);
@@ -295,15 +303,18 @@ fn set(values: &mut [Option<u64>], i: usize, v: u64) {
     }
 }
 
-/// The sum of every source, when each said (none said before the
-/// response's headers came).
-fn total(values: &[Option<u64>]) -> Option<u64> {
-    if values.is_empty() {
+/// The sum of every source times its price, rounded up (see
+/// [`price::total`]), when each said (none said before the response's
+/// headers came).
+fn total(values: &[Option<u64>], sources: &[PricedSource]) -> Option<u64> {
+    if values.is_empty() || values.iter().any(Option::is_none) {
         return None;
     }
-    values
+    let priced = values
         .iter()
-        .try_fold(0u64, |sum, v| v.map(|v| sum.saturating_add(v)))
+        .zip(sources)
+        .map(|(v, s)| (v.unwrap_or_default(), s.price));
+    Some(price::total(priced))
 }
 
 /// The bodies carrying `settlements` of `domain` at `now`, each with at

@@ -11,7 +11,7 @@
 
 use super::call::CacheSlot;
 pub use super::undo::LocalState;
-use crate::config::{Cost, CostSource, CountWhen, Plan};
+use crate::config::{Cost, CountWhen, Plan, PricedSource};
 use crate::local::{Contended, SharedStore};
 use crate::rls::Descriptor;
 use sluice_core::{Limit, Nanos};
@@ -119,7 +119,7 @@ impl Owed {
 
 /// Where the response of a request says what it cost, for each rule it
 /// owes: the plan's sources of rule `owed.rule`.
-pub fn sources<'p>(plan: &'p Plan, owed: &Owed) -> &'p [CostSource] {
+pub fn sources<'p>(plan: &'p Plan, owed: &Owed) -> &'p [PricedSource] {
     match plan.rules.get(owed.rule).map(|r| &r.cost) {
         Some(Cost::Response(cost)) => &cost.sources,
         Some(Cost::Fixed(_) | Cost::Header(_)) | None => &[],

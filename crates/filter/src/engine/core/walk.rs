@@ -15,7 +15,7 @@ use crate::local::SharedStore;
 use crate::metrics::{MetricSink, RuleEvent};
 use crate::slots::{self, SlotHasher};
 use sluice_core::{Decision, Holder, Limit, Nanos};
-use sluice_wire::LimitSpec;
+use sluice_wire::{LimitSpec, CONCURRENCY};
 
 /// The capacity of the request's key and shared-data key buffers: most keys
 /// fit, so that writing them allocates once.
@@ -206,7 +206,10 @@ where
         let Err(refusal) = self.limits(applied) else {
             self.cx.tally.admitted.push(applied.index);
             if matches!(applied.rule.cost, Cost::Response(_)) {
-                let global = self.batch_of(applied).since(global_mark);
+                let (mut global, descriptors) = self.batch_of(applied).since(global_mark);
+                // Permits are given back at the stream's end, not charged.
+                global.retain(|spec| spec.algorithm != CONCURRENCY);
+                let global = (global, descriptors);
                 let (rule, estimate) = (applied.index, applied.weight);
                 let shadow = applied.rule.shadow;
                 let tally = &mut self.cx.tally;

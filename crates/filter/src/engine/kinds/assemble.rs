@@ -55,9 +55,10 @@ impl Plan {
         let protocol = limiter.as_ref().map_or(Protocol::Sluice, |l| l.protocol);
         let keys = Shape::for_keys(local_max_keys, raw.local_when_full);
         let rules = compile_rules(&raw.domain, &raw.rules, protocol, limiter.is_some(), keys)?;
-        let request_body = rules.iter().any(
-            |r| matches!(&r.cost, Cost::Response(c) if matches!(c.estimate, Estimate::Body(_))),
-        );
+        let request_body = rules.iter().any(|r| {
+            matches!(&r.cost, Cost::Response(c) if matches!(c.estimate, Estimate::Body(_)))
+                || r.key.iter().any(KeyPart::reads_body)
+        });
         Ok(Plan {
             request_body,
             seed_key: layout::seed_key(&raw.domain),

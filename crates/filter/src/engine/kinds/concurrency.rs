@@ -166,14 +166,15 @@ where
         report: report(decision),
         wait: limit.max_wait,
     };
-    if applied.weight > p.max {
+    let weight = permit_weight(applied);
+    if weight > p.max {
         return Err(refusal(too_many(p.max)));
     }
     let (prefix, keys) = match &limit.place {
         PermitPlace::Local(prefix, keys) => (prefix, *keys),
         PermitPlace::Global => return Ok(Some(global_permits(applied, l, limit))),
     };
-    let (holder, now, weight) = (cx.holder, cx.tally.now, applied.weight);
+    let (holder, now) = (cx.holder, cx.tally.now);
     let table = Table::new(prefix, keys);
     let mut acquire = |state: Option<&[u8]>| {
         let out = permits::acquire(p, state, holder, now, weight);
@@ -229,7 +230,10 @@ fn global_permits(
     limit: &ConcurrencyLimit,
 ) -> Item<PermitAsk> {
     let p = &limit.permits;
-    let spec = LimitSpec::permits(limiter_key(&applied.rule.name, l, applied.key), p);
+    let spec = LimitSpec {
+        hits: Some(permit_weight(applied)),
+        ..LimitSpec::permits(limiter_key(&applied.rule.name, l, applied.key), p)
+    };
     Item {
         rule: applied.index,
         limit: l,
@@ -243,6 +247,14 @@ fn global_permits(
             wait: limit.max_wait,
         },
     }
+}
+
+/// The permits a request of `applied` holds: its weight, at least 1. Only
+/// a cost known from the response weighs 0 (an estimate of 0), and such a
+/// request still holds one permit, so that a cap on the estimates in
+/// flight also caps how many requests of 0 are in flight.
+fn permit_weight(applied: &Applied<'_, '_>) -> u64 {
+    applied.weight.max(1)
 }
 
 /// The denial of a weight above the permits: retrying does not help.

@@ -129,8 +129,10 @@ pub(crate) fn overridable(j: usize, kind: &mut LimitKind) -> Result<&mut Quota, 
 
 /// What a rule whose cost comes from the response charges after it in a
 /// limit of `kind`: the rate limit; `None` for a limit a rate limit service
-/// holds (charged by a second call, with the difference as its hits); or
-/// the field at fault and why the kind refuses it.
+/// holds (charged by a second call, with the difference as its hits) and
+/// for a concurrency limit (its permits, the estimate's weight, are held
+/// until the stream ends: a cap on the tokens in flight); or the field at
+/// fault and why the kind refuses it.
 pub(crate) fn charged_after_response(
     kind: &LimitKind,
 ) -> Result<Option<&Limit>, (&'static str, &'static str)> {
@@ -140,12 +142,9 @@ pub(crate) fn charged_after_response(
         LimitKind::Local(local) => Ok(Some(&local.quota.limit)),
         LimitKind::Global(global) => Ok(Some(&global.quota.limit)),
         LimitKind::Coalesced(_) | LimitKind::Leased(_) => Err(("sync", RESPONSE_ONLY)),
-        LimitKind::ServiceHeld(_) => Ok(None),
-        LimitKind::Concurrency(_) => Err((
-            "concurrency",
-            "a rule whose cost comes from the response takes rate limits only: \
-             put the concurrency limit in a rule of its own",
-        )),
+        // A request waiting for a permit would wait with its estimate unsettled.
+        LimitKind::Concurrency(c) if c.max_wait.is_some() => Err(("on_exceed", RESPONSE_ONLY)),
+        LimitKind::ServiceHeld(_) | LimitKind::Concurrency(_) => Ok(None),
         LimitKind::ByOutcome(_) => Err((
             "count_when",
             "a limit counted by outcome weighs requests when they come: \

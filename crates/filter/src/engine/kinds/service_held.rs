@@ -161,7 +161,8 @@ fn compile_descriptor(
 
 /// The descriptor key a key part gets by default: Envoy's own action names
 /// where there is one (`remote_address`, `generic_key`), else the part's
-/// name (`path`, `method`, `authority`) or its header or query name.
+/// name (`path`, `method`, `authority`), its header or query name or its
+/// body field's path.
 fn default_entry_key(part: &KeyPart) -> String {
     match part {
         KeyPart::ClientIp => "remote_address".to_string(),
@@ -172,5 +173,6 @@ fn default_entry_key(part: &KeyPart) -> String {
         KeyPart::Const(_) => "generic_key".to_string(),
         KeyPart::Context(part) => part.descriptor_key(),
         KeyPart::Refined(r) => default_entry_key(&r.part),
+        KeyPart::Body(path) => path.as_str().to_string(),
     }
 }

@@ -44,7 +44,7 @@ fn respond(
         reader.on_outcome(status, |n| find(headers, n));
         reader.on_trailers(&w.plan, |n| find(trailers, n));
     }
-    reader.settle(&w.store, &w.metrics, NOW)
+    reader.settle(&w.plan, &w.store, &w.metrics, NOW)
 }
 
 /// How many requests of `user` are admitted in a row now (each left

@@ -50,7 +50,7 @@ fn settle(
         reader.on_body(chunk);
     }
     reader.on_trailers(&w.plan, |n| find(trailers, n));
-    let global = reader.settle(&w.store, &w.metrics, NOW);
+    let global = reader.settle(&w.plan, &w.store, &w.metrics, NOW);
     assert!(global.is_empty());
 }
 
@@ -101,6 +101,59 @@ fn sources_are_summed_from_headers_trailers_and_body() {
     assert_eq!(remaining(&w), 64);
 }
 
+/// input + 4 × output + 0.1 × cached input, as LLM prices weigh them.
+const PRICED: &str = r#"["body:usage.input_tokens",{"from":"body:usage.output_tokens","times":4},
+    {"from":"body:usage.input_tokens_details.cached_tokens","times":"0.1"}]"#;
+
+#[test]
+fn priced_counts_are_weighted_and_rounded_up_once() {
+    // 10 + 4 × 5 + 0.1 × 7 = 30.7: 31 counted.
+    let json = r#"{"usage":{"input_tokens":10,"output_tokens":5,"input_tokens_details":{"cached_tokens":7}}}"#;
+    let w = world("0", PRICED);
+    let o = owed(w.eval(&FakeRequest::get("/").with("x-user", "a")));
+    settle(&w, o, JSON, json, &[]);
+    assert_eq!(w.metrics.count(0, RuleEvent::CostCharged), 31);
+    assert_eq!(remaining(&w), 69);
+    // The same usage in the last event of a stream that carries it.
+    let w = world("0", PRICED);
+    let o = owed(w.eval(&FakeRequest::get("/").with("x-user", "a")));
+    let sse = format!("data: {{\"usage\":null}}\n\ndata: {json}\n\ndata: [DONE]\n\n");
+    settle(&w, o, &[("content-type", "text/event-stream")], &sse, &[]);
+    assert_eq!(w.metrics.count(0, RuleEvent::CostCharged), 31);
+    // Headers and trailers: 3 × 0.1 = 0.3 is 1, never free; 2 × 1.5 = 3.
+    let w = world(
+        "0",
+        r#"[{"from":"header:x-in","times":0.1},{"from":"trailer:x-out","times":1.5}]"#,
+    );
+    let o = owed(w.eval(&FakeRequest::get("/").with("x-user", "a")));
+    settle(&w, o, &[("x-in", "3")], "", &[("x-out", "2")]);
+    assert_eq!(w.metrics.count(0, RuleEvent::CostCharged), 4);
+    assert_eq!(remaining(&w), 96);
+    // A price of 0 counts nothing, but its place must still say.
+    let w = world("5", r#"["header:x-in",{"from":"header:x-free","times":0}]"#);
+    let o = owed(w.eval(&FakeRequest::get("/").with("x-user", "a")));
+    settle(&w, o, &[("x-in", "2")], "", &[]);
+    assert_eq!(w.metrics.count(0, RuleEvent::CostMissing), 1);
+}
+
+#[test]
+fn a_priced_total_beyond_u64_saturates() {
+    let w = World::new(&rules(
+        r#"{"name":"tokens","key":["header:x-user"],"cost":{"response":[{"from":"header:x-in","times":1000000},"header:x-out"]},
+           "limits":[{"algorithm":"gcra","requests":1000,"window":"1m","scope":"global"}]}"#,
+    ));
+    let p = pending(w.eval(&FakeRequest::get("/").with("x-user", "a")));
+    // The check failed and was admitted: the whole cost is charged.
+    let mut reader = CostReader::new(owed(w.finish(p, None))).unwrap();
+    reader.on_headers(&w.plan, |n| match n {
+        "x-in" => Some(u64::MAX.to_string()),
+        "x-out" => Some("1".to_string()),
+        _ => None,
+    });
+    let global = reader.settle(&w.plan, &w.store, &w.metrics, NOW);
+    assert_eq!(global[0].adjustment, Adjustment::Charge(u64::MAX));
+}
+
 #[test]
 fn a_response_that_does_not_say_keeps_the_estimate() {
     for (headers, body, trailers) in [
@@ -120,7 +173,7 @@ fn a_response_that_does_not_say_keeps_the_estimate() {
     let w = world("20", r#""header:x-used""#);
     let o = owed(w.eval(&FakeRequest::get("/").with("x-user", "a")));
     let reader = CostReader::new(o).unwrap();
-    assert!(reader.settle(&w.store, &w.metrics, NOW).is_empty());
+    assert!(reader.settle(&w.plan, &w.store, &w.metrics, NOW).is_empty());
     assert_eq!(w.metrics.count(0, RuleEvent::CostMissing), 1);
 }
 
@@ -171,7 +224,7 @@ fn a_global_limit_is_settled_by_the_limiter() {
     assert_eq!(o[0].adjustment(30), Some(Adjustment::Refund(10)));
     let mut reader = CostReader::new(o).unwrap();
     reader.on_headers(&w.plan, |n| (n == "x-used").then(|| "30".to_string()));
-    let global = reader.settle(&w.store, &w.metrics, NOW + SECOND);
+    let global = reader.settle(&w.plan, &w.store, &w.metrics, NOW + SECOND);
     assert_eq!(global.len(), 1);
     assert_eq!(global[0].adjustment, Adjustment::Refund(10));
     assert_eq!(global[0].limits[0].key, "tokens/0/a");
@@ -198,10 +251,13 @@ fn response_costs_refuse_what_cannot_be_charged_later() {
             r#"{"algorithm":"gcra","requests":10,"window":"1m","on_exceed":"delay","max_delay":"1s"}"#,
             "rules[0].limits[0].on_exceed",
         ),
-        (r#"{"concurrency":3}"#, "rules[0].limits[0].concurrency"),
         (
             r#"{"algorithm":"gcra","requests":10,"window":"1m","scope":"global","sync":{"mode":"coalesce"}}"#,
             "rules[0].limits[0].sync",
+        ),
+        (
+            r#"{"concurrency":3,"on_exceed":"delay","max_delay":"1s"}"#,
+            "rules[0].limits[0].on_exceed",
         ),
     ];
     for (limit, path) in cases {
@@ -227,12 +283,49 @@ fn response_costs_refuse_what_cannot_be_charged_later() {
             "rules[0].cost.estimate",
         ),
         (r#"{"estimate":5}"#, "rules[0].cost"),
+        (
+            r#"{"response":["header:a","header:b",{"from":"header:c","times":"0.0001"}]}"#,
+            "rules[0].cost.response[2].times",
+        ),
+        (
+            r#"{"response":[{"from":"header:c","times":-1}]}"#,
+            "rules[0].cost.response.times",
+        ),
+        (
+            r#"{"response":["header:a",{"from":"header:c","times":1000001}]}"#,
+            "rules[0].cost.response[1].times",
+        ),
+        (
+            r#"{"response":["header:a",{"from":"header:c","times":true}]}"#,
+            "rules[0].cost.response[1].times",
+        ),
+        (
+            r#"{"response":["header:a",{"from":"query:c","times":2}]}"#,
+            "rules[0].cost.response[1].from",
+        ),
+        (
+            r#"{"response":["header:a",{"from":"header:c"}]}"#,
+            "rules[0].cost.response[1]",
+        ),
+        (
+            r#"{"response":["header:a",{"from":"header:c","times":2,"x":1}]}"#,
+            "rules[0].cost.response[1].x",
+        ),
+        (r#"{"response":[7]}"#, "rules[0].cost.response[0]"),
     ] {
         let json = rules(&format!(
             r#"{{"name":"r","key":["path"],"cost":{cost},"limits":[{{"algorithm":"gcra","requests":10,"window":"1m"}}]}}"#
         ));
         let err = parse(json.as_bytes()).unwrap_err();
         assert_eq!(err.path, path, "{cost}: {err}");
+        if path.ends_with(".times") && !cost.contains("true") {
+            assert!(
+                err.to_string().contains(
+                    "must be a non-negative decimal of at most 3 decimal places, at most 1000000"
+                ),
+                "{err}"
+            );
+        }
     }
 }
 
@@ -254,4 +347,79 @@ fn only_rules_that_settle_have_the_settlement_counters() {
     assert_eq!(counted.len(), RuleEvent::ALL.len() - 6);
     assert!(!RuleEvent::CostCharged.applies_to(plain));
     assert!(RuleEvent::Denied.applies_to(plain));
+}
+
+/// A request admitted with a cost from the response: what it owes, and
+/// the permits it holds.
+fn admitted(v: Verdict) -> (Vec<Owed>, crate::engine::concurrency::Held) {
+    match v {
+        Verdict::Allow(a) => (a.owed, a.held),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_concurrency_limit_caps_the_estimates_in_flight() {
+    // 30 tokens in flight per user; an estimate from a header.
+    let w = World::new(&rules(
+        r#"{"name":"tokens","key":["header:x-user"],"cost":{"estimate":"header:x-max","response":"header:x-used"},
+           "limits":[{"concurrency":30},{"algorithm":"fixed_window","requests":1000,"window":"1h"}]}"#,
+    ));
+    let req = |max: &str| FakeRequest::get("/").with("x-user", "a").with("x-max", max);
+    let (owed_a, held_a) = admitted(w.eval(&req("10")));
+    assert_eq!(held_a.local[0].weight, 10);
+    let (_, held_b) = admitted(w.eval(&req("20")));
+    assert_eq!(held_b.local[0].weight, 20);
+    // 30 in flight: one more of 10 is refused, by the concurrency limit.
+    match w.eval(&req("10")) {
+        Verdict::Deny(d) => assert_eq!((d.report.rule, d.report.limit), (0, 0)),
+        other => panic!("{other:?}"),
+    }
+    // An estimate of 0 still holds one permit: refused too.
+    match w.eval(&req("0")) {
+        Verdict::Deny(d) => assert_eq!(d.report.limit, 0),
+        other => panic!("{other:?}"),
+    }
+    // More than the cap can never pass.
+    match w.eval(&req("31")) {
+        Verdict::Deny(d) => assert_eq!(
+            d.report.decision.denial,
+            Some(sluice_core::Denial::CostExceedsCapacity)
+        ),
+        other => panic!("{other:?}"),
+    }
+    // The first settles (charged 25) and gives its 10 back: one of 0 is
+    // admitted and holds 1.
+    assert_eq!(owed_a[0].local.len(), 1, "only the rate limit is settled");
+    settle(&w, owed_a, &[("x-used", "25")], "", &[]);
+    for permit in &held_a.local {
+        crate::engine::concurrency::release_local(&w.store, permit, NOW).unwrap();
+    }
+    let (owed_c, held_c) = admitted(w.eval(&req("0")));
+    assert_eq!(held_c.local[0].weight, 1);
+    assert_eq!(owed_c[0].estimate, 0);
+    assert_eq!(w.metrics.count(0, RuleEvent::CostCharged), 15);
+}
+
+#[test]
+fn a_global_concurrency_limit_takes_the_estimate_in_permits_and_is_not_charged() {
+    let w = World::new(&rules(
+        r#"{"name":"tokens","key":["header:x-user"],"cost":{"estimate":"header:x-max","response":"header:x-used"},
+           "limits":[{"algorithm":"gcra","requests":1000,"window":"1m","scope":"global"},{"concurrency":100,"scope":"global"}]}"#,
+    ));
+    for (max, permits) in [("40", 40), ("0", 1)] {
+        let p = pending(w.eval(&FakeRequest::get("/").with("x-user", "a").with("x-max", max)));
+        let body: serde_json::Value = serde_json::from_slice(p.body(0)).unwrap();
+        let limits = body["limits"].as_array().unwrap();
+        assert_eq!(limits[1]["algorithm"], "concurrency");
+        assert_eq!(limits[1]["hits"], permits, "{body}");
+        assert_eq!(limits[0].get("hits"), None, "{body}");
+        let answer = r#"{"allowed":true,"limits":[{"allowed":true,"limit":1000,"remaining":960,"reset_ms":2400,"retry_after_ms":0},{"allowed":true,"limit":100,"remaining":60,"reset_ms":0,"retry_after_ms":0}]}"#;
+        let (owed, held) = admitted(w.finish(p, Some(answer.to_string())));
+        assert_eq!(held.global.len(), 1);
+        assert_eq!(held.global[0].weight, permits);
+        // Only the rate limit is settled.
+        assert_eq!(owed[0].global.len(), 1);
+        assert_eq!(owed[0].global[0].key, "tokens/0/a");
+    }
 }
