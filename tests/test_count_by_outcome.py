@@ -51,8 +51,8 @@ def proxy(tmp_path, login):
         e.stop()
 
 
-def attempt(port, user, outcome="fail"):
-    return request(port, "/login", method="POST", headers={"x-user": user, "x-login": outcome}, body=b"{}").status
+def attempt(port, user, outcome="fail", body=b"{}"):
+    return request(port, "/login", method="POST", headers={"x-user": user, "x-login": outcome}, body=body).status
 
 
 def test_only_failed_logins_count_and_are_cut_off_after_exactly_the_limit(proxy, login):
@@ -84,6 +84,20 @@ def test_a_stream_without_a_response_status_keeps_its_unit(proxy, login):
     wait_until(lambda: e.sluice_stat("sluice.login.outcome_counted") == LIMIT
                and e.sluice_stat("sluice.login.denied") == 2, what="resets and failures counted, 2 denied")
     assert e.sluice_stat("sluice.login.outcome_given_back") == 0
+
+
+def test_per_address_and_per_username_from_the_body_as_the_guide_configures(proxy, login):
+    rules = [{"name": "per-address", "key": ["client_ip"],
+              "limits": [{"algorithm": "fixed_window", "requests": 8, "window": "1h", "count_when": COUNT_401}]},
+             {"name": "per-user", "key": ["body:username"],
+              "limits": [{"algorithm": "fixed_window", "requests": 3, "window": "1h", "count_when": COUNT_401}]}]
+    e = proxy(sluice_config(rules))
+    as_user = lambda name, outcome="fail": attempt(e.port, "-", outcome, f'{{"username":"{name}"}}'.encode())  # noqa: E731
+    assert [as_user("ivan", "ok") for _ in range(5)] == [200] * 5
+    assert [as_user("ivan") for _ in range(4)] == [401] * 3 + [429]
+    # Other usernames from the same address, until the address's 8 failures.
+    assert [as_user(f"user{i}") for i in range(6)] == [401] * 5 + [429]
+    assert sum(login.failures.values()) == 8
 
 
 def burst_of_failures(envoys, login, user):

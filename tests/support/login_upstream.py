@@ -1,7 +1,8 @@
 """A fake login service: answers `401` to a request with `x-login: fail`,
 `200` otherwise, and resets the connection (no response) for `x-login:
-reset`. It counts, per `x-user`, the failed logins it answered: what a
-limit counted by outcome must bound, observed where it matters."""
+reset`. It counts, per `x-user`, the failed logins it answered (a request
+whose body never came whole is no login): what a limit counted by outcome
+must bound, observed where it matters."""
 
 import http.server
 import io
@@ -30,7 +31,11 @@ class LoginUpstream(HttpUpstream):
                 user = self.headers.get("x-user", "")
                 outcome = self.headers.get("x-login", "ok")
                 length = int(self.headers.get("content-length", 0))
-                self.rfile.read(length)
+                if len(self.rfile.read(length)) < length:
+                    # Envoy reset the stream before the whole body came (a
+                    # request decided after its body and denied): no login.
+                    self.close_connection = True
+                    return
                 if outcome == "reset":
                     self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
                     self.close_connection = True
