@@ -11,7 +11,8 @@ import pytest
 
 from support import (Process, free_port, limiter_cluster, load_through, request, sluice_config, start_envoy,
                      wait_until, wasm_filter)
-from support.login_upstream import LoginUpstream
+from support.client import grpc_call
+from support.login_upstream import GrpcLoginUpstream, LoginUpstream
 
 LIMIT = 5
 COUNT_401 = {"status": ["401"]}
@@ -98,6 +99,38 @@ def test_per_address_and_per_username_from_the_body_as_the_guide_configures(prox
     # Other usernames from the same address, until the address's 8 failures.
     assert [as_user(f"user{i}") for i in range(6)] == [401] * 5 + [429]
     assert sum(login.failures.values()) == 8
+
+
+def test_grpc_statuses_are_read_from_the_headers_or_the_trailers(tmp_path):
+    upstream = GrpcLoginUpstream()
+    rules = [{"name": "login", "key": ["header:x-user"],
+              "limits": [{"algorithm": "fixed_window", "requests": 3, "window": "1h",
+                          "count_when": {"grpc_status": [16]}}]}]
+    e = start_envoy(tmp_path, [wasm_filter(sluice_config(rules))],
+                    clusters=[limiter_cluster(upstream.name, [upstream.port])],
+                    hcm_extra=LoginUpstream.route_config(upstream.name))
+    try:
+        def call(user, outcome):
+            answer = grpc_call(e.port, [("x-user", user), ("x-login", outcome)])
+            return {**answer.headers, **answer.trailers}.get("grpc-status")
+
+        assert [call("judy", "ok") for _ in range(5)] == ["0"] * 5
+        # Where each failure carries its status: the trailers after a
+        # message, the headers of a trailers-only answer.
+        late = grpc_call(e.port, [("x-user", "kim"), ("x-login", "fail-late")])
+        assert "grpc-status" not in late.headers and late.trailers["grpc-status"] == "16"
+        early = grpc_call(e.port, [("x-user", "kim"), ("x-login", "fail")])
+        assert early.headers["grpc-status"] == "16"
+        # 16 at once (trailers only), then 16 after a message (in the trailers).
+        statuses = [call("judy", "fail"), call("judy", "fail-late"), call("judy", "fail"), call("judy", "fail")]
+        print(f"\n5 gRPC successes, then 4 failed logins (status 16), limit 3: {statuses}")
+        assert statuses == ["16", "16", "16", "8"]
+        assert upstream.failures["judy"] == 3
+        wait_until(lambda: e.sluice_stat("sluice.login.outcome_given_back") == 5, what="5 successes given back")
+        wait_until(lambda: e.sluice_stat("sluice.login.outcome_counted") == 3 + 2, what="5 failures counted")
+    finally:
+        e.stop()
+        upstream.stop()
 
 
 def burst_of_failures(envoys, login, user):

@@ -60,3 +60,47 @@ class LoginUpstream(HttpUpstream):
     def _count(self, counts: dict[str, int], user: str):
         with self._lock:
             counts[user] = counts.get(user, 0) + 1
+
+
+class GrpcLoginUpstream:
+    """A gRPC login service on loopback (`/test.Echo/Say`, raw bytes):
+    `x-login: fail` in the metadata answers `UNAUTHENTICATED` (16) at once
+    (trailers only); `x-login: fail-late` answers with a message then a
+    status of 16 in the trailers; others answer OK. `failures[user]` counts
+    the failed logins it answered, by `x-user`."""
+
+    name = "grpc_login"
+
+    def __init__(self):
+        import grpc
+        from concurrent import futures
+
+        outer = self
+        self.failures: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+        def say(_request: bytes, context) -> bytes:
+            metadata = dict(context.invocation_metadata())
+            outcome = metadata.get("x-login", "ok")
+            if outcome.startswith("fail"):
+                with outer._lock:
+                    user = metadata.get("x-user", "")
+                    outer.failures[user] = outer.failures.get(user, 0) + 1
+                if outcome == "fail":
+                    context.abort(grpc.StatusCode.UNAUTHENTICATED, "wrong password")
+                context.set_code(grpc.StatusCode.UNAUTHENTICATED)
+                context.set_details("wrong password")
+            return b""
+
+        class Handler(grpc.GenericRpcHandler):
+            def service(self, details):
+                if details.method != "/test.Echo/Say":
+                    return None
+                return grpc.unary_unary_rpc_method_handler(say)
+
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), handlers=[Handler()])
+        self.port = self._server.add_insecure_port("127.0.0.1:0")
+        self._server.start()
+
+    def stop(self):
+        self._server.stop(grace=None)
