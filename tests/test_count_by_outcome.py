@@ -133,6 +133,17 @@ def test_grpc_statuses_are_read_from_the_headers_or_the_trailers(tmp_path):
         upstream.stop()
 
 
+def test_a_client_gone_before_the_response_keeps_its_unit(proxy, login):
+    e = proxy(sluice_config(login_rule()))
+    for _ in range(2):
+        # The client gives up while the upstream holds its login.
+        with pytest.raises(TimeoutError):
+            request(e.port, "/login", method="POST", headers={"x-user": "leo", "x-login": "hold"}, body=b"{}",
+                    timeout=0.5)
+    wait_until(lambda: e.sluice_stat("sluice.login.outcome_counted") == 2, what="both streams ended, counted")
+    assert [attempt(e.port, "leo") for _ in range(LIMIT - 1)] == [401] * (LIMIT - 2) + [429]
+
+
 def burst_of_failures(envoys, login, user):
     counts = load_through(envoys, per_envoy=200 // len(envoys), connections=32 // len(envoys),
                           headers={"x-user": user, "x-login": "fail"})

@@ -1,11 +1,12 @@
 """A fake login service: answers `401` to a request with `x-login: fail`,
-`200` otherwise, and resets the connection (no response) for `x-login:
-reset`. It counts, per `x-user`, the failed logins it answered (a request
+`200` otherwise, resets the connection (no response) for `x-login:
+reset`, and holds the request until its client goes for `x-login: hold`. It counts, per `x-user`, the failed logins it answered (a request
 whose body never came whole is no login): what a limit counted by outcome
 must bound, observed where it matters."""
 
 import http.server
 import io
+import select
 import socket
 import threading
 
@@ -34,6 +35,12 @@ class LoginUpstream(HttpUpstream):
                 if len(self.rfile.read(length)) < length:
                     # Envoy reset the stream before the whole body came (a
                     # request decided after its body and denied): no login.
+                    self.close_connection = True
+                    return
+                if outcome == "hold":
+                    # Held until the peer (Envoy) goes away: no response.
+                    while select.select([self.connection], [], [], 10)[0] and self.connection.recv(1, socket.MSG_PEEK):
+                        pass
                     self.close_connection = True
                     return
                 if outcome == "reset":
