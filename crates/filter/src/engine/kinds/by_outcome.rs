@@ -4,11 +4,14 @@
 //! over its limit is refused before the upstream sees it), and the request
 //! owes a settlement once its stream ends: the units are kept when the
 //! response matches, given back when it does not ([`crate::engine::settle`]).
-//! Reserving first keeps the count exact at any concurrency. A limit a rate
-//! limit service holds cannot be given back: it takes nothing at admission
-//! (refused only while the over-limit cache holds the key) and is charged
-//! at the stream's end when the response matches. A stream that ends
-//! without a response status keeps (or is charged) its units.
+//! Reserving first keeps the count exact at any concurrency; a global
+//! limit's denials are not cached, since a unit given back frees the key. A
+//! limit a rate limit service holds cannot be given back: it takes nothing
+//! at admission (refused only while the over-limit cache holds the key,
+//! which the service's answer to a charge saying the key is exhausted
+//! fills) and is charged at the stream's end when the response matches. A
+//! stream that ends without a response status keeps (or is charged) its
+//! units.
 
 use crate::config::checks::{field_path, LimitSite};
 use crate::config::matching;
