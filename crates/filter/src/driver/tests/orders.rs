@@ -24,7 +24,11 @@
 //!   charged exactly `Σ max(tokens − estimate, 0)` and refunded
 //!   `Σ max(estimate − tokens, 0)` over the requests admitted and
 //!   responded, and its units are the estimates of the checks it admitted
-//!   plus that difference; otherwise at most those.
+//!   plus that difference; otherwise at most those;
+//! - counted by outcome: at most the quota admitted and open at once per
+//!   user; with no call failed, the limiter was refunded exactly the
+//!   requests admitted whose response did not match and keeps a unit for
+//!   every other check it admitted; otherwise at most those refunds.
 //!
 //! 256 cases per kind; more with `PROPTEST_CASES=10000 cargo test -p
 //! sluice-filter orders`.
@@ -127,6 +131,9 @@ enum Counted {
     /// Each admitted request weighs the estimate, then what its response
     /// says.
     ResponseCost,
+    /// Counted by outcome: a unit per request the limiter admitted, given
+    /// back when its response does not match (an odd `x-tokens`).
+    ByOutcome,
 }
 
 /// A kind of limit under test.
@@ -293,7 +300,10 @@ impl Run {
         }
         // A local reply carries no cost.
         let headers = if admitted {
-            vec![("x-tokens".to_string(), tokens.to_string())]
+            vec![
+                (":status".to_string(), "200".to_string()),
+                ("x-tokens".to_string(), tokens.to_string()),
+            ]
         } else {
             Vec::new()
         };
@@ -614,7 +624,31 @@ fn counted(case: &Case, run: &Run) {
             }
         }
         Counted::ResponseCost => response_cost(run),
+        Counted::ByOutcome => by_outcome(run),
     }
+}
+
+/// Each request the limiter admitted holds its unit, given back once when
+/// its response does not match. With no call failed, exactly; else at most.
+fn by_outcome(run: &Run) {
+    let limiter = &run.sim.limiter;
+    let given_back = run
+        .requests
+        .iter()
+        .filter(|r| run.admitted(r) && r.tokens.is_some_and(|t| t % 2 == 1))
+        .count() as u64;
+    let used: u64 = limiter.used.values().sum();
+    if run.failures == 0 {
+        assert_eq!(limiter.refunded, given_back, "given back");
+        assert_eq!(used, limiter.admitted as u64 - given_back, "units kept");
+    } else {
+        assert!(
+            limiter.refunded <= given_back,
+            "given back {} of {given_back}",
+            limiter.refunded
+        );
+    }
+    assert_eq!(limiter.charged, 0);
 }
 
 /// Each request admitted weighs the estimate at the limiter; its response
@@ -677,6 +711,29 @@ fn probe(case: &Case, run: &mut Run) {
         }
     }
 }
+
+/// Counted by outcome: the responses with an even `x-tokens`.
+const LOCAL_OUTCOME: Case = Case {
+    rules: r#"{"name":"user","key":["header:x-user"],"limits":[
+        {"algorithm":"fixed_window","requests":3,"window":"1h",
+         "count_when":{"header":{"name":"x-tokens","value":"[0-9]*[02468]"}}}]}"#,
+    at_once: Some(3),
+    in_all: None,
+    counted: Counted::Permits,
+    probe: false,
+    body: false,
+};
+
+const GLOBAL_OUTCOME: Case = Case {
+    rules: r#"{"name":"user","key":["header:x-user"],"limits":[
+        {"algorithm":"fixed_window","requests":3,"window":"1h","scope":"global",
+         "count_when":{"header":{"name":"x-tokens","value":"[0-9]*[02468]"}}}]}"#,
+    at_once: Some(3),
+    in_all: None,
+    counted: Counted::ByOutcome,
+    probe: false,
+    body: false,
+};
 
 const LOCAL_RATE: Case = Case {
     rules: r#"{"name":"user","key":["header:x-user"],"limits":[
@@ -865,6 +922,16 @@ const GLOBAL_TOKENS_IN_FLIGHT: Case = Case {
 
 proptest! {
     #![proptest_config(cases())]
+
+    #[test]
+    fn orders_local_counted_by_outcome(events in events()) {
+        check(&LOCAL_OUTCOME, &events);
+    }
+
+    #[test]
+    fn orders_global_counted_by_outcome(events in events()) {
+        check(&GLOBAL_OUTCOME, &events);
+    }
 
     #[test]
     fn orders_local_rate(events in events()) {
