@@ -73,6 +73,7 @@ pub use duration::parse_duration;
 pub use error::FieldError;
 pub use lease::{decide_all_leased, Lease, LeasedOutcome};
 pub use limit::{
+    MAX_BLOCK, MIN_BLOCK,
     Limit, MAX_DRAIN, MAX_LOG_ENTRIES, MAX_PRECISION, MAX_REQUESTS, MAX_SOFT_PERCENT, MAX_WINDOW,
     MIN_WINDOW,
 };

@@ -204,6 +204,7 @@ fn store_items(domain: &str, limits: Vec<KeyedLimit>) -> Result<Vec<StoreItem>, 
                 returned: r.returned,
                 returned_age: r.returned_age,
                 reserve: r.reserve,
+                block: r.block,
             }
             .into(),
             Rule::Permits { permits, holder } => PermitItem {

@@ -203,7 +203,9 @@ impl MemoryStore {
         let ids: Vec<&str> = items.iter().map(StoreItem::id).collect();
         let (mut guards, pos) = self.lock_shards(&ids);
         let full = self.make_room(items, &pos, &mut guards, now);
-        let outcome = {
+        let waits = blocks::waits(items, &pos, &guards, now);
+        let blocked = waits.iter().any(|&w| w > 0);
+        let mut outcome = {
             let states: Vec<Option<&[u8]>> = ids
                 .iter()
                 .zip(&pos)
@@ -214,11 +216,12 @@ impl MemoryStore {
                         .map(|e| e.state.as_slice())
                 })
                 .collect();
-            decide_items(items, &states, now, requests)
+            decide_items(items, &states, now, requests, blocked)
         };
         if let Some(full) = full {
             return denied_for_room(items, &pos, &mut guards, outcome, &full, now);
         }
+        blocks::apply(items, &pos, &mut guards, &mut outcome, &waits, requests, now);
         write_states(items, &pos, &mut guards, &outcome, now);
         Verdict {
             allowed: outcome.admitted >= requests,
@@ -421,6 +424,7 @@ fn lease_of(item: &RateItem, now: Nanos) -> Lease {
     }
 }
 
+mod blocks;
 mod permits_items;
 use permits_items::decide_items;
 pub(super) use permits_items::refuse_batched_permits;
