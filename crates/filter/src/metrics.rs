@@ -55,6 +55,12 @@ pub enum RuleEvent {
     /// keys: it shared the table's overflow entry, or evicted a key
     /// (`local_when_full`). Raise `local_max_keys` when it counts.
     TableFull,
+    /// A limit with `on_exceed: block` refused a request over it and
+    /// started its key's block (in shadow mode: would have).
+    BlocksStarted,
+    /// A limit with `on_exceed: block` refused a request because its key
+    /// was blocked (in shadow mode: would have refused it).
+    Blocked,
 }
 
 impl RuleEvent {
@@ -69,12 +75,13 @@ impl RuleEvent {
             | RuleEvent::CostMissing
             | RuleEvent::CostDebt => matches!(rule.cost, crate::config::Cost::Response(_)),
             RuleEvent::TableFull => rule.limits.iter().any(|l| l.is_local()),
+            RuleEvent::BlocksStarted | RuleEvent::Blocked => rule.limits.iter().any(|l| l.blocks()),
             _ => true,
         }
     }
 
     /// Every per-rule event, in the order of their metric ids.
-    pub const ALL: [RuleEvent; 13] = [
+    pub const ALL: [RuleEvent; 15] = [
         RuleEvent::Allowed,
         RuleEvent::Denied,
         RuleEvent::ShadowDenied,
@@ -88,6 +95,8 @@ impl RuleEvent {
         RuleEvent::CostMissing,
         RuleEvent::CostDebt,
         RuleEvent::TableFull,
+        RuleEvent::BlocksStarted,
+        RuleEvent::Blocked,
     ];
 
     /// The metric name's last component.
@@ -106,6 +115,8 @@ impl RuleEvent {
             RuleEvent::CostMissing => "cost_missing",
             RuleEvent::CostDebt => "cost_debt",
             RuleEvent::TableFull => "table_full",
+            RuleEvent::BlocksStarted => "blocks_started",
+            RuleEvent::Blocked => "blocked",
         }
     }
 

@@ -1064,6 +1064,8 @@ mod response_cost;
 
 mod host_calls;
 
+mod block;
+
 const GLOBAL_PRIORITY: &str = r#"{"name":"api","key":["const:all"],
     "priority":{"from":"header:x-priority","default":"bulk","classes":[
         {"name":"critical","share":100},{"name":"bulk","share":50}]},

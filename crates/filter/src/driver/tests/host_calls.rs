@@ -41,6 +41,29 @@ fn a_request_under_one_local_limit() {
 }
 
 #[test]
+fn a_request_under_a_local_limit_with_a_penalty_box() {
+    let boxed = r#"{"algorithm":"gcra","requests":1000,"window":"1s",
+        "on_exceed":"block","block_for":"1m"}"#;
+    let mut sim = Sim::new(&rule(boxed, "client_ip"));
+    calls_of(&mut sim, 9, "a");
+    assert_eq!(
+        calls_of(&mut sim, 10, "a"),
+        [
+            "header",
+            "property",
+            "now",
+            "get",
+            "get", // the key's two buckets of the block table: no block
+            "get",
+            "clock",
+            "set",
+            "add_header",
+            "add_header",
+        ]
+    );
+}
+
+#[test]
 fn a_request_under_no_rule_reads_its_path_only() {
     let json = r#"{"name":"r","match":{"path_prefix":"/other"},"key":["client_ip"],
         "limits":[{"algorithm":"gcra","requests":10,"window":"1s"}]}"#;

@@ -10,6 +10,7 @@
 //! state ([`local`]), global limits' items and over-limit cache
 //! ([`global`], [`deny_cache`]), elastic borrowing ([`elastic`]).
 
+pub(crate) mod block;
 pub(crate) mod call;
 pub mod cost_reader;
 pub(crate) mod deny_cache;

@@ -19,10 +19,10 @@ pub(crate) mod service_held;
 use self::concurrency::PermitAsk;
 use self::global_elastic::{Lend, Lent};
 use self::leased::LeaseAsk;
-use crate::config::checks::LimitSite;
+use crate::config::checks::{refuse_block, LimitSite};
 use crate::config::plan::{
     ConcurrencyLimit, Elastic, GlobalElastic, LeasedLimit, LimitKind, LocalElastic, LocalLimit,
-    OverrideLimit, PermitPlace, Quota, RuleLimit, SERVICE_HELD,
+    OverrideLimit, Penalty, PermitPlace, Quota, RuleLimit, SERVICE_HELD,
 };
 use crate::config::raw::{OnExceed, Protocol, RawLimit, Scope, SyncMode};
 use crate::engine::core::call::{Batch, Item, Wire};
@@ -41,6 +41,7 @@ use sluice_wire::LimitResult;
 /// its kind, each kind compiling its own part.
 pub(crate) fn compile(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind, FieldError> {
     if let Some(max) = raw.concurrency {
+        refuse_block(site.path, raw, "concurrency limits")?;
         return concurrency::compile(site, raw, max);
     }
     if raw.permit_ttl.is_some() {
@@ -48,18 +49,28 @@ pub(crate) fn compile(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind,
     }
     let sync = raw.sync.as_ref().map_or(SyncMode::PerRequest, |s| s.mode);
     match (raw.scope, site.protocol) {
-        (Scope::Global, Protocol::Rls) => service_held::compile(site, raw),
+        (Scope::Global, Protocol::Rls) => {
+            refuse_block(site.path, raw, "limits a rate limit service holds (protocol rls)")?;
+            service_held::compile(site, raw)
+        }
         _ if raw.descriptor.is_some() => Err(FieldError::at(
             site.field("descriptor"),
             "only for global limits with limiter.protocol rls",
         )),
         (Scope::Local, Protocol::Sluice | Protocol::Rls) => match &raw.elastic {
             None => local::compile(site, raw),
-            Some(elastic) => local_elastic::compile(site, raw, elastic),
+            Some(elastic) => {
+                refuse_block(site.path, raw, "elastic limits")?;
+                local_elastic::compile(site, raw, elastic)
+            }
         },
         (Scope::Global, Protocol::Sluice) => match (sync, &raw.elastic) {
-            (SyncMode::Lease, _) => leased::compile(site, raw),
+            (SyncMode::Lease, _) => {
+                refuse_block(site.path, raw, "global limits with sync lease")?;
+                leased::compile(site, raw)
+            }
             (SyncMode::PerRequest | SyncMode::Coalesce, Some(elastic)) => {
+                refuse_block(site.path, raw, "elastic limits")?;
                 global_elastic::compile(site, raw, elastic)
             }
             (SyncMode::Coalesce, None) => coalesced::compile(site, raw),
@@ -156,6 +167,12 @@ impl RuleLimit {
             | LimitKind::GlobalElastic(GlobalElastic { global, .. }) => Some(&global.quota),
             LimitKind::ServiceHeld(_) | LimitKind::Concurrency(_) => None,
         }
+    }
+
+    /// Whether a key this limit refuses is blocked (`on_exceed: block`).
+    pub fn blocks(&self) -> bool {
+        self.quota()
+            .is_some_and(|q| matches!(q.penalty, Penalty::Block(_)))
     }
 
     /// The local rate limit, if this is a local limit without borrowing.
