@@ -66,6 +66,8 @@ struct Shard {
     next_inline_sweep: Nanos,
     /// Most keys this shard holds; the shards' caps add up to `max_keys`.
     cap: usize,
+    /// Of its entries, the penalty boxes' (see [`blocks`]).
+    blocks: usize,
     /// No entry is back to full before this (a lower bound: exact after a
     /// sweep, lowered by every write), so a sweep that could free nothing
     /// is skipped without scanning: a flood of new keys against a full
@@ -80,14 +82,18 @@ impl Shard {
         }
         let before = self.map.len();
         let mut earliest = Nanos::MAX;
-        self.map.retain(|_, e| {
+        let mut blocks_gone = 0;
+        self.map.retain(|id, e| {
             let keep = e.full_at > now;
             if keep {
                 earliest = earliest.min(e.full_at);
+            } else if blocks::is_block(id) {
+                blocks_gone += 1;
             }
             keep
         });
         self.earliest = earliest;
+        self.blocks = self.blocks.saturating_sub(blocks_gone);
         before.saturating_sub(self.map.len())
     }
 
@@ -218,7 +224,8 @@ impl MemoryStore {
                 .collect();
             decide_items(items, &states, now, requests, blocked)
         };
-        if let Some(full) = full {
+        // A blocked check takes no room: it is refused for its block.
+        if let Some(full) = full.filter(|_| !blocked) {
             return denied_for_room(items, &pos, &mut guards, outcome, &full, now);
         }
         blocks::apply(items, &pos, &mut guards, &mut outcome, &waits, requests, now);
@@ -381,6 +388,7 @@ impl Store for MemoryStore {
         super::StoreStatus {
             up: true,
             keys: Some((self.len(), self.max_keys)),
+            blocked: Some(self.shards.iter().map(|s| lock(s).blocks).sum()),
         }
     }
 

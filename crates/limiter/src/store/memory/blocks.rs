@@ -10,9 +10,18 @@ use crate::store::StoreItem;
 use sluice_core::{Decision, Nanos};
 use std::sync::MutexGuard;
 
+/// What ends a block entry's id (no state id ends so: theirs end with a
+/// window or `concurrency`).
+const SUFFIX: &str = "|block";
+
 /// The id of the block entry of the state `id`.
 fn block_id(id: &str) -> String {
-    format!("{id}|block")
+    format!("{id}{SUFFIX}")
+}
+
+/// Whether `id` is a block entry's.
+pub(super) fn is_block(id: &str) -> bool {
+    id.ends_with(SUFFIX)
 }
 
 /// When the block stored as `state` ends.
@@ -72,9 +81,11 @@ pub(super) fn apply(
             *d = Decision::blocked(r.limit.requests, wait);
         } else if !blocked && r.block > 0 && d.starts_block() {
             let id = block_id(&r.id);
-            if g.map.len() >= g.cap && !g.map.contains_key(id.as_str()) {
+            let new = !g.map.contains_key(id.as_str());
+            if new && g.map.len() >= g.cap {
                 continue;
             }
+            g.blocks += usize::from(new);
             let end = now.saturating_add(r.block);
             g.put(&id, &end.to_le_bytes(), end);
             *d = d.with_block(r.block);
