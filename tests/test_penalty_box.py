@@ -11,8 +11,8 @@ BOXED = {"algorithm": "token_bucket", "requests": 3, "window": "3s",
          "on_exceed": "block", "block_for": "2s"}
 
 
-def rule(scope):
-    return {"name": "login", "key": ["header:x-user"], "limits": [{**BOXED, "scope": scope}]}
+def rule(scope, name="login", **limit):
+    return {"name": name, "key": ["header:x-user"], "limits": [{**BOXED, "scope": scope, **limit}]}
 
 
 def global_config():
@@ -21,8 +21,8 @@ def global_config():
         "failure_mode": "deny"})
 
 
-def status_and_retry(port, user):
-    r = request(port, "/", headers={"x-user": user})
+def status_and_retry(port, user, path="/"):
+    r = request(port, path, headers={"x-user": user})
     return r.status, r.header("retry-after")
 
 
@@ -41,13 +41,18 @@ def blocked_until_let_in(port, user):
     return seen
 
 
-def exceed(port, user):
-    assert [status_and_retry(port, user) for _ in range(3)] == [(200, None)] * 3
-    assert status_and_retry(port, user) == (429, "2")
+def exceed(port, user, path="/", retry="2"):
+    assert [status_and_retry(port, user, path) for _ in range(3)] == [(200, None)] * 3
+    assert status_and_retry(port, user, path) == (429, retry)
 
 
 def test_a_local_block_refuses_the_key_on_every_worker_until_it_ends(envoy):
-    e = envoy(sluice_config([rule("local")]))
+    minute = {**rule("local", "minute", block_for="1m"), "match": {"path_prefix": "/minute"}}
+    login = {**rule("local"), "match": {"path_prefix": "/"}}
+    e = envoy(sluice_config([minute, login]))
+    exceed(e.port, "eve", "/minute", retry="60")
+    # Keys blocked now, per rule: eve's block.
+    wait_until(lambda: e.sluice_stat("sluice.minute.blocked_keys") == 1, what="eve's block gauged")
     exceed(e.port, "mallory")
     # New connections, spread over both workers: each refuses the key.
     refusals = blocked_until_let_in(e.port, "mallory")

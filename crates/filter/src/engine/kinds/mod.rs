@@ -169,10 +169,13 @@ impl RuleLimit {
         }
     }
 
-    /// Whether a key this limit refuses is blocked (`on_exceed: block`).
-    pub fn blocks(&self) -> bool {
-        self.quota()
-            .is_some_and(|q| matches!(q.penalty, Penalty::Block(_)))
+    /// How long a key this local limit refuses is blocked
+    /// (`on_exceed: block`; a global limit's blocks are the limiter's).
+    pub fn local_block(&self) -> Option<Nanos> {
+        match self.local()?.quota.penalty {
+            Penalty::Block(block) => Some(block),
+            Penalty::None => None,
+        }
     }
 
     /// The local rate limit, if this is a local limit without borrowing.
