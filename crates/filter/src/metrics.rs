@@ -374,7 +374,10 @@ impl BlockWatch {
         }
         if started > 0 {
             let span = (self.block / BLOCK_SPANS).max(1);
-            let end = now.saturating_add(self.block).div_ceil(span).saturating_mul(span);
+            let end = now
+                .saturating_add(self.block)
+                .div_ceil(span)
+                .saturating_mul(span);
             match ends.back_mut() {
                 Some((last, n)) if *last == end => *n = n.saturating_add(started),
                 Some(_) | None => ends.push_back((end, started)),

@@ -173,7 +173,11 @@ async fn a_block_refuses_the_key_until_it_ends<S: Store + Clone>(s: &Subject<S>)
         }
         let v = c.check(json!([boxed("k")]), 1).await;
         assert_eq!(v["allowed"], json!(false), "{store}: {v}");
-        assert_eq!(v["limits"][0]["retry_after_ms"], json!(1000), "{store}: {v}");
+        assert_eq!(
+            v["limits"][0]["retry_after_ms"],
+            json!(1000),
+            "{store}: {v}"
+        );
         assert_eq!(v["limits"][0]["reset_ms"], json!(1000), "{store}: {v}");
         // The bucket has refilled; the block holds.
         s.pass(500).await;
@@ -186,13 +190,21 @@ async fn a_block_refuses_the_key_until_it_ends<S: Store + Clone>(s: &Subject<S>)
         } else {
             assert!(retry > 0 && retry <= 500, "{store}: {v}");
         }
-        assert_eq!(v["limits"][1]["remaining"], json!(5 - round), "{store}: {v}");
+        assert_eq!(
+            v["limits"][1]["remaining"],
+            json!(5 - round),
+            "{store}: {v}"
+        );
         let v = c.check(json!([boxed("another")]), 1).await;
         assert_eq!(v["allowed"], json!(true), "{store}: {v}");
         s.pass(retry).await;
         // Let in as the limit allows, the other limit counted once.
         let v = c.check(json!([daily]), 1).await;
-        assert_eq!(v["limits"][0]["remaining"], json!(4 - round), "{store}: {v}");
+        assert_eq!(
+            v["limits"][0]["remaining"],
+            json!(4 - round),
+            "{store}: {v}"
+        );
     }
 }
 

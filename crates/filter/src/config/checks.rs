@@ -4,9 +4,9 @@
 //! [`crate::engine`]).
 
 use super::duration::parse_duration;
+use super::plan::Penalty;
 use super::raw::{Mode, OnExceed, Protocol, RawLimit, RawRule};
 use crate::key::KeyPart;
-use super::plan::Penalty;
 use sluice_core::{
     Algorithm, FieldError, Limit, Nanos, MAX_BLOCK, MAX_SOFT_PERCENT, MILLISECOND, MIN_BLOCK,
 };
@@ -194,10 +194,9 @@ pub fn penalty(path: &str, raw: &RawLimit) -> Result<Penalty, FieldError> {
     let field = field_path(path, "block_for");
     match (raw.on_exceed, raw.block_for.as_deref()) {
         (OnExceed::Deny | OnExceed::Delay, None) => Ok(Penalty::None),
-        (OnExceed::Deny | OnExceed::Delay, Some(_)) => Err(FieldError::at(
-            field,
-            "only applies with on_exceed: block",
-        )),
+        (OnExceed::Deny | OnExceed::Delay, Some(_)) => {
+            Err(FieldError::at(field, "only applies with on_exceed: block"))
+        }
         (OnExceed::Block, None) => Err(FieldError::at(field, "required with on_exceed: block")),
         (OnExceed::Block, Some(text)) => {
             let block = parse_duration(text).map_err(|m| FieldError::at(&field, m))?;

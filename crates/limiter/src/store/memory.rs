@@ -228,7 +228,15 @@ impl MemoryStore {
         if let Some(full) = full.filter(|_| !blocked) {
             return denied_for_room(items, &pos, &mut guards, outcome, &full, now);
         }
-        blocks::apply(items, &pos, &mut guards, &mut outcome, &waits, requests, now);
+        blocks::apply(
+            items,
+            &pos,
+            &mut guards,
+            &mut outcome,
+            &waits,
+            requests,
+            now,
+        );
         write_states(items, &pos, &mut guards, &outcome, now);
         Verdict {
             allowed: outcome.admitted >= requests,

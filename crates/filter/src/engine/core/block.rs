@@ -122,7 +122,9 @@ where
         let end = now.saturating_add(block);
         match start_block(self.env.store, &table, applied.fingerprint, now, end) {
             Ok(()) => {
-                self.env.metrics.rule(applied.index, RuleEvent::BlocksStarted);
+                self.env
+                    .metrics
+                    .rule(applied.index, RuleEvent::BlocksStarted);
                 decision.with_block(block)
             }
             Err(Contended) => decision,

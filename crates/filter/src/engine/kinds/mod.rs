@@ -50,7 +50,11 @@ pub(crate) fn compile(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind,
     let sync = raw.sync.as_ref().map_or(SyncMode::PerRequest, |s| s.mode);
     match (raw.scope, site.protocol) {
         (Scope::Global, Protocol::Rls) => {
-            refuse_block(site.path, raw, "limits a rate limit service holds (protocol rls)")?;
+            refuse_block(
+                site.path,
+                raw,
+                "limits a rate limit service holds (protocol rls)",
+            )?;
             service_held::compile(site, raw)
         }
         _ if raw.descriptor.is_some() => Err(FieldError::at(

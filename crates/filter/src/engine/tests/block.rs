@@ -76,15 +76,9 @@ fn a_block_is_seen_by_every_worker_of_the_envoy() {
     }
     // Another worker: its own plan, the same shared data.
     let plan = parse(rules(BOXED).as_bytes()).unwrap();
-    let other = evaluate(
-        &plan,
-        &w.hasher,
-        HOLDER,
-        &req,
-        &w.store,
-        &w.metrics,
-        || NOW + 2 * SECOND,
-    );
+    let other = evaluate(&plan, &w.hasher, HOLDER, &req, &w.store, &w.metrics, || {
+        NOW + 2 * SECOND
+    });
     match other {
         Verdict::Deny(d) => assert_eq!(d.report.decision.retry_after, 8 * SECOND),
         other => panic!("{other:?}"),
@@ -93,7 +87,9 @@ fn a_block_is_seen_by_every_worker_of_the_envoy() {
 
 #[test]
 fn shadow_blocks_refuse_nothing_and_count_what_they_would_refuse() {
-    let w = World::new(&rules(&BOXED.replace(r#""key""#, r#""mode":"shadow","key""#)));
+    let w = World::new(&rules(
+        &BOXED.replace(r#""key""#, r#""mode":"shadow","key""#),
+    ));
     let req = FakeRequest::get("/");
     assert!((0..4).all(|_| allowed(&w.eval(&req))));
     assert!(allowed(&w.eval_at(&req, NOW + 5 * SECOND)));
@@ -107,7 +103,7 @@ fn shadow_blocks_refuse_nothing_and_count_what_they_would_refuse() {
 fn a_full_block_table_lets_the_blocks_that_end_first_go() {
     // Two buckets of 8 entries: 16 blocks at most.
     let w = World::new(
-        &r#"{"domain":"t","local_max_keys":1,"local_when_full":"evict","rules":[{"name":"ip","key":["client_ip"],"limits":[
+        r#"{"domain":"t","local_max_keys":1,"local_when_full":"evict","rules":[{"name":"ip","key":["client_ip"],"limits":[
             {"algorithm":"fixed_window","requests":1,"window":"1s","on_exceed":"block","block_for":"1m"}]}]}"#,
     );
     for c in 0..20 {
@@ -193,11 +189,15 @@ fn block_settings_are_refused_where_they_do_not_apply() {
             "rules[0].limits[0].on_exceed: block does not apply to concurrency limits",
         ),
         (
-            format!(r#"{{{rate},"on_exceed":"block","block_for":"1m","elastic":{{"ceiling":9,"pool":"pool"}}}}"#),
+            format!(
+                r#"{{{rate},"on_exceed":"block","block_for":"1m","elastic":{{"ceiling":9,"pool":"pool"}}}}"#
+            ),
             "rules[0].limits[0].on_exceed: block does not apply to elastic limits",
         ),
         (
-            format!(r#"{{{rate},"scope":"global","on_exceed":"block","block_for":"1m","sync":{{"mode":"lease","max_share":"10%"}}}}"#),
+            format!(
+                r#"{{{rate},"scope":"global","on_exceed":"block","block_for":"1m","sync":{{"mode":"lease","max_share":"10%"}}}}"#
+            ),
             "rules[0].limits[0].on_exceed: block does not apply to global limits with sync lease",
         ),
     ];
