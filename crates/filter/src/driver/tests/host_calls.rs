@@ -95,6 +95,21 @@ fn a_request_under_one_global_limit() {
 }
 
 #[test]
+fn a_request_under_a_global_limit_with_a_penalty_box_makes_the_same_calls() {
+    // The limiter holds the block: block_ms in the check, no host call more.
+    let boxed = r#"{"algorithm":"gcra","requests":1000,"window":"1s","scope":"global",
+        "on_exceed":"block","block_for":"1m"}"#;
+    let plain = r#"{"algorithm":"gcra","requests":1000,"window":"1s","scope":"global"}"#;
+    let mut calls = Vec::new();
+    for limit in [boxed, plain] {
+        let mut sim = Sim::new(&rule(limit, "header:x-user"));
+        calls_of(&mut sim, 9, "a");
+        calls.push(calls_of(&mut sim, 10, "a"));
+    }
+    assert_eq!(calls[0], calls[1]);
+}
+
+#[test]
 fn a_request_under_a_global_concurrency_limit_is_checked_by_the_root() {
     let permits = r#"{"concurrency":5,"scope":"global"}"#;
     let mut sim = Sim::new(&rule(permits, "header:x-user"));
