@@ -6,8 +6,9 @@
 //! every worker of the Envoy refuses the key), the same size as its state's
 //! key table: an entry holds when the key's block ends, and rests then. When
 //! both buckets of a key hold live blocks, a new block takes the place of
-//! the one that ends first ([`WhenFull::Evict`]): that key is let in early,
-//! and memory stays bounded by `local_max_keys` blocks per limit. A global
+//! the one that ends first ([`WhenFull::Evict`], counted as `table_full`):
+//! that key is let in early, and memory stays bounded by `local_max_keys`
+//! blocks per limit. A global
 //! limit's blocks are the limiter's (`block_ms` of its check).
 
 use super::walk::{Applied, Cx};
@@ -15,7 +16,7 @@ use crate::config::LocalLimit;
 use crate::key::RequestView;
 use crate::local::{Contended, SharedStore};
 use crate::metrics::{MetricSink, RuleEvent};
-use crate::table::{self, Shape, Step, Table, WhenFull};
+use crate::table::{self, Placed, Shape, Step, Table, WhenFull};
 use sluice_core::{Decision, Encoded, Limit, Nanos};
 
 /// The block table of `local`.
@@ -58,14 +59,14 @@ pub(crate) fn blocked_until<S: SharedStore + ?Sized>(
 }
 
 /// Blocks the key with `fingerprint` in `table` until `end` (a later block
-/// already there stays).
+/// already there stays); how it came by its entry.
 pub(crate) fn start_block<S: SharedStore + ?Sized>(
     store: &S,
     table: &Table<'_>,
     fingerprint: u64,
     now: Nanos,
     end: Nanos,
-) -> Result<(), Contended> {
+) -> Result<Placed, Contended> {
     table::decide(
         store,
         table,
@@ -80,7 +81,7 @@ pub(crate) fn start_block<S: SharedStore + ?Sized>(
         },
         &mut |_, _| None,
     )
-    .map(|_| ())
+    .map(|d| d.placed)
 }
 
 impl<V, S, M> Cx<'_, V, S, M>
@@ -121,10 +122,13 @@ where
         let table = block_table(local);
         let end = now.saturating_add(block);
         match start_block(self.env.store, &table, applied.fingerprint, now, end) {
-            Ok(()) => {
-                self.env
-                    .metrics
-                    .rule(applied.index, RuleEvent::BlocksStarted);
+            Ok(placed) => {
+                let metrics = self.env.metrics;
+                metrics.rule(applied.index, RuleEvent::BlocksStarted);
+                // A block that took another's place: the table is full.
+                if placed != Placed::Own {
+                    metrics.rule(applied.index, RuleEvent::TableFull);
+                }
                 decision.with_block(block)
             }
             Err(Contended) => decision,

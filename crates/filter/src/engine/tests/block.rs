@@ -117,6 +117,9 @@ fn a_full_block_table_lets_the_blocks_that_end_first_go() {
         .filter(|&c| allowed(&w.eval_at(&client(c), later)))
         .collect();
     assert_eq!(let_in, vec![0, 1, 2, 3]);
+    // The last 4 keys found no room for their state (live for a second),
+    // then their blocks took the places of the first 4 blocks.
+    assert_eq!(w.metrics.count(0, RuleEvent::TableFull), 8);
 }
 
 #[test]
