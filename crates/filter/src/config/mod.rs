@@ -28,7 +28,7 @@ pub use duration::parse_duration;
 pub use plan::{
     ConcurrencyLimit, Cost, CostSource, DenyResponse, Elastic, Entry, EntryValue, Estimate,
     GlobalElastic, GlobalLimit, LeasePolicy, LeasedLimit, LimitKind, LimiterTarget, LocalElastic,
-    LocalLimit, OverrideLimit, PermitPlace, Plan, Quota, ResponseCost, Rule, RuleLimit,
+    LocalLimit, OverrideLimit, Penalty, PermitPlace, Plan, Quota, ResponseCost, Rule, RuleLimit,
     ServiceHeld, MAX_COST_SOURCES, SERVICE_HELD,
 };
 pub use raw::{
