@@ -10,7 +10,7 @@ use sluice_filter::config::Rule;
 use sluice_filter::driver::WorkerMetrics;
 use sluice_filter::local;
 use sluice_filter::metrics::{
-    ceil_millis, Batch, GlobalEvent, MetricSink, RuleEvent, TableChange, TableWatch,
+    ceil_millis, Batch, BlockWatch, GlobalEvent, MetricSink, RuleEvent, TableChange, TableWatch,
     DELAY_HISTOGRAM,
 };
 
@@ -33,6 +33,17 @@ pub(super) struct Metrics {
     permit_gauges: Vec<Option<u32>>,
     /// The key tables of the rules with a local rate limit.
     tables: Vec<TableGauge>,
+    /// The blocks of the rules with a local limit in block mode.
+    blocks: Vec<BlockGauge>,
+}
+
+/// The blocks a worker started for a rule, and its Envoy-wide gauge.
+struct BlockGauge {
+    /// The batch position of the rule's `blocks_started` counter.
+    position: usize,
+    /// The id of `sluice.<rule>.blocked_keys`.
+    id: u32,
+    watch: BlockWatch,
 }
 
 /// A rule's key table as this worker sees it, and its Envoy-wide gauge.
@@ -85,10 +96,24 @@ impl Metrics {
                 })
             })
             .collect();
+        let blocks = rules
+            .iter()
+            .enumerate()
+            .filter_map(|(i, rule)| {
+                let block = rule.limits.iter().filter_map(|l| l.local_block()).max()?;
+                let gauge = format!("sluice.{}.blocked_keys", rule.name);
+                Some(BlockGauge {
+                    position: Batch::rule_position(i, RuleEvent::BlocksStarted),
+                    id: define_as(known, MetricType::Gauge, &gauge)?,
+                    watch: BlockWatch::new(block),
+                })
+            })
+            .collect();
         Metrics {
             ids,
             permit_gauges,
             tables,
+            blocks,
             batch: Batch::new(rules.len()),
             delay_histogram: define_as(known, MetricType::Histogram, DELAY_HISTOGRAM)
                 .unwrap_or(u32::MAX),
@@ -126,7 +151,8 @@ impl Metrics {
         }
         // Only the tables' own counts are kept for their gauges.
         let full_at = |p: usize| self.tables.iter().any(|t| t.position == p);
-        let mut full = Vec::new();
+        let block_at = |p: usize| self.blocks.iter().any(|b| b.position == p);
+        let (mut full, mut started) = (Vec::new(), Vec::new());
         self.batch.drain(|position, count| {
             if let (Some(&id), Ok(count)) = (self.ids.get(position), i64::try_from(count)) {
                 let _ = hostcalls::increment_metric(id, count);
@@ -134,8 +160,31 @@ impl Metrics {
             if full_at(position) {
                 full.push((position, count));
             }
+            if block_at(position) {
+                started.push((position, count));
+            }
         });
         self.watch_tables(&full);
+        self.watch_blocks(&started);
+    }
+
+    /// Moves the blocked-keys gauges by the blocks this flush counted
+    /// started (`counted`) and those that ended.
+    fn watch_blocks(&self, counted: &[(usize, u64)]) {
+        if self.blocks.is_empty() {
+            return;
+        }
+        let now = now();
+        for b in &self.blocks {
+            let started = counted
+                .iter()
+                .find(|(p, _)| *p == b.position)
+                .map_or(0, |&(_, n)| n);
+            let moved = b.watch.observe(started, now);
+            if moved != 0 {
+                let _ = hostcalls::increment_metric(b.id, moved);
+            }
+        }
     }
 
     /// Moves the table gauges and logs when this worker starts or stops
@@ -178,6 +227,11 @@ impl Drop for Metrics {
         // This worker stops counting in the gauges of the tables it saw full.
         for t in self.tables.iter().filter(|t| t.watch.is_full()) {
             let _ = hostcalls::increment_metric(t.id, -1);
+        }
+        // Its blocks are no longer counted (they live on in shared data).
+        for b in &self.blocks {
+            let held = i64::try_from(b.watch.held()).unwrap_or(i64::MAX);
+            let _ = hostcalls::increment_metric(b.id, -held);
         }
     }
 }

@@ -11,6 +11,13 @@ pub enum Denial {
     /// Delay mode: the request would conform only after longer than the
     /// limit's maximum delay; `retry_after` says when it conforms.
     DelayTooLong,
+    /// A penalty box: the key is refused until its block ends
+    /// (`retry_after`), whatever its quota allows; `started` when this
+    /// refusal, over the limit, started the block.
+    Blocked {
+        /// This request went over the limit and started the block.
+        started: bool,
+    },
 }
 
 /// What one limit decided for one request, with what the headers need.
@@ -58,5 +65,36 @@ impl Decision {
             delay: 0,
             denial: Some(Denial::OverLimit),
         }
+    }
+
+    /// The refusal of a key under a quota of `limit` that a penalty box
+    /// holds for `wait` more.
+    pub fn blocked(limit: u64, wait: Nanos) -> Decision {
+        Decision {
+            denial: Some(Denial::Blocked { started: false }),
+            ..Decision::over_limit(limit, wait)
+        }
+    }
+
+    /// This decision, when it refuses over the limit, as the start of a
+    /// penalty box of `block`: the key waits the block out (`retry_after`;
+    /// `reset` no earlier). Any other decision as it is.
+    pub fn with_block(self, block: Nanos) -> Decision {
+        if self.allowed || self.denial != Some(Denial::OverLimit) {
+            return self;
+        }
+        Decision {
+            remaining: 0,
+            reset: self.reset.max(block),
+            retry_after: block,
+            denial: Some(Denial::Blocked { started: true }),
+            ..self
+        }
+    }
+
+    /// Whether this decision refuses over the limit, the refusal that
+    /// starts a penalty box.
+    pub fn starts_block(&self) -> bool {
+        !self.allowed && self.denial == Some(Denial::OverLimit)
     }
 }

@@ -73,8 +73,8 @@ pub use duration::parse_duration;
 pub use error::FieldError;
 pub use lease::{decide_all_leased, Lease, LeasedOutcome};
 pub use limit::{
-    Limit, MAX_DRAIN, MAX_LOG_ENTRIES, MAX_PRECISION, MAX_REQUESTS, MAX_SOFT_PERCENT, MAX_WINDOW,
-    MIN_WINDOW,
+    Limit, MAX_BLOCK, MAX_DRAIN, MAX_LOG_ENTRIES, MAX_PRECISION, MAX_REQUESTS, MAX_SOFT_PERCENT,
+    MAX_WINDOW, MIN_BLOCK, MIN_WINDOW,
 };
 pub use multi::{decide_all, most_restrictive, Check, MultiOutcome};
 pub use permits::{Holder, Permits};

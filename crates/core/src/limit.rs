@@ -9,6 +9,10 @@ pub const MAX_WINDOW: Nanos = 366 * 24 * 3600 * SECOND;
 /// The longest a bucket may take to drain (token bucket, leaky bucket,
 /// GCRA): `burst * window / requests` is at most 100 years (of 365.25 days).
 pub const MAX_DRAIN: Nanos = 3_155_760_000 * SECOND;
+/// The shortest penalty-box block (`on_exceed: block`, 1 s).
+pub const MIN_BLOCK: Nanos = SECOND;
+/// The longest penalty-box block (24 h).
+pub const MAX_BLOCK: Nanos = 24 * 3600 * SECOND;
 /// The largest sliding window precision (sub-windows per window).
 pub const MAX_PRECISION: u32 = 1000;
 /// The largest soft throttling allowance, in percent.

@@ -52,6 +52,12 @@ pub fn deny_prefix(domain: &str, rule: &str, index: usize) -> String {
     format!("sluice/{domain}/{rule}/{index}/deny/")
 }
 
+/// The prefix of a local limit's block table (`on_exceed: block`; the
+/// bucket number follows).
+pub fn block_prefix(domain: &str, rule: &str, index: usize) -> String {
+    format!("sluice/{domain}/{rule}/{index}/block/")
+}
+
 /// The prefix of a leased global limit's lease slots (the slot number follows).
 pub fn lease_prefix(domain: &str, rule: &str, index: usize) -> String {
     format!("sluice/{domain}/{rule}/{index}/lease/")

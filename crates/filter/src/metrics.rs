@@ -61,6 +61,12 @@ pub enum RuleEvent {
     /// Requests a limit counted by outcome gave back: the response did not
     /// match.
     OutcomeGivenBack,
+    /// A local limit with `on_exceed: block` refused a request over it
+    /// and started its key's block (in shadow mode: would have).
+    BlocksStarted,
+    /// A local limit with `on_exceed: block` refused a request because its
+    /// key was blocked (in shadow mode: would have refused it).
+    Blocked,
 }
 
 impl RuleEvent {
@@ -78,12 +84,22 @@ impl RuleEvent {
             RuleEvent::OutcomeCounted | RuleEvent::OutcomeGivenBack => {
                 rule.limits.iter().any(|l| l.count_when().is_some())
             }
-            _ => true,
+            RuleEvent::BlocksStarted | RuleEvent::Blocked => {
+                rule.limits.iter().any(|l| l.local_block().is_some())
+            }
+            RuleEvent::Allowed
+            | RuleEvent::Denied
+            | RuleEvent::ShadowDenied
+            | RuleEvent::Skipped
+            | RuleEvent::CostInvalid
+            | RuleEvent::Delayed
+            | RuleEvent::DelayedMs
+            | RuleEvent::Borrowed => true,
         }
     }
 
     /// Every per-rule event, in the order of their metric ids.
-    pub const ALL: [RuleEvent; 15] = [
+    pub const ALL: [RuleEvent; 17] = [
         RuleEvent::Allowed,
         RuleEvent::Denied,
         RuleEvent::ShadowDenied,
@@ -99,6 +115,8 @@ impl RuleEvent {
         RuleEvent::TableFull,
         RuleEvent::OutcomeCounted,
         RuleEvent::OutcomeGivenBack,
+        RuleEvent::BlocksStarted,
+        RuleEvent::Blocked,
     ];
 
     /// The metric name's last component.
@@ -119,6 +137,8 @@ impl RuleEvent {
             RuleEvent::TableFull => "table_full",
             RuleEvent::OutcomeCounted => "outcome_counted",
             RuleEvent::OutcomeGivenBack => "outcome_given_back",
+            RuleEvent::BlocksStarted => "blocks_started",
+            RuleEvent::Blocked => "blocked",
         }
     }
 
@@ -338,6 +358,61 @@ impl TableWatch {
     }
 }
 
+/// The most spans of block ends a [`BlockWatch`] keeps.
+pub const BLOCK_SPANS: u64 = 64;
+
+/// One worker's share of a rule's Envoy-wide gauge of keys blocked now:
+/// the blocks it started and when they end, at the flush that counted
+/// them plus the rule's longest `block_for`, rounded up to a 64th of it
+/// (so at most [`BLOCK_SPANS`] + 1 spans are kept, whatever the traffic).
+/// A block ends in the gauge up to a flush period and a 64th of
+/// `block_for` after it ends in shared data.
+#[derive(Debug)]
+pub struct BlockWatch {
+    block: Nanos,
+    /// Blocks still counted, by when they end (in order), each span once.
+    ends: std::cell::RefCell<std::collections::VecDeque<(Nanos, u64)>>,
+}
+
+impl BlockWatch {
+    /// The watch of a rule whose longest local block is `block`.
+    pub fn new(block: Nanos) -> BlockWatch {
+        BlockWatch {
+            block,
+            ends: Default::default(),
+        }
+    }
+
+    /// Notes a flush at `now` that counted `started` blocks; returns the
+    /// gauge's move: the blocks started, less the blocks that ended.
+    pub fn observe(&self, started: u64, now: Nanos) -> i64 {
+        let mut ends = self.ends.borrow_mut();
+        let mut ended = 0u64;
+        while let Some(&(_, n)) = ends.front().filter(|(end, _)| *end <= now) {
+            ended = ended.saturating_add(n);
+            ends.pop_front();
+        }
+        if started > 0 {
+            let span = (self.block / BLOCK_SPANS).max(1);
+            let end = now
+                .saturating_add(self.block)
+                .div_ceil(span)
+                .saturating_mul(span);
+            match ends.back_mut() {
+                Some((last, n)) if *last == end => *n = n.saturating_add(started),
+                Some(_) | None => ends.push_back((end, started)),
+            }
+        }
+        let delta = i128::from(started) - i128::from(ended);
+        i64::try_from(delta).unwrap_or(0)
+    }
+
+    /// The blocks this worker still counts.
+    pub fn held(&self) -> u64 {
+        self.ends.borrow().iter().map(|&(_, n)| n).sum()
+    }
+}
+
 #[cfg(test)]
 pub mod fake;
 
@@ -359,6 +434,29 @@ mod tests {
         );
         assert!(!w.is_full());
     }
+
+    #[test]
+    fn blocks_count_until_they_end_in_bounded_spans() {
+        let block = 64 * SECOND_NANOS;
+        let w = BlockWatch::new(block);
+        assert_eq!(w.observe(2, 0), 2);
+        assert_eq!(w.observe(1, SECOND_NANOS / 2), 1);
+        assert_eq!(w.held(), 3);
+        // Ends rounded up to a second (a 64th of the block).
+        assert_eq!(w.observe(0, block), -2);
+        assert_eq!(w.observe(0, block + SECOND_NANOS - 1), 0);
+        assert_eq!(w.observe(0, block + SECOND_NANOS), -1);
+        assert_eq!(w.held(), 0);
+        // A flood of starts keeps at most BLOCK_SPANS + 1 spans.
+        for t in 0..10_000u64 {
+            w.observe(1, 2 * block + t * 10_000_000);
+        }
+        assert!(w.ends.borrow().len() as u64 <= BLOCK_SPANS + 1);
+        // Started from 128 s every 10 ms: those of up to 163 s have ended.
+        assert_eq!(w.held(), 6499);
+    }
+
+    const SECOND_NANOS: Nanos = 1_000_000_000;
 
     #[test]
     fn names() {

@@ -143,6 +143,7 @@ fn respond<S: Store>(
     } else {
         st.metrics.record_decision(&check.domain, verdict.allowed);
     }
+    st.metrics.record_blocks(&verdict.decisions);
     if verdict.capacity_denied {
         st.metrics.inc_capacity_denials();
         crate::warn_throttled!(
@@ -204,6 +205,7 @@ fn store_items(domain: &str, limits: Vec<KeyedLimit>) -> Result<Vec<StoreItem>, 
                 returned: r.returned,
                 returned_age: r.returned_age,
                 reserve: r.reserve,
+                block: r.block,
             }
             .into(),
             Rule::Permits { permits, holder } => PermitItem {
@@ -364,6 +366,7 @@ async fn metrics<S: Store>(State(st): State<AppState<S>>) -> Response {
         kind: st.store.kind(),
         up: status.up,
         keys: status.keys,
+        blocked: status.blocked,
         round_trips: st.store.round_trips(),
     }));
     (

@@ -148,6 +148,64 @@ async fn suite<S: Store + Clone>(s: Subject<S>) {
     a_reserve_keeps_room_for_checks_without_one(&s).await;
     a_batch_with_a_reserve_stops_where_the_reserve_begins(&s).await;
     racing_checks_with_a_reserve_never_take_it(&s).await;
+    a_block_refuses_the_key_until_it_ends(&s).await;
+}
+
+/// Penalty box: a token bucket of 2 per 400 ms with `block_ms` 1000. The
+/// third check is refused over the limit and starts the block
+/// (`retry_after_ms` 1000); until it ends every check of the key is
+/// refused, whatever the window allows, consuming nothing of the other
+/// limits it carries; another key is untouched; once it ended the key is
+/// decided by its limit again (2 admitted, the third blocked again).
+async fn a_block_refuses_the_key_until_it_ends<S: Store + Clone>(s: &Subject<S>) {
+    let store = s.name;
+    let c = s.client("block");
+    let boxed = |key: &str| {
+        json!({"key": key, "algorithm": "token_bucket", "requests": 2, "window_ms": 400,
+            "block_ms": 1000})
+    };
+    let daily = json!({"key": "other", "algorithm": "fixed_window", "requests": 5,
+        "window_ms": 86_400_000});
+    for round in 0..2 {
+        for _ in 0..2 {
+            let v = c.check(json!([boxed("k")]), 1).await;
+            assert_eq!(v["allowed"], json!(true), "{store} round {round}: {v}");
+        }
+        let v = c.check(json!([boxed("k")]), 1).await;
+        assert_eq!(v["allowed"], json!(false), "{store}: {v}");
+        assert_eq!(
+            v["limits"][0]["retry_after_ms"],
+            json!(1000),
+            "{store}: {v}"
+        );
+        assert_eq!(v["limits"][0]["reset_ms"], json!(1000), "{store}: {v}");
+        // The bucket has refilled; the block holds.
+        s.pass(500).await;
+        let v = c.check(json!([boxed("k"), daily]), 1).await;
+        assert_eq!(v["allowed"], json!(false), "{store}: {v}");
+        let retry = v["limits"][0]["retry_after_ms"].as_u64().unwrap();
+        if s.clock.is_some() {
+            assert_eq!(retry, 500, "{store}: {v}");
+            assert_eq!(v["limits"][0]["reset_ms"], json!(500), "{store}: {v}");
+        } else {
+            assert!(retry > 0 && retry <= 500, "{store}: {v}");
+        }
+        assert_eq!(
+            v["limits"][1]["remaining"],
+            json!(5 - round),
+            "{store}: {v}"
+        );
+        let v = c.check(json!([boxed("another")]), 1).await;
+        assert_eq!(v["allowed"], json!(true), "{store}: {v}");
+        s.pass(retry).await;
+        // Let in as the limit allows, the other limit counted once.
+        let v = c.check(json!([daily]), 1).await;
+        assert_eq!(
+            v["limits"][0]["remaining"],
+            json!(4 - round),
+            "{store}: {v}"
+        );
+    }
 }
 
 /// Exact admits for every algorithm; the next one waits, and (where the

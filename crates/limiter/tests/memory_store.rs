@@ -185,3 +185,45 @@ async fn the_store_fills_to_exactly_max_keys_over_every_shard() {
         assert_eq!((admitted, store.len()), (max_keys, max_keys));
     }
 }
+
+/// A penalty box is an entry of its own: counted in the blocked-keys
+/// gauge and the counters while it lives, swept once it ended; a block
+/// that finds its shard full is not kept (the refusal stands alone).
+#[tokio::test]
+async fn blocks_are_entries_counted_until_swept_and_not_kept_without_room() {
+    let h = Harness::with_config(MemoryConfig {
+        shards: 1,
+        max_keys: 2,
+    });
+    let boxed = |key: &str| {
+        json!({"domain": "d", "limits": [{"key": key, "algorithm": "fixed_window",
+            "requests": 1, "window_ms": 1000, "block_ms": 5000}]})
+    };
+    assert!(h.allowed(&boxed("a")).await);
+    let (_, v) = h.check(boxed("a")).await;
+    assert_eq!(v["limits"][0]["retry_after_ms"], json!(5000), "{v}");
+    assert_eq!(h.mem.status().blocked, Some(1));
+    assert_eq!(h.mem.len(), 2);
+    // Full: b's state finds no room, and then a block of c neither.
+    let (_, v) = h.check(boxed("b")).await;
+    assert_eq!(v["allowed"], json!(false), "{v}");
+    h.clock.advance(2 * SECOND);
+    assert_eq!(h.mem.sweep(), 1, "a's state, not its block");
+    assert!(h.allowed(&boxed("c")).await);
+    let (_, v) = h.check(boxed("c")).await;
+    assert_eq!(v["limits"][0]["retry_after_ms"], json!(1000), "{v}");
+    assert_eq!(h.mem.status().blocked, Some(1));
+    let (_, v) = h.check(boxed("a")).await;
+    assert_eq!(v["limits"][0]["retry_after_ms"], json!(3000), "{v}");
+    h.clock.advance(3 * SECOND);
+    assert_eq!(h.mem.sweep(), 2, "c's state and a's block");
+    assert_eq!(h.mem.status().blocked, Some(0));
+    let metrics = support::metrics(&h.state).await;
+    for line in [
+        "sluice_limiter_blocks_started_total 1",
+        "sluice_limiter_blocked_total 1",
+        "sluice_limiter_store_blocked_keys 0",
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
+}

@@ -491,6 +491,7 @@ mod tests {
                         returned: rng.option(),
                         returned_age_ms: rng.option(),
                         reserve: rng.option(),
+                        block_ms: rng.option(),
                     };
                     let adjust = if rng.below(2) == 0 {
                         Adjust::Charge(rng.number())

@@ -57,6 +57,6 @@ pub use permits::{
 pub use request::{check_json, CheckRequest, LimitSpec, CONCURRENCY};
 pub use validate::{
     build_limit, parse_check, valid_domain, validate_domain, KeyedLimit, RateRule, Rule,
-    ValidCheck, MAX_BATCH, MAX_BODY_BYTES, MAX_COUNT, MAX_DOMAIN_BYTES, MAX_LIMITS, MAX_WINDOW_MS,
-    MIN_PERMITS_TTL_MS,
+    ValidCheck, MAX_BATCH, MAX_BLOCK_MS, MAX_BODY_BYTES, MAX_COUNT, MAX_DOMAIN_BYTES, MAX_LIMITS,
+    MAX_WINDOW_MS, MIN_BLOCK_MS, MIN_PERMITS_TTL_MS,
 };

@@ -113,6 +113,13 @@ pub struct LimitSpec<'a> {
     /// `max_delay_ms` or `lease`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserve: Option<u64>,
+    /// Penalty box: once this limit refuses a request over it, every check
+    /// of its key is refused by it for this many milliseconds (1000 to
+    /// [`MAX_BLOCK_MS`](crate::MAX_BLOCK_MS)), whatever its quota allows;
+    /// the answer's `retry_after_ms` and `reset_ms` say when the block
+    /// ends. Not with `max_delay_ms`, `lease` or `returned`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_ms: Option<u64>,
 }
 
 impl LimitSpec<'static> {
@@ -136,6 +143,7 @@ impl LimitSpec<'static> {
             returned: None,
             returned_age_ms: None,
             reserve: None,
+            block_ms: None,
         }
     }
 }
@@ -159,6 +167,7 @@ impl LimitSpec<'static> {
             returned: None,
             returned_age_ms: None,
             reserve: None,
+            block_ms: None,
         }
     }
 }
@@ -232,6 +241,7 @@ impl LimitSpec<'_> {
             (br#","returned":"#, self.returned),
             (br#","returned_age_ms":"#, self.returned_age_ms),
             (br#","reserve":"#, self.reserve),
+            (br#","block_ms":"#, self.block_ms),
         ];
         let head = (&*self.key, &*self.algorithm, self.requests, self.window_ms);
         write_limit(out, head, &optional);
@@ -341,6 +351,7 @@ mod tests {
                     returned: rng.option(),
                     returned_age_ms: rng.option(),
                     reserve: rng.option(),
+                    block_ms: rng.option(),
                 })
                 .collect();
             let request = CheckRequest {

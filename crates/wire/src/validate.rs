@@ -13,6 +13,10 @@ pub const MAX_LIMITS: usize = 64;
 pub const MAX_DOMAIN_BYTES: usize = 128;
 /// Longest window: 366 days, as sluice-core accepts.
 pub const MAX_WINDOW_MS: u64 = sluice_core::MAX_WINDOW / MILLISECOND;
+/// Shortest penalty-box block (`block_ms`): 1 s, as sluice-core accepts.
+pub const MIN_BLOCK_MS: u64 = sluice_core::MIN_BLOCK / MILLISECOND;
+/// Longest penalty-box block (`block_ms`): 24 h.
+pub const MAX_BLOCK_MS: u64 = sluice_core::MAX_BLOCK / MILLISECOND;
 /// Largest `requests`, `burst` and `hits`, as sluice-core accepts.
 pub const MAX_COUNT: u64 = sluice_core::MAX_REQUESTS;
 
@@ -74,6 +78,9 @@ pub struct RateRule {
     pub returned_age: Nanos,
     /// Priority: units that must still fit beside the weight (0: none).
     pub reserve: u64,
+    /// Penalty box: how long a key this limit refuses stays refused (0:
+    /// no block).
+    pub block: Nanos,
 }
 
 /// A check that passed validation.
@@ -294,7 +301,7 @@ pub fn build_limit(
 }
 
 /// The fields a concurrency limit does not take, with whether each is set.
-fn rate_only_fields(spec: &LimitSpec<'_>) -> [(&'static str, bool); 8] {
+fn rate_only_fields(spec: &LimitSpec<'_>) -> [(&'static str, bool); 9] {
     [
         ("burst", spec.burst.is_some()),
         ("precision", spec.precision.is_some()),
@@ -304,6 +311,7 @@ fn rate_only_fields(spec: &LimitSpec<'_>) -> [(&'static str, bool); 8] {
         ("returned", spec.returned.is_some()),
         ("returned_age_ms", spec.returned_age_ms.is_some()),
         ("reserve", spec.reserve.is_some()),
+        ("block_ms", spec.block_ms.is_some()),
     ]
 }
 
@@ -450,11 +458,33 @@ impl RateRule {
         };
         Ok(RateRule {
             reserve: reserve_of(spec, &limit, lease)?,
+            block: block_of(spec, &limit, lease.max(returned))?,
             limit,
             lease,
             returned,
             returned_age,
         })
+    }
+}
+
+/// A limit's `block_ms`, in nanoseconds: in range, and not with delay
+/// mode nor leases (whose units are spent without asking).
+fn block_of(spec: &LimitSpec<'_>, limit: &Limit, leases: u64) -> Result<Nanos, FieldError> {
+    match spec.block_ms {
+        None => Ok(0),
+        Some(ms) if !(MIN_BLOCK_MS..=MAX_BLOCK_MS).contains(&ms) => Err(FieldError::at(
+            "block_ms",
+            format!("must be between {MIN_BLOCK_MS} and {MAX_BLOCK_MS}"),
+        )),
+        Some(_) if limit.max_delay.is_some() => Err(FieldError::at(
+            "block_ms",
+            "not allowed with max_delay_ms (delay mode)",
+        )),
+        Some(_) if leases != 0 => Err(FieldError::at(
+            "block_ms",
+            "not allowed with lease or returned",
+        )),
+        Some(ms) => Ok(ms.saturating_mul(MILLISECOND)),
     }
 }
 
@@ -654,6 +684,37 @@ mod tests {
         )
         .unwrap();
         assert_eq!((one.batch, one.requests()), (None, 1));
+    }
+
+    #[test]
+    fn blocks_are_bounded_and_named() {
+        let body = |extra: &str| {
+            format!(
+                r#"{{"domain":"d","limits":[{{"key":"k","algorithm":"gcra","requests":10,"window_ms":1000{extra}}}]}}"#
+            )
+        };
+        let err = |extra: &str| parse_check(body(extra).as_bytes()).unwrap_err().to_string();
+        let ok = parse_check(body(r#","block_ms":900000"#).as_bytes()).unwrap();
+        assert_eq!(rate(&ok.limits[0]).block, 900 * sluice_core::SECOND);
+        let none = parse_check(body("").as_bytes()).unwrap();
+        assert_eq!(rate(&none.limits[0]).block, 0);
+        let range = "limits[0].block_ms: must be between 1000 and 86400000";
+        assert_eq!(err(r#","block_ms":999"#), range);
+        assert_eq!(err(r#","block_ms":86400001"#), range);
+        assert!(parse_check(body(r#","block_ms":86400000"#).as_bytes()).is_ok());
+        assert_eq!(
+            err(r#","block_ms":1000,"max_delay_ms":10"#),
+            "limits[0].block_ms: not allowed with max_delay_ms (delay mode)"
+        );
+        assert_eq!(
+            err(r#","block_ms":1000,"lease":3"#),
+            "limits[0].block_ms: not allowed with lease or returned"
+        );
+        let permits = br#"{"domain":"d","holder":1,"limits":[{"key":"k","algorithm":"concurrency","requests":1,"window_ms":1000,"block_ms":1000}]}"#;
+        assert_eq!(
+            parse_check(permits).unwrap_err().to_string(),
+            "limits[0].block_ms: not allowed in a concurrency limit"
+        );
     }
 
     #[test]

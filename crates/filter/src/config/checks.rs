@@ -4,9 +4,12 @@
 //! [`crate::engine`]).
 
 use super::duration::parse_duration;
+use super::plan::Penalty;
 use super::raw::{Mode, OnExceed, Protocol, RawLimit, RawRule};
 use crate::key::KeyPart;
-use sluice_core::{Algorithm, FieldError, Limit, Nanos, MAX_SOFT_PERCENT, MILLISECOND};
+use sluice_core::{
+    Algorithm, FieldError, Limit, Nanos, MAX_BLOCK, MAX_SOFT_PERCENT, MILLISECOND, MIN_BLOCK,
+};
 
 /// Where a limit stands: what its kind's compile step needs besides its raw
 /// configuration.
@@ -157,8 +160,8 @@ pub fn max_delay(
     algorithm: Algorithm,
 ) -> Result<Option<Nanos>, FieldError> {
     match (raw.on_exceed, raw.max_delay.as_deref()) {
-        (OnExceed::Deny, None) => Ok(None),
-        (OnExceed::Deny, Some(_)) => Err(FieldError::at(
+        (OnExceed::Deny | OnExceed::Block, None) => Ok(None),
+        (OnExceed::Deny | OnExceed::Block, Some(_)) => Err(FieldError::at(
             field_path(path, "max_delay"),
             "only applies with on_exceed: delay",
         )),
@@ -182,6 +185,42 @@ pub fn max_delay(
             }
             Ok(Some(delay))
         }
+    }
+}
+
+/// The penalty of a limit: a block of `block_for` (1s to 24h) with
+/// `on_exceed: block`, which requires it and which alone takes it.
+pub fn penalty(path: &str, raw: &RawLimit) -> Result<Penalty, FieldError> {
+    let field = field_path(path, "block_for");
+    match (raw.on_exceed, raw.block_for.as_deref()) {
+        (OnExceed::Deny | OnExceed::Delay, None) => Ok(Penalty::None),
+        (OnExceed::Deny | OnExceed::Delay, Some(_)) => {
+            Err(FieldError::at(field, "only applies with on_exceed: block"))
+        }
+        (OnExceed::Block, None) => Err(FieldError::at(field, "required with on_exceed: block")),
+        (OnExceed::Block, Some(text)) => {
+            let block = parse_duration(text).map_err(|m| FieldError::at(&field, m))?;
+            if !(MIN_BLOCK..=MAX_BLOCK).contains(&block) {
+                return Err(FieldError::at(field, "must be from 1s to 24h"));
+            }
+            Ok(Penalty::Block(block))
+        }
+    }
+}
+
+/// Refuses `on_exceed: block` (and `block_for`) on a limit of a kind that
+/// cannot block, saying why.
+pub fn refuse_block(path: &str, raw: &RawLimit, why: &str) -> Result<(), FieldError> {
+    match (raw.on_exceed, &raw.block_for) {
+        (OnExceed::Block, _) => Err(FieldError::at(
+            field_path(path, "on_exceed"),
+            format!("block does not apply to {why}"),
+        )),
+        (OnExceed::Deny | OnExceed::Delay, Some(_)) => Err(FieldError::at(
+            field_path(path, "block_for"),
+            "only applies with on_exceed: block",
+        )),
+        (OnExceed::Deny | OnExceed::Delay, None) => Ok(()),
     }
 }
 

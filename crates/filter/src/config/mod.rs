@@ -28,9 +28,9 @@ pub use duration::parse_duration;
 pub use plan::{
     ByOutcome, ConcurrencyLimit, Cost, CostSource, CountWhen, Counted, DenyResponse, Elastic,
     Entry, EntryValue, Estimate, GlobalElastic, GlobalLimit, LeasePolicy, LeasedLimit, LimitKind,
-    LimiterTarget, LocalElastic, LocalLimit, Outcome, OutcomeTest, OverrideLimit, PermitPlace,
-    Plan, PricedSource, Quota, ResponseCost, Rule, RuleLimit, ServiceHeld, MAX_COST_SOURCES,
-    SERVICE_HELD,
+    LimiterTarget, LocalElastic, LocalLimit, Outcome, OutcomeTest, OverrideLimit, Penalty,
+    PermitPlace, Plan, PricedSource, Quota, ResponseCost, Rule, RuleLimit, ServiceHeld,
+    MAX_COST_SOURCES, SERVICE_HELD,
 };
 pub use raw::{
     FailureMode, HeadersMode, Mode, OnExceed, Protocol, RawConfig, Scope, ServiceHeaders, SyncMode,

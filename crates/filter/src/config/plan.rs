@@ -371,6 +371,18 @@ pub struct Quota {
     pub limit: Limit,
     /// Replacements of the limit for some keys, sorted by key.
     pub overrides: Vec<OverrideLimit>,
+    /// What a key the limit refuses gets besides the refusal.
+    pub penalty: Penalty,
+}
+
+/// What a key refused by a rate limit gets besides the refusal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Penalty {
+    /// Nothing: its next request is decided by the limit.
+    None,
+    /// A penalty box (`on_exceed: block`): every request of the key is
+    /// refused for this long from the refusal, whatever the limit allows.
+    Block(Nanos),
 }
 
 /// A limit decided by this filter. The state of a key lives in shared data
@@ -384,6 +396,9 @@ pub struct LocalLimit {
     pub state_prefix: Rc<str>,
     /// The key table's size and policy.
     pub keys: Shape,
+    /// Prefix of the block table (used with [`Penalty::Block`]): a table of
+    /// the same size whose entries hold when a key's block ends.
+    pub block_prefix: Rc<str>,
 }
 
 /// A limit decided by the limiter; shared data holds only the over-limit

@@ -419,6 +419,10 @@ pub struct RawLimit {
     /// Longest hold in delay mode (required with `on_exceed: delay`).
     #[default]
     pub max_delay: Option<String>,
+    /// How long a key is refused once the limit refused it (required with
+    /// `on_exceed: block`; 1s to 24h).
+    #[default]
+    pub block_for: Option<String>,
     /// Admission above `requests`, up to a ceiling, while a pool rule has
     /// headroom.
     #[default]
@@ -513,6 +517,8 @@ pub enum OnExceed {
     /// Hold it until it conforms, when that is within `max_delay`; deny it
     /// otherwise.
     Delay = "delay",
+    /// Deny it, and every request of its key for `block_for`.
+    Block = "block",
 }
 }
 

@@ -2,6 +2,7 @@
 //! effect recorded) and a fake limiter that never forgets, driven through
 //! the ways a request can end.
 
+mod block;
 mod by_outcome;
 mod fake;
 mod host_calls;

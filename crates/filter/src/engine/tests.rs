@@ -1066,6 +1066,8 @@ mod by_outcome;
 
 mod host_calls;
 
+mod block;
+
 const GLOBAL_PRIORITY: &str = r#"{"name":"api","key":["const:all"],
     "priority":{"from":"header:x-priority","default":"bulk","classes":[
         {"name":"critical","share":100},{"name":"bulk","share":50}]},

@@ -76,6 +76,8 @@ pub struct Metrics {
     store_errors: Counter,
     store_error_reasons: Bounded<ReasonLabel>,
     capacity_denials: Counter,
+    blocks_started: Counter,
+    blocked: Counter,
     delayed: Counter,
     /// Waits summed in nanoseconds, exposed in seconds.
     delay_ns: AtomicU64,
@@ -111,6 +113,8 @@ impl Default for Metrics {
                 reason: "_other".into(),
             }),
             capacity_denials: Counter::default(),
+            blocks_started: Counter::default(),
+            blocked: Counter::default(),
             delayed: Counter::default(),
             delay_ns: AtomicU64::new(0),
             batches: Counter::default(),
@@ -147,7 +151,7 @@ impl Default for Metrics {
 impl Metrics {
     /// The counters without labels: name (after `sluice_limiter_`), help,
     /// counter.
-    fn plain_counters(&self) -> [(&'static str, &'static str, &Counter); 14] {
+    fn plain_counters(&self) -> [(&'static str, &'static str, &Counter); 16] {
         [
             ("checks", "Calls to /v1/check", &self.checks),
             (
@@ -159,6 +163,16 @@ impl Metrics {
                 "capacity_denials",
                 "Checks denied because the memory store held its maximum of keys",
                 &self.capacity_denials,
+            ),
+            (
+                "blocks_started",
+                "Penalty boxes started: a limit with block_ms refused its key over the limit",
+                &self.blocks_started,
+            ),
+            (
+                "blocked",
+                "Limits of checks refused because a penalty box held their key",
+                &self.blocked,
             ),
             (
                 "delayed",
@@ -308,6 +322,21 @@ impl Metrics {
             reason: reason.to_string(),
         };
         self.store_error_reasons.inc(labels);
+    }
+
+    /// Counts the penalty boxes of one decided check's `decisions`: blocks
+    /// started, and limits refused because their key was blocked.
+    pub fn record_blocks(&self, decisions: &[sluice_core::Decision]) {
+        use sluice_core::Denial;
+        for d in decisions {
+            let counter = match d.denial {
+                Some(Denial::Blocked { started: true }) => &self.blocks_started,
+                Some(Denial::Blocked { started: false }) => &self.blocked,
+                Some(Denial::OverLimit | Denial::CostExceedsCapacity | Denial::DelayTooLong)
+                | None => continue,
+            };
+            counter.inc();
+        }
     }
 
     /// Counts checks denied because the memory store was full.

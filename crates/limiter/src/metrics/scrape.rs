@@ -16,6 +16,8 @@ pub struct StoreGauges<'a> {
     pub up: bool,
     /// Memory store: keys held and `--max-keys`.
     pub keys: Option<(usize, usize)>,
+    /// Memory store: keys a penalty box holds.
+    pub blocked: Option<usize>,
     /// Redis: round-trip times of the decision calls.
     pub round_trips: Option<&'a Histogram>,
 }
@@ -56,6 +58,13 @@ pub(super) fn register_store(r: &mut Registry, g: &StoreGauges<'_>) {
             "sluice_limiter_store_max_keys",
             "Most keys the memory store holds (--max-keys)",
             count(max),
+        );
+    }
+    if let Some(blocked) = g.blocked {
+        r.register(
+            "sluice_limiter_store_blocked_keys",
+            "Keys a penalty box holds in the memory store (block_ms)",
+            gauge(i64::try_from(blocked).unwrap_or(i64::MAX)),
         );
     }
     if let Some(h) = g.round_trips {

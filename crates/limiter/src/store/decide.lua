@@ -28,12 +28,20 @@
 --       returned (check: units to give back before deciding, 0 = none),
 --       returned_age_us (how long before now they were consumed), reserve
 --       (check: units that must still fit beside the cost, not consumed:
---       sluice-core's decide_reserving; 0 = none).
+--       sluice-core's decide_reserving; 0 = none), block_us (check: a
+--       penalty box; 0 = none).
+-- Penalty box: a limit with block_us that refuses over its limit (denial
+--       1) stores when its block ends in `<key>:block` (the key's hash tag,
+--       so the same slot; PX the block) and reports denial 5 with the
+--       block as its retry_after; while that key holds a later time, every
+--       check carrying the limit is refused, consuming nothing, the limit
+--       reporting denial 4 and the block's end as retry_after and reset.
 -- Check reply: allowed (every request admitted), now, admitted (how many
 --       requests, the first ones in arrival order), delays (how many delay
 --       values end the reply: 0, or one per admitted request), then per
 --       limit: allowed, limit, remaining, reset_us, retry_after_us, denial
---       (0 none, 1 over limit, 2 cost exceeds capacity, 3 delay too long),
+--       (0 none, 1 over limit, 2 cost exceeds capacity, 3 delay too long,
+--       4 blocked, 5 over limit and blocked from now),
 --       delay_us (delay mode: how long the request waits until it
 --       conforms), leased (units granted), all of the last request decided (the last one, or the
 --       first refused one after the admitted ones); then the delays, in
@@ -41,7 +49,7 @@
 -- Refund reply: as a check's, with each limit decided again after the
 --       refund without consuming (a request of its weight).
 -- Concurrency limits: a limit whose code is PERMITS.code takes, per limit,
---       code, permits, ttl_us, holder (decimal), "", "", cost, "", 0, 0, 0, 0;
+--       code, permits, ttl_us, holder (decimal), "", "", cost, "", 0, 0, 0, 0, 0;
 --       sluice-core's `permits` semantics. Its key is a hash: field = holder
 --       in decimal, value = "count:expires_us"; it expires (PX) when the
 --       last holder's permits do. A refund gives the cost back (a release).
@@ -1017,10 +1025,10 @@ end
 local function parse(KEYS, ARGV)
   local call = {mode = ARGV[1], overridden = ARGV[2] ~= '', requests = tonumber(ARGV[4]) or 1,
     admitted_at = tonumber(ARGV[3]), limits = {}, costs = {}, states = {}, leases = {},
-    returned = {}, returned_age = {}, reserves = {}, permits = {}}
+    returned = {}, returned_age = {}, reserves = {}, permits = {}, blocks = {}, blocked = {}}
   call.now = clock(ARGV[2])
   for i = 1, #KEYS do
-    local a = 4 + (i - 1) * 12
+    local a = 4 + (i - 1) * 13
     if tonumber(ARGV[a + 1]) == PERMITS.code then
       call.permits[i] = {max = tonumber(ARGV[a + 2]), ttl = tonumber(ARGV[a + 3]),
         holder = ARGV[a + 4]}
@@ -1031,6 +1039,14 @@ local function parse(KEYS, ARGV)
     call.returned[i] = tonumber(ARGV[a + 10]) or 0
     call.returned_age[i] = tonumber(ARGV[a + 11]) or 0
     call.reserves[i] = tonumber(ARGV[a + 12]) or 0
+    call.blocks[i] = tonumber(ARGV[a + 13]) or 0
+    if call.blocks[i] > 0 and call.mode == 'check' then
+      local ends = tonumber(redis.call('GET', KEYS[i] .. ':block'))
+      if ends and ends > call.now then
+        call.blocked[i] = ends - call.now
+        call.any_blocked = true
+      end
+    end
     if not call.permits[i] then call.limits[i] = params(tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
       tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 8]))
     end
@@ -1199,6 +1215,26 @@ local function adjust(KEYS, c)
   return reply_of(true, c.now, 0, decisions, {})
 end
 
+-- Penalty boxes: the blocked limits report their block; when none is
+-- blocked, each blocking limit that refused over its limit starts its block.
+local function boxes(KEYS, c, decisions, admitted)
+  for i = 1, #KEYS do
+    local d, block = decisions[i], c.blocks[i]
+    if c.blocked[i] then
+      decisions[i] = {allowed = false, limit = c.limits[i].requests, remaining = 0,
+        reset = c.blocked[i], retry = c.blocked[i], denial = 4, delay = 0}
+    elseif not c.any_blocked and admitted < c.requests and block > 0 and d.denial == 1 then
+      local ends = c.now + block
+      if c.overridden then
+        redis.call('SET', KEYS[i] .. ':block', ends)
+      else
+        redis.call('SET', KEYS[i] .. ':block', ends, 'PX', max(floor_div(block + 999, 1000), 1))
+      end
+      d.denial, d.remaining, d.retry, d.reset = 5, 0, block, max(d.reset, block)
+    end
+  end
+end
+
 local function main(KEYS, ARGV)
   if ARGV[1] == 'permits' then return permits_op(KEYS, ARGV) end
   local c = parse(KEYS, ARGV)
@@ -1206,7 +1242,8 @@ local function main(KEYS, ARGV)
   if c.mode == 'adjust' then return adjust(KEYS, c) end
   local n, now = #KEYS, c.now
   local given = take_returns(n, c)
-  local admitted = admitted_of(n, c)
+  local admitted = 0
+  if not c.any_blocked then admitted = admitted_of(n, c) end
   local decisions, news = {}, {}
   if admitted > 0 then
     for i = 1, n do
@@ -1240,6 +1277,7 @@ local function main(KEYS, ARGV)
   elseif c.requests == 1 then
     lease(n, c, decisions, news)
   end
+  boxes(KEYS, c, decisions, admitted)
   local delays = delays_of(n, c, admitted)
   write_back(KEYS, c, decisions, news, given)
   return reply_of(admitted == c.requests, now, admitted, decisions, delays)

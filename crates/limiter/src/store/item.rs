@@ -33,6 +33,10 @@ pub struct RateItem {
     /// Priority: units that must still fit beside `hits` for the request
     /// to pass, not consumed (0: none; never with a lease or delay mode).
     pub reserve: u64,
+    /// Penalty box: once this limit refuses a request over it, its key is
+    /// refused for this long (0: no block; never with a lease or delay
+    /// mode).
+    pub block: Nanos,
 }
 
 /// A concurrency limit to decide: `hits` permits for `holder`.
@@ -106,6 +110,7 @@ impl RateItem {
             returned: 0,
             returned_age: 0,
             reserve: 0,
+            block: 0,
         }
     }
 

@@ -66,6 +66,8 @@ struct Shard {
     next_inline_sweep: Nanos,
     /// Most keys this shard holds; the shards' caps add up to `max_keys`.
     cap: usize,
+    /// Of its entries, the penalty boxes' (see [`blocks`]).
+    blocks: usize,
     /// No entry is back to full before this (a lower bound: exact after a
     /// sweep, lowered by every write), so a sweep that could free nothing
     /// is skipped without scanning: a flood of new keys against a full
@@ -80,14 +82,18 @@ impl Shard {
         }
         let before = self.map.len();
         let mut earliest = Nanos::MAX;
-        self.map.retain(|_, e| {
+        let mut blocks_gone = 0;
+        self.map.retain(|id, e| {
             let keep = e.full_at > now;
             if keep {
                 earliest = earliest.min(e.full_at);
+            } else if blocks::is_block(id) {
+                blocks_gone += 1;
             }
             keep
         });
         self.earliest = earliest;
+        self.blocks = self.blocks.saturating_sub(blocks_gone);
         before.saturating_sub(self.map.len())
     }
 
@@ -203,7 +209,9 @@ impl MemoryStore {
         let ids: Vec<&str> = items.iter().map(StoreItem::id).collect();
         let (mut guards, pos) = self.lock_shards(&ids);
         let full = self.make_room(items, &pos, &mut guards, now);
-        let outcome = {
+        let waits = blocks::waits(items, &pos, &guards, now);
+        let blocked = waits.iter().any(|&w| w > 0);
+        let mut outcome = {
             let states: Vec<Option<&[u8]>> = ids
                 .iter()
                 .zip(&pos)
@@ -214,11 +222,21 @@ impl MemoryStore {
                         .map(|e| e.state.as_slice())
                 })
                 .collect();
-            decide_items(items, &states, now, requests)
+            decide_items(items, &states, now, requests, blocked)
         };
-        if let Some(full) = full {
+        // A blocked check takes no room: it is refused for its block.
+        if let Some(full) = full.filter(|_| !blocked) {
             return denied_for_room(items, &pos, &mut guards, outcome, &full, now);
         }
+        blocks::apply(
+            items,
+            &pos,
+            &mut guards,
+            &mut outcome,
+            &waits,
+            requests,
+            now,
+        );
         write_states(items, &pos, &mut guards, &outcome, now);
         Verdict {
             allowed: outcome.admitted >= requests,
@@ -378,6 +396,7 @@ impl Store for MemoryStore {
         super::StoreStatus {
             up: true,
             keys: Some((self.len(), self.max_keys)),
+            blocked: Some(self.shards.iter().map(|s| lock(s).blocks).sum()),
         }
     }
 
@@ -421,6 +440,7 @@ fn lease_of(item: &RateItem, now: Nanos) -> Lease {
     }
 }
 
+mod blocks;
 mod permits_items;
 use permits_items::decide_items;
 pub(super) use permits_items::refuse_batched_permits;

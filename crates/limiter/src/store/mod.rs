@@ -222,6 +222,9 @@ pub struct StoreStatus {
     pub up: bool,
     /// Memory store: keys held now, and at most (`--max-keys`).
     pub keys: Option<(usize, usize)>,
+    /// Memory store: keys a penalty box holds (a block gone within a
+    /// sweep, a second, of its end).
+    pub blocked: Option<usize>,
 }
 
 impl Default for StoreStatus {
@@ -229,6 +232,7 @@ impl Default for StoreStatus {
         StoreStatus {
             up: true,
             keys: None,
+            blocked: None,
         }
     }
 }

@@ -102,7 +102,8 @@ impl WorkerMetrics for TestMetrics {
 
 /// The fake proxy.
 pub(super) struct FakeHost {
-    pub(super) store: MemoryStore,
+    /// Shared data; workers of one Envoy share it.
+    pub(super) store: Rc<MemoryStore>,
     pub(super) now: Nanos,
     pub(super) focused: u32,
     pub(super) streams: HashMap<u32, Stream>,
@@ -132,7 +133,7 @@ pub(super) struct FakeHost {
 impl Default for FakeHost {
     fn default() -> Self {
         FakeHost {
-            store: MemoryStore::default(),
+            store: Rc::default(),
             now: START,
             focused: 0,
             streams: HashMap::new(),
@@ -435,7 +436,11 @@ impl FakeLimiter {
                 limit: spec.requests,
                 remaining: cap.saturating_sub(used.saturating_add(hits)),
                 reset_ms: 60_000,
-                retry_after_ms: if allowed { 0 } else { 1000 },
+                // A penalty box's refusal waits the block out.
+                retry_after_ms: match (allowed, spec.block_ms) {
+                    (true, _) => 0,
+                    (false, block) => block.unwrap_or(1000),
+                },
                 delay_ms: 0,
                 leased: 0,
             });

@@ -41,6 +41,29 @@ fn a_request_under_one_local_limit() {
 }
 
 #[test]
+fn a_request_under_a_local_limit_with_a_penalty_box() {
+    let boxed = r#"{"algorithm":"gcra","requests":1000,"window":"1s",
+        "on_exceed":"block","block_for":"1m"}"#;
+    let mut sim = Sim::new(&rule(boxed, "client_ip"));
+    calls_of(&mut sim, 9, "a");
+    assert_eq!(
+        calls_of(&mut sim, 10, "a"),
+        [
+            "header",
+            "property",
+            "now",
+            "get",
+            "get", // the key's two buckets of the block table: no block
+            "get",
+            "clock",
+            "set",
+            "add_header",
+            "add_header",
+        ]
+    );
+}
+
+#[test]
 fn a_request_under_no_rule_reads_its_path_only() {
     let json = r#"{"name":"r","match":{"path_prefix":"/other"},"key":["client_ip"],
         "limits":[{"algorithm":"gcra","requests":10,"window":"1s"}]}"#;
@@ -69,6 +92,21 @@ fn a_request_under_one_global_limit() {
             "add_header",
         ]
     );
+}
+
+#[test]
+fn a_request_under_a_global_limit_with_a_penalty_box_makes_the_same_calls() {
+    // The limiter holds the block: block_ms in the check, no host call more.
+    let boxed = r#"{"algorithm":"gcra","requests":1000,"window":"1s","scope":"global",
+        "on_exceed":"block","block_for":"1m"}"#;
+    let plain = r#"{"algorithm":"gcra","requests":1000,"window":"1s","scope":"global"}"#;
+    let mut calls = Vec::new();
+    for limit in [boxed, plain] {
+        let mut sim = Sim::new(&rule(limit, "header:x-user"));
+        calls_of(&mut sim, 9, "a");
+        calls.push(calls_of(&mut sim, 10, "a"));
+    }
+    assert_eq!(calls[0], calls[1]);
 }
 
 #[test]

@@ -745,6 +745,16 @@ const LOCAL_RATE: Case = Case {
     body: false,
 };
 
+const LOCAL_BLOCK: Case = Case {
+    rules: r#"{"name":"user","key":["header:x-user"],"limits":[
+        {"algorithm":"fixed_window","requests":3,"window":"1h","on_exceed":"block","block_for":"2s"}]}"#,
+    at_once: None,
+    in_all: Some(3),
+    counted: Counted::Permits,
+    probe: false,
+    body: false,
+};
+
 const LOCAL_PERMITS: Case = Case {
     rules: r#"{"name":"inflight","key":["header:x-user"],"limits":[
         {"concurrency":2,"permit_ttl":"1h"}]}"#,
@@ -768,6 +778,17 @@ const LOCAL_WAIT: Case = Case {
 const GLOBAL_RATE: Case = Case {
     rules: r#"{"name":"user","key":["header:x-user"],"limits":[
         {"algorithm":"fixed_window","requests":3,"window":"1h","scope":"global"}]}"#,
+    at_once: None,
+    in_all: Some(3),
+    counted: Counted::PerRequest,
+    probe: false,
+    body: false,
+};
+
+const GLOBAL_BLOCK: Case = Case {
+    rules: r#"{"name":"user","key":["header:x-user"],"limits":[
+        {"algorithm":"fixed_window","requests":3,"window":"1h","scope":"global",
+         "on_exceed":"block","block_for":"2s"}]}"#,
     at_once: None,
     in_all: Some(3),
     counted: Counted::PerRequest,
@@ -936,6 +957,16 @@ proptest! {
     #[test]
     fn orders_local_rate(events in events()) {
         check(&LOCAL_RATE, &events);
+    }
+
+    #[test]
+    fn orders_local_block(events in events()) {
+        check(&LOCAL_BLOCK, &events);
+    }
+
+    #[test]
+    fn orders_global_block(events in events()) {
+        check(&GLOBAL_BLOCK, &events);
     }
 
     #[test]

@@ -137,6 +137,8 @@ fn pool_of(
             Some("is itself elastic; a pool cannot be".to_string())
         } else if pool_limit.on_exceed == OnExceed::Delay {
             Some("is in delay mode; a pool cannot be".to_string())
+        } else if pool_limit.on_exceed == OnExceed::Block {
+            Some("is in block mode; a pool cannot be".to_string())
         } else if pool_local != local {
             let (this, that) = if local {
                 ("local", "global")

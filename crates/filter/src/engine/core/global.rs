@@ -5,7 +5,8 @@
 use super::call::{CacheSlot, Item, Wire};
 use super::deny_cache;
 use super::walk::{class_spec, Applied, Cx};
-use crate::config::checks::LimitSite;
+use crate::config::checks::{penalty, LimitSite};
+use crate::config::plan::Penalty;
 use crate::config::raw::RawLimit;
 use crate::config::{GlobalLimit, Quota};
 use crate::headers::Reported;
@@ -13,19 +14,24 @@ use crate::key::RequestView;
 use crate::layout;
 use crate::local::SharedStore;
 use crate::metrics::MetricSink;
-use sluice_core::{Decision, Denial, FieldError, Limit, Nanos};
+use sluice_core::{Decision, Denial, FieldError, Limit, Nanos, MILLISECOND};
 use sluice_wire::limiter_key;
 
 /// The global limit of `limit` at `site`: its quota and its over-limit
 /// cache.
-pub(crate) fn built(site: &LimitSite<'_>, limit: Limit) -> GlobalLimit {
-    GlobalLimit {
+pub(crate) fn built(
+    site: &LimitSite<'_>,
+    raw: &RawLimit,
+    limit: Limit,
+) -> Result<GlobalLimit, FieldError> {
+    Ok(GlobalLimit {
         quota: Quota {
             limit,
             overrides: Vec::new(),
+            penalty: penalty(site.path, raw)?,
         },
         deny_prefix: layout::deny_prefix(site.domain, site.rule, site.index).into(),
-    }
+    })
 }
 
 /// Refuses `sync.max_share` and `sync.ttl` on a limit that is not leased.
@@ -36,6 +42,14 @@ pub(crate) fn refuse_lease_fields(site: &LimitSite<'_>, raw: &RawLimit) -> Resul
             "max_share and ttl only apply with mode lease",
         )),
         Some(_) | None => Ok(()),
+    }
+}
+
+/// Asks the limiter to hold the penalty box of `global`, if it has one, in
+/// its check `item`.
+pub(crate) fn ask_block(item: &mut Item<()>, global: &GlobalLimit) {
+    if let (Penalty::Block(block), Wire::Limit(spec)) = (global.quota.penalty, &mut item.wire) {
+        spec.block_ms = Some(block / MILLISECOND);
     }
 }
 
@@ -72,7 +86,10 @@ where
     ) -> Result<Item<()>, Reported> {
         let limit = affordable(applied, l, global)?;
         let cache = self.not_cached(applied, l, global, limit)?;
-        Ok(item(applied, l, limit, cache))
+        let mut item = item(applied, l, limit, cache);
+        // The limiter holds the block; its denial is cached until it ends.
+        ask_block(&mut item, global);
+        Ok(item)
     }
 
     /// Denies `limit` of global limit `l` of `applied` while the over-limit

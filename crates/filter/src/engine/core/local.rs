@@ -6,7 +6,8 @@
 use super::tally::undecided;
 use super::undo::{LocalState, Undo};
 use super::walk::{reserve, Applied, Cx};
-use crate::config::checks::LimitSite;
+use crate::config::checks::{penalty, LimitSite};
+use crate::config::plan::Penalty;
 use crate::config::raw::RawLimit;
 use crate::config::{LocalLimit, Quota};
 use crate::headers::Reported;
@@ -35,8 +36,10 @@ pub(crate) fn built(
         quota: Quota {
             limit,
             overrides: Vec::new(),
+            penalty: penalty(site.path, raw)?,
         },
         keys: site.keys,
+        block_prefix: layout::block_prefix(site.domain, site.rule, site.index).into(),
     })
 }
 
@@ -59,6 +62,12 @@ where
         let own = quota
             .override_index(applied.key)
             .and_then(|i| quota.overrides.get(i));
+        if let Penalty::Block(_) = quota.penalty {
+            let limit = own.map_or(&quota.limit, |o| &o.limit);
+            if let Some(refused) = self.local_block(applied, local, limit) {
+                return Ok((limit, refused));
+            }
+        }
         let (weight, share) = (applied.weight, applied.share);
         let (limit, taken) = match own {
             Some(o) => (
@@ -75,9 +84,12 @@ where
                 (&quota.limit, taken)
             }
         };
-        match taken {
-            Ok(decision) => Ok((limit, decision)),
-            Err(Contended) => {
+        match (taken, quota.penalty) {
+            (Ok(decision), Penalty::None) => Ok((limit, decision)),
+            (Ok(decision), Penalty::Block(block)) => {
+                Ok((limit, self.local_penalty(applied, local, decision, block)))
+            }
+            (Err(Contended), Penalty::None | Penalty::Block(_)) => {
                 self.env.metrics.global(GlobalEvent::CasExhausted);
                 Err(applied.reported(l, limit, undecided(limit.requests)))
             }

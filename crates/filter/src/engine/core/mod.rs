@@ -8,8 +8,10 @@
 //! names a kind: the kinds import the core, never the reverse. The
 //! mechanics several kinds share over shared data are here too: local
 //! state ([`local`]), global limits' items and over-limit cache
-//! ([`global`], [`deny_cache`]), elastic borrowing ([`elastic`]).
+//! ([`global`], [`deny_cache`]), elastic borrowing ([`elastic`]), the
+//! penalty box ([`block`]).
 
+pub(crate) mod block;
 pub(crate) mod call;
 pub mod cost_reader;
 pub(crate) mod deny_cache;

@@ -18,7 +18,7 @@ use crate::config::matching;
 use crate::config::raw::{OnExceed, RawCountWhen, RawLimit, RawResponseHeader};
 use crate::config::{ByOutcome, CountWhen, Counted, GlobalLimit, LimitKind, OutcomeTest};
 use crate::engine::core::call::{Item, Wire};
-use crate::engine::core::global::{affordable, item};
+use crate::engine::core::global::{affordable, ask_block, item};
 use crate::engine::core::settle::{Owed, OwedOutcome};
 use crate::engine::core::undo::Undo;
 use crate::engine::core::walk::{Applied, Cx};
@@ -152,7 +152,9 @@ pub(crate) fn global_item(
     global: &GlobalLimit,
 ) -> Result<Item<()>, Reported> {
     let limit = affordable(applied, l, global)?;
-    Ok(item(applied, l, limit, None))
+    let mut item = item(applied, l, limit, None);
+    ask_block(&mut item, global);
+    Ok(item)
 }
 
 /// Notes what by-outcome limit `limit` of `applied` owes once its counted

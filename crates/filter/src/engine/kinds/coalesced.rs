@@ -22,7 +22,7 @@ use sluice_wire::{check_json, CheckResponse, LimitResult};
 pub(crate) fn compile(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind, FieldError> {
     let limit = compile_limit(site.path, raw)?;
     refuse_lease_fields(site, raw)?;
-    Ok(LimitKind::Coalesced(built(site, limit)))
+    built(site, raw, limit).map(LimitKind::Coalesced)
 }
 
 /// Denies coalesced limit `l` of `applied` if it can never admit the

@@ -102,6 +102,10 @@ pub(crate) fn compile(
 fn max_wait(site: &LimitSite<'_>, raw: &RawLimit) -> Result<Option<Nanos>, FieldError> {
     let field = site.field("max_delay");
     match (raw.on_exceed, raw.max_delay.as_deref()) {
+        (OnExceed::Block, _) => Err(FieldError::at(
+            site.field("on_exceed"),
+            "block does not apply to concurrency limits",
+        )),
         (OnExceed::Deny, None) => Ok(None),
         (OnExceed::Deny, Some(_)) => {
             Err(FieldError::at(field, "only applies with on_exceed: delay"))

@@ -20,7 +20,7 @@ use sluice_core::FieldError;
 pub(crate) fn compile(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind, FieldError> {
     let limit = compile_limit(site.path, raw)?;
     refuse_lease_fields(site, raw)?;
-    Ok(LimitKind::Global(built(site, limit)))
+    built(site, raw, limit).map(LimitKind::Global)
 }
 
 /// Denies global limit `l` of `applied` if it can never admit the request's

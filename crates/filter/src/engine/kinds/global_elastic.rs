@@ -49,7 +49,7 @@ pub(crate) fn compile(
     let elastic = elastic::compile(site, raw, raw_elastic, &limit, false)?;
     global::refuse_lease_fields(site, raw)?;
     Ok(LimitKind::GlobalElastic(GlobalElastic {
-        global: global::built(site, limit),
+        global: global::built(site, raw, limit)?,
         elastic,
     }))
 }

@@ -35,7 +35,7 @@ pub(crate) fn compile(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind,
     };
     let policy = compile_policy(site, &path, raw_sync, raw, &limit)?;
     Ok(LimitKind::Leased(LeasedLimit {
-        global: global::built(site, limit),
+        global: global::built(site, raw, limit)?,
         policy,
     }))
 }

@@ -20,10 +20,10 @@ pub(crate) mod service_held;
 use self::concurrency::PermitAsk;
 use self::global_elastic::{Lend, Lent};
 use self::leased::LeaseAsk;
-use crate::config::checks::LimitSite;
+use crate::config::checks::{refuse_block, LimitSite};
 use crate::config::plan::{
     ByOutcome, ConcurrencyLimit, CountWhen, Counted, Elastic, GlobalElastic, LeasedLimit,
-    LimitKind, LocalElastic, LocalLimit, OverrideLimit, PermitPlace, Quota, RuleLimit,
+    LimitKind, LocalElastic, LocalLimit, OverrideLimit, Penalty, PermitPlace, Quota, RuleLimit,
     SERVICE_HELD,
 };
 use crate::config::raw::{OnExceed, Protocol, RawCountWhen, RawLimit, Scope, SyncMode};
@@ -73,6 +73,7 @@ fn counted_by_outcome(
 /// Compiles a limit by its kind, its `count_when` aside.
 fn compile_kind(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind, FieldError> {
     if let Some(max) = raw.concurrency {
+        refuse_block(site.path, raw, "concurrency limits")?;
         return concurrency::compile(site, raw, max);
     }
     if raw.permit_ttl.is_some() {
@@ -80,18 +81,32 @@ fn compile_kind(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind, Field
     }
     let sync = raw.sync.as_ref().map_or(SyncMode::PerRequest, |s| s.mode);
     match (raw.scope, site.protocol) {
-        (Scope::Global, Protocol::Rls) => service_held::compile(site, raw),
+        (Scope::Global, Protocol::Rls) => {
+            refuse_block(
+                site.path,
+                raw,
+                "limits a rate limit service holds (protocol rls)",
+            )?;
+            service_held::compile(site, raw)
+        }
         _ if raw.descriptor.is_some() => Err(FieldError::at(
             site.field("descriptor"),
             "only for global limits with limiter.protocol rls",
         )),
         (Scope::Local, Protocol::Sluice | Protocol::Rls) => match &raw.elastic {
             None => local::compile(site, raw),
-            Some(elastic) => local_elastic::compile(site, raw, elastic),
+            Some(elastic) => {
+                refuse_block(site.path, raw, "elastic limits")?;
+                local_elastic::compile(site, raw, elastic)
+            }
         },
         (Scope::Global, Protocol::Sluice) => match (sync, &raw.elastic) {
-            (SyncMode::Lease, _) => leased::compile(site, raw),
+            (SyncMode::Lease, _) => {
+                refuse_block(site.path, raw, "global limits with sync lease")?;
+                leased::compile(site, raw)
+            }
             (SyncMode::PerRequest | SyncMode::Coalesce, Some(elastic)) => {
+                refuse_block(site.path, raw, "elastic limits")?;
                 global_elastic::compile(site, raw, elastic)
             }
             (SyncMode::Coalesce, None) => coalesced::compile(site, raw),
@@ -222,6 +237,30 @@ impl RuleLimit {
             | LimitKind::GlobalElastic(_)
             | LimitKind::ServiceHeld(_)
             | LimitKind::Concurrency(_) => None,
+        }
+    }
+
+    /// How long a key this local limit refuses is blocked
+    /// (`on_exceed: block`; a global limit's blocks are the limiter's).
+    pub fn local_block(&self) -> Option<Nanos> {
+        let local = match &self.kind {
+            LimitKind::Local(local)
+            | LimitKind::ByOutcome(ByOutcome {
+                counted: Counted::Local(local),
+                ..
+            }) => local,
+            LimitKind::ByOutcome(_)
+            | LimitKind::LocalElastic(_)
+            | LimitKind::Global(_)
+            | LimitKind::Coalesced(_)
+            | LimitKind::Leased(_)
+            | LimitKind::GlobalElastic(_)
+            | LimitKind::ServiceHeld(_)
+            | LimitKind::Concurrency(_) => return None,
+        };
+        match local.quota.penalty {
+            Penalty::Block(block) => Some(block),
+            Penalty::None => None,
         }
     }
 

@@ -337,14 +337,14 @@ fn only_rules_that_settle_have_the_settlement_counters() {
            {"name":"plain","key":["path"],"limits":[{"algorithm":"gcra","requests":10,"window":"1m"}]}"#,
     ));
     let (settles, plain) = (&w.plan.rules[0], &w.plan.rules[1]);
-    // All but the two counters of limits counted by outcome.
+    // All but the counters of limits counted by outcome and of penalty boxes.
     let settled = RuleEvent::ALL.iter().filter(|e| e.applies_to(settles));
-    assert_eq!(settled.count(), RuleEvent::ALL.len() - 2);
+    assert_eq!(settled.count(), RuleEvent::ALL.len() - 4);
     let counted: Vec<_> = RuleEvent::ALL
         .iter()
         .filter(|e| e.applies_to(plain))
         .collect();
-    assert_eq!(counted.len(), RuleEvent::ALL.len() - 6);
+    assert_eq!(counted.len(), RuleEvent::ALL.len() - 8);
     assert!(!RuleEvent::CostCharged.applies_to(plain));
     assert!(RuleEvent::Denied.applies_to(plain));
 }

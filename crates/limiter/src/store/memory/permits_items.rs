@@ -37,12 +37,14 @@ const REFUSED: Limit = Limit {
 
 /// Decides `items` (their stored `states`, in order) at `now`: the
 /// concurrency limits by `permits::acquire`, the rate limits by
-/// sluice-core's batch or leased decision, all or nothing across both.
+/// sluice-core's batch or leased decision, all or nothing across both;
+/// refused whatever they allow when a penalty box holds one (`blocked`).
 pub(super) fn decide_items(
     items: &[StoreItem],
     states: &[Option<&[u8]>],
     now: Nanos,
     requests: u32,
+    blocked: bool,
 ) -> Decided {
     let taken: Vec<Option<Outcome>> = items
         .iter()
@@ -66,7 +68,7 @@ pub(super) fn decide_items(
         })
         .collect();
     let rates = checks.len();
-    if !permits_admit {
+    if !permits_admit || blocked {
         checks.push(Check::new(&REFUSED, None, 2));
     }
     let mut rate = if requests == 1 && items.iter().any(StoreItem::leases) {

@@ -36,6 +36,7 @@ fn push_adjust_args(args: &mut Vec<String>, item: &AdjustItem) {
         refund.to_string(),
         age.to_string(),
         "0".into(),
+        "0".into(),
     ]);
 }
 

@@ -546,6 +546,7 @@ impl Store for RedisStore {
         StoreStatus {
             up: self.up.load(Ordering::Relaxed),
             keys: None,
+            blocked: None,
         }
     }
 

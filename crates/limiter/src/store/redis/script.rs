@@ -95,6 +95,7 @@ pub(super) fn push_item_args(args: &mut Vec<String>, item: &StoreItem) {
                 "0".into(),
                 "0".into(),
                 "0".into(),
+                "0".into(),
             ]);
             return;
         }
@@ -118,6 +119,8 @@ pub(super) fn push_item_args(args: &mut Vec<String>, item: &StoreItem) {
         // Ages come in whole milliseconds: exact in microseconds.
         (item.returned_age / MICROS).to_string(),
         item.reserve.to_string(),
+        // Whole milliseconds on the wire: exact in microseconds.
+        (item.block / MICROS).to_string(),
     ]);
 }
 
@@ -147,6 +150,8 @@ fn denial_from_code(code: i64) -> Option<Denial> {
         1 => Some(Denial::OverLimit),
         2 => Some(Denial::CostExceedsCapacity),
         3 => Some(Denial::DelayTooLong),
+        4 => Some(Denial::Blocked { started: false }),
+        5 => Some(Denial::Blocked { started: true }),
         _ => None,
     }
 }
