@@ -158,6 +158,36 @@ fn a_global_block_is_the_limiters_and_cached_until_it_ends() {
 }
 
 #[test]
+fn a_limit_counted_by_outcome_blocks_locally_and_asks_the_limiter_to_block() {
+    // Local: the reserved units of 2 failures fill the limit; the third
+    // attempt is refused and starts the box.
+    let w = World::new(&rules(
+        r#"{"name":"login","key":["client_ip"],"limits":[
+            {"algorithm":"fixed_window","requests":2,"window":"1s","count_when":{"status":["401"]},"on_exceed":"block","block_for":"1m"}]}"#,
+    ));
+    let req = FakeRequest::get("/");
+    assert!(allowed(&w.eval(&req)));
+    assert!(allowed(&w.eval(&req)));
+    let d = denial_at(&w, &req, NOW);
+    assert_eq!(d.denial, Some(Denial::Blocked { started: true }));
+    assert_eq!(d.retry_after, 60 * SECOND);
+    // The window's end does not open the box.
+    let d = denial_at(&w, &req, NOW + 2 * SECOND);
+    assert_eq!(d.retry_after, 58 * SECOND);
+    assert!(RuleEvent::BlocksStarted.applies_to(&w.plan.rules[0]));
+    assert_eq!(w.metrics.count(0, RuleEvent::BlocksStarted), 1);
+    // Global: the check carries the block for the limiter to hold.
+    let w = World::new(&rules(
+        r#"{"name":"login","key":["client_ip"],"limits":[
+            {"algorithm":"fixed_window","requests":2,"window":"1s","scope":"global","count_when":{"status":["401"]},"on_exceed":"block","block_for":"1m"}]}"#,
+    ));
+    let p = pending(w.eval(&req));
+    assert!(String::from_utf8(p.body(0).to_vec())
+        .unwrap()
+        .ends_with(r#""block_ms":60000}]}"#));
+}
+
+#[test]
 fn block_settings_are_refused_where_they_do_not_apply() {
     let refused = |limit: &str| {
         let json = rules(&format!(
