@@ -39,6 +39,10 @@ CONCURRENCY_LIMIT = {"concurrency": 1_000_000}
 # A cost the response tells (a header the backend never sends: the estimate
 # stands, counted missing): the reading and the settlement, without a charge.
 RESPONSE_COST = {"cost": {"estimate": 1, "response": "header:x-usage-total"}}
+# Counted by outcome: only 401s count (the rows' direct response is a 200).
+OUTCOME = {"status": ["401"]}
+# A penalty box: a key refused over its limit is refused for a minute.
+BLOCK = {"on_exceed": "block", "block_for": "1m"}
 # A flood of one key, almost all denied.
 DENY_LIMIT = {"requests": 100, "window": "1s"}
 # A flood of one key in delay mode: the schedule could hold a second's worth
@@ -442,6 +446,22 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
             filters=sluice(sluice_config(CONCURRENCY_LIMIT))),
         Row("local-gcra-response-cost", "Sluice local gcra, one key, cost from the response "
             "(headers read, settled at the end)", filters=sluice(sluice_config(gcra, rule=RESPONSE_COST))),
+        # Charging by what happened, beside the plain rows above: a limit
+        # counted by outcome (the direct response is a 200, never a 401: each
+        # request's unit is reserved, then given back at the end; globally
+        # a check and a refund per request), and a penalty box no request
+        # reaches (what a block costs a key that is not blocked).
+        Row("local-gcra-by-outcome", "Sluice local gcra, one key, counted by outcome (401s: reserved, given back)",
+            filters=sluice(sluice_config({**gcra, "count_when": OUTCOME}))),
+        Row("global-memory-by-outcome", "Sluice global gcra, one key, counted by outcome (a check and a refund "
+            "per request), limiter memory store", store="memory",
+            filters=sluice(sluice_config({**global_gcra, "count_when": OUTCOME}, global_scope=True))),
+        Row("local-gcra-block", "Sluice local gcra, one key, penalty box (never blocked)",
+            filters=sluice(sluice_config({**gcra, **BLOCK}))),
+        Row("global-memory-block", "Sluice global gcra, one key, penalty box (never blocked), limiter memory store",
+            store="memory", filters=sluice(sluice_config({**global_gcra, **BLOCK}, global_scope=True))),
+        Row("local-deny-block", "Sluice local gcra, flood of a key in the penalty box (429 path)", expect="deny",
+            filters=sluice(sluice_config({"algorithm": "gcra", **DENY_LIMIT, **BLOCK}))),
         Row("global-memory-concurrency", "Sluice global concurrency, one key, a check and a share of a give-back "
             "call per request, limiter memory store", store="memory",
             filters=sluice(sluice_config({**CONCURRENCY_LIMIT, "scope": "global"}, global_scope=True))),

@@ -277,6 +277,22 @@ def test_the_coalesced_rows_differ_from_the_per_request_rows_only_in_sync():
     assert spread.filters == rows["global-memory-coalesce"].filters
 
 
+def test_the_outcome_and_block_rows_differ_from_the_plain_rows_only_in_their_setting():
+    rows = {r.id: r for r in setups.rows(Path("s"), Path("n"))}
+    for plain, scope in (("local-gcra", "local"), ("global-memory", "global")):
+        [p] = _limit(rows[plain])
+        [o] = _limit(rows[f"{plain}-by-outcome"])
+        [b] = _limit(rows[f"{plain}-block"])
+        assert o == {**p, "count_when": {"status": ["401"]}}
+        assert b == {**p, "on_exceed": "block", "block_for": "1m"}
+        assert p.get("scope", "local") == scope
+        for row in (rows[f"{plain}-by-outcome"], rows[f"{plain}-block"]):
+            assert row.store == rows[plain].store and row.keys == 1 and row.expect == "allow"
+    [flood] = _limit(rows["local-deny-block"])
+    assert flood == {"algorithm": "gcra", **setups.DENY_LIMIT, "on_exceed": "block", "block_for": "1m"}
+    assert rows["local-deny-block"].expect == "deny"
+
+
 def test_limiter_calls_per_request_are_reported_for_the_rows_that_call_it():
     rows = {r.id: r for r in setups.rows(Path("s"), Path("n"))}
 
