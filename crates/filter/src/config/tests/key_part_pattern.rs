@@ -188,7 +188,8 @@ fn the_description_lists_every_form() {
             "peer:dns_san",
             "peer:subject",
             "route",
-            "cluster"
+            "cluster",
+            "body:PATH"
         ]
     );
     for form in forms {
