@@ -175,8 +175,11 @@ def test_the_readme_stats_tags_turn_the_rule_into_a_prometheus_label(tmp_path):
 
         def prometheus():
             return request(e.admin_port, "/stats/prometheus").body.decode()
-        # counters reach Envoy on the filter's next flush
-        wait_until(lambda: 'sluice_denied{sluice_rule="per-ip"} 1' in prometheus(), what="the rule's denial, labelled")
+        # counters reach Envoy on each worker's next flush (the two requests
+        # may have gone to two workers)
+        flushed = ('sluice_denied{sluice_rule="per-ip"} 1', 'sluice_allowed{sluice_rule="per-ip"} 1',
+                   'sluice_allowed{sluice_rule="user_2"} 1')
+        wait_until(lambda: all(s in prometheus() for s in flushed), what="the rule's counters, labelled")
         text = prometheus()
     finally:
         e.stop()
