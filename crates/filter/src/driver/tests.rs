@@ -33,6 +33,11 @@ fn config(rules: &str) -> String {
 
 impl Sim {
     fn new(rules: &str) -> Sim {
+        Sim::configured(&config(rules))
+    }
+
+    /// A worker whose root is configured with the whole configuration `json`.
+    fn configured(json: &str) -> Sim {
         let mut sim = Sim {
             w: Worker::default(),
             h: FakeHost::default(),
@@ -41,7 +46,6 @@ impl Sim {
         sim.w.root_created(ROOT);
         sim.h.roots.push(ROOT);
         sim.h.focused = ROOT;
-        let json = config(rules);
         assert!(sim.w.configure(
             &mut sim.h,
             ROOT,

@@ -190,20 +190,7 @@ fn a_limit_a_service_holds_is_charged_from_the_root_and_its_exhausted_answer_ref
     let json = format!(
         r#"{{"domain":"t","limiter":{{"cluster":"c","protocol":"rls","failure_mode":"deny"}},"rules":[{rules}]}}"#
     );
-    let mut sim = Sim {
-        w: Worker::default(),
-        h: FakeHost::default(),
-        limiter: FakeLimiter::default(),
-    };
-    sim.w.root_created(ROOT);
-    sim.h.roots.push(ROOT);
-    sim.h.focused = ROOT;
-    assert!(sim.w.configure(
-        &mut sim.h,
-        ROOT,
-        json.as_bytes(),
-        Some([7; crate::slots::SEED_LEN])
-    ));
+    let mut sim = Sim::configured(&json);
     // A success makes no call at all, at admission or after.
     assert_eq!(sim.user(10, "a"), Action::Continue);
     sim.respond(10, &[(":status", "200")]);
