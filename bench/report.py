@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from setups import MANY_RULES, SOME_RULES
 
@@ -355,6 +356,13 @@ def targets_table(goals: list[Target]) -> list[str]:
         out += ["", f"{len(goals) - len(measured)} targets need rows this run did not measure "
                 "(`make bench-full` measures every row)."]
     return out + [""]
+
+
+def module_sizes(modules: dict[str, Path]) -> str:
+    """The size in bytes of each wasm module of the run (Envoy compiles each
+    whole before its listener takes connections: most of a plugin's start)."""
+    return ", ".join(f"{what} {path.name} {path.stat().st_size:,} B" for what, path in modules.items()
+                     if path.is_file())
 
 
 def timings_table(timings: list[Timing]) -> list[str]:

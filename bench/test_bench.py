@@ -678,3 +678,11 @@ def test_the_pushed_configurations_differ_only_in_the_matching_rules_quota():
     assert startup.sluice_rules(1)["rules"] == json.loads(
         next(r for r in setups.rows(Path("s"), Path("n")) if r.id == "local-gcra")
         .filters[0]["typed_config"]["config"]["configuration"]["value"])["rules"]
+
+
+def test_the_modules_sizes_are_reported(tmp_path):
+    sluice, noop = tmp_path / "sluice.wasm", tmp_path / "noop.wasm"
+    sluice.write_bytes(b"\0" * 709_797)
+    noop.write_bytes(b"\0" * 209_070)
+    sizes = report.module_sizes({"Sluice": sluice, "no-op filter": noop, "baseline": tmp_path / "none.wasm"})
+    assert sizes == "Sluice sluice.wasm 709,797 B, no-op filter noop.wasm 209,070 B"
