@@ -79,17 +79,16 @@ fn a_request_under_one_global_limit() {
     assert_eq!(
         calls_of(&mut sim, 10, "a"),
         [
-            "header", // :path
-            "header", // x-user, its key
-            "now",
+            "header",   // :path
+            "header",   // x-user, its key
+            "now",      // the decision's clock
             "get",      // the over-limit cache
             "dispatch", // its check
-            "header",
-            "header", // the answer's :status and content-type
-            "buffer", // the answer's body
+            "header",   // the answer's :status (200: no content-type read)
+            "buffer",   // the answer's body
             "resume",
             "add_header",
-            "add_header",
+            "add_header", // the rate-limit headers of the response
         ]
     );
 }
@@ -118,33 +117,31 @@ fn a_request_under_a_global_concurrency_limit_is_checked_by_the_root() {
     assert_eq!(
         calls,
         [
-            "header",
-            "header",
-            "now",
+            "header",  // :path
+            "header",  // x-user, its key
+            "now",     // the decision's clock
             "enqueue", // the root woken
             "dequeue",
             "dequeue", // its queue emptied
             "focus",
             "dispatch", // the root's check
             "focus",
-            "header",
-            "header",
-            "buffer",
-            "focus", // the request, from the root
-            "now",   // its permits counted as held from now
+            "header", // the answer's :status
+            "buffer", // the answer's body
+            "focus",  // the request, from the root
+            "now",    // its permits counted as held from now
             "resume",
             "focus",
             "add_header",
-            "add_header",
+            "add_header", // the rate-limit headers of the response
             "now",
             "enqueue", // the root woken to give the permit back
             "dequeue",
             "dequeue",
             "focus",
-            "dispatch",
-            "header",
-            "header",
-            "buffer",
+            "dispatch", // the give-back
+            "header",   // its answer's :status
+            "buffer",   // its answer's body
             "focus",
         ]
     );
