@@ -61,7 +61,6 @@ where
         };
         if answer.allowed {
             hold_permits(&mut tally, call);
-            note_taken(&mut tally, call);
         } else if call.shadow {
             uncounted(&mut tally, true, true);
         }
@@ -102,7 +101,19 @@ where
     match denied {
         Some(_) if can_borrow => borrow_call(plan, calls, tally),
         Some(refusal) => tally.deny(refusal, &env),
-        None => tally.admit(metrics),
+        None => {
+            // Only a request held in delay mode gives its counts back (its
+            // client may leave while it waits): no copy for the others.
+            if tally.delayed.is_some() {
+                for call in calls
+                    .iter()
+                    .filter(|c| c.answered().is_some_and(|a| a.allowed))
+                {
+                    note_taken(&mut tally, call);
+                }
+            }
+            tally.admit(metrics)
+        }
     }
 }
 
