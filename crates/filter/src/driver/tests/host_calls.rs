@@ -171,3 +171,53 @@ fn a_request_under_a_local_limit_counted_by_outcome() {
         ]
     );
 }
+
+#[test]
+fn requests_of_a_coalesced_call() {
+    let coalesced = r#"{"algorithm":"gcra","requests":1000,"window":"1s","scope":"global",
+        "sync":{"mode":"coalesce"}}"#;
+    let mut sim = Sim::new(&rule(coalesced, "header:x-user"));
+    calls_of(&mut sim, 9, "a");
+    sim.h.made.borrow_mut().clear();
+    // 10 calls alone; 11 and 12 wait for the group's next call.
+    sim.start(10, &[("x-user", "a")]);
+    let request = [
+        "header", // :path
+        "header", // x-user, its key
+        "now",    // the decision's clock
+        "get",    // the over-limit cache
+    ];
+    let mut first = request.to_vec();
+    first.push("dispatch"); // its own check
+    assert_eq!(sim.h.made.borrow_mut().drain(..).collect::<Vec<_>>(), first);
+    for context in [11, 12] {
+        sim.start(context, &[("x-user", "a")]);
+        assert_eq!(
+            sim.h.made.borrow_mut().drain(..).collect::<Vec<_>>(),
+            request,
+            "{context} joins the group: no call of its own"
+        );
+    }
+    sim.run();
+    assert_eq!(
+        sim.h.made.borrow_mut().drain(..).collect::<Vec<_>>(),
+        [
+            "header",   // 10's answer: its :status
+            "buffer",   // and body
+            "dispatch", // the group's call for 11 and 12, which 10 carries
+            "header",   // its answer's :status
+            "buffer",   // and body, read once for the batch
+            "focus",    // 11, from the context the answer came to
+            "resume", "focus", // 12
+            "resume", "focus", // 10, once the call it carried is answered
+            "resume",
+        ]
+    );
+    for context in [10, 11, 12] {
+        sim.respond(context, &[]);
+        assert_eq!(
+            sim.h.made.borrow_mut().drain(..).collect::<Vec<_>>(),
+            ["add_header", "add_header"], // the rate-limit headers
+        );
+    }
+}
