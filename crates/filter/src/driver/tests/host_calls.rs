@@ -221,3 +221,30 @@ fn requests_of_a_coalesced_call() {
         );
     }
 }
+
+#[test]
+fn a_failed_answer_reads_its_content_type_for_the_reason() {
+    use crate::metrics::GlobalEvent;
+    let global = r#"{"algorithm":"gcra","requests":1000,"window":"1s","scope":"global"}"#;
+    let answers = [
+        ("500", "application/json", GlobalEvent::LimiterStatus),
+        ("503", "text/plain", GlobalEvent::LimiterUnreachable),
+        ("504", "text/plain", GlobalEvent::LimiterTimeout),
+    ];
+    for (status, content_type, event) in answers {
+        let mut sim = Sim::new(&rule(global, "header:x-user"));
+        sim.user(10, "a");
+        let token = sim.h.calls[0].token;
+        sim.h.calls.clear();
+        sim.h.made.borrow_mut().clear();
+        sim.h.answer = (status.into(), content_type.into(), Vec::new());
+        sim.h.focused = 10;
+        sim.w
+            .answered(&mut sim.h, 10, token, Answer::Http { body_size: 0 });
+        let made = sim.h.made.borrow().clone();
+        // :status, then content-type: the limiter's JSON or Envoy's reply.
+        assert_eq!(made[..2], ["header", "header"], "{status}");
+        assert_eq!(sim.h.recorded.sink.count_global(event), 1, "{status}");
+        assert_eq!(sim.replied(10), Some(429), "failure_mode deny");
+    }
+}
