@@ -9,16 +9,17 @@
 //! ends with the request; the root lives as long as the worker). The host
 //! makes the calls; this type only keeps who waits for what.
 
-use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
 
 /// The groups of one worker; `T` is what a waiting request leaves behind
 /// (its pending check).
 #[derive(Debug)]
 pub struct Coalescer<T> {
-    groups: HashMap<Vec<u8>, Group<T>>,
-    /// The group each waiting request is in, by context id.
-    member_of: HashMap<u32, Vec<u8>>,
+    groups: HashMap<Rc<[u8]>, Group<T>>,
+    /// The group each waiting request is in, by context id (its key
+    /// shared, not copied).
+    member_of: HashMap<u32, Rc<[u8]>>,
 }
 
 impl<T> Default for Coalescer<T> {
@@ -32,6 +33,8 @@ impl<T> Default for Coalescer<T> {
 
 #[derive(Debug)]
 struct Group<T> {
+    /// Its signature, the key it is stored under.
+    key: Rc<[u8]>,
     /// A call of this check is in flight.
     in_flight: bool,
     /// Requests waiting for the next call, in arrival order.
@@ -60,21 +63,22 @@ impl<T> Coalescer<T> {
         payload: T,
         max_waiting: usize,
     ) -> Joined<T> {
-        let group = match self.groups.entry(signature.to_vec()) {
-            Entry::Vacant(v) => {
-                v.insert(Group {
-                    in_flight: true,
-                    waiting: VecDeque::new(),
-                });
-                return Joined::Call(payload);
-            }
-            Entry::Occupied(o) => o.into_mut(),
+        // Found without copying the signature: only a new group keeps one.
+        let Some(group) = self.groups.get_mut(signature) else {
+            let key: Rc<[u8]> = Rc::from(signature);
+            let group = Group {
+                key: Rc::clone(&key),
+                in_flight: true,
+                waiting: VecDeque::new(),
+            };
+            self.groups.insert(key, group);
+            return Joined::Call(payload);
         };
         if group.waiting.len() >= max_waiting {
             return Joined::Full(payload);
         }
         group.waiting.push_back((context, payload));
-        self.member_of.insert(context, signature.to_vec());
+        self.member_of.insert(context, Rc::clone(&group.key));
         Joined::Waiting
     }
 
@@ -122,7 +126,7 @@ impl<T> Coalescer<T> {
         self.groups
             .iter()
             .filter(|(_, g)| !g.in_flight && !g.waiting.is_empty())
-            .map(|(s, _)| s.clone())
+            .map(|(s, _)| s.to_vec())
             .collect()
     }
 

@@ -37,12 +37,15 @@ pub(super) fn http_answer<H: Host>(
 
 fn read_answer<H: Host>(host: &H, body_size: usize) -> Result<Vec<u8>, CallFailure> {
     let status = host.header(Map::CallAnswerHeaders, ":status");
-    // The limiter's own answers are JSON; Envoy's local replies are not.
-    let from_limiter = host
-        .header(Map::CallAnswerHeaders, "content-type")
-        .is_some_and(|c| c.starts_with("application/json"));
-    if let Some(failure) = CallFailure::of_http(status.as_deref(), from_limiter) {
-        return Err(failure);
+    if status.as_deref() != Some("200") {
+        // Only a failure's reason needs the content type: the limiter's
+        // own answers are JSON, Envoy's local replies are not.
+        let from_limiter = host
+            .header(Map::CallAnswerHeaders, "content-type")
+            .is_some_and(|c| c.starts_with("application/json"));
+        if let Some(failure) = CallFailure::of_http(status.as_deref(), from_limiter) {
+            return Err(failure);
+        }
     }
     host.buffer(Buffer::CallAnswerBody, body_size)
         .ok_or(CallFailure::Unreadable)

@@ -118,9 +118,10 @@ fn check<H: Host>(
     }
     // The root carries out a group's outcomes, without a snapshot of
     // headers.
-    let signature = match pending.coalescable() {
-        Some(signature) if req.shown.is_none() => signature.to_vec(),
-        _ => return call_limiter(w, host, context, req, runtime, pending, None),
+    let mut pending = pending;
+    let signature = match req.shown.is_none().then(|| pending.take_signature()) {
+        Some(Some(signature)) => signature,
+        Some(None) | None => return call_limiter(w, host, context, req, runtime, pending, None),
     };
     let member = Member {
         runtime: Rc::clone(runtime),
@@ -131,9 +132,13 @@ fn check<H: Host>(
             req.phase = Phase::Grouped;
             Action::Pause
         }
-        Joined::Full(member) => call_limiter(w, host, context, req, runtime, member.pending, None),
-        Joined::Call(member) => {
-            let group = Some(signature);
+        Joined::Full(mut member) => {
+            member.pending.restore_signature(signature);
+            call_limiter(w, host, context, req, runtime, member.pending, None)
+        }
+        Joined::Call(mut member) => {
+            let group = Some(signature.clone());
+            member.pending.restore_signature(signature);
             call_limiter(w, host, context, req, runtime, member.pending, group)
         }
     }

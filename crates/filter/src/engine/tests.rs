@@ -835,6 +835,20 @@ fn a_global_limit_in_delay_mode_holds_for_the_limiters_delay() {
     assert_eq!(*w.metrics.delays.borrow(), vec![(0, 300 * MILLISECOND)]);
 }
 
+#[test]
+fn a_global_limit_held_in_delay_mode_gives_back_what_the_limiter_counted() {
+    let w = World::new(&rules(
+        r#"{"name":"g","key":["client_ip"],"limits":[
+            {"algorithm":"gcra","requests":10,"window":"1s","burst":1,"scope":"global","on_exceed":"delay","max_delay":"1s"}]}"#,
+    ));
+    let p = pending(w.eval(&FakeRequest::get("/")));
+    let answer = r#"{"allowed":true,"limits":[{"allowed":true,"limit":10,"remaining":0,"reset_ms":400,"retry_after_ms":0,"delay_ms":300}]}"#;
+    let d = delayed(w.finish(p, Some(answer.to_string())));
+    let taken = d.give_back(&w.plan, &w.store, &w.metrics, 0);
+    let keys: Vec<(&str, Option<u64>)> = taken.iter().map(|s| (&*s.key, s.hits)).collect();
+    assert_eq!(keys, [("g/0/203.0.113.7", Some(1))]);
+}
+
 /// Admitted requests of `req` before the first denial (at most 100).
 fn admitted_in_a_row(w: &World, req: &FakeRequest) -> usize {
     (0..100).take_while(|_| allowed(&w.eval(req))).count()

@@ -79,17 +79,16 @@ fn a_request_under_one_global_limit() {
     assert_eq!(
         calls_of(&mut sim, 10, "a"),
         [
-            "header", // :path
-            "header", // x-user, its key
-            "now",
+            "header",   // :path
+            "header",   // x-user, its key
+            "now",      // the decision's clock
             "get",      // the over-limit cache
             "dispatch", // its check
-            "header",
-            "header", // the answer's :status and content-type
-            "buffer", // the answer's body
+            "header",   // the answer's :status (200: no content-type read)
+            "buffer",   // the answer's body
             "resume",
             "add_header",
-            "add_header",
+            "add_header", // the rate-limit headers of the response
         ]
     );
 }
@@ -118,33 +117,31 @@ fn a_request_under_a_global_concurrency_limit_is_checked_by_the_root() {
     assert_eq!(
         calls,
         [
-            "header",
-            "header",
-            "now",
+            "header",  // :path
+            "header",  // x-user, its key
+            "now",     // the decision's clock
             "enqueue", // the root woken
             "dequeue",
             "dequeue", // its queue emptied
             "focus",
             "dispatch", // the root's check
             "focus",
-            "header",
-            "header",
-            "buffer",
-            "focus", // the request, from the root
-            "now",   // its permits counted as held from now
+            "header", // the answer's :status
+            "buffer", // the answer's body
+            "focus",  // the request, from the root
+            "now",    // its permits counted as held from now
             "resume",
             "focus",
             "add_header",
-            "add_header",
+            "add_header", // the rate-limit headers of the response
             "now",
             "enqueue", // the root woken to give the permit back
             "dequeue",
             "dequeue",
             "focus",
-            "dispatch",
-            "header",
-            "header",
-            "buffer",
+            "dispatch", // the give-back
+            "header",   // its answer's :status
+            "buffer",   // its answer's body
             "focus",
         ]
     );
@@ -173,4 +170,81 @@ fn a_request_under_a_local_limit_counted_by_outcome() {
             "now", // the settlement's clock (no status: the unit is kept)
         ]
     );
+}
+
+#[test]
+fn requests_of_a_coalesced_call() {
+    let coalesced = r#"{"algorithm":"gcra","requests":1000,"window":"1s","scope":"global",
+        "sync":{"mode":"coalesce"}}"#;
+    let mut sim = Sim::new(&rule(coalesced, "header:x-user"));
+    calls_of(&mut sim, 9, "a");
+    sim.h.made.borrow_mut().clear();
+    // 10 calls alone; 11 and 12 wait for the group's next call.
+    sim.start(10, &[("x-user", "a")]);
+    let request = [
+        "header", // :path
+        "header", // x-user, its key
+        "now",    // the decision's clock
+        "get",    // the over-limit cache
+    ];
+    let mut first = request.to_vec();
+    first.push("dispatch"); // its own check
+    assert_eq!(sim.h.made.borrow_mut().drain(..).collect::<Vec<_>>(), first);
+    for context in [11, 12] {
+        sim.start(context, &[("x-user", "a")]);
+        assert_eq!(
+            sim.h.made.borrow_mut().drain(..).collect::<Vec<_>>(),
+            request,
+            "{context} joins the group: no call of its own"
+        );
+    }
+    sim.run();
+    assert_eq!(
+        sim.h.made.borrow_mut().drain(..).collect::<Vec<_>>(),
+        [
+            "header",   // 10's answer: its :status
+            "buffer",   // and body
+            "dispatch", // the group's call for 11 and 12, which 10 carries
+            "header",   // its answer's :status
+            "buffer",   // and body, read once for the batch
+            "focus",    // 11, from the context the answer came to
+            "resume", "focus", // 12
+            "resume", "focus", // 10, once the call it carried is answered
+            "resume",
+        ]
+    );
+    for context in [10, 11, 12] {
+        sim.respond(context, &[]);
+        assert_eq!(
+            sim.h.made.borrow_mut().drain(..).collect::<Vec<_>>(),
+            ["add_header", "add_header"], // the rate-limit headers
+        );
+    }
+}
+
+#[test]
+fn a_failed_answer_reads_its_content_type_for_the_reason() {
+    use crate::metrics::GlobalEvent;
+    let global = r#"{"algorithm":"gcra","requests":1000,"window":"1s","scope":"global"}"#;
+    let answers = [
+        ("500", "application/json", GlobalEvent::LimiterStatus),
+        ("503", "text/plain", GlobalEvent::LimiterUnreachable),
+        ("504", "text/plain", GlobalEvent::LimiterTimeout),
+    ];
+    for (status, content_type, event) in answers {
+        let mut sim = Sim::new(&rule(global, "header:x-user"));
+        sim.user(10, "a");
+        let token = sim.h.calls[0].token;
+        sim.h.calls.clear();
+        sim.h.made.borrow_mut().clear();
+        sim.h.answer = (status.into(), content_type.into(), Vec::new());
+        sim.h.focused = 10;
+        sim.w
+            .answered(&mut sim.h, 10, token, Answer::Http { body_size: 0 });
+        let made = sim.h.made.borrow().clone();
+        // :status, then content-type: the limiter's JSON or Envoy's reply.
+        assert_eq!(made[..2], ["header", "header"], "{status}");
+        assert_eq!(sim.h.recorded.sink.count_global(event), 1, "{status}");
+        assert_eq!(sim.replied(10), Some(429), "failure_mode deny");
+    }
 }

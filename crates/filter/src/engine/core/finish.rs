@@ -61,7 +61,6 @@ where
         };
         if answer.allowed {
             hold_permits(&mut tally, call);
-            note_taken(&mut tally, call);
         } else if call.shadow {
             uncounted(&mut tally, true, true);
         }
@@ -102,7 +101,7 @@ where
     match denied {
         Some(_) if can_borrow => borrow_call(plan, calls, tally),
         Some(refusal) => tally.deny(refusal, &env),
-        None => tally.admit(metrics),
+        None => note_taken(tally, &calls).admit(metrics),
     }
 }
 
@@ -121,20 +120,24 @@ fn uncounted(tally: &mut Tally, shadow: bool, forget: bool) {
     }
 }
 
-/// Notes the global rate limits the answered enforcing `call` consumed,
-/// once it admitted: what a request held in delay mode gives back if its
-/// client leaves.
-fn note_taken<F: FollowUp>(tally: &mut Tally, call: &Call<F>) {
-    if call.shadow {
-        return;
+/// Notes the global rate limits the answered enforcing calls consumed,
+/// once they admitted: what a request held in delay mode gives back if its
+/// client leaves. Only such a request copies them.
+fn note_taken<F: FollowUp>(mut tally: Tally, calls: &[Call<F>]) -> Tally {
+    if tally.delayed.is_none() {
+        return tally;
     }
-    let (specs, _) = call.batch.since(0);
-    let items = call.batch.items.iter().filter(|i| i.spec().is_some());
-    for (item, spec) in items.zip(specs) {
-        if item.follow.counted_alone() {
-            tally.taken.push(spec);
+    let admitted = calls.iter().filter(|c| !c.shadow);
+    for call in admitted.filter(|c| c.answered().is_some_and(|a| a.allowed)) {
+        let (specs, _) = call.batch.since(0);
+        let items = call.batch.items.iter().filter(|i| i.spec().is_some());
+        for (item, spec) in items.zip(specs) {
+            if item.follow.counted_alone() {
+                tally.taken.push(spec);
+            }
         }
     }
+    tally
 }
 
 /// Notes the permits the admitted `call` took (a denied check takes

@@ -57,6 +57,23 @@ impl<F: FollowUp> PendingCheck<F> {
         (!call.shadow && !self.borrowing && all).then_some(call.body.as_slice())
     }
 
+    /// Takes the request's check out as its group's signature, when it may
+    /// share calls ([`coalescable`](Self::coalescable)): a request that
+    /// waits for its group's call sends no body of its own, so the body is
+    /// not copied. Put it back ([`restore_signature`](Self::restore_signature))
+    /// before the request makes its own call.
+    pub fn take_signature(&mut self) -> Option<Vec<u8>> {
+        self.coalescable()?;
+        self.calls.first_mut().map(|c| std::mem::take(&mut c.body))
+    }
+
+    /// Puts back the body [`take_signature`](Self::take_signature) took.
+    pub fn restore_signature(&mut self, body: Vec<u8>) {
+        if let Some(call) = self.calls.first_mut() {
+            call.body = body;
+        }
+    }
+
     /// The body of one call carrying `n` requests with this check.
     pub fn batch_body(&self, domain: &str, n: u32) -> Vec<u8> {
         let Some(call) = self.calls.first() else {

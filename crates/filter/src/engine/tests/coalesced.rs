@@ -41,6 +41,26 @@ fn only_coalescing_enforcing_checks_share_calls() {
 }
 
 #[test]
+fn a_waiting_requests_signature_is_its_body_taken_out_and_put_back() {
+    let w = World::new(&rules(COALESCED));
+    let mut p = pending(w.eval(&FakeRequest::get("/")));
+    let body = p.body(0).to_vec();
+    let signature = p.take_signature();
+    assert_eq!(signature.as_deref(), Some(body.as_slice()));
+    // A waiting request's share is read from its specs, not its body.
+    assert_eq!(p.body(0), b"");
+    assert!(!p.batch_body("t", 2).is_empty());
+    p.restore_signature(signature.unwrap_or_default());
+    assert_eq!(p.body(0), body.as_slice());
+    // A check that calls alone keeps its body.
+    let w = World::new(&rules(GLOBAL));
+    let mut alone = pending(w.eval(&FakeRequest::get("/")));
+    let body = alone.body(0).to_vec();
+    assert_eq!(alone.take_signature(), None);
+    assert_eq!(alone.body(0), body.as_slice());
+}
+
+#[test]
 fn a_batch_body_carries_the_count() {
     let w = World::new(&rules(COALESCED));
     let p = pending(w.eval(&FakeRequest::get("/")));
