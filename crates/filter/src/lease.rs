@@ -13,11 +13,15 @@
 //! time; one that expires with units left asks for what was used. Units left
 //! when a lease is replaced are returned to the limiter with the next ask.
 //!
-//! A lease is renewed before it runs out: the request that brings it below
-//! half of its grant spends as the others do and starts a renewal, a call
-//! no request waits for, while the others go on spending what is left; the
-//! new units join the lease. So a busy key makes one call per grant and no
-//! request waits for it while units are left.
+//! A lease is renewed before it runs out: the request that brings it low
+//! spends as the others do and starts a renewal, a call no request waits
+//! for, while the others go on spending what is left; the new units join
+//! the lease. So a busy key makes one call per grant and no request waits
+//! for it while units are left. "Low" is below half of the grant until a
+//! renewal has come back; then below [`LAG_MARGIN`] times the units spent
+//! while the last renewal was out (never above half): a renewal asks for
+//! what the share leaves, so the later it starts, the more it brings and
+//! the rarer the calls, and the margin keeps units in hand until it comes.
 
 use crate::local::{measure_and_replace, Contended, SharedStore};
 use sluice_core::Nanos;
@@ -43,10 +47,16 @@ pub struct Lease {
     pub remaining: u64,
     /// When the limiter reported the key's quota full again.
     pub reset_at: Nanos,
+    /// Units spent while the last renewal was out (0: none came back yet).
+    pub lag: u64,
 }
 
-const VERSION: u8 = 1;
-const SIZE: usize = 1 + 8 * 9;
+/// A lease renews when it has fewer units left than this many times the
+/// units spent while its last renewal was out.
+pub const LAG_MARGIN: u64 = 4;
+
+const VERSION: u8 = 2;
+const SIZE: usize = 1 + 8 * 10;
 
 impl Lease {
     fn encode(&self) -> [u8; SIZE] {
@@ -62,6 +72,7 @@ impl Lease {
             self.asking_until,
             self.remaining,
             self.reset_at,
+            self.lag,
         ];
         for (chunk, field) in out[1..].chunks_exact_mut(8).zip(fields) {
             chunk.copy_from_slice(&field.to_le_bytes());
@@ -87,6 +98,7 @@ impl Lease {
             asking_until: next(),
             remaining: next(),
             reset_at: next(),
+            lag: next(),
         })
     }
 }
@@ -166,7 +178,7 @@ fn start(
 }
 
 /// [`take`] from a lease with `weight` units left: spends them and, when
-/// that brings it below half of its grant and no ask is awaited, starts
+/// that brings it low ([`renews_below`]) and no ask is awaited, starts
 /// renewing it early (twice the grant, within the share).
 fn spend_from(
     lease: Lease,
@@ -183,7 +195,7 @@ fn spend_from(
         left: after,
         ..lease
     };
-    if asking || after >= lease.granted / 2 || ask == 0 {
+    if asking || after >= renews_below(&lease) || ask == 0 {
         let take = Take::Spent {
             granted_at: lease.granted_at,
             lease: spent,
@@ -201,6 +213,17 @@ fn spend_from(
         ask,
     };
     (Some(renewing), take)
+}
+
+/// Below how many units left `lease` is renewed: half of its grant, or,
+/// once a renewal came back, [`LAG_MARGIN`] times the units spent while it
+/// was out if that is fewer.
+fn renews_below(lease: &Lease) -> u64 {
+    let half = lease.granted / 2;
+    match lease.lag {
+        0 => half,
+        lag => lag.saturating_mul(LAG_MARGIN).min(half),
+    }
 }
 
 /// [`take`] from a lease run out or expired, with no ask awaited: asks for
@@ -260,20 +283,33 @@ pub fn spend<S: SharedStore + ?Sized>(
     })
 }
 
-/// A grant arrived: `units` (maybe 0) asked for at `asked_at`, usable until
-/// `expires_at`; the limiter reported `remaining` and a reset at `reset_at`.
-/// Ends the ask; the units join what is left of the key's lease. Returns
-/// the units this Envoy now holds for the key.
-#[allow(clippy::too_many_arguments)]
+/// A grant that arrived, for [`grant`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    /// When it was asked for (the filter's clock).
+    pub asked_at: Nanos,
+    /// The units granted (maybe 0).
+    pub units: u64,
+    /// Until when they may be spent.
+    pub expires_at: Nanos,
+    /// What the limiter reported remaining after the grant.
+    pub remaining: u64,
+    /// When the limiter reported the key's quota full again.
+    pub reset_at: Nanos,
+    /// A renewal's: the units the lease had left when it asked (`None`: a
+    /// request asked with its check).
+    pub renewed: Option<u64>,
+}
+
+/// `grant` arrived for the key `fingerprint` at `key`: ends the ask; the
+/// units join what is left of the key's lease, and a renewal's notes the
+/// units spent while it was out. Returns the units this Envoy now holds for
+/// the key.
 pub fn grant<S: SharedStore + ?Sized>(
     store: &S,
     key: &str,
     fingerprint: u64,
-    asked_at: Nanos,
-    units: u64,
-    expires_at: Nanos,
-    remaining: u64,
-    reset_at: Nanos,
+    grant: &Grant,
 ) -> Result<u64, Contended> {
     measure_and_replace(store, key, |value| {
         let Some(lease) = value.and_then(Lease::decode) else {
@@ -285,21 +321,35 @@ pub fn grant<S: SharedStore + ?Sized>(
             // ends).
             return (None, 0);
         }
+        // Units in hand that ended before this grant was asked for (a grant
+        // that came after its lease ended, while a newer ask was out) never
+        // join it: spent under its end, they could outlive their window.
+        let kept = if lease.expires_at > grant.asked_at {
+            lease.left
+        } else {
+            0
+        };
         // Units still in hand keep their (older) grant time: a return of
         // them then gives back no more than it should.
-        let granted_at = if lease.left > 0 {
+        let granted_at = if kept > 0 {
             lease.granted_at
         } else {
-            asked_at
+            grant.asked_at
         };
+        let lag = match grant.renewed {
+            Some(left) => left.saturating_sub(lease.left).max(1),
+            None => lease.lag,
+        };
+        let left = kept.saturating_add(grant.units);
         let granted = Lease {
-            left: lease.left.saturating_add(units),
-            granted: lease.left.saturating_add(units),
+            left,
+            granted: left,
             granted_at,
-            expires_at,
+            expires_at: grant.expires_at,
             asking_until: 0,
-            remaining,
-            reset_at,
+            remaining: grant.remaining,
+            reset_at: grant.reset_at,
+            lag,
             ..lease
         };
         (Some(granted.encode()), granted.left)
@@ -371,6 +421,27 @@ mod tests {
         }
     }
 
+    /// A grant of `units` to key `fingerprint`, asked with a request's check.
+    fn give(
+        s: &MemoryStore,
+        fingerprint: u64,
+        asked_at: Nanos,
+        units: u64,
+        expires_at: Nanos,
+        remaining: u64,
+        reset_at: Nanos,
+    ) -> Result<u64, Contended> {
+        let g = Grant {
+            asked_at,
+            units,
+            expires_at,
+            remaining,
+            reset_at,
+            renewed: None,
+        };
+        grant(s, K, fingerprint, &g)
+    }
+
     /// The lease after a request that spent and started a renewal, and the
     /// units the renewal asks for.
     fn renewed(t: Take) -> (Lease, u64) {
@@ -394,7 +465,7 @@ mod tests {
         );
         // While the ask is awaited, other requests check alone.
         assert_eq!(take(&s, K, 7, MS, 1, 100, 50 * MS).unwrap(), ask_alone());
-        grant(&s, K, 7, 0, 1, 100 * MS, 50, 1000 * MS).unwrap();
+        give(&s, 7, 0, 1, 100 * MS, 50, 1000 * MS).unwrap();
         assert_eq!(
             spent(take(&s, K, 7, 2 * MS, 1, 100, 50 * MS).unwrap()).left,
             0
@@ -409,7 +480,7 @@ mod tests {
                 age: 3 * MS
             }
         );
-        grant(&s, K, 7, 3 * MS, 2, 103 * MS, 40, 1000 * MS).unwrap();
+        give(&s, 7, 3 * MS, 2, 103 * MS, 40, 1000 * MS).unwrap();
         spent(take(&s, K, 7, 4 * MS, 1, 100, 50 * MS).unwrap());
         // Spending the last unit leaves less than half the grant: spent,
         // and renewed early, doubled.
@@ -421,7 +492,7 @@ mod tests {
     fn an_expired_lease_returns_its_units_and_asks_for_what_was_used() {
         let s = MemoryStore::default();
         take(&s, K, 7, 0, 1, 100, 50 * MS).unwrap();
-        grant(&s, K, 7, 0, 10, 100 * MS, 50, 1000 * MS).unwrap();
+        give(&s, 7, 0, 10, 100 * MS, 50, 1000 * MS).unwrap();
         for _ in 0..3 {
             spent(take(&s, K, 7, MS, 1, 100, 50 * MS).unwrap());
         }
@@ -440,7 +511,7 @@ mod tests {
     fn asks_never_exceed_the_share() {
         let s = MemoryStore::default();
         take(&s, K, 7, 0, 1, 4, 50 * MS).unwrap();
-        grant(&s, K, 7, 0, 4, 100 * MS, 50, 1000 * MS).unwrap();
+        give(&s, 7, 0, 4, 100 * MS, 50, 1000 * MS).unwrap();
         for _ in 0..2 {
             spent(take(&s, K, 7, MS, 1, 4, 50 * MS).unwrap());
         }
@@ -453,7 +524,7 @@ mod tests {
     fn a_heavier_request_than_what_is_left_asks_and_returns_the_rest() {
         let s = MemoryStore::default();
         take(&s, K, 7, 0, 1, 100, 50 * MS).unwrap();
-        grant(&s, K, 7, 0, 3, 100 * MS, 50, 1000 * MS).unwrap();
+        give(&s, 7, 0, 3, 100 * MS, 50, 1000 * MS).unwrap();
         spent(take(&s, K, 7, MS, 2, 100, 50 * MS).unwrap());
         let t = take(&s, K, 7, 2 * MS, 2, 100, 50 * MS).unwrap();
         assert_eq!(
@@ -483,10 +554,10 @@ mod tests {
     fn another_key_in_the_slot_is_left_alone_while_its_lease_runs() {
         let s = MemoryStore::default();
         take(&s, K, 7, 0, 1, 100, 50 * MS).unwrap();
-        grant(&s, K, 7, 0, 5, 100 * MS, 50, 1000 * MS).unwrap();
+        give(&s, 7, 0, 5, 100 * MS, 50, 1000 * MS).unwrap();
         assert_eq!(take(&s, K, 8, MS, 1, 100, 50 * MS).unwrap(), ask_alone());
         // A grant for a key that lost the slot is dropped.
-        grant(&s, K, 8, 0, 5, 100 * MS, 50, 1000 * MS).unwrap();
+        give(&s, 8, 0, 5, 100 * MS, 50, 1000 * MS).unwrap();
         assert_eq!(spent(take(&s, K, 7, MS, 1, 100, 50 * MS).unwrap()).left, 4);
         // Once it expired, the other key takes the slot.
         let t = take(&s, K, 8, 200 * MS, 1, 100, 50 * MS).unwrap();
@@ -507,7 +578,7 @@ mod tests {
     fn a_cancelled_ask_keeps_its_units_for_the_next_one() {
         let s = MemoryStore::default();
         take(&s, K, 7, 0, 1, 100, 50 * MS).unwrap();
-        grant(&s, K, 7, 0, 5, 100 * MS, 50, 1000 * MS).unwrap();
+        give(&s, 7, 0, 5, 100 * MS, 50, 1000 * MS).unwrap();
         spent(take(&s, K, 7, MS, 1, 100, 50 * MS).unwrap());
         let t = take(&s, K, 7, 200 * MS, 1, 100, 50 * MS).unwrap();
         assert_eq!(
@@ -527,7 +598,7 @@ mod tests {
     fn a_lease_running_low_is_renewed_while_the_rest_is_spent() {
         let s = MemoryStore::default();
         take(&s, K, 7, 0, 1, 100, 50 * MS).unwrap();
-        grant(&s, K, 7, 0, 8, 100 * MS, 50, 1000 * MS).unwrap();
+        give(&s, 7, 0, 8, 100 * MS, 50, 1000 * MS).unwrap();
         for left in [7, 6, 5, 4] {
             assert_eq!(
                 spent(take(&s, K, 7, MS, 1, 100, 50 * MS).unwrap()).left,
@@ -549,7 +620,7 @@ mod tests {
             ask_alone()
         );
         // All old units were spent by the grant: it has its own time.
-        grant(&s, K, 7, 2 * MS, 16, 102 * MS, 30, 1000 * MS).unwrap();
+        give(&s, 7, 2 * MS, 16, 102 * MS, 30, 1000 * MS).unwrap();
         let t = take(&s, K, 7, 4 * MS, 1, 100, 50 * MS).unwrap();
         assert!(
             matches!(
@@ -579,7 +650,7 @@ mod tests {
             ),
             "{t:?}"
         );
-        assert_eq!(grant(&s, K, 7, 6 * MS, 32, 106 * MS, 30, 1000 * MS), Ok(39));
+        assert_eq!(give(&s, 7, 6 * MS, 32, 106 * MS, 30, 1000 * MS), Ok(39));
         let t = take(&s, K, 7, 7 * MS, 1, 100, 50 * MS).unwrap();
         assert!(
             matches!(
@@ -597,7 +668,7 @@ mod tests {
     fn renewals_never_hold_more_than_the_share() {
         let s = MemoryStore::default();
         take(&s, K, 7, 0, 1, 10, 50 * MS).unwrap();
-        grant(&s, K, 7, 0, 8, 100 * MS, 50, 1000 * MS).unwrap();
+        give(&s, 7, 0, 8, 100 * MS, 50, 1000 * MS).unwrap();
         for _ in 0..4 {
             spent(take(&s, K, 7, MS, 1, 10, 50 * MS).unwrap());
         }
@@ -610,7 +681,7 @@ mod tests {
     fn spend_takes_what_is_left_whatever_the_renewal() {
         let s = MemoryStore::default();
         take(&s, K, 7, 0, 1, 100, 50 * MS).unwrap();
-        grant(&s, K, 7, 0, 2, 100 * MS, 50, 1000 * MS).unwrap();
+        give(&s, 7, 0, 2, 100 * MS, 50, 1000 * MS).unwrap();
         assert_eq!(spend(&s, K, 7, MS, 2).unwrap().map(|l| l.left), Some(0));
         assert_eq!(spend(&s, K, 7, MS, 1).unwrap(), None);
         assert_eq!(spend(&s, K, 8, MS, 1).unwrap(), None);
@@ -620,7 +691,7 @@ mod tests {
     fn give_back_returns_units_to_the_same_lease_only() {
         let s = MemoryStore::default();
         take(&s, K, 7, 0, 1, 100, 50 * MS).unwrap();
-        grant(&s, K, 7, 0, 5, 100 * MS, 50, 1000 * MS).unwrap();
+        give(&s, 7, 0, 5, 100 * MS, 50, 1000 * MS).unwrap();
         let Take::Spent { granted_at, .. } = take(&s, K, 7, MS, 2, 100, 50 * MS).unwrap() else {
             panic!()
         };
@@ -628,5 +699,85 @@ mod tests {
         assert_eq!(spent(take(&s, K, 7, MS, 1, 100, 50 * MS).unwrap()).left, 4);
         give_back(&s, K, 7, granted_at + 1, 2).unwrap();
         assert_eq!(spent(take(&s, K, 7, MS, 1, 100, 50 * MS).unwrap()).left, 3);
+    }
+
+    /// A renewal's grant, asked when the lease had `left` units.
+    fn renewal(s: &MemoryStore, asked_at: Nanos, units: u64, left: u64) -> u64 {
+        let g = Grant {
+            asked_at,
+            units,
+            expires_at: asked_at + 100 * MS,
+            remaining: 50,
+            reset_at: 1000 * MS,
+            renewed: Some(left),
+        };
+        grant(s, K, 7, &g).unwrap()
+    }
+
+    #[test]
+    fn once_a_renewal_came_back_the_next_starts_at_the_margin_over_its_lag() {
+        let s = MemoryStore::default();
+        take(&s, K, 7, 0, 1, 100, 50 * MS).unwrap();
+        give(&s, 7, 0, 100, 100 * MS, 50, 1000 * MS).unwrap();
+        // No renewal came back yet: renewed below half of the grant.
+        for left in (50..100).rev() {
+            assert_eq!(
+                spent(take(&s, K, 7, MS, 1, 100, 50 * MS).unwrap()).left,
+                left
+            );
+        }
+        let (lease, ask) = renewed(take(&s, K, 7, MS, 1, 100, 50 * MS).unwrap());
+        assert_eq!((lease.left, ask), (49, 51));
+        // 3 units spent while it was out: 46 + 51 = 97 held, lag 3.
+        for _ in 0..3 {
+            spent(take(&s, K, 7, MS, 1, 100, 50 * MS).unwrap());
+        }
+        assert_eq!(renewal(&s, MS, 51, 49), 97);
+        // Renewed below 4 × 3 = 12 left, for what the share leaves: 89.
+        for left in (12..97).rev() {
+            assert_eq!(
+                spent(take(&s, K, 7, 2 * MS, 1, 100, 50 * MS).unwrap()).left,
+                left
+            );
+        }
+        let (lease, ask) = renewed(take(&s, K, 7, 2 * MS, 1, 100, 50 * MS).unwrap());
+        assert_eq!((lease.left, lease.lag, ask), (11, 3, 89));
+        // It ran dry before coming back: the lag is all 11 (a request
+        // checked alone), so the next renewal starts earlier, below
+        // 4 × 11 = 44 (half of the 89 held).
+        for _ in 0..11 {
+            spent(take(&s, K, 7, 3 * MS, 1, 100, 50 * MS).unwrap());
+        }
+        assert_eq!(
+            take(&s, K, 7, 3 * MS, 1, 100, 50 * MS).unwrap(),
+            ask_alone()
+        );
+        assert_eq!(renewal(&s, 2 * MS, 89, 11), 89);
+        for left in (44..89).rev() {
+            assert_eq!(
+                spent(take(&s, K, 7, 4 * MS, 1, 100, 50 * MS).unwrap()).left,
+                left
+            );
+        }
+        let (lease, ask) = renewed(take(&s, K, 7, 4 * MS, 1, 100, 50 * MS).unwrap());
+        assert_eq!((lease.left, lease.lag, ask), (43, 11, 57));
+    }
+
+    #[test]
+    fn a_failed_renewal_grants_nothing_and_keeps_what_is_left() {
+        let s = MemoryStore::default();
+        take(&s, K, 7, 0, 1, 10, 50 * MS).unwrap();
+        give(&s, 7, 0, 10, 100 * MS, 50, 1000 * MS).unwrap();
+        for _ in 0..5 {
+            spent(take(&s, K, 7, MS, 1, 10, 50 * MS).unwrap());
+        }
+        let (lease, ask) = renewed(take(&s, K, 7, MS, 1, 10, 50 * MS).unwrap());
+        assert_eq!((lease.left, ask), (4, 6));
+        // Nothing granted (the call failed): the ask ends, 4 units stay.
+        assert_eq!(renewal(&s, MS, 0, 4), 4);
+        assert_eq!(
+            spent(take(&s, K, 7, 2 * MS, 1, 10, 50 * MS).unwrap()).left,
+            3
+        );
     }
 }
