@@ -13,15 +13,11 @@
 //! time; one that expires with units left asks for what was used. Units left
 //! when a lease is replaced are returned to the limiter with the next ask.
 //!
-//! A lease is renewed before it runs out: the request that brings it low
-//! spends as the others do and starts a renewal, a call no request waits
-//! for, while the others go on spending what is left; the new units join
-//! the lease. So a busy key makes one call per grant and no request waits
-//! for it while units are left. "Low" is below half of the grant until a
-//! renewal has come back; then below [`LAG_MARGIN`] times the units spent
-//! while the last renewal was out (never above half): a renewal asks for
-//! what the share leaves, so the later it starts, the more it brings and
-//! the rarer the calls, and the margin keeps units in hand until it comes.
+//! A lease is renewed before it runs out: the request that brings it below
+//! half of its grant spends as the others do and starts a renewal, a call
+//! no request waits for, while the others go on spending what is left; the
+//! new units join the lease. So a busy key makes one call per grant and no
+//! request waits for it while units are left.
 
 use crate::local::{measure_and_replace, Contended, SharedStore};
 use sluice_core::Nanos;
@@ -47,16 +43,10 @@ pub struct Lease {
     pub remaining: u64,
     /// When the limiter reported the key's quota full again.
     pub reset_at: Nanos,
-    /// Units spent while the last renewal was out (0: none came back yet).
-    pub lag: u64,
 }
 
-/// A lease renews when it has fewer units left than this many times the
-/// units spent while its last renewal was out.
-pub const LAG_MARGIN: u64 = 4;
-
-const VERSION: u8 = 2;
-const SIZE: usize = 1 + 8 * 10;
+const VERSION: u8 = 1;
+const SIZE: usize = 1 + 8 * 9;
 
 impl Lease {
     fn encode(&self) -> [u8; SIZE] {
@@ -72,7 +62,6 @@ impl Lease {
             self.asking_until,
             self.remaining,
             self.reset_at,
-            self.lag,
         ];
         for (chunk, field) in out[1..].chunks_exact_mut(8).zip(fields) {
             chunk.copy_from_slice(&field.to_le_bytes());
@@ -98,7 +87,6 @@ impl Lease {
             asking_until: next(),
             remaining: next(),
             reset_at: next(),
-            lag: next(),
         })
     }
 }
@@ -178,7 +166,7 @@ fn start(
 }
 
 /// [`take`] from a lease with `weight` units left: spends them and, when
-/// that brings it low ([`renews_below`]) and no ask is awaited, starts
+/// that brings it below half of its grant and no ask is awaited, starts
 /// renewing it early (twice the grant, within the share).
 fn spend_from(
     lease: Lease,
@@ -195,7 +183,7 @@ fn spend_from(
         left: after,
         ..lease
     };
-    if asking || after >= renews_below(&lease) || ask == 0 {
+    if asking || after >= lease.granted / 2 || ask == 0 {
         let take = Take::Spent {
             granted_at: lease.granted_at,
             lease: spent,
@@ -213,17 +201,6 @@ fn spend_from(
         ask,
     };
     (Some(renewing), take)
-}
-
-/// Below how many units left `lease` is renewed: half of its grant, or,
-/// once a renewal came back, [`LAG_MARGIN`] times the units spent while it
-/// was out if that is fewer.
-fn renews_below(lease: &Lease) -> u64 {
-    let half = lease.granted / 2;
-    match lease.lag {
-        0 => half,
-        lag => lag.saturating_mul(LAG_MARGIN).min(half),
-    }
 }
 
 /// [`take`] from a lease run out or expired, with no ask awaited: asks for
@@ -296,14 +273,10 @@ pub struct Grant {
     pub remaining: u64,
     /// When the limiter reported the key's quota full again.
     pub reset_at: Nanos,
-    /// A renewal's: the units the lease had left when it asked (`None`: a
-    /// request asked with its check).
-    pub renewed: Option<u64>,
 }
 
 /// `grant` arrived for the key `fingerprint` at `key`: ends the ask; the
-/// units join what is left of the key's lease, and a renewal's notes the
-/// units spent while it was out. Returns the units this Envoy now holds for
+/// units join what is left of the key's lease. Returns the units this Envoy now holds for
 /// the key.
 pub fn grant<S: SharedStore + ?Sized>(
     store: &S,
@@ -336,10 +309,6 @@ pub fn grant<S: SharedStore + ?Sized>(
         } else {
             grant.asked_at
         };
-        let lag = match grant.renewed {
-            Some(left) => left.saturating_sub(lease.left).max(1),
-            None => lease.lag,
-        };
         let left = kept.saturating_add(grant.units);
         let granted = Lease {
             left,
@@ -349,7 +318,6 @@ pub fn grant<S: SharedStore + ?Sized>(
             asking_until: 0,
             remaining: grant.remaining,
             reset_at: grant.reset_at,
-            lag,
             ..lease
         };
         (Some(granted.encode()), granted.left)
@@ -437,7 +405,6 @@ mod tests {
             expires_at,
             remaining,
             reset_at,
-            renewed: None,
         };
         grant(s, K, fingerprint, &g)
     }
@@ -701,66 +668,27 @@ mod tests {
         assert_eq!(spent(take(&s, K, 7, MS, 1, 100, 50 * MS).unwrap()).left, 3);
     }
 
-    /// A renewal's grant, asked when the lease had `left` units.
-    fn renewal(s: &MemoryStore, asked_at: Nanos, units: u64, left: u64) -> u64 {
+    /// A renewal's grant (asked at `asked_at`).
+    fn renewal(s: &MemoryStore, asked_at: Nanos, units: u64) -> u64 {
         let g = Grant {
             asked_at,
             units,
             expires_at: asked_at + 100 * MS,
             remaining: 50,
             reset_at: 1000 * MS,
-            renewed: Some(left),
         };
         grant(s, K, 7, &g).unwrap()
     }
 
     #[test]
-    fn once_a_renewal_came_back_the_next_starts_at_the_margin_over_its_lag() {
+    fn units_that_ended_before_a_newer_grant_was_asked_do_not_join_it() {
         let s = MemoryStore::default();
-        take(&s, K, 7, 0, 1, 100, 50 * MS).unwrap();
-        give(&s, 7, 0, 100, 100 * MS, 50, 1000 * MS).unwrap();
-        // No renewal came back yet: renewed below half of the grant.
-        for left in (50..100).rev() {
-            assert_eq!(
-                spent(take(&s, K, 7, MS, 1, 100, 50 * MS).unwrap()).left,
-                left
-            );
-        }
-        let (lease, ask) = renewed(take(&s, K, 7, MS, 1, 100, 50 * MS).unwrap());
-        assert_eq!((lease.left, ask), (49, 51));
-        // 3 units spent while it was out: 46 + 51 = 97 held, lag 3.
-        for _ in 0..3 {
-            spent(take(&s, K, 7, MS, 1, 100, 50 * MS).unwrap());
-        }
-        assert_eq!(renewal(&s, MS, 51, 49), 97);
-        // Renewed below 4 × 3 = 12 left, for what the share leaves: 89.
-        for left in (12..97).rev() {
-            assert_eq!(
-                spent(take(&s, K, 7, 2 * MS, 1, 100, 50 * MS).unwrap()).left,
-                left
-            );
-        }
-        let (lease, ask) = renewed(take(&s, K, 7, 2 * MS, 1, 100, 50 * MS).unwrap());
-        assert_eq!((lease.left, lease.lag, ask), (11, 3, 89));
-        // It ran dry before coming back: the lag is all 11 (a request
-        // checked alone), so the next renewal starts earlier, below
-        // 4 × 11 = 44 (half of the 89 held).
-        for _ in 0..11 {
-            spent(take(&s, K, 7, 3 * MS, 1, 100, 50 * MS).unwrap());
-        }
-        assert_eq!(
-            take(&s, K, 7, 3 * MS, 1, 100, 50 * MS).unwrap(),
-            ask_alone()
-        );
-        assert_eq!(renewal(&s, 2 * MS, 89, 11), 89);
-        for left in (44..89).rev() {
-            assert_eq!(
-                spent(take(&s, K, 7, 4 * MS, 1, 100, 50 * MS).unwrap()).left,
-                left
-            );
-        }
-        let (lease, ask) = renewed(take(&s, K, 7, 4 * MS, 1, 100, 50 * MS).unwrap());
-        assert_eq!((lease.left, lease.lag, ask), (43, 11, 57));
+        take(&s, K, 7, 0, 1, 10, 50 * MS).unwrap();
+        give(&s, 7, 0, 4, 100 * MS, 50, 1000 * MS).unwrap();
+        // Spendable until 100 ms; a grant asked at 150 ms keeps none of
+        // them, one asked at 50 ms keeps all.
+        assert_eq!(renewal(&s, 150 * MS, 2), 2);
+        assert_eq!(renewal(&s, 50 * MS, 3), 5);
     }
 
     #[test]
@@ -774,7 +702,7 @@ mod tests {
         let (lease, ask) = renewed(take(&s, K, 7, MS, 1, 10, 50 * MS).unwrap());
         assert_eq!((lease.left, ask), (4, 6));
         // Nothing granted (the call failed): the ask ends, 4 units stay.
-        assert_eq!(renewal(&s, MS, 0, 4), 4);
+        assert_eq!(renewal(&s, MS, 0), 4);
         assert_eq!(
             spent(take(&s, K, 7, 2 * MS, 1, 10, 50 * MS).unwrap()).left,
             3

@@ -37,8 +37,6 @@ struct Asked {
     spec: LimitSpec<'static>,
     /// When it was asked for (the filter's clock).
     asked_at: Nanos,
-    /// Units the lease had left when it was asked for.
-    left: u64,
 }
 
 /// A key's lease in shared data: where it lives and what a grant to it is
@@ -63,9 +61,9 @@ impl Renewal {
         }
     }
 
-    /// Adds the ask for `ask` units of the lease at `slot`, running low
-    /// with `left` units, whose limit is checked under limiter key `key`.
-    pub(crate) fn push(&mut self, slot: LeaseSlot, key: String, ask: u64, left: u64) {
+    /// Adds the ask for `ask` units of the lease at `slot`, running low,
+    /// whose limit is checked under limiter key `key`.
+    pub(crate) fn push(&mut self, slot: LeaseSlot, key: String, ask: u64) {
         // No priority classes with leases: no reserve.
         let spec = LimitSpec {
             lease: Some(ask),
@@ -75,7 +73,6 @@ impl Renewal {
             slot,
             spec,
             asked_at: self.asked_at,
-            left,
         });
     }
 
@@ -125,8 +122,7 @@ impl Renewal {
         let answers = answer.as_ref().map(|a| a.limits.as_slice());
         for (i, asked) in self.leases.iter().enumerate() {
             let granted = answers.and_then(|a| a.get(i));
-            let renewed = Some(asked.left);
-            install_grant(&env, &asked.slot, granted, asked.asked_at, renewed);
+            install_grant(&env, &asked.slot, granted, asked.asked_at);
         }
     }
 }
@@ -140,15 +136,12 @@ pub(crate) fn slot_key(prefix: &str, slot: u64) -> String {
 
 /// Ends the ask for units of the lease at `slot`, made at `asked_at`:
 /// installs what `answer` granted (nothing when there is none or it
-/// denied). `renewed`: the units the lease had left when a renewal asked
-/// (`None`: a request asked with its check). Returns the units this Envoy
-/// now holds for the key.
+/// denied). Returns the units this Envoy now holds for the key.
 pub(crate) fn install_grant<S, M>(
     env: &Env<'_, S, M>,
     slot: &LeaseSlot,
     answer: Option<&LimitResult>,
     asked_at: Nanos,
-    renewed: Option<u64>,
 ) -> u64
 where
     S: SharedStore + ?Sized,
@@ -167,7 +160,6 @@ where
         expires_at: lease_expiry(&slot.limit, slot.ttl, asked_at),
         remaining,
         reset_at: asked_at.saturating_add(reset),
-        renewed,
     };
     let granted = lease::grant(env.store, &slot.key, slot.fingerprint, &grant);
     granted.unwrap_or_else(|Contended| {

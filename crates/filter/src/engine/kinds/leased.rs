@@ -242,7 +242,7 @@ where
             cx.tally
                 .renewal
                 .get_or_insert_with(|| Renewal::new(now))
-                .push(slot, limiter, ask, lease.left);
+                .push(slot, limiter, ask);
             (granted_at, lease)
         }
         Ok(Take::Ask { ask, returned, age }) => return Some(Spend::Ask { ask, returned, age }),
@@ -274,7 +274,7 @@ where
     M: MetricSink + ?Sized,
 {
     ask.asked
-        .then(|| install_grant(env, &ask.slot, answer, now, None))
+        .then(|| install_grant(env, &ask.slot, answer, now))
 }
 
 /// Serves `item`, whose call failed, from the lease of `ask` if this Envoy
