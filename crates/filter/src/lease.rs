@@ -260,20 +260,29 @@ pub fn spend<S: SharedStore + ?Sized>(
     })
 }
 
-/// A grant arrived: `units` (maybe 0) asked for at `asked_at`, usable until
-/// `expires_at`; the limiter reported `remaining` and a reset at `reset_at`.
-/// Ends the ask; the units join what is left of the key's lease. Returns
-/// the units this Envoy now holds for the key.
-#[allow(clippy::too_many_arguments)]
+/// A grant that arrived, for [`grant`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    /// When it was asked for (the filter's clock).
+    pub asked_at: Nanos,
+    /// The units granted (maybe 0).
+    pub units: u64,
+    /// Until when they may be spent.
+    pub expires_at: Nanos,
+    /// What the limiter reported remaining after the grant.
+    pub remaining: u64,
+    /// When the limiter reported the key's quota full again.
+    pub reset_at: Nanos,
+}
+
+/// `grant` arrived for the key `fingerprint` at `key`: ends the ask; the
+/// units join what is left of the key's lease. Returns the units this Envoy now holds for
+/// the key.
 pub fn grant<S: SharedStore + ?Sized>(
     store: &S,
     key: &str,
     fingerprint: u64,
-    asked_at: Nanos,
-    units: u64,
-    expires_at: Nanos,
-    remaining: u64,
-    reset_at: Nanos,
+    grant: &Grant,
 ) -> Result<u64, Contended> {
     measure_and_replace(store, key, |value| {
         let Some(lease) = value.and_then(Lease::decode) else {
@@ -285,21 +294,30 @@ pub fn grant<S: SharedStore + ?Sized>(
             // ends).
             return (None, 0);
         }
+        // Units in hand that ended before this grant was asked for (a grant
+        // that came after its lease ended, while a newer ask was out) never
+        // join it: spent under its end, they could outlive their window.
+        let kept = if lease.expires_at > grant.asked_at {
+            lease.left
+        } else {
+            0
+        };
         // Units still in hand keep their (older) grant time: a return of
         // them then gives back no more than it should.
-        let granted_at = if lease.left > 0 {
+        let granted_at = if kept > 0 {
             lease.granted_at
         } else {
-            asked_at
+            grant.asked_at
         };
+        let left = kept.saturating_add(grant.units);
         let granted = Lease {
-            left: lease.left.saturating_add(units),
-            granted: lease.left.saturating_add(units),
+            left,
+            granted: left,
             granted_at,
-            expires_at,
+            expires_at: grant.expires_at,
             asking_until: 0,
-            remaining,
-            reset_at,
+            remaining: grant.remaining,
+            reset_at: grant.reset_at,
             ..lease
         };
         (Some(granted.encode()), granted.left)
@@ -371,6 +389,26 @@ mod tests {
         }
     }
 
+    /// A grant of `units` to key `fingerprint`, asked with a request's check.
+    fn give(
+        s: &MemoryStore,
+        fingerprint: u64,
+        asked_at: Nanos,
+        units: u64,
+        expires_at: Nanos,
+        remaining: u64,
+        reset_at: Nanos,
+    ) -> Result<u64, Contended> {
+        let g = Grant {
+            asked_at,
+            units,
+            expires_at,
+            remaining,
+            reset_at,
+        };
+        grant(s, K, fingerprint, &g)
+    }
+
     /// The lease after a request that spent and started a renewal, and the
     /// units the renewal asks for.
     fn renewed(t: Take) -> (Lease, u64) {
@@ -394,7 +432,7 @@ mod tests {
         );
         // While the ask is awaited, other requests check alone.
         assert_eq!(take(&s, K, 7, MS, 1, 100, 50 * MS).unwrap(), ask_alone());
-        grant(&s, K, 7, 0, 1, 100 * MS, 50, 1000 * MS).unwrap();
+        give(&s, 7, 0, 1, 100 * MS, 50, 1000 * MS).unwrap();
         assert_eq!(
             spent(take(&s, K, 7, 2 * MS, 1, 100, 50 * MS).unwrap()).left,
             0
@@ -409,7 +447,7 @@ mod tests {
                 age: 3 * MS
             }
         );
-        grant(&s, K, 7, 3 * MS, 2, 103 * MS, 40, 1000 * MS).unwrap();
+        give(&s, 7, 3 * MS, 2, 103 * MS, 40, 1000 * MS).unwrap();
         spent(take(&s, K, 7, 4 * MS, 1, 100, 50 * MS).unwrap());
         // Spending the last unit leaves less than half the grant: spent,
         // and renewed early, doubled.
@@ -421,7 +459,7 @@ mod tests {
     fn an_expired_lease_returns_its_units_and_asks_for_what_was_used() {
         let s = MemoryStore::default();
         take(&s, K, 7, 0, 1, 100, 50 * MS).unwrap();
-        grant(&s, K, 7, 0, 10, 100 * MS, 50, 1000 * MS).unwrap();
+        give(&s, 7, 0, 10, 100 * MS, 50, 1000 * MS).unwrap();
         for _ in 0..3 {
             spent(take(&s, K, 7, MS, 1, 100, 50 * MS).unwrap());
         }
@@ -440,7 +478,7 @@ mod tests {
     fn asks_never_exceed_the_share() {
         let s = MemoryStore::default();
         take(&s, K, 7, 0, 1, 4, 50 * MS).unwrap();
-        grant(&s, K, 7, 0, 4, 100 * MS, 50, 1000 * MS).unwrap();
+        give(&s, 7, 0, 4, 100 * MS, 50, 1000 * MS).unwrap();
         for _ in 0..2 {
             spent(take(&s, K, 7, MS, 1, 4, 50 * MS).unwrap());
         }
@@ -453,7 +491,7 @@ mod tests {
     fn a_heavier_request_than_what_is_left_asks_and_returns_the_rest() {
         let s = MemoryStore::default();
         take(&s, K, 7, 0, 1, 100, 50 * MS).unwrap();
-        grant(&s, K, 7, 0, 3, 100 * MS, 50, 1000 * MS).unwrap();
+        give(&s, 7, 0, 3, 100 * MS, 50, 1000 * MS).unwrap();
         spent(take(&s, K, 7, MS, 2, 100, 50 * MS).unwrap());
         let t = take(&s, K, 7, 2 * MS, 2, 100, 50 * MS).unwrap();
         assert_eq!(
@@ -483,10 +521,10 @@ mod tests {
     fn another_key_in_the_slot_is_left_alone_while_its_lease_runs() {
         let s = MemoryStore::default();
         take(&s, K, 7, 0, 1, 100, 50 * MS).unwrap();
-        grant(&s, K, 7, 0, 5, 100 * MS, 50, 1000 * MS).unwrap();
+        give(&s, 7, 0, 5, 100 * MS, 50, 1000 * MS).unwrap();
         assert_eq!(take(&s, K, 8, MS, 1, 100, 50 * MS).unwrap(), ask_alone());
         // A grant for a key that lost the slot is dropped.
-        grant(&s, K, 8, 0, 5, 100 * MS, 50, 1000 * MS).unwrap();
+        give(&s, 8, 0, 5, 100 * MS, 50, 1000 * MS).unwrap();
         assert_eq!(spent(take(&s, K, 7, MS, 1, 100, 50 * MS).unwrap()).left, 4);
         // Once it expired, the other key takes the slot.
         let t = take(&s, K, 8, 200 * MS, 1, 100, 50 * MS).unwrap();
@@ -507,7 +545,7 @@ mod tests {
     fn a_cancelled_ask_keeps_its_units_for_the_next_one() {
         let s = MemoryStore::default();
         take(&s, K, 7, 0, 1, 100, 50 * MS).unwrap();
-        grant(&s, K, 7, 0, 5, 100 * MS, 50, 1000 * MS).unwrap();
+        give(&s, 7, 0, 5, 100 * MS, 50, 1000 * MS).unwrap();
         spent(take(&s, K, 7, MS, 1, 100, 50 * MS).unwrap());
         let t = take(&s, K, 7, 200 * MS, 1, 100, 50 * MS).unwrap();
         assert_eq!(
@@ -527,7 +565,7 @@ mod tests {
     fn a_lease_running_low_is_renewed_while_the_rest_is_spent() {
         let s = MemoryStore::default();
         take(&s, K, 7, 0, 1, 100, 50 * MS).unwrap();
-        grant(&s, K, 7, 0, 8, 100 * MS, 50, 1000 * MS).unwrap();
+        give(&s, 7, 0, 8, 100 * MS, 50, 1000 * MS).unwrap();
         for left in [7, 6, 5, 4] {
             assert_eq!(
                 spent(take(&s, K, 7, MS, 1, 100, 50 * MS).unwrap()).left,
@@ -549,7 +587,7 @@ mod tests {
             ask_alone()
         );
         // All old units were spent by the grant: it has its own time.
-        grant(&s, K, 7, 2 * MS, 16, 102 * MS, 30, 1000 * MS).unwrap();
+        give(&s, 7, 2 * MS, 16, 102 * MS, 30, 1000 * MS).unwrap();
         let t = take(&s, K, 7, 4 * MS, 1, 100, 50 * MS).unwrap();
         assert!(
             matches!(
@@ -579,7 +617,7 @@ mod tests {
             ),
             "{t:?}"
         );
-        assert_eq!(grant(&s, K, 7, 6 * MS, 32, 106 * MS, 30, 1000 * MS), Ok(39));
+        assert_eq!(give(&s, 7, 6 * MS, 32, 106 * MS, 30, 1000 * MS), Ok(39));
         let t = take(&s, K, 7, 7 * MS, 1, 100, 50 * MS).unwrap();
         assert!(
             matches!(
@@ -597,7 +635,7 @@ mod tests {
     fn renewals_never_hold_more_than_the_share() {
         let s = MemoryStore::default();
         take(&s, K, 7, 0, 1, 10, 50 * MS).unwrap();
-        grant(&s, K, 7, 0, 8, 100 * MS, 50, 1000 * MS).unwrap();
+        give(&s, 7, 0, 8, 100 * MS, 50, 1000 * MS).unwrap();
         for _ in 0..4 {
             spent(take(&s, K, 7, MS, 1, 10, 50 * MS).unwrap());
         }
@@ -610,7 +648,7 @@ mod tests {
     fn spend_takes_what_is_left_whatever_the_renewal() {
         let s = MemoryStore::default();
         take(&s, K, 7, 0, 1, 100, 50 * MS).unwrap();
-        grant(&s, K, 7, 0, 2, 100 * MS, 50, 1000 * MS).unwrap();
+        give(&s, 7, 0, 2, 100 * MS, 50, 1000 * MS).unwrap();
         assert_eq!(spend(&s, K, 7, MS, 2).unwrap().map(|l| l.left), Some(0));
         assert_eq!(spend(&s, K, 7, MS, 1).unwrap(), None);
         assert_eq!(spend(&s, K, 8, MS, 1).unwrap(), None);
@@ -620,7 +658,7 @@ mod tests {
     fn give_back_returns_units_to_the_same_lease_only() {
         let s = MemoryStore::default();
         take(&s, K, 7, 0, 1, 100, 50 * MS).unwrap();
-        grant(&s, K, 7, 0, 5, 100 * MS, 50, 1000 * MS).unwrap();
+        give(&s, 7, 0, 5, 100 * MS, 50, 1000 * MS).unwrap();
         let Take::Spent { granted_at, .. } = take(&s, K, 7, MS, 2, 100, 50 * MS).unwrap() else {
             panic!()
         };
@@ -628,5 +666,46 @@ mod tests {
         assert_eq!(spent(take(&s, K, 7, MS, 1, 100, 50 * MS).unwrap()).left, 4);
         give_back(&s, K, 7, granted_at + 1, 2).unwrap();
         assert_eq!(spent(take(&s, K, 7, MS, 1, 100, 50 * MS).unwrap()).left, 3);
+    }
+
+    /// A renewal's grant (asked at `asked_at`).
+    fn renewal(s: &MemoryStore, asked_at: Nanos, units: u64) -> u64 {
+        let g = Grant {
+            asked_at,
+            units,
+            expires_at: asked_at + 100 * MS,
+            remaining: 50,
+            reset_at: 1000 * MS,
+        };
+        grant(s, K, 7, &g).unwrap()
+    }
+
+    #[test]
+    fn units_that_ended_before_a_newer_grant_was_asked_do_not_join_it() {
+        let s = MemoryStore::default();
+        take(&s, K, 7, 0, 1, 10, 50 * MS).unwrap();
+        give(&s, 7, 0, 4, 100 * MS, 50, 1000 * MS).unwrap();
+        // Spendable until 100 ms; a grant asked at 150 ms keeps none of
+        // them, one asked at 50 ms keeps all.
+        assert_eq!(renewal(&s, 150 * MS, 2), 2);
+        assert_eq!(renewal(&s, 50 * MS, 3), 5);
+    }
+
+    #[test]
+    fn a_failed_renewal_grants_nothing_and_keeps_what_is_left() {
+        let s = MemoryStore::default();
+        take(&s, K, 7, 0, 1, 10, 50 * MS).unwrap();
+        give(&s, 7, 0, 10, 100 * MS, 50, 1000 * MS).unwrap();
+        for _ in 0..5 {
+            spent(take(&s, K, 7, MS, 1, 10, 50 * MS).unwrap());
+        }
+        let (lease, ask) = renewed(take(&s, K, 7, MS, 1, 10, 50 * MS).unwrap());
+        assert_eq!((lease.left, ask), (4, 6));
+        // Nothing granted (the call failed): the ask ends, 4 units stay.
+        assert_eq!(renewal(&s, MS, 0), 4);
+        assert_eq!(
+            spent(take(&s, K, 7, 2 * MS, 1, 10, 50 * MS).unwrap()).left,
+            3
+        );
     }
 }

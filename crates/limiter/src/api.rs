@@ -5,7 +5,7 @@
 use crate::metrics::Metrics;
 use crate::overrides::Overrides;
 use crate::store::{
-    permits_id, state_id, AdjustItem, PermitItem, RateItem, Store, StoreItem, Verdict,
+    permits_id, state_id, AdjustItem, PermitItem, RateItem, Store, StoreError, StoreItem, Verdict,
 };
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -14,6 +14,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use futures_util::future::join_all;
 use sluice_core::{FieldError, MILLISECOND};
 use sluice_wire::{
     parse_charge, parse_check, parse_permits, Adjust, ChargeResponse, CheckResponse, ErrorBody,
@@ -117,7 +118,12 @@ async fn decide<S: Store>(st: &AppState<S>, body: Result<Bytes, BytesRejection>)
         .iter()
         .filter_map(StoreItem::rate)
         .fold(0u64, |sum, i| sum.saturating_add(i.returned));
-    match st.store.check_batch(&items, requests).await {
+    let decided = if renewal && items.len() > 1 {
+        renew_each(&st.store, &items).await
+    } else {
+        st.store.check_batch(&items, requests).await
+    };
+    match decided {
         Ok(verdict) => respond(st, &check, &verdict, (requests, renewal), returned),
         // No decision (see the `Store` contract): the filter applies its
         // failure mode.
@@ -127,6 +133,35 @@ async fn decide<S: Store>(st: &AppState<S>, body: Result<Bytes, BytesRejection>)
             error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
         }
     }
+}
+
+/// A renewal of several leases (an Envoy's worker renews all its keys
+/// running low in one call): each key decided on its own, at once, so that
+/// a key with nothing left grants nothing without refusing the others;
+/// `allowed` when every key allowed. Any key's store error is the call's.
+async fn renew_each<S: Store>(store: &S, items: &[StoreItem]) -> Result<Verdict, StoreError> {
+    let each = items
+        .iter()
+        .map(|item| store.check_batch(std::slice::from_ref(item), 1));
+    let mut verdict = Verdict {
+        allowed: true,
+        admitted: 1,
+        decisions: Vec::with_capacity(items.len()),
+        delays: Vec::new(),
+        capacity_denied: false,
+        leased: Vec::with_capacity(items.len()),
+    };
+    for one in join_all(each).await {
+        let one = one?;
+        verdict.allowed &= one.allowed;
+        verdict.admitted = verdict.admitted.min(one.admitted);
+        verdict.capacity_denied |= one.capacity_denied;
+        verdict.decisions.extend(one.decisions);
+        verdict
+            .leased
+            .push(one.leased.first().copied().unwrap_or(0));
+    }
+    Ok(verdict)
 }
 
 /// The answer to a decided check of `requests` requests (or a lease

@@ -134,6 +134,7 @@ async fn suite<S: Store + Clone>(s: Subject<S>) {
     a_lease_is_the_largest_slice_that_fits(&s).await;
     a_denied_check_grants_no_lease(&s).await;
     a_renewal_weighing_nothing_takes_only_its_lease(&s).await;
+    a_renewal_of_several_keys_grants_each_its_own(&s).await;
     returns_give_back_as_the_core_does(&s).await;
     returns_apply_on_a_denied_check(&s).await;
     concurrent_leases_never_debit_more_than_the_limit(&s).await;
@@ -789,6 +790,47 @@ async fn a_renewal_weighing_nothing_takes_only_its_lease<S: Store + Clone>(s: &S
         let leased = v["limits"][0].get("leased").cloned().unwrap_or(json!(0));
         assert_eq!(leased, json!(0), "{store} {alg}: {v}");
         assert_eq!(v["limits"][0]["remaining"], json!(0), "{store} {alg}: {v}");
+    }
+}
+
+/// One renewal for several keys (an Envoy's worker renews all its leases
+/// running low in one call): each key is granted what fits of its own
+/// quota, a key with nothing left is granted nothing without refusing the
+/// others (the call says not every key allowed), for every algorithm: quotas of 10, keys a, b and c (b spent
+/// whole first) asking 4, 4 and 12 are granted 4, 0 and 10.
+async fn a_renewal_of_several_keys_grants_each_its_own<S: Store + Clone>(s: &Subject<S>) {
+    let store = s.name;
+    for alg in Algorithm::ALL {
+        let c = s.client(&format!("renewal-keys-{}", alg.name()));
+        let limit = |key: &str, lease: u64| {
+            json!({"key": key, "algorithm": alg.name(), "requests": 10,
+                "window_ms": 86_400_000, "lease": lease})
+        };
+        let v = c.check(json!([limit("b", 10)]), 0).await;
+        assert_eq!(lease_of(&v), (&json!(10), &json!(0)), "{store} {alg}: {v}");
+        let v = c
+            .check(json!([limit("a", 4), limit("b", 4), limit("c", 12)]), 0)
+            .await;
+        // Not every key allowed (b has nothing left), yet a and c are granted.
+        assert_eq!(v["allowed"], json!(false), "{store} {alg}: {v}");
+        let granted: Vec<(Value, Value)> = (0..3)
+            .map(|i| {
+                let l = &v["limits"][i];
+                (
+                    l.get("leased").cloned().unwrap_or(json!(0)),
+                    l["remaining"].clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            granted,
+            [
+                (json!(4), json!(6)),
+                (json!(0), json!(0)),
+                (json!(10), json!(0))
+            ],
+            "{store} {alg}: {v}"
+        );
     }
 }
 

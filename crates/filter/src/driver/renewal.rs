@@ -13,6 +13,7 @@ use super::wake;
 use super::worker::{take_where, Worker};
 use crate::engine::{self, PendingCheck, Renewal, Verdict};
 use crate::metrics::{GlobalEvent, MetricSink};
+use sluice_wire::MAX_LIMITS;
 use std::rc::Rc;
 
 /// Decides the request `view` shows; the lease renewal the verdict
@@ -90,9 +91,11 @@ pub(super) fn abandon<H: Host>(
     }
 }
 
-/// Sends the queued renewals from root context `root`, which is running.
+/// Sends the queued renewals from root context `root`, which is running:
+/// one call per configuration for all the leases they ask for (up to the
+/// limits a check carries).
 pub(super) fn send_queued<H: Host>(w: &mut Worker<H>, host: &mut H, root: u32) {
-    for (runtime, renewal) in std::mem::take(&mut w.renewals_queued) {
+    for (runtime, renewal) in batched::<H>(std::mem::take(&mut w.renewals_queued)) {
         let body = renewal.body(&runtime.plan.domain);
         match dispatch(host, &runtime, &body) {
             Some(token) => w.renewals.push(RenewalCall {
@@ -107,6 +110,22 @@ pub(super) fn send_queued<H: Host>(w: &mut Worker<H>, host: &mut H, root: u32) {
             }
         }
     }
+}
+
+/// `queued` merged into one renewal per configuration, each asking for at
+/// most [`MAX_LIMITS`] leases.
+fn batched<H: Host>(queued: Vec<(Shared<H>, Renewal)>) -> Vec<(Shared<H>, Renewal)> {
+    let mut calls: Vec<(Shared<H>, Renewal)> = Vec::new();
+    for (runtime, renewal) in queued {
+        let joins = calls.iter_mut().rev().find(|(r, batch)| {
+            Rc::ptr_eq(r, &runtime) && batch.len() + renewal.len() <= MAX_LIMITS
+        });
+        match joins {
+            Some((_, batch)) => batch.absorb(renewal),
+            None => calls.push((runtime, renewal)),
+        }
+    }
+    calls
 }
 
 /// The answer (`None`: failed) to call `token`, if it is a renewal's:

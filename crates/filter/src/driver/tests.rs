@@ -9,6 +9,7 @@ mod host_calls;
 mod kinds;
 mod lifecycle;
 mod orders;
+mod renewals;
 
 use super::{Action, Answer, Worker};
 use fake::{Effect, FakeHost, FakeLimiter, Stream};

@@ -389,6 +389,15 @@ impl FakeLimiter {
         let Ok(check) = serde_json::from_slice::<CheckRequest>(body) else {
             return (400, Vec::new());
         };
+        // The limiter refuses a check naming a key twice (one state each).
+        let mut seen = std::collections::HashSet::new();
+        for spec in &check.limits {
+            assert!(
+                seen.insert(spec.key.to_string()),
+                "a check names {} twice",
+                spec.key
+            );
+        }
         let requests = check.batch.unwrap_or(1);
         let mut admitted = 0;
         let mut last = Vec::new();

@@ -17,13 +17,26 @@ use sluice_wire::{check_json, CheckResponse, LimitResult, LimitSpec};
 /// A `POST /v1/check` asking for more units of leases running low: each
 /// leased limit weighs nothing (its request was served from the lease) and
 /// asks for its units. Until it is settled, the leases it asks for wait for
-/// it (no other request asks for them, up to the limiter's timeout).
+/// it (no other request asks for them, up to the limiter's timeout). The
+/// worker's root sends the renewals its requests started as one call
+/// ([`Renewal::absorb`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Renewal {
-    /// When the units were asked for (the filter's clock).
+    /// When the units were asked for (the filter's clock), for the leases
+    /// pushed from now on.
     asked_at: Nanos,
-    /// Each lease asked for, with the wire form of its limit.
-    leases: Vec<(LeaseSlot, LimitSpec<'static>)>,
+    /// Each lease asked for.
+    leases: Vec<Asked>,
+}
+
+/// One lease's ask in a [`Renewal`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Asked {
+    slot: LeaseSlot,
+    /// The wire form of its limit, with the units asked for.
+    spec: LimitSpec<'static>,
+    /// When it was asked for (the filter's clock).
+    asked_at: Nanos,
 }
 
 /// A key's lease in shared data: where it lives and what a grant to it is
@@ -56,12 +69,43 @@ impl Renewal {
             lease: Some(ask),
             ..LimitSpec::new(key, &slot.limit)
         };
-        self.leases.push((slot, spec));
+        self.leases.push(Asked {
+            slot,
+            spec,
+            asked_at: self.asked_at,
+        });
+    }
+
+    /// How many leases it asks for.
+    pub fn len(&self) -> usize {
+        self.leases.len()
+    }
+
+    /// Whether it asks for no lease.
+    pub fn is_empty(&self) -> bool {
+        self.leases.is_empty()
+    }
+
+    /// Takes the asks of `other` (of the same configuration) into this
+    /// renewal, so that one call carries both. An ask for a limiter key
+    /// already asked for replaces the older one: the limiter takes each key
+    /// once per check, and only the newer ask is awaited.
+    pub fn absorb(&mut self, other: Renewal) {
+        for asked in other.leases {
+            let same = self
+                .leases
+                .iter_mut()
+                .find(|a| a.spec.key == asked.spec.key);
+            match same {
+                Some(older) => *older = asked,
+                None => self.leases.push(asked),
+            }
+        }
     }
 
     /// The body of the call, for the limiter of `domain`.
     pub fn body(&self, domain: &str) -> Vec<u8> {
-        let limits: Vec<LimitSpec<'_>> = self.leases.iter().map(|(_, s)| borrowed(s)).collect();
+        let limits: Vec<LimitSpec<'_>> = self.leases.iter().map(|a| borrowed(&a.spec)).collect();
         check_json(domain, 0, &limits, None, None)
     }
 
@@ -76,9 +120,9 @@ impl Renewal {
         let env = Env::new(plan, store, metrics);
         let answer = body.and_then(|b| CheckResponse::parse(b, self.leases.len()));
         let answers = answer.as_ref().map(|a| a.limits.as_slice());
-        for (i, (slot, _)) in self.leases.iter().enumerate() {
+        for (i, asked) in self.leases.iter().enumerate() {
             let granted = answers.and_then(|a| a.get(i));
-            install_grant(&env, slot, granted, self.asked_at);
+            install_grant(&env, &asked.slot, granted, asked.asked_at);
         }
     }
 }
@@ -110,16 +154,14 @@ where
             a.reset_ms.saturating_mul(MILLISECOND),
         )
     });
-    let granted = lease::grant(
-        env.store,
-        &slot.key,
-        slot.fingerprint,
+    let grant = lease::Grant {
         asked_at,
         units,
-        lease_expiry(&slot.limit, slot.ttl, asked_at),
+        expires_at: lease_expiry(&slot.limit, slot.ttl, asked_at),
         remaining,
-        asked_at.saturating_add(reset),
-    );
+        reset_at: asked_at.saturating_add(reset),
+    };
+    let granted = lease::grant(env.store, &slot.key, slot.fingerprint, &grant);
     granted.unwrap_or_else(|Contended| {
         env.metrics.global(GlobalEvent::CasExhausted);
         0
