@@ -58,8 +58,8 @@ fn a_request_keyed_by_a_trusted_x_forwarded_for_entry() {
     assert_eq!(
         calls_with(&mut sim, 10, BEHIND_ONE_PROXY),
         [
-            "property", // source.address: did Envoy append to x-forwarded-for?
             "header",   // x-forwarded-for
+            "property", // source.address: did Envoy append to it?
             "get",
             "now",
             "set",
@@ -67,6 +67,33 @@ fn a_request_keyed_by_a_trusted_x_forwarded_for_entry() {
             "add_header",
         ]
     );
+}
+
+#[test]
+fn a_request_behind_an_envoy_declared_to_append_reads_no_property() {
+    // Appended: the proxy's entry, then Envoy's own; as sent: the proxy's.
+    for (envoy_xff, xff) in [
+        ("appended", "198.51.100.1, 10.0.0.1"),
+        ("as_sent", "198.51.100.1"),
+    ] {
+        let top = format!(r#","client_ip":{{"xff_trusted_hops":1,"envoy_xff":"{envoy_xff}"}}"#);
+        let mut sim = local(&top, &rule(GCRA, "client_ip"));
+        let headers = [("x-forwarded-for", xff)];
+        calls_with(&mut sim, 9, &headers);
+        assert_eq!(
+            calls_with(&mut sim, 10, &headers),
+            [
+                "header", // x-forwarded-for: its trusted entry is the key
+                "get",
+                "now",
+                "set",
+                "add_header",
+                "add_header",
+            ]
+        );
+        // Without the header, the downstream address.
+        assert_eq!(calls_with(&mut sim, 11, &[])[..2], ["header", "property"]);
+    }
 }
 
 #[test]
