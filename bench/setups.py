@@ -375,6 +375,9 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
           for n in (SOME_RULES, MANY_RULES)),
         Row("local-gcra-noheaders", "Sluice local gcra, one key, headers none",
             filters=sluice(sluice_config(gcra, headers="none"))),
+        Row("local-gcra-appended", "Sluice local gcra, one key, envoy_xff appended",
+            filters=sluice(sluice_config(gcra, top={"client_ip": {"xff_trusted_hops": 1,
+                                                                  "envoy_xff": "appended"}}))),
         Row("local-gcra-soft", "Sluice local gcra, one key, soft_percent 20",
             filters=sluice(sluice_config({**gcra, "soft_percent": 20}))),
         # What reading a key from Envoy's context costs (a `jwt:` claim is a

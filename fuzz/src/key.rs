@@ -1,10 +1,11 @@
 //! Key extraction and client-address parsing on arbitrary requests.
 
-use sluice_filter::client_ip::{self, ClientIpPolicy};
+use sluice_filter::client_ip::{self, ClientIpPolicy, EnvoyXff};
 use sluice_filter::key::fake::{address_candidates, FakeRequest};
 use sluice_filter::key::{KeyPart, Request, RequestView};
 
-/// Three bytes of policy (trusted hops, IPv4 and IPv6 prefixes), then
+/// Three bytes of policy (trusted hops and `envoy_xff`, IPv4 and IPv6
+/// prefixes), then
 /// lines: key parts (comma-separated), `x-forwarded-for` (absent if there
 /// is no such line), the peer address (`-` for none), `:path`, `:method`,
 /// then `name: value` headers. Keys are built or refused, the same twice;
@@ -17,6 +18,11 @@ pub fn key(data: &[u8]) {
         trusted_hops: match data[0] {
             255 => u32::MAX,
             b => u32::from(b % 6),
+        },
+        envoy_xff: match data[0] / 6 % 3 {
+            0 => EnvoyXff::Detect,
+            1 => EnvoyXff::Appended,
+            _ => EnvoyXff::AsSent,
         },
         ipv4_prefix: data[1],
         ipv6_prefix: data[2],

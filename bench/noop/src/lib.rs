@@ -5,10 +5,12 @@
 //! - `{}` or `{"mode":"noop"}`: passes every request. What any wasm filter
 //!   pays for being there at all.
 //! - `{"mode":"host_calls"}`: makes, per request, the host calls Sluice makes
-//!   for an admitted request with a `client_ip` key and `ietf` headers (clock,
-//!   `x-forwarded-for`, shared-data read and compare-and-swap write of one key,
-//!   two response headers), without any of Sluice's logic. The best any filter
-//!   that keeps an exact shared count per client can do.
+//!   for an admitted request with a `client_ip` key behind one trusted proxy
+//!   and `ietf` headers (`x-forwarded-for`, the `source.address` property,
+//!   shared-data read of one key, clock, compare-and-swap write of a value of
+//!   a key-table bucket's size, two response headers), in that order,
+//!   without any of Sluice's logic. The best any filter that keeps an exact
+//!   shared count per client can do.
 //! - `{"mode":"deny"}`: the host calls Sluice makes for a denied request
 //!   (clock, `x-forwarded-for`, shared-data read) and the same local reply:
 //!   429 with `content-type`, `retry-after`, the two `RateLimit` headers,
@@ -214,9 +216,10 @@ struct Http {
 }
 
 /// The shared-data key of the `host_calls` mode, and a value of the size of
-/// a GCRA state.
+/// a key-table bucket holding one GCRA key (tag, fingerprint, rest time,
+/// length, state).
 const KEY: &str = "sluice-bench/host-calls";
-const VALUE: [u8; 18] = [1; 18];
+const BUCKET: [u8; 39] = [1; 39];
 
 /// The body of every `call_out` check: one GCRA key that never runs out.
 const CHECK: &[u8] = br#"{"domain":"bench","hits":1,"limits":[{"key":"bench/10.0.0.1","algorithm":"gcra","requests":1000,"window_ms":10}]}"#;
@@ -285,10 +288,11 @@ impl HttpContext for Http {
         match self.mode.as_ref() {
             Mode::Noop => Action::Continue,
             Mode::HostCalls => {
-                let _ = hostcalls::get_current_time();
                 let _ = hostcalls::get_map_value(MapType::HttpRequestHeaders, "x-forwarded-for");
+                let _ = hostcalls::get_property(vec!["source", "address"]);
                 let (_, cas) = hostcalls::get_shared_data(KEY).unwrap_or((None, None));
-                let _ = hostcalls::set_shared_data(KEY, Some(&VALUE), cas.or(Some(u32::MAX)));
+                let _ = hostcalls::get_current_time();
+                let _ = hostcalls::set_shared_data(KEY, Some(&BUCKET), cas.or(Some(u32::MAX)));
                 Action::Continue
             }
             Mode::Deny => {

@@ -12,12 +12,33 @@ use crate::decimal::push_u64;
 use std::fmt::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+/// Whether Envoy appended its downstream peer to `x-forwarded-for` (the
+/// HTTP connection manager's `use_remote_address`), which decides which
+/// entry is the `N`th trusted one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", serde(rename_all = "snake_case"))]
+pub enum EnvoyXff {
+    /// Tell from the downstream address, read on each request that has
+    /// the header: a port other than 0 means Envoy appended.
+    #[default]
+    Detect,
+    /// Envoy appends (`use_remote_address: true`): the last entry is its
+    /// own, and the downstream address is read only when the header is
+    /// missing or too short.
+    Appended,
+    /// Envoy leaves the header as sent (`use_remote_address: false`).
+    AsSent,
+}
+
 /// How the client address is found and masked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientIpPolicy {
     /// Trusted proxies in front of Envoy. Zero uses the downstream peer
     /// address; `N > 0` uses the `N`th `x-forwarded-for` entry from the right.
     pub trusted_hops: u32,
+    /// Whether Envoy appended to `x-forwarded-for`.
+    pub envoy_xff: EnvoyXff,
     /// IPv4 prefix length, 0..=32.
     pub ipv4_prefix: u8,
     /// IPv6 prefix length, 0..=128.
@@ -28,6 +49,7 @@ impl Default for ClientIpPolicy {
     fn default() -> Self {
         ClientIpPolicy {
             trusted_hops: 0,
+            envoy_xff: EnvoyXff::Detect,
             ipv4_prefix: 32,
             ipv6_prefix: 64,
         }
@@ -101,9 +123,27 @@ fn parse_socket_address(text: &str) -> Option<(IpAddr, Option<u16>)> {
 /// (A non-zero port on the downstream address alongside `x-forwarded-for`
 /// tells the first case from the second; `skip_xff_append` is not supported.)
 pub fn client_ip(policy: &ClientIpPolicy, peer: Option<Peer>, xff: Option<&str>) -> Option<IpAddr> {
+    client_ip_with(policy, &mut || peer, xff)
+}
+
+/// [`client_ip`], reading the downstream address with `peer` only when it
+/// is needed (at most once): with zero trusted hops, when `x-forwarded-for`
+/// has no trusted entry, or to tell whether Envoy appended
+/// ([`EnvoyXff::Detect`]).
+pub fn client_ip_with(
+    policy: &ClientIpPolicy,
+    peer: &mut dyn FnMut() -> Option<Peer>,
+    xff: Option<&str>,
+) -> Option<IpAddr> {
+    let mut read: Option<Option<Peer>> = None;
+    let mut peer = || *read.get_or_insert_with(&mut *peer);
     if policy.trusted_hops > 0 {
         if let Some(xff) = xff {
-            let envoy_appended = peer.is_some_and(|p| p.port.is_some_and(|port| port != 0));
+            let envoy_appended = match policy.envoy_xff {
+                EnvoyXff::Detect => peer().is_some_and(|p| p.port.is_some_and(|port| port != 0)),
+                EnvoyXff::Appended => true,
+                EnvoyXff::AsSent => false,
+            };
             let skip = usize::try_from(policy.trusted_hops)
                 .ok()
                 .and_then(|n| n.checked_sub(usize::from(!envoy_appended)));
@@ -115,7 +155,7 @@ pub fn client_ip(policy: &ClientIpPolicy, peer: Option<Peer>, xff: Option<&str>)
             }
         }
     }
-    peer.map(|p| p.ip)
+    peer().map(|p| p.ip)
 }
 
 /// Writes the key text of `ip` masked under `policy` into `out`.
@@ -222,16 +262,16 @@ mod tests {
         assert_eq!(masked(&policy, "2001:db8:1:2:3:4:5:6"), "2001:db8:1:2::/64");
         assert_eq!(masked(&policy, "::ffff:1.2.3.4"), "1.2.3.4");
         let narrow = ClientIpPolicy {
-            trusted_hops: 0,
             ipv4_prefix: 24,
             ipv6_prefix: 128,
+            ..ClientIpPolicy::default()
         };
         assert_eq!(masked(&narrow, "203.0.113.7"), "203.0.113.0/24");
         assert_eq!(masked(&narrow, "2001:db8::1"), "2001:db8::1");
         let zero = ClientIpPolicy {
-            trusted_hops: 0,
             ipv4_prefix: 0,
             ipv6_prefix: 0,
+            ..ClientIpPolicy::default()
         };
         assert_eq!(masked(&zero, "203.0.113.7"), "0.0.0.0/0");
         assert_eq!(masked(&zero, "2001:db8::1"), "::/0");
@@ -293,5 +333,56 @@ mod tests {
         assert!(!is_forwarded_source("10.0.0.9:1234"));
         assert!(!is_forwarded_source("[::1]:5"));
         assert!(is_forwarded_source("[2001:db8::1]:0"));
+    }
+
+    /// The client address under `envoy_xff` and the downstream address
+    /// reads it made.
+    fn told(envoy_xff: EnvoyXff, hops: u32, source: &str, xff: Option<&str>) -> (Option<IpAddr>, u32) {
+        let policy = ClientIpPolicy {
+            trusted_hops: hops,
+            envoy_xff,
+            ..ClientIpPolicy::default()
+        };
+        let mut reads = 0;
+        let ip = client_ip_with(
+            &policy,
+            &mut || {
+                reads += 1;
+                Peer::parse(source)
+            },
+            xff,
+        );
+        (ip, reads)
+    }
+
+    #[test]
+    fn a_declared_envoy_xff_decides_as_detect_without_reading_the_peer() {
+        let ip = |s: &str| s.parse::<IpAddr>().ok();
+        let xff = Some("198.51.100.1, 203.0.113.7,192.0.2.2");
+        // use_remote_address: true, the true peer; false, Envoy's copy.
+        for (mode, source) in [
+            (EnvoyXff::Appended, "127.0.0.1:1234"),
+            (EnvoyXff::AsSent, "192.0.2.2:0"),
+        ] {
+            for hops in 1..=2 {
+                let detected = told(EnvoyXff::Detect, hops, source, xff);
+                assert_eq!(detected.1, 1, "detect reads the peer");
+                assert_eq!(told(mode, hops, source, xff), (detected.0, 0));
+            }
+        }
+        assert_eq!(
+            told(EnvoyXff::Appended, 1, "127.0.0.1:1", xff),
+            (ip("203.0.113.7"), 0)
+        );
+        assert_eq!(
+            told(EnvoyXff::AsSent, 1, "192.0.2.2:0", xff),
+            (ip("192.0.2.2"), 0)
+        );
+        // No trusted entry: the peer, read once whatever the mode.
+        for mode in [EnvoyXff::Detect, EnvoyXff::Appended, EnvoyXff::AsSent] {
+            assert_eq!(told(mode, 4, "10.0.0.9:5", xff), (ip("10.0.0.9"), 1));
+            assert_eq!(told(mode, 1, "10.0.0.9:5", None), (ip("10.0.0.9"), 1));
+            assert_eq!(told(mode, 0, "10.0.0.9:5", xff), (ip("10.0.0.9"), 1));
+        }
     }
 }

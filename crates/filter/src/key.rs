@@ -216,22 +216,26 @@ impl<'a, V: RequestView> Request<'a, V> {
     /// The client address before masking.
     pub fn client_ip(&self) -> Option<IpAddr> {
         *self.client_ip.get_or_init(|| {
-            let source = self.view.source_address();
-            let peer = source.as_deref().and_then(client_ip::Peer::parse);
             let xff = if self.policy.trusted_hops > 0 {
                 self.view.header("x-forwarded-for")
             } else {
                 None
             };
-            if self.policy.trusted_hops == 0
-                && peer.is_some_and(|p| p.is_forwarded())
-                && !FORWARDED_SOURCE_WARNED.swap(true, Ordering::Relaxed)
-            {
-                log::warn!(
-                    "sluice: Envoy takes the downstream address from x-forwarded-for, so clients choose their client_ip key; set use_remote_address: true on the HTTP connection manager"
-                );
-            }
-            client_ip::client_ip(self.policy, peer, xff.as_deref())
+            // The downstream address is a property read: only if needed.
+            let mut peer = || {
+                let source = self.view.source_address();
+                let peer = source.as_deref().and_then(client_ip::Peer::parse);
+                if self.policy.trusted_hops == 0
+                    && peer.is_some_and(|p| p.is_forwarded())
+                    && !FORWARDED_SOURCE_WARNED.swap(true, Ordering::Relaxed)
+                {
+                    log::warn!(
+                        "sluice: Envoy takes the downstream address from x-forwarded-for, so clients choose their client_ip key; set use_remote_address: true on the HTTP connection manager"
+                    );
+                }
+                peer
+            };
+            client_ip::client_ip_with(self.policy, &mut peer, xff.as_deref())
         })
     }
 

@@ -57,10 +57,9 @@ pub trait SharedStore {
     fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), SetError>;
     /// The time now, read after the gets it follows, if the store can tell.
     ///
-    /// Workers read the request's time before its state: a worker that read
-    /// an earlier time may write after one that read a later. A decision
-    /// takes the later of the two ([`decided_at`]), so the instants of the
-    /// decisions on a key follow the order of their writes.
+    /// A request whose time was read before a state (for an earlier limit)
+    /// may write after a worker that read a later time: it decides at the
+    /// later of the two ([`decided_at`], [`When`]).
     fn clock(&self) -> Option<Nanos> {
         None
     }
@@ -70,6 +69,52 @@ pub trait SharedStore {
 /// the store's clock if that is later.
 pub fn decided_at<S: SharedStore + ?Sized>(store: &S, now: Nanos) -> Nanos {
     store.clock().map_or(now, |clock| clock.max(now))
+}
+
+/// Where a decision's instant comes from. It is read after the get of the
+/// state it decides on: a worker whose write stands read the state after
+/// every earlier write to it, so it read the clock after theirs too, and
+/// the instants of the decisions on a key follow the order of their writes.
+#[derive(Clone, Copy)]
+pub enum When<'c> {
+    /// The request's time is not read yet: `clock`, read after the get, is
+    /// both the request's time and the decision's instant (one read).
+    Unread(&'c dyn Fn() -> Nanos),
+    /// The request's time, read before this state (for an earlier limit):
+    /// the later of it and the store's clock read after the get
+    /// ([`decided_at`]).
+    Read(Nanos),
+}
+
+impl When<'_> {
+    /// The instant to decide at on a state just read; an unread time is
+    /// read now and kept as the request's.
+    pub fn after_get<S: SharedStore + ?Sized>(&mut self, store: &S) -> Nanos {
+        match *self {
+            When::Unread(_) => self.now(),
+            When::Read(now) => decided_at(store, now),
+        }
+    }
+
+    /// The request's time, read now if it was not.
+    pub fn now(&mut self) -> Nanos {
+        match *self {
+            When::Unread(clock) => {
+                let now = clock();
+                *self = When::Read(now);
+                now
+            }
+            When::Read(now) => now,
+        }
+    }
+
+    /// The request's time, if read.
+    pub fn read(&self) -> Option<Nanos> {
+        match *self {
+            When::Unread(_) => None,
+            When::Read(now) => Some(now),
+        }
+    }
 }
 
 /// A decision, and the instant it was made at.
@@ -97,8 +142,20 @@ pub fn consume<S: SharedStore + ?Sized>(
     cost: u64,
     reserve: u64,
 ) -> Result<Taken, Contended> {
+    consume_when(store, key, limit, &mut When::Read(now), cost, reserve)
+}
+
+/// [`consume`], decided at the instant `when` gives after each get.
+pub fn consume_when<S: SharedStore + ?Sized>(
+    store: &S,
+    key: &str,
+    limit: &Limit,
+    when: &mut When<'_>,
+    cost: u64,
+    reserve: u64,
+) -> Result<Taken, Contended> {
     measure_and_replace(store, key, |value| {
-        let at = decided_at(store, now);
+        let at = when.after_get(store);
         let outcome = sluice_core::decide_reserving(limit, value, at, cost, reserve);
         let taken = Taken {
             decision: outcome.decision,

@@ -34,7 +34,7 @@
 pub mod bucket;
 
 use crate::layout;
-use crate::local::{decided_at, Contended, SetError, SharedStore, Taken, CREATE_CAS, MAX_ATTEMPTS};
+use crate::local::{Contended, SetError, SharedStore, Taken, When, CREATE_CAS, MAX_ATTEMPTS};
 use bucket::{Bucket, OVERFLOW, TAG, WAYS};
 use sluice_core::{Encoded, Limit, Nanos};
 use std::cell::Cell;
@@ -178,8 +178,25 @@ pub fn decide<S, T>(
 where
     S: SharedStore + ?Sized,
 {
+    let mut step = |state: Option<&[u8]>, _: Nanos| step(state);
+    decide_timed(store, table, fingerprint, &mut || now, &mut step, undo)
+}
+
+/// [`decide`] at the instant `time` gives, read after each attempt's gets
+/// and given to `step`.
+pub fn decide_timed<S, T>(
+    store: &S,
+    table: &Table<'_>,
+    fingerprint: u64,
+    time: &mut dyn FnMut() -> Nanos,
+    step: &mut dyn FnMut(Option<&[u8]>, Nanos) -> Step<T>,
+    undo: &mut dyn FnMut(&[u8], &T) -> Option<Encoded>,
+) -> Result<Decided<T>, Contended>
+where
+    S: SharedStore + ?Sized,
+{
     let mut names = NAMES.with(Cell::take);
-    let decided = decide_named(store, table, fingerprint, now, step, undo, &mut names);
+    let decided = decide_named(store, table, fingerprint, time, step, undo, &mut names);
     NAMES.with(|n| n.set(names));
     decided
 }
@@ -207,8 +224,8 @@ fn decide_named<S, T>(
     store: &S,
     table: &Table<'_>,
     fingerprint: u64,
-    now: Nanos,
-    step: &mut dyn FnMut(Option<&[u8]>) -> Step<T>,
+    time: &mut dyn FnMut() -> Nanos,
+    step: &mut dyn FnMut(Option<&[u8]>, Nanos) -> Step<T>,
     undo: &mut dyn FnMut(&[u8], &T) -> Option<Encoded>,
     names: &mut Names,
 ) -> Result<Decided<T>, Contended>
@@ -237,8 +254,9 @@ where
             }
         };
         let s_bucket = Bucket::read(s_value.as_deref());
+        let now = time();
         let choice = choose(table, &p_bucket, &s_bucket, fingerprint, now);
-        let out = step(choice.state);
+        let out = step(choice.state, now);
         let spot = Spot {
             bucket: if choice.in_p { p } else { s },
             fingerprint: choice.fingerprint,
@@ -435,13 +453,27 @@ pub fn consume<S: SharedStore + ?Sized>(
     cost: u64,
     reserve: u64,
 ) -> Result<Decided<Taken>, Contended> {
-    decide(
+    let mut when = When::Read(now);
+    consume_when(store, table, fingerprint, limit, &mut when, cost, reserve)
+}
+
+/// [`consume`] at the instant `when` gives after each attempt's gets (the
+/// request's time, if unread, is read there: one clock read a decision).
+pub fn consume_when<S: SharedStore + ?Sized>(
+    store: &S,
+    table: &Table<'_>,
+    fingerprint: u64,
+    limit: &Limit,
+    when: &mut When<'_>,
+    cost: u64,
+    reserve: u64,
+) -> Result<Decided<Taken>, Contended> {
+    decide_timed(
         store,
         table,
         fingerprint,
-        now,
-        &mut |state| {
-            let at = decided_at(store, now);
+        &mut || when.after_get(store),
+        &mut |state, at| {
             let outcome = sluice_core::decide_reserving(limit, state, at, cost, reserve);
             let rest_at = at.saturating_add(outcome.decision.reset);
             Step {

@@ -158,7 +158,7 @@ mod tests {
         }
         assert_eq!(
             debug(&RawClientIp::default()),
-            "RawClientIp { xff_trusted_hops: 0, ipv4_prefix: 32, ipv6_prefix: 64 }"
+            "RawClientIp { xff_trusted_hops: 0, envoy_xff: Detect, ipv4_prefix: 32, ipv6_prefix: 64 }"
         );
         assert_eq!(
             debug(&RawResponse::default()),

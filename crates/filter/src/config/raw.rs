@@ -18,6 +18,7 @@
 
 use super::describe::{raw_enum, raw_struct, read_names};
 use super::reader::Node;
+pub use crate::client_ip::EnvoyXff;
 pub use crate::table::WhenFull;
 pub use cost::{
     RawCost, RawEstimate, RawPlace, RawPlaces, RawPricedPlace, RawResponseCost, RawTimes,
@@ -28,6 +29,12 @@ pub use outcome::{RawCountWhen, RawResponseHeader};
 
 mod cost;
 mod outcome;
+
+read_names!(EnvoyXff {
+    Detect = "detect",
+    Appended = "appended",
+    AsSent = "as_sent",
+});
 
 read_names!(WhenFull {
     Share = "share",
@@ -92,6 +99,10 @@ pub struct RawClientIp {
     /// Proxies in front of Envoy whose `x-forwarded-for` entries are trusted.
     #[default]
     pub xff_trusted_hops: u64,
+    /// Whether Envoy appends to `x-forwarded-for` (its `use_remote_address`):
+    /// `detect` reads the downstream address of each request to tell.
+    #[default]
+    pub envoy_xff: EnvoyXff,
     /// IPv4 prefix length that identifies a client.
     #[default = 32]
     pub ipv4_prefix: u64,

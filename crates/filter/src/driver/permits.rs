@@ -59,10 +59,13 @@ pub(super) fn release<H: Host>(w: &mut Worker<H>, host: &mut H, runtime: &Shared
 /// kept, as those of a request denied after they were taken, or once
 /// [`release`] forgot them): local ones at once, global ones by the root.
 pub(super) fn give_back<H: Host>(w: &mut Worker<H>, host: &mut H, runtime: &Shared<H>, held: Held) {
-    let now = host.now();
-    for permit in &held.local {
-        if concurrency::release_local(&*host, permit, now).is_err() {
-            runtime.metrics.global(GlobalEvent::CasExhausted);
+    // The clock only for local permits: most denials hold none.
+    if !held.local.is_empty() {
+        let now = host.now();
+        for permit in &held.local {
+            if concurrency::release_local(&*host, permit, now).is_err() {
+                runtime.metrics.global(GlobalEvent::CasExhausted);
+            }
         }
     }
     for permit in held.global {

@@ -7,6 +7,7 @@
 //!
 //! More cases: `PROPTEST_CASES=100000 cargo test -p sluice fuzz_`.
 
+use crate::client_ip::EnvoyXff;
 use super::fake::{address_candidates, FakeRequest};
 use super::*;
 use proptest::prelude::*;
@@ -46,9 +47,16 @@ fn xff() -> impl Strategy<Value = String> {
 }
 
 fn policy() -> impl Strategy<Value = ClientIpPolicy> {
-    (prop_oneof![0..4u32, any::<u32>()], any::<u8>(), any::<u8>()).prop_map(
-        |(trusted_hops, ipv4_prefix, ipv6_prefix)| ClientIpPolicy {
+    let envoy_xff = prop_oneof![
+        Just(EnvoyXff::Detect),
+        Just(EnvoyXff::Appended),
+        Just(EnvoyXff::AsSent)
+    ];
+    let hops = prop_oneof![0..4u32, any::<u32>()];
+    (hops, envoy_xff, any::<u8>(), any::<u8>()).prop_map(
+        |(trusted_hops, envoy_xff, ipv4_prefix, ipv6_prefix)| ClientIpPolicy {
             trusted_hops,
+            envoy_xff,
             ipv4_prefix,
             ipv6_prefix,
         },

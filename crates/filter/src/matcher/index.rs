@@ -125,7 +125,8 @@ impl RuleIndex {
         F: Fn(&'a T) -> &'a Matcher,
     {
         let by_path = !(self.exact.is_empty() && self.prefixes.entries.is_empty());
-        let (exact, prefixed) = match request.path().filter(|_| by_path) {
+        // The path is read only when some rule is filed by it.
+        let (exact, prefixed) = match by_path.then(|| request.path()).flatten() {
             Some(path) => (
                 self.exact
                     .binary_search_by(|(p, _)| p.as_str().cmp(path))

@@ -7,8 +7,13 @@ use super::*;
 /// The calls request `context` makes from its headers to its end, with the
 /// worker's own work (the root's) for it.
 fn calls_of(sim: &mut Sim, context: u32, user: &str) -> Vec<&'static str> {
+    calls_with(sim, context, &[("x-user", user)])
+}
+
+/// The calls of request `context` with `headers`, as [`calls_of`].
+fn calls_with(sim: &mut Sim, context: u32, headers: &[(&str, &str)]) -> Vec<&'static str> {
     sim.h.made.borrow_mut().clear();
-    sim.start(context, &[("x-user", user)]);
+    sim.start(context, headers);
     sim.run();
     sim.respond(context, &[]);
     sim.end(context);
@@ -20,6 +25,14 @@ fn rule(limit: &str, key: &str) -> String {
     format!(r#"{{"name":"r","key":["{key}"],"limits":[{limit}]}}"#)
 }
 
+/// A local configuration: `top` fields, then one rule.
+fn local(top: &str, rule: &str) -> Sim {
+    Sim::configured(&format!(r#"{{"domain":"t"{top},"rules":[{rule}]}}"#))
+}
+
+const GCRA: &str = r#"{"algorithm":"gcra","requests":1000,"window":"1s"}"#;
+const BEHIND_ONE_PROXY: &[(&str, &str)] = &[(":path", "/"), ("x-forwarded-for", "198.51.100.1")];
+
 #[test]
 fn a_request_under_one_local_limit() {
     let gcra = r#"{"algorithm":"gcra","requests":1000,"window":"1s"}"#;
@@ -28,14 +41,125 @@ fn a_request_under_one_local_limit() {
     assert_eq!(
         calls_of(&mut sim, 10, "a"),
         [
-            "header",   // :path, to find the rules that apply
-            "property", // source.address, its key
-            "now",      // the decision's clock
-            "get",      // the key's entry
-            "clock",    // when the entry's compare-and-swap decided
-            "set",      // the entry written back
+            "property", // source.address, its key (no rule needs the path)
+            "get",      // the key's bucket of the key table
+            "now",      // the decision's one clock read, after the get
+            "set",      // the bucket written back (compare-and-swap)
             "add_header",
             "add_header", // the rate-limit headers of the response
+        ]
+    );
+}
+
+#[test]
+fn a_request_keyed_by_a_trusted_x_forwarded_for_entry() {
+    let mut sim = local(r#","client_ip":{"xff_trusted_hops":1}"#, &rule(GCRA, "client_ip"));
+    calls_with(&mut sim, 9, BEHIND_ONE_PROXY);
+    assert_eq!(
+        calls_with(&mut sim, 10, BEHIND_ONE_PROXY),
+        [
+            "header",   // x-forwarded-for
+            "property", // source.address: did Envoy append to it?
+            "get",
+            "now",
+            "set",
+            "add_header",
+            "add_header",
+        ]
+    );
+}
+
+#[test]
+fn a_request_behind_an_envoy_declared_to_append_reads_no_property() {
+    // Appended: the proxy's entry, then Envoy's own; as sent: the proxy's.
+    for (envoy_xff, xff) in [
+        ("appended", "198.51.100.1, 10.0.0.1"),
+        ("as_sent", "198.51.100.1"),
+    ] {
+        let top = format!(r#","client_ip":{{"xff_trusted_hops":1,"envoy_xff":"{envoy_xff}"}}"#);
+        let mut sim = local(&top, &rule(GCRA, "client_ip"));
+        let headers = [("x-forwarded-for", xff)];
+        calls_with(&mut sim, 9, &headers);
+        assert_eq!(
+            calls_with(&mut sim, 10, &headers),
+            [
+                "header", // x-forwarded-for: its trusted entry is the key
+                "get",
+                "now",
+                "set",
+                "add_header",
+                "add_header",
+            ]
+        );
+        // Without the header, the downstream address.
+        assert_eq!(calls_with(&mut sim, 11, &[])[..2], ["header", "property"]);
+    }
+}
+
+#[test]
+fn a_request_under_a_limit_without_headers_makes_no_response_call() {
+    let mut sim = local(r#","headers":"none""#, &rule(GCRA, "client_ip"));
+    calls_of(&mut sim, 9, "a");
+    assert_eq!(calls_of(&mut sim, 10, "a"), ["property", "get", "now", "set"]);
+}
+
+#[test]
+fn a_request_under_a_rule_matching_its_path() {
+    let matched = format!(
+        r#"{{"name":"r","match":{{"path_prefix":"/api"}},"key":["client_ip"],"limits":[{GCRA}]}}"#
+    );
+    let mut sim = local("", &matched);
+    let api = [(":path", "/api/x")];
+    calls_with(&mut sim, 9, &api);
+    assert_eq!(
+        calls_with(&mut sim, 10, &api),
+        [
+            "header", // :path, to find the rules that apply
+            "property",
+            "get",
+            "now",
+            "set",
+            "add_header",
+            "add_header",
+        ]
+    );
+}
+
+#[test]
+fn a_denied_request() {
+    let once = r#"{"algorithm":"gcra","requests":1,"window":"1h"}"#;
+    let mut sim = local("", &rule(once, "client_ip"));
+    calls_of(&mut sim, 9, "a");
+    assert_eq!(
+        calls_of(&mut sim, 10, "a"),
+        [
+            "property",
+            "get",
+            "now", // no write: the state is unchanged
+            "set_state",
+            "set_state",   // the outcome and rule, for the access log
+            "header",      // content-type: a gRPC request gets a gRPC denial
+            "reply",       // the 429
+        ]
+    );
+}
+
+#[test]
+fn a_fresh_key_among_ten_thousand() {
+    let mut sim = local(r#","local_max_keys":10000"#, &rule(GCRA, "header:x-user"));
+    for i in 0..10_000 {
+        calls_of(&mut sim, 100 + i, &format!("user-{i}"));
+    }
+    assert_eq!(
+        calls_of(&mut sim, 20_000, "a-fresh-user"),
+        [
+            "header", // x-user, its key
+            "get",    // its first bucket: not there
+            "get",    // its second bucket: not there either
+            "now",
+            "set", // placed in the bucket with fewer live keys
+            "add_header",
+            "add_header",
         ]
     );
 }
@@ -49,13 +173,12 @@ fn a_request_under_a_local_limit_with_a_penalty_box() {
     assert_eq!(
         calls_of(&mut sim, 10, "a"),
         [
-            "header",
             "property",
-            "now",
+            "now", // the block table is read at the request's time
             "get",
             "get", // the key's two buckets of the block table: no block
             "get",
-            "clock",
+            "clock", // the key table's bucket decides at the clock after its get
             "set",
             "add_header",
             "add_header",
@@ -79,7 +202,6 @@ fn a_request_under_one_global_limit() {
     assert_eq!(
         calls_of(&mut sim, 10, "a"),
         [
-            "header",   // :path
             "header",   // x-user, its key
             "now",      // the decision's clock
             "get",      // the over-limit cache
@@ -117,7 +239,6 @@ fn a_request_under_a_global_concurrency_limit_is_checked_by_the_root() {
     assert_eq!(
         calls,
         [
-            "header",  // :path
             "header",  // x-user, its key
             "now",     // the decision's clock
             "enqueue", // the root woken
@@ -134,7 +255,6 @@ fn a_request_under_a_global_concurrency_limit_is_checked_by_the_root() {
             "focus",
             "add_header",
             "add_header", // the rate-limit headers of the response
-            "now",
             "enqueue", // the root woken to give the permit back
             "dequeue",
             "dequeue",
@@ -156,11 +276,9 @@ fn a_request_under_a_local_limit_counted_by_outcome() {
     assert_eq!(
         calls_of(&mut sim, 10, "a"),
         [
-            "header",
             "property",
-            "now",
             "get",
-            "clock",
+            "now",
             "set",      // the unit reserved, as a local limit takes it
             "header",   // the response's content-type (its cost reader)
             "property", // response.code_details: from the upstream?
@@ -182,7 +300,6 @@ fn requests_of_a_coalesced_call() {
     // 10 calls alone; 11 and 12 wait for the group's next call.
     sim.start(10, &[("x-user", "a")]);
     let request = [
-        "header", // :path
         "header", // x-user, its key
         "now",    // the decision's clock
         "get",    // the over-limit cache

@@ -98,7 +98,7 @@ where
         local: &LocalLimit,
         limit: &Limit,
     ) -> Option<Decision> {
-        let now = self.tally.now;
+        let now = self.now();
         let table = block_table(local);
         let end = blocked_until(self.env.store, &table, applied.fingerprint, now)?;
         self.env.metrics.rule(applied.index, RuleEvent::Blocked);
@@ -118,7 +118,7 @@ where
         if !decision.starts_block() {
             return decision;
         }
-        let now = self.tally.now;
+        let now = self.now();
         let table = block_table(local);
         let end = now.saturating_add(block);
         match start_block(self.env.store, &table, applied.fingerprint, now, end) {

@@ -105,7 +105,7 @@ where
         let shape = deny_cache::shape(&global.quota.limit, limit.requests);
         match self.cache_slot(applied, &global.deny_prefix, shape) {
             Some((_, Some(deadline))) => {
-                let wait = deadline.saturating_sub(self.tally.now);
+                let wait = deadline.saturating_sub(self.now());
                 Err(applied.reported(l, limit, Decision::over_limit(limit.requests, wait)))
             }
             Some((slot, None)) => Ok(Some(slot)),
@@ -128,7 +128,8 @@ where
         }
         layout::slot_key(&mut self.scratch, deny_prefix, applied.slot);
         let owner = deny_cache::owner(applied.fingerprint, shape);
-        let deadline = deny_cache::lookup(self.env.store, &self.scratch, owner, self.tally.now);
+        let now = self.now();
+        let deadline = deny_cache::lookup(self.env.store, &self.scratch, owner, now);
         let slot = CacheSlot {
             prefix: std::rc::Rc::clone(deny_prefix),
             slot: applied.slot,

@@ -121,8 +121,11 @@ where
         weight: u64,
         share: u8,
     ) -> Result<Decision, Contended> {
-        let (store, now) = (self.env.store, self.tally.now);
-        let taken = local::consume(store, key, limit, now, weight, reserve(limit, share))?;
+        let mut when = self.clock;
+        let reserve = reserve(limit, share);
+        let taken = local::consume_when(self.env.store, key, limit, &mut when, weight, reserve);
+        self.timed(when);
+        let taken = taken?;
         Ok(self.consumed(LocalState::Key(Rc::clone(key)), limit, taken, weight))
     }
 
@@ -137,18 +140,20 @@ where
         weight: u64,
         share: u8,
     ) -> Result<Decision, Contended> {
-        let (store, now) = (self.env.store, self.tally.now);
         let table = Table::new(entry.prefix, entry.shape);
         let reserve = reserve(limit, share);
-        let decided = table::consume(
-            store,
+        let mut when = self.clock;
+        let decided = table::consume_when(
+            self.env.store,
             &table,
             entry.fingerprint,
             limit,
-            now,
+            &mut when,
             weight,
             reserve,
-        )?;
+        );
+        self.timed(when);
+        let decided = decided?;
         if decided.placed != Placed::Own {
             self.env.metrics.rule(rule, RuleEvent::TableFull);
         }

@@ -11,7 +11,7 @@ use super::verdict::Verdict;
 use crate::config::{Cost, Estimate, Plan, Rule, RuleLimit};
 use crate::headers::Reported;
 use crate::key::{Request, RequestView};
-use crate::local::SharedStore;
+use crate::local::{SharedStore, When};
 use crate::metrics::{MetricSink, RuleEvent};
 use crate::slots::{self, SlotHasher};
 use sluice_core::{Decision, Holder, Limit, Nanos};
@@ -39,7 +39,8 @@ pub(crate) trait Steps: FollowUp {
 }
 
 /// Decides a request's local limits and prepares its global check. `clock`
-/// is read once, and only when some rule applies; `holder` holds the
+/// is read once, and only when some rule applies: at its first use, which
+/// for a local limit is after its state's get ([`When`]); `holder` holds the
 /// permits of concurrency limits (see [`crate::engine::concurrency`]).
 pub(crate) fn evaluate<K, V, S, M, C>(
     plan: &Plan,
@@ -65,13 +66,13 @@ where
             hasher,
             holder,
             tally: Tally::new(plan, holder),
+            clock: When::Unread(&clock),
             // Room for a shared-data key (prefix and slot) without growing.
             scratch: String::with_capacity(KEY_ROOM),
         },
         enforcing: Batch::default(),
         shadow: Batch::default(),
     };
-    let mut clock_read: Option<Nanos> = None;
     let mut key = String::with_capacity(KEY_ROOM);
     let matching = plan
         .rule_index
@@ -91,7 +92,6 @@ where
                 u64::from(!owes)
             }
         };
-        walk.cx.tally.now = *clock_read.get_or_insert_with(&clock);
         let fingerprint = hasher.fingerprint(&key);
         let applied = Applied {
             index,
@@ -102,7 +102,11 @@ where
             weight,
             share: share(rule, &request),
         };
-        if let Err(refusal) = walk.rule(&applied) {
+        let walked = walk.rule(&applied);
+        // A rule that applies has the request's time, whatever its limits
+        // read (none read it twice).
+        walk.cx.now();
+        if let Err(refusal) = walked {
             walk.cancel_asks();
             return walk.cx.tally.deny(refusal, &walk.cx.env);
         }
@@ -176,8 +180,27 @@ pub(crate) struct Cx<'a, V: RequestView, S: ?Sized, M: ?Sized> {
     /// Who holds the permits this request takes.
     pub(crate) holder: Holder,
     pub(crate) tally: Tally,
+    /// The request's time, read at its first use (then in `tally.now`).
+    pub(crate) clock: When<'a>,
     /// Reused for shared-data keys.
     pub(crate) scratch: String,
+}
+
+impl<V: RequestView, S: SharedStore + ?Sized, M: ?Sized> Cx<'_, V, S, M> {
+    /// The request's time, read now if nothing has read it yet.
+    pub(crate) fn now(&mut self) -> Nanos {
+        let now = self.clock.now();
+        self.tally.now = now;
+        now
+    }
+
+    /// Keeps the request's time `when` read, if it did.
+    pub(crate) fn timed(&mut self, when: When<'_>) {
+        if let (When::Unread(_), Some(now)) = (self.clock, when.read()) {
+            self.clock = When::Read(now);
+            self.tally.now = now;
+        }
+    }
 }
 
 /// A request being decided, rule after rule.

@@ -45,6 +45,7 @@ impl Plan {
                 64,
                 "client_ip.xff_trusted_hops",
             )?,
+            envoy_xff: raw.client_ip.envoy_xff,
             ipv4_prefix: in_range(raw.client_ip.ipv4_prefix, 0, 32, "client_ip.ipv4_prefix")?,
             ipv6_prefix: in_range(raw.client_ip.ipv6_prefix, 0, 128, "client_ip.ipv6_prefix")?,
         };

@@ -175,7 +175,7 @@ where
     let mut owed = Owed {
         rule: applied.index,
         estimate: applied.weight,
-        admitted_at: cx.tally.now,
+        admitted_at: cx.now(),
         local: Vec::new(),
         global: Vec::new(),
         descriptors: Vec::new(),

@@ -178,7 +178,7 @@ where
         PermitPlace::Local(prefix, keys) => (prefix, *keys),
         PermitPlace::Global => return Ok(Some(global_permits(applied, l, limit))),
     };
-    let (holder, now) = (cx.holder, cx.tally.now);
+    let (holder, now) = (cx.holder, cx.now());
     let table = Table::new(prefix, keys);
     let mut acquire = |state: Option<&[u8]>| {
         let out = permits::acquire(p, state, holder, now, weight);

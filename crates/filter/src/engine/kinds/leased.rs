@@ -155,7 +155,7 @@ where
 {
     let global = &leased.global;
     let limit = affordable(applied, l, global)?;
-    let now = cx.tally.now;
+    let now = cx.now();
     let mut asking = None;
     match spend(cx, applied, l, limit, &leased.policy) {
         Some(Spend::Spent(lease)) => {
@@ -222,7 +222,7 @@ where
     }
     let wait = cx.env.plan.limiter.as_ref().map_or(SECOND, |t| t.timeout);
     let key = slot_key(&policy.prefix, applied.slot);
-    let now = cx.tally.now;
+    let now = cx.now();
     let (fingerprint, weight) = (applied.fingerprint, applied.weight);
     let taken = lease::take(cx.env.store, &key, fingerprint, now, weight, max, wait);
     let (granted_at, lease) = match taken {

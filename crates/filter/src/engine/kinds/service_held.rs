@@ -49,7 +49,7 @@ where
     };
     let cache = match cx.cache_slot(applied, &held.deny_prefix, 0) {
         Some((_, Some(deadline))) => {
-            let wait = deadline.saturating_sub(cx.tally.now);
+            let wait = deadline.saturating_sub(cx.now());
             return Err(reported(Decision::over_limit(0, wait)));
         }
         Some((slot, None)) => Some(slot),
