@@ -337,7 +337,12 @@ mod tests {
 
     /// The client address under `envoy_xff` and the downstream address
     /// reads it made.
-    fn told(envoy_xff: EnvoyXff, hops: u32, source: &str, xff: Option<&str>) -> (Option<IpAddr>, u32) {
+    fn told(
+        envoy_xff: EnvoyXff,
+        hops: u32,
+        source: &str,
+        xff: Option<&str>,
+    ) -> (Option<IpAddr>, u32) {
         let policy = ClientIpPolicy {
             trusted_hops: hops,
             envoy_xff,

@@ -182,6 +182,10 @@ where
     decide_timed(store, table, fingerprint, &mut || now, &mut step, undo)
 }
 
+/// A step given a key's state (`None`: a fresh key) and the instant to
+/// decide at.
+pub type TimedStep<'s, T> = dyn FnMut(Option<&[u8]>, Nanos) -> Step<T> + 's;
+
 /// [`decide`] at the instant `time` gives, read after each attempt's gets
 /// and given to `step`.
 pub fn decide_timed<S, T>(
@@ -189,7 +193,7 @@ pub fn decide_timed<S, T>(
     table: &Table<'_>,
     fingerprint: u64,
     time: &mut dyn FnMut() -> Nanos,
-    step: &mut dyn FnMut(Option<&[u8]>, Nanos) -> Step<T>,
+    step: &mut TimedStep<'_, T>,
     undo: &mut dyn FnMut(&[u8], &T) -> Option<Encoded>,
 ) -> Result<Decided<T>, Contended>
 where
@@ -225,7 +229,7 @@ fn decide_named<S, T>(
     table: &Table<'_>,
     fingerprint: u64,
     time: &mut dyn FnMut() -> Nanos,
-    step: &mut dyn FnMut(Option<&[u8]>, Nanos) -> Step<T>,
+    step: &mut TimedStep<'_, T>,
     undo: &mut dyn FnMut(&[u8], &T) -> Option<Encoded>,
     names: &mut Names,
 ) -> Result<Decided<T>, Contended>

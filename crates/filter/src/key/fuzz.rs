@@ -7,9 +7,9 @@
 //!
 //! More cases: `PROPTEST_CASES=100000 cargo test -p sluice fuzz_`.
 
-use crate::client_ip::EnvoyXff;
 use super::fake::{address_candidates, FakeRequest};
 use super::*;
+use crate::client_ip::EnvoyXff;
 use proptest::prelude::*;
 
 /// One `x-forwarded-for` entry, in the spellings proxies and attackers use.

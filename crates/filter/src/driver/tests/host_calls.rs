@@ -53,7 +53,10 @@ fn a_request_under_one_local_limit() {
 
 #[test]
 fn a_request_keyed_by_a_trusted_x_forwarded_for_entry() {
-    let mut sim = local(r#","client_ip":{"xff_trusted_hops":1}"#, &rule(GCRA, "client_ip"));
+    let mut sim = local(
+        r#","client_ip":{"xff_trusted_hops":1}"#,
+        &rule(GCRA, "client_ip"),
+    );
     calls_with(&mut sim, 9, BEHIND_ONE_PROXY);
     assert_eq!(
         calls_with(&mut sim, 10, BEHIND_ONE_PROXY),
@@ -100,7 +103,10 @@ fn a_request_behind_an_envoy_declared_to_append_reads_no_property() {
 fn a_request_under_a_limit_without_headers_makes_no_response_call() {
     let mut sim = local(r#","headers":"none""#, &rule(GCRA, "client_ip"));
     calls_of(&mut sim, 9, "a");
-    assert_eq!(calls_of(&mut sim, 10, "a"), ["property", "get", "now", "set"]);
+    assert_eq!(
+        calls_of(&mut sim, 10, "a"),
+        ["property", "get", "now", "set"]
+    );
 }
 
 #[test]
@@ -137,9 +143,9 @@ fn a_denied_request() {
             "get",
             "now", // no write: the state is unchanged
             "set_state",
-            "set_state",   // the outcome and rule, for the access log
-            "header",      // content-type: a gRPC request gets a gRPC denial
-            "reply",       // the 429
+            "set_state", // the outcome and rule, for the access log
+            "header",    // content-type: a gRPC request gets a gRPC denial
+            "reply",     // the 429
         ]
     );
 }
@@ -255,7 +261,7 @@ fn a_request_under_a_global_concurrency_limit_is_checked_by_the_root() {
             "focus",
             "add_header",
             "add_header", // the rate-limit headers of the response
-            "enqueue", // the root woken to give the permit back
+            "enqueue",    // the root woken to give the permit back
             "dequeue",
             "dequeue",
             "focus",
