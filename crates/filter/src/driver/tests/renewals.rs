@@ -27,9 +27,11 @@ fn until_renewal(sim: &mut Sim, next: &mut u32, user: &str) {
     panic!("no renewal for {user}");
 }
 
-/// The calls out to `/v1/check`, each with the keys it names and the units
-/// each asks for.
-fn checks(sim: &Sim) -> Vec<(u32, Vec<(String, Option<u64>)>)> {
+/// The keys a check names, each with the units it asks for.
+type Asks = Vec<(String, Option<u64>)>;
+
+/// The calls out to `/v1/check`: the context that made each, and its asks.
+fn checks(sim: &Sim) -> Vec<(u32, Asks)> {
     sim.h
         .calls
         .iter()
@@ -96,7 +98,7 @@ fn the_root_renews_every_key_running_low_in_one_call() {
     assert_eq!(sent.len(), 1, "one call: {sent:?}");
     let (from, asks) = &sent[0];
     assert_eq!(*from, ROOT);
-    let keys: Vec<(String, Option<u64>)> = ["a", "b", "c"]
+    let keys: Asks = ["a", "b", "c"]
         .iter()
         .map(|u| (format!("user/0/{u}"), Some(8)))
         .collect();
