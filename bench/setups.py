@@ -487,21 +487,22 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
     ]
     # Another build of the filter beside this one, in the same run: the
     # global row with the wasm at SLUICE_BASELINE_WASM (say, the last
-    # release), for a before/after comparison that shares the run's noise.
+    # release), for a before/after comparison that shares the run's noise;
+    # in the default set too, so that `make bench` compares the two builds.
     baseline = os.environ.get("SLUICE_BASELINE_WASM")
     if baseline:
-        out.append(Row("global-memory-baseline", f"global-memory with {Path(baseline).name}", store="memory",
+        out.append(Row("global-memory-baseline", f"global-memory with {Path(baseline).name}", store="memory", default=True,
                        filters=[support.wasm_filter(sluice_config(global_gcra, global_scope=True), Path(baseline),
                                                     vm_id="baseline", name="baseline")]))
         out.append(Row("global-memory-coalesce-baseline", f"global-memory-coalesce with {Path(baseline).name}",
-                       store="memory",
+                       store="memory", default=True,
                        filters=[support.wasm_filter(sluice_config(coalesced_gcra, global_scope=True), Path(baseline),
                                                     vm_id="baseline", name="baseline")]))
         out.append(Row("global-memory-lease-baseline", f"global-memory-lease with {Path(baseline).name}",
-                       store="memory",
+                       store="memory", default=True,
                        filters=[support.wasm_filter(sluice_config(leased_gcra, global_scope=True), Path(baseline),
                                                     vm_id="baseline", name="baseline")]))
-        out.append(Row("local-gcra-baseline", f"local-gcra with {Path(baseline).name}",
+        out.append(Row("local-gcra-baseline", f"local-gcra with {Path(baseline).name}", default=True,
                        filters=[support.wasm_filter(sluice_config(gcra), Path(baseline),
                                                     vm_id="baseline", name="baseline")]))
     return out + rls_rows(sluice, noop_wasm)
