@@ -1,6 +1,8 @@
 """Global limits end to end: Envoys calling sluice-limiter, memory and Redis stores."""
 
+import http.server
 import socket
+import threading
 import time
 
 import pytest
@@ -151,3 +153,38 @@ def test_redis_restart_limiter_recovers_by_itself(processes):
     redis.start()
     wait_until(lambda: limiter.check(body).status == 200, what="limiter reconnecting to redis")
     assert limiter.metric("sluice_limiter_store_errors_total") >= 1
+
+
+class _RefusingLimiter(http.server.BaseHTTPRequestHandler):
+    """Answers every check as the limiter answers a body it refuses."""
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        body = b'{"error":"limits[0].requests: must be between 1 and 1000000000000"}'
+        self.send_response(400)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_an_error_answer_is_counted_and_its_warning_quotes_the_limiter(envoy):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RefusingLimiter)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        cluster = limiter_cluster("sluice_limiter", [server.server_address[1]])
+        del cluster["typed_extension_protocol_options"]  # HTTP/1.1 to the stand-in
+        e = envoy(global_config([global_rule("gcra")], failure_mode="deny"), clusters=[cluster])
+        assert request(e.port, "/", headers={"x-user": "a"}).status == 429
+        wait_until(lambda: e.sluice_stat("sluice.limiter_failed_status") == 1, what="the error status counted")
+        marker = 'sluice: limiter cluster "sluice_limiter" failed: error status'
+        warnings = [line.split(marker, 1)[1] for line in e.log().splitlines() if marker in line]
+        assert len(warnings) == 1, warnings
+        assert warnings[0].startswith(
+            ' (status 400: {"error":"limits[0].requests: must be between 1 and 1000000000000"})'), warnings
+    finally:
+        server.shutdown()
+        server.server_close()

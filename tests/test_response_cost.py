@@ -234,6 +234,13 @@ def test_global_tokens_held_across_two_envoys(token_fleet, llm):
     wait_until(lambda: llm.reported.get("a") == 30 * counts[200], timeout=5,
                what=f"the upstream counts {30 * counts[200]} tokens (it has {llm.reported.get('a')})")
     assert 30 * counts[200] <= 400
+    # Each admitted request held 40 and gave back 10 once its answer said
+    # 30: the limiter's own count (asked without consuming) is exact.
+    limiter = token_fleet.limiters[0]
+    peek = {"domain": "test", "hits": 0, "limits": [
+        {"key": "tokens/0/a", "algorithm": "fixed_window", "requests": 400, "window_ms": 3_600_000}]}
+    wait_until(lambda: json.loads(limiter.check(peek).body)["limits"][0]["remaining"] == 400 - 30 * counts[200],
+               timeout=5, what=f"the limiter holds {30 * counts[200]} tokens")
     for e in envoys:
         assert e.sluice_stat("sluice.limiter_failed_status") == 0
 

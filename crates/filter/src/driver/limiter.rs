@@ -30,9 +30,28 @@ pub(super) fn http_answer<H: Host>(
 ) -> Option<Vec<u8>> {
     let answer = read_answer(host, body_size);
     if let (Err(failure), Some(runtime)) = (&answer, runtime) {
-        call_failed(w, host, runtime, *failure);
+        log_failure(w, host, runtime, *failure, || {
+            answer_detail(host, body_size)
+        });
     }
     answer.ok()
+}
+
+/// The longest part of an error answer's body a warning quotes.
+const DETAIL_BYTES: usize = 256;
+
+/// What a failed answer said, for its warning: its status and the start of
+/// its body (the limiter's JSON error names the field it refused).
+fn answer_detail<H: Host>(host: &H, body_size: usize) -> String {
+    let status = host.header(Map::CallAnswerHeaders, ":status");
+    let body = host
+        .buffer(Buffer::CallAnswerBody, body_size.min(DETAIL_BYTES))
+        .unwrap_or_default();
+    format!(
+        " (status {}: {})",
+        status.as_deref().unwrap_or("none"),
+        String::from_utf8_lossy(&body).trim_end()
+    )
 }
 
 fn read_answer<H: Host>(host: &H, body_size: usize) -> Result<Vec<u8>, CallFailure> {
@@ -66,6 +85,18 @@ pub(super) fn call_failed<H: Host>(
     runtime: &Runtime<H::Metrics>,
     failure: CallFailure,
 ) {
+    log_failure(w, host, runtime, failure, String::new);
+}
+
+/// [`call_failed`], with `detail` added to the warning when one is logged
+/// (read only then: most failures are counted, not logged).
+fn log_failure<H: Host>(
+    w: &mut Worker<H>,
+    host: &H,
+    runtime: &Runtime<H::Metrics>,
+    failure: CallFailure,
+    detail: impl FnOnce() -> String,
+) {
     runtime.metrics.global(failure.event());
     let Some(limiter) = runtime.plan.limiter.as_ref() else {
         return;
@@ -74,9 +105,10 @@ pub(super) fn call_failed<H: Host>(
         return;
     };
     log::warn!(
-        "sluice: limiter cluster {:?} failed: {} ({quiet} more failed call(s) not logged since the last warning); a check follows failure_mode {:?}, a give-back or charge is not retried; counted in sluice.limiter_failed_*",
+        "sluice: limiter cluster {:?} failed: {}{} ({quiet} more failed call(s) not logged since the last warning); a check follows failure_mode {:?}, a give-back or charge is not retried; counted in sluice.limiter_failed_*",
         limiter.cluster,
         failure.reason(),
+        detail(),
         limiter.failure_mode,
     );
 }

@@ -235,6 +235,9 @@ where
                 let global = (global, descriptors);
                 let (rule, estimate) = (applied.index, applied.weight);
                 let shadow = applied.rule.shadow;
+                // What is owed is settled as consumed now: a refund's age
+                // counts from it (a global-only rule has not read it yet).
+                self.cx.now();
                 let tally = &mut self.cx.tally;
                 tally.owe(rule, estimate, consumed_mark, global, shadow);
             }

@@ -228,6 +228,9 @@ fn a_global_limit_is_settled_by_the_limiter() {
     assert_eq!(global.len(), 1);
     assert_eq!(global[0].adjustment, Adjustment::Refund(10));
     assert_eq!(global[0].limits[0].key, "tokens/0/a");
+    // Refunded as consumed when the request was decided, one second ago
+    // (a global-only rule reads the clock for it).
+    assert_eq!(global[0].admitted_at, NOW);
     // A failed check admitted by the failure mode is charged whole.
     let p = pending(
         w.eval(
