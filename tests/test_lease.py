@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from support import ALGORITHMS, limiter_cluster, load_through, request, sluice_config, wait_until
+from support import ALGORITHMS, limiter_cluster, load_through, request, run_all, sluice_config, wait_until
 
 YEAR = "365d"
 
@@ -103,6 +103,28 @@ def test_a_renewal_is_no_requests_call(envoy, processes):
     assert renewals > 0 and checks < 500 / 5, (renewals, checks)
     held = checks + leased - returned - 500
     assert 0 <= held <= 100, (checks, leased, returned)
+
+
+def test_several_hot_keys_renewed_together_count_one_renewal_per_call(envoy, processes):
+    limiter = processes.limiter()
+    cluster = [limiter_cluster("sluice_limiter", [limiter.port])]
+    rule = {**leased_rule("fixed_window", 1000, "10%"), "key": ["header:x-user"]}
+    e = envoy(global_config([rule]), clusters=cluster)
+    users = ["a", "b", "c", "d"]
+    counts = [{} for _ in users]
+
+    def one(i):
+        counts[i] = load_through([e], per_envoy=250, connections=8, headers={"x-user": users[i]})
+
+    run_all([lambda i=i: one(i) for i in range(len(users))])
+    assert counts == [{200: 250}] * len(users), counts
+    # a worker renews the keys running low in one call: the Envoy and the
+    # limiter count the same calls
+    renewals_settled(e, limiter, 1000)
+    checks, leased, returned = limiter_units([limiter])
+    assert checks < 1000 / 5, checks
+    held = checks + leased - returned - 1000
+    assert 0 <= held <= len(users) * 100, (checks, leased, returned)
 
 
 def test_a_leased_request_reports_the_limiters_remaining_plus_what_is_held(envoy, processes):

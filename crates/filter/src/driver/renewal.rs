@@ -73,7 +73,6 @@ pub(super) fn queue<H: Host>(
     runtime: &Shared<H>,
     renewal: Renewal,
 ) {
-    runtime.metrics.global(GlobalEvent::LeaseRenewals);
     w.renewals_queued.push((Rc::clone(runtime), renewal));
     wake::root(w, host);
 }
@@ -98,12 +97,17 @@ pub(super) fn send_queued<H: Host>(w: &mut Worker<H>, host: &mut H, root: u32) {
     for (runtime, renewal) in batched::<H>(std::mem::take(&mut w.renewals_queued)) {
         let body = renewal.body(&runtime.plan.domain);
         match dispatch(host, &runtime, &body) {
-            Some(token) => w.renewals.push(RenewalCall {
-                token,
-                root,
-                runtime,
-                renewal,
-            }),
+            Some(token) => {
+                // One per call sent, however many keys it renews: the
+                // limiter counts the same calls.
+                runtime.metrics.global(GlobalEvent::LeaseRenewals);
+                w.renewals.push(RenewalCall {
+                    token,
+                    root,
+                    runtime,
+                    renewal,
+                });
+            }
             None => {
                 runtime.metrics.global(GlobalEvent::LimiterUnreachable);
                 renewal.settle(&runtime.plan, host, &runtime.metrics, None);

@@ -2,6 +2,7 @@
 //! whose lease runs low, through the ways a renewal can end.
 
 use super::*;
+use crate::metrics::GlobalEvent;
 use sluice_core::MILLISECOND;
 
 /// 100 a minute per user, global, leased 10% (10 units) at a time.
@@ -105,6 +106,10 @@ fn the_root_renews_every_key_running_low_in_one_call() {
     assert_eq!(*asks, keys);
     sim.run();
     assert_eq!(sim.limiter.checks - before, 1);
+    // Counted per call, as the limiter counts them: the three first
+    // renewals and this one.
+    let renewals = sim.h.recorded.sink.count_global(GlobalEvent::LeaseRenewals);
+    assert_eq!(renewals, 4);
     // Each key holds 9 units, renewed below 4: 5 spent from the lease.
     for user in ["a", "b", "c"] {
         assert_eq!(served_from_lease(&mut sim, &mut next, user), 5, "{user}");
