@@ -160,3 +160,28 @@ def test_two_envoys_sharing_a_global_limit_answer_alike_and_consume_nothing(envo
     assert request(a.port, "/x", headers={"x-user": "alice"}).header("x-ratelimit-remaining") == "0"
     assert request(b.port, "/x", headers={"x-user": "alice"}).status == 429
     assert quotas(a.port, "alice")["shared"]["remaining"] == 0
+
+
+def test_a_global_block_is_answered_by_the_envoy_that_caches_it(envoy, processes):
+    limiter = processes.limiter()
+    rule = {"name": "gbox", "key": ["header:x-user"],
+            "limits": [{"algorithm": "fixed_window", "requests": 2, "window": "1h", "scope": "global",
+                        "on_exceed": "block", "block_for": "10m"}]}
+    cfg = sluice_config([rule], quota_endpoint=ENDPOINT, limiter={
+        "cluster": "sluice_limiter", "authority": "sluice-limiter", "timeout": "5s", "failure_mode": "deny"})
+    a, b = (envoy(cfg, clusters=[limiter_cluster("sluice_limiter", [limiter.port])]) for _ in range(2))
+    for _ in range(2):
+        assert request(a.port, "/x", headers={"x-user": "eve"}).status == 200
+    refused, seconds = timed(lambda: request(a.port, "/x", headers={"x-user": "eve"}))
+    assert (refused.status, refused.header("retry-after")) == (429, "600")
+    # The Envoy that refused caches the block: its answer is the block's.
+    boxed = quotas(a.port, "eve")["gbox"]
+    assert (boxed["limit"], boxed["remaining"]) == (2, 0)
+    assert boxed["reset_at"] in range(seconds.start + 600, seconds.stop + 601)
+    assert boxed["next"] == boxed["reset"] <= 600
+    # The other asks the limiter: the limit's own figures, spent.
+    other = quotas(b.port, "eve")["gbox"]
+    assert (other["limit"], other["remaining"], other["used"]) == (2, 0, 2)
+    # Asking started nothing and took nothing: one block, and bob is whole.
+    assert limiter.metric("sluice_limiter_blocks_started_total") == 1
+    assert quotas(b.port, "bob")["gbox"]["remaining"] == 2

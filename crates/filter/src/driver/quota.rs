@@ -200,6 +200,8 @@ fn render(out: &mut String, plan: &Plan, q: &Quota, now: Nanos) {
     };
     text(out, "name", &response::name(plan, &reported).name());
     text(out, "scope", if q.global { "global" } else { "local" });
+    let shadow = plan.rules.get(q.rule).is_some_and(|r| r.shadow);
+    text(out, "mode", if shadow { "shadow" } else { "enforce" });
     match &q.figures {
         Figures::Rate {
             decision: d,

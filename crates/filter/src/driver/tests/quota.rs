@@ -98,7 +98,7 @@ fn a_poll_gives_the_figures_of_the_last_requests_headers_and_consumes_nothing() 
     assert_eq!(status, 200);
     assert!(headers.contains(&("content-type".into(), "application/json".into())));
     let expected = serde_json::json!({"domain": "t", "limits": [{
-        "rule": "per-user", "name": "per-user", "scope": "local",
+        "rule": "per-user", "name": "per-user", "scope": "local", "mode": "enforce",
         "algorithm": "fixed_window", "limit": 5, "remaining": 2, "used": 3,
         "reset": 40, "reset_at": START / sluice_core::SECOND + 40, "next": 40,
         "window": 60,
@@ -320,5 +320,52 @@ fn the_endpoint_costs_other_requests_one_header_read() {
             "get",
             "reply"
         ]
+    );
+}
+
+#[test]
+fn a_key_this_envoy_caches_as_refused_is_answered_from_the_cache() {
+    let global = r#"{"algorithm":"fixed_window","requests":2,"window":"60s","scope":"global"}"#;
+    let mut sim = Sim::configured(&quota_config(true, &per_user("global", global)));
+    for context in 10..13 {
+        request(&mut sim, context, "alice");
+    }
+    assert_eq!(sim.replied(12), Some(429));
+    let (_, denial, _) = reply_of(&sim, 12);
+    assert!(denial.contains(&("retry-after".into(), "1".into())));
+    let checks = sim.limiter.checks;
+    poll(&mut sim, 20, "alice", "/rate_limit", "GET");
+    // No call: the refusal a request would get from the cache.
+    assert!(sim.h.calls.is_empty());
+    assert_eq!(sim.limiter.checks, checks);
+    let limit = &reply_of(&sim, 20).2["limits"][0];
+    assert_eq!(limit["scope"], "global");
+    assert_eq!(
+        (limit["limit"].as_u64(), limit["remaining"].as_u64()),
+        (Some(2), Some(0))
+    );
+    assert_eq!(
+        (limit["reset"].as_u64(), limit["next"].as_u64()),
+        (Some(1), Some(1))
+    );
+    // Once the cache lets go, the limiter is asked again.
+    sim.h.now += 2 * sluice_core::SECOND;
+    poll(&mut sim, 21, "alice", "/rate_limit", "GET");
+    assert_eq!(sim.h.calls.len(), 1);
+    sim.run();
+    assert_eq!(reply_of(&sim, 21).2["limits"][0]["remaining"], 0);
+}
+
+#[test]
+fn a_shadow_rule_is_reported_as_one() {
+    let shadow =
+        format!(r#"{{"name":"watch","mode":"shadow","key":["header:x-user"],"limits":[{FIXED}]}}"#);
+    let mut sim = Sim::configured(&quota_config(false, &shadow));
+    request(&mut sim, 10, "alice");
+    poll(&mut sim, 20, "alice", "/rate_limit", "GET");
+    let limit = &reply_of(&sim, 20).2["limits"][0];
+    assert_eq!(
+        (limit["mode"].as_str(), limit["remaining"].as_u64()),
+        (Some("shadow"), Some(4))
     );
 }

@@ -2,8 +2,9 @@
 //! a caller, what a request of its key would find now, read without
 //! writing. A local limit's state is read from shared data and decided at
 //! weight 0 (a peek: the figures its headers would give, nothing consumed);
-//! a global limit is asked of the limiter with `hits: 0` (its item here);
-//! what neither can tell is said with a reason.
+//! a global limit is asked of the limiter with `hits: 0` (its check here),
+//! unless this Envoy's over-limit cache refuses the key, which a request
+//! would meet first; what neither can tell is said with a reason.
 //!
 //! Which rules apply: with `?path=` (and `?method=`, default `GET`) the
 //! rules whose whole match holds for a request of the caller to that path;
@@ -12,9 +13,12 @@
 //! method has none then).
 
 use crate::config::plan::{Counted, Penalty, PermitPlace};
-use crate::config::{LimitKind, LocalLimit, Plan, Rule};
+use crate::config::{Cost, GlobalLimit, LimitKind, LocalLimit, Plan, Rule};
 use crate::engine::core::block::{block_table, blocked_until};
+use crate::engine::core::deny_cache;
+use crate::engine::core::walk::slot;
 use crate::key::{Request, RequestView};
+use crate::layout;
 use crate::local::SharedStore;
 use crate::slots::SlotHasher;
 use crate::table::{self, Step, Table};
@@ -112,6 +116,7 @@ where
             rule,
             key: &key,
             fingerprint,
+            slot: slot(plan, fingerprint),
             now,
         };
         for l in 0..rule.limits.len() {
@@ -129,6 +134,8 @@ struct Caller<'a> {
     rule: &'a Rule,
     key: &'a str,
     fingerprint: u64,
+    /// The key's slot in the over-limit cache.
+    slot: u64,
     now: Nanos,
 }
 
@@ -189,6 +196,16 @@ impl Caller<'_> {
             Ok(Some(global)) => {
                 quota.global = true;
                 let limit = global.quota.limit_for(self.key);
+                if let Some(wait) = self.cached_denial(store, global, limit) {
+                    // A request would be refused from the cache, unasked.
+                    quota.figures = Figures::Rate {
+                        decision: Decision::over_limit(limit.requests, wait),
+                        window: limit.window,
+                        algorithm: limit.algorithm,
+                        blocked_until: None,
+                    };
+                    return (quota, None);
+                }
                 quota.figures = Figures::Ask {
                     window: limit.window,
                     algorithm: limit.algorithm,
@@ -236,6 +253,26 @@ impl Caller<'_> {
             }
         };
         decision.map_or(Figures::Unknown(UNREADABLE), |d| rate(d, None))
+    }
+
+    /// How long this Envoy's over-limit cache still refuses the key under
+    /// `limit` of `global` (a denial, or a penalty box, the limiter gave),
+    /// if it does: only fixed-cost rules' denials are cached.
+    fn cached_denial<S>(&self, store: &S, global: &GlobalLimit, limit: &Limit) -> Option<Nanos>
+    where
+        S: SharedStore + ?Sized,
+    {
+        if !matches!(self.rule.cost, Cost::Fixed(_)) {
+            return None;
+        }
+        let mut key = String::new();
+        layout::slot_key(&mut key, &global.deny_prefix, self.slot);
+        let owner = deny_cache::owner(
+            self.fingerprint,
+            deny_cache::shape(&global.quota.limit, limit.requests),
+        );
+        let deadline = deny_cache::lookup(store, &key, owner, self.now)?;
+        Some(deadline.saturating_sub(self.now))
     }
 
     /// `read` of the key's entry in `table` (`None` for a fresh key), with
