@@ -4,6 +4,7 @@
 
 use super::fake::START;
 use super::*;
+use crate::engine::quota;
 use serde_json::Value;
 
 const FIXED: &str = r#"{"algorithm":"fixed_window","requests":5,"window":"60s"}"#;
@@ -97,6 +98,7 @@ fn a_poll_gives_the_figures_of_the_last_requests_headers_and_consumes_nothing() 
     let (status, headers, body) = reply_of(&sim, 20);
     assert_eq!(status, 200);
     assert!(headers.contains(&("content-type".into(), "application/json".into())));
+    assert!(headers.contains(&("cache-control".into(), "no-store".into())));
     let expected = serde_json::json!({"domain": "t", "limits": [{
         "rule": "per-user", "name": "per-user", "scope": "local", "mode": "enforce",
         "algorithm": "fixed_window", "limit": 5, "remaining": 2, "used": 3,
@@ -368,4 +370,50 @@ fn a_shadow_rule_is_reported_as_one() {
         (limit["mode"].as_str(), limit["remaining"].as_u64()),
         (Some("shadow"), Some(4))
     );
+}
+
+#[test]
+fn a_leased_limit_reports_the_limiters_figures_leases_counted_as_spent() {
+    let leased = r#"{"algorithm":"fixed_window","requests":100,"window":"60s","scope":"global",
+         "sync":{"mode":"lease","max_share":"10%","ttl":"10s"}}"#;
+    let mut sim = Sim::configured(&quota_config(true, &per_user("leased", leased)));
+    request(&mut sim, 10, "alice");
+    sim.run();
+    let used = sim.limiter.used.get("leased/0/alice").copied();
+    // The headers count this Envoy's lease as its own to spend.
+    assert_eq!(header_of(&sim, 10, "x-ratelimit-remaining"), "99");
+    // The request's unit and the lease this Envoy holds beside it.
+    assert_eq!(used, Some(2));
+    poll(&mut sim, 20, "alice", "/rate_limit", "GET");
+    sim.run();
+    let limit = &reply_of(&sim, 20).2["limits"][0];
+    assert_eq!(
+        (limit["limit"].as_u64(), limit["remaining"].as_u64()),
+        (Some(100), Some(98))
+    );
+    assert_eq!(sim.limiter.used.get("leased/0/alice").copied(), used);
+}
+
+#[test]
+fn what_cannot_be_asked_without_consuming_is_null_with_its_reason() {
+    let conc = per_user("permits", r#"{"concurrency":3,"scope":"global"}"#);
+    let mut sim = Sim::configured(&quota_config(true, &conc));
+    poll(&mut sim, 20, "alice", "/rate_limit", "GET");
+    assert!(sim.h.calls.is_empty());
+    let limit = &reply_of(&sim, 20).2["limits"][0];
+    assert_eq!(limit["remaining"], Value::Null);
+    assert_eq!(limit["reason"], quota::PERMITS_UNKNOWN);
+    let service = per_user("svc", r#"{"scope":"global"}"#);
+    let rls = format!(
+        r#"{{"domain":"t","limiter":{{"cluster":"c","protocol":"rls"}},"quota_endpoint":{{"path":"/rate_limit"}},"rules":[{service}]}}"#
+    );
+    let mut sim = Sim::configured(&rls);
+    poll(&mut sim, 20, "alice", "/rate_limit", "GET");
+    assert!(sim.h.calls.is_empty());
+    let limit = &reply_of(&sim, 20).2["limits"][0];
+    assert_eq!(
+        (limit["scope"].as_str(), &limit["remaining"]),
+        (Some("global"), &Value::Null)
+    );
+    assert_eq!(limit["reason"], quota::SERVICE_UNKNOWN);
 }
