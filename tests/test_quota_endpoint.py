@@ -129,7 +129,8 @@ def test_methods_other_than_get_and_head_get_405(envoy):
     e = envoy(local_config(PER_USER))
     for method in ("POST", "PUT", "DELETE", "PATCH"):
         status, headers, body = ask(e.port, "alice", method=method)
-        assert (status, headers.get("allow")) == (405, "GET, HEAD"), method
+        assert (status, headers.get("allow"), headers.get("content-type")) == (
+            405, "GET, HEAD", "application/json"), method
         assert body == {"error": "method not allowed: GET or HEAD"}
     head = request(e.port, "/rate_limit", method="HEAD", headers={"x-user": "alice"})
     assert (head.status, head.header("content-type"), head.body) == (200, "application/json", b"")

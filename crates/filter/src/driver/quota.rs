@@ -45,7 +45,8 @@ pub(super) fn serve<H: Host>(
     let method = host.header(Map::RequestHeaders, ":method");
     if !matches!(method.as_deref(), Some("GET" | "HEAD")) {
         let body = br#"{"error":"method not allowed: GET or HEAD"}"#;
-        send(host, 405, &[("allow", "GET, HEAD")], body);
+        let headers = [("allow", "GET, HEAD"), ("content-type", "application/json")];
+        send(host, 405, &headers, body);
         return Some(Action::Pause);
     }
     let now = host.now();
