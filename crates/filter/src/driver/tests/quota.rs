@@ -417,3 +417,36 @@ fn what_cannot_be_asked_without_consuming_is_null_with_its_reason() {
     );
     assert_eq!(limit["reason"], quota::SERVICE_UNKNOWN);
 }
+
+#[test]
+fn token_costs_and_priority_classes_show_as_the_headers_show_them() {
+    let tokens = r#"{"name":"tokens","key":["header:x-user"],"cost":"header:x-cost",
+        "priority":{"from":"header:x-class","classes":[{"name":"low","share":50},{"name":"high","share":100}],"default":"high"},
+        "limits":[{"algorithm":"fixed_window","requests":100,"window":"60s"}]}"#;
+    let mut sim = Sim::configured(&quota_config(false, tokens));
+    let low = [
+        (":path", "/api"),
+        ("x-user", "alice"),
+        ("x-cost", "30"),
+        ("x-class", "low"),
+    ];
+    sim.start(10, &low);
+    sim.respond(10, &[]);
+    sim.end(10);
+    assert_eq!(header_of(&sim, 10, "x-ratelimit-remaining"), "70");
+    // A poll weighs nothing and belongs to no class: the units left.
+    sim.start(
+        20,
+        &[
+            (":path", "/rate_limit"),
+            (":method", "GET"),
+            ("x-user", "alice"),
+            ("x-class", "low"),
+        ],
+    );
+    let limit = &reply_of(&sim, 20).2["limits"][0];
+    assert_eq!(
+        (limit["remaining"].as_u64(), limit["used"].as_u64()),
+        (Some(70), Some(30))
+    );
+}
