@@ -16,7 +16,7 @@ from support import BUILD
 
 MODULE = BUILD / "sluice.wasm"
 # 700 KiB: the module of 2026-11-28 (709,797 B at opt-level 3) and 1% more;
-# 721 KiB since the quota endpoint (730,470 B, 16.8 KB of it, and 1% more).
+# 721 KiB since the quota endpoint (731,068 B, 17.4 KB of it, and 1% more).
 # The target is 400 KB (issue 39), which build settings alone do not reach.
 BUDGET_BYTES = 721 * 1024
 
