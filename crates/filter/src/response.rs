@@ -121,7 +121,7 @@ fn push_limits(
 
 /// `reported`'s limit by its IETF name: its configured `name`, else its
 /// rule's name, with the limit's index when the rule has several.
-fn name<'a>(plan: &'a Plan, reported: &'a Reported) -> Named<'a> {
+pub(crate) fn name<'a>(plan: &'a Plan, reported: &'a Reported) -> Named<'a> {
     let rule = plan.rules.get(reported.rule);
     let configured = rule
         .and_then(|r| r.limits.get(reported.limit))

@@ -6,7 +6,7 @@
 use super::checks::{in_range, MAX_NAME_LEN};
 use super::duration::parse_duration;
 use super::plan::{DenyResponse, LimiterTarget, Rule};
-use super::raw::{Protocol, RawLimiter, RawResponse, ServiceHeaders};
+use super::raw::{Protocol, RawLimiter, RawQuotaEndpoint, RawResponse, ServiceHeaders};
 use sluice_core::{FieldError, MILLISECOND};
 
 /// Largest `local_max_keys`.
@@ -24,6 +24,19 @@ pub(crate) fn checked_jwt_payload(name: String) -> Result<String, FieldError> {
         ));
     }
     Ok(name)
+}
+
+/// Checks the quota endpoint's path: absolute, without a query, at most
+/// 1024 bytes.
+pub(crate) fn checked_quota_path(raw: RawQuotaEndpoint) -> Result<String, FieldError> {
+    let path = raw.path;
+    if !path.starts_with('/') || path.len() > 1024 || path.contains(['?', '#']) {
+        return Err(FieldError::at(
+            "quota_endpoint.path",
+            format!("{path:?} must start with '/', hold no '?' or '#', and be at most 1024 bytes"),
+        ));
+    }
+    Ok(path)
 }
 
 /// Checks the denial response.

@@ -40,6 +40,8 @@ pub struct Plan {
     /// a `body:` key part: a request with a body is decided once the body
     /// is in.
     pub request_body: bool,
+    /// The path the filter answers with the caller's quotas, if any.
+    pub quota_endpoint: Option<String>,
 }
 
 /// Where and how global limits are checked.

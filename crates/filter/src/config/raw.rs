@@ -72,6 +72,19 @@ pub struct RawConfig {
     /// The rules; all matching rules apply.
     #[default]
     pub rules: Vec<RawRule>,
+    /// A path the filter answers itself with the caller's quotas.
+    #[default]
+    pub quota_endpoint: Option<RawQuotaEndpoint>,
+}
+}
+
+raw_struct! {
+/// The quota endpoint: a path answered by the filter with the caller's
+/// own quota under each rule, consuming nothing.
+#[derive(Debug)]
+pub struct RawQuotaEndpoint {
+    /// The path (exact, without query) answered, e.g. `/rate_limit`.
+    pub path: String,
 }
 }
 

@@ -990,3 +990,25 @@ fn a_body_key_part_makes_requests_wait_for_their_body_and_is_only_in_keys() {
         "{e}"
     );
 }
+
+#[test]
+fn the_quota_endpoint_is_off_unless_given_and_its_path_is_checked() {
+    let plan = parse(
+        with_rule(&format!(
+            r#"{{"name":"r","key":["path"],"limits":[{LIMIT}]}}"#
+        ))
+        .as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(plan.quota_endpoint, None);
+    let plan = parse(br#"{"domain":"d","quota_endpoint":{"path":"/rate_limit"}}"#).unwrap();
+    assert_eq!(plan.quota_endpoint.as_deref(), Some("/rate_limit"));
+    for bad in ["rate_limit", "", "/q?x=1", "/q#a"] {
+        let e = err(&format!(
+            r#"{{"domain":"d","quota_endpoint":{{"path":"{bad}"}}}}"#
+        ));
+        assert_eq!(e.path, "quota_endpoint.path", "{bad}");
+    }
+    let e = err(r#"{"domain":"d","quota_endpoint":{}}"#);
+    assert_eq!(e.path, "quota_endpoint");
+}

@@ -33,6 +33,7 @@ mod limiter;
 mod outcome;
 mod parts;
 mod permits;
+mod quota;
 mod renewal;
 mod request;
 mod rooted;

@@ -88,3 +88,11 @@ pub(super) struct ChargeCall {
     pub(super) tokens: Vec<u32>,
     pub(super) owed: Vec<u64>,
 }
+
+/// A poll of the quota endpoint waiting for the limiter's answer: its
+/// call, the quotas found (the global ones to fill in), and when it came.
+pub(super) struct Asking {
+    pub(super) token: u32,
+    pub(super) quotas: Vec<crate::engine::quota::Quota>,
+    pub(super) now: sluice_core::Nanos,
+}

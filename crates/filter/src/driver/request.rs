@@ -64,6 +64,8 @@ pub(super) enum Phase<H: Host> {
     /// Held in delay mode: given back if it leaves while queued; its
     /// response reports the delay.
     Held(Delayed),
+    /// A poll of the quota endpoint waiting for the limiter's answer.
+    Quota(super::parts::Asking),
     /// Decided: it goes on, or it was answered.
     Decided,
 }

@@ -14,6 +14,7 @@ use super::limiter::{call_failed, grpc_answer, http_answer, record_answer, send_
 use super::outcome::{add_response_headers, add_service_response_headers, unapplied};
 use super::parts::{Member, Shared};
 use super::permits;
+use super::quota;
 use super::renewal;
 use super::request::{snapshot, Phase, Request};
 use super::rooted;
@@ -34,6 +35,11 @@ pub(super) fn headers<H: Host>(
     end_of_stream: bool,
 ) -> Action {
     let runtime = Rc::clone(&req.runtime);
+    if let Some(path) = &runtime.plan.quota_endpoint {
+        if let Some(action) = quota::serve(host, req, &runtime, path) {
+            return action;
+        }
+    }
     if runtime.plan.rules.is_empty() {
         req.phase = Phase::Decided;
         return Action::Continue;
@@ -188,6 +194,16 @@ pub(super) fn answered<H: Host>(
             tokens, pending, ..
         } if tokens.iter().any(|(t, _)| *t == token) => pending.decided_at(),
         Phase::Carrying { call, .. } if call.token == token => 0,
+        Phase::Quota(asking) if asking.token == token => {
+            let Phase::Quota(asking) = std::mem::replace(&mut req.phase, Phase::Decided) else {
+                return;
+            };
+            let body_size = match answer {
+                Answer::Http { body_size } => Some(body_size),
+                Answer::Grpc { .. } => None,
+            };
+            return quota::answered(w, host, &runtime, asking, body_size);
+        }
         _ => return,
     };
     let body = match answer {
@@ -309,7 +325,8 @@ pub(super) fn leave<H: Host>(w: &mut Worker<H>, host: &mut H, context: u32, req:
         ..
     } = req;
     match phase {
-        Phase::New | Phase::AwaitingBody | Phase::Decided => {}
+        // A quota poll's call is dropped with it; it took nothing.
+        Phase::New | Phase::AwaitingBody | Phase::Decided | Phase::Quota(_) => {}
         Phase::Checking { pending, group, .. } => {
             // Its call is dropped with it: the group calls again, and what
             // it took locally goes back.

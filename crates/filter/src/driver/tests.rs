@@ -9,6 +9,7 @@ mod host_calls;
 mod kinds;
 mod lifecycle;
 mod orders;
+mod quota;
 mod renewals;
 
 use super::{Action, Answer, Worker};

@@ -36,6 +36,7 @@ pub use self::core::renewal::Renewal;
 pub use self::core::settle;
 pub use self::core::verdict::{Admitted, Delayed, Denied};
 pub use self::kinds::concurrency;
+pub use self::kinds::quota;
 use crate::config::Plan;
 use crate::key::RequestView;
 use crate::local::SharedStore;

@@ -17,6 +17,7 @@ pub(crate) mod leased;
 mod limit;
 pub(crate) mod local;
 pub(crate) mod local_elastic;
+pub mod quota;
 pub(crate) mod service_held;
 
 use self::concurrency::PermitAsk;
