@@ -36,6 +36,16 @@ descriptors:
     shadow_mode: true
     rate_limit: {unit: minute, requests_per_unit: 5}
 """
+# The Sluice filter over RLS sends (generic_key: the rule's name, x-user).
+RLS_DESCRIPTORS = """\
+domain: test
+descriptors:
+  - key: generic_key
+    value: per-user
+    descriptors:
+      - key: x-user
+        rate_limit: {unit: hour, requests_per_unit: 3}
+"""
 
 
 def get(limiter, path, tls=None):
@@ -43,12 +53,12 @@ def get(limiter, path, tls=None):
     return r.status, json.loads(r.body)
 
 
-def introspecting(processes, tmp_path, *extra, tls=None):
+def introspecting(processes, tmp_path, *extra, tls=None, store="memory", grpc=None):
     descriptors = tmp_path / "descriptors.yaml"
     descriptors.write_text(DESCRIPTORS)
-    return processes.limiter(tls=tls, extra_args=[
+    return processes.limiter(tls=tls, store=store, extra_args=[
         "--introspection", "--descriptors", str(descriptors),
-        "--grpc-listen", f"127.0.0.1:{free_port()}", *extra])
+        "--grpc-listen", f"127.0.0.1:{grpc or free_port()}", *extra])
 
 
 def through_envoy(envoy, limiter):
@@ -57,13 +67,44 @@ def through_envoy(envoy, limiter):
     return envoy(cfg, clusters=[limiter_cluster("sluice_limiter", [limiter.port])])
 
 
+def test_an_rls_flood_is_named_first_and_its_counter_read(envoy, processes, tmp_path):
+    (tmp_path / "rls").mkdir()
+    (tmp_path / "rls" / "test.yaml").write_text(RLS_DESCRIPTORS)
+    (tmp_path / "rls" / "shop.yaml").write_text(DESCRIPTORS)
+    grpc = free_port()
+    limiter = processes.limiter(extra_args=["--introspection", "--introspection-keys", "clear",
+                                            "--descriptors", str(tmp_path / "rls"),
+                                            "--grpc-listen", f"127.0.0.1:{grpc}"])
+    cfg = sluice_config([{"name": "per-user", "key": ["header:x-user"], "limits": [{"scope": "global"}]}],
+                        limiter={"cluster": "rls", "protocol": "rls", "timeout": "5s", "failure_mode": "deny"})
+    e = envoy(cfg, clusters=[limiter_cluster("rls", [grpc])])
+    assert concurrent_requests(e.port, 8, 100, headers={"x-user": "flood"}) == {200: 3, 429: 97}
+    assert concurrent_requests(e.port, 1, 2, headers={"x-user": "calm"}) == {200: 2}
+    over = limiter.metric('sluice_limiter_rls_calls_total{domain="test",result="over_limit"}')
+    status, top = get(limiter, "/v1/top?domain=test")
+    assert status == 200
+    assert top == {"domain": "test", "keys": [{"key": "generic_key=per-user/x-user=flood",
+                                                "limit": "generic_key_per-user.x-user",
+                                                "refusals": over, "error": 0}]}
+    assert over >= 1
+    for user, remaining in [("flood", 0), ("calm", 1)]:
+        key = f"generic_key%3Dper-user%2Fx-user%3D{user}"
+        status, state = get(limiter, f"/v1/keys?service=rls&domain=test&key={key}")
+        assert status == 200
+        (limit,) = state["limits"]
+        assert (limit["algorithm"], limit["window_ms"], limit["limit"], limit["remaining"]) == (
+            "fixed_window", 3_600_000, 3, remaining)
+
+
 def top_series(limiter) -> list[str]:
     text = request(limiter.port, "/metrics").body.decode()
     return [line for line in text.splitlines() if line.startswith("sluice_limiter_top_limited_key_refusals{")]
 
 
-def test_a_flood_is_named_first_and_a_keys_state_agrees_with_the_headers(envoy, processes, tmp_path):
-    limiter = introspecting(processes, tmp_path, "--introspection-keys", "clear")
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_a_flood_is_named_first_and_a_keys_state_agrees_with_the_headers(envoy, processes, tmp_path, store):
+    url = processes.redis().url if store == "redis" else "memory"
+    limiter = introspecting(processes, tmp_path, "--introspection-keys", "clear", store=url)
     e = through_envoy(envoy, limiter)
     assert concurrent_requests(e.port, 16, 300, headers={"x-user": "flood"}) == {200: 5, 429: 295}
     for user in [f"steady{i}" for i in range(10)]:
@@ -181,6 +222,10 @@ def test_the_sluice_verbs_print_tables_and_json(envoy, processes, tmp_path):
     assert header.split() == ["ALGORITHM", "WINDOW_MS", "LIMIT", "REMAINING", "RESET_MS", "RETRY_AFTER_MS",
                               "HELD", "BLOCKED_UNTIL_MS"]
     assert row.split()[:4] == ["fixed_window", "3600000", "5", "0"]
+
+    out = sluice("key", "shop", "remote_address=10.0.0.1", "--service", "rls", "--limiter", url, "--json")
+    assert json.loads(out.stdout) == {"domain": "shop", "key": "remote_address=10.0.0.1", "limits": [
+        {"algorithm": "fixed_window", "window_ms": 1000, "limit": 10, "remaining": 10, "reset_ms": 0}]}
 
     out = sluice("top", "--limiter", url)
     assert (out.returncode, out.stderr) == (2, "sluice top: expected DOMAIN [-n N]\n")

@@ -22,6 +22,8 @@ usage: sluice check-config FILE...   check filter configurations (JSON; `-` read
        sluice key DOMAIN KEY --algorithm A --requests N --window-ms W [--burst B]
                  [--precision P] [--soft-percent S] [--block-ms B]
                                      a key's state in the limiter's store (consumes nothing)
+       sluice key DOMAIN KEY --service rls
+                                     an RLS counter's state, its limit from the descriptors
        sluice top DOMAIN [-n N]      the keys the limiter refused most, most refused first
          (limits, key, top: --limiter http://host:port, default http://127.0.0.1:8081;
           --json prints the API's answer)
@@ -208,7 +210,7 @@ fn key_path(rest: &[String]) -> Result<String, String> {
     while let Some(flag) = it.next() {
         let name = match flag.as_str() {
             "--algorithm" | "--requests" | "--window-ms" | "--burst" | "--precision"
-            | "--soft-percent" | "--block-ms" => flag[2..].replace('-', "_"),
+            | "--soft-percent" | "--block-ms" | "--service" => flag[2..].replace('-', "_"),
             other => return Err(format!("{other}: unknown option")),
         };
         let value = it.next().ok_or_else(|| format!("{flag}: needs a value"))?;

@@ -20,11 +20,15 @@ use std::sync::Arc;
 
 const T0: u64 = 1_700_000_000 * SECOND;
 
+const YAML: &str = "domain: shop\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 10, name: per-ip}\n";
+
 fn state(display: KeyDisplay) -> AppState<Arc<MemoryStore>> {
-    let clock = Arc::new(ManualClock::new(T0));
+    state_with(display, Arc::new(ManualClock::new(T0)))
+}
+
+fn state_with(display: KeyDisplay, clock: Arc<ManualClock>) -> AppState<Arc<MemoryStore>> {
     let mem = Arc::new(MemoryStore::new(MemoryConfig::default(), clock.clone()));
-    let yaml = "domain: shop\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 10, name: per-ip}\n";
-    let cell = ConfigCell::fixed(Descriptors::parse(yaml).unwrap());
+    let cell = ConfigCell::fixed(Descriptors::parse(YAML).unwrap());
     let inspector = Inspector {
         top: Arc::new(TopKeys::new(300 * SECOND, 16, display)),
         descriptors: Some(Arc::new(cell)),
@@ -207,5 +211,127 @@ async fn bad_parameters_are_named() {
     assert!(
         body["error"].as_str().unwrap().starts_with("algorithm"),
         "{body}"
+    );
+}
+
+#[tokio::test]
+async fn an_rls_key_reads_as_the_rls_service_decided_it() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let st = state_with(KeyDisplay::Clear, clock.clone());
+    let inspector = st.introspection.clone().unwrap();
+    let svc = support::rls::service(st.store.clone(), YAML, &clock).with_top(inspector.top.clone());
+    let req = support::rls::request(
+        "shop",
+        vec![support::rls::descriptor(&[("remote_address", "10.0.0.1")])],
+    );
+    for _ in 0..12 {
+        support::rls::ask(&svc, &req).await;
+    }
+    let (status, top) = get(&st, "/v1/top?domain=shop").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        top,
+        json!({"domain": "shop", "keys": [
+            {"key": "remote_address=10.0.0.1", "limit": "remote_address", "refusals": 2, "error": 0}]})
+    );
+    let uri = "/v1/keys?service=rls&domain=shop&key=remote_address%3D10.0.0.1";
+    let (status, body) = get(&st, uri).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        body,
+        json!({"domain": "shop", "key": "remote_address=10.0.0.1", "limits": [{
+            "algorithm": "fixed_window", "window_ms": 1000, "limit": 10, "remaining": 0,
+            "reset_ms": 1000, "retry_after_ms": 1000}]})
+    );
+    let (status, body) = get(&st, "/v1/keys?service=rls&domain=shop&key=k%3Dv&requests=1").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        body["error"],
+        "requests: not with service=rls (the descriptors give the limit)"
+    );
+}
+
+/// A block is read, never started, by `/v1/keys`: a key in debt read with
+/// its `block_ms` is not blocked by the read, and a blocked key shows when
+/// its block ends.
+#[tokio::test]
+async fn reading_a_key_never_starts_its_penalty_box() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let st = state_with(KeyDisplay::Clear, clock.clone());
+    let send = |body: Value| {
+        let st = st.clone();
+        async move {
+            let path = if body["limits"][0].get("charge").is_some() {
+                "/v1/charge"
+            } else {
+                "/v1/check"
+            };
+            let (_, out) =
+                support::send(&st, "POST", path, serde_json::to_vec(&body).unwrap()).await;
+            serde_json::from_slice::<Value>(&out).unwrap()
+        }
+    };
+    let limit = |key: &str| json!({"key": key, "algorithm": "gcra", "requests": 2, "window_ms": 1000, "block_ms": 60000});
+    let mut charge = limit("eve");
+    charge.as_object_mut().unwrap().remove("block_ms");
+    charge["charge"] = json!(5);
+    send(json!({"domain": "d", "limits": [charge]})).await;
+    let uri = |key: &str| {
+        format!(
+            "/v1/keys?domain=d&key={key}&algorithm=gcra&requests=2&window_ms=1000&block_ms=60000"
+        )
+    };
+    for _ in 0..2 {
+        let (_, body) = get(&st, &uri("eve")).await;
+        let l = &body["limits"][0];
+        assert_eq!(
+            (l["remaining"].as_u64(), l.get("blocked_until_ms")),
+            (Some(0), None),
+            "{body}"
+        );
+    }
+    clock.advance(10 * SECOND);
+    let after = send(json!({"domain": "d", "limits": [limit("eve")]})).await;
+    assert_eq!(
+        after["allowed"], true,
+        "the reads started no block: {after}"
+    );
+
+    for allowed in [true, true, false] {
+        let out = send(json!({"domain": "d", "limits": [limit("mal")]})).await;
+        assert_eq!(out["allowed"], allowed);
+    }
+    // spent: read without the block (a refusal with it would start one)
+    let (_, body) = get(&st, &uri("mal")).await;
+    assert!(
+        body["limits"][0].get("blocked_until_ms").is_none(),
+        "{body}"
+    );
+    // once the quota would admit again, the block in force shows
+    clock.advance(SECOND);
+    let (_, body) = get(&st, &uri("mal")).await;
+    let block_end = (T0 + 10 * SECOND) / sluice_core::MILLISECOND + 60_000;
+    assert_eq!(body["limits"][0]["blocked_until_ms"], block_end, "{body}");
+    assert_eq!(body["limits"][0]["retry_after_ms"], 59_000, "{body}");
+}
+
+#[tokio::test]
+async fn a_concurrency_key_shows_the_units_held() {
+    let st = state(KeyDisplay::Clear);
+    let body = json!({"domain": "d", "holder": 7, "limits": [
+        {"key": "c", "algorithm": "concurrency", "requests": 3, "window_ms": 60000, "hits": 2}]});
+    let (status, out) =
+        support::send(&st, "POST", "/v1/check", serde_json::to_vec(&body).unwrap()).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&out));
+    let (status, body) = get(
+        &st,
+        "/v1/keys?domain=d&key=c&algorithm=concurrency&requests=3&window_ms=60000",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body["limits"][0],
+        json!({"algorithm": "concurrency", "window_ms": 60000, "limit": 3, "remaining": 1,
+               "reset_ms": body["limits"][0]["reset_ms"], "held": 2})
     );
 }

@@ -1,10 +1,11 @@
 //! The read-only introspection API (`--introspection`): `GET /v1/limits`
 //! (the RLS descriptor configuration's limits), `GET /v1/keys` (a key's
 //! state in the store, read with a check of weight 0, which consumes
-//! nothing) and `GET /v1/top` (the keys refused most, [`crate::top`]).
+//! nothing: see `keys`) and `GET /v1/top` (the keys refused most, [`crate::top`]).
 //! Served on the HTTP listener with its TLS; without the flag each answers
 //! `404`. A bad parameter is answered `400` naming it.
 
+mod keys;
 mod limits;
 mod query;
 
@@ -14,16 +15,16 @@ use query::Query;
 use crate::clock::Clock;
 use crate::overrides::Overrides;
 use crate::rls::reload::ConfigCell;
-use crate::store::{permits_id, state_id, PermitItem, RateItem, Store, StoreItem};
+use crate::store::Store;
 use crate::top::{Counted, TopKeys};
 use axum::extract::{RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use keys::{Target, LIMIT_FIELDS};
 use serde::Serialize;
 use sluice_core::{Decision, Denial, MILLISECOND};
-use sluice_wire::{parse_check, KeyedLimit, Rule};
 use std::sync::Arc;
 
 /// Limits per page of `/v1/limits` unless `page_size` says.
@@ -173,85 +174,55 @@ struct KeyAnswer {
     limits: Vec<LimitState>,
 }
 
-/// The parameters `/v1/keys` takes besides `domain` and `key`: a limit's
-/// fields as a check names them.
-const LIMIT_FIELDS: [&str; 7] = [
-    "algorithm",
-    "requests",
-    "window_ms",
-    "burst",
-    "precision",
-    "soft_percent",
-    "block_ms",
-];
-
-/// The check of weight 0 that reads the state `q` names, or the error
-/// naming the parameter at fault.
-fn zero_check(q: &Query) -> Result<sluice_wire::ValidCheck, String> {
-    let mut limit = serde_json::Map::new();
-    limit.insert("key".into(), q.required("key")?.into());
-    for field in LIMIT_FIELDS {
-        let Some(text) = q.get(field) else { continue };
-        let value: serde_json::Value = match field {
-            "algorithm" => text.into(),
-            _ => text
-                .parse::<u64>()
-                .map_err(|_| format!("{field}: expected a whole number, got {text:?}"))?
-                .into(),
-        };
-        limit.insert(field.into(), value);
-    }
-    let body = serde_json::json!({
-        "domain": q.required("domain")?,
-        "hits": 0,
-        "holder": 0,
-        "limits": [limit],
-    });
-    let bytes = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
-    // The check's field paths, renamed to the query's parameters.
-    parse_check(&bytes).map_err(|e| e.to_string().replace("limits[0].", ""))
-}
-
-/// The store item of a limit read at weight 0.
-fn item(domain: &str, kl: KeyedLimit) -> StoreItem {
-    match kl.rule {
-        Rule::Rate(r) => RateItem {
-            id: state_id(domain, &kl.key, &r.limit),
-            limit: r.limit,
-            hits: 0,
-            lease: 0,
-            returned: 0,
-            returned_age: 0,
-            reserve: 0,
-            block: r.block,
-        }
-        .into(),
-        Rule::Permits { permits, holder } => PermitItem {
-            id: permits_id(domain, &kl.key),
-            permits,
-            holder,
-            hits: 0,
-        }
-        .into(),
-    }
-}
-
-/// What the decision of a weight-0 check says of the state.
-fn state_of(q: &Query, d: &Decision, now_ms: u64, concurrency: bool) -> LimitState {
+/// What a read of weight 0 says of the state.
+fn state_of(t: &Target, d: &Decision, now_ms: u64) -> LimitState {
     let ms = |n: u64| n.div_ceil(MILLISECOND);
     let blocked = matches!(d.denial, Some(Denial::Blocked { .. }));
     LimitState {
-        algorithm: q.get("algorithm").unwrap_or_default().to_string(),
-        window_ms: q
-            .get("window_ms")
-            .and_then(|w| w.parse().ok())
-            .unwrap_or_default(),
+        algorithm: t.algorithm.clone(),
+        window_ms: t.window_ms,
         limit: d.limit,
         remaining: d.remaining,
         reset_ms: ms(d.reset),
         retry_after_ms: (d.retry_after > 0).then(|| ms(d.retry_after)),
-        held: concurrency.then(|| d.limit.saturating_sub(d.remaining)),
+        held: t.concurrency().then(|| d.limit.saturating_sub(d.remaining)),
         blocked_until_ms: blocked.then(|| now_ms.saturating_add(ms(d.retry_after))),
+    }
+}
+
+/// The state `q` names: an HTTP API key and its limit, or with
+/// `service=rls` an RLS counter's key; `Err` is the answer.
+async fn target<S: Store>(
+    st: &Introspect<S>,
+    inspector: &Inspector,
+    q: &Query,
+) -> Result<(String, Target), Response> {
+    let bad = |e: String| error(StatusCode::BAD_REQUEST, e);
+    let domain = q.required("domain").map_err(bad)?.to_string();
+    match q.get("service") {
+        Some("rls") => {
+            if let Some(field) = LIMIT_FIELDS.iter().find(|f| q.get(f).is_some()) {
+                return Err(bad(format!(
+                    "{field}: not with service=rls (the descriptors give the limit)"
+                )));
+            }
+            let key = q.required("key").map_err(bad)?;
+            let config = match &inspector.descriptors {
+                Some(cell) => cell.current(),
+                None => return Err(bad("service: rls needs --descriptors".into())),
+            };
+            let t = keys::rls_target(&config, &domain, key).map_err(bad)?;
+            Ok((domain, t))
+        }
+        None | Some("http") => {
+            let mut check = keys::zero_check(q).map_err(bad)?;
+            if let Err(e) = st.overrides.apply(&mut check).await {
+                return Err(error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()));
+            }
+            let t = keys::http_target(check, q).ok_or_else(|| bad("key: required".into()))?;
+            Ok((domain, t))
+        }
+        Some(other) => Err(bad(format!("service: expected http or rls, got {other:?}"))),
     }
 }
 
@@ -259,44 +230,32 @@ async fn key_state<S: Store>(State(st): State<Introspect<S>>, RawQuery(raw): Raw
     let Some(inspector) = &st.inspector else {
         return off();
     };
-    let mut allowed = vec!["domain", "key"];
+    let mut allowed = vec!["domain", "key", "service"];
     allowed.extend(LIMIT_FIELDS);
-    let parsed = Query::parse(raw.as_deref(), &allowed).and_then(|q| {
-        q.required("algorithm")?;
-        let check = zero_check(&q)?;
-        Ok((q, check))
-    });
-    let (q, mut check) = match parsed {
-        Ok(p) => p,
+    let q = match Query::parse(raw.as_deref(), &allowed) {
+        Ok(q) => q,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
-    if let Err(e) = st.overrides.apply(&mut check).await {
-        return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
-    }
-    let concurrency = check
-        .limits
-        .iter()
-        .any(|kl| matches!(kl.rule, Rule::Permits { .. }));
-    let items: Vec<StoreItem> = std::mem::take(&mut check.limits)
-        .into_iter()
-        .map(|kl| item(&check.domain, kl))
-        .collect();
-    match st.store.check(&items).await {
-        Ok(verdict) => {
+    let (domain, t) = match target(&st, inspector, &q).await {
+        Ok(found) => found,
+        Err(answer) => return answer,
+    };
+    match keys::read(&st.store, t.item.clone()).await {
+        Ok(d) => {
             let now_ms = inspector.clock.now() / MILLISECOND;
-            let answer = KeyAnswer {
-                domain: check.domain.clone(),
-                key: inspector
-                    .top
-                    .display()
-                    .show(q.get("key").unwrap_or_default()),
-                limits: verdict
-                    .decisions
-                    .iter()
-                    .map(|d| state_of(&q, d, now_ms, concurrency))
-                    .collect(),
-            };
-            json(StatusCode::OK, &answer)
+            let key = inspector
+                .top
+                .display()
+                .show(q.get("key").unwrap_or_default());
+            let limits = vec![state_of(&t, &d, now_ms)];
+            json(
+                StatusCode::OK,
+                &KeyAnswer {
+                    domain,
+                    key,
+                    limits,
+                },
+            )
         }
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
