@@ -181,9 +181,17 @@ def test_served_over_tls_and_mutual_tls(processes, tmp_path, mtls):
     status, limits = get(limiter, "/v1/limits?domain=shop&page_size=1", tls=context)
     assert (status, limits["next_page_token"]) == (200, "1")
     assert limits["domains"][0]["limits"][0]["descriptors"] == [{"key": "path", "value": "/login"}]
+    # the sluice command over the same TLS
+    https = ["--limiter", f"https://127.0.0.1:{limiter.port}", "--cacert", str(ca.cert)]
+    mine = ["--cert", str(client.cert), "--key", str(client.key)] if mtls else []
+    out = sluice("limits", *https, *mine, "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == get(limiter, "/v1/limits", tls=context)[1]
     if mtls:
         with pytest.raises(OSError):  # the handshake is refused
             request(limiter.port, "/v1/limits", tls=client_context(ca, None))
+        out = sluice("limits", *https)
+        assert out.returncode == 2 and out.stderr.startswith("sluice limits: https://127.0.0.1:"), out.stderr
 
 
 def sluice(*args) -> subprocess.CompletedProcess:

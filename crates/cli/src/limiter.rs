@@ -1,10 +1,15 @@
 //! `sluice limits`, `sluice key`, `sluice top`: the limiter's introspection
-//! API (`sluice-limiter --introspection`) read over plain HTTP/1.1 and
-//! printed as a table, or as the API's JSON with `--json`.
+//! API (`sluice-limiter --introspection`) read over HTTP/1.1, or HTTPS
+//! with the limiter's TLS and mutual TLS, and printed as a table, or as
+//! the API's JSON with `--json`.
 
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The limiter asked unless `--limiter` says.
@@ -20,6 +25,11 @@ pub struct Options {
     pub limiter: String,
     /// `--json`: print the API's answer as is.
     pub json: bool,
+    /// `--cacert FILE`: the CA certificates an `https://` limiter's
+    /// certificate must chain to.
+    pub cacert: Option<PathBuf>,
+    /// `--cert FILE` and `--key FILE`: the client certificate of mutual TLS.
+    pub client: Option<(PathBuf, PathBuf)>,
     /// The verb's own words and `--name value` pairs, in order.
     pub rest: Vec<String>,
 }
@@ -29,31 +39,106 @@ pub fn options(args: &[String]) -> Result<Options, String> {
     let mut out = Options {
         limiter: DEFAULT_LIMITER.to_string(),
         json: false,
+        cacert: None,
+        client: None,
         rest: Vec::new(),
     };
+    let (mut cert, mut key) = (None, None);
     let mut it = args.iter();
     while let Some(a) = it.next() {
+        let mut value = |flag: &str| it.next().cloned().ok_or(format!("{flag}: needs a value"));
         match a.as_str() {
             "--json" => out.json = true,
-            "--limiter" => {
-                out.limiter = it.next().ok_or("--limiter: needs a URL")?.clone();
-            }
+            "--limiter" => out.limiter = value("--limiter")?,
+            "--cacert" => out.cacert = Some(value("--cacert")?.into()),
+            "--cert" => cert = Some(PathBuf::from(value("--cert")?)),
+            "--key" => key = Some(PathBuf::from(value("--key")?)),
             _ => out.rest.push(a.clone()),
         }
     }
+    out.client = match (cert, key) {
+        (Some(c), Some(k)) => Some((c, k)),
+        (None, None) => None,
+        (Some(_), None) | (None, Some(_)) => return Err("--cert and --key go together".into()),
+    };
     Ok(out)
 }
 
-/// `host:port` of an `http://host:port[/]` URL.
-fn authority(url: &str) -> Result<&str, String> {
-    let rest = url.strip_prefix("http://").ok_or_else(|| {
-        format!("--limiter: expected http://host:port, got {url:?} (https is not spoken)")
-    })?;
+/// `host:port` of an `http://host:port[/]` or `https://host:port[/]`
+/// URL, and whether it is HTTPS.
+fn authority(url: &str) -> Result<(&str, bool), String> {
+    let (rest, tls) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+        (Some(rest), _) => (rest, false),
+        (None, Some(rest)) => (rest, true),
+        (None, None) => {
+            return Err(format!(
+                "--limiter: expected http(s)://host:port, got {url:?}"
+            ))
+        }
+    };
     let host = rest.trim_end_matches('/');
     if host.is_empty() || host.contains('/') {
-        return Err(format!("--limiter: expected http://host:port, got {url:?}"));
+        return Err(format!(
+            "--limiter: expected http(s)://host:port, got {url:?}"
+        ));
     }
-    Ok(host)
+    Ok((host, tls))
+}
+
+/// The TLS client of `opts` for `host` (`host:port`) over `tcp`: the
+/// certificate checked against `--cacert`, `--cert`/`--key` sent when given.
+fn tls_stream(
+    opts: &Options,
+    host: &str,
+    tcp: TcpStream,
+) -> Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>, String> {
+    let ca = opts
+        .cacert
+        .as_ref()
+        .ok_or("--cacert FILE: needed for an https:// limiter")?;
+    let mut roots = rustls::RootCertStore::empty();
+    let certs = CertificateDer::pem_file_iter(ca).map_err(|e| format!("--cacert: {e}"))?;
+    for cert in certs {
+        let cert = cert.map_err(|e| format!("--cacert: {e}"))?;
+        roots.add(cert).map_err(|e| format!("--cacert: {e}"))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots);
+    let mut config = match &opts.client {
+        Some((cert, key)) => {
+            let chain = CertificateDer::pem_file_iter(cert)
+                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| format!("--cert: {e}"))?;
+            let key = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("--key: {e}"))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| format!("--cert: {e}"))?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let name = host.rsplit_once(':').map_or(host, |(h, _)| h);
+    let server = ServerName::try_from(name.trim_matches(['[', ']']).to_string())
+        .map_err(|e| format!("--limiter: {e}"))?;
+    let conn = rustls::ClientConnection::new(Arc::new(config), server)
+        .map_err(|e| format!("--limiter: {e}"))?;
+    Ok(rustls::StreamOwned::new(conn, tcp))
+}
+
+/// Sends `request` and reads the answer until the peer closes (a TLS peer
+/// closing without `close_notify` after answering ends it too).
+fn exchange<S: Read + Write>(mut stream: S, request: &str) -> std::io::Result<Vec<u8>> {
+    stream.write_all(request.as_bytes())?;
+    stream.flush()?;
+    let mut raw = Vec::new();
+    match stream.read_to_end(&mut raw) {
+        Ok(_) => Ok(raw),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => Ok(raw),
+        Err(e) => Err(e),
+    }
 }
 
 /// Percent-encodes a query value.
@@ -70,21 +155,20 @@ pub fn encode(text: &str) -> String {
 }
 
 /// `GET path` on the limiter: the status and the body read as JSON.
-pub fn get(limiter: &str, path: &str) -> Result<(u16, Value), String> {
-    let host = authority(limiter)?;
-    let mut stream = TcpStream::connect(host).map_err(|e| format!("{limiter}: {e}"))?;
+pub fn get(opts: &Options, path: &str) -> Result<(u16, Value), String> {
+    let limiter = opts.limiter.as_str();
+    let (host, tls) = authority(limiter)?;
+    let stream = TcpStream::connect(host).map_err(|e| format!("{limiter}: {e}"))?;
     let _ = stream.set_read_timeout(Some(TIMEOUT));
     let _ = stream.set_write_timeout(Some(TIMEOUT));
     let request = format!(
         "GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
     );
-    stream
-        .write_all(request.as_bytes())
-        .map_err(|e| format!("{limiter}: {e}"))?;
-    let mut raw = Vec::new();
-    stream
-        .read_to_end(&mut raw)
-        .map_err(|e| format!("{limiter}: {e}"))?;
+    let raw = match tls {
+        true => exchange(tls_stream(opts, host, stream)?, &request),
+        false => exchange(stream, &request),
+    }
+    .map_err(|e| format!("{limiter}: {e}"))?;
     let text = String::from_utf8_lossy(&raw);
     let (head, body) = text
         .split_once("\r\n\r\n")
@@ -253,8 +337,9 @@ mod tests {
         assert_eq!(o.limiter, "http://h:1");
         assert!(o.json);
         assert_eq!(o.rest, vec!["d".to_string(), "k".to_string()]);
-        assert!(authority("https://h:1").is_err());
-        assert_eq!(authority("http://h:1/").unwrap(), "h:1");
+        assert_eq!(authority("https://h:1").unwrap(), ("h:1", true));
+        assert_eq!(authority("http://h:1/").unwrap(), ("h:1", false));
+        assert!(authority("ftp://h:1").is_err());
     }
 
     #[test]

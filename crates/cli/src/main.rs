@@ -25,7 +25,8 @@ usage: sluice check-config FILE...   check filter configurations (JSON; `-` read
        sluice key DOMAIN KEY --service rls
                                      an RLS counter's state, its limit from the descriptors
        sluice top DOMAIN [-n N]      the keys the limiter refused most, most refused first
-         (limits, key, top: --limiter http://host:port, default http://127.0.0.1:8081;
+         (limits, key, top: --limiter http(s)://host:port, default http://127.0.0.1:8081;
+          https: --cacert FILE, and --cert FILE --key FILE for mutual TLS;
           --json prints the API's answer)
        sluice --version";
 
@@ -152,7 +153,7 @@ fn introspect(verb: &str, args: &[String]) -> Result<ExitCode, String> {
 
 /// One call: the answer, an error answer included (it has `error`).
 fn call(opts: &limiter::Options, path: &str) -> Result<Value, String> {
-    limiter::get(&opts.limiter, path).map(|(_, v)| v)
+    limiter::get(opts, path).map(|(_, v)| v)
 }
 
 /// Every page of `/v1/limits` as one answer.
