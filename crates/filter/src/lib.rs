@@ -57,3 +57,4 @@ pub mod rls;
 pub use config::schema;
 pub mod slots;
 pub mod table;
+pub mod topkeys;
