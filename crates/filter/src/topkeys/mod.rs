@@ -64,12 +64,12 @@ impl Summary {
 
     /// Counts `n` refusals of `key`.
     pub fn add(&mut self, key: &str, n: u64) {
-        self.add_with_error(key, n, 0);
+        self.add_counted(key, n, 0);
     }
 
     /// Counts `n` refusals of `key` that may overcount by `error` (an entry
     /// of another summary folded in).
-    fn add_with_error(&mut self, key: &str, n: u64, error: u64) {
+    pub fn add_counted(&mut self, key: &str, n: u64, error: u64) {
         let key = cut(key);
         if let Some(e) = self.entries.iter_mut().find(|e| e.key == key) {
             e.refusals = e.refusals.saturating_add(n);
@@ -100,7 +100,7 @@ impl Summary {
     /// summary, and empties it.
     pub fn absorb(&mut self, other: &mut Summary) {
         for e in other.entries.drain(..) {
-            self.add_with_error(&e.key, e.refusals, e.error);
+            self.add_counted(&e.key, e.refusals, e.error);
         }
     }
 
@@ -125,6 +125,23 @@ impl Summary {
     /// The entries, in no order.
     pub fn entries(&self) -> &[Entry] {
         &self.entries
+    }
+}
+
+/// A worker's refusals since its last fold, one summary per rule (none
+/// when top limited keys are off).
+#[derive(Debug, Default)]
+pub struct Counts(pub std::cell::RefCell<Vec<Summary>>);
+
+impl Counts {
+    /// One summary of `entries` per rule of `rules`, if `entries` is given.
+    pub fn new(rules: usize, entries: Option<usize>) -> Self {
+        let Some(entries) = entries else {
+            return Self::default();
+        };
+        Counts(std::cell::RefCell::new(
+            (0..rules).map(|_| Summary::new(entries)).collect(),
+        ))
     }
 }
 
