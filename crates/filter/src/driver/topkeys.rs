@@ -13,6 +13,7 @@ use super::host::{Action, Host, LocalReply, Map};
 use super::parts::Shared;
 use super::request::{Phase, Request};
 use crate::config::{Plan, TopLimitedKeys};
+use crate::decimal::push_u64;
 use crate::engine::Denied;
 use crate::layout;
 use crate::local::SharedStore;
@@ -143,25 +144,68 @@ pub(super) fn serve<H: Host>(
 }
 
 /// `{"rules":[{"rule":r,"keys":[{"key","refusals","error"}]}]}`, every
-/// rule's keys most refused first, as of `now`.
+/// rule's keys most refused first, as of `now` (written by hand: a JSON
+/// value type would cost the module more than the list).
 pub fn listing<S: SharedStore + ?Sized>(store: &S, plan: &Plan, now: Nanos) -> String {
     let entries = plan.top_limited_keys.as_ref().map_or(0, |t| t.entries);
-    let rules: Vec<_> = plan
-        .rules
-        .iter()
-        .map(|rule| {
-            let key = layout::top_keys_key(&plan.domain, &rule.name);
-            let (bytes, _) = store.get(&key);
-            let (summary, _) = read(bytes.as_deref(), entries, now);
-            let keys: Vec<_> = summary
-                .top(entries)
-                .into_iter()
-                .map(
-                    |e| serde_json::json!({"key": e.key, "refusals": e.refusals, "error": e.error}),
-                )
-                .collect();
-            serde_json::json!({"rule": rule.name, "keys": keys})
-        })
-        .collect();
-    serde_json::json!({ "rules": rules }).to_string()
+    let mut out = String::from(r#"{"rules":["#);
+    for (i, rule) in plan.rules.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(r#"{"rule":"#);
+        push_string(&mut out, &rule.name);
+        out.push_str(r#","keys":["#);
+        let (bytes, _) = store.get(&layout::top_keys_key(&plan.domain, &rule.name));
+        let (summary, _) = read(bytes.as_deref(), entries, now);
+        for (j, e) in summary.top(entries).iter().enumerate() {
+            if j > 0 {
+                out.push(',');
+            }
+            out.push_str(r#"{"key":"#);
+            push_string(&mut out, &e.key);
+            out.push_str(r#","refusals":"#);
+            push_u64(&mut out, e.refusals);
+            out.push_str(r#","error":"#);
+            push_u64(&mut out, e.error);
+            out.push('}');
+        }
+        out.push_str("]}");
+    }
+    out.push_str("]}");
+    out
+}
+
+/// Appends `text` as a JSON string (a clear key may hold anything).
+fn push_string(out: &mut String, text: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => {
+                out.push_str("\\u00");
+                out.push(char::from(HEX[usize::from(c as u8 >> 4)]));
+                out.push(char::from(HEX[usize::from(c as u8 & 15)]));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::push_string;
+
+    #[test]
+    fn strings_are_escaped_as_json_reads_them() {
+        for text in ["plain", "a\"b\\c", "tab\there\u{1}", "é"] {
+            let mut out = String::new();
+            push_string(&mut out, text);
+            let back: String = serde_json::from_str(&out).unwrap();
+            assert_eq!(back, text);
+        }
+    }
 }

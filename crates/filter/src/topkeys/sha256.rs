@@ -80,11 +80,12 @@ fn compress(h: &mut [u32; 8], block: &[u8]) {
 /// `key` as shown hashed: the first 16 hex digits of its SHA-256, as the
 /// limiter shows keys.
 pub fn hashed(key: &str) -> String {
-    use std::fmt::Write;
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let d = digest(key.as_bytes());
     let mut out = String::with_capacity(16);
     for b in &d[..8] {
-        let _ = write!(out, "{b:02x}");
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 15)]));
     }
     out
 }
