@@ -401,6 +401,15 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
               filters=sluice(many_rules_config(gcra, n))) for n in (100, 1000)),
         Row("local-deny", "Sluice local gcra, flood (429 path)", expect="deny",
             filters=sluice(sluice_config({"algorithm": "gcra", **DENY_LIMIT}))),
+        # The same flood with the refused keys counted (top_limited_keys),
+        # and with the key in the access log's filter state (hashed).
+        Row("local-deny-topkeys", "Sluice local gcra, flood (429 path), top limited keys",
+            expect="deny", filters=sluice(sluice_config(
+                {"algorithm": "gcra", **DENY_LIMIT},
+                top={"top_limited_keys": {"entries": 32, "path": "/sluice/top-limited"}}))),
+        Row("local-deny-keylog", "Sluice local gcra, flood (429 path), the key hashed for the access log",
+            expect="deny", filters=sluice(sluice_config(
+                {"algorithm": "gcra", **DENY_LIMIT}, top={"access_log_key": "hashed"}))),
         Row("local-gcra-delay", f"Sluice local gcra, flood in delay mode ({DELAY_MAX_QUEUED} held per worker)",
             expect="deny", filters=sluice(sluice_config({"algorithm": "gcra", **DELAY_LIMIT},
                                                         rule={"max_queued": DELAY_MAX_QUEUED}))),

@@ -199,6 +199,7 @@ FENCE_KINDS = {"json": "a filter configuration, compiled by `sluice check-config
                "json fragment": "part of a filter configuration, parsed as JSON only",
                "json limiter-api": "a limiter API body or answer (docs/reference/limiter-api.md)",
                "json quota-endpoint": "an answer of the filter's quota endpoint (docs/guides/quota-endpoint.md)",
+               "json top-limited-keys": "the filter's top limited keys list (docs/operations/top-limited-keys.md)",
                "json vscode-settings": "an editor's settings"}
 
 

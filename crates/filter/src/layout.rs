@@ -69,6 +69,11 @@ pub fn permits_prefix(domain: &str, rule: &str, index: usize) -> String {
     format!("sluice/{domain}/{rule}/{index}/permits/")
 }
 
+/// The key of a rule's top limited keys (`top_limited_keys`).
+pub fn top_keys_key(domain: &str, rule: &str) -> String {
+    format!("sluice/{domain}/{rule}/top")
+}
+
 /// The key of the counter that numbers the configurations loaded in this
 /// Envoy for `domain`: each takes the next number as its permit holder.
 pub fn holders_key(domain: &str) -> String {

@@ -29,7 +29,9 @@
 //! of the `headers` mode. Counting makes no call per request: each worker
 //! hands its counts to Envoy in batches (see [`metrics`]). A denied or held
 //! request also reads `content-type` (and, held, `grpc-timeout`: see [`grpc`])
-//! and sets two filter-state properties for Envoy's access log.
+//! and sets two filter-state properties for Envoy's access log (three with
+//! `access_log_key`). `top_limited_keys` adds no call per refusal: see
+//! [`topkeys`].
 
 pub mod client_ip;
 pub mod coalesce;
@@ -57,3 +59,4 @@ pub mod rls;
 pub use config::schema;
 pub mod slots;
 pub mod table;
+pub mod topkeys;

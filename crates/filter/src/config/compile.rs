@@ -5,8 +5,10 @@
 
 use super::checks::{in_range, MAX_NAME_LEN};
 use super::duration::parse_duration;
-use super::plan::{DenyResponse, LimiterTarget, Rule};
-use super::raw::{Protocol, RawLimiter, RawQuotaEndpoint, RawResponse, ServiceHeaders};
+use super::plan::{DenyResponse, LimiterTarget, Rule, TopLimitedKeys};
+use super::raw::{
+    Protocol, RawLimiter, RawQuotaEndpoint, RawResponse, RawTopLimitedKeys, ServiceHeaders,
+};
 use sluice_core::{FieldError, MILLISECOND};
 
 /// Largest `local_max_keys`.
@@ -29,14 +31,35 @@ pub(crate) fn checked_jwt_payload(name: String) -> Result<String, FieldError> {
 /// Checks the quota endpoint's path: absolute, without a query, at most
 /// 1024 bytes.
 pub(crate) fn checked_quota_path(raw: RawQuotaEndpoint) -> Result<String, FieldError> {
-    let path = raw.path;
+    checked_path(raw.path, "quota_endpoint.path")
+}
+
+/// Checks a path the filter answers (field `field`).
+fn checked_path(path: String, field: &str) -> Result<String, FieldError> {
     if !path.starts_with('/') || path.len() > 1024 || path.contains(['?', '#']) {
         return Err(FieldError::at(
-            "quota_endpoint.path",
+            field,
             format!("{path:?} must start with '/', hold no '?' or '#', and be at most 1024 bytes"),
         ));
     }
     Ok(path)
+}
+
+/// Most entries `top_limited_keys` keeps per rule.
+pub(crate) const MAX_TOP_ENTRIES: u64 = 256;
+
+/// Checks `top_limited_keys`.
+pub(crate) fn checked_top_keys(raw: RawTopLimitedKeys) -> Result<TopLimitedKeys, FieldError> {
+    let entries = in_range(raw.entries, 1, MAX_TOP_ENTRIES, "top_limited_keys.entries")?;
+    let path = raw
+        .path
+        .map(|p| checked_path(p, "top_limited_keys.path"))
+        .transpose()?;
+    Ok(TopLimitedKeys {
+        entries,
+        keys: raw.keys,
+        path,
+    })
 }
 
 /// Checks the denial response.

@@ -30,10 +30,11 @@ pub use plan::{
     Entry, EntryValue, Estimate, GlobalElastic, GlobalLimit, LeasePolicy, LeasedLimit, LimitKind,
     LimiterTarget, LocalElastic, LocalLimit, Outcome, OutcomeTest, OverrideLimit, Penalty,
     PermitPlace, Plan, PricedSource, Quota, ResponseCost, Rule, RuleLimit, ServiceHeld,
-    MAX_COST_SOURCES, SERVICE_HELD,
+    TopLimitedKeys, MAX_COST_SOURCES, SERVICE_HELD,
 };
 pub use raw::{
-    FailureMode, HeadersMode, Mode, OnExceed, Protocol, RawConfig, Scope, ServiceHeaders, SyncMode,
+    FailureMode, HeadersMode, KeyShown, Mode, OnExceed, Protocol, RawConfig, Scope, ServiceHeaders,
+    SyncMode,
 };
 pub use sluice_core::FieldError;
 

@@ -2,7 +2,7 @@
 //! constant (shared-data key prefixes, overrides) computed once.
 
 use crate::client_ip::ClientIpPolicy;
-use crate::config::raw::{FailureMode, HeadersMode, Protocol, ServiceHeaders};
+use crate::config::raw::{FailureMode, HeadersMode, KeyShown, Protocol, ServiceHeaders};
 use crate::cost::extract::FieldPath;
 use crate::cost::price::Price;
 use crate::key::KeyPart;
@@ -42,6 +42,22 @@ pub struct Plan {
     pub request_body: bool,
     /// The path the filter answers with the caller's quotas, if any.
     pub quota_endpoint: Option<String>,
+    /// The keys each rule refused most, if kept.
+    pub top_limited_keys: Option<TopLimitedKeys>,
+    /// How a refused request's key is shown in the access log, if it is.
+    pub access_log_key: Option<KeyShown>,
+}
+
+/// The keys each rule refused most, kept across the workers of one Envoy
+/// (`top_limited_keys`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopLimitedKeys {
+    /// Entries per rule.
+    pub entries: usize,
+    /// How keys are shown.
+    pub keys: KeyShown,
+    /// The path answered with the list, if any.
+    pub path: Option<String>,
 }
 
 /// Where and how global limits are checked.

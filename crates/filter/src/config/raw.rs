@@ -26,9 +26,11 @@ pub use cost::{
 };
 
 pub use outcome::{RawCountWhen, RawResponseHeader};
+pub use topkeys::{KeyShown, RawTopLimitedKeys};
 
 mod cost;
 mod outcome;
+mod topkeys;
 
 read_names!(EnvoyXff {
     Detect = "detect",
@@ -75,6 +77,14 @@ pub struct RawConfig {
     /// A path the filter answers itself with the caller's quotas.
     #[default]
     pub quota_endpoint: Option<RawQuotaEndpoint>,
+    /// The keys each rule refused most, kept across workers (off unless
+    /// given).
+    #[default]
+    pub top_limited_keys: Option<RawTopLimitedKeys>,
+    /// Sets filter state `wasm.sluice_key` of a refused request to the
+    /// refusing limit's key, shown so (off unless given).
+    #[default]
+    pub access_log_key: Option<KeyShown>,
 }
 }
 

@@ -1012,3 +1012,46 @@ fn the_quota_endpoint_is_off_unless_given_and_its_path_is_checked() {
     let e = err(r#"{"domain":"d","quota_endpoint":{}}"#);
     assert_eq!(e.path, "quota_endpoint");
 }
+
+#[test]
+fn top_limited_keys_and_the_access_log_key_are_off_unless_given_and_checked() {
+    let plan = parse(br#"{"domain":"d"}"#).unwrap();
+    assert_eq!(plan.top_limited_keys, None);
+    assert_eq!(plan.access_log_key, None);
+    let plan = parse(br#"{"domain":"d","top_limited_keys":{},"access_log_key":"clear"}"#).unwrap();
+    assert_eq!(
+        plan.top_limited_keys,
+        Some(crate::config::TopLimitedKeys {
+            entries: 32,
+            keys: crate::config::KeyShown::Hashed,
+            path: None,
+        })
+    );
+    assert_eq!(plan.access_log_key, Some(crate::config::KeyShown::Clear));
+    let plan = parse(
+        br#"{"domain":"d","top_limited_keys":{"entries":8,"keys":"clear","path":"/sluice/top-limited"}}"#,
+    )
+    .unwrap();
+    let top = plan.top_limited_keys.unwrap();
+    assert_eq!(
+        (top.entries, top.keys, top.path.as_deref()),
+        (
+            8,
+            crate::config::KeyShown::Clear,
+            Some("/sluice/top-limited")
+        )
+    );
+    for (bad, path) in [
+        (r#"{"entries":0}"#, "top_limited_keys.entries"),
+        (r#"{"entries":257}"#, "top_limited_keys.entries"),
+        (r#"{"path":"top"}"#, "top_limited_keys.path"),
+        (r#"{"keys":"plain"}"#, "top_limited_keys.keys"),
+    ] {
+        let e = err(&format!(r#"{{"domain":"d","top_limited_keys":{bad}}}"#));
+        assert_eq!(e.path, path, "{bad}");
+    }
+    assert_eq!(
+        err(r#"{"domain":"d","access_log_key":"x"}"#).path,
+        "access_log_key"
+    );
+}

@@ -123,6 +123,7 @@ pub(super) fn apply<H: Host>(
                 }
                 runtime.metrics.rule(denied.report.rule, RuleEvent::Denied);
             }
+            super::topkeys::count(runtime, &denied);
             let shown = req.shown.as_ref();
             send_denial(host, &runtime.plan, &denied, req.reply.as_ref(), shown);
             req.phase = Phase::Decided;

@@ -121,6 +121,7 @@ impl<H: Host> Worker<H> {
             permits::renew_due(self, host, runtime.as_ref());
             if let Some(runtime) = &runtime {
                 super::host::WorkerMetrics::flush(&runtime.metrics);
+                super::topkeys::fold(&*host, runtime, now);
             }
         }
     }
@@ -318,6 +319,10 @@ fn runtime<H: Host>(
         plan.rules.len()
     );
     Some(Runtime {
+        top: crate::topkeys::Counts::new(
+            plan.rules.len(),
+            plan.top_limited_keys.as_ref().map(|t| t.entries),
+        ),
         plan,
         hasher,
         metrics,

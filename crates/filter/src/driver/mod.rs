@@ -38,6 +38,7 @@ mod renewal;
 mod request;
 mod rooted;
 mod stream;
+mod topkeys;
 mod waiting;
 mod wake;
 mod worker;
@@ -45,6 +46,7 @@ mod worker;
 pub use host::{Action, Buffer, Host, LocalReply, Map, Outgoing, WorkerMetrics};
 pub use limiter::Answer;
 pub use parts::Runtime;
+pub use topkeys::{listing as top_limited_listing, DECAY as TOP_KEYS_DECAY};
 pub use worker::Worker;
 
 /// The root's tick period while requests wait: their resume times are kept

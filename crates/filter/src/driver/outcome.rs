@@ -116,6 +116,7 @@ pub(super) fn send_denial<H: Host>(
     );
     let rule = response::rule_name(plan, denied.report.rule);
     for_access_log(host, "denied", rule);
+    super::topkeys::for_access_log(host, plan, denied);
     let configured = plan
         .response
         .headers

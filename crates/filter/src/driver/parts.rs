@@ -20,6 +20,9 @@ pub struct Runtime<M> {
     pub metrics: M,
     /// Who holds the permits this configuration's requests take.
     pub holder: Holder,
+    /// This worker's refusals by key since its last fold
+    /// (`top_limited_keys`).
+    pub top: crate::topkeys::Counts,
 }
 
 /// A configuration in force, shared by the requests it admitted.

@@ -35,6 +35,7 @@ pub(super) fn evaluate<H: Host>(
         hasher,
         metrics,
         holder,
+        ..
     } = &**runtime;
     let mut verdict =
         engine::evaluate(plan, hasher, *holder, &view, &*host, metrics, || host.now());

@@ -18,6 +18,7 @@ use super::quota;
 use super::renewal;
 use super::request::{snapshot, Phase, Request};
 use super::rooted;
+use super::topkeys;
 use super::waiting;
 use super::worker::Worker;
 use crate::coalesce::Joined;
@@ -37,6 +38,16 @@ pub(super) fn headers<H: Host>(
     let runtime = Rc::clone(&req.runtime);
     if let Some(path) = &runtime.plan.quota_endpoint {
         if let Some(action) = quota::serve(host, req, &runtime, path) {
+            return action;
+        }
+    }
+    if let Some(path) = runtime
+        .plan
+        .top_limited_keys
+        .as_ref()
+        .and_then(|t| t.path.as_ref())
+    {
+        if let Some(action) = topkeys::serve(host, req, &runtime, path) {
             return action;
         }
     }

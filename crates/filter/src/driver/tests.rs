@@ -11,6 +11,7 @@ mod lifecycle;
 mod orders;
 mod quota;
 mod renewals;
+mod topkeys;
 
 use super::{Action, Answer, Worker};
 use fake::{Effect, FakeHost, FakeLimiter, Stream};

@@ -167,8 +167,8 @@ fn the_reader_reads_every_field_of_the_schema() {
             .flat_map(|p| p.values())
     };
     assert_eq!(checked, properties().count());
-    assert_eq!(checked, 88);
+    assert_eq!(checked, 93);
     let with_default = properties().filter(|p| p.get("default").is_some());
     assert_eq!(defaults, with_default.count());
-    assert_eq!(defaults, 42);
+    assert_eq!(defaults, 44);
 }

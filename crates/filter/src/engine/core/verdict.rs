@@ -83,6 +83,9 @@ pub struct Denied {
     pub wait: Option<Nanos>,
     /// Leases the request found running low (renewed whatever its fate).
     pub renewal: Option<Renewal>,
+    /// The request's key under the denying rule, when a local step denied
+    /// it (moved, not copied: for top limited keys and the access log).
+    pub key: Option<String>,
 }
 
 /// An admitted request that conforms only after a delay.
@@ -217,6 +220,7 @@ impl Tally {
             shadow_denied: self.shadow_denied,
             wait,
             renewal: self.renewal,
+            key: None,
         }
     }
 

@@ -108,7 +108,9 @@ where
         walk.cx.now();
         if let Err(refusal) = walked {
             walk.cancel_asks();
-            return walk.cx.tally.deny(refusal, &walk.cx.env);
+            let mut denied = walk.cx.tally.denied(refusal, &walk.cx.env);
+            denied.key = Some(key);
+            return Verdict::Deny(denied);
         }
     }
     walk.into_verdict()

@@ -11,8 +11,8 @@ use crate::config::checks::{
     field_path, in_range, limit_name, valid_name, validated, window, LimitSite, MAX_NAME_LEN,
 };
 use crate::config::compile::{
-    check_limit_names, checked_jwt_payload, checked_quota_path, compile_limiter, compile_response,
-    MAX_LOCAL_KEYS, MAX_QUEUED,
+    check_limit_names, checked_jwt_payload, checked_quota_path, checked_top_keys, compile_limiter,
+    compile_response, MAX_LOCAL_KEYS, MAX_QUEUED,
 };
 use crate::config::cost::{self, RESPONSE_ONLY, SOFT_BURST};
 use crate::config::matching;
@@ -74,6 +74,8 @@ impl Plan {
             rule_index: RuleIndex::new(&rules, |r| (!r.pool).then_some(&r.matcher)),
             rules,
             quota_endpoint: raw.quota_endpoint.map(checked_quota_path).transpose()?,
+            top_limited_keys: raw.top_limited_keys.map(checked_top_keys).transpose()?,
+            access_log_key: raw.access_log_key,
         })
     }
 }
