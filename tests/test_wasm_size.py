@@ -15,11 +15,12 @@ from pathlib import Path
 from support import BUILD
 
 MODULE = BUILD / "sluice.wasm"
-# 682 KiB: the module with the quota endpoint and top limited keys after
-# `wasm-opt -O3` (677,479 B, of which 21,617 B for top limited keys and the
-# access log's key; 731,068 B at opt-level 3 alone before them), and 3% more.
+# 690 KiB: the module with the quota endpoint and top limited keys after
+# `wasm-opt -O3` (684,266 B, of which 28,404 B for top limited keys and the
+# access log's key, `sha2` 6,787 B of it; 731,068 B at opt-level 3 alone
+# before them), and 1% more.
 # The target is 400 KB (issue 39), which build settings alone do not reach.
-BUDGET_BYTES = 682 * 1024
+BUDGET_BYTES = 690 * 1024
 
 
 def leb128(data: bytes, at: int) -> tuple[int, int]:
