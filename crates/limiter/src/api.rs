@@ -2,6 +2,7 @@
 //! process serves; `GET /readyz` and `GET /healthz`: the store answers) and
 //! `GET /metrics`, over any [`Store`].
 
+use crate::introspect::{Inspector, Introspect};
 use crate::metrics::Metrics;
 use crate::overrides::Overrides;
 use crate::store::{
@@ -32,6 +33,8 @@ pub struct AppState<S> {
     pub metrics: Arc<Metrics>,
     /// Per-key limits replacing the request's.
     pub overrides: Arc<Overrides>,
+    /// `--introspection`: what the read-only API reads; `None` when off.
+    pub introspection: Option<Arc<Inspector>>,
 }
 
 impl<S: Store> AppState<S> {
@@ -41,12 +44,24 @@ impl<S: Store> AppState<S> {
             store,
             metrics: Arc::new(Metrics::default()),
             overrides: Arc::new(Overrides::default()),
+            introspection: None,
         }
+    }
+
+    /// The same state with the introspection API on, read from `inspector`.
+    pub fn with_introspection(mut self, inspector: Arc<Inspector>) -> Self {
+        self.introspection = Some(inspector);
+        self
     }
 }
 
 /// The service's router.
 pub fn app<S: Store + Clone>(state: AppState<S>) -> Router {
+    let introspect = crate::introspect::routes(Introspect {
+        store: state.store.clone(),
+        overrides: Arc::clone(&state.overrides),
+        inspector: state.introspection.clone(),
+    });
     Router::new()
         .route("/v1/check", post(check::<S>))
         .route("/v1/permits", post(permits::<S>))
@@ -57,6 +72,7 @@ pub fn app<S: Store + Clone>(state: AppState<S>) -> Router {
         .route("/metrics", get(metrics::<S>))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
+        .merge(introspect)
 }
 
 fn json(status: StatusCode, body: Vec<u8>) -> Response {
@@ -124,13 +140,43 @@ async fn decide<S: Store>(st: &AppState<S>, body: Result<Bytes, BytesRejection>)
         st.store.check_batch(&items, requests).await
     };
     match decided {
-        Ok(verdict) => respond(st, &check, &verdict, (requests, renewal), returned),
+        Ok(verdict) => {
+            if !renewal {
+                count_refusals(st, &check.domain, &items, &verdict, requests);
+            }
+            respond(st, &check, &verdict, (requests, renewal), returned)
+        }
         // No decision (see the `Store` contract): the filter applies its
         // failure mode.
         Err(e) => {
             st.metrics.record_store_error(e.reason());
             crate::warn_throttled!(error = %e, "check failed");
             error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+        }
+    }
+}
+
+/// Counts each refusing limit's key among the top limited keys, once per
+/// request refused.
+fn count_refusals<S: Store>(
+    st: &AppState<S>,
+    domain: &str,
+    items: &[StoreItem],
+    verdict: &Verdict,
+    requests: u32,
+) {
+    let Some(inspector) = &st.introspection else {
+        return;
+    };
+    let refused = u64::from(requests.max(1).saturating_sub(verdict.admitted));
+    if refused == 0 {
+        return;
+    }
+    let now = inspector.clock.now();
+    for (item, d) in items.iter().zip(&verdict.decisions) {
+        if !d.allowed {
+            let (key, limit) = crate::top::split_id(domain, item.id());
+            inspector.top.refused(domain, key, limit, refused, now);
         }
     }
 }
@@ -397,13 +443,19 @@ async fn healthz<S: Store>(State(st): State<AppState<S>>) -> Response {
 
 async fn metrics<S: Store>(State(st): State<AppState<S>>) -> Response {
     let status = st.store.status();
-    let text = st.metrics.render_with(Some(&crate::metrics::StoreGauges {
+    let mut text = st.metrics.render_with(Some(&crate::metrics::StoreGauges {
         kind: st.store.kind(),
         up: status.up,
         keys: status.keys,
         blocked: status.blocked,
         round_trips: st.store.round_trips(),
     }));
+    if let Some(inspector) = &st.introspection {
+        // The family goes before the exposition's end.
+        if let Some(body) = text.strip_suffix("# EOF\n") {
+            text = format!("{body}{}# EOF\n", inspector.metric_text());
+        }
+    }
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],

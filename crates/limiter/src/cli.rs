@@ -217,6 +217,50 @@ pub struct Args {
         default_value_t = 1_000
     )]
     pub descriptors_poll_ms: u64,
+
+    /// Serve the read-only introspection API (`GET /v1/limits`,
+    /// `/v1/keys`, `/v1/top`) on the HTTP listener, count the top limited
+    /// keys and show them on `/metrics`. Off: those paths answer 404.
+    #[arg(long, env = "SLUICE_INTROSPECTION")]
+    pub introspection: bool,
+
+    /// How the introspection API and the metric show keys: `hashed` (the
+    /// first 16 hex digits of the key's SHA-256) or `clear`.
+    #[arg(
+        long = "introspection-keys",
+        env = "SLUICE_INTROSPECTION_KEYS",
+        default_value = "hashed"
+    )]
+    pub introspection_keys: IntrospectionKeys,
+
+    /// Top limited keys on `/metrics` per domain (1 to 256).
+    #[arg(
+        long = "top-keys",
+        env = "SLUICE_TOP_KEYS",
+        default_value_t = 10,
+        value_parser = clap::value_parser!(u16).range(1..=256)
+    )]
+    pub top_keys: u16,
+
+    /// Most domains whose top limited keys are counted (refusals in
+    /// further domains are not).
+    #[arg(
+        long = "top-domains",
+        env = "SLUICE_TOP_DOMAINS",
+        default_value_t = 16,
+        value_parser = clap::value_parser!(u16).range(1..)
+    )]
+    pub top_domains: u16,
+
+    /// The top limited keys count refusals over two windows of this many
+    /// seconds: the current one and the one before.
+    #[arg(
+        long = "top-window-s",
+        env = "SLUICE_TOP_WINDOW_S",
+        default_value_t = 300,
+        value_parser = clap::value_parser!(u64).range(1..=86_400)
+    )]
+    pub top_window_s: u64,
 }
 
 impl Args {
@@ -243,6 +287,25 @@ impl Args {
         crate::rlqs::service::Settings {
             ttl: std::time::Duration::from_millis(self.rlqs_assignment_ttl_ms),
             abandon_after: std::time::Duration::from_millis(self.rlqs_abandon_after_ms),
+        }
+    }
+}
+
+/// How keys are shown by the introspection API and the metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IntrospectionKeys {
+    /// As the checks name them.
+    Clear,
+    /// The first 16 hex digits of their SHA-256.
+    Hashed,
+}
+
+impl IntrospectionKeys {
+    /// The display the summaries keep.
+    pub fn display(self) -> crate::top::KeyDisplay {
+        match self {
+            IntrospectionKeys::Clear => crate::top::KeyDisplay::Clear,
+            IntrospectionKeys::Hashed => crate::top::KeyDisplay::Hashed,
         }
     }
 }

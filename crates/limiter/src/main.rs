@@ -6,6 +6,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::R
 use sluice_limiter::api::{app, AppState};
 use sluice_limiter::cli::{Args, LogFormat};
 use sluice_limiter::clock::SystemClock;
+use sluice_limiter::introspect::Inspector;
 use sluice_limiter::metrics::{Listener, Metrics};
 use sluice_limiter::overrides::Overrides;
 use sluice_limiter::rlqs::service::RlqsService;
@@ -17,6 +18,7 @@ use sluice_limiter::store::memory::{MemoryConfig, MemoryStore};
 use sluice_limiter::store::redis::{ConnectOptions, RedisStore};
 use sluice_limiter::store::AnyStore;
 use sluice_limiter::tls::{TlsCell, ALPN_GRPC, ALPN_HTTP};
+use sluice_limiter::top::TopKeys;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -135,6 +137,7 @@ async fn run(args: Args) -> Result<(), String> {
         store,
         metrics: Arc::new(Metrics::default()),
         overrides: Arc::new(overrides),
+        introspection: args.introspection.then(|| inspector(&args, cell.clone())),
     };
     if let Some(tls) = &tls {
         state.metrics.record_tls_load(true);
@@ -170,6 +173,23 @@ async fn run(args: Args) -> Result<(), String> {
     finish(http, grpc, args.shutdown_timeout_ms).await?;
     tracing::info!("sluice-limiter stopped");
     Ok(())
+}
+
+/// What the introspection API reads: the top limited keys over
+/// `--top-window-s` windows, the descriptors in `cell`.
+fn inspector(args: &Args, cell: Option<Arc<ConfigCell>>) -> Arc<Inspector> {
+    let window = args.top_window_s.saturating_mul(sluice_core::SECOND);
+    let top = TopKeys::new(
+        window,
+        usize::from(args.top_domains),
+        args.introspection_keys.display(),
+    );
+    Arc::new(Inspector {
+        top: Arc::new(top),
+        descriptors: cell,
+        metric_keys: usize::from(args.top_keys),
+        clock: Arc::new(SystemClock),
+    })
 }
 
 /// The threads that serve connections: `--threads`, or one per CPU
@@ -326,12 +346,15 @@ fn rls(
     cell: Arc<ConfigCell>,
     state: &AppState<AnyStore>,
 ) -> Grpc<RateLimitServiceServer<RlsService<AnyStore>>> {
-    let service = RlsService::new(
+    let mut service = RlsService::new(
         state.store.clone(),
         cell,
         Arc::clone(&state.metrics),
         Arc::new(SystemClock),
     );
+    if let Some(inspector) = &state.introspection {
+        service = service.with_top(Arc::clone(&inspector.top));
+    }
     Grpc {
         service: service.into_server(),
         timeout: Some(args.connection_limits().request_timeout),

@@ -4,12 +4,13 @@
 //! is `OVER_LIMIT` and consumes nothing. Shadow-mode limits are decided
 //! after an admitted call, each on its own, and never deny.
 
-use super::plan::{plan_call, Planned};
+use super::plan::{plan_call, rls_scope, Plan, Planned};
 use super::reload::ConfigCell;
 use super::status::{answer, Verdicts};
 use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::store::{Store, Verdict};
+use crate::top::{split_id, TopKeys};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
@@ -29,6 +30,7 @@ pub struct RlsService<S> {
     config: Arc<ConfigCell>,
     metrics: Arc<Metrics>,
     clock: Arc<dyn Clock>,
+    top: Option<Arc<TopKeys>>,
 }
 
 impl<S: Store> RlsService<S> {
@@ -44,7 +46,14 @@ impl<S: Store> RlsService<S> {
             config,
             metrics,
             clock,
+            top: None,
         }
+    }
+
+    /// The same service counting each refused descriptor's key in `top`.
+    pub fn with_top(mut self, top: Arc<TopKeys>) -> Self {
+        self.top = Some(top);
+        self
     }
 
     /// The tonic service to mount.
@@ -154,6 +163,9 @@ impl<S: Store> RlsService<S> {
         for (plan, metric) in &planned.plans {
             let a = answer(plan, verdicts, now);
             over |= a.over;
+            if a.over {
+                self.count_refusal(planned, plan, label, metric, now);
+            }
             self.metrics.record_rls_descriptor(label, metric, a.result);
             statuses.push(a.status);
         }
@@ -164,6 +176,21 @@ impl<S: Store> RlsService<S> {
             overall_code: code as i32,
             statuses,
             ..RateLimitResponse::default()
+        }
+    }
+}
+
+impl<S> RlsService<S> {
+    /// Counts a refused descriptor's key among the top limited keys (a
+    /// blocking limit, `requests_per_unit: 0`, has no key in the store and
+    /// is not counted).
+    fn count_refusal(&self, planned: &Planned, plan: &Plan, domain: &str, metric: &str, now: u64) {
+        let Some(top) = &self.top else { return };
+        if let Plan::Check { index, .. } = plan {
+            if let Some(item) = planned.enforcing.get(*index) {
+                let (key, _) = split_id(&rls_scope(domain), item.id());
+                top.refused(domain, key, metric, 1, now);
+            }
         }
     }
 }

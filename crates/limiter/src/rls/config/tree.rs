@@ -69,6 +69,25 @@ impl Level {
     pub fn has_children(&self) -> bool {
         !self.is_empty()
     }
+
+    /// Every descriptor of this level: its key, its value (`None`: any
+    /// value) and itself, sorted by key then value.
+    pub fn each(&self) -> Vec<(&str, Option<&str>, &Node)> {
+        let mut out: Vec<(&str, Option<&str>, &Node)> = Vec::new();
+        for (key, values) in &self.exact {
+            out.extend(
+                values
+                    .iter()
+                    .map(|(v, n)| (key.as_str(), Some(v.as_str()), n)),
+            );
+        }
+        for (key, _, pattern, node) in &self.wildcards {
+            out.push((key.as_str(), Some(pattern.as_str()), node));
+        }
+        out.extend(self.any.iter().map(|(k, n)| (k.as_str(), None, n)));
+        out.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        out
+    }
 }
 
 /// Whether `value` matches a pattern split on `*` (each `*` matches any
