@@ -94,13 +94,14 @@ def stats_config() -> dict:
 
 
 class Prometheus:
-    """A Prometheus on a loopback port, scraping `targets` ({job: (port, path)}) every second."""
+    """A Prometheus on a loopback port, scraping `targets` ({job: (port, path)})
+    every second and evaluating `rule_files` every second."""
 
-    def __init__(self, workdir, targets: dict[str, tuple[int, str]]):
+    def __init__(self, workdir, targets: dict[str, tuple[int, str]], rule_files=(RULES,)):
         self.port = free_port()
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(RULES)],
+            "rule_files": [str(path) for path in rule_files],
             "scrape_configs": [{"job_name": job, "metrics_path": path,
                                 "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}
                                for job, (port, path) in targets.items()],
