@@ -7,8 +7,9 @@ key's refusals equal to `/v1/top`'s. Exactness: the traffic has ended before
 the browser loads the page and the summary's windows (`--top-window-s`,
 an hour) do not turn within the test, so `/v1/top` answers the same before
 and after the render (the test checks both). The page also shows the
-descriptors' limits and the store's health, loads nothing but from the
-limiter (its Content-Security-Policy), and is kept as a screenshot.
+descriptors' limits and the store's health, refreshes itself every 5
+seconds (counted over 12 s of Chromium's virtual time), loads nothing but
+from the limiter (its Content-Security-Policy), and is kept as a screenshot.
 """
 
 from __future__ import annotations
@@ -46,10 +47,13 @@ class Rendered(HTMLParser):
         self.error_hidden = False
         self.top: dict[str, list[list[str]]] = {}
         self.limits: dict[str, list[list[str]]] = {}
+        self.refreshes = 0
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
-        if tag == "section":
+        if tag == "body":
+            self.refreshes = int(a.get("data-refreshes", "0"))
+        elif tag == "section":
             self.domain = a.get("data-domain")
         elif tag == "tr" and self.domain is not None:
             self.row_kind = "top" if a.get("class") == "top-key" else "limits"
@@ -77,11 +81,13 @@ class Rendered(HTMLParser):
             self.health += data
 
 
-def chromium(url: str, tmp_path, *args: str) -> subprocess.CompletedProcess:
+def chromium(url: str, tmp_path, *args: str, budget_ms: int = 4000) -> subprocess.CompletedProcess:
+    """Chromium run on `url` for `budget_ms` of virtual time (timers run as
+    if that much time passed; waits on the network do not count)."""
     profile = tmp_path / "chromium-profile"
     return subprocess.run(
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         f"--user-data-dir={profile}", "--virtual-time-budget=4000", *args, url],
+         f"--user-data-dir={profile}", f"--virtual-time-budget={budget_ms}", *args, url],
         capture_output=True, text=True, timeout=120)
 
 
@@ -123,11 +129,16 @@ def test_the_status_page_names_the_flooding_key_first_with_the_apis_figures(proc
     after = top(limiter.port, "api")
     assert after == before
 
-    assert (rendered.health, rendered.error_hidden) == ("up", True)
+    assert (rendered.health, rendered.error_hidden, rendered.refreshes) == ("up", True, 1)
     assert rendered.top == {"api": [[str(i + 1), k["key"], k["limit"], str(k["refusals"]), str(k["error"])]
                                     for i, k in enumerate(after["keys"])]}
     assert rendered.top["api"][0][1:4] == ["flood-client", "fixed_window|3600000", "1995"]
     assert rendered.limits == {"shop": [["remote_address", "per-ip", "10 / second", "enforce"]]}
+
+    # it refreshes by itself every 5 s: at 0, 5 and 10 s of 12 s
+    later = Rendered()
+    later.feed(chromium(f"http://127.0.0.1:{limiter.port}/status", tmp_path, "--dump-dom", budget_ms=12_000).stdout)
+    assert (later.refreshes, later.top) == (3, rendered.top)
 
     screenshot = tmp_path / "status.png"
     shot = chromium(f"http://127.0.0.1:{limiter.port}/status", tmp_path, f"--screenshot={screenshot}",
