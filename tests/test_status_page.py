@@ -1,9 +1,9 @@
 """The limiter's status page (`GET /status`, with `--introspection`) renders
 in a real browser (headless Chromium, Debian's package) what the API says.
 
-A flood of checks from one key, a few refusals of another and calm traffic
-from many: the rendered page lists the flooding key first, and every top
-key's refusals equal to `/v1/top`'s. Exactness: the traffic has ended before
+A flood of checks from one key, a few refusals of another (a key that is
+markup, shown as text) and calm traffic from many: the rendered page lists
+the flooding key first, and every top key's refusals equal to `/v1/top`'s. Exactness: the traffic has ended before
 the browser loads the page and the summary's windows (`--top-window-s`,
 an hour) do not turn within the test, so `/v1/top` answers the same before
 and after the render (the test checks both). The page also shows the
@@ -31,6 +31,8 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 10, name: per-ip}
 """
 FLOOD, MILD = 2_000, 7
+# A key that is markup: the page shows it as text.
+MILD_KEY = "<b>mild</b>"
 
 
 class Rendered(HTMLParser):
@@ -108,13 +110,13 @@ def test_the_status_page_names_the_flooding_key_first_with_the_apis_figures(proc
     check = ('{"domain":"api","limits":[{"key":"%s","algorithm":"fixed_window",'
              '"requests":5,"window_ms":3600000}]}')
     assert run_load(url, connections=4, requests=FLOOD, body=check % "flood-client").count(200) == FLOOD
-    assert run_load(url, connections=1, requests=MILD, body=check % "mild-client").count(200) == MILD
+    assert run_load(url, connections=1, requests=MILD, body=check % MILD_KEY).count(200) == MILD
     assert run_load(url, connections=4, requests=200, body=check % "calm-{n}").count(200) == 200
 
     before = top(limiter.port, "api")
     assert before == {"domain": "api", "keys": [
         {"key": "flood-client", "limit": "fixed_window|3600000", "refusals": FLOOD - 5, "error": 0},
-        {"key": "mild-client", "limit": "fixed_window|3600000", "refusals": MILD - 5, "error": 0}]}
+        {"key": MILD_KEY, "limit": "fixed_window|3600000", "refusals": MILD - 5, "error": 0}]}
 
     page = request(limiter.port, "/status")
     assert page.status == 200
@@ -133,6 +135,7 @@ def test_the_status_page_names_the_flooding_key_first_with_the_apis_figures(proc
     assert rendered.top == {"api": [[str(i + 1), k["key"], k["limit"], str(k["refusals"]), str(k["error"])]
                                     for i, k in enumerate(after["keys"])]}
     assert rendered.top["api"][0][1:4] == ["flood-client", "fixed_window|3600000", "1995"]
+    assert rendered.top["api"][1][1] == "<b>mild</b>"
     assert rendered.limits == {"shop": [["remote_address", "per-ip", "10 / second", "enforce"]]}
 
     # it refreshes by itself every 5 s: at 0, 5 and 10 s of 12 s
