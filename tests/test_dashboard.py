@@ -199,6 +199,8 @@ def test_every_panel_and_recording_rule_returns_series_on_a_live_limited_stack(p
         denied = prometheus.value('sluice_limiter_decisions_total{domain="test",result="denied"}')
         assert prometheus.value("sluice_limiter_top_limited_key_refusals") == denied
         assert denied != ["0"]
+        # the rule variable's values: every rule
+        assert prometheus.api("label/sluice_rule/values", **{"match[]": "sluice_denied"}) == sorted(ALL_RULES)
         assert unhealthy(prometheus.rules()) == {}
     finally:
         if prometheus:
