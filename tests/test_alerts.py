@@ -1,7 +1,7 @@
 """The documented alerts (deploy/prometheus/sluice-alerts.yaml) work.
 
 Each alert fires on the series that should raise it and stays quiet on a
-healthy stack near its threshold (promtool's unit tests,
+healthy stack under its threshold (promtool's unit tests,
 deploy/prometheus/sluice-alerts.test.yaml), and each recording rule gives
 its figure on given series (sluice-recording.test.yaml); the alerts docs name exactly the
 file's alerts; and a real Prometheus scraping a live limiter and an Envoy
