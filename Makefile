@@ -45,6 +45,7 @@ help:
 	@echo "make bench-full  every benchmark row at Envoy concurrency 1 and 2, 5 rounds"
 	@echo "make oci    the filter as an OCI image (build/oci, build/sluice-oci.tar), no Docker needed"
 	@echo "make cli    the sluice command (target/release/sluice): check-config FILE, schema"
+	@echo "make chromium  install headless Chromium (Debian's package) for the status page's test"
 	@echo "make schema regenerate schema/sluice.schema.json from the configuration types"
 	@echo "make fuzz   libFuzzer on every parser, FUZZ_SECONDS per target (default 20); grows fuzz/corpus, writes fuzz/RESULTS.md"
 	@echo "make fuzz-ci  replay the fuzz corpus and regressions, then FUZZ_CI_SECONDS (default 5) per target"
