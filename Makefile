@@ -31,7 +31,7 @@ ADMIN_PORT ?= 9901
 LIMITER_PORT ?= 8081
 
 .PHONY: help run test test-rust test-e2e wasm wasm-profiling wasm-small binaryen limiter lint fmt bench bench-full bench-build clean \
-        setup venv wasm-target redis prometheus wrk validate cli oci schema load soak soak-long flood store-flood fuzz fuzz-ci
+        setup venv wasm-target redis prometheus chromium wrk validate cli oci schema load soak soak-long flood store-flood fuzz fuzz-ci
 
 help:
 	@echo "make run    start Envoy with the Sluice filter and an in-memory limiter"
@@ -45,6 +45,7 @@ help:
 	@echo "make bench-full  every benchmark row at Envoy concurrency 1 and 2, 5 rounds"
 	@echo "make oci    the filter as an OCI image (build/oci, build/sluice-oci.tar), no Docker needed"
 	@echo "make cli    the sluice command (target/release/sluice): check-config FILE, schema"
+	@echo "make chromium  install headless Chromium (Debian's package) for the status page's test"
 	@echo "make schema regenerate schema/sluice.schema.json from the configuration types"
 	@echo "make fuzz   libFuzzer on every parser, FUZZ_SECONDS per target (default 20); grows fuzz/corpus, writes fuzz/RESULTS.md"
 	@echo "make fuzz-ci  replay the fuzz corpus and regressions, then FUZZ_CI_SECONDS (default 5) per target"
@@ -81,6 +82,12 @@ prometheus:
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
 		echo "installing prometheus and promtool"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; }
+
+# headless Chromium (Debian's package) for the status page's test.
+chromium:
+	@command -v chromium >/dev/null || { \
+		echo "installing chromium"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 # wasm-opt (Debian's binaryen) for `make wasm` and `make wasm-small`; the
 # features are those rustc enables for $(WASM_TARGET).
@@ -149,7 +156,7 @@ test: setup redis wasm limiter cli load test-rust test-e2e fuzz-ci
 test-rust:
 	$(CARGO) test --workspace
 
-test-e2e: setup prometheus wasm limiter cli load
+test-e2e: setup prometheus chromium wasm limiter cli load
 	$(PY) -m pytest
 
 # Coverage-guided fuzzing on stable Rust (fuzz/, outside the workspace).

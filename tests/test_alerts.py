@@ -1,7 +1,9 @@
 """The documented alerts (deploy/prometheus/sluice-alerts.yaml) work.
 
-Each alert fires on the series that should raise it (promtool's unit tests,
-deploy/prometheus/sluice-alerts.test.yaml); the alerts docs name exactly the
+Each alert fires on the series that should raise it and stays quiet on a
+healthy stack under its threshold (promtool's unit tests,
+deploy/prometheus/sluice-alerts.test.yaml), and each recording rule gives
+its figure on given series (sluice-recording.test.yaml); the alerts docs name exactly the
 file's alerts; and a real Prometheus scraping a live limiter and an Envoy
 with the Sluice filter evaluates every rule without error, and raises the
 alerts a refused descriptor file and an unreachable limiter should raise.
@@ -25,6 +27,8 @@ from support.docs import code_blocks
 RULES_DIR = ROOT / "deploy" / "prometheus"
 RULES = RULES_DIR / "sluice-alerts.yaml"
 RULE_TESTS = RULES_DIR / "sluice-alerts.test.yaml"
+RECORDING = RULES_DIR / "sluice-recording.yaml"
+RECORDING_TESTS = RULES_DIR / "sluice-recording.test.yaml"
 ALERTS_DOC = ROOT / "docs" / "operations" / "alerts.md"
 METRICS_DOC = ROOT / "docs" / "operations" / "metrics.md"
 PROMTOOL = shutil.which("promtool")
@@ -41,20 +45,35 @@ def test_the_docs_describe_exactly_the_alerts_of_the_rules_file():
     assert documented == [rule["alert"] for rule in alert_rules()]
 
 
-def test_every_alert_has_a_case_where_it_fires():
+def test_every_alert_has_a_case_where_it_fires_and_one_where_it_stays_quiet():
     cases = [case for test in yaml.safe_load(RULE_TESTS.read_text())["tests"] for case in test["alert_rule_test"]]
     firing = {case["alertname"] for case in cases if case["exp_alerts"]}
-    assert firing == {rule["alert"] for rule in alert_rules()}
+    quiet = {case["alertname"] for case in cases if case["exp_alerts"] == []}
+    alerts = {rule["alert"] for rule in alert_rules()}
+    assert (firing, quiet) == (alerts, alerts)
+
+
+def recording_rules() -> list[dict]:
+    groups = yaml.safe_load(RECORDING.read_text())["groups"]
+    return [rule for group in groups for rule in group["rules"]]
+
+
+def test_every_recording_rule_has_a_case_with_its_figure():
+    tests = yaml.safe_load(RECORDING_TESTS.read_text())["tests"]
+    checked = {case["expr"] for test in tests for case in test["promql_expr_test"] if case["exp_samples"]}
+    assert checked == {rule["record"] for rule in recording_rules()}
 
 
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (make prometheus)")
-def test_promtool_checks_the_rules_and_each_alert_fires():
-    check = subprocess_run([PROMTOOL, "check", "rules", str(RULES)])
-    assert check.returncode == 0, check.stdout + check.stderr
-    assert f"SUCCESS: {len(alert_rules())} rules found" in check.stdout
-    run = subprocess_run([PROMTOOL, "test", "rules", RULE_TESTS.name], cwd=RULES_DIR)
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert "SUCCESS" in run.stdout
+def test_promtool_checks_the_rules_and_each_alert_fires_or_stays_quiet():
+    for rules, count, tests in ((RULES, len(alert_rules()), RULE_TESTS),
+                                (RECORDING, len(recording_rules()), RECORDING_TESTS)):
+        check = subprocess_run([PROMTOOL, "check", "rules", str(rules)])
+        assert check.returncode == 0, check.stdout + check.stderr
+        assert f"SUCCESS: {count} rules found" in check.stdout
+        run = subprocess_run([PROMTOOL, "test", "rules", tests.name], cwd=RULES_DIR)
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert "SUCCESS" in run.stdout
 
 
 def subprocess_run(args, cwd=None):
@@ -75,13 +94,14 @@ def stats_config() -> dict:
 
 
 class Prometheus:
-    """A Prometheus on a loopback port, scraping `targets` ({job: (port, path)}) every second."""
+    """A Prometheus on a loopback port, scraping `targets` ({job: (port, path)})
+    every second and evaluating `rule_files` every second."""
 
-    def __init__(self, workdir, targets: dict[str, tuple[int, str]]):
+    def __init__(self, workdir, targets: dict[str, tuple[int, str]], rule_files=(RULES,)):
         self.port = free_port()
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(RULES)],
+            "rule_files": [str(path) for path in rule_files],
             "scrape_configs": [{"job_name": job, "metrics_path": path,
                                 "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}
                                for job, (port, path) in targets.items()],

@@ -1,13 +1,15 @@
 //! The read-only introspection API (`--introspection`): `GET /v1/limits`
 //! (the RLS descriptor configuration's limits), `GET /v1/keys` (a key's
 //! state in the store, read with a check of weight 0, which consumes
-//! nothing: see `keys`) and `GET /v1/top` (the keys refused most, [`crate::top`]).
+//! nothing: see `keys`) and `GET /v1/top` (the keys refused most, [`crate::top`]),
+//! and `GET /status`, a page that shows them (`status`).
 //! Served on the HTTP listener with its TLS; without the flag each answers
 //! `404`. A bad parameter is answered `400` naming it.
 
 mod keys;
 mod limits;
 mod query;
+mod status;
 
 pub use limits::{page, LimitsPage};
 use query::Query;
@@ -104,6 +106,7 @@ pub fn routes<S: Store + Clone>(state: Introspect<S>) -> Router {
         .route("/v1/limits", get(list_limits::<S>))
         .route("/v1/keys", get(key_state::<S>))
         .route("/v1/top", get(top_keys::<S>))
+        .route("/status", get(status::page::<S>))
         .with_state(state)
 }
 
