@@ -7,6 +7,8 @@ distinct keys adds no Envoy stat; the access log prints the refused key."""
 import hashlib
 import json
 
+import pytest
+
 import support
 from support import request, run_load, sluice_config, start_load, wait_until
 
@@ -84,7 +86,8 @@ def test_refusing_100000_distinct_keys_adds_no_stat(tmp_path):
         e.stop()
 
 
-def test_the_access_log_prints_the_refused_key(tmp_path):
+@pytest.mark.parametrize("scope", ["local", "global"])
+def test_the_access_log_prints_the_refused_key(tmp_path, processes, scope):
     log = tmp_path / "access.log"
     access_log = [{"name": "envoy.access_loggers.file", "typed_config": {
         "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
@@ -92,9 +95,18 @@ def test_the_access_log_prints_the_refused_key(tmp_path):
         "log_format": {"text_format_source": {"inline_string":
             "%RESPONSE_CODE% %FILTER_STATE(wasm.sluice_rule:PLAIN)% %FILTER_STATE(wasm.sluice_key:PLAIN)%\n"}}}}]
     per_user = {"name": "per-user", "key": ["header:x-user"],
-                "limits": [{"algorithm": "fixed_window", "requests": 1, "window": "1h"}]}
-    cfg = sluice_config([per_user], access_log_key="hashed")
-    e = support.start_envoy(tmp_path, [support.wasm_filter(cfg)], hcm_extra={"access_log": access_log})
+                "limits": [{"algorithm": "fixed_window", "requests": 1, "window": "1h", "scope": scope}]}
+    # Global: the limiter refuses the second request (no over-limit cache
+    # has the key yet), and the refusal carries the key as a local one does.
+    extra, clusters = {}, []
+    if scope == "global":
+        limiter = processes.limiter()
+        extra = {"limiter": {"cluster": "sluice_limiter", "authority": "sluice-limiter", "timeout": "5s",
+                             "failure_mode": "allow"}}
+        clusters = [support.limiter_cluster("sluice_limiter", [limiter.port])]
+    cfg = sluice_config([per_user], access_log_key="hashed", **extra)
+    e = support.start_envoy(tmp_path, [support.wasm_filter(cfg)], clusters=clusters,
+                            hcm_extra={"access_log": access_log})
     try:
         assert [request(e.port, "/", headers={"x-user": "alice"}).status for _ in range(2)] == [200, 429]
 

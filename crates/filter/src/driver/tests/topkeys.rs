@@ -129,3 +129,24 @@ fn the_list_path_answers_only_get_and_head() {
     );
     assert_eq!(sim.replied(7), None);
 }
+
+#[test]
+fn a_refusal_the_limiter_decided_is_listed_and_logged_with_its_key() {
+    let global = r#"{"algorithm":"fixed_window","requests":1,"window":"60s","scope":"global"}"#;
+    let config = top_config("clear", r#","access_log_key":"clear","limiter":{"cluster":"c","authority":"a","failure_mode":"deny"}"#)
+        .replace(ONE, global);
+    let mut sim = Sim::configured(&config);
+    for context in [10, 11] {
+        sim.start(context, &[(":path", "/api"), ("x-user", "alice")]);
+        assert_eq!(sim.h.calls.len(), 1, "the limiter decides");
+        sim.run();
+        sim.end(context);
+    }
+    assert_eq!(sim.replied(11), Some(429));
+    assert_eq!(states(&sim, "sluice_key"), vec!["alice".to_owned()]);
+    sim.tick(crate::metrics::FLUSH_PERIOD.as_nanos() as u64);
+    let want = json!({"rules":[{"rule":"per_user","keys":[
+        {"key":"alice","refusals":1,"error":0},
+    ]}]});
+    assert_eq!(list(&mut sim, 90), want);
+}

@@ -43,7 +43,7 @@ where
         borrowing,
         ..
     } = pending;
-    let mut denied: Option<Refusal> = None;
+    let mut denied: Option<(Refusal, Option<String>)> = None;
     // Every enforcing denial so far can be retried by borrowing.
     let mut can_borrow = !borrowing;
     let mut failed: Option<&Item<F>> = None;
@@ -88,7 +88,7 @@ where
             }
             can_borrow &= item.follow.may_borrow();
             if denied.is_none() {
-                denied = Some(item.follow.refusal(reported));
+                denied = Some((item.follow.refusal(reported), request_key(plan, item)));
             }
         }
     }
@@ -100,9 +100,28 @@ where
     }
     match denied {
         Some(_) if can_borrow => borrow_call(plan, calls, tally),
-        Some(refusal) => tally.deny(refusal, &env),
+        Some((refusal, key)) => {
+            let mut denied = tally.denied(refusal, &env);
+            denied.key = key;
+            Verdict::Deny(denied)
+        }
         None => note_taken(tally, &calls).admit(metrics),
     }
+}
+
+/// The request's key under `item`'s rule, read back from its limiter key
+/// (`rule/limit/key`, see [`sluice_wire::limiter_key`]): for top limited
+/// keys and the access log, as a local refusal gives it. `None` for a rate
+/// limit service's descriptors and a pool's key (another name's).
+fn request_key<F>(plan: &Plan, item: &Item<F>) -> Option<String> {
+    let spec = item.spec()?;
+    let rule = plan.rules.get(item.rule)?;
+    let rest = spec
+        .key
+        .strip_prefix(rule.name.as_str())?
+        .strip_prefix('/')?;
+    let (index, key) = rest.split_once('/')?;
+    (index.parse::<usize>().ok()? == item.limit).then(|| key.to_string())
 }
 
 /// Notes that the limiter did not count the estimates of the rules whose
