@@ -7,8 +7,6 @@ use super::clock::now;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::MetricType;
 use sluice_core::Nanos;
-use std::cell::{Cell, RefCell};
-use std::rc::Rc;
 use sluice_filter::config::Rule;
 use sluice_filter::driver::WorkerMetrics;
 use sluice_filter::local;
@@ -16,6 +14,8 @@ use sluice_filter::metrics::{
     ceil_millis, Batch, BlockWatch, GlobalEvent, MetricSink, RuleEvent, TableChange, TableWatch,
     DELAY_HISTOGRAM,
 };
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 
 /// The host's id of every metric this VM defined, by name: each
 /// configuration reuses them (defining a name again grew Envoy's memory at
