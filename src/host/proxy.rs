@@ -65,13 +65,13 @@ impl Host for Proxy {
     }
 
     fn define_metrics(&mut self, rules: &[Rule]) -> Metrics {
-        Metrics::define(&mut self.metric_ids, rules)
+        Metrics::define(self.metric_ids.clone(), rules)
     }
 
     fn config_error(&mut self) {
         // Dropping the metrics flushes them.
         sluice_filter::metrics::MetricSink::global(
-            &Metrics::define(&mut self.metric_ids, &[]),
+            &Metrics::define(self.metric_ids.clone(), &[]),
             sluice_filter::metrics::GlobalEvent::ConfigErrors,
         );
     }
