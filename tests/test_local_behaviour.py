@@ -1,7 +1,5 @@
 """Shadow mode, several rules, responses, header modes, metrics and reconfiguration."""
 
-import pytest
-
 from support import request, sluice_config, wait_until
 
 
@@ -94,25 +92,10 @@ def test_header_modes(envoy):
     assert r.header("ratelimit") in ('"r";r=8;t=6', '"r";r=8;t=5'), r.header("ratelimit")
 
 
-def sluice_names(e) -> set[str]:
-    return {name for name in e.stats() if "sluice." in name}
-
-
 def test_metrics_in_envoy_stats(envoy):
-    e = envoy(sluice_config([
-        {"name": "m", "key": ["header:x-user"],
-         "limits": [{"algorithm": "token_bucket", "requests": 2, "window": "1h"}]},
-        {"name": "unused", "match": {"path_prefix": "/never"}, "key": ["const:u"],
-         "limits": [{"algorithm": "fixed_window", "requests": 9, "window": "1m"}]},
-    ]))
-    # Before traffic: the filter-wide counters only; a rule's appear at
-    # their first count.
-    before = sluice_names(e)
-    assert "wasmcustom.sluice.cas_exhausted" in before
-    assert {n for n in before if n.startswith("wasmcustom.sluice.m.")
-            or n.startswith("wasmcustom.sluice.unused.")} == set()
-    with pytest.raises(AssertionError, match="sluice.m.alowed is not a Sluice stat"):
-        e.sluice_stat("sluice.m.alowed")
+    e = envoy(sluice_config([{
+        "name": "m", "key": ["header:x-user"], "limits": [{"algorithm": "token_bucket", "requests": 2, "window": "1h"}],
+    }]))
     statuses(e.port, 5, {"x-user": "a"})
     statuses(e.port, 1)  # no key: skipped
     wait_until(lambda: e.sluice_stat("sluice.m.allowed") == 2, what="sluice.m.allowed == 2")
@@ -121,9 +104,6 @@ def test_metrics_in_envoy_stats(envoy):
     assert e.sluice_stat("sluice.cas_exhausted") == 0
     names = request(e.admin_port, "/stats").body.decode()
     assert "sluice.m.allowed" in names and "sluice.cas_exhausted" in names
-    # Only what was counted: no shadow denial, table full, or unused rule.
-    assert {n for n in sluice_names(e) - before} == {
-        "wasmcustom.sluice.m.allowed", "wasmcustom.sluice.m.denied", "wasmcustom.sluice.m.skipped"}
 
 
 def test_reconfiguration_keeps_counters(envoy):

@@ -1,7 +1,6 @@
-//! Counters and the delay histogram through host calls: the filter-wide
-//! ones defined when a configuration is accepted, a rule's at the flush
-//! that first hands Envoy a count of theirs (a gauge at its first move),
-//! each name once per VM; counted in batches, handed to Envoy at each flush.
+//! Counters and the delay histogram through host calls: defined when a
+//! configuration is accepted (each name once per VM), counted in batches,
+//! handed to Envoy at each flush.
 
 use super::clock::now;
 use proxy_wasm::hostcalls;
@@ -14,69 +13,24 @@ use sluice_filter::metrics::{
     ceil_millis, Batch, BlockWatch, GlobalEvent, MetricSink, RuleEvent, TableChange, TableWatch,
     DELAY_HISTOGRAM,
 };
-use std::cell::{Cell, RefCell};
-use std::rc::Rc;
 
 /// The host's id of every metric this VM defined, by name: each
 /// configuration reuses them (defining a name again grew Envoy's memory at
 /// each configuration push).
-pub(super) type MetricIds = Rc<RefCell<std::collections::HashMap<String, u32>>>;
+pub(super) type MetricIds = std::collections::HashMap<String, u32>;
 
-/// A counter's host id: defined at its first count, so that a rule never
-/// used costs Envoy no stat (1,000 rules defined at each configuration
-/// were most of the plugin's start).
-#[derive(Debug, Clone, Copy)]
-enum Slot {
-    /// The rule never counts this event.
-    Never,
-    /// Not counted yet.
-    Later,
-    Defined(u32),
-}
-
-/// A gauge defined at its first move.
-struct LazyGauge {
-    name: String,
-    id: Cell<Option<u32>>,
-}
-
-impl LazyGauge {
-    fn new(name: String) -> LazyGauge {
-        LazyGauge {
-            name,
-            id: Cell::new(None),
-        }
-    }
-
-    /// Moves the gauge by `delta`, defining it first if needed.
-    fn increment(&self, known: &MetricIds, delta: i64) {
-        let id = match self.id.get() {
-            Some(id) => id,
-            None => {
-                let Some(id) = define_as(known, MetricType::Gauge, &self.name) else {
-                    return;
-                };
-                self.id.set(Some(id));
-                id
-            }
-        };
-        let _ = hostcalls::increment_metric(id, delta);
-    }
-}
-
-/// Metric ids (a rule's defined at first use) and the counts not yet
-/// handed to Envoy.
+/// Metric ids, defined when a configuration is accepted, and the counts
+/// not yet handed to Envoy.
+#[derive(Default)]
 pub(super) struct Metrics {
-    known: MetricIds,
     /// Host metric id per [`Batch`] position.
-    ids: Vec<Cell<Slot>>,
-    /// The rules' names, by index (for the names of their metrics).
-    rules: Vec<String>,
+    ids: Vec<u32>,
     batch: Batch,
     /// Host metric id of [`DELAY_HISTOGRAM`].
     delay_histogram: u32,
-    /// Per rule, its permits gauge (rules with a concurrency limit only).
-    permit_gauges: Vec<Option<LazyGauge>>,
+    /// Per rule, the id of its permits gauge (rules with a concurrency
+    /// limit only).
+    permit_gauges: Vec<Option<u32>>,
     /// The key tables of the rules with a local rate limit.
     tables: Vec<TableGauge>,
     /// The blocks of the rules with a local limit in block mode.
@@ -87,8 +41,8 @@ pub(super) struct Metrics {
 struct BlockGauge {
     /// The batch position of the rule's `blocks_started` counter.
     position: usize,
-    /// `sluice.<rule>.blocked_keys`.
-    gauge: LazyGauge,
+    /// The id of `sluice.<rule>.blocked_keys`.
+    id: u32,
     watch: BlockWatch,
 }
 
@@ -97,48 +51,49 @@ struct TableGauge {
     /// The batch position of the rule's `table_full` counter.
     position: usize,
     name: String,
-    /// `sluice.<rule>.table_full_workers`.
-    gauge: LazyGauge,
+    /// The id of `sluice.<rule>.table_full_workers`.
+    id: u32,
     watch: TableWatch,
 }
 
 impl Metrics {
-    /// Defines the filter-wide counters; `rules`' metrics wait for their
-    /// first use.
-    pub(super) fn define(known: MetricIds, rules: &[Rule]) -> Metrics {
-        let mut ids: Vec<Cell<Slot>> = GlobalEvent::ALL
+    /// Defines every counter of `rules` rules (none before a plan exists).
+    pub(super) fn define(known: &mut MetricIds, rules: &[Rule]) -> Metrics {
+        let mut ids: Vec<u32> = GlobalEvent::ALL
             .iter()
-            .map(|e| {
-                let id = define_as(&known, MetricType::Counter, e.metric_name());
-                Cell::new(id.map_or(Slot::Never, Slot::Defined))
-            })
+            .map(|e| define(known, e.metric_name()))
             .collect();
         for rule in rules {
-            // Events a rule never counts have no stat.
             ids.extend(RuleEvent::ALL.map(|e| {
-                Cell::new(if e.applies_to(rule) {
-                    Slot::Later
+                if e.applies_to(rule) {
+                    define(known, &e.metric_name(&rule.name))
                 } else {
-                    Slot::Never
-                })
+                    // Never counted: no stat.
+                    u32::MAX
+                }
             }));
         }
         let permit_gauges = rules
             .iter()
             .map(|rule| {
                 let concurrent = rule.limits.iter().any(|l| l.concurrency().is_some());
-                concurrent.then(|| LazyGauge::new(permits_gauge(&rule.name)))
+                concurrent
+                    .then(|| define_as(known, MetricType::Gauge, &permits_gauge(&rule.name)))
+                    .flatten()
             })
             .collect();
         let tables = rules
             .iter()
             .enumerate()
             .filter(|(_, rule)| RuleEvent::TableFull.applies_to(rule))
-            .map(|(i, rule)| TableGauge {
-                position: Batch::rule_position(i, RuleEvent::TableFull),
-                name: rule.name.clone(),
-                gauge: LazyGauge::new(format!("sluice.{}.table_full_workers", rule.name)),
-                watch: TableWatch::default(),
+            .filter_map(|(i, rule)| {
+                let gauge = format!("sluice.{}.table_full_workers", rule.name);
+                Some(TableGauge {
+                    position: Batch::rule_position(i, RuleEvent::TableFull),
+                    name: rule.name.clone(),
+                    id: define_as(known, MetricType::Gauge, &gauge)?,
+                    watch: TableWatch::default(),
+                })
             })
             .collect();
         let blocks = rules
@@ -146,41 +101,22 @@ impl Metrics {
             .enumerate()
             .filter_map(|(i, rule)| {
                 let block = rule.limits.iter().filter_map(|l| l.local_block()).max()?;
+                let gauge = format!("sluice.{}.blocked_keys", rule.name);
                 Some(BlockGauge {
                     position: Batch::rule_position(i, RuleEvent::BlocksStarted),
-                    gauge: LazyGauge::new(format!("sluice.{}.blocked_keys", rule.name)),
+                    id: define_as(known, MetricType::Gauge, &gauge)?,
                     watch: BlockWatch::new(block),
                 })
             })
             .collect();
-        let delay_histogram =
-            define_as(&known, MetricType::Histogram, DELAY_HISTOGRAM).unwrap_or(u32::MAX);
         Metrics {
             ids,
-            rules: rules.iter().map(|r| r.name.clone()).collect(),
             permit_gauges,
             tables,
             blocks,
             batch: Batch::new(rules.len()),
-            delay_histogram,
-            known,
-        }
-    }
-
-    /// The host id of the counter at batch `position`, defined now if this
-    /// is its first count.
-    fn counter(&self, position: usize) -> Option<u32> {
-        let slot = self.ids.get(position)?;
-        match slot.get() {
-            Slot::Defined(id) => Some(id),
-            Slot::Never => None,
-            Slot::Later => {
-                let (rule, event) = Batch::rule_event_at(position)?;
-                let name = event.metric_name(self.rules.get(rule)?);
-                let id = define_as(&self.known, MetricType::Counter, &name)?;
-                slot.set(Slot::Defined(id));
-                Some(id)
-            }
+            delay_histogram: define_as(known, MetricType::Histogram, DELAY_HISTOGRAM)
+                .unwrap_or(u32::MAX),
         }
     }
 
@@ -188,11 +124,11 @@ impl Metrics {
     /// Gauges are not batched: Envoy adds every worker's moves into one
     /// value, the permits the Envoy's requests hold.
     fn move_permits(&self, rule: usize, weight: u64, taken: bool) {
-        let Some(Some(gauge)) = self.permit_gauges.get(rule) else {
+        let Some(&Some(id)) = self.permit_gauges.get(rule) else {
             return;
         };
         let weight = i64::try_from(weight).unwrap_or(i64::MAX);
-        gauge.increment(&self.known, if taken { weight } else { -weight });
+        let _ = hostcalls::increment_metric(id, if taken { weight } else { -weight });
     }
 
     fn add(&self, position: usize) {
@@ -218,7 +154,7 @@ impl Metrics {
         let block_at = |p: usize| self.blocks.iter().any(|b| b.position == p);
         let (mut full, mut started) = (Vec::new(), Vec::new());
         self.batch.drain(|position, count| {
-            if let (Some(id), Ok(count)) = (self.counter(position), i64::try_from(count)) {
+            if let (Some(&id), Ok(count)) = (self.ids.get(position), i64::try_from(count)) {
                 let _ = hostcalls::increment_metric(id, count);
             }
             if full_at(position) {
@@ -246,7 +182,7 @@ impl Metrics {
                 .map_or(0, |&(_, n)| n);
             let moved = b.watch.observe(started, now);
             if moved != 0 {
-                b.gauge.increment(&self.known, moved);
+                let _ = hostcalls::increment_metric(b.id, moved);
             }
         }
     }
@@ -265,14 +201,14 @@ impl Metrics {
                 .map_or(0, |&(_, n)| n);
             match t.watch.observe(full, now) {
                 Some(TableChange::BecameFull) => {
-                    t.gauge.increment(&self.known, 1);
+                    let _ = hostcalls::increment_metric(t.id, 1);
                     log::warn!(
                         "sluice: rule {}: its local key table is full: keys without room share or evict (local_when_full); raise local_max_keys",
                         t.name
                     );
                 }
                 Some(TableChange::NoLongerFull) => {
-                    t.gauge.increment(&self.known, -1);
+                    let _ = hostcalls::increment_metric(t.id, -1);
                     log::info!(
                         "sluice: rule {}: its local key table has room again",
                         t.name
@@ -290,12 +226,12 @@ impl Drop for Metrics {
         self.flush_batch();
         // This worker stops counting in the gauges of the tables it saw full.
         for t in self.tables.iter().filter(|t| t.watch.is_full()) {
-            t.gauge.increment(&self.known, -1);
+            let _ = hostcalls::increment_metric(t.id, -1);
         }
         // Its blocks are no longer counted (they live on in shared data).
-        for b in self.blocks.iter().filter(|b| b.watch.held() > 0) {
+        for b in &self.blocks {
             let held = i64::try_from(b.watch.held()).unwrap_or(i64::MAX);
-            b.gauge.increment(&self.known, -held);
+            let _ = hostcalls::increment_metric(b.id, -held);
         }
     }
 }
@@ -305,10 +241,13 @@ fn permits_gauge(rule: &str) -> String {
     format!("sluice.{rule}.permits_in_use")
 }
 
+fn define(ids: &mut MetricIds, name: &str) -> u32 {
+    define_as(ids, MetricType::Counter, name).unwrap_or(u32::MAX)
+}
+
 /// The id of metric `name` of type `kind`, defined once per VM: a new
 /// configuration finds the ids its predecessors defined.
-fn define_as(ids: &MetricIds, kind: MetricType, name: &str) -> Option<u32> {
-    let mut ids = ids.borrow_mut();
+fn define_as(ids: &mut MetricIds, kind: MetricType, name: &str) -> Option<u32> {
     if let Some(id) = ids.get(name) {
         return Some(*id);
     }

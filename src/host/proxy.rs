@@ -65,13 +65,13 @@ impl Host for Proxy {
     }
 
     fn define_metrics(&mut self, rules: &[Rule]) -> Metrics {
-        Metrics::define(self.metric_ids.clone(), rules)
+        Metrics::define(&mut self.metric_ids, rules)
     }
 
     fn config_error(&mut self) {
         // Dropping the metrics flushes them.
         sluice_filter::metrics::MetricSink::global(
-            &Metrics::define(self.metric_ids.clone(), &[]),
+            &Metrics::define(&mut self.metric_ids, &[]),
             sluice_filter::metrics::GlobalEvent::ConfigErrors,
         );
     }

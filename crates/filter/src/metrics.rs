@@ -273,14 +273,6 @@ impl Batch {
             .saturating_add(event.index())
     }
 
-    /// The rule and event counted at `position` (None for a filter-wide
-    /// event's).
-    pub fn rule_event_at(position: usize) -> Option<(usize, RuleEvent)> {
-        let at = position.checked_sub(GlobalEvent::ALL.len())?;
-        let event = RuleEvent::ALL.get(at % RuleEvent::ALL.len())?;
-        Some((at / RuleEvent::ALL.len(), *event))
-    }
-
     /// The position of a filter-wide `event`.
     pub fn global_position(event: GlobalEvent) -> usize {
         event.index()
@@ -502,19 +494,6 @@ mod tests {
         let mut again = 0;
         batch.drain(|_, _| again += 1);
         assert_eq!(again, 0);
-    }
-
-    #[test]
-    fn positions_name_their_rule_and_event() {
-        for rule in [0, 1, 999] {
-            for e in RuleEvent::ALL {
-                let at = Batch::rule_position(rule, e);
-                assert_eq!(Batch::rule_event_at(at), Some((rule, e)));
-            }
-        }
-        for e in GlobalEvent::ALL {
-            assert_eq!(Batch::rule_event_at(Batch::global_position(e)), None);
-        }
     }
 
     #[test]

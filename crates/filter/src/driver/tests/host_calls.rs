@@ -1,9 +1,6 @@
 //! The host calls a request makes in its whole life, per configuration
 //! shape: every call crosses into Envoy, and most of a request's cost in
-//! Envoy is there. A call added to a shape fails here. Metrics cost a
-//! request no call: counts are batched, and a rule's counter is defined
-//! with Envoy at the flush that first hands it a count (`src/host`), off
-//! every request's path.
+//! Envoy is there. A call added to a shape fails here.
 
 use super::*;
 
