@@ -63,6 +63,7 @@ pub struct RawConfig {
     pub local_max_keys: u64,
     /// What a key finds when its local limit's table is full of live keys.
     #[default]
+    #[schema(schemars(extend("default" = "share")))]
     pub local_when_full: WhenFull,
     /// The `payload_in_metadata` name of Envoy's `jwt_authn` filter, under
     /// which `jwt:` key parts read claims.
@@ -125,6 +126,7 @@ pub struct RawClientIp {
     /// Whether Envoy appends to `x-forwarded-for` (its `use_remote_address`):
     /// `detect` reads the downstream address of each request to tell.
     #[default]
+    #[schema(schemars(extend("default" = "detect")))]
     pub envoy_xff: EnvoyXff,
     /// IPv4 prefix length that identifies a client.
     #[default = 32]

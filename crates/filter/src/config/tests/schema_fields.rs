@@ -170,5 +170,5 @@ fn the_reader_reads_every_field_of_the_schema() {
     assert_eq!(checked, 93);
     let with_default = properties().filter(|p| p.get("default").is_some());
     assert_eq!(defaults, with_default.count());
-    assert_eq!(defaults, 44);
+    assert_eq!(defaults, 46);
 }
