@@ -28,26 +28,20 @@ use sluice_wire::{check_json, CheckResponse};
 /// The limiter did not answer the check of the global limits.
 const NO_ANSWER: &str = "the limiter did not answer";
 
-/// Answers the request if it is for the quota endpoint at `path`: `None`
-/// for any other request (one header read, one compare).
+/// Answers a request for the quota endpoint, whose path came with `query`.
 pub(super) fn serve<H: Host>(
     host: &mut H,
     req: &mut Request<H>,
     runtime: &Shared<H>,
-    path: &str,
-) -> Option<Action> {
-    let raw = host.header(Map::RequestHeaders, ":path")?;
-    let (own, query) = raw.split_once('?').unwrap_or((&raw, ""));
-    if own != path {
-        return None;
-    }
+    query: &str,
+) -> Action {
     req.phase = Phase::Decided;
     let method = host.header(Map::RequestHeaders, ":method");
     if !matches!(method.as_deref(), Some("GET" | "HEAD")) {
         let body = br#"{"error":"method not allowed: GET or HEAD"}"#;
         let headers = [("allow", "GET, HEAD"), ("content-type", "application/json")];
         send(host, 405, &headers, body);
-        return Some(Action::Pause);
+        return Action::Pause;
     }
     let now = host.now();
     // The caller's headers, with the path and method it names (none when
@@ -74,12 +68,12 @@ pub(super) fn serve<H: Host>(
         let body = check_json(&plan.domain, 0, &found.asks, None, None);
         if let Some(token) = dispatch(host, runtime, &body) {
             req.phase = Phase::Quota(Asking { token, quotas, now });
-            return Some(Action::Pause);
+            return Action::Pause;
         }
         fill(&mut quotas, None);
     }
     reply(host, runtime, &quotas, now);
-    Some(Action::Pause)
+    Action::Pause
 }
 
 /// The answer to the check of `asking` (`body_size`: an HTTP answer's

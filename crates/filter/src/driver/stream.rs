@@ -27,6 +27,26 @@ use crate::failure::{self, CallFailure};
 use crate::response;
 use std::rc::Rc;
 
+/// Answers a request for a path the filter serves itself (the quota
+/// endpoint, the top limited keys' list): `None` for any other. `:path` is
+/// read once, and only when such a path is configured.
+fn own_path<H: Host>(host: &mut H, req: &mut Request<H>, runtime: &Shared<H>) -> Option<Action> {
+    let plan = &runtime.plan;
+    let top = plan
+        .top_limited_keys
+        .as_ref()
+        .and_then(|t| t.path.as_deref());
+    if plan.quota_endpoint.is_none() && top.is_none() {
+        return None;
+    }
+    let raw = host.header(Map::RequestHeaders, ":path")?;
+    let (own, query) = raw.split_once('?').unwrap_or((&raw, ""));
+    if plan.quota_endpoint.as_deref() == Some(own) {
+        return Some(quota::serve(host, req, runtime, query));
+    }
+    (top == Some(own)).then(|| topkeys::serve(host, req, runtime))
+}
+
 /// The request's headers are in (`end_of_stream`: it has no body).
 pub(super) fn headers<H: Host>(
     w: &mut Worker<H>,
@@ -36,20 +56,8 @@ pub(super) fn headers<H: Host>(
     end_of_stream: bool,
 ) -> Action {
     let runtime = Rc::clone(&req.runtime);
-    if let Some(path) = &runtime.plan.quota_endpoint {
-        if let Some(action) = quota::serve(host, req, &runtime, path) {
-            return action;
-        }
-    }
-    if let Some(path) = runtime
-        .plan
-        .top_limited_keys
-        .as_ref()
-        .and_then(|t| t.path.as_ref())
-    {
-        if let Some(action) = topkeys::serve(host, req, &runtime, path) {
-            return action;
-        }
+    if let Some(action) = own_path(host, req, &runtime) {
+        return action;
     }
     if runtime.plan.rules.is_empty() {
         req.phase = Phase::Decided;

@@ -106,19 +106,8 @@ fn read(bytes: Option<&[u8]>, entries: usize, now: Nanos) -> (Summary, Nanos) {
     (summary, decayed_at)
 }
 
-/// Answers the request if it is for the list's path: `None` for any other
-/// request (one header read, one compare).
-pub(super) fn serve<H: Host>(
-    host: &mut H,
-    req: &mut Request<H>,
-    runtime: &Shared<H>,
-    path: &str,
-) -> Option<Action> {
-    let raw = host.header(Map::RequestHeaders, ":path")?;
-    let own = raw.split_once('?').map_or(raw.as_str(), |(p, _)| p);
-    if own != path {
-        return None;
-    }
+/// Answers a request for the list's path.
+pub(super) fn serve<H: Host>(host: &mut H, req: &mut Request<H>, runtime: &Shared<H>) -> Action {
     req.phase = Phase::Decided;
     let method = host.header(Map::RequestHeaders, ":method");
     let (status, body) = if matches!(method.as_deref(), Some("GET" | "HEAD")) {
@@ -140,7 +129,7 @@ pub(super) fn serve<H: Host>(
     if !host.reply(reply) {
         log::warn!("sluice: cannot answer the top limited keys path");
     }
-    Some(Action::Pause)
+    Action::Pause
 }
 
 /// `{"rules":[{"rule":r,"keys":[{"key","refusals","error"}]}]}`, every

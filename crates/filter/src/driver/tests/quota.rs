@@ -308,6 +308,17 @@ fn the_endpoint_costs_other_requests_one_header_read() {
         calls(&mut sim, 10, &api),
         ["header", "property", "get", "now", "set"]
     );
+    // With the top limited keys' path too: still one read of `:path`.
+    let both = with.replace(
+        r#""rules""#,
+        r#""top_limited_keys":{"path":"/top"},"rules""#,
+    );
+    let mut both = Sim::configured(&both);
+    calls(&mut both, 9, &api);
+    assert_eq!(
+        calls(&mut both, 10, &api),
+        ["header", "property", "get", "now", "set"]
+    );
     // A poll: its path and method, the clock, its headers (the request
     // the rules are asked about), its key's reads, its reply.
     let poll = [(":path", "/rate_limit"), (":method", "GET")];

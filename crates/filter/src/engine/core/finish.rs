@@ -100,13 +100,25 @@ where
     }
     match denied {
         Some(_) if can_borrow => borrow_call(plan, calls, tally),
-        Some((refusal, key)) => {
-            let mut denied = tally.denied(refusal, &env);
-            denied.key = key;
-            Verdict::Deny(denied)
-        }
+        Some(denial) => keyed_denial(tally, denial, &env),
         None => note_taken(tally, &calls).admit(metrics),
     }
+}
+
+/// The denial of `refusal`, carrying the request's `key` (see
+/// [`request_key`]).
+fn keyed_denial<S, M, F>(
+    tally: Tally,
+    (refusal, key): (Refusal, Option<String>),
+    env: &Env<'_, S, M>,
+) -> Verdict<F>
+where
+    S: SharedStore + ?Sized,
+    M: MetricSink + ?Sized,
+{
+    let mut denied = tally.denied(refusal, env);
+    denied.key = key;
+    Verdict::Deny(denied)
 }
 
 /// The request's key under `item`'s rule, read back from its limiter key
