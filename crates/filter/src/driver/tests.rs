@@ -192,6 +192,18 @@ impl Sim {
         })
     }
 
+    /// The host calls request `context` with `headers` makes from its
+    /// headers to its end, with the worker's own work (the root's) for it.
+    fn calls(&mut self, context: u32, headers: &[(&str, &str)]) -> Vec<&'static str> {
+        self.h.made.borrow_mut().clear();
+        self.start(context, headers);
+        self.run();
+        self.respond(context, &[]);
+        self.end(context);
+        self.run();
+        self.h.made.borrow().clone()
+    }
+
     /// The permits gauge of every rule, summed.
     fn gauge(&self) -> i64 {
         self.h.recorded.permits.borrow().values().sum()

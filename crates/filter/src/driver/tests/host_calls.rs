@@ -4,21 +4,9 @@
 
 use super::*;
 
-/// The calls request `context` makes from its headers to its end, with the
-/// worker's own work (the root's) for it.
+/// The calls request `context` of `user` makes (see [`Sim::calls`]).
 fn calls_of(sim: &mut Sim, context: u32, user: &str) -> Vec<&'static str> {
-    calls_with(sim, context, &[("x-user", user)])
-}
-
-/// The calls of request `context` with `headers`, as [`calls_of`].
-fn calls_with(sim: &mut Sim, context: u32, headers: &[(&str, &str)]) -> Vec<&'static str> {
-    sim.h.made.borrow_mut().clear();
-    sim.start(context, headers);
-    sim.run();
-    sim.respond(context, &[]);
-    sim.end(context);
-    sim.run();
-    sim.h.made.borrow().clone()
+    sim.calls(context, &[("x-user", user)])
 }
 
 fn rule(limit: &str, key: &str) -> String {
@@ -57,9 +45,9 @@ fn a_request_keyed_by_a_trusted_x_forwarded_for_entry() {
         r#","client_ip":{"xff_trusted_hops":1}"#,
         &rule(GCRA, "client_ip"),
     );
-    calls_with(&mut sim, 9, BEHIND_ONE_PROXY);
+    sim.calls(9, BEHIND_ONE_PROXY);
     assert_eq!(
-        calls_with(&mut sim, 10, BEHIND_ONE_PROXY),
+        sim.calls(10, BEHIND_ONE_PROXY),
         [
             "header",   // x-forwarded-for
             "property", // source.address: did Envoy append to it?
@@ -82,9 +70,9 @@ fn a_request_behind_an_envoy_declared_to_append_reads_no_property() {
         let top = format!(r#","client_ip":{{"xff_trusted_hops":1,"envoy_xff":"{envoy_xff}"}}"#);
         let mut sim = local(&top, &rule(GCRA, "client_ip"));
         let headers = [("x-forwarded-for", xff)];
-        calls_with(&mut sim, 9, &headers);
+        sim.calls(9, &headers);
         assert_eq!(
-            calls_with(&mut sim, 10, &headers),
+            sim.calls(10, &headers),
             [
                 "header", // x-forwarded-for: its trusted entry is the key
                 "get",
@@ -95,7 +83,7 @@ fn a_request_behind_an_envoy_declared_to_append_reads_no_property() {
             ]
         );
         // Without the header, the downstream address.
-        assert_eq!(calls_with(&mut sim, 11, &[])[..2], ["header", "property"]);
+        assert_eq!(sim.calls(11, &[])[..2], ["header", "property"]);
     }
 }
 
@@ -116,9 +104,9 @@ fn a_request_under_a_rule_matching_its_path() {
     );
     let mut sim = local("", &matched);
     let api = [(":path", "/api/x")];
-    calls_with(&mut sim, 9, &api);
+    sim.calls(9, &api);
     assert_eq!(
-        calls_with(&mut sim, 10, &api),
+        sim.calls(10, &api),
         [
             "header", // :path, to find the rules that apply
             "property",

@@ -278,18 +278,6 @@ fn a_concurrency_limit_reports_its_requests_in_flight() {
     assert_eq!(reply_of(&sim, 21).2["limits"][0]["in_flight"], 0);
 }
 
-/// The host calls of request `context` with `headers`, from its headers to
-/// its end.
-fn calls(sim: &mut Sim, context: u32, headers: &[(&str, &str)]) -> Vec<&'static str> {
-    sim.h.made.borrow_mut().clear();
-    sim.start(context, headers);
-    sim.run();
-    sim.respond(context, &[]);
-    sim.end(context);
-    sim.run();
-    sim.h.made.borrow().clone()
-}
-
 #[test]
 fn the_endpoint_costs_other_requests_one_header_read() {
     let gcra = r#"{"algorithm":"gcra","requests":1000,"window":"1s"}"#;
@@ -300,12 +288,12 @@ fn the_endpoint_costs_other_requests_one_header_read() {
     );
     let api = [(":path", "/api"), (":method", "GET")];
     let mut sim = Sim::configured(&plain);
-    calls(&mut sim, 9, &api);
-    assert_eq!(calls(&mut sim, 10, &api), ["property", "get", "now", "set"]);
+    sim.calls(9, &api);
+    assert_eq!(sim.calls(10, &api), ["property", "get", "now", "set"]);
     let mut sim = Sim::configured(&with);
-    calls(&mut sim, 9, &api);
+    sim.calls(9, &api);
     assert_eq!(
-        calls(&mut sim, 10, &api),
+        sim.calls(10, &api),
         ["header", "property", "get", "now", "set"]
     );
     // With the top limited keys' path too: still one read of `:path`.
@@ -314,16 +302,16 @@ fn the_endpoint_costs_other_requests_one_header_read() {
         r#""top_limited_keys":{"path":"/top"},"rules""#,
     );
     let mut both = Sim::configured(&both);
-    calls(&mut both, 9, &api);
+    both.calls(9, &api);
     assert_eq!(
-        calls(&mut both, 10, &api),
+        both.calls(10, &api),
         ["header", "property", "get", "now", "set"]
     );
     // A poll: its path and method, the clock, its headers (the request
     // the rules are asked about), its key's reads, its reply.
     let poll = [(":path", "/rate_limit"), (":method", "GET")];
     assert_eq!(
-        calls(&mut sim, 11, &poll),
+        sim.calls(11, &poll),
         [
             "header",
             "header",
