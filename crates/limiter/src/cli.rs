@@ -147,6 +147,13 @@ pub struct Args {
     #[arg(long, env = "SLUICE_DESCRIPTORS")]
     pub descriptors: Option<PathBuf>,
 
+    /// A domain named in several `--descriptors` files is one domain, the
+    /// files' descriptors joined (envoyproxy/ratelimit's
+    /// `MERGE_DOMAIN_CONFIG=true`); a descriptor in two of them is refused.
+    /// Off: a domain in two files is refused.
+    #[arg(long = "merge-domains", env = "SLUICE_MERGE_DOMAINS")]
+    pub merge_domains: bool,
+
     /// Connections open at once on each listener (HTTP and gRPC); more are
     /// closed as they arrive. Keep it below the process's file descriptor
     /// limit (`ulimit -n`), which the Redis connections share.

@@ -10,6 +10,7 @@ use sluice_limiter::introspect::Inspector;
 use sluice_limiter::metrics::{Listener, Metrics};
 use sluice_limiter::overrides::Overrides;
 use sluice_limiter::rlqs::service::RlqsService;
+use sluice_limiter::rls::config::SameDomain;
 use sluice_limiter::rls::reload::{spawn_watcher, ConfigCell};
 use sluice_limiter::rls::service::RlsService;
 use sluice_limiter::server::{serve_grpc, serve_http, Acceptor, Grpc, Stop};
@@ -109,11 +110,21 @@ fn connect_options(args: &Args) -> Result<ConnectOptions, String> {
     Ok(opts)
 }
 
+/// What a domain in several descriptor files does.
+fn same_domain(args: &Args) -> SameDomain {
+    if args.merge_domains {
+        SameDomain::Merge
+    } else {
+        SameDomain::Refuse
+    }
+}
+
 async fn run(args: Args) -> Result<(), String> {
     // The descriptors first: a bad file refuses to start.
     let cell = match &args.descriptors {
         Some(path) => Some(Arc::new(
-            ConfigCell::load(path).map_err(|e| format!("--descriptors: {e}"))?,
+            ConfigCell::load_as(path, same_domain(&args))
+                .map_err(|e| format!("--descriptors: {e}"))?,
         )),
         None => None,
     };
@@ -224,7 +235,7 @@ fn grpc_listeners(
     stop: &Stop,
     spread: &Arc<Spread>,
 ) -> Result<Vec<GrpcServer>, String> {
-    state.metrics.record_rls_reload(true);
+    cell.record_first_load(&state.metrics);
     spawn_watcher(
         &cell,
         Arc::clone(&state.metrics),

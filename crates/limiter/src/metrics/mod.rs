@@ -10,6 +10,7 @@
 mod connections;
 mod labels;
 mod rlqs;
+mod rls_config;
 mod scrape;
 
 pub use connections::Ending;
@@ -96,6 +97,7 @@ pub struct Metrics {
     rls_calls: Bounded<DomainResult>,
     rls_descriptors: Bounded<DescriptorResult>,
     rls_reloads: Counters<ResultLabel>,
+    rls_config: rls_config::RlsConfig,
     connections: connections::Connections,
     tls_loads: Counters<ResultLabel>,
     rlqs: rlqs::Rlqs,
@@ -139,6 +141,7 @@ impl Default for Metrics {
                 ..l
             }),
             rls_reloads: Family::default(),
+            rls_config: rls_config::RlsConfig::default(),
             connections: connections::Connections::default(),
             tls_loads: Family::default(),
             rlqs: rlqs::Rlqs::default(),
@@ -259,6 +262,7 @@ impl Metrics {
         }
         self.register_rls_and_connections();
         self.rlqs.register(&mut self.registry);
+        self.rls_config.register(&mut self.registry);
     }
 
     /// Registers the RLS and connection metrics, their series shown from
@@ -460,6 +464,17 @@ impl Metrics {
     /// (refused; the previous configuration stays in force).
     pub fn record_rls_reload(&self, ok: bool) {
         self.rls_reloads.get_or_create(&reload_label(ok)).inc();
+    }
+
+    /// Records the descriptor configuration now in force: the first 32
+    /// bits of its SHA-256 and the Unix time it was loaded.
+    pub fn record_rls_config(&self, hash: u32, unix_seconds: i64) {
+        self.rls_config.loaded(hash, unix_seconds);
+    }
+
+    /// The hash of the descriptor configuration in force (0: none yet).
+    pub fn rls_config_hash(&self) -> u32 {
+        self.rls_config.hash()
     }
 
     /// The value of an RLS descriptor counter (tests).

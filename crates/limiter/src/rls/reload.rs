@@ -7,54 +7,108 @@
 //! new `requests_per_unit` applies to the running window). A file that
 //! does not load is refused: the error is logged and counted, and the
 //! previous configuration stays in force until the files change again.
+//!
+//! Changes are found by the files' contents, not their modification times:
+//! a Kubernetes ConfigMap update swaps the `..data` symlink the visible
+//! files resolve through and leaves their own entries as they were. The
+//! files are read twice and used only when both reads agree, so a swap in
+//! the middle of a read never loads half of each version.
 
-use super::config::{files_of, ConfigError, Descriptors};
+use super::config::{ConfigError, Descriptors, SameDomain, Snapshot};
 use crate::metrics::Metrics;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
-/// What identifies one version of the files: each file's path, modification
-/// time and length (the directory's own entry for a file added or removed).
-type Fingerprint = Vec<(PathBuf, Option<SystemTime>, u64)>;
+/// Reads of a forced reload (or the first load) before files still
+/// changing are refused.
+const FORCED_TRIES: usize = 5;
 
-fn fingerprint(path: &Path) -> Fingerprint {
-    let mut out: Fingerprint = Vec::new();
-    let mut push = |p: &Path| {
-        let meta = std::fs::metadata(p).ok();
-        out.push((
-            p.to_path_buf(),
-            meta.as_ref().and_then(|m| m.modified().ok()),
-            meta.as_ref().map_or(0, |m| m.len()),
-        ));
-    };
-    push(path);
-    if let Ok(files) = files_of(path) {
-        for f in files.iter().filter(|f| f.as_path() != path) {
-            push(f);
+/// The files as last read, whether they loaded or not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seen {
+    /// Nothing read yet (a configuration not read from files).
+    Nothing,
+    /// Read: the digest of their names and texts.
+    Files([u8; 32]),
+    /// Not readable, for this reason.
+    Unreadable(String),
+}
+
+/// One read of the files that a second read confirmed; `None` when the
+/// files changed between the two.
+fn stable_read(path: &Path) -> Option<Result<Snapshot, ConfigError>> {
+    let first = Snapshot::read(path);
+    let again = Snapshot::read(path);
+    match (&first, &again) {
+        (Ok(a), Ok(b)) if a.digest() == b.digest() => Some(first),
+        (Err(a), Err(b)) if a == b => Some(first),
+        _ => None,
+    }
+}
+
+fn seen_of(read: &Result<Snapshot, ConfigError>) -> Seen {
+    match read {
+        Ok(s) => Seen::Files(s.digest()),
+        Err(e) => Seen::Unreadable(e.to_string()),
+    }
+}
+
+/// A stable read, tried up to [`FORCED_TRIES`] times.
+fn forced_read(path: &Path) -> Result<Snapshot, ConfigError> {
+    for _ in 0..FORCED_TRIES {
+        if let Some(read) = stable_read(path) {
+            return read;
         }
     }
-    out
+    Err(ConfigError {
+        file: path.to_path_buf(),
+        field: String::new(),
+        position: None,
+        message: format!("the files changed during each of {FORCED_TRIES} reads"),
+    })
+}
+
+/// The first 32 bits of a digest, as metrics and logs show it.
+fn short(digest: &[u8; 32]) -> u32 {
+    u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]])
+}
+
+fn unix_seconds(t: SystemTime) -> i64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// The configuration in force and where it comes from.
 #[derive(Debug)]
 pub struct ConfigCell {
     path: PathBuf,
+    same: SameDomain,
     current: RwLock<Arc<Descriptors>>,
-    /// The files as last read, whether they loaded or not.
-    seen: Mutex<Fingerprint>,
+    seen: Mutex<Seen>,
+    /// The hash and time of the configuration in force.
+    in_force: Mutex<(u32, SystemTime)>,
 }
 
 impl ConfigCell {
-    /// Loads `path` (a file or a directory); an error refuses to start.
+    /// Loads `path` (a file or a directory), each domain in one file; an
+    /// error refuses to start.
     pub fn load(path: &Path) -> Result<ConfigCell, ConfigError> {
-        let seen = fingerprint(path);
-        let config = Descriptors::load(path)?;
+        ConfigCell::load_as(path, SameDomain::Refuse)
+    }
+
+    /// Loads `path`, a domain in several files as `same` says; an error
+    /// refuses to start.
+    pub fn load_as(path: &Path, same: SameDomain) -> Result<ConfigCell, ConfigError> {
+        let snapshot = forced_read(path)?;
+        let digest = snapshot.digest();
+        let config = Descriptors::from_snapshot(&snapshot, same)?;
         Ok(ConfigCell {
             path: path.to_path_buf(),
+            same,
             current: RwLock::new(Arc::new(config)),
-            seen: Mutex::new(seen),
+            seen: Mutex::new(Seen::Files(digest)),
+            in_force: Mutex::new((short(&digest), SystemTime::now())),
         })
     }
 
@@ -62,8 +116,10 @@ impl ConfigCell {
     pub fn fixed(config: Descriptors) -> ConfigCell {
         ConfigCell {
             path: PathBuf::new(),
+            same: SameDomain::Refuse,
             current: RwLock::new(Arc::new(config)),
-            seen: Mutex::new(Vec::new()),
+            seen: Mutex::new(Seen::Nothing),
+            in_force: Mutex::new((0, SystemTime::now())),
         }
     }
 
@@ -72,42 +128,73 @@ impl ConfigCell {
         Arc::clone(&self.current.read().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// Counts the first load in `metrics` (made before they existed).
+    pub fn record_first_load(&self, metrics: &Metrics) {
+        let (hash, at) = *self.in_force.lock().unwrap_or_else(|e| e.into_inner());
+        metrics.record_rls_reload(true);
+        metrics.record_rls_config(hash, unix_seconds(at));
+    }
+
     /// Reads the files again now; on error the previous configuration stays.
     pub fn reload(&self, metrics: &Metrics) -> Result<(), ConfigError> {
         if self.path.as_os_str().is_empty() {
             return Ok(());
         }
-        let seen = fingerprint(&self.path);
-        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = seen;
-        match Descriptors::load(&self.path) {
-            Ok(config) => {
-                let domains = config.domains.len();
-                *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
-                metrics.record_rls_reload(true);
-                tracing::info!(path = %self.path.display(), domains, "descriptors loaded");
-                Ok(())
-            }
-            Err(e) => {
-                metrics.record_rls_reload(false);
-                tracing::error!(
-                    "descriptors refused, the previous configuration stays in force: {e}"
-                );
-                Err(e)
-            }
-        }
+        let read = forced_read(&self.path);
+        self.apply(read, metrics)
     }
 
     /// Reloads when the files differ from the last read; `None` when they
-    /// did not change.
+    /// did not change, or changed while being read (the next poll sees
+    /// them settled).
     pub fn reload_if_changed(&self, metrics: &Metrics) -> Option<Result<(), ConfigError>> {
         if self.path.as_os_str().is_empty() {
             return None;
         }
-        let now = fingerprint(&self.path);
-        if *self.seen.lock().unwrap_or_else(|e| e.into_inner()) == now {
+        let read = stable_read(&self.path)?;
+        if *self.seen.lock().unwrap_or_else(|e| e.into_inner()) == seen_of(&read) {
             return None;
         }
-        Some(self.reload(metrics))
+        Some(self.apply(read, metrics))
+    }
+
+    /// Puts a read in force if it compiles; counts and logs either way.
+    fn apply(
+        &self,
+        read: Result<Snapshot, ConfigError>,
+        metrics: &Metrics,
+    ) -> Result<(), ConfigError> {
+        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = seen_of(&read);
+        let loaded = read.and_then(|s| {
+            Descriptors::from_snapshot(&s, self.same).map(|c| (c, s.files.len(), s.digest()))
+        });
+        match loaded {
+            Ok((config, files, digest)) => {
+                let domains = config.domains.len();
+                *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
+                let (hash, now) = (short(&digest), SystemTime::now());
+                *self.in_force.lock().unwrap_or_else(|e| e.into_inner()) = (hash, now);
+                metrics.record_rls_reload(true);
+                metrics.record_rls_config(hash, unix_seconds(now));
+                tracing::info!(
+                    path = %self.path.display(),
+                    files,
+                    domains,
+                    hash = %format!("{hash:08x}"),
+                    "descriptors loaded"
+                );
+                Ok(())
+            }
+            Err(e) => {
+                metrics.record_rls_reload(false);
+                let hash = self.in_force.lock().unwrap_or_else(|e| e.into_inner()).0;
+                tracing::error!(
+                    hash = %format!("{hash:08x}"),
+                    "descriptors refused, the previous configuration (hash) stays in force: {e}"
+                );
+                Err(e)
+            }
+        }
     }
 }
 

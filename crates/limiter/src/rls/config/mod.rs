@@ -105,11 +105,29 @@ pub fn files_of(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
     Ok(files)
 }
 
-impl Descriptors {
-    /// Reads `path`: one YAML file, or a directory of them; one domain per
-    /// file, each domain in one file only.
-    pub fn load(path: &Path) -> Result<Descriptors, ConfigError> {
-        let mut out = Descriptors::default();
+/// What a domain named in several files does (envoyproxy/ratelimit's
+/// `MERGE_DOMAIN_CONFIG`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SameDomain {
+    /// Refused: each domain in one file only (the peer's default).
+    #[default]
+    Refuse,
+    /// The files' descriptors join into one domain; a top-level descriptor
+    /// (key and value) in two files is refused.
+    Merge,
+}
+
+/// The files a configuration is read from, as read at one time.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Each file's path and text, by path.
+    pub files: Vec<(PathBuf, String)>,
+}
+
+impl Snapshot {
+    /// Reads the files `path` stands for (see [`files_of`]).
+    pub fn read(path: &Path) -> Result<Snapshot, ConfigError> {
+        let mut files = Vec::new();
         for file in files_of(path)? {
             // Refused before it is read (the text is checked again as parsed).
             if let Some(len) = std::fs::metadata(&file)
@@ -121,26 +139,84 @@ impl Descriptors {
             }
             let text = std::fs::read_to_string(&file)
                 .map_err(|e| ConfigError::at(&file, "", format!("cannot read: {e}")))?;
-            out.add(&text, &file)?;
+            files.push((file, text));
+        }
+        Ok(Snapshot { files })
+    }
+
+    /// SHA-256 of the files' names and texts: equal digests, same
+    /// configuration.
+    pub fn digest(&self) -> [u8; 32] {
+        let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+        for (file, text) in &self.files {
+            let name = file
+                .file_name()
+                .map(|n| n.as_encoded_bytes())
+                .unwrap_or(&[]);
+            for part in [name, text.as_bytes()] {
+                ctx.update(&(part.len() as u64).to_le_bytes());
+                ctx.update(part);
+            }
+        }
+        let mut out = [0u8; 32];
+        out.copy_from_slice(ctx.finish().as_ref());
+        out
+    }
+}
+
+impl Descriptors {
+    /// Reads `path`: one YAML file, or a directory of them; one domain per
+    /// file, each domain in one file only.
+    pub fn load(path: &Path) -> Result<Descriptors, ConfigError> {
+        Descriptors::from_snapshot(&Snapshot::read(path)?, SameDomain::Refuse)
+    }
+
+    /// Compiles the files of `snapshot`, one domain per file, a domain in
+    /// several files as `same` says.
+    pub fn from_snapshot(
+        snapshot: &Snapshot,
+        same: SameDomain,
+    ) -> Result<Descriptors, ConfigError> {
+        let mut out = Descriptors::default();
+        for (file, text) in &snapshot.files {
+            out.add_as(text, file, same)?;
         }
         Ok(out)
     }
 
-    /// Adds the domain of one file's text.
+    /// Adds the domain of one file's text (a domain seen before refused).
     pub fn add(&mut self, text: &str, file: &Path) -> Result<(), ConfigError> {
+        self.add_as(text, file, SameDomain::Refuse)
+    }
+
+    /// Adds the domain of one file's text, a domain seen before as `same`
+    /// says.
+    pub fn add_as(&mut self, text: &str, file: &Path, same: SameDomain) -> Result<(), ConfigError> {
         let (name, domain) = parse_domain(text, file)?;
-        if let Some(first) = self.domains.get(&name) {
-            return Err(ConfigError::at(
+        let Some(first) = self.domains.get_mut(&name) else {
+            self.domains.insert(name, domain);
+            return Ok(());
+        };
+        match same {
+            SameDomain::Refuse => Err(ConfigError::at(
                 file,
                 "domain",
                 format!(
-                    "duplicate domain {name:?} (also in {})",
+                    "duplicate domain {name:?} (also in {}; merging needs --merge-domains)",
                     first.source.display()
                 ),
-            ));
+            )),
+            SameDomain::Merge => first.root.merge(domain.root).map_err(|path| {
+                ConfigError::at(
+                    file,
+                    "descriptors",
+                    format!(
+                        "duplicate descriptor composite key '{name}.{path}' (also in {})",
+                        first.source.display()
+                    ),
+                )
+            }),
         }
-        self.domains.insert(name, domain);
-        Ok(())
     }
 
     /// Parses one file's text alone (tests, tools).

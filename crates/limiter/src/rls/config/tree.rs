@@ -65,6 +65,38 @@ impl Level {
         self.exact.is_empty() && self.wildcards.is_empty() && self.any.is_empty()
     }
 
+    /// Joins `other`'s descriptors into this level (a domain spanning
+    /// files); a descriptor with the same key and value in both is
+    /// refused, its path returned.
+    pub(super) fn merge(&mut self, other: Level) -> Result<(), String> {
+        for (key, values) in other.exact {
+            let mine = self.exact.entry(key).or_default();
+            for (value, node) in values {
+                if mine.contains_key(&value) {
+                    return Err(node.path);
+                }
+                mine.insert(value, node);
+            }
+        }
+        for entry in other.wildcards {
+            if self
+                .wildcards
+                .iter()
+                .any(|(k, _, pattern, _)| *k == entry.0 && *pattern == entry.2)
+            {
+                return Err(entry.3.path);
+            }
+            self.wildcards.push(entry);
+        }
+        for (key, node) in other.any {
+            if self.any.contains_key(&key) {
+                return Err(node.path);
+            }
+            self.any.insert(key, node);
+        }
+        Ok(())
+    }
+
     /// Whether this level has nested descriptors to descend into.
     pub fn has_children(&self) -> bool {
         !self.is_empty()
