@@ -8,7 +8,8 @@ import threading
 from pathlib import Path
 
 from support import free_port, load_through, request, wait_until
-from support.rls import header_action, start_rls_envoy
+from support.rls import generic_key, header_action, start_rls_envoy
+from support.windows import away_from_window_boundary
 
 POLL_MS = 100
 USER = [header_action("x-user", "user")]
@@ -26,6 +27,27 @@ descriptors:
 """
 OTHER = "domain: other\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"
 BROKEN = "domain: swap\ndescriptors: [{key: }]\n"
+# envoyproxy/ratelimit's test/config/merge_domain_key1.yaml and merge_domain_key2.yaml.
+MERGE_KEY1 = """# Basic configuration which will be merged with `merge_domain2.yaml`
+domain: test-domain
+descriptors:
+  # Top level key/value which is not specified in `merge_domain2.yaml`
+  - key: key1
+    value: value1
+    rate_limit:
+      unit: minute
+      requests_per_unit: 10
+"""
+MERGE_KEY2 = """# Basic configuration which will be merged with `merge_domain.yaml`
+domain: test-domain
+descriptors:
+  # Top level key/value which is not specified in `merge_domain.yaml`
+  - key: key2
+    value: value2
+    rate_limit:
+      unit: minute
+      requests_per_unit: 20
+"""
 
 
 def config_hash(files: dict[str, str]) -> int:
@@ -106,11 +128,11 @@ def test_a_configmap_swap_applies_a_new_limit_keeps_every_counter_and_a_broken_o
         t = threading.Thread(target=churn)
         t.start()
         try:
-            counts = load_through([env], per_envoy=300, connections=32, headers={"x-user": "r"})
+            counts = load_through([env], per_envoy=600, connections=32, headers={"x-user": "r"})
         finally:
             stop.set()
             t.join()
-        assert counts == {200: 200, 429: 100}, counts
+        assert counts == {200: 200, 429: 400}, counts
         final = {"swap.yaml": SWAP.format(requests=500, n=cm.version), "other.yaml": OTHER}
         cm.write(final)
         wait_until(lambda: lim.metric(HASH) == config_hash(final), what="the last swap in force")
@@ -131,3 +153,23 @@ def test_a_configmap_swap_applies_a_new_limit_keeps_every_counter_and_a_broken_o
     finally:
         env.stop()
 
+
+
+def test_a_domain_spanning_two_configmap_files_merges_on_redis(processes, tmp_path):
+    cm = ConfigMap(tmp_path / "config")
+    cm.write({"merge_domain_key1.yaml": MERGE_KEY1, "merge_domain_key2.yaml": MERGE_KEY2})
+    redis = processes.redis()
+    grpc = free_port()
+    lim = processes.limiter(store=redis.url, extra_args=[
+        "--grpc-listen", f"127.0.0.1:{grpc}", "--descriptors", str(cm.root), "--merge-domains",
+        "--descriptors-poll-ms", str(POLL_MS), "--store-timeout-ms", "5000"])
+    envs = [start_rls_envoy(tmp_path, "test-domain", [grpc], [[generic_key(f"value{i}", f"key{i}")]],
+                            failure_mode_deny=True) for i in (1, 2)]
+    try:
+        assert lim.metric(LOADS.format("ok")) == 1
+        away_from_window_boundary(60, 5)
+        assert load_through(envs[:1], per_envoy=30, connections=32) == {200: 10, 429: 20}
+        assert load_through(envs[1:], per_envoy=30, connections=32) == {200: 20, 429: 10}
+    finally:
+        for env in envs:
+            env.stop()
