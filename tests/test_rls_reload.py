@@ -95,7 +95,8 @@ class ConfigMap:
 def test_a_configmap_swap_applies_a_new_limit_keeps_every_counter_and_a_broken_one_is_refused(
         processes, tmp_path):
     cm = ConfigMap(tmp_path / "config")
-    cm.write({"swap.yaml": SWAP.format(requests=400, n=0)})
+    first = {"swap.yaml": SWAP.format(requests=400, n=0)}
+    cm.write(first)
     grpc = free_port()
     lim = processes.limiter(extra_args=["--grpc-listen", f"127.0.0.1:{grpc}", "--descriptors", str(cm.root),
                                         "--descriptors-poll-ms", str(POLL_MS), "--store-timeout-ms", "5000"])
@@ -103,7 +104,7 @@ def test_a_configmap_swap_applies_a_new_limit_keeps_every_counter_and_a_broken_o
     try:
         assert lim.metric(LOADS.format("ok")) == 1
         assert lim.metric(LAST_LOAD) > 0
-        assert lim.metric(HASH) == config_hash({"swap.yaml": SWAP.format(requests=400, n=0)})
+        assert lim.metric(HASH) == config_hash(first)
 
         counts = load_through([env], per_envoy=300, connections=32, headers={"x-user": "r"})
         assert counts == {200: 300}, counts
@@ -149,6 +150,11 @@ def test_a_configmap_swap_applies_a_new_limit_keeps_every_counter_and_a_broken_o
         counts = load_through([env], per_envoy=20, connections=32, headers={"x-user": "fresh"})
         assert counts == {200: 20}, counts
         assert lim.metric(LOADS.format("error")) == 1, "refused once, not at every poll"
+        logged = [line.split(": ", 1)[1] for line in lim.process.log().splitlines() if "rls::reload:" in line]
+        assert logged[0] == f"descriptors loaded path={cm.root} domains=1 hash={config_hash(first):08x}"
+        assert f"descriptors loaded path={cm.root} files=2 domains=2 hash={config_hash(swapped):08x}" in logged
+        assert logged[-1] == (f"descriptors refused, the configuration in force (hash) stays: {cm.root}/swap.yaml: "
+                              f"descriptors[0].key: must not be empty hash={config_hash(final):08x}")
         assert lim.process.alive()
     finally:
         env.stop()

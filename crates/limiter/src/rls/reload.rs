@@ -10,9 +10,9 @@
 //!
 //! Changes are found by the files' contents, not their modification times:
 //! a Kubernetes ConfigMap update swaps the `..data` symlink the visible
-//! files resolve through and leaves their own entries as they were. The
-//! files are read twice and used only when both reads agree, so a swap in
-//! the middle of a read never loads half of each version.
+//! files resolve through and leaves their own entries as they were. A
+//! change is read a second time and used only when both reads agree, so a
+//! swap in the middle of a read never loads half of each version.
 
 use super::config::{ConfigError, Descriptors, SameDomain, Snapshot};
 use crate::metrics::Metrics;
@@ -35,16 +35,13 @@ enum Seen {
     Unreadable(String),
 }
 
-/// One read of the files that a second read confirmed; `None` when the
-/// files changed between the two.
-fn stable_read(path: &Path) -> Option<Result<Snapshot, ConfigError>> {
-    let first = Snapshot::read(path);
-    let again = Snapshot::read(path);
-    match (&first, &again) {
-        (Ok(a), Ok(b)) if a.digest() == b.digest() => Some(first),
-        (Err(a), Err(b)) if a == b => Some(first),
-        _ => None,
-    }
+/// `first` when a second read of the files agrees with it; `None` when
+/// they changed between the two.
+fn confirmed(
+    path: &Path,
+    first: Result<Snapshot, ConfigError>,
+) -> Option<Result<Snapshot, ConfigError>> {
+    (seen_of(&first) == seen_of(&Snapshot::read(path))).then_some(first)
 }
 
 fn seen_of(read: &Result<Snapshot, ConfigError>) -> Seen {
@@ -57,7 +54,7 @@ fn seen_of(read: &Result<Snapshot, ConfigError>) -> Seen {
 /// A stable read, tried up to [`FORCED_TRIES`] times.
 fn forced_read(path: &Path) -> Result<Snapshot, ConfigError> {
     for _ in 0..FORCED_TRIES {
-        if let Some(read) = stable_read(path) {
+        if let Some(read) = confirmed(path, Snapshot::read(path)) {
             return read;
         }
     }
@@ -128,11 +125,19 @@ impl ConfigCell {
         Arc::clone(&self.current.read().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// Counts the first load in `metrics` (made before they existed).
+    /// Counts and logs the first load in `metrics` (made before they
+    /// existed).
     pub fn record_first_load(&self, metrics: &Metrics) {
         let (hash, at) = *self.in_force.lock().unwrap_or_else(|e| e.into_inner());
         metrics.record_rls_reload(true);
         metrics.record_rls_config(hash, unix_seconds(at));
+        let config = self.current();
+        tracing::info!(
+            path = %self.path.display(),
+            domains = config.domains.len(),
+            hash = %format!("{hash:08x}"),
+            "descriptors loaded"
+        );
     }
 
     /// Reads the files again now; on error the previous configuration stays.
@@ -151,10 +156,12 @@ impl ConfigCell {
         if self.path.as_os_str().is_empty() {
             return None;
         }
-        let read = stable_read(&self.path)?;
+        // One read while nothing changes; a second only to confirm a change.
+        let read = Snapshot::read(&self.path);
         if *self.seen.lock().unwrap_or_else(|e| e.into_inner()) == seen_of(&read) {
             return None;
         }
+        let read = confirmed(&self.path, read)?;
         Some(self.apply(read, metrics))
     }
 
@@ -190,7 +197,7 @@ impl ConfigCell {
                 let hash = self.in_force.lock().unwrap_or_else(|e| e.into_inner()).0;
                 tracing::error!(
                     hash = %format!("{hash:08x}"),
-                    "descriptors refused, the previous configuration (hash) stays in force: {e}"
+                    "descriptors refused, the configuration in force (hash) stays: {e}"
                 );
                 Err(e)
             }
