@@ -286,6 +286,7 @@ pub fn key_rows(answer: &Value) -> Vec<Vec<String>> {
         "remaining",
         "reset_ms",
         "retry_after_ms",
+        "debt",
         "held",
         "blocked_until_ms",
     ];

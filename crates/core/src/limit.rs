@@ -118,6 +118,12 @@ impl Limit {
         self
     }
 
+    /// The rate actually enforced, per `window`: `requests` plus the soft
+    /// allowance (`requests + requests * soft_percent / 100`, rounded down).
+    pub fn soft_requests(&self) -> u64 {
+        with_soft(self.requests, self.soft_percent)
+    }
+
     /// The capacity actually enforced: `burst` plus the soft allowance
     /// (`burst + burst * soft_percent / 100`, rounded down).
     pub fn soft_burst(&self) -> u64 {
