@@ -378,6 +378,10 @@ fn rlqs(
         args.rlqs_settings(),
     )
     .until(stop);
+    let service = match &state.introspection {
+        Some(inspector) => service.with_top(Arc::clone(&inspector.top)),
+        None => service,
+    };
     Grpc {
         service: service.into_server(),
         timeout: None,
