@@ -1,4 +1,4 @@
-use crate::{Algorithm, Limit, Nanos};
+use crate::Nanos;
 
 /// Why a request was denied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,84 +96,5 @@ impl Decision {
     /// starts a penalty box.
     pub fn starts_block(&self) -> bool {
         !self.allowed && self.denial == Some(Denial::OverLimit)
-    }
-
-    /// The whole units a key of `limit` owes beyond an empty quota, read
-    /// from a decision of weight 0 ([`decide`](crate::decide) or
-    /// [`charge`](crate::charge) with cost 0) on its state: 0 when it owes
-    /// nothing. The meters (token bucket, leaky bucket, GCRA) drain their
-    /// level at [`Limit::soft_requests`] per `window`, and `reset` is when the level is
-    /// back to 0, so the level is `reset * rate` (in whole units, rounded
-    /// up: a key owing 2.5 units owes 3) and the debt what it holds beyond
-    /// the capacity enforced ([`Limit::soft_burst`]). `None` for the windows
-    /// and the sliding log, whose debt ends with their window (`reset`
-    /// says when), and for a decision refused by a penalty box (its
-    /// `reset` is the block's).
-    pub fn debt(&self, limit: &Limit) -> Option<u64> {
-        if matches!(self.denial, Some(Denial::Blocked { .. })) {
-            return None;
-        }
-        match limit.algorithm {
-            Algorithm::TokenBucket | Algorithm::LeakyBucket | Algorithm::Gcra => {}
-            Algorithm::FixedWindow | Algorithm::SlidingWindow | Algorithm::SlidingLog => {
-                return None
-            }
-        }
-        // `reset` was rounded up to whole nanoseconds: the level lies in
-        // ((reset - 1) * rate, reset * rate], and less than a unit apart.
-        let level = (u128::from(self.reset.saturating_sub(1)) * u128::from(limit.soft_requests()))
-            .div_ceil(u128::from(limit.window.max(1)));
-        let owed = level.saturating_sub(u128::from(limit.soft_burst()));
-        Some(u64::try_from(owed).unwrap_or(u64::MAX))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::{charge, decide, Algorithm, Limit, SECOND};
-
-    /// A meter charged `cost` beyond its quota owes exactly what went
-    /// beyond, and less as it drains; the windows report none.
-    #[test]
-    fn debt_of_a_charged_key() {
-        for algorithm in [
-            Algorithm::TokenBucket,
-            Algorithm::LeakyBucket,
-            Algorithm::Gcra,
-        ] {
-            for (requests, window, burst, soft) in [(10, SECOND, 10, 0), (7, 3 * SECOND, 20, 50)] {
-                let limit = Limit::new(algorithm, requests, window)
-                    .unwrap()
-                    .with_burst(burst)
-                    .with_soft_percent(soft);
-                let cap = limit.soft_burst();
-                for cost in [0, 1, cap, cap + 1, cap + 13, 5 * cap + 3] {
-                    let charged = charge(&limit, None, 0, cost).unwrap();
-                    let d = charged.decision;
-                    assert_eq!(
-                        d.debt(&limit),
-                        Some(cost.saturating_sub(cap)),
-                        "{algorithm:?} {cost}"
-                    );
-                    // One unit's drain time later, one unit less owed.
-                    let state = charged.new_state.as_ref().map(|s| s.as_bytes());
-                    let unit = window.div_ceil(limit.soft_requests());
-                    // Half a unit drained: still owed, rounded up.
-                    let half = decide(&limit, state, unit / 2, 0).decision;
-                    let owed = cost.saturating_sub(cap);
-                    assert_eq!(half.debt(&limit), Some(owed), "{algorithm:?} {cost} half");
-                    let later = decide(&limit, state, unit, 0).decision;
-                    let expected = cost.saturating_sub(cap).saturating_sub(1);
-                    assert_eq!(
-                        later.debt(&limit),
-                        Some(expected),
-                        "{algorithm:?} {cost} later"
-                    );
-                }
-            }
-        }
-        let window = Limit::new(Algorithm::FixedWindow, 10, SECOND).unwrap();
-        let charged = charge(&window, None, 0, 30).unwrap().decision;
-        assert_eq!(charged.debt(&window), None);
     }
 }

@@ -371,13 +371,21 @@ async fn the_refusals_envoy_reports_feed_the_top_limited_keys() {
     let metrics = Arc::new(Metrics::default());
     let top = Arc::new(TopKeys::new(60 * SECOND, 16, KeyDisplay::Clear));
     let svc = service(&clock, &metrics).with_top(Arc::clone(&top));
-    let (flood, steady, calm) = (bucket("api", "flood"), bucket("api", "steady"), bucket("api", "calm"));
+    let (flood, steady, calm) = (
+        bucket("api", "flood"),
+        bucket("api", "steady"),
+        bucket("api", "calm"),
+    );
     let mut s = StreamState::default();
     let usages = [(&flood, 10, 0), (&steady, 3, 0), (&calm, 1, 0)];
-    svc.answer(&mut s, &reports("quota", &usages)).await.unwrap();
+    svc.answer(&mut s, &reports("quota", &usages))
+        .await
+        .unwrap();
     for _ in 0..3 {
         let usages = [(&flood, 2, 400), (&steady, 3, 5), (&calm, 1, 0)];
-        svc.answer(&mut s, &reports("quota", &usages)).await.unwrap();
+        svc.answer(&mut s, &reports("quota", &usages))
+            .await
+            .unwrap();
     }
     let listed: Vec<(String, String, u64, u64)> = top
         .top("quota", 10, clock.now())
