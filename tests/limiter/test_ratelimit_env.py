@@ -8,9 +8,10 @@ filter is limited by it; a variable Sluice cannot honour refuses to start."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 
-from support import LIMITER_BIN, free_port, request, wait_until
+from support import LIMITER_BIN, ROOT, free_port, request, wait_until
 from support.processes import Process
 from support.rls import header_action, start_rls_envoy
 from support.tls import CA, upstream_tls
@@ -102,3 +103,32 @@ def test_a_variable_sluice_cannot_honour_refuses_to_start(tmp_path):
     out = subprocess.run([str(as_ratelimit(tmp_path))], env=env, capture_output=True, text=True, timeout=30)
     assert out.returncode == 2
     assert out.stderr.startswith("sluice-limiter (envoyproxy/ratelimit environment): REDIS_PERSECOND: not supported")
+
+
+def test_the_migration_guide_names_every_variable_as_the_limiter_treats_it():
+    """docs/guides/migrating.md's three tables (honoured, ignored, refused)
+    name exactly the variables `ratelimit_env.rs` reads, each in the table
+    of what the code does with it."""
+    source = (ROOT / "crates/limiter/src/ratelimit_env.rs").read_text().split("#[cfg(test)]")[0]
+
+    def names(text: str) -> set[str]:
+        return set(re.findall(r'"([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|HOST|PORT)"', text))
+
+    def block(start: str, end: str) -> str:
+        return source[source.index(start):source.index(end, source.index(start))]
+
+    ignored = names(block("const IGNORED", "];")) | {"USE_STATSD"}
+    refused = (names(block("const REFUSED_WHEN_TRUE", "];")) | names(block("const REFUSED_WHEN_SET", "];"))
+               | {"BACKEND_TYPE", "REDIS_SOCKET_TYPE", "CONFIG_TYPE"})
+    read = names(source) - {"SLUICE_RATELIMIT_ENV"}
+    guide = (ROOT / "docs/guides/migrating.md").read_text()
+    sections = dict(re.findall(r"^### (\w+).*?\n(.*?)(?=^#|\Z)", guide, flags=re.S | re.M))
+
+    def rows(section: str) -> set[str]:
+        return {v for line in sections[section].splitlines() if line.startswith("| `")
+                for v in re.findall(r"`([A-Z][A-Z0-9_]+)`", re.sub(r"\([^)]*\)", "", line.split(" | ")[0]))}
+
+    assert rows("Ignored") == ignored
+    assert rows("Refused") == refused
+    assert rows("Honoured") | rows("Ignored") | rows("Refused") >= read
+    assert rows("Honoured") == read - ignored - (refused - {"BACKEND_TYPE", "REDIS_SOCKET_TYPE", "CONFIG_TYPE"})
