@@ -373,3 +373,17 @@ descriptors:
     assert report.count(200) == 200
     assert lim.metric('sluice_limiter_rls_calls_total{domain="load",result="ok"}') == 150
     assert lim.metric('sluice_limiter_rls_calls_total{domain="load",result="over_limit"}') == 50
+
+
+def test_shadow_mode_lets_a_limited_key_pass_and_counts_it(rls_envoy, processes, tmp_path):
+    """`--shadow-mode` (envoyproxy/ratelimit's `SHADOW_MODE`): a call over the
+    limit is answered OK, so Envoy passes it, and counted."""
+    lim = rls_limiter(processes, tmp_path, ACTIONS, extra=["--shadow-mode"])
+    env = rls_envoy("actions", [lim.grpc_port], [USER])
+    away_from_window_boundary(60, 2)  # user: 3 per minute
+    assert statuses(env, 5, {"x-user": "shadowed"}) == [200] * 5
+    assert lim.metric('sluice_limiter_rls_global_shadow_mode_total{domain="actions"}') == 2
+    assert lim.metric('sluice_limiter_rls_calls_total{domain="actions",result="ok"}') == 5
+    assert lim.metric('sluice_limiter_rls_descriptors_total{domain="actions",descriptor="user",result="over_limit"}') == 2
+    assert "--shadow-mode" in lim.process.log()
+

@@ -13,9 +13,12 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use sluice_core::SECOND;
 use sluice_limiter::clock::{Clock, ManualClock};
 use sluice_limiter::metrics::Metrics;
-use sluice_limiter::rls::service::RlsService;
+use sluice_limiter::rls::service::{Mode, RlsService};
 use sluice_limiter::store::memory::MemoryStore;
+use sluice_limiter::store::redis::Target;
+use sluice_limiter::store::Store;
 use std::sync::Arc;
+use std::time::Duration;
 use support::rls::{ask, descriptor, memory, observed, over, request, service, T0};
 
 type Svc = RlsService<Arc<MemoryStore>>;
@@ -529,4 +532,82 @@ async fn an_empty_value_is_a_value_of_its_key() {
     // The peer reads `value: ''` as no value: any plan matches.
     let r = one(&svc, "d", &[("plan", "gold")]).await;
     assert_eq!(seen(&r.statuses[0]), (Code::Ok, 3, 2, 30));
+}
+
+/// envoyproxy/ratelimit's `TestServiceGlobalShadowMode`: a call over the
+/// limit is answered `OK` with each descriptor's status unchanged, and
+/// counted once.
+const GLOBAL_SHADOW: &str = "
+domain: different-domain
+descriptors:
+  - key: foo
+    value: bar
+    rate_limit: {unit: minute, requests_per_unit: 10}
+";
+
+/// The peer's global shadow mode case on `store`: ten calls pass, the
+/// eleventh is over the limit on `foo` and answered `OK`.
+async fn global_shadow_mode_case<S: Store>(store: S, clock: &Arc<ManualClock>) {
+    let metrics = Arc::new(Metrics::default());
+    let svc = observed(store, GLOBAL_SHADOW, clock, Arc::clone(&metrics)).with_mode(Mode::Shadow);
+    let req = request(
+        "different-domain",
+        vec![
+            descriptor(&[("foo", "bar")]),
+            descriptor(&[("hello", "world")]),
+        ],
+    );
+    for _ in 0..10 {
+        assert!(!over(&ask(&svc, &req).await));
+    }
+    assert_eq!(metrics.rls_global_shadow_count("different-domain"), 0);
+    let r = ask(&svc, &req).await;
+    assert_eq!(r.overall_code, Code::Ok as i32);
+    let (code, limit, left, _) = seen(&r.statuses[0]);
+    assert_eq!((code, limit, left), (Code::OverLimit, 10, 0));
+    assert_eq!(seen(&r.statuses[1]), (Code::Ok, -1, 0, -1));
+    assert_eq!(metrics.rls_global_shadow_count("different-domain"), 1);
+    assert_eq!(
+        metrics.rls_descriptor_count("different-domain", "foo_bar", "over_limit"),
+        1
+    );
+}
+
+#[tokio::test]
+async fn global_shadow_mode_answers_ok_and_counts_on_memory() {
+    let clock = Arc::new(ManualClock::new(T0));
+    global_shadow_mode_case(memory(&clock), &clock).await;
+}
+
+#[tokio::test]
+async fn global_shadow_mode_answers_ok_and_counts_on_redis() {
+    let Some(server) = support::RedisServer::start(&[]) else {
+        return;
+    };
+    let target = Target::Single(server.url());
+    let store = support::connected(target, Duration::from_millis(500)).await;
+    // Redis reads its own clock: start clear of a minute's last seconds so
+    // the eleven calls share one window.
+    let second_of_minute = || {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        now.map_or(0, |d| d.as_secs() % 60)
+    };
+    while second_of_minute() >= 58 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let clock = Arc::new(ManualClock::new(T0));
+    global_shadow_mode_case(store, &clock).await;
+}
+
+#[tokio::test]
+async fn without_shadow_mode_the_same_call_is_over_the_limit() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let metrics = Arc::new(Metrics::default());
+    let svc = observed(memory(&clock), GLOBAL_SHADOW, &clock, Arc::clone(&metrics));
+    let req = request("different-domain", vec![descriptor(&[("foo", "bar")])]);
+    for _ in 0..10 {
+        assert!(!over(&ask(&svc, &req).await));
+    }
+    assert!(over(&ask(&svc, &req).await));
+    assert_eq!(metrics.rls_global_shadow_count("different-domain"), 0);
 }
