@@ -387,3 +387,34 @@ def test_shadow_mode_lets_a_limited_key_pass_and_counts_it(rls_envoy, processes,
     assert lim.metric('sluice_limiter_rls_descriptors_total{domain="actions",descriptor="user",result="over_limit"}') == 2
     assert "--shadow-mode" in lim.process.log()
 
+
+MULTIPLIED = """
+domain: multiplied
+descriptors:
+  - key: user
+    value: five-minutes
+    rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 3}
+  - key: user
+    value: sixty-seconds
+    rate_limit: {unit: second, unit_multiplier: 60, requests_per_unit: 1000}
+"""
+
+
+def test_unit_multiplier_counts_in_a_window_of_n_units(rls_envoy, processes, tmp_path):
+    """`unit_multiplier: 5` with `unit: minute`: 3 requests per 5 minutes,
+    the window aligned to the epoch, `X-RateLimit-Reset` the rest of it in
+    whole seconds; 60 seconds report as a minute."""
+    lim = rls_limiter(processes, tmp_path, MULTIPLIED)
+    env = rls_envoy("multiplied", [lim.grpc_port], [USER], x_ratelimit_headers=True)
+    away_from_window_boundary(300, 2)
+    before = int(time.time())
+    seen = [request(env.port, "/", headers={"x-user": "five-minutes"}) for _ in range(4)]
+    after = int(time.time())
+    assert [r.status for r in seen] == [200, 200, 200, 429]
+    assert [r.header("x-ratelimit-remaining") for r in seen] == ["2", "1", "0", "0"]
+    resets = {300 - s % 300 for s in range(before, after + 1)}
+    assert all(int(r.header("x-ratelimit-reset")) in resets for r in seen)
+    # Five minutes are no protocol unit: Envoy sends the limit without a window.
+    assert seen[0].header("x-ratelimit-limit") == "3"
+    r = request(env.port, "/", headers={"x-user": "sixty-seconds"})
+    assert (r.status, r.header("x-ratelimit-limit")) == (200, "1000, 1000;w=60")
