@@ -14,7 +14,7 @@ use sluice_core::SECOND;
 use sluice_limiter::clock::{Clock, ManualClock};
 use sluice_limiter::metrics::Metrics;
 use sluice_limiter::rls::service::{Mode, RlsService};
-use sluice_limiter::store::memory::MemoryStore;
+use sluice_limiter::store::memory::{MemoryConfig, MemoryStore};
 use sluice_limiter::store::redis::Target;
 use sluice_limiter::store::Store;
 use std::sync::Arc;
@@ -374,8 +374,10 @@ descriptors:
 ";
 
 #[tokio::test]
-async fn example_10_value_to_metric_loads_and_limits() {
-    let (svc, _) = peer(EXAMPLE_10);
+async fn example_10_value_to_metric_names_the_values_of_its_levels() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let metrics = Arc::new(Metrics::default());
+    let svc = observed(memory(&clock), EXAMPLE_10, &clock, Arc::clone(&metrics));
     let req = [
         ("route", "api"),
         ("http_method", "GET"),
@@ -383,6 +385,168 @@ async fn example_10_value_to_metric_loads_and_limits() {
     ];
     let r = one(&svc, "example10", &req).await;
     assert_eq!(seen(&r.statuses[0]), (Code::Ok, 60, 59, peer_reset(T0, 60)));
+    // The peer's stat: example10.route_api.http_method_GET.subject_id.
+    let name = "route_api.http_method_GET.subject_id";
+    assert_eq!(metrics.rls_descriptor_count("example10", name, "ok"), 1);
+}
+
+/// The configurations and stat names of envoyproxy/ratelimit's
+/// `TestValueToMetric_*` (test/config/config_test.go): the descriptor's
+/// name is the peer's stat key after `<domain>.`.
+const VALUE_TO_METRIC: &str = "
+domain: d
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: http_method
+        value_to_metric: true
+        descriptors:
+          - key: subject_id
+            rate_limit: {unit: minute, requests_per_unit: 60}
+      - key: method
+        value_to_metric: true
+        descriptors:
+          - key: subject_id
+            detailed_metric: true
+            rate_limit: {unit: minute, requests_per_unit: 60}
+  - key: k1
+    descriptors:
+      - key: k2
+        value_to_metric: true
+        descriptors:
+          - key: k3
+            rate_limit: {unit: second, requests_per_unit: 1}
+      - key: k4
+        rate_limit: {unit: second, requests_per_unit: 1}
+  - key: api
+    value_to_metric: true
+    descriptors:
+      - key: http_method
+        value: GET
+        value_to_metric: true
+        descriptors:
+          - key: subject_id
+            rate_limit: {unit: minute, requests_per_unit: 60}
+  - key: user
+    value_to_metric: true
+    descriptors:
+      - key: action
+        value: read*
+        value_to_metric: true
+        descriptors:
+          - key: resource
+            rate_limit: {unit: minute, requests_per_unit: 100}
+      - key: plain
+        value: read*
+        descriptors:
+          - key: resource
+            rate_limit: {unit: minute, requests_per_unit: 100}
+";
+
+/// Each of the peer's requests once on `store`: admitted, and counted under
+/// the peer's name.
+async fn value_to_metric_case<S: Store>(store: S, clock: &Arc<ManualClock>) {
+    let metrics = Arc::new(Metrics::default());
+    let svc = observed(store, VALUE_TO_METRIC, clock, Arc::clone(&metrics));
+    let cases: [(&[(&str, &str)], &str); 9] = [
+        (
+            &[
+                ("route", "draw"),
+                ("http_method", "GET"),
+                ("subject_id", "123"),
+            ],
+            "route_draw.http_method_GET.subject_id",
+        ),
+        (
+            &[("route", ""), ("http_method", "GET"), ("subject_id", "1")],
+            "route.http_method_GET.subject_id",
+        ),
+        (
+            &[("route", "draw"), ("http_method", ""), ("subject_id", "1")],
+            "route_draw.http_method.subject_id",
+        ),
+        // detailed_metric at the leaf wins over value_to_metric.
+        (
+            &[("route", "draw"), ("method", "GET"), ("subject_id", "123")],
+            "route_draw.method_GET.subject_id_123",
+        ),
+        (&[("k1", "X"), ("k2", "Y"), ("k3", "Z")], "k1.k2_Y.k3"),
+        (&[("k1", "X"), ("k4", "Y")], "k1.k4"),
+        (
+            &[("api", "v1"), ("http_method", "GET"), ("subject_id", "1")],
+            "api_v1.http_method_GET.subject_id",
+        ),
+        (
+            &[("user", "alice"), ("action", "readfile"), ("resource", "r")],
+            "user_alice.action_readfile.resource",
+        ),
+        // Without value_to_metric a wildcard keeps its pattern.
+        (
+            &[("user", "bob"), ("plain", "readdata"), ("resource", "r")],
+            "user_bob.plain_read*.resource",
+        ),
+    ];
+    for (entries, name) in cases {
+        let r = ask(&svc, &request("d", vec![descriptor(entries)])).await;
+        assert!(!over(&r), "{name}");
+        assert_eq!(metrics.rls_descriptor_count("d", name, "ok"), 1, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn value_to_metric_names_stats_as_the_peer_on_memory() {
+    let clock = Arc::new(ManualClock::new(T0));
+    value_to_metric_case(memory(&clock), &clock).await;
+}
+
+#[tokio::test]
+async fn value_to_metric_names_stats_as_the_peer_on_redis() {
+    let Some(server) = support::RedisServer::start(&[]) else {
+        return;
+    };
+    let target = Target::Single(server.url());
+    let store = support::connected(target, Duration::from_millis(500)).await;
+    let clock = Arc::new(ManualClock::new(T0));
+    value_to_metric_case(store, &clock).await;
+}
+
+/// The series of a metric family in `text`.
+fn series(text: &str, family: &str) -> usize {
+    text.lines().filter(|l| l.starts_with(family)).count()
+}
+
+#[tokio::test]
+async fn a_flood_of_values_adds_at_most_the_capped_series() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let metrics = Arc::new(Metrics::default());
+    // Room for every value's counter: the flood is admitted.
+    let config = MemoryConfig {
+        shards: 4,
+        max_keys: 20_000,
+    };
+    let store = Arc::new(MemoryStore::new(
+        config,
+        Arc::clone(&clock) as Arc<dyn Clock>,
+    ));
+    let svc = observed(store, VALUE_TO_METRIC, &clock, Arc::clone(&metrics));
+    let family = "sluice_limiter_rls_descriptors_total{";
+    let before = series(&metrics.render(), family);
+    assert_eq!(before, 0);
+    for i in 0..12_000 {
+        let user = format!("u{i}");
+        let entries = [
+            ("user", user.as_str()),
+            ("action", "readfile"),
+            ("resource", "r"),
+        ];
+        assert!(!over(&one(&svc, "d", &entries).await));
+    }
+    let text = metrics.render();
+    // 10,000 named series, then one `_other` for the rest.
+    assert_eq!(series(&text, family), 10_001);
+    let other = metrics.rls_descriptor_count("_other", "_other", "ok");
+    assert_eq!(other, 2_000);
 }
 
 const EXAMPLE_11: &str = "
