@@ -418,3 +418,24 @@ def test_unit_multiplier_counts_in_a_window_of_n_units(rls_envoy, processes, tmp
     assert seen[0].header("x-ratelimit-limit") == "3"
     r = request(env.port, "/", headers={"x-user": "sixty-seconds"})
     assert (r.status, r.header("x-ratelimit-limit")) == (200, "1000, 1000;w=60")
+
+
+NAMED = """
+domain: named
+descriptors:
+  - key: user
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+"""
+
+
+def test_value_to_metric_names_the_descriptor_metric_with_the_value(rls_envoy, processes, tmp_path):
+    """`value_to_metric`: the descriptor's series is named as envoyproxy/ratelimit
+    names its stat (`named.user_alice`), one per value Envoy sent."""
+    lim = rls_limiter(processes, tmp_path, NAMED)
+    env = rls_envoy("named", [lim.grpc_port], [USER])
+    assert statuses(env, 2, {"x-user": "alice"}) + statuses(env, 1, {"x-user": "bob"}) == [200] * 3
+    series = 'sluice_limiter_rls_descriptors_total{{domain="named",descriptor="{}",result="ok"}}'
+    assert lim.metric(series.format("user_alice")) == 2
+    assert lim.metric(series.format("user_bob")) == 1
+    assert lim.metric(series.format("user")) == 0
