@@ -775,3 +775,115 @@ async fn without_shadow_mode_the_same_call_is_over_the_limit() {
     assert!(over(&ask(&svc, &req).await));
     assert_eq!(metrics.rls_global_shadow_count("different-domain"), 0);
 }
+
+/// envoyproxy/ratelimit's `TestDetailedMetric` table: `detailed_metric` on
+/// the descriptor reached names every level's value, else the path.
+#[tokio::test]
+async fn detailed_metric_names_stats_as_the_peer() {
+    let config = |top: bool, leaf: bool| {
+        format!(
+            "
+domain: nested
+descriptors:
+  - key: key-1
+    detailed_metric: {top}
+    rate_limit: {{unit: minute, requests_per_unit: 100}}
+    descriptors:
+      - key: key-2
+        detailed_metric: {leaf}
+        rate_limit: {{unit: minute, requests_per_unit: 5}}
+"
+        )
+    };
+    let one_level: &[(&str, &str)] = &[("key-1", "value-1")];
+    let two_levels: &[(&str, &str)] = &[("key-1", "value-1"), ("key-2", "value-2")];
+    for (top, leaf, entries, name) in [
+        (true, false, one_level, "key-1_value-1"),
+        (false, false, one_level, "key-1"),
+        (true, true, two_levels, "key-1_value-1.key-2_value-2"),
+        (false, false, two_levels, "key-1.key-2"),
+    ] {
+        let clock = Arc::new(ManualClock::new(T0));
+        let metrics = Arc::new(Metrics::default());
+        let svc = observed(
+            memory(&clock),
+            &config(top, leaf),
+            &clock,
+            Arc::clone(&metrics),
+        );
+        let r = ask(&svc, &request("nested", vec![descriptor(entries)])).await;
+        assert!(!over(&r), "{name}");
+        assert_eq!(
+            metrics.rls_descriptor_count("nested", name, "ok"),
+            1,
+            "{name}"
+        );
+    }
+}
+
+/// envoyproxy/ratelimit's `TestWildcardConfig` and `TestShareThreshold`
+/// stat names: a wildcard is named by its pattern, a key alone by the key.
+#[tokio::test]
+async fn wildcards_name_stats_by_their_pattern_as_the_peer() {
+    const WILDCARDS: &str = "
+domain: test-domain
+descriptors:
+  - key: noVal
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: wild
+    value: foo*
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: nestedWild
+    value: val1
+    descriptors:
+      - key: wild
+        value: goo*
+        rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: midWild
+    value: bar*b
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: multiWild
+    value: foo*bar*baz
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 100}
+";
+    let clock = Arc::new(ManualClock::new(T0));
+    let metrics = Arc::new(Metrics::default());
+    let svc = observed(memory(&clock), WILDCARDS, &clock, Arc::clone(&metrics));
+    let cases: [(&[(&str, &str)], &str); 9] = [
+        (&[("noVal", "foo1")], "noVal"),
+        (&[("noVal", "foo2")], "noVal"),
+        (&[("wild", "foo1")], "wild_foo*"),
+        (&[("wild", "foo2")], "wild_foo*"),
+        (
+            &[("nestedWild", "val1"), ("wild", "goo1")],
+            "nestedWild_val1.wild_goo*",
+        ),
+        (&[("midWild", "barab")], "midWild_bar*b"),
+        (&[("multiWild", "foo1bar2baz")], "multiWild_foo*bar*baz"),
+        (&[("files", "files/a.pdf")], "files_files/*"),
+        (&[("files", "files/b.csv")], "files_files/*"),
+    ];
+    for (entries, _) in cases {
+        assert!(!over(
+            &ask(&svc, &request("test-domain", vec![descriptor(entries)])).await
+        ));
+    }
+    for (name, n) in [
+        ("noVal", 2),
+        ("wild_foo*", 2),
+        ("nestedWild_val1.wild_goo*", 1),
+        ("midWild_bar*b", 1),
+        ("multiWild_foo*bar*baz", 1),
+        ("files_files/*", 2),
+    ] {
+        assert_eq!(
+            metrics.rls_descriptor_count("test-domain", name, "ok"),
+            n,
+            "{name}"
+        );
+    }
+}
