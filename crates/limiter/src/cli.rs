@@ -236,6 +236,16 @@ pub struct Args {
     )]
     pub descriptors_poll_ms: u64,
 
+    /// Answer `OK` to every RLS call over the limit, each descriptor's
+    /// status unchanged, and count it (envoyproxy/ratelimit's
+    /// `SHADOW_MODE`). Needs `--grpc-listen`.
+    #[arg(
+        long = "shadow-mode",
+        env = "SLUICE_SHADOW_MODE",
+        requires = "grpc_listen"
+    )]
+    pub shadow_mode: bool,
+
     /// Serve the read-only introspection API (`GET /v1/limits`,
     /// `/v1/keys`, `/v1/top`) on the HTTP listener, count the top limited
     /// keys and show them on `/metrics`. Off: those paths answer 404.

@@ -12,7 +12,7 @@ use sluice_limiter::overrides::Overrides;
 use sluice_limiter::ratelimit_env;
 use sluice_limiter::rlqs::service::RlqsService;
 use sluice_limiter::rls::reload::{spawn_watcher, ConfigCell};
-use sluice_limiter::rls::service::RlsService;
+use sluice_limiter::rls::service::{Mode, RlsService};
 use sluice_limiter::server::{serve_grpc, serve_http, Acceptor, Grpc, Stop};
 use sluice_limiter::spread::Spread;
 use sluice_limiter::store::memory::{MemoryConfig, MemoryStore};
@@ -404,6 +404,10 @@ fn rls(
     );
     if let Some(inspector) = &state.introspection {
         service = service.with_top(Arc::clone(&inspector.top));
+    }
+    if args.shadow_mode {
+        tracing::warn!("--shadow-mode: RLS calls over the limit are answered OK and counted");
+        service = service.with_mode(Mode::Shadow);
     }
     Grpc {
         service: service.into_server(),

@@ -24,6 +24,17 @@ use tonic::{Request, Response, Status};
 /// Most descriptors in one call (as many as limits in one `/v1/check`).
 pub const MAX_DESCRIPTORS: usize = sluice_wire::MAX_LIMITS;
 
+/// What the service answers a call over the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// `OVER_LIMIT`.
+    #[default]
+    Enforce,
+    /// `OK`, each descriptor's status unchanged, the call counted
+    /// (`--shadow-mode`, envoyproxy/ratelimit's `SHADOW_MODE`).
+    Shadow,
+}
+
 /// The RLS service over a store.
 pub struct RlsService<S> {
     store: S,
@@ -31,6 +42,7 @@ pub struct RlsService<S> {
     metrics: Arc<Metrics>,
     clock: Arc<dyn Clock>,
     top: Option<Arc<TopKeys>>,
+    mode: Mode,
 }
 
 impl<S: Store> RlsService<S> {
@@ -47,7 +59,14 @@ impl<S: Store> RlsService<S> {
             metrics,
             clock,
             top: None,
+            mode: Mode::Enforce,
         }
+    }
+
+    /// The same service answering calls over the limit as `mode` says.
+    pub fn with_mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
     }
 
     /// The same service counting each refused descriptor's key in `top`.
@@ -169,9 +188,20 @@ impl<S: Store> RlsService<S> {
             self.metrics.record_rls_descriptor(label, metric, a.result);
             statuses.push(a.status);
         }
-        self.metrics
-            .record_rls_call(label, if over { "over_limit" } else { "ok" });
-        let code = if over { Code::OverLimit } else { Code::Ok };
+        let code = match (over, self.mode) {
+            (false, _) => Code::Ok,
+            (true, Mode::Enforce) => Code::OverLimit,
+            (true, Mode::Shadow) => {
+                self.metrics.record_rls_global_shadow(label);
+                Code::Ok
+            }
+        };
+        let result = if code == Code::OverLimit {
+            "over_limit"
+        } else {
+            "ok"
+        };
+        self.metrics.record_rls_call(label, result);
         RateLimitResponse {
             overall_code: code as i32,
             statuses,

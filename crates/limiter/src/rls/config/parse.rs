@@ -235,7 +235,7 @@ fn compile_level(
     for (i, raw) in raws.into_iter().enumerate() {
         let here = format!("{field}[{i}]");
         let value = checked_value(&raw, &here, &mut seen, file)?;
-        let _ = (raw.value_to_metric, raw.metadata);
+        let _ = raw.metadata;
         let segment = match &value {
             Some(v) => format!("{}_{v}", raw.key),
             None => raw.key.clone(),
@@ -250,6 +250,7 @@ fn compile_level(
             shadow: raw.shadow_mode,
             detailed_metric: raw.detailed_metric,
             share_threshold: raw.share_threshold,
+            value_to_metric: raw.value_to_metric,
             path: path.clone(),
             children: Level::default(),
         };
