@@ -244,6 +244,9 @@ pub fn translate(get: &dyn Fn(&str) -> Option<String>) -> Result<Translated, Str
         }
     }
     listeners(&env, &mut out)?;
+    if env.flag("SHADOW_MODE", false)? {
+        out.args.push("--shadow-mode".into());
+    }
     logging(&env, &mut out)?;
     configuration(&env, &mut out)?;
     store(&env, &mut out)?;
@@ -339,7 +342,10 @@ fn store(env: &Env<'_>, out: &mut Translated) -> Result<(), String> {
             ))
         }
     }
-    if !env.or("REDIS_SOCKET_TYPE", "unix").eq_ignore_ascii_case("tcp") {
+    if !env
+        .or("REDIS_SOCKET_TYPE", "unix")
+        .eq_ignore_ascii_case("tcp")
+    {
         return Err("REDIS_SOCKET_TYPE: only tcp is supported (set REDIS_SOCKET_TYPE=tcp)".into());
     }
     let url = env.value("REDIS_URL").ok_or("REDIS_URL: required")?;
