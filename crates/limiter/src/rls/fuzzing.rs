@@ -110,7 +110,9 @@ pub async fn check_answer(
             r.overall_code, r.statuses
         ));
     }
-    if is_over(&r) {
+    // Hits given back (`is_negative_hits`) change the counters whatever
+    // the call's outcome.
+    if is_over(&r) && !req.descriptors.iter().any(|d| d.is_negative_hits) {
         let again = svc.decide(req).await;
         if !again.as_ref().is_ok_and(|a| *a == r) {
             return Err(format!(

@@ -17,6 +17,9 @@ pub struct Node {
     /// `share_threshold` on a wildcard value: every matching value shares
     /// one counter, keyed by the pattern.
     pub share_threshold: bool,
+    /// `quota_mode`: over its limit, it refuses the call only when every
+    /// quota-mode descriptor of the call is over its own.
+    pub quota_mode: bool,
     /// The path of this descriptor in the file (`key_value.key2`), as
     /// envoyproxy/ratelimit names its stats; used in metrics.
     pub path: String,
