@@ -85,6 +85,10 @@ descriptors:
   - key: blocked_quota
     quota_mode: true
     rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: bucket
+    rate_limit: {unit: hour, requests_per_unit: 2, algorithm: token_bucket}
+  - key: log
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: sliding_log}
 ";
 
 use Code::{Ok as OK, OverLimit as OVER};
@@ -250,6 +254,20 @@ async fn negative_hits_cases<S: Store>(svc: &RlsService<S>) {
     // No limit: nothing to give back.
     let r = call(svc, vec![giving_back("other", "m", 1)]).await;
     assert_eq!(all_seen(&r), [(OK, -1, 0)]);
+    // A bucket's level, never beyond a full bucket.
+    spend(svc, "bucket", "b", 2).await;
+    let r = call(svc, vec![giving_back("bucket", "b", 1)]).await;
+    assert_eq!(all_seen(&r), [(OK, 2, 1)]);
+    let r = call(svc, vec![giving_back("bucket", "b", 5)]).await;
+    assert_eq!(all_seen(&r), [(OK, 2, 2)]);
+    // A sliding log cannot tell which hits to give back.
+    let req = request("quota-domain", vec![giving_back("log", "l", 1)]);
+    let e = svc.decide(&req).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        e.message(),
+        "descriptors[0].is_negative_hits: a sliding_log limit cannot be given hits back"
+    );
 }
 
 fn on_memory() -> RlsService<Arc<sluice_limiter::store::memory::MemoryStore>> {
