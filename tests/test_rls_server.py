@@ -160,6 +160,15 @@ def test_quota_mode_refuses_only_once_every_quota_is_spent(rls_envoy, processes,
         assert line in lines, (line, [t for t in lines if 'domain="quota"' in t])
 
 
+def test_global_quota_mode_puts_every_descriptor_in_quota_mode(rls_envoy, processes, tmp_path):
+    lim = rls_limiter(processes, tmp_path, QUOTA_MODE.replace("        quota_mode: true\n", ""),
+                      extra=["--rls-quota-mode"])
+    both = [[generic_key("free", "plan"), header_action("x-user", "user")],
+            [generic_key("credits", "plan"), header_action("x-user", "user")]]
+    env = rls_envoy("quota", [lim.grpc_port], both)
+    assert statuses(env, 5, {"x-user": "a"}) == [200, 200, 200, 429, 429]
+
+
 # Written for this test from envoyproxy/ratelimit's documented format (its
 # README's examples), one domain per file, loaded as is.
 RATELIMIT_EXAMPLES = {

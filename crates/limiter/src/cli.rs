@@ -218,6 +218,12 @@ pub struct Args {
     )]
     pub descriptors_poll_ms: u64,
 
+    /// RLS: every descriptor in quota mode, as envoyproxy/ratelimit's
+    /// `QUOTA_MODE=true`: a call is over the limit only when all its
+    /// descriptors are.
+    #[arg(long = "rls-quota-mode", env = "SLUICE_RLS_QUOTA_MODE")]
+    pub rls_quota_mode: bool,
+
     /// Serve the read-only introspection API (`GET /v1/limits`,
     /// `/v1/keys`, `/v1/top`) on the HTTP listener, count the top limited
     /// keys and show them on `/metrics`. Off: those paths answer 404.

@@ -355,6 +355,9 @@ fn rls(
     if let Some(inspector) = &state.introspection {
         service = service.with_top(Arc::clone(&inspector.top));
     }
+    if args.rls_quota_mode {
+        service = service.with_quota_mode();
+    }
     Grpc {
         service: service.into_server(),
         timeout: Some(args.connection_limits().request_timeout),

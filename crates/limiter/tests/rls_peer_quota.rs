@@ -270,6 +270,51 @@ async fn negative_hits_cases<S: Store>(svc: &RlsService<S>) {
     );
 }
 
+/// envoyproxy/ratelimit's global quota mode (`QUOTA_MODE=true`,
+/// `TestServiceGlobalQuotaMode`: limits of 10 and 5 per minute).
+const GLOBAL: &str = "
+domain: quota-domain
+descriptors:
+  - key: foo
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: hello
+    rate_limit: {unit: minute, requests_per_unit: 5}
+";
+
+async fn global_quota_cases<S: Store>(svc: &RlsService<S>) {
+    // Every descriptor over: over the limit.
+    spend(svc, "foo", "a", 10).await;
+    spend(svc, "hello", "a", 5).await;
+    let r = call(
+        svc,
+        vec![descriptor(&[("foo", "a")]), descriptor(&[("hello", "a")])],
+    )
+    .await;
+    assert!(over(&r));
+    assert_eq!(all_seen(&r), [(OVER, 10, 0), (OVER, 5, 0)]);
+    // One with room: admitted, and it alone consumes.
+    spend(svc, "foo", "b", 10).await;
+    let r = call(
+        svc,
+        vec![descriptor(&[("foo", "b")]), descriptor(&[("hello", "b")])],
+    )
+    .await;
+    assert!(!over(&r));
+    assert_eq!(all_seen(&r), [(OVER, 10, 0), (OK, 5, 4)]);
+    // A descriptor without a limit counts as one with room, as the peer
+    // counts it.
+    let r = call(
+        svc,
+        vec![descriptor(&[("foo", "b")]), descriptor(&[("other", "b")])],
+    )
+    .await;
+    assert!(!over(&r));
+    assert_eq!(all_seen(&r), [(OVER, 10, 0), (OK, -1, 0)]);
+    // One descriptor alone: a limit.
+    let r = call(svc, vec![descriptor(&[("foo", "b")])]).await;
+    assert!(over(&r));
+}
+
 fn on_memory() -> RlsService<Arc<sluice_limiter::store::memory::MemoryStore>> {
     let clock = Arc::new(ManualClock::new(T0));
     service(memory(&clock), QUOTA, &clock)
@@ -282,13 +327,21 @@ async fn quota_mode_on_memory() {
 }
 
 #[tokio::test]
+async fn global_quota_mode_on_memory() {
+    let clock = Arc::new(ManualClock::new(T0));
+    global_quota_cases(&service(memory(&clock), GLOBAL, &clock).with_quota_mode()).await;
+}
+
+#[tokio::test]
 async fn negative_hits_on_memory() {
     negative_hits_cases(&on_memory()).await;
 }
 
 /// A service over a fresh redis-server, once its clock is not within the
 /// last 10 seconds of a minute (a case's counters stay in one window).
-async fn on_redis() -> Option<(
+async fn on_redis(
+    config: &str,
+) -> Option<(
     RlsService<Arc<sluice_limiter::store::redis::RedisStore>>,
     support::RedisServer,
 )> {
@@ -304,12 +357,12 @@ async fn on_redis() -> Option<(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let clock = Arc::new(ManualClock::new(T0));
-    Some((service(store, QUOTA, &clock), server))
+    Some((service(store, config, &clock), server))
 }
 
 #[tokio::test]
 async fn quota_mode_on_redis() {
-    let Some((svc, _server)) = on_redis().await else {
+    let Some((svc, _server)) = on_redis(QUOTA).await else {
         return;
     };
     quota_cases(&svc).await;
@@ -318,8 +371,16 @@ async fn quota_mode_on_redis() {
 
 #[tokio::test]
 async fn negative_hits_on_redis() {
-    let Some((svc, _server)) = on_redis().await else {
+    let Some((svc, _server)) = on_redis(QUOTA).await else {
         return;
     };
     negative_hits_cases(&svc).await;
+}
+
+#[tokio::test]
+async fn global_quota_mode_on_redis() {
+    let Some((svc, _server)) = on_redis(GLOBAL).await else {
+        return;
+    };
+    global_quota_cases(&svc.with_quota_mode()).await;
 }

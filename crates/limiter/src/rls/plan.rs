@@ -34,9 +34,10 @@ impl Report {
 
 /// How a limit's refusal counts for its call (envoyproxy/ratelimit's
 /// `quota_mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(super) enum Mode {
     /// Over its limit, it refuses the call.
+    #[default]
     Rate,
     /// Over its limit, it refuses the call only when every quota-mode
     /// descriptor of the call is over its own.
@@ -89,6 +90,9 @@ pub(super) struct Planned {
     pub(super) shadows: Vec<StoreItem>,
     /// Hits given back (`is_negative_hits`), before the call is decided.
     pub(super) refunds: Vec<AdjustItem>,
+    /// Every descriptor's mode under the global quota mode (`Quota`: a
+    /// descriptor without a limit counts as a quota descriptor with room).
+    pub(super) global: Mode,
 }
 
 impl Planned {
@@ -131,9 +135,11 @@ impl Planned {
                     mode: Mode::Rate, ..
                 }
                 | Plan::GiveBack { .. }
-                | Plan::NoMatch
-                | Plan::Unlimited
-                | Plan::Replaced => {}
+                | Plan::Unlimited => {}
+                Plan::NoMatch | Plan::Replaced => match self.global {
+                    Mode::Rate => {}
+                    Mode::Quota => quota += 1,
+                },
             }
         }
         quota > 0 && spent == quota
@@ -164,10 +170,12 @@ impl Planned {
 }
 
 /// Plans every descriptor of `req` against `domain` (`None`: a domain not
-/// configured). An error is an invalid argument, named by its field.
+/// configured), each limit in quota mode when `global` is. An error is an
+/// invalid argument, named by its field.
 pub(super) fn plan_call(
     req: &RateLimitRequest,
     domain: Option<&Domain>,
+    global: Mode,
 ) -> Result<Planned, String> {
     let default_hits = u64::from(req.hits_addend.max(1));
     // Match every descriptor first: `replaces` looks across them all.
@@ -192,6 +200,7 @@ pub(super) fn plan_call(
     let scope = rls_scope(&req.domain);
     let mut out = Planned {
         plans: Vec::with_capacity(req.descriptors.len()),
+        global,
         ..Planned::default()
     };
     for (i, (d, f)) in req.descriptors.iter().zip(&found).enumerate() {
@@ -279,7 +288,7 @@ fn plan_override(
         return Ok(Plan::Block {
             report,
             shadow: false,
-            mode: Mode::Rate,
+            mode: out.global,
         });
     };
     let id = state_id(scope, &override_key(d), &limit);
@@ -287,7 +296,7 @@ fn plan_override(
     Ok(Plan::Check {
         report,
         shadow: false,
-        mode: Mode::Rate,
+        mode: out.global,
         index,
         prefix,
         later: 0,
@@ -373,7 +382,7 @@ fn plan_found(
     let mode = if f.node.quota_mode {
         Mode::Quota
     } else {
-        Mode::Rate
+        out.global
     };
     match &rl.action {
         // Unlimited even when replaced, as envoyproxy/ratelimit answers it.

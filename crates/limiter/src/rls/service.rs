@@ -4,7 +4,7 @@
 //! is `OVER_LIMIT` and consumes nothing. Shadow-mode limits are decided
 //! after an admitted call, each on its own, and never deny.
 
-use super::plan::{plan_call, rls_scope, Plan, Planned};
+use super::plan::{plan_call, rls_scope, Mode, Plan, Planned};
 use super::reload::ConfigCell;
 use super::status::{answer, Verdicts};
 use crate::clock::Clock;
@@ -31,6 +31,7 @@ pub struct RlsService<S> {
     metrics: Arc<Metrics>,
     clock: Arc<dyn Clock>,
     top: Option<Arc<TopKeys>>,
+    quota_mode: Mode,
 }
 
 impl<S: Store> RlsService<S> {
@@ -47,7 +48,15 @@ impl<S: Store> RlsService<S> {
             metrics,
             clock,
             top: None,
+            quota_mode: Mode::Rate,
         }
+    }
+
+    /// The same service in global quota mode (envoyproxy/ratelimit's
+    /// `QUOTA_MODE`): every descriptor of a call counts as in `quota_mode`.
+    pub fn with_quota_mode(mut self) -> Self {
+        self.quota_mode = Mode::Quota;
+        self
     }
 
     /// The same service counting each refused descriptor's key in `top`.
@@ -96,7 +105,7 @@ impl<S: Store> RlsService<S> {
                 req.descriptors.len()
             )));
         }
-        let planned = plan_call(req, domain).map_err(invalid)?;
+        let planned = plan_call(req, domain, self.quota_mode).map_err(invalid)?;
         // Hits given back first: returning is not consuming.
         let refunded = if planned.refunds.is_empty() {
             Ok(Vec::new())
