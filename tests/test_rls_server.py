@@ -169,6 +169,19 @@ def test_global_quota_mode_puts_every_descriptor_in_quota_mode(rls_envoy, proces
     assert statuses(env, 5, {"x-user": "a"}) == [200, 200, 200, 429, 429]
 
 
+def test_envoy_sends_a_routes_negative_hits_as_hits(rls_envoy, processes, tmp_path):
+    # Envoy 1.40's ratelimit filter sends a route's `hits_addend` with
+    # `is_negative_hits` as one hit: counted, not given back.
+    lim = rls_limiter(processes, tmp_path, ACTIONS.replace("unit: minute", "unit: day"))
+    taking = rls_envoy("actions", [lim.grpc_port], [USER])
+    giving = rls_envoy("actions", [lim.grpc_port],
+                       [{"actions": USER, "hits_addend": {"number": 2, "is_negative_hits": True}}])
+    assert statuses(giving, 1, {"x-user": "h"}) == [200]
+    assert statuses(taking, 3, {"x-user": "h"}) == [200, 200, 429], "1 of 3 taken"
+    lines = request(lim.port, "/metrics").body.decode().splitlines()
+    assert not [t for t in lines if 'result="given_back"' in t]
+
+
 # Written for this test from envoyproxy/ratelimit's documented format (its
 # README's examples), one domain per file, loaded as is.
 RATELIMIT_EXAMPLES = {
