@@ -85,6 +85,11 @@ descriptors:
   - key: blocked_quota
     quota_mode: true
     rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: parent
+    quota_mode: true
+    descriptors:
+      - key: user
+        rate_limit: {unit: minute, requests_per_unit: 1}
   - key: bucket
     rate_limit: {unit: hour, requests_per_unit: 2, algorithm: token_bucket}
   - key: log
@@ -216,6 +221,14 @@ async fn quota_with_block_and_shadow<S: Store>(svc: &RlsService<S>) {
     .await;
     assert!(!over(&r), "a shadow quota descriptor never refuses");
     assert_eq!(all_seen(&r), [(OVER, 5, 0), (OK, 1, 0)]);
+
+    // `quota_mode` is the descriptor's with the limit, not inherited.
+    let nested = descriptor(&[("parent", "i"), ("user", "i")]);
+    let r = call(svc, vec![nested.clone()]).await;
+    assert!(!over(&r));
+    let r = call(svc, vec![nested, descriptor(&[("quota2", "i")])]).await;
+    assert!(over(&r));
+    assert_eq!(all_seen(&r), [(OVER, 1, 0), (OK, 3, 3)]);
 }
 
 /// Envoy's `is_negative_hits`: the descriptor's weight is given back to
