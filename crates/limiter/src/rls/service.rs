@@ -1,8 +1,11 @@
 //! `ShouldRateLimit`: each descriptor of a call is matched against the
 //! configuration (or takes the limit Envoy sends with it), and every
 //! enforcing limit is decided in **one** store check: all pass or the call
-//! is `OVER_LIMIT` and consumes nothing. Shadow-mode limits are decided
-//! after an admitted call, each on its own, and never deny.
+//! is `OVER_LIMIT` and consumes nothing. Quota-mode limits over their
+//! limits are left out of the check and the rest decided again, until
+//! every quota-mode descriptor is spent. Shadow-mode limits are decided
+//! after an admitted call, each on its own, and never deny. Hits given
+//! back (`is_negative_hits`) are refunded first, whatever the outcome.
 
 use super::plan::{plan_call, rls_scope, Mode, Plan, Planned};
 use super::reload::ConfigCell;
