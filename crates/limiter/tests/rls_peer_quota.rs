@@ -222,6 +222,17 @@ async fn quota_with_block_and_shadow<S: Store>(svc: &RlsService<S>) {
     assert!(!over(&r), "a shadow quota descriptor never refuses");
     assert_eq!(all_seen(&r), [(OVER, 5, 0), (OK, 1, 0)]);
 
+    // Two quota-mode descriptors on one counter whose total does not fit:
+    // both over, the call refused (deliberate: the peer answers the first
+    // `OK` and counts both).
+    spend(svc, "quota", "j", 2).await;
+    let twice = vec![descriptor(&[("quota", "j")]), descriptor(&[("quota", "j")])];
+    let r = call(svc, twice).await;
+    assert!(over(&r));
+    assert_eq!(all_seen(&r), [(OVER, 3, 0), (OVER, 3, 0)]);
+    let r = call(svc, vec![descriptor(&[("quota", "j")])]).await;
+    assert_eq!(all_seen(&r), [(OK, 3, 0)]);
+
     // `quota_mode` is the descriptor's with the limit, not inherited.
     let nested = descriptor(&[("parent", "i"), ("user", "i")]);
     let r = call(svc, vec![nested.clone()]).await;

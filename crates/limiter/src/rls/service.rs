@@ -188,6 +188,12 @@ impl<S: Store> RlsService<S> {
             {
                 break;
             }
+            // Left out whole: every descriptor on it is over, none fits.
+            for &i in &spent {
+                if let Some(d) = decisions.get_mut(i) {
+                    d.remaining = 0;
+                }
+            }
             dropped.extend(spent);
             if planned.refused(&dropped) {
                 verdict.allowed = false;
