@@ -41,6 +41,8 @@ const KEYS: &[&str] = &[
     "path",
     "method",
     "placeholder",
+    "credits",
+    "trial",
     "",
     "other",
 ];
