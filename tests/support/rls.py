@@ -119,7 +119,8 @@ def start_rls_envoy(workdir: Path, domain: str, limiter_ports: list[int], rate_l
     }
     (rundir / "bootstrap.json").write_text(json.dumps(bootstrap, indent=1))
     args = [str(envoy_bin), "-c", str(rundir / "bootstrap.json"), "--concurrency", str(concurrency),
-            "--disable-hot-restart", "--log-level", "warning", "--drain-time-s", "1"]
+            "--disable-hot-restart", "--log-level", "warning", "--drain-time-s", "1",
+            "--file-flush-interval-msec", "50"]
     env.process = Process(args, rundir / "envoy.log")
 
     def ready():

@@ -15,7 +15,7 @@ mod scrape;
 pub use connections::Ending;
 use labels::{
     descriptor_labels, reload_label, result_label, Bounded, Counters, DescriptorResult,
-    DomainResult, ReasonLabel, ResultLabel,
+    DomainLabel, DomainResult, ReasonLabel, ResultLabel,
 };
 pub use labels::{Listener, STORE_ERROR_REASONS};
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
@@ -96,6 +96,7 @@ pub struct Metrics {
     rls_calls: Bounded<DomainResult>,
     rls_descriptors: Bounded<DescriptorResult>,
     rls_reloads: Counters<ResultLabel>,
+    rls_global_shadow: Bounded<DomainLabel>,
     connections: connections::Connections,
     tls_loads: Counters<ResultLabel>,
     rlqs: rlqs::Rlqs,
@@ -139,6 +140,9 @@ impl Default for Metrics {
                 ..l
             }),
             rls_reloads: Family::default(),
+            rls_global_shadow: Bounded::new(MAX_SERIES, |_| DomainLabel {
+                domain: "_other".into(),
+            }),
             connections: connections::Connections::default(),
             tls_loads: Family::default(),
             rlqs: rlqs::Rlqs::default(),
@@ -275,6 +279,11 @@ impl Metrics {
             p("rls_descriptors"),
             "RLS descriptors by domain, descriptor and result",
             self.rls_descriptors.family.clone(),
+        );
+        r.register(
+            p("rls_global_shadow_mode"),
+            "RLS calls over the limit answered OK by --shadow-mode, by domain",
+            self.rls_global_shadow.family.clone(),
         );
         r.register(
             p("rls_config_loads"),
@@ -454,6 +463,20 @@ impl Metrics {
     pub fn record_rls_descriptor(&self, domain: &str, descriptor: &str, result: &str) {
         let labels = descriptor_labels(domain, descriptor, result);
         self.rls_descriptors.inc(labels);
+    }
+
+    /// Counts one RLS call over the limit that `--shadow-mode` answered OK.
+    pub fn record_rls_global_shadow(&self, domain: &str) {
+        self.rls_global_shadow.inc(DomainLabel {
+            domain: domain.to_string(),
+        });
+    }
+
+    /// The calls `--shadow-mode` answered OK for `domain` (tests).
+    pub fn rls_global_shadow_count(&self, domain: &str) -> u64 {
+        self.rls_global_shadow.get(&DomainLabel {
+            domain: domain.to_string(),
+        })
     }
 
     /// Counts one load of the descriptor configuration: `ok` or `error`

@@ -35,7 +35,7 @@ impl Report {
 /// How a limit's refusal counts for its call (envoyproxy/ratelimit's
 /// `quota_mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(super) enum Mode {
+pub(super) enum Role {
     /// Over its limit, it refuses the call.
     #[default]
     Rate,
@@ -57,7 +57,7 @@ pub(super) enum Plan {
     Block {
         report: Report,
         shadow: bool,
-        mode: Mode,
+        mode: Role,
     },
     /// `is_negative_hits`: its weight given back to its counter, refund
     /// `index` (none for a `requests_per_unit: 0` limit, which has none).
@@ -70,7 +70,7 @@ pub(super) enum Plan {
     Check {
         report: Report,
         shadow: bool,
-        mode: Mode,
+        mode: Role,
         index: usize,
         /// On a counter shared with other descriptors of the call: the hits
         /// of this descriptor and of those before it, and of those after it.
@@ -92,7 +92,7 @@ pub(super) struct Planned {
     pub(super) refunds: Vec<AdjustItem>,
     /// Every descriptor's mode under the global quota mode (`Quota`: a
     /// descriptor without a limit counts as a quota descriptor with room).
-    pub(super) global: Mode,
+    pub(super) global: Role,
 }
 
 impl Planned {
@@ -105,13 +105,13 @@ impl Planned {
             match plan {
                 Plan::Block {
                     shadow: false,
-                    mode: Mode::Rate,
+                    mode: Role::Rate,
                     ..
                 } => return true,
                 // A shadow one never refuses: it is never spent.
                 Plan::Block {
                     shadow,
-                    mode: Mode::Quota,
+                    mode: Role::Quota,
                     ..
                 } => {
                     quota += 1;
@@ -119,7 +119,7 @@ impl Planned {
                 }
                 Plan::Check {
                     shadow,
-                    mode: Mode::Quota,
+                    mode: Role::Quota,
                     index,
                     ..
                 } => {
@@ -128,17 +128,17 @@ impl Planned {
                 }
                 Plan::Block {
                     shadow: true,
-                    mode: Mode::Rate,
+                    mode: Role::Rate,
                     ..
                 }
                 | Plan::Check {
-                    mode: Mode::Rate, ..
+                    mode: Role::Rate, ..
                 }
                 | Plan::GiveBack { .. }
                 | Plan::Unlimited => {}
                 Plan::NoMatch | Plan::Replaced => match self.global {
-                    Mode::Rate => {}
-                    Mode::Quota => quota += 1,
+                    Role::Rate => {}
+                    Role::Quota => quota += 1,
                 },
             }
         }
@@ -159,8 +159,8 @@ impl Planned {
             {
                 if *i == index {
                     match mode {
-                        Mode::Rate => return false,
-                        Mode::Quota => weighed = true,
+                        Role::Rate => return false,
+                        Role::Quota => weighed = true,
                     }
                 }
             }
@@ -175,7 +175,7 @@ impl Planned {
 pub(super) fn plan_call(
     req: &RateLimitRequest,
     domain: Option<&Domain>,
-    global: Mode,
+    global: Role,
 ) -> Result<Planned, String> {
     let default_hits = u64::from(req.hits_addend.max(1));
     // Match every descriptor first: `replaces` looks across them all.
@@ -380,7 +380,7 @@ fn plan_found(
     let report = report_of(f);
     let shadow = f.node.shadow;
     let mode = if f.node.quota_mode {
-        Mode::Quota
+        Role::Quota
     } else {
         out.global
     };

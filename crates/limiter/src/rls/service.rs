@@ -7,7 +7,7 @@
 //! after an admitted call, each on its own, and never deny. Hits given
 //! back (`is_negative_hits`) are refunded first, whatever the outcome.
 
-use super::plan::{plan_call, rls_scope, Mode, Plan, Planned};
+use super::plan::{plan_call, rls_scope, Plan, Planned, Role};
 use super::reload::ConfigCell;
 use super::status::{answer, Verdicts};
 use crate::clock::Clock;
@@ -27,6 +27,17 @@ use tonic::{Request, Response, Status};
 /// Most descriptors in one call (as many as limits in one `/v1/check`).
 pub const MAX_DESCRIPTORS: usize = sluice_wire::MAX_LIMITS;
 
+/// What the service answers a call over the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// `OVER_LIMIT`.
+    #[default]
+    Enforce,
+    /// `OK`, each descriptor's status unchanged, the call counted
+    /// (`--shadow-mode`, envoyproxy/ratelimit's `SHADOW_MODE`).
+    Shadow,
+}
+
 /// The RLS service over a store.
 pub struct RlsService<S> {
     store: S,
@@ -34,7 +45,8 @@ pub struct RlsService<S> {
     metrics: Arc<Metrics>,
     clock: Arc<dyn Clock>,
     top: Option<Arc<TopKeys>>,
-    quota_mode: Mode,
+    mode: Mode,
+    quota_mode: Role,
 }
 
 impl<S: Store> RlsService<S> {
@@ -51,14 +63,21 @@ impl<S: Store> RlsService<S> {
             metrics,
             clock,
             top: None,
-            quota_mode: Mode::Rate,
+            mode: Mode::Enforce,
+            quota_mode: Role::Rate,
         }
     }
 
     /// The same service in global quota mode (envoyproxy/ratelimit's
     /// `QUOTA_MODE`): every descriptor of a call counts as in `quota_mode`.
     pub fn with_quota_mode(mut self) -> Self {
-        self.quota_mode = Mode::Quota;
+        self.quota_mode = Role::Quota;
+        self
+    }
+
+    /// The same service answering calls over the limit as `mode` says.
+    pub fn with_mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
         self
     }
 
@@ -259,9 +278,20 @@ impl<S: Store> RlsService<S> {
             self.metrics.record_rls_descriptor(label, metric, a.result);
             statuses.push(a.status);
         }
-        self.metrics
-            .record_rls_call(label, if over { "over_limit" } else { "ok" });
-        let code = if over { Code::OverLimit } else { Code::Ok };
+        let code = match (over, self.mode) {
+            (false, _) => Code::Ok,
+            (true, Mode::Enforce) => Code::OverLimit,
+            (true, Mode::Shadow) => {
+                self.metrics.record_rls_global_shadow(label);
+                Code::Ok
+            }
+        };
+        let result = if code == Code::OverLimit {
+            "over_limit"
+        } else {
+            "ok"
+        };
+        self.metrics.record_rls_call(label, result);
         RateLimitResponse {
             overall_code: code as i32,
             statuses,

@@ -228,7 +228,7 @@ fn compile_level(
     for (i, raw) in raws.into_iter().enumerate() {
         let here = format!("{field}[{i}]");
         let value = checked_value(&raw, &here, &mut seen, file)?;
-        let _ = (raw.value_to_metric, raw.metadata);
+        let _ = raw.metadata;
         let segment = match &value {
             Some(v) => format!("{}_{v}", raw.key),
             None => raw.key.clone(),
@@ -244,6 +244,7 @@ fn compile_level(
             detailed_metric: raw.detailed_metric,
             share_threshold: raw.share_threshold,
             quota_mode: raw.quota_mode,
+            value_to_metric: raw.value_to_metric,
             path: path.clone(),
             children: Level::default(),
         };
