@@ -90,6 +90,8 @@ descriptors:
     descriptors:
       - key: user
         rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: free
+    rate_limit: {unlimited: true}
   - key: bucket
     rate_limit: {unit: hour, requests_per_unit: 2, algorithm: token_bucket}
   - key: log
@@ -278,6 +280,12 @@ async fn negative_hits_cases<S: Store>(svc: &RlsService<S>) {
     // No limit: nothing to give back.
     let r = call(svc, vec![giving_back("other", "m", 1)]).await;
     assert_eq!(all_seen(&r), [(OK, -1, 0)]);
+    // Nothing to give back to a blocking limit; unlimited stays unlimited.
+    let r = call(svc, vec![giving_back("blocked_quota", "m", 1)]).await;
+    assert!(!over(&r));
+    assert_eq!(all_seen(&r), [(OK, 0, 0)]);
+    let r = call(svc, vec![giving_back("free", "m", 1)]).await;
+    assert_eq!(all_seen(&r), [(OK, -1, u32::MAX)]);
     // A bucket's level, never beyond a full bucket.
     spend(svc, "bucket", "b", 2).await;
     let r = call(svc, vec![giving_back("bucket", "b", 1)]).await;
