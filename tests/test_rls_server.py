@@ -122,6 +122,66 @@ def test_remote_address_request_headers_generic_key_and_nesting(rls_envoy, proce
     assert 'sluice_limiter_rls_calls_total{domain="actions",result="over_limit"}' in text
 
 
+QUOTA_MODE = """
+domain: quota
+descriptors:
+  - key: plan
+    value: free
+    descriptors:
+      - key: user
+        quota_mode: true
+        rate_limit: {unit: day, requests_per_unit: 2}
+  - key: plan
+    value: credits
+    descriptors:
+      - key: user
+        quota_mode: true
+        rate_limit: {unit: day, requests_per_unit: 3}
+"""
+
+
+def test_quota_mode_refuses_only_once_every_quota_is_spent(rls_envoy, processes, tmp_path):
+    lim = rls_limiter(processes, tmp_path, QUOTA_MODE)
+    both = [[generic_key("free", "plan"), header_action("x-user", "user")],
+            [generic_key("credits", "plan"), header_action("x-user", "user")]]
+    env = rls_envoy("quota", [lim.grpc_port], both)
+    # free (2) spent after 2, credits (3) after 3: the third passes on credits alone.
+    assert statuses(env, 5, {"x-user": "a"}) == [200, 200, 200, 429, 429]
+    free_only = rls_envoy("quota", [lim.grpc_port], both[:1])
+    assert statuses(free_only, 3, {"x-user": "b"}) == [200, 200, 429], "one quota descriptor: a limit"
+    text = request(lim.port, "/metrics").body.decode()
+    lines = set(text.splitlines())
+    for line in [
+        'sluice_limiter_rls_calls_total{domain="quota",result="ok"} 5',
+        'sluice_limiter_rls_calls_total{domain="quota",result="over_limit"} 3',
+        'sluice_limiter_rls_descriptors_total{domain="quota",descriptor="plan_free.user",result="over_limit"} 4',
+        'sluice_limiter_rls_descriptors_total{domain="quota",descriptor="plan_credits.user",result="over_limit"} 2',
+    ]:
+        assert line in lines, (line, [t for t in lines if 'domain="quota"' in t])
+
+
+def test_global_quota_mode_puts_every_descriptor_in_quota_mode(rls_envoy, processes, tmp_path):
+    lim = rls_limiter(processes, tmp_path, QUOTA_MODE.replace("        quota_mode: true\n", ""),
+                      extra=["--quota-mode"])
+    both = [[generic_key("free", "plan"), header_action("x-user", "user")],
+            [generic_key("credits", "plan"), header_action("x-user", "user")]]
+    env = rls_envoy("quota", [lim.grpc_port], both)
+    assert statuses(env, 5, {"x-user": "a"}) == [200, 200, 200, 429, 429]
+
+
+def test_envoy_sends_a_routes_negative_hits_as_hits(rls_envoy, processes, tmp_path):
+    # Envoy 1.40's ratelimit filter sends a route's `hits_addend` with
+    # `is_negative_hits` as one hit: counted, not given back.
+    lim = rls_limiter(processes, tmp_path, ACTIONS.replace("unit: minute", "unit: day"))
+    taking = rls_envoy("actions", [lim.grpc_port], [USER])
+    giving = rls_envoy("actions", [lim.grpc_port],
+                       [{"actions": USER, "hits_addend": {"number": 2, "is_negative_hits": True}}])
+    assert statuses(giving, 1, {"x-user": "h"}) == [200]
+    assert statuses(taking, 3, {"x-user": "h"}) == [200, 200, 429], "1 of 3 taken"
+    lines = request(lim.port, "/metrics").body.decode().splitlines()
+    assert not [t for t in lines if 'result="given_back"' in t]
+
+
 # Written for this test from envoyproxy/ratelimit's documented format (its
 # README's examples), one domain per file, loaded as is.
 RATELIMIT_EXAMPLES = {

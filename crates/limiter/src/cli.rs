@@ -236,6 +236,16 @@ pub struct Args {
     )]
     pub descriptors_poll_ms: u64,
 
+    /// Every RLS descriptor in quota mode (envoyproxy/ratelimit's
+    /// `QUOTA_MODE`): a call is over the limit only when all its
+    /// descriptors are. Needs `--grpc-listen`.
+    #[arg(
+        long = "quota-mode",
+        env = "SLUICE_QUOTA_MODE",
+        requires = "grpc_listen"
+    )]
+    pub quota_mode: bool,
+
     /// Answer `OK` to every RLS call over the limit, each descriptor's
     /// status unchanged, and count it (envoyproxy/ratelimit's
     /// `SHADOW_MODE`). Needs `--grpc-listen`.

@@ -405,6 +405,9 @@ fn rls(
     if let Some(inspector) = &state.introspection {
         service = service.with_top(Arc::clone(&inspector.top));
     }
+    if args.quota_mode {
+        service = service.with_quota_mode();
+    }
     if args.shadow_mode {
         tracing::warn!("--shadow-mode: RLS calls over the limit are answered OK and counted");
         service = service.with_mode(Mode::Shadow);

@@ -311,7 +311,7 @@ fn logging(env: &Env<'_>, out: &mut Translated) -> Result<(), String> {
 }
 
 /// `CONFIG_TYPE=FILE`: the runtime directory
-/// `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY`.
+/// `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY`; `QUOTA_MODE`.
 fn configuration(env: &Env<'_>, out: &mut Translated) -> Result<(), String> {
     match env.or("CONFIG_TYPE", "FILE").as_str() {
         "FILE" => {}
@@ -324,6 +324,9 @@ fn configuration(env: &Env<'_>, out: &mut Translated) -> Result<(), String> {
     dir.push(env.or("RUNTIME_APPDIRECTORY", "config"));
     out.args
         .extend(["--descriptors".into(), dir.display().to_string()]);
+    if env.flag("QUOTA_MODE", false)? {
+        out.args.push("--quota-mode".into());
+    }
     Ok(())
 }
 
@@ -455,6 +458,21 @@ mod tests {
              --metrics-listen 0.0.0.0:19001"
         );
         assert_eq!(t.ignored.len(), 3, "{:?}", t.ignored);
+    }
+
+    #[test]
+    fn quota_mode_is_the_global_quota_mode() {
+        let base = [("REDIS_SOCKET_TYPE", "tcp"), ("REDIS_URL", "r:6379")];
+        let args = |extra: (&str, &str)| {
+            let mut vars = base.to_vec();
+            vars.push(extra);
+            run(&vars).map(|t| t.args.contains(&"--quota-mode".to_string()))
+        };
+        assert_eq!(args(("QUOTA_MODE", "true")), Ok(true));
+        assert_eq!(args(("QUOTA_MODE", "false")), Ok(false));
+        assert!(args(("QUOTA_MODE", "often"))
+            .unwrap_err()
+            .starts_with("QUOTA_MODE"));
     }
 
     #[test]

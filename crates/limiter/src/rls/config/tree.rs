@@ -17,6 +17,9 @@ pub struct Node {
     /// `share_threshold` on a wildcard value: every matching value shares
     /// one counter, keyed by the pattern.
     pub share_threshold: bool,
+    /// `quota_mode`: over its limit, it refuses the call only when every
+    /// quota-mode descriptor of the call is over its own.
+    pub quota_mode: bool,
     /// `value_to_metric`: metrics name the request's value at this level
     /// where the descriptor has none or a wildcard.
     pub value_to_metric: bool,
