@@ -228,7 +228,7 @@ def test_the_sluice_verbs_print_tables_and_json(envoy, processes, tmp_path):
     out = sluice("key", "test", "per-user/0/bob", *args, "--limiter", url)
     header, row = out.stdout.splitlines()
     assert header.split() == ["ALGORITHM", "WINDOW_MS", "LIMIT", "REMAINING", "RESET_MS", "RETRY_AFTER_MS",
-                              "HELD", "BLOCKED_UNTIL_MS"]
+                              "DEBT", "HELD", "BLOCKED_UNTIL_MS"]
     assert row.split()[:4] == ["fixed_window", "3600000", "5", "0"]
 
     out = sluice("key", "shop", "remote_address=10.0.0.1", "--service", "rls", "--limiter", url, "--json")
@@ -239,3 +239,37 @@ def test_the_sluice_verbs_print_tables_and_json(envoy, processes, tmp_path):
     assert (out.returncode, out.stderr) == (2, "sluice top: expected DOMAIN [-n N]\n")
     out = sluice("top", "test", "-n", "0", "--limiter", url)
     assert (out.returncode, out.stderr) == (1, 'sluice top: n: expected a whole number from 1 to 256, got "0"\n')
+
+
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_a_key_in_debt_shows_what_it_owes_and_a_block_shows_at_once(processes, tmp_path, store):
+    """A GCRA of 2 per hour charged 5 after its responses owes 3 (it drains
+    one unit per 30 minutes); a key boxed by its refusal shows the block's
+    end while its quota is spent; reading started no block on the key in
+    debt."""
+    redis_url = processes.redis().url if store == "redis" else "memory"
+    limiter = introspecting(processes, tmp_path, "--introspection-keys", "clear", store=redis_url)
+    limit = {"algorithm": "gcra", "requests": 2, "window_ms": 3_600_000, "block_ms": 600_000}
+    charged = request(limiter.port, "/v1/charge", method="POST", body=json.dumps(
+        {"domain": "d", "limits": [{"key": "eve", "algorithm": "gcra", "requests": 2,
+                                    "window_ms": 3_600_000, "charge": 5}]}))
+    assert charged.status == 200, charged.body
+    query = "&".join(f"{k}={v}" for k, v in limit.items())
+    status, body = get(limiter, f"/v1/keys?domain=d&key=eve&{query}")
+    assert status == 200, body
+    (eve,) = body["limits"]
+    assert (eve["remaining"], eve["debt"], "blocked_until_ms" in eve) == (0, 3, False), eve
+    out = sluice("key", "d", "eve", "--algorithm", "gcra", "--requests", "2", "--window-ms", "3600000",
+                 "--limiter", f"http://127.0.0.1:{limiter.port}")
+    header, row = out.stdout.splitlines()
+    assert dict(zip(header.split(), row.split()))["DEBT"] == "3", out.stdout
+    check = {"domain": "d", "limits": [{"key": "mal", **limit}]}
+    answers = [json.loads(request(limiter.port, "/v1/check", method="POST", body=json.dumps(check)).body)
+               for _ in range(3)]
+    assert [a["allowed"] for a in answers] == [True, True, False]
+    assert answers[2]["limits"][0]["blocked"] is True
+    status, body = get(limiter, f"/v1/keys?domain=d&key=mal&{query}")
+    (mal,) = body["limits"]
+    assert mal["remaining"] == 0 and 0 < mal["retry_after_ms"] <= 600_000, mal
+    assert "blocked_until_ms" in mal and "debt" not in mal, mal
+    assert limiter.metric("sluice_limiter_blocks_started_total") == 1

@@ -163,7 +163,10 @@ def test_two_envoys_sharing_a_global_limit_answer_alike_and_consume_nothing(envo
     assert quotas(a.port, "alice")["shared"]["remaining"] == 0
 
 
-def test_a_global_block_is_answered_by_the_envoy_that_caches_it(envoy, processes):
+def test_a_global_block_is_answered_by_every_envoy(envoy, processes):
+    """The Envoy that refused answers from its cache; the other asks the
+    limiter with the limit's block, and the limiter reports the block in
+    force (a check of weight 0 never starts one)."""
     limiter = processes.limiter()
     rule = {"name": "gbox", "key": ["header:x-user"],
             "limits": [{"algorithm": "fixed_window", "requests": 2, "window": "1h", "scope": "global",
@@ -173,6 +176,13 @@ def test_a_global_block_is_answered_by_the_envoy_that_caches_it(envoy, processes
     a, b = (envoy(cfg, clusters=[limiter_cluster("sluice_limiter", [limiter.port])]) for _ in range(2))
     for _ in range(2):
         assert request(a.port, "/x", headers={"x-user": "eve"}).status == 200
+    # Bob spends his quota through B; polls of his spent key start no block.
+    for code in (200, 200):
+        assert request(b.port, "/x", headers={"x-user": "bob"}).status == code
+    for port in (a.port, b.port):
+        spent = quotas(port, "bob")["gbox"]
+        assert (spent["remaining"], "blocked_until" in spent) == (0, False), spent
+    assert limiter.metric("sluice_limiter_blocks_started_total") == 0
     refused, seconds = timed(lambda: request(a.port, "/x", headers={"x-user": "eve"}))
     assert (refused.status, refused.header("retry-after")) == (429, "600")
     # The Envoy that refused caches the block: its answer is the block's.
@@ -180,9 +190,13 @@ def test_a_global_block_is_answered_by_the_envoy_that_caches_it(envoy, processes
     assert (boxed["limit"], boxed["remaining"]) == (2, 0)
     assert boxed["reset_at"] in range(seconds.start + 600, seconds.stop + 601)
     assert boxed["next"] == boxed["reset"] <= 600
-    # The other asks the limiter: the limit's own figures, spent.
+    # The other asks the limiter, which reports the block and its end.
     other = quotas(b.port, "eve")["gbox"]
-    assert (other["limit"], other["remaining"], other["used"]) == (2, 0, 2)
-    # Asking started nothing and took nothing: one block, and bob is whole.
+    assert (other["limit"], other["remaining"]) == (2, 0)
+    assert other["blocked_until"] in range(seconds.start + 600, seconds.stop + 601), other
+    assert other["next"] == other["reset"] <= 600
+    # Asking started nothing and took nothing: one block, and carol is whole.
     assert limiter.metric("sluice_limiter_blocks_started_total") == 1
-    assert quotas(b.port, "bob")["gbox"]["remaining"] == 2
+    assert quotas(b.port, "carol")["gbox"]["remaining"] == 2
+    assert request(b.port, "/x", headers={"x-user": "bob"}).status == 429
+    assert limiter.metric("sluice_limiter_blocks_started_total") == 2

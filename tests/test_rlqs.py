@@ -5,6 +5,7 @@ Envoy and a fleet sharing Redis, the filter's fallbacks while the limiter is dow
 """
 
 import itertools
+import json
 import time
 from typing import NamedTuple
 
@@ -53,13 +54,13 @@ def envoys(tmp_path):
         env.stop()
 
 
-def rlqs_limiter(processes, tmp_path, store="memory", requests=20, port=None, tls=None, tls_flags=()):
+def rlqs_limiter(processes, tmp_path, store="memory", requests=20, port=None, tls=None, tls_flags=(), extra=()):
     """A limiter serving RLQS (assignments live 11 s: Envoy reports every 5 s); (limiter, its RLQS port)."""
     path = tmp_path / f"descriptors-{free_port()}.yaml"
     path.write_text(DESCRIPTORS.format(requests=requests))
     port = port or free_port()
     limiter = processes.limiter(store=store, tls=tls, extra_args=[
-        *tls_flags, "--rlqs-listen", f"127.0.0.1:{port}", "--descriptors", str(path),
+        *tls_flags, *extra, "--rlqs-listen", f"127.0.0.1:{port}", "--descriptors", str(path),
         "--rlqs-assignment-ttl-ms", "11000", "--store-timeout-ms", "5000"])
     return limiter, port
 
@@ -122,9 +123,11 @@ def test_one_envoy_admits_exactly_the_limit(envoys, processes, tmp_path):
 
 
 def test_one_envoy_denies_once_the_limit_is_reported(envoys, processes, tmp_path):
-    limiter, port = rlqs_limiter(processes, tmp_path, requests=20)
+    limiter, port = rlqs_limiter(processes, tmp_path, requests=20,
+                                 extra=["--introspection", "--introspection-keys", "clear"])
     env = envoys([port])
     who = tenant("solo")
+    refused = 0
     # The first request is admitted with no assignment yet; its report brings
     # the first share: half of the 19 left, an Envoy not counted yet may come.
     assert status(env, who) == 200
@@ -132,6 +135,7 @@ def test_one_envoy_denies_once_the_limit_is_reported(envoys, processes, tmp_path
     wait_until(lambda: limiter.metric("sluice_limiter_rlqs_streams") == 1, what="stream open")
     codes = [status(env, who) for _ in range(20)]
     assert codes == [200] * 9 + [429] * 11, codes
+    refused += codes.count(429)
     # Each later report brings a share of what is left (the rest once the
     # Envoy's count is settled, half of it while a new presence window has
     # not seen it twice), until a blanket deny: exactly the limit in all.
@@ -140,9 +144,19 @@ def test_one_envoy_denies_once_the_limit_is_reported(envoys, processes, tmp_path
         seen = assignments(limiter, "token_bucket")
         wait_until(lambda s=seen: assignments(limiter, "token_bucket") > s
                    or assignments(limiter, "deny_all") >= 1, what="the next assignment")
-        admitted += [status(env, who) for _ in range(20)].count(200)
+        codes = [status(env, who) for _ in range(20)]
+        admitted += codes.count(200)
+        refused += codes.count(429)
     assert admitted == 20
     assert status(env, who) == 429
+    refused += 1
+    # Envoy reports its refusals: the limiter's top limited keys name the
+    # bucket with exactly the refusals the client met, once all are reported.
+    def top():
+        return json.loads(request(limiter.port, "/v1/top?domain=quota").body)["keys"]
+    wait_until(lambda: top() and top()[0]["refusals"] == refused, timeout=30,
+               what=f"{refused} refusals reported")
+    assert top() == [{"key": f"name=api/tenant={who}", "limit": "rlqs", "refusals": refused, "error": 0}]
     # Requests without the header fall in no bucket; an unlimited bucket is allowed.
     assert request(env.port, "/").status == 200
     assert [status(env, "open") for _ in range(30)].count(200) == 30

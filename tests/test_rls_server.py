@@ -122,6 +122,66 @@ def test_remote_address_request_headers_generic_key_and_nesting(rls_envoy, proce
     assert 'sluice_limiter_rls_calls_total{domain="actions",result="over_limit"}' in text
 
 
+QUOTA_MODE = """
+domain: quota
+descriptors:
+  - key: plan
+    value: free
+    descriptors:
+      - key: user
+        quota_mode: true
+        rate_limit: {unit: day, requests_per_unit: 2}
+  - key: plan
+    value: credits
+    descriptors:
+      - key: user
+        quota_mode: true
+        rate_limit: {unit: day, requests_per_unit: 3}
+"""
+
+
+def test_quota_mode_refuses_only_once_every_quota_is_spent(rls_envoy, processes, tmp_path):
+    lim = rls_limiter(processes, tmp_path, QUOTA_MODE)
+    both = [[generic_key("free", "plan"), header_action("x-user", "user")],
+            [generic_key("credits", "plan"), header_action("x-user", "user")]]
+    env = rls_envoy("quota", [lim.grpc_port], both)
+    # free (2) spent after 2, credits (3) after 3: the third passes on credits alone.
+    assert statuses(env, 5, {"x-user": "a"}) == [200, 200, 200, 429, 429]
+    free_only = rls_envoy("quota", [lim.grpc_port], both[:1])
+    assert statuses(free_only, 3, {"x-user": "b"}) == [200, 200, 429], "one quota descriptor: a limit"
+    text = request(lim.port, "/metrics").body.decode()
+    lines = set(text.splitlines())
+    for line in [
+        'sluice_limiter_rls_calls_total{domain="quota",result="ok"} 5',
+        'sluice_limiter_rls_calls_total{domain="quota",result="over_limit"} 3',
+        'sluice_limiter_rls_descriptors_total{domain="quota",descriptor="plan_free.user",result="over_limit"} 4',
+        'sluice_limiter_rls_descriptors_total{domain="quota",descriptor="plan_credits.user",result="over_limit"} 2',
+    ]:
+        assert line in lines, (line, [t for t in lines if 'domain="quota"' in t])
+
+
+def test_global_quota_mode_puts_every_descriptor_in_quota_mode(rls_envoy, processes, tmp_path):
+    lim = rls_limiter(processes, tmp_path, QUOTA_MODE.replace("        quota_mode: true\n", ""),
+                      extra=["--quota-mode"])
+    both = [[generic_key("free", "plan"), header_action("x-user", "user")],
+            [generic_key("credits", "plan"), header_action("x-user", "user")]]
+    env = rls_envoy("quota", [lim.grpc_port], both)
+    assert statuses(env, 5, {"x-user": "a"}) == [200, 200, 200, 429, 429]
+
+
+def test_envoy_sends_a_routes_negative_hits_as_hits(rls_envoy, processes, tmp_path):
+    # Envoy 1.40's ratelimit filter sends a route's `hits_addend` with
+    # `is_negative_hits` as one hit: counted, not given back.
+    lim = rls_limiter(processes, tmp_path, ACTIONS.replace("unit: minute", "unit: day"))
+    taking = rls_envoy("actions", [lim.grpc_port], [USER])
+    giving = rls_envoy("actions", [lim.grpc_port],
+                       [{"actions": USER, "hits_addend": {"number": 2, "is_negative_hits": True}}])
+    assert statuses(giving, 1, {"x-user": "h"}) == [200]
+    assert statuses(taking, 3, {"x-user": "h"}) == [200, 200, 429], "1 of 3 taken"
+    lines = request(lim.port, "/metrics").body.decode().splitlines()
+    assert not [t for t in lines if 'result="given_back"' in t]
+
+
 # Written for this test from envoyproxy/ratelimit's documented format (its
 # README's examples), one domain per file, loaded as is.
 RATELIMIT_EXAMPLES = {
@@ -373,3 +433,69 @@ descriptors:
     assert report.count(200) == 200
     assert lim.metric('sluice_limiter_rls_calls_total{domain="load",result="ok"}') == 150
     assert lim.metric('sluice_limiter_rls_calls_total{domain="load",result="over_limit"}') == 50
+
+
+def test_shadow_mode_lets_a_limited_key_pass_and_counts_it(rls_envoy, processes, tmp_path):
+    """`--shadow-mode` (envoyproxy/ratelimit's `SHADOW_MODE`): a call over the
+    limit is answered OK, so Envoy passes it, and counted."""
+    lim = rls_limiter(processes, tmp_path, ACTIONS, extra=["--shadow-mode"])
+    env = rls_envoy("actions", [lim.grpc_port], [USER])
+    away_from_window_boundary(60, 2)  # user: 3 per minute
+    assert statuses(env, 5, {"x-user": "shadowed"}) == [200] * 5
+    assert lim.metric('sluice_limiter_rls_global_shadow_mode_total{domain="actions"}') == 2
+    assert lim.metric('sluice_limiter_rls_calls_total{domain="actions",result="ok"}') == 5
+    assert lim.metric('sluice_limiter_rls_descriptors_total{domain="actions",descriptor="user",result="over_limit"}') == 2
+    assert "--shadow-mode" in lim.process.log()
+
+
+MULTIPLIED = """
+domain: multiplied
+descriptors:
+  - key: user
+    value: five-minutes
+    rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 3}
+  - key: user
+    value: sixty-seconds
+    rate_limit: {unit: second, unit_multiplier: 60, requests_per_unit: 1000}
+"""
+
+
+def test_unit_multiplier_counts_in_a_window_of_n_units(rls_envoy, processes, tmp_path):
+    """`unit_multiplier: 5` with `unit: minute`: 3 requests per 5 minutes,
+    the window aligned to the epoch, `X-RateLimit-Reset` the rest of it in
+    whole seconds; 60 seconds report as a minute."""
+    lim = rls_limiter(processes, tmp_path, MULTIPLIED)
+    env = rls_envoy("multiplied", [lim.grpc_port], [USER], x_ratelimit_headers=True)
+    away_from_window_boundary(300, 2)
+    before = int(time.time())
+    seen = [request(env.port, "/", headers={"x-user": "five-minutes"}) for _ in range(4)]
+    after = int(time.time())
+    assert [r.status for r in seen] == [200, 200, 200, 429]
+    assert [r.header("x-ratelimit-remaining") for r in seen] == ["2", "1", "0", "0"]
+    resets = {300 - s % 300 for s in range(before, after + 1)}
+    assert all(int(r.header("x-ratelimit-reset")) in resets for r in seen)
+    # Five minutes are no protocol unit: Envoy sends the limit without a window.
+    assert seen[0].header("x-ratelimit-limit") == "3"
+    r = request(env.port, "/", headers={"x-user": "sixty-seconds"})
+    assert (r.status, r.header("x-ratelimit-limit")) == (200, "1000, 1000;w=60")
+
+
+NAMED = """
+domain: named
+descriptors:
+  - key: user
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+"""
+
+
+def test_value_to_metric_names_the_descriptor_metric_with_the_value(rls_envoy, processes, tmp_path):
+    """`value_to_metric`: the descriptor's series is named as envoyproxy/ratelimit
+    names its stat (`named.user_alice`), one per value Envoy sent."""
+    lim = rls_limiter(processes, tmp_path, NAMED)
+    env = rls_envoy("named", [lim.grpc_port], [USER])
+    assert statuses(env, 2, {"x-user": "alice"}) + statuses(env, 1, {"x-user": "bob"}) == [200] * 3
+    series = 'sluice_limiter_rls_descriptors_total{{domain="named",descriptor="{}",result="ok"}}'
+    assert lim.metric(series.format("user_alice")) == 2
+    assert lim.metric(series.format("user_bob")) == 1
+    assert lim.metric(series.format("user")) == 0

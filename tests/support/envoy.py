@@ -327,7 +327,7 @@ def start_envoy(workdir: Path, http_filters: list[dict], *, concurrency: int = 2
     (rundir / "bootstrap.json").write_text(json.dumps(bootstrap, indent=1))
 
     args = [str(envoy_bin), "-c", str(rundir / "bootstrap.json"), "--concurrency", str(concurrency),
-            "--log-level", log_level]
+            "--log-level", log_level, "--file-flush-interval-msec", "50"]
     if not hot_restart:
         args += ["--disable-hot-restart"]
     if drain_time_s is not None:

@@ -91,14 +91,14 @@ def start_rls_envoy(workdir: Path, domain: str, limiter_ports: list[int], rate_l
                     *, concurrency: int = 2, envoy_bin: Path = ENVOY_BIN, transport_socket: dict | None = None,
                     **filter_args) -> Envoy:
     """An Envoy whose route carries `rate_limits` (one list of actions per
-    descriptor) and whose ratelimit filter asks the limiters on `limiter_ports`
+    descriptor, or a whole route `RateLimit`) and whose ratelimit filter asks the limiters on `limiter_ports`
     (over `transport_socket` when given)."""
     rundir = Path(tempfile.mkdtemp(prefix="envoy-rls-", dir=workdir))
     env = Envoy(rundir, free_port(), free_port())
     backend_port = free_port()
     route = {"match": {"prefix": "/"},
              "route": {"cluster": "backend",
-                       "rate_limits": [{"actions": actions} for actions in rate_limits]}}
+                       "rate_limits": [rl if isinstance(rl, dict) else {"actions": rl} for rl in rate_limits]}}
     backend_route = {"match": {"prefix": "/"},
                      "direct_response": {"status": 200, "body": {"inline_string": "ok\n"}}}
     backend_cluster = {
@@ -119,7 +119,8 @@ def start_rls_envoy(workdir: Path, domain: str, limiter_ports: list[int], rate_l
     }
     (rundir / "bootstrap.json").write_text(json.dumps(bootstrap, indent=1))
     args = [str(envoy_bin), "-c", str(rundir / "bootstrap.json"), "--concurrency", str(concurrency),
-            "--disable-hot-restart", "--log-level", "warning", "--drain-time-s", "1"]
+            "--disable-hot-restart", "--log-level", "warning", "--drain-time-s", "1",
+            "--file-flush-interval-msec", "50"]
     env.process = Process(args, rundir / "envoy.log")
 
     def ready():

@@ -286,6 +286,7 @@ pub fn key_rows(answer: &Value) -> Vec<Vec<String>> {
         "remaining",
         "reset_ms",
         "retry_after_ms",
+        "debt",
         "held",
         "blocked_until_ms",
     ];
@@ -346,10 +347,10 @@ mod tests {
     fn rows_come_from_the_answers() {
         let top = json!({"domain": "d", "keys": [{"key": "a", "limit": "gcra|1000", "refusals": 9, "error": 1}]});
         assert_eq!(top_rows(&top), vec![vec!["1", "a", "gcra|1000", "9", "1"]]);
-        let key = json!({"limits": [{"algorithm": "gcra", "window_ms": 1000, "limit": 5, "remaining": 2, "reset_ms": 600}]});
+        let key = json!({"limits": [{"algorithm": "gcra", "window_ms": 1000, "limit": 5, "remaining": 0, "reset_ms": 600, "debt": 3}]});
         assert_eq!(
             key_rows(&key),
-            vec![vec!["gcra", "1000", "5", "2", "600", "-", "-", "-"]]
+            vec![vec!["gcra", "1000", "5", "0", "600", "-", "3", "-", "-"]]
         );
         assert_eq!(dechunk("3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"), "abcde");
     }

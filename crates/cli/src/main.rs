@@ -128,6 +128,7 @@ fn introspect(verb: &str, args: &[String]) -> Result<ExitCode, String> {
                 "REMAINING",
                 "RESET_MS",
                 "RETRY_AFTER_MS",
+                "DEBT",
                 "HELD",
                 "BLOCKED_UNTIL_MS",
             ];

@@ -1,4 +1,4 @@
-use crate::{Algorithm, FieldError, Nanos, MILLISECOND, SECOND};
+use crate::{Algorithm, Decision, Denial, FieldError, Nanos, MILLISECOND, SECOND};
 
 /// The largest accepted `requests` and `burst` (10^12).
 pub const MAX_REQUESTS: u64 = 1_000_000_000_000;
@@ -116,6 +116,42 @@ impl Limit {
     pub fn with_max_delay(mut self, max_delay: Option<Nanos>) -> Limit {
         self.max_delay = max_delay;
         self
+    }
+
+    /// The rate actually enforced, per `window`: `requests` plus the soft
+    /// allowance (`requests + requests * soft_percent / 100`, rounded down).
+    pub fn soft_requests(&self) -> u64 {
+        with_soft(self.requests, self.soft_percent)
+    }
+
+    /// The whole units a key of this limit owes beyond an empty quota, read
+    /// from `decision`, one of weight 0 ([`decide`](crate::decide) or
+    /// [`charge`](crate::charge) with cost 0) on its state: 0 when it owes
+    /// nothing. The meters (token bucket, leaky bucket, GCRA) drain their
+    /// level at [`Limit::soft_requests`] per `window`, and `reset` is when the level is
+    /// back to 0, so the level is `reset * rate` (in whole units, rounded
+    /// up: a key owing 2.5 units owes 3) and the debt what it holds beyond
+    /// the capacity enforced ([`Limit::soft_burst`]). `None` for the windows
+    /// and the sliding log, whose debt ends with their window (`reset`
+    /// says when), and for a decision refused by a penalty box (its
+    /// `reset` is the block's).
+    pub fn debt(&self, decision: &Decision) -> Option<u64> {
+        if matches!(decision.denial, Some(Denial::Blocked { .. })) {
+            return None;
+        }
+        match self.algorithm {
+            Algorithm::TokenBucket | Algorithm::LeakyBucket | Algorithm::Gcra => {}
+            Algorithm::FixedWindow | Algorithm::SlidingWindow | Algorithm::SlidingLog => {
+                return None
+            }
+        }
+        // `reset` was rounded up to whole nanoseconds: the level lies in
+        // ((reset - 1) * rate, reset * rate], and less than a unit apart.
+        let level = (u128::from(decision.reset.saturating_sub(1))
+            * u128::from(self.soft_requests()))
+        .div_ceil(u128::from(self.window.max(1)));
+        let owed = level.saturating_sub(u128::from(self.soft_burst()));
+        Some(u64::try_from(owed).unwrap_or(u64::MAX))
     }
 
     /// The capacity actually enforced: `burst` plus the soft allowance
@@ -322,5 +358,55 @@ impl Params {
     #[inline]
     pub(crate) fn report(&self, effective_remaining: u64) -> u64 {
         effective_remaining.saturating_sub(self.soft_extra)
+    }
+}
+
+#[cfg(test)]
+mod debt_tests {
+    use crate::{charge, decide, Algorithm, Limit, SECOND};
+
+    /// A meter charged `cost` beyond its quota owes exactly what went
+    /// beyond, and less as it drains; the windows report none.
+    #[test]
+    fn debt_of_a_charged_key() {
+        for algorithm in [
+            Algorithm::TokenBucket,
+            Algorithm::LeakyBucket,
+            Algorithm::Gcra,
+        ] {
+            for (requests, window, burst, soft) in [(10, SECOND, 10, 0), (7, 3 * SECOND, 20, 50)] {
+                let limit = Limit::new(algorithm, requests, window)
+                    .unwrap()
+                    .with_burst(burst)
+                    .with_soft_percent(soft);
+                let cap = limit.soft_burst();
+                for cost in [0, 1, cap, cap + 1, cap + 13, 5 * cap + 3] {
+                    let charged = charge(&limit, None, 0, cost).unwrap();
+                    let d = charged.decision;
+                    assert_eq!(
+                        limit.debt(&d),
+                        Some(cost.saturating_sub(cap)),
+                        "{algorithm:?} {cost}"
+                    );
+                    // One unit's drain time later, one unit less owed.
+                    let state = charged.new_state.as_ref().map(|s| s.as_bytes());
+                    let unit = window.div_ceil(limit.soft_requests());
+                    // Half a unit drained: still owed, rounded up.
+                    let half = decide(&limit, state, unit / 2, 0).decision;
+                    let owed = cost.saturating_sub(cap);
+                    assert_eq!(limit.debt(&half), Some(owed), "{algorithm:?} {cost} half");
+                    let later = decide(&limit, state, unit, 0).decision;
+                    let expected = cost.saturating_sub(cap).saturating_sub(1);
+                    assert_eq!(
+                        limit.debt(&later),
+                        Some(expected),
+                        "{algorithm:?} {cost} later"
+                    );
+                }
+            }
+        }
+        let window = Limit::new(Algorithm::FixedWindow, 10, SECOND).unwrap();
+        let charged = charge(&window, None, 0, 30).unwrap().decision;
+        assert_eq!(window.debt(&charged), None);
     }
 }

@@ -69,10 +69,23 @@ pub fn app<S: Store + Clone>(state: AppState<S>) -> Router {
         .route("/healthz", get(healthz::<S>))
         .route("/livez", get(livez))
         .route("/readyz", get(healthz::<S>))
+        // envoyproxy/ratelimit's probe path, as Envoy Gateway probes it.
+        .route("/healthcheck", get(healthz::<S>))
         .route("/metrics", get(metrics::<S>))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
         .merge(introspect)
+}
+
+/// The router of `--metrics-listen`: `/metrics` and the probes only.
+pub fn metrics_app<S: Store + Clone>(state: AppState<S>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz::<S>))
+        .route("/livez", get(livez))
+        .route("/readyz", get(healthz::<S>))
+        .route("/healthcheck", get(healthz::<S>))
+        .route("/metrics", get(metrics::<S>))
+        .with_state(state)
 }
 
 fn json(status: StatusCode, body: Vec<u8>) -> Response {

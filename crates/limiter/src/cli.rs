@@ -41,6 +41,11 @@ pub struct Args {
     #[arg(long = "redis-password-file", env = "SLUICE_REDIS_PASSWORD_FILE")]
     pub redis_password_file: Option<PathBuf>,
 
+    /// A Redis password given by envoyproxy/ratelimit's `REDIS_AUTH` (see
+    /// [`crate::ratelimit_env`]); never a flag.
+    #[arg(skip)]
+    pub redis_password: Option<String>,
+
     /// Log filter (`error`, `warn`, `info`, `debug`, `trace`, or a tracing directive).
     #[arg(long = "log-level", env = "SLUICE_LOG", default_value = "info")]
     pub log_level: String,
@@ -107,6 +112,19 @@ pub struct Args {
         default_value_t = 100
     )]
     pub store_timeout_ms: u64,
+
+    /// Also serve `/metrics` and the health probes (`/healthz`, `/readyz`,
+    /// `/livez`, `/healthcheck`) on this address, in plain HTTP, and nothing
+    /// else: a scrape port apart from the API, as Envoy Gateway's ratelimit
+    /// deployment scrapes `:19001`.
+    #[arg(long = "metrics-listen", env = "SLUICE_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+
+    /// With `--tls-cert`: keep `--listen` in plain HTTP, TLS on the gRPC
+    /// listeners only (for probes and scrapers that speak plain HTTP, as
+    /// Envoy Gateway probes its ratelimit deployment's `:8080/healthcheck`).
+    #[arg(long = "plain-http", env = "SLUICE_PLAIN_HTTP", requires = "tls_cert")]
+    pub plain_http: bool,
 
     /// Also serve Envoy's rate limit service protocol
     /// (`envoy.service.ratelimit.v3.RateLimitService`, gRPC over h2c, or TLS
@@ -224,6 +242,26 @@ pub struct Args {
         default_value_t = 1_000
     )]
     pub descriptors_poll_ms: u64,
+
+    /// Every RLS descriptor in quota mode (envoyproxy/ratelimit's
+    /// `QUOTA_MODE`): a call is over the limit only when all its
+    /// descriptors are. Needs `--grpc-listen`.
+    #[arg(
+        long = "quota-mode",
+        env = "SLUICE_QUOTA_MODE",
+        requires = "grpc_listen"
+    )]
+    pub quota_mode: bool,
+
+    /// Answer `OK` to every RLS call over the limit, each descriptor's
+    /// status unchanged, and count it (envoyproxy/ratelimit's
+    /// `SHADOW_MODE`). Needs `--grpc-listen`.
+    #[arg(
+        long = "shadow-mode",
+        env = "SLUICE_SHADOW_MODE",
+        requires = "grpc_listen"
+    )]
+    pub shadow_mode: bool,
 
     /// Serve the read-only introspection API (`GET /v1/limits`,
     /// `/v1/keys`, `/v1/top`) on the HTTP listener, count the top limited

@@ -15,6 +15,7 @@ pub mod events;
 pub mod introspect;
 pub mod metrics;
 pub mod overrides;
+pub mod ratelimit_env;
 pub mod rlqs;
 pub mod rls;
 pub mod server;

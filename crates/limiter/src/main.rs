@@ -3,16 +3,17 @@
 use clap::Parser;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
-use sluice_limiter::api::{app, AppState};
+use sluice_limiter::api::{app, metrics_app, AppState};
 use sluice_limiter::cli::{Args, LogFormat};
 use sluice_limiter::clock::SystemClock;
 use sluice_limiter::introspect::Inspector;
 use sluice_limiter::metrics::{Listener, Metrics};
 use sluice_limiter::overrides::Overrides;
+use sluice_limiter::ratelimit_env;
 use sluice_limiter::rlqs::service::RlqsService;
 use sluice_limiter::rls::config::SameDomain;
 use sluice_limiter::rls::reload::{spawn_watcher, ConfigCell};
-use sluice_limiter::rls::service::RlsService;
+use sluice_limiter::rls::service::{Mode, RlsService};
 use sluice_limiter::server::{serve_grpc, serve_http, Acceptor, Grpc, Stop};
 use sluice_limiter::spread::Spread;
 use sluice_limiter::store::memory::{MemoryConfig, MemoryStore};
@@ -34,8 +35,39 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// How often the memory store drops keys that are back to full.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
+/// The flags, from the command line, or from envoyproxy/ratelimit's
+/// environment when started as `ratelimit` (then with the variables it
+/// ignored, to log).
+fn parse_args() -> Result<(Args, Vec<String>), ExitCode> {
+    let program = std::env::args_os().next();
+    let flag = std::env::var("SLUICE_RATELIMIT_ENV").ok();
+    if !ratelimit_env::wanted(program.as_deref(), flag.as_deref()) {
+        return Ok((Args::parse(), Vec::new()));
+    }
+    let t = match ratelimit_env::translate(&|name| std::env::var(name).ok()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("sluice-limiter (envoyproxy/ratelimit environment): {e}");
+            return Err(ExitCode::from(2));
+        }
+    };
+    let given = std::env::args().skip(1);
+    let line = std::iter::once("sluice-limiter".to_string())
+        .chain(t.args)
+        .chain(given);
+    let mut args = Args::try_parse_from(line).map_err(|e| {
+        let _ = e.print();
+        ExitCode::from(2)
+    })?;
+    args.redis_password = t.redis_password;
+    Ok((args, t.ignored))
+}
+
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let (args, ignored) = match parse_args() {
+        Ok(parsed) => parsed,
+        Err(code) => return code,
+    };
     let filter = EnvFilter::try_new(&args.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
     match args.log_format {
         LogFormat::Text => tracing_subscriber::fmt()
@@ -47,6 +79,9 @@ fn main() -> ExitCode {
             .with_current_span(false)
             .with_env_filter(filter)
             .init(),
+    }
+    for note in &ignored {
+        tracing::warn!("envoyproxy/ratelimit environment: {note}");
     }
     // Redis TLS uses rustls with the ring provider.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -97,9 +132,11 @@ fn connect_options(args: &Args) -> Result<ConnectOptions, String> {
             .as_deref()
             .map(|p| read("--redis-key", p))
             .transpose()?,
-        password: std::env::var("SLUICE_REDIS_PASSWORD")
-            .ok()
-            .filter(|p| !p.is_empty()),
+        password: args.redis_password.clone().or_else(|| {
+            std::env::var("SLUICE_REDIS_PASSWORD")
+                .ok()
+                .filter(|p| !p.is_empty())
+        }),
     };
     if let Some(path) = &args.redis_password_file {
         let bytes = read("--redis-password-file", path)?;
@@ -161,8 +198,9 @@ async fn run(args: Args) -> Result<(), String> {
     let limits = args.connection_limits();
     let listener = sluice_limiter::server::bind(args.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let http_tls = tls.as_ref().filter(|_| !args.plain_http);
     let listener = Acceptor::new(listener, limits, Listener::Http, Arc::clone(&state.metrics))
-        .tls(tls.as_ref().map(|t| t.listener(ALPN_HTTP)));
+        .tls(http_tls.map(|t| t.listener(ALPN_HTTP)));
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let spread = Spread::threads(connection_threads(args.threads))
         .map(Arc::new)
@@ -178,6 +216,18 @@ async fn run(args: Args) -> Result<(), String> {
         version = env!("CARGO_PKG_VERSION"),
         "sluice-limiter serving"
     );
+    if let Some(addr) = args.metrics_listen {
+        let bound = sluice_limiter::server::bind(addr)
+            .map_err(|e| format!("cannot listen on {addr} (--metrics-listen): {e}"))?;
+        let scrape = Acceptor::new(bound, limits, Listener::Http, Arc::clone(&state.metrics));
+        let served = serve_http(
+            scrape,
+            metrics_app(state.clone()),
+            stop.clone(),
+            Arc::clone(&spread),
+        );
+        tokio::spawn(served);
+    }
     let http = tokio::spawn(serve_http(listener, app(state), stop.clone(), spread));
     shutdown_signal().await;
     let _ = stop_tx.send(true);
@@ -366,6 +416,13 @@ fn rls(
     if let Some(inspector) = &state.introspection {
         service = service.with_top(Arc::clone(&inspector.top));
     }
+    if args.quota_mode {
+        service = service.with_quota_mode();
+    }
+    if args.shadow_mode {
+        tracing::warn!("--shadow-mode: RLS calls over the limit are answered OK and counted");
+        service = service.with_mode(Mode::Shadow);
+    }
     Grpc {
         service: service.into_server(),
         timeout: Some(args.connection_limits().request_timeout),
@@ -389,6 +446,10 @@ fn rlqs(
         args.rlqs_settings(),
     )
     .until(stop);
+    let service = match &state.introspection {
+        Some(inspector) => service.with_top(Arc::clone(&inspector.top)),
+        None => service,
+    };
     Grpc {
         service: service.into_server(),
         timeout: None,

@@ -150,6 +150,7 @@ async fn suite<S: Store + Clone>(s: Subject<S>) {
     a_batch_with_a_reserve_stops_where_the_reserve_begins(&s).await;
     racing_checks_with_a_reserve_never_take_it(&s).await;
     a_block_refuses_the_key_until_it_ends(&s).await;
+    a_check_of_weight_zero_reads_a_block_and_starts_none(&s).await;
 }
 
 /// Penalty box: a token bucket of 2 per 400 ms with `block_ms` 1000. The
@@ -206,6 +207,45 @@ async fn a_block_refuses_the_key_until_it_ends<S: Store + Clone>(s: &Subject<S>)
             json!(4 - round),
             "{store}: {v}"
         );
+    }
+}
+
+/// A check of weight 0 reads: over a spent limit with `block_ms` it is
+/// refused and starts no block (a check of weight 1 is then refused over
+/// the limit, not blocked, and starts it); a block in force is reported to
+/// it (`blocked`, `retry_after_ms` its end). Only refusals that start or
+/// report a block carry `blocked`.
+async fn a_check_of_weight_zero_reads_a_block_and_starts_none<S: Store + Clone>(s: &Subject<S>) {
+    let store = s.name;
+    let c = s.client("read-block");
+    let boxed = json!([{"key": "k", "algorithm": "fixed_window", "requests": 1,
+        "window_ms": 60_000, "block_ms": 30_000}]);
+    let v = c.check(boxed.clone(), 1).await;
+    assert_eq!(v["allowed"], json!(true), "{store}: {v}");
+    assert_eq!(v["limits"][0].get("blocked"), None, "{store}: {v}");
+    for _ in 0..3 {
+        let v = c.check(boxed.clone(), 0).await;
+        assert_eq!(v["allowed"], json!(false), "{store}: {v}");
+        assert_eq!(v["limits"][0].get("blocked"), None, "{store}: {v}");
+    }
+    let v = c.check(boxed.clone(), 1).await;
+    assert_eq!(
+        (
+            &v["allowed"],
+            &v["limits"][0]["blocked"],
+            &v["limits"][0]["retry_after_ms"]
+        ),
+        (&json!(false), &json!(true), &json!(30_000)),
+        "{store}: the refusal of weight 1 starts the block: {v}"
+    );
+    s.pass(1000).await;
+    let v = c.check(boxed, 0).await;
+    assert_eq!(v["limits"][0]["blocked"], json!(true), "{store}: {v}");
+    let retry = v["limits"][0]["retry_after_ms"].as_u64().unwrap_or(0);
+    if s.clock.is_some() {
+        assert_eq!(retry, 29_000, "{store}: {v}");
+    } else {
+        assert!(retry > 0 && retry <= 30_000, "{store}: {v}");
     }
 }
 

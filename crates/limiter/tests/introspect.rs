@@ -252,8 +252,8 @@ async fn an_rls_key_reads_as_the_rls_service_decided_it() {
 }
 
 /// A block is read, never started, by `/v1/keys`: a key in debt read with
-/// its `block_ms` is not blocked by the read, and a blocked key shows when
-/// its block ends.
+/// its `block_ms` is not blocked by the read and shows its debt, and a
+/// blocked key shows when its block ends at once, its quota spent or not.
 #[tokio::test]
 async fn reading_a_key_never_starts_its_penalty_box() {
     let clock = Arc::new(ManualClock::new(T0));
@@ -281,12 +281,18 @@ async fn reading_a_key_never_starts_its_penalty_box() {
             "/v1/keys?domain=d&key={key}&algorithm=gcra&requests=2&window_ms=1000&block_ms=60000"
         )
     };
-    for _ in 0..2 {
+    // 5 charged on a burst of 2: 3 owed, 2 of them still after 500 ms.
+    for (wait, debt) in [(0, 3), (500, 2)] {
+        clock.advance(wait * sluice_core::MILLISECOND);
         let (_, body) = get(&st, &uri("eve")).await;
         let l = &body["limits"][0];
         assert_eq!(
-            (l["remaining"].as_u64(), l.get("blocked_until_ms")),
-            (Some(0), None),
+            (
+                l["remaining"].as_u64(),
+                l["debt"].as_u64(),
+                l.get("blocked_until_ms")
+            ),
+            (Some(0), Some(debt), None),
             "{body}"
         );
     }
@@ -296,21 +302,22 @@ async fn reading_a_key_never_starts_its_penalty_box() {
         after["allowed"], true,
         "the reads started no block: {after}"
     );
+    let (_, body) = get(&st, &uri("eve")).await;
+    assert_eq!(body["limits"][0]["debt"], 0, "{body}");
 
     for allowed in [true, true, false] {
         let out = send(json!({"domain": "d", "limits": [limit("mal")]})).await;
         assert_eq!(out["allowed"], allowed);
     }
-    // spent: read without the block (a refusal with it would start one)
+    // spent and blocked: the block in force shows at once
+    let block_end = (T0 + 10_500 * sluice_core::MILLISECOND) / sluice_core::MILLISECOND + 60_000;
     let (_, body) = get(&st, &uri("mal")).await;
-    assert!(
-        body["limits"][0].get("blocked_until_ms").is_none(),
-        "{body}"
-    );
-    // once the quota would admit again, the block in force shows
+    assert_eq!(body["limits"][0]["blocked_until_ms"], block_end, "{body}");
+    assert_eq!(body["limits"][0]["retry_after_ms"], 60_000, "{body}");
+    assert_eq!(body["limits"][0].get("debt"), None, "{body}");
+    // and still once the quota would admit again
     clock.advance(SECOND);
     let (_, body) = get(&st, &uri("mal")).await;
-    let block_end = (T0 + 10 * SECOND) / sluice_core::MILLISECOND + 60_000;
     assert_eq!(body["limits"][0]["blocked_until_ms"], block_end, "{body}");
     assert_eq!(body["limits"][0]["retry_after_ms"], 59_000, "{body}");
 }

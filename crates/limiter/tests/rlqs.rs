@@ -360,3 +360,43 @@ async fn a_share_of_an_uncharged_limit_refills_over_its_window() {
     };
     assert_eq!(tb.fill_interval.unwrap().seconds, 60);
 }
+
+/// The refusals Envoy reports for a bucket (`num_requests_denied`) count
+/// among the domain's top limited keys: the flooding bucket first, with
+/// exactly what was reported; a bucket with no refusals is not listed.
+#[tokio::test]
+async fn the_refusals_envoy_reports_feed_the_top_limited_keys() {
+    use sluice_limiter::top::{KeyDisplay, TopKeys};
+    let clock = Arc::new(ManualClock::new(T0));
+    let metrics = Arc::new(Metrics::default());
+    let top = Arc::new(TopKeys::new(60 * SECOND, 16, KeyDisplay::Clear));
+    let svc = service(&clock, &metrics).with_top(Arc::clone(&top));
+    let (flood, steady, calm) = (
+        bucket("api", "flood"),
+        bucket("api", "steady"),
+        bucket("api", "calm"),
+    );
+    let mut s = StreamState::default();
+    let usages = [(&flood, 10, 0), (&steady, 3, 0), (&calm, 1, 0)];
+    svc.answer(&mut s, &reports("quota", &usages))
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        let usages = [(&flood, 2, 400), (&steady, 3, 5), (&calm, 1, 0)];
+        svc.answer(&mut s, &reports("quota", &usages))
+            .await
+            .unwrap();
+    }
+    let listed: Vec<(String, String, u64, u64)> = top
+        .top("quota", 10, clock.now())
+        .into_iter()
+        .map(|c| (c.subject.key, c.subject.limit, c.refusals, c.error))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("name=api/tenant=flood".into(), "rlqs".into(), 1200, 0),
+            ("name=api/tenant=steady".into(), "rlqs".into(), 15, 0),
+        ]
+    );
+}

@@ -338,3 +338,94 @@ async fn two_services_share_a_redis() {
         "denied requests consumed nothing"
     );
 }
+
+/// `unit_multiplier`: 3 requests per 5 minutes.
+const MULTIPLIED: &str = "
+domain: m
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 3}
+";
+
+/// Three calls in one window of five minutes, then one over the limit: each
+/// status with its `limit_remaining` and `duration_until_reset` (seconds).
+async fn five_minutes<S: sluice_limiter::store::Store>(
+    svc: &RlsService<S>,
+    user: &str,
+) -> Vec<(bool, u32, i64)> {
+    let req = request("m", vec![descriptor(&[("user", user)])]);
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let r = ask(svc, &req).await;
+        let s = &r.statuses[0];
+        let limit = s.current_limit.as_ref().unwrap();
+        // Five minutes are no protocol unit: UNKNOWN.
+        assert_eq!((limit.requests_per_unit, limit.unit), (3, 0));
+        seen.push((
+            over(&r),
+            s.limit_remaining,
+            s.duration_until_reset.unwrap().seconds,
+        ));
+    }
+    seen
+}
+
+#[tokio::test]
+async fn unit_multiplier_counts_in_windows_of_n_units_aligned_to_the_epoch() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let svc = service(memory(&clock), MULTIPLIED, &clock);
+    // T0 is 210 s into its five minutes (1_700_000_010 % 300).
+    let seen = five_minutes(&svc, "a").await;
+    assert_eq!(
+        seen,
+        [
+            (false, 2, 90),
+            (false, 1, 90),
+            (false, 0, 90),
+            (true, 0, 90)
+        ]
+    );
+    clock.advance(89 * SECOND);
+    let again = five_minutes(&svc, "a").await;
+    assert_eq!(again[0], (true, 0, 1));
+    clock.advance(SECOND);
+    let next = five_minutes(&svc, "a").await;
+    assert_eq!(
+        next,
+        [
+            (false, 2, 300),
+            (false, 1, 300),
+            (false, 0, 300),
+            (true, 0, 300)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn unit_multiplier_counts_in_windows_of_n_units_on_redis() {
+    let Some(server) = support::RedisServer::start(&[]) else {
+        return;
+    };
+    let store = support::connected(Target::Single(server.url()), Duration::from_millis(500)).await;
+    let clock = Arc::new(ManualClock::new(T0));
+    let svc = service(store, MULTIPLIED, &clock);
+    let now_s = || {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        now.map_or(0, |d| d.as_secs())
+    };
+    // Redis reads its own clock: the four calls in one window.
+    while now_s() % 300 >= 298 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = now_s();
+    let seen = five_minutes(&svc, "r").await;
+    let after = now_s();
+    let counts: Vec<(bool, u32)> = seen.iter().map(|s| (s.0, s.1)).collect();
+    assert_eq!(counts, [(false, 2), (false, 1), (false, 0), (true, 0)]);
+    let resets: Vec<i64> = (before..=after)
+        .map(|s| 300 - i64::try_from(s % 300).unwrap())
+        .collect();
+    for s in &seen {
+        assert!(resets.contains(&s.2), "{} not in {resets:?}", s.2);
+    }
+}

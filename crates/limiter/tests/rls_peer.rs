@@ -13,9 +13,12 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use sluice_core::SECOND;
 use sluice_limiter::clock::{Clock, ManualClock};
 use sluice_limiter::metrics::Metrics;
-use sluice_limiter::rls::service::RlsService;
-use sluice_limiter::store::memory::MemoryStore;
+use sluice_limiter::rls::service::{Mode, RlsService};
+use sluice_limiter::store::memory::{MemoryConfig, MemoryStore};
+use sluice_limiter::store::redis::Target;
+use sluice_limiter::store::Store;
 use std::sync::Arc;
+use std::time::Duration;
 use support::rls::{ask, descriptor, memory, observed, over, request, service, T0};
 
 type Svc = RlsService<Arc<MemoryStore>>;
@@ -371,8 +374,10 @@ descriptors:
 ";
 
 #[tokio::test]
-async fn example_10_value_to_metric_loads_and_limits() {
-    let (svc, _) = peer(EXAMPLE_10);
+async fn example_10_value_to_metric_names_the_values_of_its_levels() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let metrics = Arc::new(Metrics::default());
+    let svc = observed(memory(&clock), EXAMPLE_10, &clock, Arc::clone(&metrics));
     let req = [
         ("route", "api"),
         ("http_method", "GET"),
@@ -380,6 +385,168 @@ async fn example_10_value_to_metric_loads_and_limits() {
     ];
     let r = one(&svc, "example10", &req).await;
     assert_eq!(seen(&r.statuses[0]), (Code::Ok, 60, 59, peer_reset(T0, 60)));
+    // The peer's stat: example10.route_api.http_method_GET.subject_id.
+    let name = "route_api.http_method_GET.subject_id";
+    assert_eq!(metrics.rls_descriptor_count("example10", name, "ok"), 1);
+}
+
+/// The configurations and stat names of envoyproxy/ratelimit's
+/// `TestValueToMetric_*` (test/config/config_test.go): the descriptor's
+/// name is the peer's stat key after `<domain>.`.
+const VALUE_TO_METRIC: &str = "
+domain: d
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: http_method
+        value_to_metric: true
+        descriptors:
+          - key: subject_id
+            rate_limit: {unit: minute, requests_per_unit: 60}
+      - key: method
+        value_to_metric: true
+        descriptors:
+          - key: subject_id
+            detailed_metric: true
+            rate_limit: {unit: minute, requests_per_unit: 60}
+  - key: k1
+    descriptors:
+      - key: k2
+        value_to_metric: true
+        descriptors:
+          - key: k3
+            rate_limit: {unit: second, requests_per_unit: 1}
+      - key: k4
+        rate_limit: {unit: second, requests_per_unit: 1}
+  - key: api
+    value_to_metric: true
+    descriptors:
+      - key: http_method
+        value: GET
+        value_to_metric: true
+        descriptors:
+          - key: subject_id
+            rate_limit: {unit: minute, requests_per_unit: 60}
+  - key: user
+    value_to_metric: true
+    descriptors:
+      - key: action
+        value: read*
+        value_to_metric: true
+        descriptors:
+          - key: resource
+            rate_limit: {unit: minute, requests_per_unit: 100}
+      - key: plain
+        value: read*
+        descriptors:
+          - key: resource
+            rate_limit: {unit: minute, requests_per_unit: 100}
+";
+
+/// Each of the peer's requests once on `store`: admitted, and counted under
+/// the peer's name.
+async fn value_to_metric_case<S: Store>(store: S, clock: &Arc<ManualClock>) {
+    let metrics = Arc::new(Metrics::default());
+    let svc = observed(store, VALUE_TO_METRIC, clock, Arc::clone(&metrics));
+    let cases: [(&[(&str, &str)], &str); 9] = [
+        (
+            &[
+                ("route", "draw"),
+                ("http_method", "GET"),
+                ("subject_id", "123"),
+            ],
+            "route_draw.http_method_GET.subject_id",
+        ),
+        (
+            &[("route", ""), ("http_method", "GET"), ("subject_id", "1")],
+            "route.http_method_GET.subject_id",
+        ),
+        (
+            &[("route", "draw"), ("http_method", ""), ("subject_id", "1")],
+            "route_draw.http_method.subject_id",
+        ),
+        // detailed_metric at the leaf wins over value_to_metric.
+        (
+            &[("route", "draw"), ("method", "GET"), ("subject_id", "123")],
+            "route_draw.method_GET.subject_id_123",
+        ),
+        (&[("k1", "X"), ("k2", "Y"), ("k3", "Z")], "k1.k2_Y.k3"),
+        (&[("k1", "X"), ("k4", "Y")], "k1.k4"),
+        (
+            &[("api", "v1"), ("http_method", "GET"), ("subject_id", "1")],
+            "api_v1.http_method_GET.subject_id",
+        ),
+        (
+            &[("user", "alice"), ("action", "readfile"), ("resource", "r")],
+            "user_alice.action_readfile.resource",
+        ),
+        // Without value_to_metric a wildcard keeps its pattern.
+        (
+            &[("user", "bob"), ("plain", "readdata"), ("resource", "r")],
+            "user_bob.plain_read*.resource",
+        ),
+    ];
+    for (entries, name) in cases {
+        let r = ask(&svc, &request("d", vec![descriptor(entries)])).await;
+        assert!(!over(&r), "{name}");
+        assert_eq!(metrics.rls_descriptor_count("d", name, "ok"), 1, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn value_to_metric_names_stats_as_the_peer_on_memory() {
+    let clock = Arc::new(ManualClock::new(T0));
+    value_to_metric_case(memory(&clock), &clock).await;
+}
+
+#[tokio::test]
+async fn value_to_metric_names_stats_as_the_peer_on_redis() {
+    let Some(server) = support::RedisServer::start(&[]) else {
+        return;
+    };
+    let target = Target::Single(server.url());
+    let store = support::connected(target, Duration::from_millis(500)).await;
+    let clock = Arc::new(ManualClock::new(T0));
+    value_to_metric_case(store, &clock).await;
+}
+
+/// The series of a metric family in `text`.
+fn series(text: &str, family: &str) -> usize {
+    text.lines().filter(|l| l.starts_with(family)).count()
+}
+
+#[tokio::test]
+async fn a_flood_of_values_adds_at_most_the_capped_series() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let metrics = Arc::new(Metrics::default());
+    // Room for every value's counter: the flood is admitted.
+    let config = MemoryConfig {
+        shards: 4,
+        max_keys: 20_000,
+    };
+    let store = Arc::new(MemoryStore::new(
+        config,
+        Arc::clone(&clock) as Arc<dyn Clock>,
+    ));
+    let svc = observed(store, VALUE_TO_METRIC, &clock, Arc::clone(&metrics));
+    let family = "sluice_limiter_rls_descriptors_total{";
+    let before = series(&metrics.render(), family);
+    assert_eq!(before, 0);
+    for i in 0..12_000 {
+        let user = format!("u{i}");
+        let entries = [
+            ("user", user.as_str()),
+            ("action", "readfile"),
+            ("resource", "r"),
+        ];
+        assert!(!over(&one(&svc, "d", &entries).await));
+    }
+    let text = metrics.render();
+    // 10,000 named series, then one `_other` for the rest.
+    assert_eq!(series(&text, family), 10_001);
+    let other = metrics.rls_descriptor_count("_other", "_other", "ok");
+    assert_eq!(other, 2_000);
 }
 
 const EXAMPLE_11: &str = "
@@ -529,4 +696,194 @@ async fn an_empty_value_is_a_value_of_its_key() {
     // The peer reads `value: ''` as no value: any plan matches.
     let r = one(&svc, "d", &[("plan", "gold")]).await;
     assert_eq!(seen(&r.statuses[0]), (Code::Ok, 3, 2, 30));
+}
+
+/// envoyproxy/ratelimit's `TestServiceGlobalShadowMode`: a call over the
+/// limit is answered `OK` with each descriptor's status unchanged, and
+/// counted once.
+const GLOBAL_SHADOW: &str = "
+domain: different-domain
+descriptors:
+  - key: foo
+    value: bar
+    rate_limit: {unit: minute, requests_per_unit: 10}
+";
+
+/// The peer's global shadow mode case on `store`: ten calls pass, the
+/// eleventh is over the limit on `foo` and answered `OK`.
+async fn global_shadow_mode_case<S: Store>(store: S, clock: &Arc<ManualClock>) {
+    let metrics = Arc::new(Metrics::default());
+    let svc = observed(store, GLOBAL_SHADOW, clock, Arc::clone(&metrics)).with_mode(Mode::Shadow);
+    let req = request(
+        "different-domain",
+        vec![
+            descriptor(&[("foo", "bar")]),
+            descriptor(&[("hello", "world")]),
+        ],
+    );
+    for _ in 0..10 {
+        assert!(!over(&ask(&svc, &req).await));
+    }
+    assert_eq!(metrics.rls_global_shadow_count("different-domain"), 0);
+    let r = ask(&svc, &req).await;
+    assert_eq!(r.overall_code, Code::Ok as i32);
+    let (code, limit, left, _) = seen(&r.statuses[0]);
+    assert_eq!((code, limit, left), (Code::OverLimit, 10, 0));
+    assert_eq!(seen(&r.statuses[1]), (Code::Ok, -1, 0, -1));
+    assert_eq!(metrics.rls_global_shadow_count("different-domain"), 1);
+    assert_eq!(
+        metrics.rls_descriptor_count("different-domain", "foo_bar", "over_limit"),
+        1
+    );
+}
+
+#[tokio::test]
+async fn global_shadow_mode_answers_ok_and_counts_on_memory() {
+    let clock = Arc::new(ManualClock::new(T0));
+    global_shadow_mode_case(memory(&clock), &clock).await;
+}
+
+#[tokio::test]
+async fn global_shadow_mode_answers_ok_and_counts_on_redis() {
+    let Some(server) = support::RedisServer::start(&[]) else {
+        return;
+    };
+    let target = Target::Single(server.url());
+    let store = support::connected(target, Duration::from_millis(500)).await;
+    // Redis reads its own clock: start clear of a minute's last seconds so
+    // the eleven calls share one window.
+    let second_of_minute = || {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        now.map_or(0, |d| d.as_secs() % 60)
+    };
+    while second_of_minute() >= 58 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let clock = Arc::new(ManualClock::new(T0));
+    global_shadow_mode_case(store, &clock).await;
+}
+
+#[tokio::test]
+async fn without_shadow_mode_the_same_call_is_over_the_limit() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let metrics = Arc::new(Metrics::default());
+    let svc = observed(memory(&clock), GLOBAL_SHADOW, &clock, Arc::clone(&metrics));
+    let req = request("different-domain", vec![descriptor(&[("foo", "bar")])]);
+    for _ in 0..10 {
+        assert!(!over(&ask(&svc, &req).await));
+    }
+    assert!(over(&ask(&svc, &req).await));
+    assert_eq!(metrics.rls_global_shadow_count("different-domain"), 0);
+}
+
+/// envoyproxy/ratelimit's `TestDetailedMetric` table: `detailed_metric` on
+/// the descriptor reached names every level's value, else the path.
+#[tokio::test]
+async fn detailed_metric_names_stats_as_the_peer() {
+    let config = |top: bool, leaf: bool| {
+        format!(
+            "
+domain: nested
+descriptors:
+  - key: key-1
+    detailed_metric: {top}
+    rate_limit: {{unit: minute, requests_per_unit: 100}}
+    descriptors:
+      - key: key-2
+        detailed_metric: {leaf}
+        rate_limit: {{unit: minute, requests_per_unit: 5}}
+"
+        )
+    };
+    let one_level: &[(&str, &str)] = &[("key-1", "value-1")];
+    let two_levels: &[(&str, &str)] = &[("key-1", "value-1"), ("key-2", "value-2")];
+    for (top, leaf, entries, name) in [
+        (true, false, one_level, "key-1_value-1"),
+        (false, false, one_level, "key-1"),
+        (true, true, two_levels, "key-1_value-1.key-2_value-2"),
+        (false, false, two_levels, "key-1.key-2"),
+    ] {
+        let clock = Arc::new(ManualClock::new(T0));
+        let metrics = Arc::new(Metrics::default());
+        let svc = observed(
+            memory(&clock),
+            &config(top, leaf),
+            &clock,
+            Arc::clone(&metrics),
+        );
+        let r = ask(&svc, &request("nested", vec![descriptor(entries)])).await;
+        assert!(!over(&r), "{name}");
+        assert_eq!(
+            metrics.rls_descriptor_count("nested", name, "ok"),
+            1,
+            "{name}"
+        );
+    }
+}
+
+/// envoyproxy/ratelimit's `TestWildcardConfig` and `TestShareThreshold`
+/// stat names: a wildcard is named by its pattern, a key alone by the key.
+#[tokio::test]
+async fn wildcards_name_stats_by_their_pattern_as_the_peer() {
+    const WILDCARDS: &str = "
+domain: test-domain
+descriptors:
+  - key: noVal
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: wild
+    value: foo*
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: nestedWild
+    value: val1
+    descriptors:
+      - key: wild
+        value: goo*
+        rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: midWild
+    value: bar*b
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: multiWild
+    value: foo*bar*baz
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 100}
+";
+    let clock = Arc::new(ManualClock::new(T0));
+    let metrics = Arc::new(Metrics::default());
+    let svc = observed(memory(&clock), WILDCARDS, &clock, Arc::clone(&metrics));
+    let cases: [(&[(&str, &str)], &str); 9] = [
+        (&[("noVal", "foo1")], "noVal"),
+        (&[("noVal", "foo2")], "noVal"),
+        (&[("wild", "foo1")], "wild_foo*"),
+        (&[("wild", "foo2")], "wild_foo*"),
+        (
+            &[("nestedWild", "val1"), ("wild", "goo1")],
+            "nestedWild_val1.wild_goo*",
+        ),
+        (&[("midWild", "barab")], "midWild_bar*b"),
+        (&[("multiWild", "foo1bar2baz")], "multiWild_foo*bar*baz"),
+        (&[("files", "files/a.pdf")], "files_files/*"),
+        (&[("files", "files/b.csv")], "files_files/*"),
+    ];
+    for (entries, _) in cases {
+        assert!(!over(
+            &ask(&svc, &request("test-domain", vec![descriptor(entries)])).await
+        ));
+    }
+    for (name, n) in [
+        ("noVal", 2),
+        ("wild_foo*", 2),
+        ("nestedWild_val1.wild_goo*", 1),
+        ("midWild_bar*b", 1),
+        ("multiWild_foo*bar*baz", 1),
+        ("files_files/*", 2),
+    ] {
+        assert_eq!(
+            metrics.rls_descriptor_count("test-domain", name, "ok"),
+            n,
+            "{name}"
+        );
+    }
 }

@@ -52,10 +52,18 @@ pub struct LimitResult {
     /// 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub leased: u64,
+    /// A penalty box holds the key: `retry_after_ms` is when it ends;
+    /// absent when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub blocked: bool,
 }
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl From<&Decision> for LimitResult {
@@ -68,6 +76,7 @@ impl From<&Decision> for LimitResult {
             retry_after_ms: d.retry_after.div_ceil(MILLISECOND),
             delay_ms: d.delay.div_ceil(MILLISECOND),
             leased: 0,
+            blocked: matches!(d.denial, Some(Denial::Blocked { .. })),
         }
     }
 }
@@ -199,6 +208,10 @@ pub(crate) mod compact {
                 Some(()) => self.number()?,
                 None => 0,
             };
+            let blocked = match self.eat(br#","blocked":"#) {
+                Some(()) => self.boolean()?,
+                None => false,
+            };
             self.eat(b"}")?;
             Some(LimitResult {
                 allowed,
@@ -208,6 +221,7 @@ pub(crate) mod compact {
                 retry_after_ms,
                 delay_ms,
                 leased,
+                blocked,
             })
         }
     }

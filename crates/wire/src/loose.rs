@@ -168,11 +168,17 @@ impl<'a> Parser<'a> {
     fn result(&mut self) -> Option<LimitResult> {
         let mut numbers: [Option<u64>; 6] = [None; 6];
         let mut allowed = None;
+        let mut blocked = None;
         let mut seen = Seen::default();
         self.object(|p, key| {
             if key == b"allowed" {
                 seen.first(0)?;
                 allowed = Some(p.boolean()?);
+                return Some(());
+            }
+            if key == b"blocked" {
+                seen.first(7)?;
+                blocked = Some(p.boolean()?);
                 return Some(());
             }
             match RESULT_NUMBERS.iter().position(|f| *f == key) {
@@ -193,6 +199,7 @@ impl<'a> Parser<'a> {
             retry_after_ms: retry_after_ms?,
             delay_ms: delay_ms.unwrap_or(0),
             leased: leased.unwrap_or(0),
+            blocked: blocked.unwrap_or(false),
         })
     }
 

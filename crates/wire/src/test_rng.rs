@@ -73,6 +73,7 @@ impl Rng {
                 retry_after_ms: self.number(),
                 delay_ms: if self.below(2) == 0 { 0 } else { self.number() },
                 leased: if self.below(2) == 0 { 0 } else { self.number() },
+                blocked: self.below(4) == 0,
             })
             .collect();
         let admitted = (self.below(2) == 0).then(|| self.below(1 << 33) as u32);

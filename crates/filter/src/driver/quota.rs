@@ -70,7 +70,7 @@ pub(super) fn serve<H: Host>(
             req.phase = Phase::Quota(Asking { token, quotas, now });
             return Action::Pause;
         }
-        fill(&mut quotas, None);
+        fill(&mut quotas, None, now);
     }
     reply(host, runtime, &quotas, now);
     Action::Pause
@@ -91,13 +91,14 @@ pub(super) fn answered<H: Host>(
     let body = body_size.and_then(|size| http_answer(w, host, Some(runtime), size));
     let asked = quotas.iter().filter(|q| is_ask(q)).count();
     let answer = body.and_then(|b| CheckResponse::parse(&b, asked));
-    fill(&mut quotas, answer.as_ref());
+    fill(&mut quotas, answer.as_ref(), now);
     reply(host, runtime, &quotas, now);
 }
 
 /// Puts the limiter's answer (`None`: none) in the quotas asked of it, in
-/// order.
-fn fill(quotas: &mut [Quota], answer: Option<&CheckResponse>) {
+/// order; a limit the answer says is blocked ends its block after its
+/// `retry_after` from `now`.
+fn fill(quotas: &mut [Quota], answer: Option<&CheckResponse>, now: Nanos) {
     let mut results = answer.map(|a| a.limits.iter());
     for q in quotas.iter_mut().filter(|q| is_ask(q)) {
         let result = results.as_mut().and_then(Iterator::next);
@@ -106,7 +107,9 @@ fn fill(quotas: &mut [Quota], answer: Option<&CheckResponse>) {
                 decision: r.decision(),
                 window: *window,
                 algorithm: *algorithm,
-                blocked_until: None,
+                blocked_until: r
+                    .blocked
+                    .then(|| now.saturating_add(r.decision().retry_after)),
             },
             (_, _) => Figures::Unknown(NO_ANSWER),
         };

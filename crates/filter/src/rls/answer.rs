@@ -135,6 +135,7 @@ fn unreported(
                 },
                 delay_ms: 0,
                 leased: 0,
+                blocked: false,
             }
         })
         .collect();
@@ -225,6 +226,7 @@ fn status_of(bytes: &[u8]) -> Option<(LimitResult, Nanos)> {
         retry_after_ms: if allowed { 0 } else { reset_ms.max(1) },
         delay_ms: 0,
         leased: 0,
+        blocked: false,
     };
     Some((result, window_of(unit)))
 }

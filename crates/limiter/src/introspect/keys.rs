@@ -7,11 +7,8 @@
 //! shows it (`key=value/key=value`, escaped), and the descriptors in force
 //! give its limit.
 //!
-//! A penalty box starts when a limit refuses over it, and a read of weight
-//! 0 is refused by a key with nothing left (spent or in debt). So a limit
-//! with a block is first read without it, and read with it (to see a block
-//! in force) only when that read passed: a read never starts a block, and
-//! a block shows once the key's quota would admit a request again.
+//! A read carries the limit's penalty box: a check of weight 0 reports a
+//! block in force and never starts one.
 
 use super::query::Query;
 use crate::rls::config::{Action, Descriptors};
@@ -169,29 +166,15 @@ pub(super) fn rls_target(config: &Descriptors, domain: &str, key: &str) -> Resul
     }
 }
 
-/// Reads `item` at weight 0: a limit with a block is read with it only
-/// when the read without it passed (see the module's notes).
+/// Reads `item` at weight 0: a check of weight 0 reports a block in force
+/// and never starts one.
 pub(super) async fn read<S: Store>(store: &S, item: StoreItem) -> Result<Decision, StoreError> {
-    let first = |v: crate::store::Verdict| {
-        v.decisions
-            .first()
-            .copied()
-            .ok_or_else(|| StoreError::Protocol("no decision".into()))
-    };
-    let unblocked = match &item {
-        StoreItem::Rate(r) if r.block > 0 => StoreItem::Rate(RateItem {
-            block: 0,
-            ..r.clone()
-        }),
-        StoreItem::Rate(_) | StoreItem::Permits(_) => {
-            return first(store.check(std::slice::from_ref(&item)).await?)
-        }
-    };
-    let plain = first(store.check(std::slice::from_ref(&unblocked)).await?)?;
-    if !plain.allowed {
-        return Ok(plain);
-    }
-    first(store.check(std::slice::from_ref(&item)).await?)
+    let verdict = store.check(std::slice::from_ref(&item)).await?;
+    verdict
+        .decisions
+        .first()
+        .copied()
+        .ok_or_else(|| StoreError::Protocol("no decision".into()))
 }
 
 #[cfg(test)]

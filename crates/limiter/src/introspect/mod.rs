@@ -165,6 +165,8 @@ struct LimitState {
     #[serde(skip_serializing_if = "Option::is_none")]
     retry_after_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    debt: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     held: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     blocked_until_ms: Option<u64>,
@@ -188,6 +190,7 @@ fn state_of(t: &Target, d: &Decision, now_ms: u64) -> LimitState {
         remaining: d.remaining,
         reset_ms: ms(d.reset),
         retry_after_ms: (d.retry_after > 0).then(|| ms(d.retry_after)),
+        debt: t.item.rate().and_then(|r| r.limit.debt(d)),
         held: t.concurrency().then(|| d.limit.saturating_sub(d.remaining)),
         blocked_until_ms: blocked.then(|| now_ms.saturating_add(ms(d.retry_after))),
     }

@@ -60,6 +60,11 @@ pub(super) struct DomainResult {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct DomainLabel {
+    pub(super) domain: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct DescriptorResult {
     pub(super) domain: String,
     pub(super) descriptor: String,

@@ -16,7 +16,7 @@ mod scrape;
 pub use connections::Ending;
 use labels::{
     descriptor_labels, reload_label, result_label, Bounded, Counters, DescriptorResult,
-    DomainResult, ReasonLabel, ResultLabel,
+    DomainLabel, DomainResult, ReasonLabel, ResultLabel,
 };
 pub use labels::{Listener, STORE_ERROR_REASONS};
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
@@ -98,6 +98,7 @@ pub struct Metrics {
     rls_descriptors: Bounded<DescriptorResult>,
     rls_reloads: Counters<ResultLabel>,
     rls_config: rls_config::RlsConfig,
+    rls_global_shadow: Bounded<DomainLabel>,
     connections: connections::Connections,
     tls_loads: Counters<ResultLabel>,
     rlqs: rlqs::Rlqs,
@@ -142,6 +143,9 @@ impl Default for Metrics {
             }),
             rls_reloads: Family::default(),
             rls_config: rls_config::RlsConfig::default(),
+            rls_global_shadow: Bounded::new(MAX_SERIES, |_| DomainLabel {
+                domain: "_other".into(),
+            }),
             connections: connections::Connections::default(),
             tls_loads: Family::default(),
             rlqs: rlqs::Rlqs::default(),
@@ -279,6 +283,11 @@ impl Metrics {
             p("rls_descriptors"),
             "RLS descriptors by domain, descriptor and result",
             self.rls_descriptors.family.clone(),
+        );
+        r.register(
+            p("rls_global_shadow_mode"),
+            "RLS calls over the limit answered OK by --shadow-mode, by domain",
+            self.rls_global_shadow.family.clone(),
         );
         r.register(
             p("rls_config_loads"),
@@ -460,21 +469,24 @@ impl Metrics {
         self.rls_descriptors.inc(labels);
     }
 
+    /// Counts one RLS call over the limit that `--shadow-mode` answered OK.
+    pub fn record_rls_global_shadow(&self, domain: &str) {
+        self.rls_global_shadow.inc(DomainLabel {
+            domain: domain.to_string(),
+        });
+    }
+
+    /// The calls `--shadow-mode` answered OK for `domain` (tests).
+    pub fn rls_global_shadow_count(&self, domain: &str) -> u64 {
+        self.rls_global_shadow.get(&DomainLabel {
+            domain: domain.to_string(),
+        })
+    }
+
     /// Counts one load of the descriptor configuration: `ok` or `error`
     /// (refused; the previous configuration stays in force).
     pub fn record_rls_reload(&self, ok: bool) {
         self.rls_reloads.get_or_create(&reload_label(ok)).inc();
-    }
-
-    /// Records the descriptor configuration now in force: the first 32
-    /// bits of its SHA-256 and the Unix time it was loaded.
-    pub fn record_rls_config(&self, hash: u32, unix_seconds: i64) {
-        self.rls_config.loaded(hash, unix_seconds);
-    }
-
-    /// The hash of the descriptor configuration in force (0: none yet).
-    pub fn rls_config_hash(&self) -> u32 {
-        self.rls_config.hash()
     }
 
     /// The value of an RLS descriptor counter (tests).

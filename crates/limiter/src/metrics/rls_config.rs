@@ -33,3 +33,16 @@ impl RlsConfig {
         u32::try_from(self.hash.get()).unwrap_or(0)
     }
 }
+
+impl super::Metrics {
+    /// Records the descriptor configuration now in force: the first 32
+    /// bits of its SHA-256 and the Unix time it was loaded.
+    pub fn record_rls_config(&self, hash: u32, unix_seconds: i64) {
+        self.rls_config.loaded(hash, unix_seconds);
+    }
+
+    /// The hash of the descriptor configuration in force (0: none yet).
+    pub fn rls_config_hash(&self) -> u32 {
+        self.rls_config.hash()
+    }
+}

@@ -14,6 +14,7 @@ use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::rls::reload::ConfigCell;
 use crate::store::{Store, StoreItem};
+use crate::top::TopKeys;
 use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
 use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket as PbTokenBucket};
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::{
@@ -67,6 +68,8 @@ struct Inner<S> {
     metrics: Arc<Metrics>,
     clock: Arc<dyn Clock>,
     settings: Settings,
+    /// The top limited keys, fed by the refusals Envoy reports.
+    top: Option<Arc<TopKeys>>,
 }
 
 /// The RLQS service over a store.
@@ -125,9 +128,21 @@ impl<S: Store> RlqsService<S> {
                 metrics,
                 clock,
                 settings,
+                top: None,
             }),
             stop: None,
         }
+    }
+
+    /// The same service counting the refusals Envoy reports for each
+    /// bucket (`num_requests_denied`) among `top`'s limited keys: the
+    /// bucket's entries as `key=value/...` (sorted), under the limit
+    /// `rlqs`. Called before the service is shared.
+    pub fn with_top(mut self, top: Arc<TopKeys>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.top = Some(top);
+        }
+        self
     }
 
     /// Ends every stream (Envoy reconnects, to another limiter if there is
@@ -222,6 +237,16 @@ impl<S: Store> RlqsService<S> {
             return Some(Action::AbandonAction(AbandonAction {}));
         }
         let domain = stream.domain.as_deref().unwrap_or_default();
+        if let Some(top) = &inner.top {
+            let shown: Vec<String> = key.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            top.refused(
+                domain,
+                &shown.join("/"),
+                "rlqs",
+                usage.num_requests_denied,
+                now,
+            );
+        }
         let quota = quota_for(&inner.config.current(), domain, &id.bucket);
         let assignment = match quota {
             Quota::Unconfigured | Quota::Unlimited => Assignment::AllowAll,

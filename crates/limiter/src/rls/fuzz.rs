@@ -41,6 +41,8 @@ const KEYS: &[&str] = &[
     "path",
     "method",
     "placeholder",
+    "credits",
+    "trial",
     "",
     "other",
 ];
@@ -132,8 +134,7 @@ proptest! {
                 let valid = !req.domain.is_empty()
                     && !req.descriptors.is_empty()
                     && req.descriptors.iter().all(|d| {
-                        d.is_negative_hits
-                            || req.domain != "edge"
+                        req.domain != "edge"
                             || d.limit.is_none_or(|l| (1..=7).contains(&l.unit))
                     });
                 if valid {
@@ -141,7 +142,8 @@ proptest! {
                 }
                 // The repeat after a denial runs on the bytes side only;
                 // keep the message side in step.
-                if answer.as_ref().is_ok_and(is_over) {
+                let repeated = !req.descriptors.iter().any(|d| d.is_negative_hits);
+                if repeated && answer.as_ref().is_ok_and(is_over) {
                     let _ = message_side.decide(req).await;
                 }
                 check_answer(&bytes_side, req, answer, twin).await.map_err(TestCaseError::fail)?;

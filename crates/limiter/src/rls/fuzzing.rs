@@ -104,13 +104,16 @@ pub async fn check_answer(
         }
         any_over |= s.code == Code::OverLimit as i32;
     }
-    if is_over(&r) != any_over {
+    // A spent quota-mode descriptor is over in a call that may pass.
+    if is_over(&r) && !any_over {
         return Err(format!(
             "overall code {} with statuses {:?}",
             r.overall_code, r.statuses
         ));
     }
-    if is_over(&r) {
+    // Hits given back (`is_negative_hits`) change the counters whatever
+    // the call's outcome.
+    if is_over(&r) && !req.descriptors.iter().any(|d| d.is_negative_hits) {
         let again = svc.decide(req).await;
         if !again.as_ref().is_ok_and(|a| *a == r) {
             return Err(format!(

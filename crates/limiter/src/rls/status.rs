@@ -22,6 +22,8 @@ pub(super) struct Answer {
 /// it was not asked) and each shadow check's.
 pub(super) struct Verdicts<'a> {
     pub(super) enforcing: Option<&'a Verdict>,
+    /// Each refund's query after it (`is_negative_hits`).
+    pub(super) refunds: &'a [Decision],
     pub(super) shadows: &'a [Option<Verdict>],
 }
 
@@ -31,7 +33,20 @@ pub(super) fn answer(plan: &Plan, verdicts: &Verdicts<'_>, now: Nanos) -> Answer
         Plan::NoMatch => ok(None, 0, "no_match"),
         Plan::Replaced => ok(None, 0, "replaced"),
         Plan::Unlimited => ok(None, u32::MAX, "unlimited"),
-        Plan::Block { report, shadow } => {
+        Plan::GiveBack { report, index } => match index.and_then(|i| verdicts.refunds.get(i)) {
+            Some(d) => Answer {
+                status: status(
+                    false,
+                    Some(report.current_limit()),
+                    clamp(d.remaining),
+                    d.reset,
+                ),
+                result: "given_back",
+                over: false,
+            },
+            None => ok(Some(report.current_limit()), 0, "given_back"),
+        },
+        Plan::Block { report, shadow, .. } => {
             let window = report.window.max(1);
             let reset = window - now % window;
             Answer {
@@ -50,6 +65,7 @@ pub(super) fn answer(plan: &Plan, verdicts: &Verdicts<'_>, now: Nanos) -> Answer
             index,
             prefix,
             later,
+            ..
         } => {
             let decision: Option<&Decision> = if *shadow {
                 verdicts
@@ -106,8 +122,13 @@ impl Shared {
         } else {
             return (false, 0);
         };
-        (true, u32::try_from(left).unwrap_or(u32::MAX))
+        (true, clamp(left))
     }
+}
+
+/// A count as `limit_remaining` reports it (at most 2^32-1).
+fn clamp(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 fn ok(current_limit: Option<PbRateLimit>, remaining: u32, result: &'static str) -> Answer {

@@ -1216,14 +1216,16 @@ local function adjust(KEYS, c)
 end
 
 -- Penalty boxes: the blocked limits report their block; when none is
--- blocked, each blocking limit that refused over its limit starts its block.
+-- blocked, each blocking limit that refused over its limit starts its block
+-- (a check of weight 0 reads: it starts none).
 local function boxes(KEYS, c, decisions, admitted)
   for i = 1, #KEYS do
     local d, block = decisions[i], c.blocks[i]
     if c.blocked[i] then
       decisions[i] = {allowed = false, limit = c.limits[i].requests, remaining = 0,
         reset = c.blocked[i], retry = c.blocked[i], denial = 4, delay = 0}
-    elseif not c.any_blocked and admitted < c.requests and block > 0 and d.denial == 1 then
+    elseif not c.any_blocked and admitted < c.requests and block > 0 and d.denial == 1
+        and c.costs[i] > 0 then
       local ends = c.now + block
       if c.overridden then
         redis.call('SET', KEYS[i] .. ':block', ends)

@@ -35,7 +35,8 @@ pub struct RateItem {
     pub reserve: u64,
     /// Penalty box: once this limit refuses a request over it, its key is
     /// refused for this long (0: no block; never with a lease or delay
-    /// mode).
+    /// mode). An item of weight 0 reads the block in force and never
+    /// starts one.
     pub block: Nanos,
 }
 

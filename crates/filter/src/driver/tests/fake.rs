@@ -358,6 +358,8 @@ pub(super) struct FakeLimiter {
     /// Charges and refunds applied, in units.
     pub(super) charged: u64,
     pub(super) refunded: u64,
+    /// Keys a penalty box holds (blocks never end here).
+    pub(super) blocked: std::collections::HashSet<String>,
 }
 
 impl FakeLimiter {
@@ -439,11 +441,21 @@ impl FakeLimiter {
             } else {
                 self.used.get(spec.key.as_ref()).copied().unwrap_or(0)
             };
-            let allowed = used.saturating_add(hits) <= cap;
+            // A block holds the key; a refusal of weight 1 or more over
+            // a limit with a block starts one (a read of weight 0 never).
+            let held = spec.block_ms.is_some() && self.blocked.contains(spec.key.as_ref());
+            let allowed = !held && used.saturating_add(hits) <= cap;
+            let starts = !allowed && hits > 0 && spec.block_ms.is_some();
+            if starts {
+                self.blocked.insert(spec.key.to_string());
+            }
             results.push(LimitResult {
                 allowed,
                 limit: spec.requests,
-                remaining: cap.saturating_sub(used.saturating_add(hits)),
+                remaining: match held {
+                    true => 0,
+                    false => cap.saturating_sub(used.saturating_add(hits)),
+                },
                 reset_ms: 60_000,
                 // A penalty box's refusal waits the block out.
                 retry_after_ms: match (allowed, spec.block_ms) {
@@ -452,6 +464,7 @@ impl FakeLimiter {
                 },
                 delay_ms: 0,
                 leased: 0,
+                blocked: held || starts,
             });
         }
         let allowed = results.iter().all(|r| r.allowed);

@@ -324,6 +324,36 @@ fn the_endpoint_costs_other_requests_one_header_read() {
     );
 }
 
+/// A global limit's block another Envoy started: this Envoy has not
+/// refused the key, so it asks, with the limit's block; the limiter reports
+/// the block, and a poll of a spent key that no block holds starts none.
+#[test]
+fn a_global_block_started_elsewhere_is_asked_with_the_block_and_shown() {
+    let block = r#"{"algorithm":"fixed_window","requests":2,"window":"60s","scope":"global",
+        "on_exceed":"block","block_for":"300s"}"#;
+    let mut sim = Sim::configured(&quota_config(true, &per_user("boxed", block)));
+    sim.limiter.blocked.insert("boxed/0/alice".into());
+    poll(&mut sim, 20, "alice", "/rate_limit", "GET");
+    let call = sim.h.calls.first().cloned().expect("a check");
+    let check: Value = serde_json::from_slice(&call.body).unwrap_or(Value::Null);
+    assert_eq!(check["limits"][0]["block_ms"], 300_000);
+    assert_eq!(check["limits"][0]["hits"], 0);
+    sim.run();
+    let limit = &reply_of(&sim, 20).2["limits"][0];
+    assert_eq!(limit["remaining"], 0);
+    assert_eq!(limit["blocked_until"], START / sluice_core::SECOND + 300);
+    // Bob spent his quota here; his poll reads it and starts no block.
+    for context in 30..32 {
+        request(&mut sim, context, "bob");
+    }
+    poll(&mut sim, 40, "bob", "/rate_limit", "GET");
+    sim.run();
+    let limit = &reply_of(&sim, 40).2["limits"][0];
+    assert_eq!(limit["remaining"], 0);
+    assert_eq!(limit.get("blocked_until"), None);
+    assert!(!sim.limiter.blocked.contains("boxed/0/bob"));
+}
+
 #[test]
 fn a_key_this_envoy_caches_as_refused_is_answered_from_the_cache() {
     let global = r#"{"algorithm":"fixed_window","requests":2,"window":"60s","scope":"global"}"#;

@@ -22,7 +22,7 @@ use crate::layout;
 use crate::local::SharedStore;
 use crate::slots::SlotHasher;
 use crate::table::{self, Step, Table};
-use sluice_core::{permits, Algorithm, Decision, Limit, Nanos};
+use sluice_core::{permits, Algorithm, Decision, Limit, Nanos, MILLISECOND};
 use sluice_wire::{limiter_key, LimitSpec};
 
 /// What the quota endpoint reports of one limit.
@@ -211,7 +211,7 @@ impl Caller<'_> {
                     algorithm: limit.algorithm,
                 };
                 let key = limiter_key(&self.rule.name, l, self.key);
-                ask = Some(spec(key, limit));
+                ask = Some(spec(key, limit, global.quota.penalty));
             }
             Ok(None) => {
                 quota.global = true;
@@ -306,11 +306,16 @@ fn peek(limit: &Limit, state: Option<&[u8]>, now: Nanos) -> Decision {
     sluice_core::decide(limit, state, now, 0).decision
 }
 
-/// The check of `limit` under limiter key `key` at weight 0: without a
-/// penalty box (a peek refused would start one) or a class's reserve.
-fn spec(key: String, limit: &Limit) -> LimitSpec<'static> {
+/// The check of `limit` under limiter key `key` at weight 0, with its
+/// penalty box (a check of weight 0 reports a block in force and never
+/// starts one), without a class's reserve.
+fn spec(key: String, limit: &Limit, penalty: Penalty) -> LimitSpec<'static> {
     LimitSpec {
         hits: Some(0),
+        block_ms: match penalty {
+            Penalty::Block(block) => Some(block / MILLISECOND),
+            Penalty::None => None,
+        },
         ..LimitSpec::new(key, limit)
     }
 }

@@ -314,8 +314,6 @@ descriptors:
         let e =
             err("domain: d\ndescriptors:\n  - key: a\n    value: x\n    share_threshold: true\n");
         assert_eq!(e.field, "descriptors[0].share_threshold");
-        let e = err("domain: d\ndescriptors:\n  - key: a\n    quota_mode: true\n");
-        assert_eq!(e.field, "descriptors[0].quota_mode");
         let e = err("domain: ''\n");
         assert_eq!(e.field, "domain");
         let e = err("descriptors: []\n");
@@ -341,12 +339,13 @@ descriptors:
     #[test]
     fn envoyproxy_ratelimit_fields_load() {
         let d = Descriptors::parse(
-            "domain: d\ndescriptors:\n  - key: a\n    value_to_metric: true\n    metadata: {team: x}\n    detailed_metric: false\n    shadow_mode: true\n    rate_limit:\n      unlimited: true\n      name: n\n",
+            "domain: d\ndescriptors:\n  - key: a\n    value_to_metric: true\n    metadata: {team: x}\n    detailed_metric: false\n    shadow_mode: true\n    quota_mode: true\n    rate_limit:\n      unlimited: true\n      name: n\n",
         )
         .unwrap();
         let f = find(&d, &[("a", "x")]).unwrap();
         assert_eq!(f.rate_limit.action, Action::Unlimited);
         assert!(f.node.shadow);
+        assert!(f.node.quota_mode);
         for unit in ["SECOND", "Minute", "hour", "day", "week", "month", "year"] {
             let text = format!("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{unit: {unit}, requests_per_unit: 1}}\n");
             assert!(Descriptors::parse(&text).is_ok(), "{unit}");

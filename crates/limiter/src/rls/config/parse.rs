@@ -189,13 +189,6 @@ fn checked_value(
             format!("duplicate descriptor {:?}{shown} at this level", raw.key),
         ));
     }
-    if raw.quota_mode {
-        return Err(ConfigError::at(
-            file,
-            format!("{here}.quota_mode"),
-            "quota mode is not supported by sluice-limiter",
-        ));
-    }
     let wildcard = value.as_ref().is_some_and(|v| v.contains('*'));
     if raw.share_threshold && !wildcard {
         return Err(ConfigError::at(
@@ -235,7 +228,7 @@ fn compile_level(
     for (i, raw) in raws.into_iter().enumerate() {
         let here = format!("{field}[{i}]");
         let value = checked_value(&raw, &here, &mut seen, file)?;
-        let _ = (raw.value_to_metric, raw.metadata);
+        let _ = raw.metadata;
         let segment = match &value {
             Some(v) => format!("{}_{v}", raw.key),
             None => raw.key.clone(),
@@ -250,6 +243,8 @@ fn compile_level(
             shadow: raw.shadow_mode,
             detailed_metric: raw.detailed_metric,
             share_threshold: raw.share_threshold,
+            quota_mode: raw.quota_mode,
+            value_to_metric: raw.value_to_metric,
             path: path.clone(),
             children: Level::default(),
         };

@@ -144,6 +144,8 @@ struct RawRateLimitFields {
     burst: Option<u64>,
     #[serde(default)]
     soft_percent: Option<u32>,
+    #[serde(default)]
+    unit_multiplier: Option<u32>,
 }
 
 /// What a `rate_limit` block does.
@@ -190,14 +192,15 @@ impl TryFrom<RawRateLimitFields> for RateLimit {
         let extended = raw.algorithm.is_some()
             || raw.window.is_some()
             || raw.burst.is_some()
-            || raw.soft_percent.is_some();
+            || raw.soft_percent.is_some()
+            || raw.unit_multiplier.is_some();
         if raw.unlimited {
             if raw.unit.is_some() || raw.window.is_some() {
                 return Err("unit: an unlimited rate limit takes no unit or window".into());
             }
             if extended {
                 return Err(
-                    "unlimited: an unlimited rate limit takes no algorithm, burst or soft_percent"
+                    "unlimited: an unlimited rate limit takes no algorithm, burst, soft_percent or unit_multiplier"
                         .into(),
                 );
             }
@@ -210,14 +213,14 @@ impl TryFrom<RawRateLimitFields> for RateLimit {
                 replaces,
             });
         }
-        let (unit, window) = match (raw.unit, raw.window) {
-            (Some(_), Some(_)) => return Err("window: give either unit or window, not both".into()),
-            (Some(u), None) => (Some(u), u.window()),
-            (None, Some(w)) => (Unit::of_window(w), w),
-            (None, None) => return Err("unit: missing (or a window, or unlimited: true)".into()),
-        };
+        let (unit, window) = unit_and_window(raw.unit, raw.window, raw.unit_multiplier)?;
         let Some(requests_per_unit) = raw.requests_per_unit else {
             return Err("requests_per_unit: missing".into());
+        };
+        let window_field = match (raw.unit_multiplier, raw.unit) {
+            (Some(_), _) => "unit_multiplier",
+            (None, Some(_)) => "unit",
+            (None, None) => "window",
         };
         let action = if requests_per_unit == 0 {
             Action::Block
@@ -234,7 +237,7 @@ impl TryFrom<RawRateLimitFields> for RateLimit {
             limit.validate().map_err(|e| {
                 let e = e
                     .renamed("requests", "requests_per_unit")
-                    .renamed("window", if raw.unit.is_some() { "unit" } else { "window" });
+                    .renamed("window", window_field);
                 e.to_string()
             })?;
             Action::Limit(limit)
@@ -248,6 +251,37 @@ impl TryFrom<RawRateLimitFields> for RateLimit {
             replaces,
         })
     }
+}
+
+/// The unit reported and the window: a unit, `unit_multiplier` of them, or
+/// a `window`.
+fn unit_and_window(
+    unit: Option<Unit>,
+    window: Option<Nanos>,
+    multiplier: Option<u32>,
+) -> Result<(Option<Unit>, Nanos), String> {
+    match (unit, window, multiplier) {
+        (Some(_), Some(_), _) => Err("window: give either unit or window, not both".into()),
+        (None, Some(_), Some(_)) => Err("unit_multiplier: multiplies a unit, not a window".into()),
+        (Some(u), None, None) => Ok((Some(u), u.window())),
+        (Some(u), None, Some(n)) => {
+            let window = multiplied(u, n)?;
+            Ok((Unit::of_window(window), window))
+        }
+        (None, Some(w), None) => Ok((Unit::of_window(w), w)),
+        (None, None, _) => Err("unit: missing (or a window, or unlimited: true)".into()),
+    }
+}
+
+/// `unit_multiplier` units of `unit`: a window of any length, aligned to
+/// the epoch like a unit's.
+fn multiplied(unit: Unit, n: u32) -> Result<Nanos, String> {
+    if n == 0 {
+        return Err("unit_multiplier: must be at least 1".into());
+    }
+    unit.window()
+        .checked_mul(u64::from(n))
+        .ok_or_else(|| format!("unit_multiplier: {n} units of {unit:?} is too long a window"))
 }
 
 impl<'de> Deserialize<'de> for RateLimit {
@@ -268,5 +302,49 @@ mod tests {
             assert_eq!(Unit::of_window(u.window()), Some(u));
         }
         assert_eq!(Unit::from_code(0), None);
+    }
+
+    fn read(text: &str) -> Result<RateLimit, String> {
+        serde_yaml_ng::from_str::<RateLimit>(text).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn unit_multiplier_makes_a_window_of_n_units() {
+        let five = read("{unit: minute, unit_multiplier: 5, requests_per_unit: 3}").unwrap();
+        assert_eq!((five.window, five.unit), (300 * SECOND, None));
+        let Action::Limit(limit) = five.action else {
+            panic!("not a limit: {:?}", five.action)
+        };
+        assert_eq!(
+            (limit.algorithm, limit.window),
+            (Algorithm::FixedWindow, 300 * SECOND)
+        );
+        // A multiple that is a unit reports as that unit.
+        let sixty = read("{unit: second, unit_multiplier: 60, requests_per_unit: 3}").unwrap();
+        assert_eq!(
+            (sixty.window, sixty.unit),
+            (60 * SECOND, Some(Unit::Minute))
+        );
+        let one = read("{unit: hour, unit_multiplier: 1, requests_per_unit: 3}").unwrap();
+        assert_eq!((one.window, one.unit), (3_600 * SECOND, Some(Unit::Hour)));
+    }
+
+    #[test]
+    fn unit_multiplier_errors_name_the_field() {
+        for (text, start) in [
+            ("{unit: minute, unit_multiplier: 0, requests_per_unit: 3}", "unit_multiplier: must be at least 1"),
+            ("{window: 5m, unit_multiplier: 2, requests_per_unit: 3}", "unit_multiplier: multiplies a unit"),
+            ("{unit_multiplier: 2, requests_per_unit: 3}", "unit: missing"),
+            ("{unit: year, unit_multiplier: 2, requests_per_unit: 3}", "unit_multiplier: must be between 1ms and 366d"),
+            ("{unlimited: true, unit_multiplier: 2}", "unlimited: an unlimited rate limit takes no algorithm, burst, soft_percent or unit_multiplier"),
+        ] {
+            let e = read(text).unwrap_err();
+            assert!(e.starts_with(start), "{text}: {e}");
+        }
+        let e = read("{unit: minute, unit_multiplier: -1, requests_per_unit: 3}").unwrap_err();
+        assert!(
+            e.starts_with("unit_multiplier: invalid type: integer `-1`, expected u32"),
+            "{e}"
+        );
     }
 }

@@ -17,6 +17,12 @@ pub struct Node {
     /// `share_threshold` on a wildcard value: every matching value shares
     /// one counter, keyed by the pattern.
     pub share_threshold: bool,
+    /// `quota_mode`: over its limit, it refuses the call only when every
+    /// quota-mode descriptor of the call is over its own.
+    pub quota_mode: bool,
+    /// `value_to_metric`: metrics name the request's value at this level
+    /// where the descriptor has none or a wildcard.
+    pub value_to_metric: bool,
     /// The path of this descriptor in the file (`key_value.key2`), as
     /// envoyproxy/ratelimit names its stats; used in metrics.
     pub path: String,
@@ -169,6 +175,25 @@ pub struct Found<'a> {
     pub metric: String,
 }
 
+/// Appends one level of a descriptor's name in metrics, as
+/// envoyproxy/ratelimit names its stats: `key_value` as the descriptor
+/// has it (its value, its pattern, or only the key), the request's value
+/// instead under `value_to_metric` (a shared pattern stays the pattern).
+fn push_metric_segment(out: &mut String, (k, v): (&str, &str), node: &Node, how: Matched<'_>) {
+    out.push_str(k);
+    let value = match how {
+        Matched::Value => v,
+        Matched::Pattern(p) if node.share_threshold || !node.value_to_metric => p,
+        Matched::Pattern(_) => v,
+        Matched::Key if node.value_to_metric => v,
+        Matched::Key => "",
+    };
+    if !value.is_empty() {
+        out.push('_');
+        out.push_str(value);
+    }
+}
+
 /// Appends a key or value escaped (percent-encoded outside
 /// `[A-Za-z0-9-._:@+,]`) so that `/`, `=`, `~` and `|` only ever separate.
 pub(crate) fn push_escaped(out: &mut String, text: &str) {
@@ -195,12 +220,15 @@ impl Domain {
         let mut level = &self.root;
         let mut key = String::new();
         let mut detailed = String::new();
+        let mut named = String::new();
         for (i, (k, v)) in entries.enumerate() {
             let (node, how) = level.find(k, v)?;
             if i > 0 {
                 key.push('/');
                 detailed.push('.');
+                named.push('.');
             }
+            push_metric_segment(&mut named, (k, v), node, how);
             push_escaped(&mut key, k);
             detailed.push_str(k);
             match how {
@@ -224,7 +252,7 @@ impl Domain {
                 let metric = if node.detailed_metric {
                     detailed
                 } else {
-                    node.path.clone()
+                    named
                 };
                 return Some(Found {
                     node,

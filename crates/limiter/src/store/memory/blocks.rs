@@ -54,7 +54,7 @@ pub(super) fn waits(
 
 /// Reports the blocked items of a check (`waits`) as blocked, or, when
 /// none is, starts the block of each blocking item that refused over its
-/// limit.
+/// limit (an item of weight 0 reads: it starts none).
 pub(super) fn apply(
     items: &[StoreItem],
     pos: &[usize],
@@ -79,7 +79,7 @@ pub(super) fn apply(
         };
         if wait > 0 {
             *d = Decision::blocked(r.limit.requests, wait);
-        } else if !blocked && r.block > 0 && d.starts_block() {
+        } else if !blocked && r.block > 0 && r.hits > 0 && d.starts_block() {
             let id = block_id(&r.id);
             let new = !g.map.contains_key(id.as_str());
             if new && g.map.len() >= g.cap {
