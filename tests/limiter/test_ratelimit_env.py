@@ -132,3 +132,13 @@ def test_the_migration_guide_names_every_variable_as_the_limiter_treats_it():
     assert rows("Refused") == refused
     assert rows("Honoured") | rows("Ignored") | rows("Refused") >= read
     assert rows("Honoured") == read - ignored - (refused - {"BACKEND_TYPE", "REDIS_SOCKET_TYPE", "CONFIG_TYPE"})
+
+
+def test_command_line_flags_are_added_to_the_environments(tmp_path):
+    env = {"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:1", "RUNTIME_ROOT": str(tmp_path)}
+    program = str(as_ratelimit(tmp_path))
+    out = subprocess.run([program, "--version"], env=env, capture_output=True, text=True, timeout=30)
+    assert (out.returncode, out.stdout.split()[0]) == (0, "sluice-limiter"), out
+    out = subprocess.run([program, "--listen", "127.0.0.1:9"], env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2
+    assert "the argument '--listen <LISTEN>' cannot be used multiple times" in out.stderr

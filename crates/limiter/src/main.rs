@@ -55,10 +55,8 @@ fn parse_args() -> Result<(Args, Vec<String>), ExitCode> {
     let line = std::iter::once("sluice-limiter".to_string())
         .chain(t.args)
         .chain(given);
-    let mut args = Args::try_parse_from(line).map_err(|e| {
-        let _ = e.print();
-        ExitCode::from(2)
-    })?;
+    // Help and version exit 0, errors 2, as for any command line.
+    let mut args = Args::try_parse_from(line).unwrap_or_else(|e| e.exit());
     args.redis_password = t.redis_password;
     Ok((args, t.ignored))
 }
