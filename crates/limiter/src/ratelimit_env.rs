@@ -355,7 +355,16 @@ fn store(env: &Env<'_>, out: &mut Translated) -> Result<(), String> {
     {
         return Err("REDIS_SOCKET_TYPE: only tcp is supported (set REDIS_SOCKET_TYPE=tcp)".into());
     }
-    let url = env.value("REDIS_URL").ok_or("REDIS_URL: required")?;
+    let hosts = env.value("REDIS_URL").ok_or("REDIS_URL: required")?;
+    // `REDIS_AUTH` is a password, or `user:password` (an ACL user), as the
+    // peer cuts it: the user goes in the URL, the password apart.
+    let auth = env.value("REDIS_AUTH");
+    let (user, password) = match auth.as_deref().map(|a| a.split_once(':')) {
+        Some(Some((user, password))) => (format!("{user}@"), Some(password.to_string())),
+        Some(None) => (String::new(), auth.clone()),
+        None => (String::new(), None),
+    };
+    let url = format!("{user}{hosts}");
     let tls = env.flag("REDIS_TLS", false)?;
     let s = if tls { "s" } else { "" };
     let spec = match env.or("REDIS_TYPE", "SINGLE").to_ascii_uppercase().as_str() {
@@ -368,10 +377,7 @@ fn store(env: &Env<'_>, out: &mut Translated) -> Result<(), String> {
         other => return Err(format!("REDIS_TYPE: {other:?} is not supported")),
     };
     out.args.extend(["--store".into(), spec]);
-    if let Some(auth) = env.value("REDIS_AUTH") {
-        // The peer's `user:password` form: the user goes in the URL.
-        out.redis_password = Some(auth);
-    }
+    out.redis_password = password;
     let files = [
         ("REDIS_TLS_CACERT", "--redis-ca"),
         ("REDIS_TLS_CLIENT_CERT", "--redis-cert"),
@@ -514,6 +520,9 @@ mod tests {
         ]);
         assert_eq!(spec, "redis+sentinel://s1:26379,s2:26379/mymaster");
         assert_eq!(t.redis_password.as_deref(), Some("pw"));
+        let (spec, t) = store(&[("REDIS_URL", "r:6379"), ("REDIS_AUTH", "app:s3:cret")]);
+        assert_eq!(spec, "redis://app@r:6379");
+        assert_eq!(t.redis_password.as_deref(), Some("s3:cret"));
         let (_, t) = store(&[("REDIS_URL", "r:6379"), ("REDIS_TIMEOUT", "1500ms")]);
         assert!(
             t.args.join(" ").ends_with("--store-timeout-ms 1500"),
