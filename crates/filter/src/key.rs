@@ -161,6 +161,12 @@ impl<'a, V: RequestView> Request<'a, V> {
         }
     }
 
+    /// A property of the request's stream (dynamic metadata ...), read
+    /// each time it is asked for.
+    pub fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
+        self.view.property(path)
+    }
+
     /// The string or integer at `path` of the request's JSON body (read
     /// once), as text; `None` when there is no body or no such value.
     pub fn body_text(&self, path: &FieldPath) -> Option<String> {

@@ -7,6 +7,7 @@ use super::checks::field_path;
 use super::plan::{Cost, CostSource, Estimate, PricedSource, ResponseCost, MAX_COST_SOURCES};
 use super::raw::{RawCost, RawEstimate, RawPlace, RawResponseCost, COST_EXPECTED};
 use crate::cost::extract::FieldPath;
+use crate::cost::metadata::MetadataPlace;
 use crate::cost::price::Price;
 use sluice_core::{FieldError, MAX_REQUESTS};
 
@@ -23,6 +24,16 @@ pub(crate) fn compile(path: &str, raw: &RawCost) -> Result<Cost, FieldError> {
             Some(("header", name)) if !name.is_empty() => {
                 Ok(Cost::Header(name.to_ascii_lowercase()))
             }
+            Some(("metadata", place)) => MetadataPlace::parse(place)
+                .map(Cost::Metadata)
+                .ok_or_else(|| {
+                    FieldError::at(
+                        path,
+                        format!(
+                            "\"metadata:NAMESPACE:KEY\" needs a namespace and a key, got {text:?}"
+                        ),
+                    )
+                }),
             _ => Err(FieldError::at(
                 path,
                 format!("{COST_EXPECTED}, got {text:?}"),

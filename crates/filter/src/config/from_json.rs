@@ -208,7 +208,7 @@ mod tests {
             ),
             (
                 r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[],"cost":[ 1]}]}"#,
-                r#"rules[0].cost: invalid type: sequence, expected must be an integer of at least 1, "header:NAME" or {"estimate", "response"} at line 1 column 71"#,
+                r#"rules[0].cost: invalid type: sequence, expected must be an integer of at least 1, "header:NAME", "metadata:NAMESPACE:KEY" or {"estimate", "response"} at line 1 column 71"#,
             ),
             (
                 r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[],"cost":{}}]}"#,
@@ -216,11 +216,11 @@ mod tests {
             ),
             (
                 r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[],"cost":1.5}]}"#,
-                r#"rules[0].cost: must be an integer of at least 1, "header:NAME" or {"estimate", "response"}, got 1.5 at line 1 column 72"#,
+                r#"rules[0].cost: must be an integer of at least 1, "header:NAME", "metadata:NAMESPACE:KEY" or {"estimate", "response"}, got 1.5 at line 1 column 72"#,
             ),
             (
                 r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[],"cost":-3}]}"#,
-                r#"rules[0].cost: must be an integer of at least 1, "header:NAME" or {"estimate", "response"}, got -3 at line 1 column 71"#,
+                r#"rules[0].cost: must be an integer of at least 1, "header:NAME", "metadata:NAMESPACE:KEY" or {"estimate", "response"}, got -3 at line 1 column 71"#,
             ),
             (
                 r#"{"domain":"d","client_ip":null}"#,

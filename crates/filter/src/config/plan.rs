@@ -4,6 +4,7 @@
 use crate::client_ip::ClientIpPolicy;
 use crate::config::raw::{FailureMode, HeadersMode, KeyShown, Protocol, ServiceHeaders};
 use crate::cost::extract::FieldPath;
+use crate::cost::metadata::MetadataPlace;
 use crate::cost::price::Price;
 use crate::key::KeyPart;
 use crate::matcher::{HeaderCondition, Matcher, RuleIndex};
@@ -148,6 +149,9 @@ pub enum Cost {
     /// (lowercase name). Missing or malformed: weight 1, counted as
     /// `cost_invalid`. Zero: the rule does not count the request.
     Header(String),
+    /// The weight is the non-negative integer another filter wrote into
+    /// the request's dynamic metadata; missing or malformed as for a header.
+    Metadata(MetadataPlace),
     /// Known from the response: the request is admitted for an estimate,
     /// and the difference is charged or refunded once the response says
     /// what it cost.

@@ -52,7 +52,7 @@ pub(crate) fn cost<Response: JsonSchema>(generator: &mut SchemaGenerator) -> Sch
     json_schema!({
         "oneOf": [
             { "type": "integer", "minimum": 1 },
-            { "type": "string", "pattern": "^header:.+$" },
+            { "type": "string", "pattern": "^(header:.+|metadata:.+:[^:]+)$" },
             response
         ]
     })

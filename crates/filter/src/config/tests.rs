@@ -549,7 +549,7 @@ fn cost_forms() {
     }
     assert!(
         message("-3").contains(
-            r#"must be an integer of at least 1, "header:NAME" or {"estimate", "response"}, got -3"#
+            r#"must be an integer of at least 1, "header:NAME", "metadata:NAMESPACE:KEY" or {"estimate", "response"}, got -3"#
         ),
         "{}",
         message("-3")

@@ -1082,6 +1082,8 @@ mod host_calls;
 
 mod block;
 
+mod metadata;
+
 const GLOBAL_PRIORITY: &str = r#"{"name":"api","key":["const:all"],
     "priority":{"from":"header:x-priority","default":"bulk","classes":[
         {"name":"critical","share":100},{"name":"bulk","share":50}]},

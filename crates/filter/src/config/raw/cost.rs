@@ -100,4 +100,4 @@ impl Default for RawCost {
 
 /// What a `cost` must be, for error messages.
 pub const COST_EXPECTED: &str =
-    "must be an integer of at least 1, \"header:NAME\" or {\"estimate\", \"response\"}";
+    "must be an integer of at least 1, \"header:NAME\", \"metadata:NAMESPACE:KEY\" or {\"estimate\", \"response\"}";

@@ -62,6 +62,8 @@ pub(super) struct Stream {
     /// Envoy's `response.code_details` (`via_upstream` for the upstream's
     /// own response), when set.
     pub(super) code_details: Option<String>,
+    /// Dynamic metadata other filters wrote: namespace, key, value.
+    pub(super) metadata: Vec<(String, String, Vec<u8>)>,
 }
 
 /// Every configuration's metrics, recorded together, and the permits
@@ -233,6 +235,12 @@ impl Host for FakeHost {
             ["response", "code_details"] => {
                 self.stream()?.code_details.clone().map(String::into_bytes)
             }
+            ["metadata", "filter_metadata", namespace, key] => self
+                .stream()?
+                .metadata
+                .iter()
+                .find(|(n, k, _)| n == namespace && k == key)
+                .map(|(_, _, v)| v.clone()),
             _ => None,
         }
     }

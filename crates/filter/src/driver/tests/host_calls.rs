@@ -210,6 +210,30 @@ fn a_request_under_one_global_limit() {
 }
 
 #[test]
+fn a_cost_from_metadata_reads_its_one_property_after_the_key() {
+    let global = r#"{"algorithm":"gcra","requests":1000,"window":"1s","scope":"global"}"#;
+    let weighed = r#"{"name":"r","key":["header:x-user"],"cost":"metadata:example.cost:units","limits":[GLOBAL]}"#;
+    let mut sim = Sim::new(&weighed.replace("GLOBAL", global));
+    calls_of(&mut sim, 9, "a");
+    assert_eq!(
+        calls_of(&mut sim, 10, "a"),
+        [
+            "header",   // x-user, its key
+            "property", // its cost, once the rule has a key
+            "now",
+            // No over-limit cache: a denial for one weight says nothing
+            // of another.
+            "dispatch",
+            "header",
+            "buffer",
+            "resume",
+            "add_header",
+            "add_header",
+        ]
+    );
+}
+
+#[test]
 fn a_request_under_a_global_limit_with_a_penalty_box_makes_the_same_calls() {
     // The limiter holds the block: block_ms in the check, no host call more.
     let boxed = r#"{"algorithm":"gcra","requests":1000,"window":"1s","scope":"global",

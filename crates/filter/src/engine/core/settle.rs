@@ -122,7 +122,7 @@ impl Owed {
 pub fn sources<'p>(plan: &'p Plan, owed: &Owed) -> &'p [PricedSource] {
     match plan.rules.get(owed.rule).map(|r| &r.cost) {
         Some(Cost::Response(cost)) => &cost.sources,
-        Some(Cost::Fixed(_) | Cost::Header(_)) | None => &[],
+        Some(Cost::Fixed(_) | Cost::Header(_) | Cost::Metadata(_)) | None => &[],
     }
 }
 

@@ -9,6 +9,7 @@ use super::pending::PendingCheck;
 use super::tally::{Refusal, Tally};
 use super::verdict::Verdict;
 use crate::config::{Cost, Estimate, Plan, Rule, RuleLimit};
+use crate::cost::metadata;
 use crate::headers::Reported;
 use crate::key::{Request, RequestView};
 use crate::local::{SharedStore, When};
@@ -127,6 +128,10 @@ fn weight<'a, V: RequestView>(cost: &'a Cost, request: &Request<'a, V>) -> Resul
     let name = match cost {
         Cost::Fixed(weight) => return Ok(*weight),
         Cost::Header(name) => name,
+        Cost::Metadata(place) => {
+            let value = request.property(&place.property()).ok_or(Malformed)?;
+            return metadata::count(&value).ok_or(Malformed);
+        }
         Cost::Response(response) => match &response.estimate {
             Estimate::Fixed(estimate) => return Ok(*estimate),
             Estimate::Header(name) => name,

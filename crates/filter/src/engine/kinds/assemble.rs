@@ -343,7 +343,7 @@ fn check_cost(
                 Estimate::Header(_) | Estimate::Body(_) => Ok(()),
             }
         }
-        Cost::Header(_) => Ok(()),
+        Cost::Header(_) | Cost::Metadata(_) => Ok(()),
     }
 }
 
