@@ -31,6 +31,7 @@ from support import LIMITER_BIN, ROOT, SLUICE_WASM, concurrent_requests, limiter
 DEPLOY = ROOT / "deploy"
 ISTIO = DEPLOY / "istio" / "wasmplugin.yaml"
 GATEWAY = DEPLOY / "envoy-gateway" / "envoyextensionpolicy.yaml"
+GATEWAY_RATELIMIT = DEPLOY / "envoy-gateway" / "ratelimit-deployment.yaml"
 LIMITER_K8S = DEPLOY / "kubernetes" / "sluice-limiter.yaml"
 REDIS_K8S = DEPLOY / "kubernetes" / "redis.yaml"
 ENVOY_CLUSTER = DEPLOY / "envoy" / "sluice-limiter-cluster.yaml"
@@ -155,6 +156,19 @@ def test_the_limiter_manifests_agree():
     redis = kind(REDIS_K8S, "Service")
     fqdn = f"{redis['metadata']['name']}.{redis['metadata']['namespace']}.svc.cluster.local"
     assert env["SLUICE_STORE"] == f"redis://{fqdn}:{redis['spec']['ports'][0]['port']}"
+
+
+def test_envoy_gateways_rate_limit_deployment_runs_the_limiters_image():
+    """deploy/envoy-gateway/ratelimit-deployment.yaml puts the limiter's image
+    (the one deploy/kubernetes runs) in Envoy Gateway's rate limit deployment,
+    whose command is /bin/ratelimit: the Dockerfile links it to the limiter."""
+    config = yaml.safe_load(kind(GATEWAY_RATELIMIT, "ConfigMap")["data"]["envoy-gateway.yaml"])
+    assert config["kind"] == "EnvoyGateway"
+    image = config["provider"]["kubernetes"]["rateLimitDeployment"]["container"]["image"]
+    [container] = kind(LIMITER_K8S, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert image == container["image"]
+    assert "ln -s /usr/local/bin/sluice-limiter /bin/ratelimit" in (ROOT / "crates/limiter/Dockerfile").read_text()
+    assert config["rateLimit"]["backend"]["type"] == "Redis"
 
 
 def test_the_limiter_starts_with_the_deployments_settings_and_answers_its_probes(processes, tmp_path):

@@ -108,8 +108,9 @@ def test_a_variable_sluice_cannot_honour_refuses_to_start(tmp_path):
 def test_the_migration_guide_names_every_variable_as_the_limiter_treats_it():
     """docs/guides/migrating.md's three tables (honoured, ignored, refused)
     name exactly the variables `ratelimit_env.rs` reads, each in the table
-    of what the code does with it."""
-    source = (ROOT / "crates/limiter/src/ratelimit_env.rs").read_text().split("#[cfg(test)]")[0]
+    of what the code does with it (`ratelimit_env.rs` and its `xds.rs`)."""
+    source = "".join((ROOT / "crates/limiter/src" / f).read_text().split("#[cfg(test)]")[0]
+                     for f in ("ratelimit_env.rs", "ratelimit_env/xds.rs"))
 
     def names(text: str) -> set[str]:
         return set(re.findall(r'"([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|HOST|PORT)"', text))
@@ -120,7 +121,7 @@ def test_the_migration_guide_names_every_variable_as_the_limiter_treats_it():
     ignored = names(block("const IGNORED", "];")) | {"USE_STATSD"}
     refused = (names(block("const REFUSED_WHEN_TRUE", "];")) | names(block("const REFUSED_WHEN_SET", "];"))
                | {"BACKEND_TYPE", "REDIS_SOCKET_TYPE", "CONFIG_TYPE"})
-    read = names(source) - {"SLUICE_RATELIMIT_ENV"}
+    read = names(source) - {"SLUICE_RATELIMIT_ENV", "GRPC_XDS_SOTW"}
     guide = (ROOT / "docs/guides/migrating.md").read_text()
     sections = dict(re.findall(r"^### (\w+).*?\n(.*?)(?=^#|\Z)", guide, flags=re.S | re.M))
 

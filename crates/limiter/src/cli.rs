@@ -172,6 +172,10 @@ pub struct Args {
     #[arg(long = "merge-domains", env = "SLUICE_MERGE_DOMAINS")]
     pub merge_domains: bool,
 
+    /// The descriptors from an xDS server (`--descriptors-xds URL`).
+    #[command(flatten)]
+    pub xds: crate::rls::xds::XdsArgs,
+
     /// Connections open at once on each listener (HTTP and gRPC); more are
     /// closed as they arrive. Keep it below the process's file descriptor
     /// limit (`ulimit -n`), which the Redis connections share.

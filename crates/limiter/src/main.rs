@@ -14,6 +14,7 @@ use sluice_limiter::rlqs::service::RlqsService;
 use sluice_limiter::rls::config::SameDomain;
 use sluice_limiter::rls::reload::{spawn_watcher, ConfigCell};
 use sluice_limiter::rls::service::{Mode, RlsService};
+use sluice_limiter::rls::xds::{self, XdsSource};
 use sluice_limiter::server::{serve_grpc, serve_http, Acceptor, Grpc, Stop};
 use sluice_limiter::spread::Spread;
 use sluice_limiter::store::memory::{MemoryConfig, MemoryStore};
@@ -156,13 +157,8 @@ fn same_domain(args: &Args) -> SameDomain {
 
 async fn run(args: Args) -> Result<(), String> {
     // The descriptors first: a bad file refuses to start.
-    let cell = match &args.descriptors {
-        Some(path) => Some(Arc::new(
-            ConfigCell::load_as(path, same_domain(&args))
-                .map_err(|e| format!("--descriptors: {e}"))?,
-        )),
-        None => None,
-    };
+    let xds = args.xds.source()?;
+    let cell = descriptors_cell(&args, xds.is_some())?;
     // The TLS files too: a bad one refuses to start.
     let tls = args
         .tls_files()
@@ -192,6 +188,12 @@ async fn run(args: Args) -> Result<(), String> {
             Arc::clone(&state.metrics),
             Duration::from_millis(args.tls_poll_ms),
         );
+    }
+    if let Some(cell) = &cell {
+        let waited = keep_current(&args, cell, xds, &state.metrics);
+        if !wait_first(waited, cell).await {
+            return Ok(());
+        }
     }
     let limits = args.connection_limits();
     let listener = sluice_limiter::server::bind(args.listen)
@@ -265,11 +267,66 @@ fn connection_threads(threads: usize) -> usize {
 fn descriptors_served(args: &Args, descriptors: bool) -> Result<(), String> {
     let served = args.grpc_listen.is_some() || args.rlqs_listen.is_some();
     match (descriptors, served) {
-        (false, true) => Err("--grpc-listen and --rlqs-listen need --descriptors FILE".into()),
+        (false, true) => Err(
+            "--grpc-listen and --rlqs-listen need --descriptors FILE or --descriptors-xds URL"
+                .into(),
+        ),
         (true, false) => {
-            Err("--descriptors is served by --grpc-listen ADDR or --rlqs-listen ADDR".into())
+            Err("the descriptors are served by --grpc-listen ADDR or --rlqs-listen ADDR".into())
         }
         _ => Ok(()),
+    }
+}
+
+/// The descriptors: loaded from `--descriptors`, or awaited from the xDS
+/// server; none without either.
+fn descriptors_cell(args: &Args, xds: bool) -> Result<Option<Arc<ConfigCell>>, String> {
+    Ok(match (&args.descriptors, xds) {
+        (Some(path), _) => Some(Arc::new(
+            ConfigCell::load_as(path, same_domain(args))
+                .map_err(|e| format!("--descriptors: {e}"))?,
+        )),
+        (None, true) => Some(Arc::new(ConfigCell::awaiting(same_domain(args)))),
+        (None, false) => None,
+    })
+}
+
+/// Keeps `cell` current: the files watched, or the xDS client started.
+/// True when the first configuration is to be awaited before listening.
+fn keep_current(
+    args: &Args,
+    cell: &Arc<ConfigCell>,
+    xds: Option<XdsSource>,
+    metrics: &Arc<Metrics>,
+) -> bool {
+    match xds {
+        Some(source) => {
+            tracing::info!(xds = %source.url, node = %source.node_id, "descriptors from xDS");
+            xds::spawn(Arc::clone(cell), Arc::clone(metrics), source);
+            !args.xds.start_empty
+        }
+        None => {
+            cell.record_first_load(metrics);
+            spawn_watcher(
+                cell,
+                Arc::clone(metrics),
+                Duration::from_millis(args.descriptors_poll_ms),
+            );
+            false
+        }
+    }
+}
+
+/// Waits for the first configuration when `wanted`: false when the
+/// process is asked to stop first.
+async fn wait_first(wanted: bool, cell: &ConfigCell) -> bool {
+    if !wanted || cell.loaded() {
+        return true;
+    }
+    tracing::info!("waiting for the first configuration from the xDS server");
+    tokio::select! {
+        () = cell.wait_loaded() => true,
+        () = shutdown_signal() => false,
     }
 }
 
@@ -283,12 +340,6 @@ fn grpc_listeners(
     stop: &Stop,
     spread: &Arc<Spread>,
 ) -> Result<Vec<GrpcServer>, String> {
-    cell.record_first_load(&state.metrics);
-    spawn_watcher(
-        &cell,
-        Arc::clone(&state.metrics),
-        Duration::from_millis(args.descriptors_poll_ms),
-    );
     let acceptor = |addr, name| grpc_acceptor(args, addr, name, &state.metrics, tls);
     let mut servers = Vec::new();
     if let Some(addr) = args.grpc_listen {

@@ -14,6 +14,8 @@
 use sluice_core::parse_duration;
 use std::net::SocketAddr;
 
+mod xds;
+
 /// The flags the environment means, and what it says that Sluice ignores.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Translated {
@@ -121,7 +123,19 @@ const IGNORED: &[(&str, &str)] = &[
     ),
     (
         "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
-        "the limiter starts only with a configuration",
+        "the limiter listens once a configuration is loaded (unless FORCE_START_WITHOUT_INITIAL_CONFIG)",
+    ),
+    (
+        "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+        "reconnections follow XDS_CLIENT_BACKOFF_INITIAL_INTERVAL and _MAX_INTERVAL",
+    ),
+    (
+        "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+        "each delay is jittered between half of it and all of it",
+    ),
+    (
+        "XDS_CLIENT_BACKOFF_JITTER",
+        "each delay is jittered between half of it and all of it",
     ),
     ("TRACING_SERVICE_NAME", "no tracing"),
     ("TRACING_SERVICE_NAMESPACE", "no tracing"),
@@ -311,12 +325,18 @@ fn logging(env: &Env<'_>, out: &mut Translated) -> Result<(), String> {
 }
 
 /// `CONFIG_TYPE=FILE`: the runtime directory
-/// `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY`; `QUOTA_MODE`;
+/// `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY`;
+/// `CONFIG_TYPE=GRPC_XDS_SOTW`: the xDS server ([`xds`]); `QUOTA_MODE`;
 /// `MERGE_DOMAIN_CONFIG`.
 fn configuration(env: &Env<'_>, out: &mut Translated) -> Result<(), String> {
     match env.or("CONFIG_TYPE", "FILE").as_str() {
         "FILE" => {}
-        other => return Err(format!("CONFIG_TYPE: {other:?} is not supported (FILE is)")),
+        "GRPC_XDS_SOTW" => return xds::xds(env, out).and_then(|()| modes(env, out)),
+        other => {
+            return Err(format!(
+                "CONFIG_TYPE: {other:?} is not supported (FILE and GRPC_XDS_SOTW are)"
+            ))
+        }
     }
     let mut dir = std::path::PathBuf::from(env.or("RUNTIME_ROOT", "/srv/runtime_data/current"));
     if let Some(sub) = env.value("RUNTIME_SUBDIRECTORY") {
@@ -325,6 +345,11 @@ fn configuration(env: &Env<'_>, out: &mut Translated) -> Result<(), String> {
     dir.push(env.or("RUNTIME_APPDIRECTORY", "config"));
     out.args
         .extend(["--descriptors".into(), dir.display().to_string()]);
+    modes(env, out)
+}
+
+/// `QUOTA_MODE` and `MERGE_DOMAIN_CONFIG`, whatever the source.
+fn modes(env: &Env<'_>, out: &mut Translated) -> Result<(), String> {
     if env.flag("QUOTA_MODE", false)? {
         out.args.push("--quota-mode".into());
     }

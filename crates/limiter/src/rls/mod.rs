@@ -13,6 +13,7 @@ pub(crate) use plan::rls_scope;
 pub mod reload;
 pub mod service;
 mod status;
+pub mod xds;
 
 #[cfg(test)]
 mod fuzz;

@@ -17,6 +17,7 @@
 use super::config::{ConfigError, Descriptors, SameDomain, Snapshot};
 use crate::metrics::Metrics;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
@@ -76,6 +77,25 @@ fn unix_seconds(t: SystemTime) -> i64 {
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
+/// Where a configuration put in force was read.
+#[derive(Debug, Clone, Copy)]
+pub enum Origin<'a> {
+    /// `files` files under `path`.
+    Files {
+        /// The file or directory.
+        path: &'a Path,
+        /// How many files.
+        files: usize,
+    },
+    /// A response of the xDS server `server`, of this `version`.
+    Xds {
+        /// The server's address.
+        server: &'a str,
+        /// The response's `version_info`.
+        version: &'a str,
+    },
+}
+
 /// The configuration in force and where it comes from.
 #[derive(Debug)]
 pub struct ConfigCell {
@@ -85,6 +105,11 @@ pub struct ConfigCell {
     seen: Mutex<Seen>,
     /// The hash and time of the configuration in force.
     in_force: Mutex<(u32, SystemTime)>,
+    /// Whether a configuration was ever put in force (one from an xDS
+    /// server is awaited).
+    loaded: AtomicBool,
+    /// Wakes those waiting for the first configuration.
+    first: tokio::sync::Notify,
 }
 
 impl ConfigCell {
@@ -106,6 +131,8 @@ impl ConfigCell {
             current: RwLock::new(Arc::new(config)),
             seen: Mutex::new(Seen::Files(digest)),
             in_force: Mutex::new((short(&digest), SystemTime::now())),
+            loaded: AtomicBool::new(true),
+            first: tokio::sync::Notify::new(),
         })
     }
 
@@ -117,6 +144,40 @@ impl ConfigCell {
             current: RwLock::new(Arc::new(config)),
             seen: Mutex::new(Seen::Nothing),
             in_force: Mutex::new((0, SystemTime::now())),
+            loaded: AtomicBool::new(true),
+            first: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// A configuration put in force from elsewhere ([`ConfigCell::install`],
+    /// by the xDS client): empty, and not loaded, until the first one comes.
+    pub fn awaiting(same: SameDomain) -> ConfigCell {
+        ConfigCell {
+            same,
+            loaded: AtomicBool::new(false),
+            ..ConfigCell::fixed(Descriptors::default())
+        }
+    }
+
+    /// What a domain in several files (or resources) does.
+    pub fn same_domain(&self) -> SameDomain {
+        self.same
+    }
+
+    /// Whether a configuration is in force (false only while an awaited
+    /// one has not come).
+    pub fn loaded(&self) -> bool {
+        self.loaded.load(Ordering::Acquire)
+    }
+
+    /// Returns once a configuration is in force.
+    pub async fn wait_loaded(&self) {
+        loop {
+            let first = self.first.notified();
+            if self.loaded() {
+                return;
+            }
+            first.await;
         }
     }
 
@@ -177,31 +238,56 @@ impl ConfigCell {
         });
         match loaded {
             Ok((config, files, digest)) => {
-                let domains = config.domains.len();
-                *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
-                let (hash, now) = (short(&digest), SystemTime::now());
-                *self.in_force.lock().unwrap_or_else(|e| e.into_inner()) = (hash, now);
-                metrics.record_rls_reload(true);
-                metrics.record_rls_config(hash, unix_seconds(now));
-                tracing::info!(
-                    path = %self.path.display(),
+                let from = Origin::Files {
+                    path: &self.path,
                     files,
-                    domains,
-                    hash = %format!("{hash:08x}"),
-                    "descriptors loaded"
-                );
+                };
+                self.install(config, &digest, from, metrics);
                 Ok(())
             }
             Err(e) => {
-                metrics.record_rls_reload(false);
-                let hash = self.in_force.lock().unwrap_or_else(|e| e.into_inner()).0;
-                tracing::error!(
-                    hash = %format!("{hash:08x}"),
-                    "descriptors refused, the configuration in force (hash) stays: {e}"
-                );
+                self.refuse(&e, metrics);
                 Err(e)
             }
         }
+    }
+
+    /// Puts `config` (whose source's digest is `digest`, read from `from`)
+    /// in force; counts and logs it.
+    pub fn install(
+        &self,
+        config: Descriptors,
+        digest: &[u8; 32],
+        from: Origin<'_>,
+        metrics: &Metrics,
+    ) {
+        let domains = config.domains.len();
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
+        let (hash, now) = (short(digest), SystemTime::now());
+        *self.in_force.lock().unwrap_or_else(|e| e.into_inner()) = (hash, now);
+        self.loaded.store(true, Ordering::Release);
+        self.first.notify_waiters();
+        metrics.record_rls_reload(true);
+        metrics.record_rls_config(hash, unix_seconds(now));
+        let hash = format!("{hash:08x}");
+        match from {
+            Origin::Files { path, files } => {
+                tracing::info!(path = %path.display(), files, domains, hash = %hash, "descriptors loaded")
+            }
+            Origin::Xds { server, version } => {
+                tracing::info!(xds = %server, version = %version, domains, hash = %hash, "descriptors loaded")
+            }
+        }
+    }
+
+    /// Counts and logs a configuration refused; the one in force stays.
+    pub fn refuse(&self, e: &ConfigError, metrics: &Metrics) {
+        metrics.record_rls_reload(false);
+        let hash = self.in_force.lock().unwrap_or_else(|e| e.into_inner()).0;
+        tracing::error!(
+            hash = %format!("{hash:08x}"),
+            "descriptors refused, the configuration in force (hash) stays: {e}"
+        );
     }
 }
 

@@ -105,6 +105,12 @@ impl<S: Store> RlsService<S> {
     /// Answers one `ShouldRateLimit` call.
     pub async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
         let started = Instant::now();
+        if !self.config.loaded() {
+            // As envoyproxy/ratelimit started without its first configuration.
+            return Err(Status::unavailable(
+                "no rate limit configuration loaded yet",
+            ));
+        }
         let config = self.config.current();
         let domain = config.domains.get(&req.domain);
         let label = if domain.is_some() {

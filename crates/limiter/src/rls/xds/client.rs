@@ -1,0 +1,268 @@
+//! The ADS stream: subscribe, apply or refuse each response, acknowledge,
+//! reconnect.
+
+use super::convert::compile;
+use super::proto::{RateLimitConfig, TYPE_URL};
+use super::XdsSource;
+use crate::metrics::Metrics;
+use crate::rls::reload::{ConfigCell, Origin};
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
+use envoy_types::pb::google::rpc::Status as RpcStatus;
+use prost::Message;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+/// gRPC's `INVALID_ARGUMENT`, the code of a refused response.
+const INVALID_ARGUMENT: i32 = 3;
+
+/// Starts the client: it keeps `cell` at the server's configuration for
+/// as long as the process runs.
+pub fn spawn(cell: Arc<ConfigCell>, metrics: Arc<Metrics>, source: XdsSource) {
+    tokio::spawn(async move {
+        let mut state = Acked::default();
+        let mut failures = 0u32;
+        loop {
+            let responses = state.responses;
+            let ended = session(&source, &cell, &metrics, &mut state).await;
+            if state.responses > responses {
+                failures = 0;
+            }
+            failures = failures.saturating_add(1);
+            let delay = source.backoff.delay(failures, jitter());
+            tracing::warn!(
+                xds = %source.url,
+                retry_in_ms = delay.as_millis() as u64,
+                "xDS stream ended, the configuration in force stays: {ended}"
+            );
+            tokio::time::sleep(delay).await;
+        }
+    });
+}
+
+/// What the client acknowledged last.
+#[derive(Debug, Default)]
+struct Acked {
+    /// The version of the configuration in force (empty: none yet).
+    version: String,
+    /// The digest of the resources in force.
+    digest: Option<[u8; 32]>,
+    /// Responses received, over every stream.
+    responses: u64,
+}
+
+/// One stream, until it ends: why it ended.
+async fn session(
+    source: &XdsSource,
+    cell: &ConfigCell,
+    metrics: &Metrics,
+    state: &mut Acked,
+) -> String {
+    let channel = match channel(source).await {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
+    let mut client = AggregatedDiscoveryServiceClient::new(channel)
+        .max_decoding_message_size(source.max_message_bytes);
+    let (tx, rx) = mpsc::channel(4);
+    let node = node(source);
+    let first = request(Some(node.clone()), &state.version, "", None);
+    if tx.send(first).await.is_err() {
+        return "the request stream closed".into();
+    }
+    let outbound =
+        futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) });
+    let mut call = tonic::Request::new(outbound);
+    for (k, v) in &source.headers {
+        let (Ok(k), Ok(v)) = (
+            k.parse::<tonic::metadata::MetadataKey<_>>(),
+            v.parse::<tonic::metadata::MetadataValue<_>>(),
+        ) else {
+            return format!("header {k:?} is not valid gRPC metadata");
+        };
+        call.metadata_mut().insert(k, v);
+    }
+    let mut inbound = match client.stream_aggregated_resources(call).await {
+        Ok(r) => r.into_inner(),
+        Err(e) => return format!("the server refused the stream: {e}"),
+    };
+    tracing::info!(xds = %source.url, node = %source.node_id, "xDS stream open");
+    loop {
+        let response = match inbound.message().await {
+            Ok(Some(r)) => r,
+            Ok(None) => return "the server closed the stream".into(),
+            Err(e) => return format!("{e}"),
+        };
+        state.responses += 1;
+        let reply = answer(&response, source, cell, metrics, state);
+        if tx.send(reply).await.is_err() {
+            return "the request stream closed".into();
+        }
+    }
+}
+
+/// Applies or refuses one response: the ACK or NACK to send.
+fn answer(
+    response: &DiscoveryResponse,
+    source: &XdsSource,
+    cell: &ConfigCell,
+    metrics: &Metrics,
+    state: &mut Acked,
+) -> DiscoveryRequest {
+    let nonce = &response.nonce;
+    match decode(response).and_then(|(configs, digest)| {
+        compile(&configs, cell.same_domain())
+            .map(|d| (d, digest))
+            .map_err(|e| {
+                cell.refuse(&e, metrics);
+                e.to_string()
+            })
+    }) {
+        Ok((config, digest)) => {
+            if state.digest != Some(digest) {
+                let from = Origin::Xds {
+                    server: &source.url,
+                    version: &response.version_info,
+                };
+                cell.install(config, &digest, from, metrics);
+                state.digest = Some(digest);
+            }
+            state.version.clone_from(&response.version_info);
+            request(None, &state.version, nonce, None)
+        }
+        Err(message) => {
+            tracing::error!(
+                xds = %source.url,
+                version = %response.version_info,
+                "xDS response refused: {message}"
+            );
+            let status = RpcStatus {
+                code: INVALID_ARGUMENT,
+                message,
+                details: Vec::new(),
+            };
+            request(None, &state.version, nonce, Some(status))
+        }
+    }
+}
+
+/// The resources of a response and their digest; an error for a response
+/// of another type or a resource that is no `RateLimitConfig`.
+fn decode(response: &DiscoveryResponse) -> Result<(Vec<RateLimitConfig>, [u8; 32]), String> {
+    if response.type_url != TYPE_URL {
+        return Err(format!(
+            "type_url {:?}: expected {TYPE_URL}",
+            response.type_url
+        ));
+    }
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut configs = Vec::with_capacity(response.resources.len());
+    for (i, any) in response.resources.iter().enumerate() {
+        if any.type_url != TYPE_URL {
+            return Err(format!(
+                "resources[{i}]: type_url {:?}: expected {TYPE_URL}",
+                any.type_url
+            ));
+        }
+        let config = RateLimitConfig::decode(any.value.as_slice())
+            .map_err(|e| format!("resources[{i}]: not a RateLimitConfig: {e}"))?;
+        ctx.update(&(any.value.len() as u64).to_le_bytes());
+        ctx.update(&any.value);
+        configs.push(config);
+    }
+    let mut digest = [0u8; 32];
+    digest.copy_from_slice(ctx.finish().as_ref());
+    Ok((configs, digest))
+}
+
+/// A request of the stream: the subscription (with the node) or the
+/// acknowledgement of a response (`error` set: its refusal).
+fn request(
+    node: Option<Node>,
+    version: &str,
+    nonce: &str,
+    error: Option<RpcStatus>,
+) -> DiscoveryRequest {
+    DiscoveryRequest {
+        version_info: version.to_string(),
+        node,
+        type_url: TYPE_URL.to_string(),
+        response_nonce: nonce.to_string(),
+        error_detail: error,
+        ..Default::default()
+    }
+}
+
+fn node(source: &XdsSource) -> Node {
+    let fields = source
+        .node_metadata
+        .iter()
+        .map(|(k, v)| {
+            let value = Value {
+                kind: Some(Kind::StringValue(v.clone())),
+            };
+            (k.clone(), value)
+        })
+        .collect();
+    Node {
+        id: source.node_id.clone(),
+        cluster: source.node_cluster.clone(),
+        metadata: Some(Struct { fields }),
+        user_agent_name: "sluice-limiter".into(),
+        ..Default::default()
+    }
+}
+
+/// A connected channel to the server (TLS as the URL and the files say).
+async fn channel(source: &XdsSource) -> Result<Channel, String> {
+    let mut endpoint = Endpoint::from_shared(source.url.clone())
+        .map_err(|e| format!("{}: not a URL: {e}", source.url))?
+        .connect_timeout(Duration::from_secs(5))
+        .http2_keep_alive_interval(Duration::from_secs(20))
+        .keep_alive_timeout(Duration::from_secs(10))
+        .tcp_nodelay(true);
+    if source.url.starts_with("https://") {
+        endpoint = endpoint
+            .tls_config(tls(source)?)
+            .map_err(|e| format!("TLS: {e}"))?;
+    }
+    endpoint
+        .connect()
+        .await
+        .map_err(|e| format!("cannot connect to {}: {e}", source.url))
+}
+
+/// The TLS settings, the files read now (so a renewed certificate is used
+/// at the next connection).
+fn tls(source: &XdsSource) -> Result<ClientTlsConfig, String> {
+    let read = |flag: &str, path: &std::path::PathBuf| {
+        std::fs::read(path).map_err(|e| format!("{flag} {}: {e}", path.display()))
+    };
+    let t = &source.tls;
+    let mut config = ClientTlsConfig::new();
+    if let Some(ca) = &t.ca {
+        config = config.ca_certificate(Certificate::from_pem(read("--xds-ca", ca)?));
+    }
+    if let (Some(cert), Some(key)) = (&t.cert, &t.key) {
+        let identity = Identity::from_pem(read("--xds-cert", cert)?, read("--xds-key", key)?);
+        config = config.identity(identity);
+    }
+    if let Some(name) = &t.server_name {
+        config = config.domain_name(name.clone());
+    }
+    Ok(config)
+}
+
+/// A number in [0, 1) for the backoff's jitter.
+fn jitter() -> f64 {
+    use ring::rand::SecureRandom;
+    let mut b = [0u8; 4];
+    match ring::rand::SystemRandom::new().fill(&mut b) {
+        Ok(()) => f64::from(u32::from_le_bytes(b)) / (f64::from(u32::MAX) + 1.0),
+        Err(_) => 0.5,
+    }
+}
