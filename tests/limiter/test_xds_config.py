@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import copy
 import re
+import threading
 
 import pytest
 
-from support import LIMITER_BIN, free_port, request, wait_until
+
+from support import LIMITER_BIN, free_port, load_through, request, wait_until
 from support.processes import Limiter, Process
 from support.rls import generic_key, header_action, start_rls_envoy
 from support.tls import CA, upstream_tls
@@ -29,8 +31,13 @@ DOMAIN = "default/eg/http"
 ROUTE = "httproute/default/backend/rule/0/match/-1"
 
 
-def gateway_config(requests_per_unit: int, unit: str = "HOUR") -> dict:
-    return {"name": DOMAIN, "domain": DOMAIN, "descriptors": [{
+def gateway_config(requests_per_unit: int, unit: str = "YEAR", others: int = 0) -> dict:
+    """The configuration with the rule's limit, and `others` other rules (as
+    other HTTPRoutes' rules would add). A year: no window ends during a test."""
+    extra = [{"key": f"httproute/default/other/rule/{n}/match/-1", "value": f"httproute/default/other/rule/{n}/match/-1",
+              "descriptors": [{"key": "rule-0-match-0", "rate_limit": {"requests_per_unit": 1, "unit": "SECOND"}}]}
+             for n in range(others)]
+    return {"name": DOMAIN, "domain": DOMAIN, "descriptors": extra + [{
         "key": ROUTE, "value": ROUTE, "rate_limit": None,
         "descriptors": [{"key": "rule-0-match-0",
                          "rate_limit": {"requests_per_unit": requests_per_unit, "unit": unit,
@@ -108,7 +115,8 @@ def test_envoy_gateways_xds_deployment_limits_envoy_by_what_the_server_sends(pro
         wait_until(lambda: xds.nacks(), what="the NACK")
         nack = xds.nacks()[0]
         assert nack.version_info == v2, nack
-        assert nack.error.startswith(f"xds:{DOMAIN}: descriptors[0].descriptors[0].rate_limit.unit: "), nack.error
+        assert nack.error == (f'xds:{DOMAIN}: descriptors[0].descriptors[0].rate_limit.unit: invalid rate limit unit '
+                              '"UNKNOWN(0)" (expected second, minute, hour, day, week, month or year)'), nack.error
         assert bad not in xds.acked()
         assert codes(envoy, "a", 1) == [429]
         assert codes(envoy, "b", 6) == [200] * 5 + [429]
@@ -129,7 +137,7 @@ def test_envoy_gateways_xds_deployment_limits_envoy_by_what_the_server_sends(pro
         # The counters are Redis's, under the limiter's keys.
         route, domain = ROUTE.replace("/", "%2F"), DOMAIN.replace("/", "%2F")
         assert sorted(redis.cli("--scan").split()) == [
-            f"sluice:{{rls:{domain}/{route}={route}/rule-0-match-0={user}|fixed_window|3600000}}"
+            f"sluice:{{rls:{domain}/{route}={route}/rule-0-match-0={user}|fixed_window|31536000000}}"
             for user in "abc"]
         log = limiter.log()
         assert "descriptors loaded" in log and f"version={v4}" in log, log[-2000:]
@@ -183,4 +191,51 @@ def test_a_resource_that_is_no_rate_limit_config_is_refused(tmp_path):
         assert xds.nacks()[0].version_info == "1"
     finally:
         limiter.stop()
+        xds.stop()
+
+
+def test_two_limiters_follow_one_server_and_count_exactly_through_updates_under_load(processes, tmp_path):
+    """Two limiters on one Redis, subscribed to one server; two Envoys, each
+    calling both, 32 connections each. A new limit applies on both, then
+    updates back to back (other routes' rules changing) lose or double no count."""
+    redis = processes.redis()
+    xds = XdsServer(node_id="default")
+    v1 = xds.set_configs([gateway_config(400)])
+    grpc_ports = [free_port(), free_port()]
+    for port in grpc_ports:
+        processes.limiter(store=f"redis://127.0.0.1:{redis.port}",
+                          extra_args=["--grpc-listen", f"127.0.0.1:{port}", "--store-timeout-ms", "5000",
+                                      "--descriptors-xds", f"127.0.0.1:{xds.port}"])
+    envoys = [start_rls_envoy(tmp_path, DOMAIN, grpc_ports, ACTIONS, failure_mode_deny=True) for _ in range(2)]
+    try:
+        assert xds.acked().count(v1) == 2
+        assert load_through(envoys, per_envoy=150, connections=32, headers={"x-user": "r"}) == {200: 300}
+        v2 = xds.set_configs([gateway_config(500)])
+        wait_until(lambda: xds.acked().count(v2) == 2, what="the new limit acknowledged by both")
+        stop = threading.Event()
+
+        def churn():
+            # Back to back: each version once both limiters acknowledge the one before.
+            n = 1
+            while not stop.is_set():
+                v = xds.set_configs([gateway_config(500, others=n % 7 + 1)])
+                n += 1
+                while xds.acked().count(v) < 2 and not stop.is_set():
+                    stop.wait(0.002)
+
+        t = threading.Thread(target=churn)
+        t.start()
+        try:
+            before = len(set(xds.acked()))
+            counts = load_through(envoys, per_envoy=300, connections=32, headers={"x-user": "r"})
+            during = len(set(xds.acked())) - before
+        finally:
+            stop.set()
+            t.join()
+        assert counts == {200: 200, 429: 400}, counts
+        assert xds.nacks() == []
+        assert during >= 2, f"{during} versions applied during the load"
+    finally:
+        for e in envoys:
+            e.stop()
         xds.stop()
