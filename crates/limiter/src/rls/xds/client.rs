@@ -266,3 +266,140 @@ fn jitter() -> f64 {
         Err(_) => 0.5,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::proto::{RateLimitDescriptor, RateLimitPolicy};
+    use super::super::{Backoff, XdsTls};
+    use super::*;
+    use crate::rls::config::SameDomain;
+    use envoy_types::pb::google::protobuf::Any;
+
+    fn source() -> XdsSource {
+        XdsSource {
+            url: "http://127.0.0.1:1".into(),
+            node_id: "n".into(),
+            node_cluster: String::new(),
+            node_metadata: vec![("zone".into(), "a".into())],
+            headers: Vec::new(),
+            tls: XdsTls::default(),
+            backoff: Backoff {
+                initial: Duration::from_millis(1),
+                max: Duration::from_millis(1),
+            },
+            max_message_bytes: 1 << 20,
+        }
+    }
+
+    fn response(version: &str, nonce: &str, unit: i32) -> DiscoveryResponse {
+        let config = RateLimitConfig {
+            name: "r".into(),
+            domain: "d".into(),
+            descriptors: vec![RateLimitDescriptor {
+                key: "k".into(),
+                rate_limit: Some(RateLimitPolicy {
+                    unit,
+                    requests_per_unit: 2,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+        };
+        DiscoveryResponse {
+            version_info: version.into(),
+            resources: vec![Any {
+                type_url: TYPE_URL.into(),
+                value: config.encode_to_vec(),
+            }],
+            type_url: TYPE_URL.into(),
+            nonce: nonce.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_good_response_is_acked_once_loaded_and_a_bad_one_nacked_with_the_version_in_force() {
+        let cell = ConfigCell::awaiting(SameDomain::Refuse);
+        let metrics = Metrics::default();
+        let mut state = Acked::default();
+        assert!(!cell.loaded());
+        let ack = answer(
+            &response("1", "a", 1),
+            &source(),
+            &cell,
+            &metrics,
+            &mut state,
+        );
+        assert_eq!(
+            (ack.version_info.as_str(), ack.response_nonce.as_str()),
+            ("1", "a")
+        );
+        assert!(ack.error_detail.is_none() && ack.node.is_none());
+        assert!(cell.loaded() && cell.current().domains.contains_key("d"));
+        let first = Arc::clone(&cell.current());
+        // The same resources again (a reconnection's): acknowledged, not reloaded.
+        let ack = answer(
+            &response("1", "b", 1),
+            &source(),
+            &cell,
+            &metrics,
+            &mut state,
+        );
+        assert_eq!(ack.response_nonce, "b");
+        assert!(Arc::ptr_eq(&first, &cell.current()));
+        let nack = answer(
+            &response("2", "c", 0),
+            &source(),
+            &cell,
+            &metrics,
+            &mut state,
+        );
+        assert_eq!(
+            (nack.version_info.as_str(), nack.response_nonce.as_str()),
+            ("1", "c")
+        );
+        let status = nack.error_detail.expect("a NACK");
+        assert_eq!(status.code, INVALID_ARGUMENT);
+        assert!(
+            status
+                .message
+                .starts_with("xds:r: descriptors[0].rate_limit.unit: "),
+            "{}",
+            status.message
+        );
+        assert!(Arc::ptr_eq(&first, &cell.current()));
+    }
+
+    #[test]
+    fn a_response_of_another_type_is_refused() {
+        let cell = ConfigCell::awaiting(SameDomain::Refuse);
+        let mut other = response("1", "a", 1);
+        other.type_url = "type.googleapis.com/envoy.config.cluster.v3.Cluster".into();
+        let nack = answer(
+            &other,
+            &source(),
+            &cell,
+            &Metrics::default(),
+            &mut Acked::default(),
+        );
+        let message = nack.error_detail.expect("a NACK").message;
+        assert!(
+            message.starts_with("type_url \"type.googleapis.com/envoy.config.cluster.v3.Cluster\""),
+            "{message}"
+        );
+        assert!(!cell.loaded());
+    }
+
+    #[test]
+    fn the_subscription_names_the_node_and_the_type() {
+        let first = request(Some(node(&source())), "", "", None);
+        assert_eq!(first.type_url, TYPE_URL);
+        let node = first.node.expect("the node");
+        assert_eq!(
+            (node.id.as_str(), node.user_agent_name.as_str()),
+            ("n", "sluice-limiter")
+        );
+        let zone = &node.metadata.expect("metadata").fields["zone"];
+        assert_eq!(zone.kind, Some(Kind::StringValue("a".into())));
+    }
+}
