@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import re
+import signal
 import threading
 
 import pytest
@@ -151,8 +152,7 @@ def test_envoy_gateways_xds_deployment_limits_envoy_by_what_the_server_sends(pro
 def test_without_force_start_the_limiter_listens_once_configured(tmp_path):
     """`--descriptors-xds` alone: the limiter waits for its first
     configuration before it listens (as envoyproxy/ratelimit waits without
-    FORCE_START_WITHOUT_INITIAL_CONFIG); a node the server has no snapshot
-    for gets nothing."""
+    FORCE_START_WITHOUT_INITIAL_CONFIG); a SIGHUP changes nothing."""
     xds = XdsServer(node_id="mine")
     port = free_port()
     grpc_port = free_port()
@@ -170,6 +170,10 @@ def test_without_force_start_the_limiter_listens_once_configured(tmp_path):
         envoy = start_rls_envoy(tmp_path, DOMAIN, [grpc_port], ACTIONS, failure_mode_deny=True)
         try:
             assert codes(envoy, "a", 3) == [200, 200, 429]
+            # SIGHUP re-reads files; there are none: logged, nothing changes.
+            limiter.proc.send_signal(signal.SIGHUP)
+            wait_until(lambda: "nothing to re-read" in limiter.log(), what="the SIGHUP logged")
+            assert limiter.alive() and codes(envoy, "a", 1) == [429]
         finally:
             envoy.stop()
     finally:

@@ -303,18 +303,16 @@ fn keep_current(
         Some(source) => {
             tracing::info!(xds = %source.url, node = %source.node_id, "descriptors from xDS");
             xds::spawn(Arc::clone(cell), Arc::clone(metrics), source);
-            !args.xds.start_empty
         }
-        None => {
-            cell.record_first_load(metrics);
-            spawn_watcher(
-                cell,
-                Arc::clone(metrics),
-                Duration::from_millis(args.descriptors_poll_ms),
-            );
-            false
-        }
+        None => cell.record_first_load(metrics),
     }
+    // With xDS too: a SIGHUP is then logged and changes nothing.
+    spawn_watcher(
+        cell,
+        Arc::clone(metrics),
+        Duration::from_millis(args.descriptors_poll_ms),
+    );
+    args.xds.url.is_some() && !args.xds.start_empty
 }
 
 /// Waits for the first configuration when `wanted`: false when the

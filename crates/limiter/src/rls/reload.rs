@@ -204,6 +204,7 @@ impl ConfigCell {
     /// Reads the files again now; on error the previous configuration stays.
     pub fn reload(&self, metrics: &Metrics) -> Result<(), ConfigError> {
         if self.path.as_os_str().is_empty() {
+            tracing::info!("the descriptors are not read from files: nothing to re-read");
             return Ok(());
         }
         let read = forced_read(&self.path);
