@@ -452,7 +452,8 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    fn run(vars: &[(&str, &str)]) -> Result<Translated, String> {
+    /// The translation of these variables alone.
+    pub(super) fn run(vars: &[(&str, &str)]) -> Result<Translated, String> {
         let map: HashMap<String, String> = vars
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))

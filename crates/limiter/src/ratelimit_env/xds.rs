@@ -75,15 +75,10 @@ fn headers_of(text: &str) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::translate;
-    use std::collections::HashMap;
+    use super::super::tests::run;
 
     fn args(vars: &[(&str, &str)]) -> Result<String, String> {
-        let map: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        translate(&|name| map.get(name).cloned()).map(|t| t.args.join(" "))
+        run(vars).map(|t| t.args.join(" "))
     }
 
     /// Envoy Gateway's ratelimit deployment as it runs
