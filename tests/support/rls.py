@@ -89,10 +89,10 @@ def _listener(name: str, port: int, route: dict, http_filters: list[dict]) -> di
 
 def start_rls_envoy(workdir: Path, domain: str, limiter_ports: list[int], rate_limits: list[list[dict]],
                     *, concurrency: int = 2, envoy_bin: Path = ENVOY_BIN, transport_socket: dict | None = None,
-                    **filter_args) -> Envoy:
+                    filters_before: list[dict] = (), **filter_args) -> Envoy:
     """An Envoy whose route carries `rate_limits` (one list of actions per
     descriptor, or a whole route `RateLimit`) and whose ratelimit filter asks the limiters on `limiter_ports`
-    (over `transport_socket` when given)."""
+    (over `transport_socket` when given), after `filters_before`."""
     rundir = Path(tempfile.mkdtemp(prefix="envoy-rls-", dir=workdir))
     env = Envoy(rundir, free_port(), free_port())
     backend_port = free_port()
@@ -111,7 +111,7 @@ def start_rls_envoy(workdir: Path, domain: str, limiter_ports: list[int], rate_l
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": env.admin_port}}},
         "static_resources": {
             "listeners": [
-                _listener("main", env.port, route, [ratelimit_filter(domain, **filter_args)]),
+                _listener("main", env.port, route, [*filters_before, ratelimit_filter(domain, **filter_args)]),
                 _listener("backend", backend_port, backend_route, []),
             ],
             "clusters": [limiter_cluster("rls", limiter_ports, transport_socket), backend_cluster],
