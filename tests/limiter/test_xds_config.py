@@ -193,6 +193,7 @@ def test_a_resource_that_is_no_rate_limit_config_is_refused(tmp_path):
         wait_until(lambda: xds.nacks(), what="the NACK")
         assert xds.nacks()[0].error.startswith("resources[0]: not a RateLimitConfig"), xds.nacks()[0].error
         assert xds.nacks()[0].version_info == "1"
+        assert loads(limiter.port) == {"ok": 1, "error": 1}
     finally:
         limiter.stop()
         xds.stop()

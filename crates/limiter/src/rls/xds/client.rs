@@ -5,6 +5,7 @@ use super::convert::compile;
 use super::proto::{RateLimitConfig, TYPE_URL};
 use super::XdsSource;
 use crate::metrics::Metrics;
+use crate::rls::config::ConfigError;
 use crate::rls::reload::{ConfigCell, Origin};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
@@ -114,14 +115,9 @@ fn answer(
     state: &mut Acked,
 ) -> DiscoveryRequest {
     let nonce = &response.nonce;
-    match decode(response).and_then(|(configs, digest)| {
-        compile(&configs, cell.same_domain())
-            .map(|d| (d, digest))
-            .map_err(|e| {
-                cell.refuse(&e, metrics);
-                e.to_string()
-            })
-    }) {
+    let decided = decode(response)
+        .and_then(|(configs, digest)| compile(&configs, cell.same_domain()).map(|d| (d, digest)));
+    match decided {
         Ok((config, digest)) => {
             if state.digest != Some(digest) {
                 let from = Origin::Xds {
@@ -134,15 +130,16 @@ fn answer(
             state.version.clone_from(&response.version_info);
             request(None, &state.version, nonce, None)
         }
-        Err(message) => {
-            tracing::error!(
+        Err(e) => {
+            cell.refuse(&e, metrics);
+            tracing::warn!(
                 xds = %source.url,
                 version = %response.version_info,
-                "xDS response refused: {message}"
+                "xDS response refused (NACK)"
             );
             let status = RpcStatus {
                 code: INVALID_ARGUMENT,
-                message,
+                message: e.to_string(),
                 details: Vec::new(),
             };
             request(None, &state.version, nonce, Some(status))
@@ -152,24 +149,30 @@ fn answer(
 
 /// The resources of a response and their digest; an error for a response
 /// of another type or a resource that is no `RateLimitConfig`.
-fn decode(response: &DiscoveryResponse) -> Result<(Vec<RateLimitConfig>, [u8; 32]), String> {
+fn decode(response: &DiscoveryResponse) -> Result<(Vec<RateLimitConfig>, [u8; 32]), ConfigError> {
+    let refused = |message: String| ConfigError {
+        file: std::path::PathBuf::new(),
+        field: String::new(),
+        position: None,
+        message,
+    };
     if response.type_url != TYPE_URL {
-        return Err(format!(
+        return Err(refused(format!(
             "type_url {:?}: expected {TYPE_URL}",
             response.type_url
-        ));
+        )));
     }
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     let mut configs = Vec::with_capacity(response.resources.len());
     for (i, any) in response.resources.iter().enumerate() {
         if any.type_url != TYPE_URL {
-            return Err(format!(
+            return Err(refused(format!(
                 "resources[{i}]: type_url {:?}: expected {TYPE_URL}",
                 any.type_url
-            ));
+            )));
         }
         let config = RateLimitConfig::decode(any.value.as_slice())
-            .map_err(|e| format!("resources[{i}]: not a RateLimitConfig: {e}"))?;
+            .map_err(|e| refused(format!("resources[{i}]: not a RateLimitConfig: {e}")))?;
         ctx.update(&(any.value.len() as u64).to_le_bytes());
         ctx.update(&any.value);
         configs.push(config);
