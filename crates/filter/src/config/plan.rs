@@ -431,6 +431,9 @@ pub struct GlobalLimit {
     pub quota: Quota,
     /// Prefix of the over-limit cache keys.
     pub deny_prefix: Rc<str>,
+    /// Where a request's own limit may be (`limit_from_metadata`; only on
+    /// a limit checked per request).
+    pub from_metadata: Option<MetadataPlace>,
 }
 
 /// A global limit held by a rate limit service.
@@ -440,6 +443,9 @@ pub struct ServiceHeld {
     pub deny_prefix: Rc<str>,
     /// The descriptor it sends.
     pub descriptor: Vec<Entry>,
+    /// Where a request's own limit may be, sent as the descriptor's
+    /// `limit` (`limit_from_metadata`).
+    pub from_metadata: Option<MetadataPlace>,
 }
 
 /// The stand-in limit of a limit the rate limit service holds: it never
