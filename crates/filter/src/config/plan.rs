@@ -204,6 +204,9 @@ pub enum CostSource {
     /// A field of the JSON body, or of the last event of a
     /// `text/event-stream` body that has it.
     Body(FieldPath),
+    /// A count in the request's dynamic metadata, read when the stream
+    /// ends (a filter of the response path may have written it).
+    Metadata(MetadataPlace),
 }
 
 /// One limit of a rule. Its accessors, which match over the kinds, are

@@ -257,3 +257,82 @@ fn only_rules_with_a_limit_from_metadata_have_its_counter() {
     assert!(RuleEvent::LimitMetadataInvalid.applies_to(&w.plan.rules[0]));
     assert!(!RuleEvent::LimitMetadataInvalid.applies_to(&w.plan.rules[1]));
 }
+
+/// 100 an hour per user, admitted for 10, charged what `response` says.
+fn response_world(response: &str) -> World {
+    World::new(&rules(&format!(
+        r#"{{"name":"tokens","key":["header:x-user"],"cost":{{"estimate":10,"response":{response}}},
+           "limits":[{{"algorithm":"fixed_window","requests":100,"window":"1h"}}]}}"#
+    )))
+}
+
+/// Admits a request, then ends its stream with `metadata` holding
+/// `example.cost:used` (when given) and response header `x-in: 4`.
+fn settled_with(w: &World, metadata: Option<&[u8]>) {
+    use crate::engine::cost_reader::CostReader;
+    let owed = match w.eval(&FakeRequest::get("/").with("x-user", "a")) {
+        Verdict::Allow(a) => a.owed,
+        other => panic!("{other:?}"),
+    };
+    let mut reader = CostReader::new(owed).unwrap();
+    reader.on_headers(&w.plan, |n| (n == "x-in").then(|| "4".to_string()));
+    let read = std::cell::RefCell::new(Vec::new());
+    reader.on_end(&w.plan, |path| {
+        read.borrow_mut().push(path.join("."));
+        (path == ["metadata", "filter_metadata", "example.cost", "used"])
+            .then(|| metadata.map(<[u8]>::to_vec))
+            .flatten()
+    });
+    assert_eq!(
+        read.into_inner(),
+        ["metadata.filter_metadata.example.cost.used"]
+    );
+    assert!(reader.settle(&w.plan, &w.store, &w.metrics, NOW).is_empty());
+}
+
+#[test]
+fn a_response_cost_reads_the_metadata_when_the_stream_ends() {
+    let w = response_world(r#"["header:x-in","metadata:example.cost:used"]"#);
+    // 4 + 31 = 35: 25 more than the estimate charged.
+    settled_with(&w, Some(&31.0f64.to_le_bytes()));
+    assert_eq!(w.metrics.count(0, RuleEvent::CostCharged), 25);
+    // Text of digits too: 4 + 2 = 6, 4 given back.
+    settled_with(&w, Some(b"2"));
+    assert_eq!(w.metrics.count(0, RuleEvent::CostRefunded), 4);
+    // Missing or malformed: the estimate stands.
+    settled_with(&w, None);
+    settled_with(&w, Some(&2.5f64.to_le_bytes()));
+    assert_eq!(w.metrics.count(0, RuleEvent::CostMissing), 2);
+    // 35 + 6 + 10 + 10 counted: the next request's 10 leaves 29.
+    match w.eval(&FakeRequest::get("/").with("x-user", "a")) {
+        Verdict::Allow(a) => assert_eq!(a.report.unwrap().decision.remaining, 29),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_response_cost_without_metadata_reads_none() {
+    use crate::engine::cost_reader::CostReader;
+    let w = response_world(r#""header:x-in""#);
+    let owed = match w.eval(&FakeRequest::get("/").with("x-user", "a")) {
+        Verdict::Allow(a) => a.owed,
+        other => panic!("{other:?}"),
+    };
+    let mut reader = CostReader::new(owed).unwrap();
+    reader.on_headers(&w.plan, |_| None);
+    reader.on_end(&w.plan, |path| panic!("read {path:?}"));
+}
+
+#[test]
+fn a_response_metadata_place_without_namespace_or_key_is_refused() {
+    let json = rules(
+        r#"{"name":"m","key":["client_ip"],"cost":{"response":"metadata:used"},"limits":[{"algorithm":"fixed_window","requests":20,"window":"1h"}]}"#,
+    );
+    let err = parse(json.as_bytes()).unwrap_err().to_string();
+    assert!(
+        err.starts_with(
+            "rules[0].cost.response: \"metadata:NAMESPACE:KEY\" needs a namespace and a key, got \"metadata:used\""
+        ),
+        "{err}"
+    );
+}
