@@ -5,6 +5,8 @@ would, and Sluice sends that limit to sluice-limiter, or to a rate limit
 service as the descriptor's `limit`."""
 
 
+import pytest
+
 import support
 from support import free_port, limiter_cluster, load_through, request, sluice_config, wait_until
 
@@ -62,8 +64,14 @@ def assert_the_metadata_limit_applies(e):
     assert e.sluice_stat("sluice.limiter_errors") == 0
 
 
-def test_a_limit_from_metadata_is_checked_by_sluice_limiter(tmp_path, processes):
-    limiter = processes.limiter(extra_args=["--store-timeout-ms", "5000"])
+def store_args(processes, store: str) -> dict:
+    """The limiter's store: its memory, or a Redis server of the test's own."""
+    return {"store": processes.redis().url} if store == "redis" else {}
+
+
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_a_limit_from_metadata_is_checked_by_sluice_limiter(tmp_path, processes, store):
+    limiter = processes.limiter(extra_args=["--store-timeout-ms", "5000"], **store_args(processes, store))
     config = sluice_config([limited_rule({"algorithm": "fixed_window", "requests": 100, "window": "1h",
                                           "scope": "global"})],
                            limiter={"cluster": "sluice_limiter", "authority": "sluice-limiter",
@@ -88,12 +96,13 @@ descriptors:
 """
 
 
-def test_a_limit_from_metadata_is_the_rls_descriptors_limit(tmp_path, processes):
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_a_limit_from_metadata_is_the_rls_descriptors_limit(tmp_path, processes, store):
     path = tmp_path / "descriptors.yaml"
     path.write_text(DESCRIPTORS)
     grpc = free_port()
     processes.limiter(extra_args=["--grpc-listen", f"127.0.0.1:{grpc}", "--descriptors", str(path),
-                                  "--store-timeout-ms", "5000"])
+                                  "--store-timeout-ms", "5000"], **store_args(processes, store))
     config = sluice_config([limited_rule({"scope": "global"})],
                            limiter={"cluster": "rls", "protocol": "rls", "timeout": "5s", "failure_mode": "deny"})
     e = start(tmp_path, config, clusters=[limiter_cluster("rls", [grpc])])
