@@ -1,6 +1,7 @@
-"""Costs and limits another filter writes into the request's dynamic
-metadata (Envoy Gateway's `cost.request.from: Metadata`), read by Sluice
-through Envoy: `header_to_metadata` before Sluice writes the number."""
+"""Costs another filter writes into the request's dynamic metadata (Envoy
+Gateway's `cost.request.from: Metadata` and `cost.response.from: Metadata`),
+read by Sluice through Envoy: `header_to_metadata` before Sluice writes the
+number on the request, a Lua filter on the response."""
 
 
 import support
@@ -95,6 +96,62 @@ def test_the_cost_in_metadata_is_the_rls_hits_addend(tmp_path, processes):
         assert remaining_after(e.port, "5") == (200, "95")
         counts = load_through([e], per_envoy=40, connections=32, headers={"x-user": "a", "x-units": "5"})
         assert counts == {200: 19, 429: 21}
+        assert e.sluice_stat("sluice.limiter_errors") == 0
+    finally:
+        e.stop()
+
+
+# Writes 7 into `example.cost:used` as the response passes (a filter before
+# Sluice sees the response after it: Sluice reads it when the stream ends).
+RESPONSE_LUA = """
+function envoy_on_response(handle)
+  handle:streamInfo():dynamicMetadata():set("example.cost", "used", 7)
+end
+"""
+
+
+def response_metadata_filter() -> dict:
+    return {
+        "name": "envoy.filters.http.lua",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+            "default_source_code": {"inline_string": RESPONSE_LUA},
+        },
+    }
+
+
+def response_rule(limit: dict) -> dict:
+    return {"name": "m", "key": ["header:x-user"],
+            "cost": {"estimate": 1, "response": f"metadata:{NAMESPACE}:used"}, "limits": [limit]}
+
+
+def test_a_cost_from_the_response_reads_the_metadata_written_on_the_response(tmp_path):
+    config = sluice_config([response_rule({"algorithm": "fixed_window", "requests": 100, "window": "1h"})])
+    e = support.start_envoy(tmp_path, [response_metadata_filter(), support.wasm_filter(config)])
+    try:
+        # Each request is admitted for 1, then charged 6 more when it ends.
+        for n in range(3):
+            assert remaining_after(e.port, None) == (200, str(99 - 7 * n))
+            wait_until(lambda: e.sluice_stat("sluice.m.cost_charged") == 6 * (n + 1), what="charged 6 more")
+        assert remaining_after(e.port, None) == (200, "78")
+        assert e.sluice_stat("sluice.m.cost_missing") == 0
+    finally:
+        e.stop()
+
+
+def test_a_global_cost_from_the_response_is_charged_from_the_metadata(tmp_path, processes):
+    limiter = processes.limiter(extra_args=["--store-timeout-ms", "5000"])
+    config = sluice_config([response_rule({"algorithm": "fixed_window", "requests": 100, "window": "1h",
+                                           "scope": "global"})],
+                           limiter={"cluster": "sluice_limiter", "authority": "sluice-limiter",
+                                    "timeout": "5s", "failure_mode": "deny"})
+    e = support.start_envoy(tmp_path, [response_metadata_filter(), support.wasm_filter(config)],
+                            clusters=[limiter_cluster("sluice_limiter", [limiter.port])])
+    try:
+        assert remaining_after(e.port, None) == (200, "99")
+        wait_until(lambda: e.sluice_stat("sluice.m.cost_charged") == 6, what="charged 6 more")
+        # The charge reaches the limiter before the key's next check.
+        assert remaining_after(e.port, None) == (200, "92")
         assert e.sluice_stat("sluice.limiter_errors") == 0
     finally:
         e.stop()

@@ -67,6 +67,9 @@ pub enum RuleEvent {
     /// A local limit with `on_exceed: block` refused a request because its
     /// key was blocked (in shadow mode: would have refused it).
     Blocked,
+    /// A request's dynamic metadata held something at a limit's
+    /// `limit_from_metadata` that is no limit; the configured one applied.
+    LimitMetadataInvalid,
 }
 
 impl RuleEvent {
@@ -87,6 +90,9 @@ impl RuleEvent {
             RuleEvent::BlocksStarted | RuleEvent::Blocked => {
                 rule.limits.iter().any(|l| l.local_block().is_some())
             }
+            RuleEvent::LimitMetadataInvalid => {
+                rule.limits.iter().any(|l| l.from_metadata().is_some())
+            }
             RuleEvent::Allowed
             | RuleEvent::Denied
             | RuleEvent::ShadowDenied
@@ -99,7 +105,7 @@ impl RuleEvent {
     }
 
     /// Every per-rule event, in the order of their metric ids.
-    pub const ALL: [RuleEvent; 17] = [
+    pub const ALL: [RuleEvent; 18] = [
         RuleEvent::Allowed,
         RuleEvent::Denied,
         RuleEvent::ShadowDenied,
@@ -117,6 +123,7 @@ impl RuleEvent {
         RuleEvent::OutcomeGivenBack,
         RuleEvent::BlocksStarted,
         RuleEvent::Blocked,
+        RuleEvent::LimitMetadataInvalid,
     ];
 
     /// The metric name's last component.
@@ -139,6 +146,7 @@ impl RuleEvent {
             RuleEvent::OutcomeGivenBack => "outcome_given_back",
             RuleEvent::BlocksStarted => "blocks_started",
             RuleEvent::Blocked => "blocked",
+            RuleEvent::LimitMetadataInvalid => "limit_metadata_invalid",
         }
     }
 

@@ -114,9 +114,17 @@ fn source(path: &str, text: &str) -> Result<CostSource, FieldError> {
             Ok(CostSource::Trailer(name.to_ascii_lowercase()))
         }
         Some(("body", field)) => body_path(path, field).map(CostSource::Body),
+        Some(("metadata", place)) => MetadataPlace::parse(place)
+            .map(CostSource::Metadata)
+            .ok_or_else(|| {
+                FieldError::at(
+                    path,
+                    format!("\"metadata:NAMESPACE:KEY\" needs a namespace and a key, got {text:?}"),
+                )
+            }),
         _ => Err(FieldError::at(
             path,
-            format!("must be \"header:NAME\", \"trailer:NAME\" or \"body:PATH\", got {text:?}"),
+            format!("must be \"header:NAME\", \"trailer:NAME\", \"body:PATH\" or \"metadata:NAMESPACE:KEY\", got {text:?}"),
         )),
     }
 }

@@ -204,6 +204,9 @@ pub enum CostSource {
     /// A field of the JSON body, or of the last event of a
     /// `text/event-stream` body that has it.
     Body(FieldPath),
+    /// A count in the request's dynamic metadata, read when the stream
+    /// ends (a filter of the response path may have written it).
+    Metadata(MetadataPlace),
 }
 
 /// One limit of a rule. Its accessors, which match over the kinds, are
@@ -431,6 +434,9 @@ pub struct GlobalLimit {
     pub quota: Quota,
     /// Prefix of the over-limit cache keys.
     pub deny_prefix: Rc<str>,
+    /// Where a request's own limit may be (`limit_from_metadata`; only on
+    /// a limit checked per request).
+    pub from_metadata: Option<MetadataPlace>,
 }
 
 /// A global limit held by a rate limit service.
@@ -440,6 +446,9 @@ pub struct ServiceHeld {
     pub deny_prefix: Rc<str>,
     /// The descriptor it sends.
     pub descriptor: Vec<Entry>,
+    /// Where a request's own limit may be, sent as the descriptor's
+    /// `limit` (`limit_from_metadata`).
+    pub from_metadata: Option<MetadataPlace>,
 }
 
 /// The stand-in limit of a limit the rate limit service holds: it never

@@ -21,8 +21,8 @@ use super::reader::Node;
 pub use crate::client_ip::EnvoyXff;
 pub use crate::table::WhenFull;
 pub use cost::{
-    RawCost, RawEstimate, RawPlace, RawPlaces, RawPricedPlace, RawResponseCost, RawTimes,
-    COST_EXPECTED,
+    RawCost, RawEstimate, RawMetadataPlace, RawPlace, RawPlaces, RawPricedPlace, RawResponseCost,
+    RawTimes, COST_EXPECTED,
 };
 
 pub use outcome::{RawCountWhen, RawResponseHeader};
@@ -482,6 +482,11 @@ pub struct RawLimit {
     /// admission and given back when the response does not match.
     #[default]
     pub count_when: Option<RawCountWhen>,
+    /// A global limit's requests and window for a request, from a struct
+    /// another filter wrote into its dynamic metadata (the configured
+    /// ones when it is missing or malformed).
+    #[default]
+    pub limit_from_metadata: Option<RawMetadataPlace>,
 }
 }
 

@@ -83,7 +83,7 @@ pub(crate) fn response_places<Priced: JsonSchema>(generator: &mut SchemaGenerato
 
 /// One place a response says a count.
 pub(crate) fn response_place(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({ "type": "string", "pattern": "^(header|trailer|body):.+$" })
+    json_schema!({ "type": "string", "pattern": "^(header|trailer|body|metadata):.+$" })
 }
 
 /// A price (`times`): a non-negative number, or a string of one.

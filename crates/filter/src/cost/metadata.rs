@@ -37,6 +37,116 @@ impl MetadataPlace {
     }
 }
 
+/// A rate limit unit, as Envoy Gateway's `limit.fromMetadata` and Envoy's
+/// `RateLimitOverride` name them (any case).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    /// One second.
+    Second,
+    /// 60 seconds.
+    Minute,
+    /// 3,600 seconds.
+    Hour,
+    /// 86,400 seconds.
+    Day,
+    /// 7 days.
+    Week,
+    /// 30 days, as envoyproxy/ratelimit counts a month.
+    Month,
+    /// 365 days.
+    Year,
+}
+
+impl Unit {
+    /// The unit named `text` (`HOUR`, `hour`, `Hour`), else `None`.
+    pub fn parse(text: &[u8]) -> Option<Unit> {
+        let text = std::str::from_utf8(text).ok()?.to_ascii_lowercase();
+        match text.as_str() {
+            "second" => Some(Unit::Second),
+            "minute" => Some(Unit::Minute),
+            "hour" => Some(Unit::Hour),
+            "day" => Some(Unit::Day),
+            "week" => Some(Unit::Week),
+            "month" => Some(Unit::Month),
+            "year" => Some(Unit::Year),
+            _ => None,
+        }
+    }
+
+    /// The unit's length.
+    pub const fn window(self) -> sluice_core::Nanos {
+        let secs: u64 = match self {
+            Unit::Second => 1,
+            Unit::Minute => 60,
+            Unit::Hour => 3_600,
+            Unit::Day => 86_400,
+            Unit::Week => 7 * 86_400,
+            Unit::Month => 30 * 86_400,
+            Unit::Year => 365 * 86_400,
+        };
+        secs * sluice_core::SECOND
+    }
+
+    /// The unit's number in the rate limit service protocol's enum.
+    pub const fn code(self) -> u64 {
+        match self {
+            Unit::Second => 1,
+            Unit::Minute => 2,
+            Unit::Hour => 3,
+            Unit::Day => 4,
+            Unit::Month => 5,
+            Unit::Year => 6,
+            Unit::Week => 7,
+        }
+    }
+}
+
+/// A limit another filter wrote for a request: `requests_per_unit` per
+/// `unit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetadataLimit {
+    /// Requests per unit: 1 to `u32::MAX` (the protocol's `uint32`).
+    pub requests: u64,
+    /// The window.
+    pub unit: Unit,
+}
+
+/// What the request's metadata says of a limit at a place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitRead {
+    /// Nothing is at the place: the configured limit applies.
+    Absent,
+    /// Something is, but not a struct of a `requests_per_unit` from 1 to
+    /// `u32::MAX` and a known `unit`.
+    Invalid,
+    /// A limit.
+    Valid(MetadataLimit),
+}
+
+/// Reads the limit at `place` through `property`: its struct's
+/// `requests_per_unit` and `unit` fields, each its own property (Envoy
+/// walks into the struct; a number comes as a double, a string as text).
+/// Only when `requests_per_unit` is missing is the place itself read, to
+/// tell a missing limit from a malformed one.
+pub fn read_limit(
+    place: &MetadataPlace,
+    property: impl Fn(&[&str]) -> Option<Vec<u8>>,
+) -> LimitRead {
+    let [m, f, ns, key] = place.property();
+    let Some(requests) = property(&[m, f, ns, key, "requests_per_unit"]) else {
+        return match property(&[m, f, ns, key]) {
+            Some(_) => LimitRead::Invalid,
+            None => LimitRead::Absent,
+        };
+    };
+    let requests = count(&requests).filter(|r| (1..=u64::from(u32::MAX)).contains(r));
+    let unit = property(&[m, f, ns, key, "unit"]).and_then(|u| Unit::parse(&u));
+    match (requests, unit) {
+        (Some(requests), Some(unit)) => LimitRead::Valid(MetadataLimit { requests, unit }),
+        (None, _) | (_, None) => LimitRead::Invalid,
+    }
+}
+
 /// The non-negative integer a property's value holds: a double with no
 /// fraction, or text of only digits (surrounding blanks aside). Too large
 /// for `u64`: `u64::MAX`. Anything else (a fraction, a negative number,
@@ -62,6 +172,54 @@ pub fn count(value: &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn limit_of(fields: &[(&str, &[u8])]) -> LimitRead {
+        let place = MetadataPlace {
+            namespace: "ns".into(),
+            key: "lim".into(),
+        };
+        read_limit(&place, |path| {
+            let name = path[4..].first().copied().unwrap_or("");
+            fields
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_vec())
+        })
+    }
+
+    #[test]
+    fn reads_a_limit_struct() {
+        let three = 3.0f64.to_le_bytes();
+        assert_eq!(
+            limit_of(&[("requests_per_unit", &three), ("unit", b"HOUR")]),
+            LimitRead::Valid(MetadataLimit {
+                requests: 3,
+                unit: Unit::Hour
+            })
+        );
+        assert_eq!(
+            limit_of(&[("requests_per_unit", b"7"), ("unit", b"minute")]),
+            LimitRead::Valid(MetadataLimit {
+                requests: 7,
+                unit: Unit::Minute
+            })
+        );
+        assert_eq!(limit_of(&[]), LimitRead::Absent);
+        // The place holds something that is no limit struct.
+        assert_eq!(limit_of(&[("", b"5")]), LimitRead::Invalid);
+        for bad in [
+            vec![("requests_per_unit", &three[..])],
+            vec![("requests_per_unit", &three[..]), ("unit", b"fortnight")],
+            vec![("requests_per_unit", b"0"), ("unit", b"hour")],
+            vec![("requests_per_unit", b"4294967296"), ("unit", b"hour")],
+            vec![
+                ("requests_per_unit", &2.5f64.to_le_bytes()[..]),
+                ("unit", b"hour"),
+            ],
+        ] {
+            assert_eq!(limit_of(&bad), LimitRead::Invalid, "{bad:?}");
+        }
+    }
 
     #[test]
     fn reads_a_double_or_digits() {

@@ -65,8 +65,10 @@ pub(super) fn settle<H: Host>(
     w: &mut Worker<H>,
     host: &mut H,
     runtime: &Shared<H>,
-    reader: CostReader,
+    mut reader: CostReader,
 ) {
+    // Only sources of dynamic metadata read it.
+    reader.on_end(&runtime.plan, |path| host.property(path));
     let global = reader.settle(&runtime.plan, &*host, &runtime.metrics, host.now());
     for settlement in global {
         let owed = w.owing.owe(charged_keys(std::slice::from_ref(&settlement)));

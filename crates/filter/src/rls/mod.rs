@@ -11,6 +11,7 @@
 mod answer;
 mod proto;
 
+use crate::cost::metadata::MetadataLimit;
 pub use answer::{decode_response, Read, Reply};
 use proto::{put_bytes, put_varint_field};
 
@@ -27,6 +28,9 @@ pub struct Descriptor {
     pub entries: Vec<(String, String)>,
     /// Per-descriptor `hits_addend`; `None` uses the request's.
     pub hits: Option<u64>,
+    /// The request's own limit (`RateLimitDescriptor.limit`), from its
+    /// dynamic metadata; `None`: the service's configured one.
+    pub limit: Option<MetadataLimit>,
 }
 
 /// Encodes a `RateLimitRequest` of `domain` for `descriptors`, each adding
@@ -43,6 +47,13 @@ pub fn encode_request(domain: &str, descriptors: &[Descriptor], hits: u64) -> Ve
             put_bytes(&mut entry, 1, key.as_bytes());
             put_bytes(&mut entry, 2, value.as_bytes());
             put_bytes(&mut descriptor, 1, &entry);
+        }
+        if let Some(limit) = d.limit {
+            // RateLimitOverride { requests_per_unit = 1, unit = 2 }
+            entry.clear();
+            put_varint_field(&mut entry, 1, limit.requests);
+            put_varint_field(&mut entry, 2, limit.unit.code());
+            put_bytes(&mut descriptor, 2, &entry);
         }
         if let Some(h) = d.hits {
             // google.protobuf.UInt64Value { value = 1 }
@@ -72,6 +83,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             hits,
+            limit: None,
         }
     }
 

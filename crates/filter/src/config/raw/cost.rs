@@ -38,6 +38,17 @@ pub struct RawResponseCost {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RawPlaces(pub Vec<RawPlace>);
 
+raw_struct! {
+/// Where in the request's dynamic metadata another filter wrote a limit: a struct with an integer `requests_per_unit` and a `unit` (`second` to `year`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawMetadataPlace {
+    /// The `filter_metadata` namespace (`envoy.filters.http.ext_proc`).
+    pub namespace: String,
+    /// The key of the struct in it.
+    pub key: String,
+}
+}
+
 /// A place a response says a count, as written: its text, or an object
 /// weighting it (read as a [`RawPricedPlace`]).
 #[derive(Debug, Clone, PartialEq, Eq)]

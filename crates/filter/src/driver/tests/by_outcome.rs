@@ -211,6 +211,7 @@ fn a_limit_a_service_holds_is_charged_from_the_root_and_its_exhausted_answer_ref
             ("x-user".into(), "a".into()),
         ],
         hits: None,
+        limit: None,
     };
     assert_eq!(call.body, crate::rls::encode_request("t", &[descriptor], 1));
     // The service answers OVER_LIMIT: the key is refused at admission.

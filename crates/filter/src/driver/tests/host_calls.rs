@@ -234,6 +234,30 @@ fn a_cost_from_metadata_reads_its_one_property_after_the_key() {
 }
 
 #[test]
+fn a_limit_from_metadata_reads_its_struct_after_the_key() {
+    let global = r#"{"algorithm":"gcra","requests":1000,"window":"1s","scope":"global",
+        "limit_from_metadata":{"namespace":"example.limit","key":"lim"}}"#;
+    let mut sim = Sim::new(&rule(global, "header:x-user"));
+    calls_of(&mut sim, 9, "a");
+    assert_eq!(
+        calls_of(&mut sim, 10, "a"),
+        [
+            "header",   // x-user, its key
+            "property", // lim.requests_per_unit: missing,
+            "property", // so lim itself: missing too (not malformed)
+            "now",      // the configured limit applies: as without it
+            "get",
+            "dispatch",
+            "header",
+            "buffer",
+            "resume",
+            "add_header",
+            "add_header",
+        ]
+    );
+}
+
+#[test]
 fn a_request_under_a_global_limit_with_a_penalty_box_makes_the_same_calls() {
     // The limiter holds the block: block_ms in the check, no host call more.
     let boxed = r#"{"algorithm":"gcra","requests":1000,"window":"1s","scope":"global",

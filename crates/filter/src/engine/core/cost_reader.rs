@@ -8,7 +8,7 @@ use super::deny_cache;
 use super::settle::{sources, Adjustment, Owed};
 use crate::config::{CostSource, Outcome, Plan, PricedSource};
 use crate::cost::extract::{scanner, BodyScanner, Found};
-use crate::cost::price;
+use crate::cost::{metadata, price};
 use crate::layout;
 use crate::local::{Contended, SharedStore};
 use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
@@ -89,7 +89,7 @@ impl CostReader {
                         paths.push(path.clone());
                         feeds.push(i);
                     }
-                    CostSource::Trailer(_) => {}
+                    CostSource::Trailer(_) | CostSource::Metadata(_) => {}
                 }
             }
             if !paths.is_empty() {
@@ -151,6 +151,27 @@ impl CostReader {
             for (i, priced) in sources(plan, &r.owed).iter().enumerate() {
                 if let CostSource::Trailer(name) = &priced.source {
                     read_number(r, i, trailer(name));
+                }
+            }
+        }
+    }
+
+    /// Reads the dynamic metadata the rules' sources name (`property`
+    /// gives a property's value), the stream having ended: the filters of
+    /// the response path have written it by then.
+    pub fn on_end(&mut self, plan: &Plan, property: impl Fn(&[&str]) -> Option<Vec<u8>>) {
+        for r in &mut self.readings {
+            if r.owed.outcome.is_some() {
+                continue;
+            }
+            for (i, priced) in sources(plan, &r.owed).iter().enumerate() {
+                let CostSource::Metadata(place) = &priced.source else {
+                    continue;
+                };
+                match property(&place.property()).map(|v| metadata::count(&v)) {
+                    Some(Some(count)) => set(&mut r.values, i, count),
+                    Some(None) => r.malformed = true,
+                    None => {}
                 }
             }
         }

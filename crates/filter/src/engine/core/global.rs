@@ -9,11 +9,12 @@ use crate::config::checks::{penalty, LimitSite};
 use crate::config::plan::Penalty;
 use crate::config::raw::RawLimit;
 use crate::config::{GlobalLimit, Quota};
+use crate::cost::metadata::{self, LimitRead, MetadataLimit, MetadataPlace};
 use crate::headers::Reported;
 use crate::key::RequestView;
 use crate::layout;
 use crate::local::SharedStore;
-use crate::metrics::MetricSink;
+use crate::metrics::{MetricSink, RuleEvent};
 use sluice_core::{Decision, Denial, FieldError, Limit, Nanos, MILLISECOND};
 use sluice_wire::limiter_key;
 
@@ -31,6 +32,7 @@ pub(crate) fn built(
             penalty: penalty(site.path, raw)?,
         },
         deny_prefix: layout::deny_prefix(site.domain, site.rule, site.index).into(),
+        from_metadata: None,
     })
 }
 
@@ -84,12 +86,45 @@ where
         l: usize,
         global: &GlobalLimit,
     ) -> Result<Item<()>, Reported> {
-        let limit = affordable(applied, l, global)?;
-        let cache = self.not_cached(applied, l, global, limit)?;
-        let mut item = item(applied, l, limit, cache);
+        let own = global.from_metadata.as_ref().and_then(|place| {
+            let own = self.metadata_limit(applied, place)?;
+            Some(own_limit(&global.quota.limit, own))
+        });
+        let mut item = match own {
+            // The over-limit cache is not read: its denials were made
+            // under another limit.
+            Some(limit) if applied.weight > limit.soft_burst() => {
+                return Err(applied.reported(l, &limit, too_costly(&limit)))
+            }
+            Some(limit) => item(applied, l, &limit, None),
+            None => {
+                let limit = affordable(applied, l, global)?;
+                let cache = self.not_cached(applied, l, global, limit)?;
+                item(applied, l, limit, cache)
+            }
+        };
         // The limiter holds the block; its denial is cached until it ends.
         ask_block(&mut item, global);
         Ok(item)
+    }
+
+    /// The limit the request of `applied` carries in its dynamic metadata
+    /// at `place`; `None` (the configured limit applies) when it carries
+    /// none or a malformed one, counted as `limit_metadata_invalid`.
+    pub(crate) fn metadata_limit(
+        &mut self,
+        applied: &Applied<'_, '_>,
+        place: &MetadataPlace,
+    ) -> Option<MetadataLimit> {
+        match metadata::read_limit(place, |path| self.request.property(path)) {
+            LimitRead::Valid(limit) => Some(limit),
+            LimitRead::Absent => None,
+            LimitRead::Invalid => {
+                let metrics = self.env.metrics;
+                metrics.rule(applied.index, RuleEvent::LimitMetadataInvalid);
+                None
+            }
+        }
     }
 
     /// Denies `limit` of global limit `l` of `applied` while the over-limit
@@ -160,6 +195,17 @@ pub(crate) fn item(
         cache: cache.filter(|_| spec.reserve.is_none()),
         wire: Wire::Limit(spec),
         follow: (),
+    }
+}
+
+/// `configured` with the requests and window of a request's own limit
+/// `own` (its burst: its requests).
+fn own_limit(configured: &Limit, own: MetadataLimit) -> Limit {
+    Limit {
+        requests: own.requests,
+        window: own.unit.window(),
+        burst: own.requests,
+        ..configured.clone()
     }
 }
 

@@ -7,6 +7,7 @@ use crate::config::plan::{
     LimitKind, LocalElastic, LocalLimit, OverrideLimit, Penalty, PermitPlace, Quota, RuleLimit,
     SERVICE_HELD,
 };
+use crate::cost::metadata::MetadataPlace;
 use sluice_core::{Limit, Nanos};
 
 impl RuleLimit {
@@ -42,6 +43,22 @@ impl RuleLimit {
             | LimitKind::GlobalElastic(_)
             | LimitKind::ServiceHeld(_)
             | LimitKind::Concurrency(_) => None,
+        }
+    }
+
+    /// Where a request's own limit may be in its dynamic metadata
+    /// (`limit_from_metadata`).
+    pub fn from_metadata(&self) -> Option<&MetadataPlace> {
+        match &self.kind {
+            LimitKind::Global(global) => global.from_metadata.as_ref(),
+            LimitKind::ServiceHeld(held) => held.from_metadata.as_ref(),
+            LimitKind::Local(_)
+            | LimitKind::LocalElastic(_)
+            | LimitKind::Coalesced(_)
+            | LimitKind::Leased(_)
+            | LimitKind::GlobalElastic(_)
+            | LimitKind::Concurrency(_)
+            | LimitKind::ByOutcome(_) => None,
         }
     }
 

@@ -23,9 +23,12 @@ pub(crate) mod service_held;
 use self::concurrency::PermitAsk;
 use self::global_elastic::{Lend, Lent};
 use self::leased::LeaseAsk;
-use crate::config::checks::{refuse_block, LimitSite};
+use crate::config::checks::{field_path, refuse_block, LimitSite};
 use crate::config::plan::{Counted, LimitKind, Quota, RuleLimit};
-use crate::config::raw::{OnExceed, Protocol, RawCountWhen, RawLimit, Scope, SyncMode};
+use crate::config::raw::{
+    OnExceed, Protocol, RawCountWhen, RawLimit, RawMetadataPlace, Scope, SyncMode,
+};
+use crate::cost::metadata::MetadataPlace;
 use crate::engine::core::call::{Batch, Item, Wire};
 use crate::engine::core::env::Env;
 use crate::engine::core::follow::FollowUp;
@@ -42,10 +45,55 @@ use sluice_wire::LimitResult;
 /// its kind, each kind compiling its own part.
 pub(crate) fn compile(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind, FieldError> {
     let kind = compile_kind(site, raw)?;
-    match &raw.count_when {
+    let kind = match &raw.count_when {
+        None => kind,
+        Some(when) => counted_by_outcome(site, raw, when, kind)?,
+    };
+    match &raw.limit_from_metadata {
         None => Ok(kind),
-        Some(when) => counted_by_outcome(site, raw, when, kind),
+        Some(place) => limited_from_metadata(site, place, kind),
     }
+}
+
+/// A limit `kind` whose requests may carry their own limit at `place`;
+/// refused, naming the field, for a kind not checked once per request by
+/// the limiter (nothing else can take a limit per request).
+fn limited_from_metadata(
+    site: &LimitSite<'_>,
+    place: &RawMetadataPlace,
+    mut kind: LimitKind,
+) -> Result<LimitKind, FieldError> {
+    let field = site.field("limit_from_metadata");
+    for (name, text) in [("namespace", &place.namespace), ("key", &place.key)] {
+        if text.is_empty() {
+            return Err(FieldError::at(
+                field_path(&field, name),
+                "must not be empty",
+            ));
+        }
+    }
+    let slot = match &mut kind {
+        LimitKind::Global(global) => &mut global.from_metadata,
+        LimitKind::ServiceHeld(held) => &mut held.from_metadata,
+        LimitKind::Local(_) | LimitKind::LocalElastic(_) => {
+            return Err(FieldError::at(field, "only for global limits (scope global)"))
+        }
+        LimitKind::Coalesced(_)
+        | LimitKind::Leased(_)
+        | LimitKind::GlobalElastic(_)
+        | LimitKind::Concurrency(_)
+        | LimitKind::ByOutcome(_) => {
+            return Err(FieldError::at(
+                field,
+                "only for a global limit checked per request: not with sync, elastic, concurrency or count_when",
+            ))
+        }
+    };
+    *slot = Some(MetadataPlace {
+        namespace: place.namespace.clone(),
+        key: place.key.clone(),
+    });
+    Ok(kind)
 }
 
 /// A limit `kind` (compiled without its `count_when`) counted by outcome;

@@ -23,6 +23,7 @@ pub(crate) fn compile(site: &LimitSite<'_>, raw: &RawLimit) -> Result<LimitKind,
     Ok(LimitKind::ServiceHeld(ServiceHeld {
         deny_prefix: layout::deny_prefix(site.domain, site.rule, site.index).into(),
         descriptor,
+        from_metadata: None,
     }))
 }
 
@@ -47,7 +48,17 @@ where
         window: 0,
         decision,
     };
-    let cache = match cx.cache_slot(applied, &held.deny_prefix, 0) {
+    let own = held
+        .from_metadata
+        .as_ref()
+        .and_then(|place| cx.metadata_limit(applied, place));
+    // A request with its own limit skips the over-limit cache: its denials
+    // were made under another limit.
+    let slot = match own {
+        Some(_) => None,
+        None => cx.cache_slot(applied, &held.deny_prefix, 0),
+    };
+    let cache = match slot {
         Some((_, Some(deadline))) => {
             let wait = deadline.saturating_sub(cx.now());
             return Err(reported(Decision::over_limit(0, wait)));
@@ -81,6 +92,7 @@ where
         wire: Wire::Descriptor(rls::Descriptor {
             entries,
             hits: None,
+            limit: own,
         }),
         follow: (),
     })

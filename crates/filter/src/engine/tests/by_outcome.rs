@@ -288,6 +288,7 @@ fn a_limit_a_service_holds_takes_nothing_at_admission_and_is_charged_at_the_end(
             ("x-user".into(), "a".into()),
         ],
         hits: None,
+        limit: None,
     };
     assert_eq!(charge[0].descriptors, vec![descriptor.clone()]);
     assert_eq!(

@@ -340,14 +340,15 @@ fn only_rules_that_settle_have_the_settlement_counters() {
            {"name":"plain","key":["path"],"limits":[{"algorithm":"gcra","requests":10,"window":"1m"}]}"#,
     ));
     let (settles, plain) = (&w.plan.rules[0], &w.plan.rules[1]);
-    // All but the counters of limits counted by outcome and of penalty boxes.
+    // All but the counters of limits counted by outcome, of penalty boxes
+    // and of limits from metadata.
     let settled = RuleEvent::ALL.iter().filter(|e| e.applies_to(settles));
-    assert_eq!(settled.count(), RuleEvent::ALL.len() - 4);
+    assert_eq!(settled.count(), RuleEvent::ALL.len() - 5);
     let counted: Vec<_> = RuleEvent::ALL
         .iter()
         .filter(|e| e.applies_to(plain))
         .collect();
-    assert_eq!(counted.len(), RuleEvent::ALL.len() - 8);
+    assert_eq!(counted.len(), RuleEvent::ALL.len() - 9);
     assert!(!RuleEvent::CostCharged.applies_to(plain));
     assert!(RuleEvent::Denied.applies_to(plain));
 }

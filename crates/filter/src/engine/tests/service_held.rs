@@ -38,6 +38,7 @@ fn the_call_carries_the_descriptor_of_each_global_limit() {
                 ("remote_address".into(), "203.0.113.7".into()),
             ],
             hits: None,
+            limit: None,
         }],
         1,
     );
@@ -112,10 +113,12 @@ fn weights_go_in_hits_addend() {
                     ("remote_address".into(), "203.0.113.7".into()),
                 ],
                 hits: None,
+                limit: None,
             },
             Descriptor {
                 entries: vec![("site".into(), "all".into())],
                 hits: Some(1),
+                limit: None,
             },
         ],
         3,
