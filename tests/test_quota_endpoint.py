@@ -164,9 +164,10 @@ def test_two_envoys_sharing_a_global_limit_answer_alike_and_consume_nothing(envo
 
 
 def test_a_global_block_is_answered_by_every_envoy(envoy, processes):
-    """The Envoy that refused answers from its cache; the other asks the
-    limiter with the limit's block, and the limiter reports the block in
-    force (a check of weight 0 never starts one)."""
+    """The Envoy that refused answers from its cache, which keeps the
+    limiter's word that a block holds the key; the other asks the limiter
+    with the limit's block, and the limiter reports the block in force (a
+    check of weight 0 never starts one)."""
     limiter = processes.limiter()
     rule = {"name": "gbox", "key": ["header:x-user"],
             "limits": [{"algorithm": "fixed_window", "requests": 2, "window": "1h", "scope": "global",
@@ -189,6 +190,7 @@ def test_a_global_block_is_answered_by_every_envoy(envoy, processes):
     boxed = quotas(a.port, "eve")["gbox"]
     assert (boxed["limit"], boxed["remaining"]) == (2, 0)
     assert boxed["reset_at"] in range(seconds.start + 600, seconds.stop + 601)
+    assert boxed["blocked_until"] == boxed["reset_at"], boxed
     assert boxed["next"] == boxed["reset"] <= 600
     # The other asks the limiter, which reports the block and its end.
     other = quotas(b.port, "eve")["gbox"]

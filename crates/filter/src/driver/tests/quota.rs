@@ -354,6 +354,27 @@ fn a_global_block_started_elsewhere_is_asked_with_the_block_and_shown() {
     assert!(!sim.limiter.blocked.contains("boxed/0/bob"));
 }
 
+/// The Envoy that refused a key into the limiter's penalty box caches the
+/// refusal: its poll is answered from the cache, unasked, with the block's end.
+#[test]
+fn a_block_this_envoy_caches_is_shown_with_its_end() {
+    let block = r#"{"algorithm":"fixed_window","requests":2,"window":"60s","scope":"global",
+        "on_exceed":"block","block_for":"300s"}"#;
+    let mut sim = Sim::configured(&quota_config(true, &per_user("boxed", block)));
+    for context in 10..13 {
+        request(&mut sim, context, "alice");
+    }
+    assert_eq!(sim.replied(12), Some(429));
+    assert!(sim.limiter.blocked.contains("boxed/0/alice"));
+    sim.h.now += 10 * sluice_core::SECOND;
+    poll(&mut sim, 20, "alice", "/rate_limit", "GET");
+    assert!(sim.h.calls.is_empty(), "answered from the cache");
+    let limit = &reply_of(&sim, 20).2["limits"][0];
+    assert_eq!(limit["remaining"], 0);
+    assert_eq!(limit["blocked_until"], START / sluice_core::SECOND + 300);
+    assert_eq!(limit["reset"], 290);
+}
+
 #[test]
 fn a_key_this_envoy_caches_as_refused_is_answered_from_the_cache() {
     let global = r#"{"algorithm":"fixed_window","requests":2,"window":"60s","scope":"global"}"#;
@@ -371,6 +392,7 @@ fn a_key_this_envoy_caches_as_refused_is_answered_from_the_cache() {
     assert_eq!(sim.limiter.checks, checks);
     let limit = &reply_of(&sim, 20).2["limits"][0];
     assert_eq!(limit["scope"], "global");
+    assert_eq!(limit.get("blocked_until"), None, "a refusal, no block");
     assert_eq!(
         (limit["limit"].as_u64(), limit["remaining"].as_u64()),
         (Some(2), Some(0))

@@ -279,7 +279,12 @@ pub(crate) fn remember_over_limit<S: SharedStore + ?Sized>(
     };
     let mut key = String::new();
     layout::slot_key(&mut key, &cache.prefix, cache.slot);
-    deny_cache::remember(store, &key, cache.owner, now.saturating_add(wait));
+    // Rate limit services answer no penalty box.
+    let denied = deny_cache::Denied {
+        until: now.saturating_add(wait),
+        blocked: false,
+    };
+    deny_cache::remember(store, &key, cache.owner, denied);
 }
 
 /// How long until the reset of an admitted answer that leaves nothing:

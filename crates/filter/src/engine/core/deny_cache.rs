@@ -38,38 +38,51 @@ pub fn shape(limit: &Limit, requests: u64) -> u64 {
     h ^ (h >> 31)
 }
 
-/// The deadline cached at `slot_key` for `owner` (see [`owner`]), if it is
+/// A cached denial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Denied {
+    /// Denied until then.
+    pub until: Nanos,
+    /// The limiter's penalty box holds the key until then (not only its
+    /// quota).
+    pub blocked: bool,
+}
+
+/// The denial cached at `slot_key` for `owner` (see [`owner`]), if it is
 /// still ahead of `now`.
 pub fn lookup<S: SharedStore + ?Sized>(
     store: &S,
     slot_key: &str,
     owner: u64,
     now: Nanos,
-) -> Option<Nanos> {
+) -> Option<Denied> {
     let bytes = store.get(slot_key).0?;
-    decode(&bytes, owner).filter(|&deadline| deadline > now)
+    decode(&bytes, owner).filter(|d| d.until > now)
 }
 
-/// Caches at `slot_key` a denial of `owner` (see [`owner`]) until `deadline`.
-pub fn remember<S: SharedStore + ?Sized>(store: &S, slot_key: &str, owner: u64, deadline: Nanos) {
+/// Caches at `slot_key` a denial of `owner` (see [`owner`]).
+pub fn remember<S: SharedStore + ?Sized>(store: &S, slot_key: &str, owner: u64, denied: Denied) {
     // A cache, not a counter: last writer wins.
-    let _ = store.set(slot_key, &encode(deadline, owner), None);
+    let _ = store.set(slot_key, &encode(denied, owner), None);
 }
 
-/// The stored form of an entry: the deadline, then the fingerprint.
-fn encode(deadline: Nanos, fingerprint: u64) -> [u8; 16] {
-    let mut out = [0; 16];
-    let (a, b) = out.split_at_mut(8);
-    a.copy_from_slice(&deadline.to_le_bytes());
-    b.copy_from_slice(&fingerprint.to_le_bytes());
+/// The stored form of an entry: the deadline, the fingerprint, then 1 for
+/// a block.
+fn encode(denied: Denied, fingerprint: u64) -> [u8; 17] {
+    let mut out = [0; 17];
+    out[..8].copy_from_slice(&denied.until.to_le_bytes());
+    out[8..16].copy_from_slice(&fingerprint.to_le_bytes());
+    out[16] = u8::from(denied.blocked);
     out
 }
 
-/// The deadline of an entry if it belongs to `fingerprint`.
-fn decode(bytes: &[u8], fingerprint: u64) -> Option<Nanos> {
-    let deadline = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+/// The denial of an entry if it belongs to `fingerprint` (an entry of 16
+/// bytes, as written before blocks were cached, is no block).
+fn decode(bytes: &[u8], fingerprint: u64) -> Option<Denied> {
+    let until = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
     let owner = u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?);
-    (owner == fingerprint).then_some(deadline)
+    let blocked = bytes.get(16).is_some_and(|&b| b == 1);
+    (owner == fingerprint).then_some(Denied { until, blocked })
 }
 
 #[cfg(test)]
@@ -79,18 +92,27 @@ mod tests {
 
     #[test]
     fn deny_cache_entries() {
-        let e = encode(123, 456);
-        assert_eq!(decode(&e, 456), Some(123));
+        let denied = |until, blocked| Denied { until, blocked };
+        let e = encode(denied(123, false), 456);
+        assert_eq!(decode(&e, 456), Some(denied(123, false)));
         assert_eq!(decode(&e, 457), None);
         assert_eq!(decode(&e[..8], 456), None);
+        // An entry of 16 bytes reads as no block.
+        assert_eq!(decode(&e[..16], 456), Some(denied(123, false)));
+        let b = encode(denied(9, true), 456);
+        assert_eq!(decode(&b, 456), Some(denied(9, true)));
     }
 
     #[test]
     fn entries_hold_until_their_deadline() {
         let store = MemoryStore::default();
         assert_eq!(lookup(&store, "k", 7, 100), None);
-        remember(&store, "k", 7, 200);
-        assert_eq!(lookup(&store, "k", 7, 199), Some(200));
+        let quota = Denied {
+            until: 200,
+            blocked: false,
+        };
+        remember(&store, "k", 7, quota);
+        assert_eq!(lookup(&store, "k", 7, 199), Some(quota));
         assert_eq!(lookup(&store, "k", 7, 200), None);
         assert_eq!(lookup(&store, "k", 8, 100), None);
     }
@@ -126,8 +148,12 @@ mod tests {
         let mut shapes: Vec<u64> = changed.iter().map(|l| shape(l, 10)).collect();
         shapes.push(shape(&limit, 11));
         let store = MemoryStore::default();
-        remember(&store, "k", owner(7, base), 200);
-        assert_eq!(lookup(&store, "k", owner(7, base), 100), Some(200));
+        let boxed = Denied {
+            until: 200,
+            blocked: true,
+        };
+        remember(&store, "k", owner(7, base), boxed);
+        assert_eq!(lookup(&store, "k", owner(7, base), 100), Some(boxed));
         for other in shapes {
             assert_ne!(other, base);
             assert_eq!(lookup(&store, "k", owner(7, other), 100), None);

@@ -77,7 +77,11 @@ where
                 let deadline = tally.now.saturating_add(decision.retry_after);
                 let mut key = String::new();
                 layout::slot_key(&mut key, &cache.prefix, cache.slot);
-                deny_cache::remember(env.store, &key, cache.owner, deadline);
+                let denied = deny_cache::Denied {
+                    until: deadline,
+                    blocked: result.blocked,
+                };
+                deny_cache::remember(env.store, &key, cache.owner, denied);
             }
             if call.shadow {
                 if !tally.shadow_denied.contains(&item.rule) {

@@ -164,7 +164,8 @@ where
         layout::slot_key(&mut self.scratch, deny_prefix, applied.slot);
         let owner = deny_cache::owner(applied.fingerprint, shape);
         let now = self.now();
-        let deadline = deny_cache::lookup(self.env.store, &self.scratch, owner, now);
+        let deadline =
+            deny_cache::lookup(self.env.store, &self.scratch, owner, now).map(|d| d.until);
         let slot = CacheSlot {
             prefix: std::rc::Rc::clone(deny_prefix),
             slot: applied.slot,

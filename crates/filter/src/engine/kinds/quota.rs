@@ -196,13 +196,14 @@ impl Caller<'_> {
             Ok(Some(global)) => {
                 quota.global = true;
                 let limit = global.quota.limit_for(self.key);
-                if let Some(wait) = self.cached_denial(store, global, limit) {
+                if let Some(denied) = self.cached_denial(store, global, limit) {
                     // A request would be refused from the cache, unasked.
+                    let wait = denied.until.saturating_sub(self.now);
                     quota.figures = Figures::Rate {
                         decision: Decision::over_limit(limit.requests, wait),
                         window: limit.window,
                         algorithm: limit.algorithm,
-                        blocked_until: None,
+                        blocked_until: denied.blocked.then_some(denied.until),
                     };
                     return (quota, None);
                 }
@@ -258,7 +259,12 @@ impl Caller<'_> {
     /// How long this Envoy's over-limit cache still refuses the key under
     /// `limit` of `global` (a denial, or a penalty box, the limiter gave),
     /// if it does: only fixed-cost rules' denials are cached.
-    fn cached_denial<S>(&self, store: &S, global: &GlobalLimit, limit: &Limit) -> Option<Nanos>
+    fn cached_denial<S>(
+        &self,
+        store: &S,
+        global: &GlobalLimit,
+        limit: &Limit,
+    ) -> Option<deny_cache::Denied>
     where
         S: SharedStore + ?Sized,
     {
@@ -271,8 +277,7 @@ impl Caller<'_> {
             self.fingerprint,
             deny_cache::shape(&global.quota.limit, limit.requests),
         );
-        let deadline = deny_cache::lookup(store, &key, owner, self.now)?;
-        Some(deadline.saturating_sub(self.now))
+        deny_cache::lookup(store, &key, owner, self.now)
     }
 
     /// `read` of the key's entry in `table` (`None` for a fresh key), with
