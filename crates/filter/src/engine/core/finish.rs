@@ -4,7 +4,7 @@
 //! the request is admitted, denied (refunding what it consumed), or given
 //! the limiter's `failure_mode`.
 
-use super::call::{Batch, Call, Item};
+use super::call::{Batch, CacheSlot, Call, Item};
 use super::deny_cache;
 use super::env::Env;
 use super::follow::FollowUp;
@@ -19,6 +19,13 @@ use crate::local::SharedStore;
 use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
 use sluice_core::Nanos;
 use sluice_wire::LimitResult;
+
+/// Keeps a denial in the over-limit cache's slot `cache`.
+fn cache_denial<S: SharedStore + ?Sized>(store: &S, cache: &CacheSlot, denied: deny_cache::Denied) {
+    let mut key = String::new();
+    layout::slot_key(&mut key, &cache.prefix, cache.slot);
+    deny_cache::remember(store, &key, cache.owner, denied);
+}
 
 /// Completes a request once every call of `pending` has an answer (see
 /// [`PendingCheck::record`]). A failed call of enforcing limits applies the
@@ -74,14 +81,11 @@ where
                 continue;
             }
             if let Some(cache) = item.cache.as_ref().filter(|_| decision.retry_after > 0) {
-                let deadline = tally.now.saturating_add(decision.retry_after);
-                let mut key = String::new();
-                layout::slot_key(&mut key, &cache.prefix, cache.slot);
                 let denied = deny_cache::Denied {
-                    until: deadline,
+                    until: tally.now.saturating_add(decision.retry_after),
                     blocked: result.blocked,
                 };
-                deny_cache::remember(env.store, &key, cache.owner, denied);
+                cache_denial(env.store, cache, denied);
             }
             if call.shadow {
                 if !tally.shadow_denied.contains(&item.rule) {
