@@ -30,6 +30,7 @@ mod loose;
 mod permits;
 mod read_answer;
 mod request;
+mod unit;
 mod validate;
 
 #[cfg(test)]
@@ -55,6 +56,7 @@ pub use permits::{
     MAX_PERMIT_KEYS,
 };
 pub use request::{check_json, CheckRequest, LimitSpec, CONCURRENCY};
+pub use unit::Unit;
 pub use validate::{
     build_limit, parse_check, valid_domain, validate_domain, KeyedLimit, RateRule, Rule,
     ValidCheck, MAX_BATCH, MAX_BLOCK_MS, MAX_BODY_BYTES, MAX_COUNT, MAX_DOMAIN_BYTES, MAX_LIMITS,

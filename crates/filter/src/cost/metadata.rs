@@ -7,6 +7,8 @@
 //! a string as its bytes. Both are read: `header_to_metadata` writes a
 //! `NUMBER` as a double and a `STRING` as text.
 
+pub use sluice_wire::Unit;
+
 /// Where a count is in the request's dynamic metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetadataPlace {
@@ -34,70 +36,6 @@ impl MetadataPlace {
     /// The property path of the value.
     pub fn property(&self) -> [&str; 4] {
         ["metadata", "filter_metadata", &self.namespace, &self.key]
-    }
-}
-
-/// A rate limit unit, as Envoy Gateway's `limit.fromMetadata` and Envoy's
-/// `RateLimitOverride` name them (any case).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unit {
-    /// One second.
-    Second,
-    /// 60 seconds.
-    Minute,
-    /// 3,600 seconds.
-    Hour,
-    /// 86,400 seconds.
-    Day,
-    /// 7 days.
-    Week,
-    /// 30 days, as envoyproxy/ratelimit counts a month.
-    Month,
-    /// 365 days.
-    Year,
-}
-
-impl Unit {
-    /// The unit named `text` (`HOUR`, `hour`, `Hour`), else `None`.
-    pub fn parse(text: &[u8]) -> Option<Unit> {
-        let text = std::str::from_utf8(text).ok()?.to_ascii_lowercase();
-        match text.as_str() {
-            "second" => Some(Unit::Second),
-            "minute" => Some(Unit::Minute),
-            "hour" => Some(Unit::Hour),
-            "day" => Some(Unit::Day),
-            "week" => Some(Unit::Week),
-            "month" => Some(Unit::Month),
-            "year" => Some(Unit::Year),
-            _ => None,
-        }
-    }
-
-    /// The unit's length.
-    pub const fn window(self) -> sluice_core::Nanos {
-        let secs: u64 = match self {
-            Unit::Second => 1,
-            Unit::Minute => 60,
-            Unit::Hour => 3_600,
-            Unit::Day => 86_400,
-            Unit::Week => 7 * 86_400,
-            Unit::Month => 30 * 86_400,
-            Unit::Year => 365 * 86_400,
-        };
-        secs * sluice_core::SECOND
-    }
-
-    /// The unit's number in the rate limit service protocol's enum.
-    pub const fn code(self) -> u64 {
-        match self {
-            Unit::Second => 1,
-            Unit::Minute => 2,
-            Unit::Hour => 3,
-            Unit::Day => 4,
-            Unit::Month => 5,
-            Unit::Year => 6,
-            Unit::Week => 7,
-        }
     }
 }
 
@@ -140,7 +78,8 @@ pub fn read_limit(
         };
     };
     let requests = count(&requests).filter(|r| (1..=u64::from(u32::MAX)).contains(r));
-    let unit = property(&[m, f, ns, key, "unit"]).and_then(|u| Unit::parse(&u));
+    let unit = property(&[m, f, ns, key, "unit"])
+        .and_then(|u| std::str::from_utf8(&u).ok().and_then(Unit::parse));
     match (requests, unit) {
         (Some(requests), Some(unit)) => LimitRead::Valid(MetadataLimit { requests, unit }),
         (None, _) | (_, None) => LimitRead::Invalid,

@@ -246,19 +246,12 @@ fn duration_of(bytes: &[u8]) -> Option<Nanos> {
     Some(seconds.saturating_mul(SECOND).saturating_add(nanos))
 }
 
-/// The window of a `RateLimit.Unit`.
+/// The window of a `RateLimit.Unit` (0 for `UNKNOWN`).
 fn window_of(unit: u64) -> Nanos {
-    const DAY: Nanos = 86_400 * SECOND;
-    match unit {
-        1 => SECOND,
-        2 => 60 * SECOND,
-        3 => 3_600 * SECOND,
-        4 => DAY,
-        5 => 30 * DAY,
-        6 => 365 * DAY,
-        7 => 7 * DAY,
-        _ => 0,
-    }
+    i32::try_from(unit)
+        .ok()
+        .and_then(sluice_wire::Unit::from_code)
+        .map_or(0, sluice_wire::Unit::window)
 }
 
 #[cfg(test)]

@@ -52,7 +52,7 @@ pub fn encode_request(domain: &str, descriptors: &[Descriptor], hits: u64) -> Ve
             // RateLimitOverride { requests_per_unit = 1, unit = 2 }
             entry.clear();
             put_varint_field(&mut entry, 1, limit.requests);
-            put_varint_field(&mut entry, 2, limit.unit.code());
+            put_varint_field(&mut entry, 2, u64::from(limit.unit.code().unsigned_abs()));
             put_bytes(&mut descriptor, 2, &entry);
         }
         if let Some(h) = d.hits {

@@ -4,100 +4,9 @@
 
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
-use sluice_core::{Algorithm, Limit, Nanos, SECOND};
+use sluice_core::{Algorithm, Limit, Nanos};
 
-/// A rate limit unit of the RLS protocol (`RateLimitResponse.RateLimit.Unit`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Unit {
-    /// One second.
-    Second,
-    /// 60 seconds.
-    Minute,
-    /// 3,600 seconds.
-    Hour,
-    /// 86,400 seconds.
-    Day,
-    /// 7 days.
-    Week,
-    /// 30 days (as envoyproxy/ratelimit counts a month).
-    Month,
-    /// 365 days.
-    Year,
-}
-
-impl Unit {
-    /// Every unit, shortest first.
-    pub const ALL: [Unit; 7] = [
-        Unit::Second,
-        Unit::Minute,
-        Unit::Hour,
-        Unit::Day,
-        Unit::Week,
-        Unit::Month,
-        Unit::Year,
-    ];
-
-    /// The unit's length.
-    pub const fn window(self) -> Nanos {
-        let secs: u64 = match self {
-            Unit::Second => 1,
-            Unit::Minute => 60,
-            Unit::Hour => 3_600,
-            Unit::Day => 86_400,
-            Unit::Week => 7 * 86_400,
-            Unit::Month => 30 * 86_400,
-            Unit::Year => 365 * 86_400,
-        };
-        secs * SECOND
-    }
-
-    /// The unit's number in the protocol's enum.
-    pub const fn code(self) -> i32 {
-        match self {
-            Unit::Second => 1,
-            Unit::Minute => 2,
-            Unit::Hour => 3,
-            Unit::Day => 4,
-            Unit::Month => 5,
-            Unit::Year => 6,
-            Unit::Week => 7,
-        }
-    }
-
-    /// The unit numbered `code` in the protocol (`None` for `UNKNOWN`).
-    pub fn from_code(code: i32) -> Option<Unit> {
-        Unit::ALL.into_iter().find(|u| u.code() == code)
-    }
-
-    /// The unit exactly `window` long, if any (for `current_limit`).
-    pub fn of_window(window: Nanos) -> Option<Unit> {
-        Unit::ALL.into_iter().find(|u| u.window() == window)
-    }
-
-    fn parse(text: &str) -> Option<Unit> {
-        match text.to_ascii_lowercase().as_str() {
-            "second" => Some(Unit::Second),
-            "minute" => Some(Unit::Minute),
-            "hour" => Some(Unit::Hour),
-            "day" => Some(Unit::Day),
-            "week" => Some(Unit::Week),
-            "month" => Some(Unit::Month),
-            "year" => Some(Unit::Year),
-            _ => None,
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Unit {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        Unit::parse(&text).ok_or_else(|| {
-            de::Error::custom(format!(
-                "invalid rate limit unit {text:?} (expected second, minute, hour, day, week, month or year)"
-            ))
-        })
-    }
-}
+pub use sluice_wire::Unit;
 
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Nanos>, D::Error> {
     let text = String::deserialize(d)?;
@@ -294,15 +203,7 @@ impl<'de> Deserialize<'de> for RateLimit {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn units_round_trip_their_codes() {
-        for u in Unit::ALL {
-            assert_eq!(Unit::from_code(u.code()), Some(u));
-            assert_eq!(Unit::of_window(u.window()), Some(u));
-        }
-        assert_eq!(Unit::from_code(0), None);
-    }
+    use sluice_core::SECOND;
 
     fn read(text: &str) -> Result<RateLimit, String> {
         serde_yaml_ng::from_str::<RateLimit>(text).map_err(|e| e.to_string())

@@ -74,7 +74,7 @@ fn policy(p: &RateLimitPolicy) -> Value {
     let mut out = Map::new();
     match Unit::from_code(p.unit) {
         Some(unit) => {
-            out.insert("unit".into(), json!(unit_name(unit)));
+            out.insert("unit".into(), json!(unit.name()));
         }
         None if p.unlimited => {}
         None => {
@@ -95,18 +95,6 @@ fn policy(p: &RateLimitPolicy) -> Value {
         out.insert("replaces".into(), Value::Array(replaces));
     }
     Value::Object(out)
-}
-
-fn unit_name(unit: Unit) -> &'static str {
-    match unit {
-        Unit::Second => "SECOND",
-        Unit::Minute => "MINUTE",
-        Unit::Hour => "HOUR",
-        Unit::Day => "DAY",
-        Unit::Week => "WEEK",
-        Unit::Month => "MONTH",
-        Unit::Year => "YEAR",
-    }
 }
 
 #[cfg(test)]
