@@ -107,6 +107,24 @@ def test_exactly_five_of_eight_for_one_user(envoy, limitador):
     assert e.sluice_stat("sluice.limiter_errors") == 0
 
 
+def test_limitador_ignores_a_limit_sent_with_the_descriptor(tmp_path, limitador):
+    """`limit_from_metadata` with `protocol: rls` sends the request's limit as
+    the descriptor's `limit`; Limitador does not read it: its own limit (5)
+    applies where the metadata says 3."""
+    from test_metadata_limit import NAMESPACE, start
+
+    rule = dict(RULES[0])
+    rule["limits"] = [RULES[0]["limits"][0] | {"limit_from_metadata": {"namespace": NAMESPACE, "key": "lim"}}]
+    cfg = sluice_config([rule], domain=DOMAIN, limiter={"cluster": "rls", "protocol": "rls", "timeout": "1s",
+                                                        "failure_mode": "deny"})
+    e = start(tmp_path, cfg, clusters=[limiter_cluster("rls", [limitador().rls_port])])
+    try:
+        statuses = [request(e.port, "/", headers={"x-user": "a", "x-limit": "3/hour"}).status for _ in range(7)]
+        assert statuses == [200] * 5 + [429] * 2
+    finally:
+        e.stop()
+
+
 def test_exactly_five_of_two_hundred_across_two_envoys(envoy, limitador):
     server = limitador()
     envoys = [through(envoy, server) for _ in range(2)]
