@@ -152,13 +152,26 @@ impl XdsArgs {
                 "--xds-ca and --xds-cert need an https:// URL, got {url}"
             ));
         }
+        for (flag, path) in [
+            ("--xds-ca", &tls.ca),
+            ("--xds-cert", &tls.cert),
+            ("--xds-key", &tls.key),
+        ] {
+            if let Some(path) = path {
+                std::fs::metadata(path).map_err(|e| format!("{flag} {}: {e}", path.display()))?;
+            }
+        }
+        let headers = pairs(&self.headers, '=').map_err(|e| format!("--xds-headers: {e}"))?;
+        if let Some((k, v)) = headers.iter().find(|(k, v)| !metadata_ok(k, v)) {
+            return Err(format!("--xds-headers: {k}={v} is not valid gRPC metadata"));
+        }
         Ok(Some(XdsSource {
             url,
             node_id: self.node_id.clone(),
             node_cluster: self.node_cluster.clone(),
             node_metadata: pairs(&self.node_metadata, '=')
                 .map_err(|e| format!("--xds-node-metadata: {e}"))?,
-            headers: pairs(&self.headers, '=').map_err(|e| format!("--xds-headers: {e}"))?,
+            headers,
             tls,
             backoff: Backoff {
                 initial: Duration::from_millis(self.backoff_initial_ms),
@@ -166,5 +179,58 @@ impl XdsArgs {
             },
             max_message_bytes: usize::try_from(self.max_message_bytes).unwrap_or(usize::MAX),
         }))
+    }
+}
+
+/// Whether `name: value` can be sent as gRPC metadata (an ASCII header
+/// name and value; `-bin` names carry binary values and are not taken).
+fn metadata_ok(name: &str, value: &str) -> bool {
+    !name.ends_with("-bin")
+        && name
+            .parse::<tonic::metadata::MetadataKey<tonic::metadata::Ascii>>()
+            .is_ok()
+        && value
+            .parse::<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>()
+            .is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Flags {
+        /// What `--descriptors-xds` conflicts with.
+        #[arg(long)]
+        descriptors: Option<PathBuf>,
+        #[command(flatten)]
+        xds: XdsArgs,
+    }
+
+    fn source(args: &[&str]) -> Result<Option<XdsSource>, String> {
+        let flags = Flags::try_parse_from(std::iter::once("x").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        flags.xds.source()
+    }
+
+    #[test]
+    fn bad_settings_are_refused_at_start_naming_the_flag() {
+        let url = "--descriptors-xds=127.0.0.1:18000";
+        let plain = source(&[url]).unwrap().expect("a source");
+        assert_eq!(plain.url, "http://127.0.0.1:18000");
+        let e = source(&[url, "--xds-headers=x a=1"]).unwrap_err();
+        assert!(e.starts_with("--xds-headers: x a=1"), "{e}");
+        let e = source(&[
+            "--descriptors-xds=https://h:1",
+            "--xds-ca=/nonexistent/ca.pem",
+        ])
+        .unwrap_err();
+        assert!(e.starts_with("--xds-ca /nonexistent/ca.pem: "), "{e}");
+        let e = source(&[url, "--xds-ca=/etc/hostname"]).unwrap_err();
+        assert!(e.contains("need an https:// URL"), "{e}");
+        let e = source(&["--descriptors-xds=ftp://h:1"]).unwrap_err();
+        assert!(e.contains("expected http:// or https://"), "{e}");
+        assert!(source(&[]).unwrap().is_none());
     }
 }

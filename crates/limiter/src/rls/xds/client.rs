@@ -70,8 +70,7 @@ async fn session(
     let mut client = AggregatedDiscoveryServiceClient::new(channel)
         .max_decoding_message_size(source.max_message_bytes);
     let (tx, rx) = mpsc::channel(4);
-    let node = node(source);
-    let first = request(Some(node.clone()), &state.version, "", None);
+    let first = request(Some(node(source)), &state.version, "", None);
     if tx.send(first).await.is_err() {
         return "the request stream closed".into();
     }
