@@ -11,6 +11,9 @@ import support
 from support import free_port, limiter_cluster, load_through, request, sluice_config, wait_until
 from support.windows import away_from_window_boundary
 
+# The RLS descriptors of the rule `m`: 100 per hour per x-user.
+from test_metadata_cost import DESCRIPTORS
+
 NAMESPACE = "example.limit"
 
 # Writes `x-limit: N/UNIT` as the struct {requests_per_unit = N, unit = UNIT}.
@@ -85,17 +88,6 @@ def test_a_limit_from_metadata_is_checked_by_sluice_limiter(tmp_path, processes,
         e.stop()
 
 
-DESCRIPTORS = """\
-domain: test
-descriptors:
-  - key: generic_key
-    value: m
-    descriptors:
-      - key: x-user
-        rate_limit:
-          unit: hour
-          requests_per_unit: 100
-"""
 
 
 @pytest.mark.parametrize("store", ["memory", "redis"])

@@ -61,7 +61,12 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 impl ConfigError {
-    fn at(file: &Path, field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    /// An error in `file` at `field`, without a position.
+    pub(crate) fn at(
+        file: &Path,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> ConfigError {
         ConfigError {
             file: file.to_path_buf(),
             field: field.into(),
@@ -147,21 +152,27 @@ impl Snapshot {
     /// SHA-256 of the files' names and texts: equal digests, same
     /// configuration.
     pub fn digest(&self) -> [u8; 32] {
-        let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
-        for (file, text) in &self.files {
+        digest_of(self.files.iter().flat_map(|(file, text)| {
             let name = file
                 .file_name()
                 .map(|n| n.as_encoded_bytes())
                 .unwrap_or(&[]);
-            for part in [name, text.as_bytes()] {
-                ctx.update(&(part.len() as u64).to_le_bytes());
-                ctx.update(part);
-            }
-        }
-        let mut out = [0u8; 32];
-        out.copy_from_slice(ctx.finish().as_ref());
-        out
+            [name, text.as_bytes()]
+        }))
     }
+}
+
+/// SHA-256 of `parts`, each preceded by its length (8 bytes little-endian):
+/// equal digests, same parts in the same order.
+pub fn digest_of<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> [u8; 32] {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    for part in parts {
+        ctx.update(&(part.len() as u64).to_le_bytes());
+        ctx.update(part);
+    }
+    let mut out = [0u8; 32];
+    out.copy_from_slice(ctx.finish().as_ref());
+    out
 }
 
 impl Descriptors {

@@ -5,7 +5,7 @@ use super::convert::compile;
 use super::proto::{RateLimitConfig, TYPE_URL};
 use super::XdsSource;
 use crate::metrics::Metrics;
-use crate::rls::config::ConfigError;
+use crate::rls::config::{digest_of, ConfigError};
 use crate::rls::reload::{ConfigCell, Origin};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
@@ -149,19 +149,13 @@ fn answer(
 /// The resources of a response and their digest; an error for a response
 /// of another type or a resource that is no `RateLimitConfig`.
 fn decode(response: &DiscoveryResponse) -> Result<(Vec<RateLimitConfig>, [u8; 32]), ConfigError> {
-    let refused = |message: String| ConfigError {
-        file: std::path::PathBuf::new(),
-        field: String::new(),
-        position: None,
-        message,
-    };
+    let refused = |message: String| ConfigError::at(std::path::Path::new(""), "", message);
     if response.type_url != TYPE_URL {
         return Err(refused(format!(
             "type_url {:?}: expected {TYPE_URL}",
             response.type_url
         )));
     }
-    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     let mut configs = Vec::with_capacity(response.resources.len());
     for (i, any) in response.resources.iter().enumerate() {
         if any.type_url != TYPE_URL {
@@ -172,12 +166,9 @@ fn decode(response: &DiscoveryResponse) -> Result<(Vec<RateLimitConfig>, [u8; 32
         }
         let config = RateLimitConfig::decode(any.value.as_slice())
             .map_err(|e| refused(format!("resources[{i}]: not a RateLimitConfig: {e}")))?;
-        ctx.update(&(any.value.len() as u64).to_le_bytes());
-        ctx.update(&any.value);
         configs.push(config);
     }
-    let mut digest = [0u8; 32];
-    digest.copy_from_slice(ctx.finish().as_ref());
+    let digest = digest_of(response.resources.iter().map(|a| a.value.as_slice()));
     Ok((configs, digest))
 }
 

@@ -18,12 +18,7 @@ pub fn source_of(config: &RateLimitConfig) -> PathBuf {
 pub fn compile(configs: &[RateLimitConfig], same: SameDomain) -> Result<Descriptors, ConfigError> {
     let mut out = Descriptors::default();
     for config in configs {
-        let text = yaml_of(config).map_err(|message| ConfigError {
-            file: source_of(config),
-            field: String::new(),
-            position: None,
-            message,
-        })?;
+        let text = yaml_of(config).map_err(|m| ConfigError::at(&source_of(config), "", m))?;
         // A position in the YAML written here would mean nothing to the server.
         out.add_as(&text, &source_of(config), same)
             .map_err(|e| ConfigError {
