@@ -95,6 +95,9 @@ def test_header_modes(envoy):
 def test_metrics_in_envoy_stats(envoy):
     e = envoy(sluice_config([{
         "name": "m", "key": ["header:x-user"], "limits": [{"algorithm": "token_bucket", "requests": 2, "window": "1h"}],
+    }, {
+        "name": "paced", "key": ["header:x-user"], "cost": "header:x-cost",
+        "limits": [{"algorithm": "gcra", "requests": 2, "window": "1h", "on_exceed": "delay", "max_delay": "1s"}],
     }]))
     statuses(e.port, 5, {"x-user": "a"})
     statuses(e.port, 1)  # no key: skipped
@@ -104,6 +107,16 @@ def test_metrics_in_envoy_stats(envoy):
     assert e.sluice_stat("sluice.cas_exhausted") == 0
     names = request(e.admin_port, "/stats").body.decode()
     assert "sluice.m.allowed" in names and "sluice.cas_exhausted" in names
+    # A rule has the stats of the features it uses only.
+    stats = [name.removeprefix("wasmcustom.") for name in e.stats()]
+
+    def defined(rule):
+        prefix = f"sluice.{rule}."
+        return sorted(name[len(prefix):] for name in stats if name.startswith(prefix))
+
+    plain = ["allowed", "denied", "shadow_denied", "skipped", "table_full", "table_full_workers"]
+    assert defined("m") == plain
+    assert defined("paced") == sorted(plain + ["cost_invalid", "delayed", "delayed_ms"])
 
 
 def test_reconfiguration_keeps_counters(envoy):

@@ -6,6 +6,7 @@
 //! waiting), so that a request costs no metric host call. `/stats` therefore
 //! lags the requests by up to the flush period.
 
+use crate::config::{Cost, Estimate};
 use sluice_core::{Nanos, MILLISECOND};
 use std::cell::Cell;
 use std::time::Duration;
@@ -73,10 +74,12 @@ pub enum RuleEvent {
 }
 
 impl RuleEvent {
-    /// Whether `rule` can count this event: the cost settlement counters
-    /// only exist for rules whose cost comes from the response, the key
-    /// table's for rules with a local limit (Envoy then defines fewer
-    /// stats per other rule, at each configuration).
+    /// Whether `rule` can count this event: a counter exists only for rules
+    /// configured to count it (the cost settlement counters for a cost from
+    /// the response, `cost_invalid` for a cost read from the request,
+    /// `delayed` for a limit in delay mode, `borrowed` for an elastic one,
+    /// the key table's for a local limit...): Envoy defines no stat for a
+    /// feature the configuration does not use, at each start and push.
     pub fn applies_to(self, rule: &crate::config::Rule) -> bool {
         match self {
             RuleEvent::CostCharged
@@ -93,14 +96,17 @@ impl RuleEvent {
             RuleEvent::LimitMetadataInvalid => {
                 rule.limits.iter().any(|l| l.from_metadata().is_some())
             }
+            RuleEvent::CostInvalid => match &rule.cost {
+                Cost::Fixed(_) => false,
+                Cost::Header(_) | Cost::Metadata(_) => true,
+                Cost::Response(response) => !matches!(response.estimate, Estimate::Fixed(_)),
+            },
+            RuleEvent::Delayed | RuleEvent::DelayedMs => rule.limits.iter().any(|l| l.can_delay()),
+            RuleEvent::Borrowed => rule.limits.iter().any(|l| l.elastic().is_some()),
             RuleEvent::Allowed
             | RuleEvent::Denied
             | RuleEvent::ShadowDenied
-            | RuleEvent::Skipped
-            | RuleEvent::CostInvalid
-            | RuleEvent::Delayed
-            | RuleEvent::DelayedMs
-            | RuleEvent::Borrowed => true,
+            | RuleEvent::Skipped => true,
         }
     }
 

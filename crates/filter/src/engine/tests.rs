@@ -27,11 +27,12 @@ struct World {
 
 impl World {
     fn new(json: &str) -> World {
+        let plan = parse(json.as_bytes()).unwrap();
         World {
-            plan: parse(json.as_bytes()).unwrap(),
             hasher: SlotHasher::from_seed(&SlotHasher::new_seed(7)).unwrap(),
             store: MemoryStore::default(),
-            metrics: RecordingSink::default(),
+            metrics: RecordingSink::for_rules(&plan.rules),
+            plan,
         }
     }
 
@@ -1083,6 +1084,8 @@ mod host_calls;
 mod block;
 
 mod metadata;
+
+mod counters;
 
 const GLOBAL_PRIORITY: &str = r#"{"name":"api","key":["const:all"],
     "priority":{"from":"header:x-priority","default":"bulk","classes":[

@@ -7,7 +7,7 @@ use crate::config::Rule;
 use crate::driver::{Buffer, Host, LocalReply, Map, Outgoing, WorkerMetrics};
 use crate::local::fake::MemoryStore;
 use crate::local::{SetError, SharedStore};
-use crate::metrics::fake::RecordingSink;
+use crate::metrics::fake::{Defined, RecordingSink};
 use crate::metrics::{GlobalEvent, MetricSink, RuleEvent};
 use sluice_core::{Nanos, SECOND};
 use sluice_wire::{CheckRequest, CheckResponse, LimitResult};
@@ -74,21 +74,26 @@ pub(super) struct Recorded {
     pub(super) permits: RefCell<HashMap<usize, i64>>,
 }
 
-/// The metrics of one configuration: into the shared record.
+/// The metrics of one configuration: into the shared record, each count
+/// checked against the counters the configuration's rules have.
 #[derive(Debug, Clone)]
-pub(super) struct TestMetrics(pub(super) Rc<Recorded>);
+pub(super) struct TestMetrics(pub(super) Rc<Recorded>, Rc<Defined>);
 
 impl MetricSink for TestMetrics {
     fn rule(&self, rule: usize, event: RuleEvent) {
+        self.1.check(rule, event);
         self.0.sink.rule(rule, event);
     }
     fn rule_n(&self, rule: usize, event: RuleEvent, n: u64) {
+        self.1.check(rule, event);
         self.0.sink.rule_n(rule, event, n);
     }
     fn global(&self, event: GlobalEvent) {
         self.0.sink.global(event);
     }
     fn delayed(&self, rule: usize, delay: Nanos) {
+        self.1.check(rule, RuleEvent::Delayed);
+        self.1.check(rule, RuleEvent::DelayedMs);
         self.0.sink.delayed(rule, delay);
     }
 }
@@ -194,9 +199,12 @@ impl Host for FakeHost {
         self.note("now");
         self.now
     }
-    fn define_metrics(&mut self, _rules: &[Rule]) -> TestMetrics {
+    fn define_metrics(&mut self, rules: &[Rule]) -> TestMetrics {
         self.note("define_metrics");
-        TestMetrics(Rc::clone(&self.recorded))
+        TestMetrics(
+            Rc::clone(&self.recorded),
+            Rc::new(Defined::for_rules(rules)),
+        )
     }
     fn config_error(&mut self) {
         self.note("config_error");

@@ -138,6 +138,18 @@ impl RuleLimit {
         self.quota().map_or(&SERVICE_HELD, |q| q.limit_for(key))
     }
 
+    /// Whether a request may be held for the limit: a quota in delay mode
+    /// (its `max_delay`, or an override's) or a concurrency limit waiting
+    /// for permits.
+    pub fn can_delay(&self) -> bool {
+        if let Some(concurrency) = self.concurrency() {
+            return concurrency.max_wait.is_some();
+        }
+        self.quota().is_some_and(|q| {
+            q.limit.max_delay.is_some() || q.overrides.iter().any(|o| o.limit.max_delay.is_some())
+        })
+    }
+
     /// The elastic borrowing, if the limit has one.
     pub fn elastic(&self) -> Option<&Elastic> {
         match &self.kind {
