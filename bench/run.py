@@ -502,8 +502,8 @@ def main(argv=None) -> int:
         "load average at start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
         "rounds": f"{a.rounds} × {max(1, round(a.duration))} s per configuration, after {a.warmup:g} s of warm-up",
         "wasm modules": report.module_sizes({"Sluice": a.sluice_wasm, "no-op filter": a.noop_wasm}
-                                            | ({"baseline": Path(os.environ["SLUICE_BASELINE_WASM"])}
-                                               if os.environ.get("SLUICE_BASELINE_WASM") else {})),
+                                            | {f"baseline {n + 1}" if n else "baseline": w
+                                               for n, w in enumerate(setups.baseline_wasms())}),
     }
 
     core = None

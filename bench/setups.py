@@ -494,27 +494,26 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
         Row("limitador-rls-memory", "Limitador RLS ShouldRateLimit (gRPC), memory storage", kind="limiter",
             store="limitador", rls=True, check_path=RLS_METHOD, check_body=RLS_REQUEST_HEX, default=True),
     ]
-    # Another build of the filter beside this one, in the same run: the
-    # global row with the wasm at SLUICE_BASELINE_WASM (say, the last
-    # release), for a before/after comparison that shares the run's noise;
-    # in the default set too, so that `make bench` compares the two builds.
-    baseline = os.environ.get("SLUICE_BASELINE_WASM")
-    if baseline:
-        out.append(Row("global-memory-baseline", f"global-memory with {Path(baseline).name}", store="memory", default=True,
-                       filters=[support.wasm_filter(sluice_config(global_gcra, global_scope=True), Path(baseline),
-                                                    vm_id="baseline", name="baseline")]))
-        out.append(Row("global-memory-coalesce-baseline", f"global-memory-coalesce with {Path(baseline).name}",
-                       store="memory", default=True,
-                       filters=[support.wasm_filter(sluice_config(coalesced_gcra, global_scope=True), Path(baseline),
-                                                    vm_id="baseline", name="baseline")]))
-        out.append(Row("global-memory-lease-baseline", f"global-memory-lease with {Path(baseline).name}",
-                       store="memory", default=True,
-                       filters=[support.wasm_filter(sluice_config(leased_gcra, global_scope=True), Path(baseline),
-                                                    vm_id="baseline", name="baseline")]))
-        out.append(Row("local-gcra-baseline", f"local-gcra with {Path(baseline).name}", default=True,
-                       filters=[support.wasm_filter(sluice_config(gcra), Path(baseline),
-                                                    vm_id="baseline", name="baseline")]))
+    # Other builds of the filter beside this one, in the same run: the
+    # global, coalesced, leased and local rows with each wasm of
+    # SLUICE_BASELINE_WASM (say, the last release; several paths separated
+    # by `:`), for a before/after comparison that shares the run's noise; in
+    # the default set too, so that `make bench` compares the builds.
+    for n, baseline in enumerate(baseline_wasms()):
+        suffix = "-baseline" + (str(n + 1) if n else "")
+        named = [("global-memory", global_gcra, True), ("global-memory-coalesce", coalesced_gcra, True),
+                 ("global-memory-lease", leased_gcra, True), ("local-gcra", gcra, False)]
+        for row, limit, is_global in named:
+            out.append(Row(row + suffix, f"{row} with {baseline.name}", default=True,
+                           store="memory" if is_global else None,
+                           filters=[support.wasm_filter(sluice_config(limit, global_scope=is_global), baseline,
+                                                        vm_id="baseline", name="baseline")]))
     return out + rls_rows(sluice, noop_wasm)
+
+
+def baseline_wasms() -> list[Path]:
+    """The builds of SLUICE_BASELINE_WASM (paths separated by `:`)."""
+    return [Path(p) for p in os.environ.get("SLUICE_BASELINE_WASM", "").split(os.pathsep) if p]
 
 
 def envoy_ratelimit() -> list:
