@@ -108,15 +108,23 @@ def test_metrics_in_envoy_stats(envoy):
     names = request(e.admin_port, "/stats").body.decode()
     assert "sluice.m.allowed" in names and "sluice.cas_exhausted" in names
     # A rule has the stats of the features it uses only.
-    stats = [name.removeprefix("wasmcustom.") for name in e.stats()]
-
-    def defined(rule):
-        prefix = f"sluice.{rule}."
-        return sorted(name[len(prefix):] for name in stats if name.startswith(prefix))
-
     plain = ["allowed", "denied", "shadow_denied", "skipped", "table_full", "table_full_workers"]
-    assert defined("m") == plain
-    assert defined("paced") == sorted(plain + ["cost_invalid", "delayed", "delayed_ms"])
+    assert defined_now(e, "m") == plain
+    assert defined_now(e, "paced") == sorted(plain + ["cost_invalid", "delayed", "delayed_ms"])
+    # A push that puts rule m in delay mode defines its delay counters.
+    assert e.push_config(sluice_config([{
+        "name": "m", "key": ["header:x-user"],
+        "limits": [{"algorithm": "gcra", "requests": 2, "window": "1h", "on_exceed": "delay", "max_delay": "1s"}],
+    }]))
+    wait_until(lambda: "delayed" in defined_now(e, "m"), what="sluice.m.delayed defined by the push")
+    assert defined_now(e, "m") == sorted(plain + ["delayed", "delayed_ms"])
+
+
+def defined_now(e, rule):
+    """The suffixes of rule `rule`'s stats in Envoy's /stats now."""
+    prefix = f"sluice.{rule}."
+    names = [name.removeprefix("wasmcustom.") for name in e.stats()]
+    return sorted(name[len(prefix):] for name in names if name.startswith(prefix))
 
 
 def test_reconfiguration_keeps_counters(envoy):
