@@ -102,7 +102,7 @@ pub(super) fn apply<H: Host>(
                     keep(w, host, req, runtime, held.take_held());
                     req.owe(held.take_owed());
                     req.admitted = Some(held.admitted());
-                    req.phase = Phase::Held(held);
+                    req.phase = Phase::Held(Box::new(held));
                     if let Some(reply) = &req.reply {
                         add_request_headers(host, reply, req.shown.is_some());
                     }

@@ -44,7 +44,9 @@ pub(super) enum Phase<H: Host> {
     /// Its own check is out; `group`: the coalescing group whose next call
     /// waits for it.
     Checking {
-        pending: PendingCheck,
+        /// Boxed, as the verdict below: the request moves in and out of the
+        /// worker's map, at the size of its largest phase.
+        pending: Box<PendingCheck>,
         tokens: Vec<(u32, usize)>,
         group: Option<Vec<u8>>,
     },
@@ -52,7 +54,7 @@ pub(super) enum Phase<H: Host> {
     /// outcome is carried out once that is answered.
     Carrying {
         call: SharedCall<H>,
-        verdict: Verdict,
+        verdict: Box<Verdict>,
     },
     /// It waits for its coalescing group's next call (the group holds its
     /// check).
@@ -63,7 +65,7 @@ pub(super) enum Phase<H: Host> {
     Waiting,
     /// Held in delay mode: given back if it leaves while queued; its
     /// response reports the delay.
-    Held(Delayed),
+    Held(Box<Delayed>),
     /// A poll of the quota endpoint waiting for the limiter's answer.
     Quota(super::parts::Asking),
     /// Decided: it goes on, or it was answered.

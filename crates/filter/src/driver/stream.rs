@@ -191,7 +191,7 @@ fn call_limiter<H: Host>(
         return apply(w, host, context, req, runtime, verdict);
     }
     req.phase = Phase::Checking {
-        pending,
+        pending: Box::new(pending),
         tokens,
         group,
     };
@@ -246,14 +246,14 @@ pub(super) fn answered<H: Host>(
             tokens,
             group,
         } => {
-            let checking = (pending, tokens, group);
+            let checking = (*pending, tokens, group);
             own_answered(w, host, context, req, token, checking, body.as_deref());
         }
         Phase::Carrying { call, verdict } => {
             coalesced::carried(w, host, call, body.as_deref());
             // Handing out the answers moved the focus.
             host.focus(context);
-            if apply(w, host, context, req, &runtime, verdict) == Action::Continue {
+            if apply(w, host, context, req, &runtime, *verdict) == Action::Continue {
                 host.resume();
             }
         }
@@ -278,7 +278,7 @@ fn own_answered<H: Host>(
     let runtime = &Rc::clone(&req.runtime);
     if !record_answer(w, host, runtime, (&mut pending, &mut tokens), token, body) {
         req.phase = Phase::Checking {
-            pending,
+            pending: Box::new(pending),
             tokens,
             group,
         };
@@ -288,7 +288,10 @@ fn own_answered<H: Host>(
     let verdict = renewal::finish(w, host, runtime, pending);
     if let Some(signature) = group {
         if let Some(call) = coalesced::carry(w, host, signature) {
-            req.phase = Phase::Carrying { call, verdict };
+            req.phase = Phase::Carrying {
+                call,
+                verdict: Box::new(verdict),
+            };
             return;
         }
         // A next call not made gave its requests the failure mode, which
@@ -352,12 +355,12 @@ pub(super) fn leave<H: Host>(w: &mut Worker<H>, host: &mut H, context: u32, req:
             if let Some(signature) = group {
                 coalesced::finished(w, host, &signature);
             }
-            renewal::abandon(w, host, &runtime, pending);
+            renewal::abandon(w, host, &runtime, *pending);
         }
         Phase::Carrying { call, verdict } => {
             // So is the call it carried: its requests get the failure mode.
             coalesced::carried(w, host, call, None);
-            unapplied(w, host, &runtime, verdict);
+            unapplied(w, host, &runtime, *verdict);
         }
         Phase::Grouped => {
             if let Some(member) = w.groups.leave(context) {

@@ -17,13 +17,16 @@ use crate::failure::Throttle;
 use crate::holdings::Holdings;
 use crate::owing::Owing;
 use crate::queue::Queue;
+use rustc_hash::FxBuildHasher;
 use sluice_core::Nanos;
 use std::collections::HashMap;
 
 /// One worker: its root contexts, its requests and what they left.
 pub struct Worker<H: Host> {
     pub(super) roots: Vec<RootState<H>>,
-    pub(super) requests: HashMap<u32, Request<H>>,
+    /// By context id, hashed with FxHash: Envoy's ids are small integers
+    /// no client chooses, and SipHash costs the VM more per request.
+    pub(super) requests: HashMap<u32, Request<H>, FxBuildHasher>,
     /// The requests held in delay mode.
     pub(super) queue: Queue,
     /// The requests waiting for a shared global check.
@@ -60,7 +63,7 @@ impl<H: Host> Default for Worker<H> {
     fn default() -> Self {
         Worker {
             roots: Vec::new(),
-            requests: HashMap::new(),
+            requests: HashMap::default(),
             queue: Queue::default(),
             groups: Coalescer::default(),
             calls: Vec::new(),
