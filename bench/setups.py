@@ -499,11 +499,11 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
     # SLUICE_BASELINE_WASM (say, the last release; several paths separated
     # by `:`), for a before/after comparison that shares the run's noise; in
     # the default set too, so that `make bench` compares the builds.
+    compared = [("global-memory", global_gcra, True), ("global-memory-coalesce", coalesced_gcra, True),
+                ("global-memory-lease", leased_gcra, True), ("local-gcra", gcra, False)]
     for n, baseline in enumerate(baseline_wasms()):
         suffix = "-baseline" + (str(n + 1) if n else "")
-        named = [("global-memory", global_gcra, True), ("global-memory-coalesce", coalesced_gcra, True),
-                 ("global-memory-lease", leased_gcra, True), ("local-gcra", gcra, False)]
-        for row, limit, is_global in named:
+        for row, limit, is_global in compared:
             out.append(Row(row + suffix, f"{row} with {baseline.name}", default=True,
                            store="memory" if is_global else None,
                            filters=[support.wasm_filter(sluice_config(limit, global_scope=is_global), baseline,

@@ -61,6 +61,14 @@ impl World {
     }
 }
 
+/// The events `rule` has counters for, in [`RuleEvent::ALL`]'s order.
+fn counters_of(rule: &crate::config::Rule) -> Vec<RuleEvent> {
+    RuleEvent::ALL
+        .into_iter()
+        .filter(|e| e.applies_to(rule))
+        .collect()
+}
+
 fn allowed(v: &Verdict) -> bool {
     matches!(v, Verdict::Allow(_))
 }

@@ -56,10 +56,6 @@ impl RecordingSink {
         }
     }
 
-    fn check(&self, rule: usize, event: RuleEvent) {
-        self.defined.check(rule, event);
-    }
-
     /// How many times `event` was counted for `rule`.
     pub fn count(&self, rule: usize, event: RuleEvent) -> usize {
         self.rules
@@ -81,12 +77,12 @@ impl RecordingSink {
 
 impl MetricSink for RecordingSink {
     fn rule(&self, rule: usize, event: RuleEvent) {
-        self.check(rule, event);
+        self.defined.check(rule, event);
         self.rules.borrow_mut().push((rule, event));
     }
 
     fn rule_n(&self, rule: usize, event: RuleEvent, n: u64) {
-        self.check(rule, event);
+        self.defined.check(rule, event);
         for _ in 0..n.min(1000) {
             self.rules.borrow_mut().push((rule, event));
         }
@@ -97,8 +93,8 @@ impl MetricSink for RecordingSink {
     }
 
     fn delayed(&self, rule: usize, delay: Nanos) {
-        self.check(rule, RuleEvent::Delayed);
-        self.check(rule, RuleEvent::DelayedMs);
+        self.defined.check(rule, RuleEvent::Delayed);
+        self.defined.check(rule, RuleEvent::DelayedMs);
         self.delays.borrow_mut().push((rule, delay));
     }
 }

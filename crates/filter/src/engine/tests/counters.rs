@@ -4,10 +4,7 @@
 use super::*;
 
 fn defined(w: &World, rule: usize) -> Vec<RuleEvent> {
-    RuleEvent::ALL
-        .into_iter()
-        .filter(|e| e.applies_to(&w.plan.rules[rule]))
-        .collect()
+    counters_of(&w.plan.rules[rule])
 }
 
 #[test]

@@ -340,12 +340,6 @@ fn only_rules_that_settle_have_the_settlement_counters() {
            {"name":"plain","key":["path"],"limits":[{"algorithm":"gcra","requests":10,"window":"1m"}]}"#,
     ));
     let (settles, plain) = (&w.plan.rules[0], &w.plan.rules[1]);
-    let defined = |rule| {
-        RuleEvent::ALL
-            .into_iter()
-            .filter(|e| e.applies_to(rule))
-            .collect::<Vec<_>>()
-    };
     // A plain local limit: what any rule counts, and its key table's.
     let plain_counters = [
         RuleEvent::Allowed,
@@ -354,10 +348,10 @@ fn only_rules_that_settle_have_the_settlement_counters() {
         RuleEvent::Skipped,
         RuleEvent::TableFull,
     ];
-    assert_eq!(defined(plain), plain_counters);
+    assert_eq!(counters_of(plain), plain_counters);
     // And the settlement's (its estimate is fixed: no `cost_invalid`).
     assert_eq!(
-        defined(settles),
+        counters_of(settles),
         [
             RuleEvent::Allowed,
             RuleEvent::Denied,
