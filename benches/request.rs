@@ -9,10 +9,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use sluice_core::{Nanos, SECOND};
+use sluice_core::{Nanos, MILLISECOND, SECOND};
 use sluice_filter::engine::{self, PendingCheck, Verdict};
 use sluice_filter::key::RequestView;
 use sluice_filter::response;
+use std::cell::Cell;
 use std::hint::black_box;
 use support::{allocations, Counting, World};
 
@@ -118,5 +119,42 @@ fn global(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, global);
+/// The configuration of the bench's `local-gcra` row.
+const LOCAL: &str = r#"{"domain":"bench","client_ip":{"xff_trusted_hops":1},
+  "rules":[{"name":"per-ip","key":["client_ip"],
+    "limits":[{"algorithm":"gcra","requests":1000,"window":"10ms"}]}]}"#;
+
+/// One request of the `local-gcra` row: the decision against the key
+/// table, then the admitted response's headers.
+fn local_request(w: &World, clock: &Cell<Nanos>) -> usize {
+    // 20 µs apart: 500 requests a window of 10 ms, under its 1,000.
+    let now = || {
+        clock.set(clock.get() + 20 * MILLISECOND / 1000);
+        clock.get()
+    };
+    let verdict = engine::evaluate(&w.plan, &w.hasher, 1, &Request, &w.store, &w.metrics, now);
+    match verdict {
+        Verdict::Allow(admitted) => response::admitted_headers(
+            &w.plan,
+            admitted.report.as_ref(),
+            &admitted.applied,
+            &admitted.shadow_denied,
+        )
+        .len(),
+        other => panic!("expected an admission, got {other:?}"),
+    }
+}
+
+fn local(c: &mut Criterion) {
+    let w = World::new(LOCAL);
+    let clock = Cell::new(NOW);
+    assert_eq!(local_request(&w, &clock), 2);
+    let (_, n) = allocations(|| local_request(&w, &clock));
+    println!("allocations per local request: decision and headers {n}");
+    c.bench_function("local/request", |b| {
+        b.iter(|| black_box(local_request(&w, &clock)))
+    });
+}
+
+criterion_group!(benches, global, local);
 criterion_main!(benches);

@@ -105,6 +105,12 @@ impl Named<'_> {
         }
     }
 
+    /// At least the bytes [`Self::push_name`] appends.
+    fn name_len(&self) -> usize {
+        // An index's `.` and up to 20 digits.
+        self.rule.len() + self.index.map_or(0, |_| 21)
+    }
+
     /// The limit's name.
     pub fn name(&self) -> String {
         let mut out = String::new();
@@ -112,6 +118,10 @@ impl Named<'_> {
         out
     }
 }
+
+/// The bytes of an IETF item beyond its name: quotes, two keys of 3 bytes,
+/// two numbers of up to 20 digits, a separator.
+const ITEM_ROOM: usize = 2 + 2 * (3 + 20) + 2;
 
 /// Appends the rate-limit headers of `mode`: the policy of each limit of
 /// `applied` whose quota is known, and the state of `current` (the one
@@ -142,7 +152,10 @@ pub fn push_rate_limit_headers(
         out.push(("x-ratelimit-reset", decimal(ceil_seconds(d.reset))));
     }
     if ietf {
-        let mut policy = String::new();
+        // Room for every item without growing: a name and two numbers each.
+        let room = |n: &Named<'_>| n.name_len() + ITEM_ROOM;
+        let mut policy =
+            String::with_capacity(applied.iter().map(room).sum::<usize>().max(room(current)));
         let mut listed = 0usize;
         for named in applied.iter().filter(|n| n.reported.decision.limit > 0) {
             if listed > 0 {
@@ -168,7 +181,7 @@ pub fn push_rate_limit_headers(
                 ceil_seconds(current.reported.window),
             );
         }
-        let mut state = String::new();
+        let mut state = String::with_capacity(room(current));
         push_item(
             &mut state,
             current,
