@@ -1,0 +1,64 @@
+"""The host calls the built module (`build/sluice.wasm`) makes per request,
+driven in Node's V8 by `bench/v8host.js` (a proxy-wasm host with in-memory
+calls): the same lists as the driver's native test
+(`crates/filter/src/driver/tests/host_calls.rs`), here through the host
+layer (`src/host`) and the proxy-wasm SDK, where a call the native test
+cannot see would be added. Skipped without `node`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from support import ROOT, SLUICE_WASM
+
+NODE = shutil.which("node")
+pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
+
+GCRA = {"algorithm": "gcra", "requests": 1000, "window": "1s"}
+
+
+def calls(tmp_path, config: dict) -> list[str]:
+    """The host calls of one request (after 1,000) under `config`."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    out = subprocess.run([NODE, str(ROOT / "bench" / "v8host.js"), str(SLUICE_WASM), "--config", str(path),
+                          "--calls"], capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(out.stdout)
+
+
+def local(limit: dict = GCRA, **top) -> dict:
+    return {"domain": "t", **top, "rules": [{"name": "r", "key": ["client_ip"], "limits": [limit]}]}
+
+
+def test_a_request_under_one_local_limit(tmp_path):
+    assert calls(tmp_path, local()) == ["property", "get", "now", "set", "add_header", "add_header"]
+
+
+def test_a_request_keyed_by_a_trusted_x_forwarded_for_entry(tmp_path):
+    # The bench's local-gcra row.
+    assert calls(tmp_path, local(client_ip={"xff_trusted_hops": 1})) == [
+        "header", "property", "get", "now", "set", "add_header", "add_header"]
+
+
+def test_behind_an_envoy_declared_to_append_no_property_is_read(tmp_path):
+    # The request's one x-forwarded-for entry is the proxy's, as sent.
+    config = local(client_ip={"xff_trusted_hops": 1, "envoy_xff": "as_sent"})
+    assert calls(tmp_path, config) == ["header", "get", "now", "set", "add_header", "add_header"]
+
+
+def test_without_headers_the_response_makes_no_call(tmp_path):
+    assert calls(tmp_path, local(headers="none")) == ["property", "get", "now", "set"]
+
+
+def test_a_denied_request(tmp_path):
+    once = {"algorithm": "gcra", "requests": 1, "window": "1h"}
+    assert calls(tmp_path, local(once)) == [
+        "property", "get", "now",  # no write: the state is unchanged
+        "set_property", "set_property",  # the outcome and rule, for the access log
+        "header",  # content-type: a gRPC request gets a gRPC denial
+        "send_local_response"]
