@@ -6,7 +6,7 @@
 //! waiting), so that a request costs no metric host call. `/stats` therefore
 //! lags the requests by up to the flush period.
 
-use crate::config::{Cost, Estimate};
+use crate::config::AtRequest;
 use sluice_core::{Nanos, MILLISECOND};
 use std::cell::Cell;
 use std::time::Duration;
@@ -96,11 +96,7 @@ impl RuleEvent {
             RuleEvent::LimitMetadataInvalid => {
                 rule.limits.iter().any(|l| l.from_metadata().is_some())
             }
-            RuleEvent::CostInvalid => match &rule.cost {
-                Cost::Fixed(_) => false,
-                Cost::Header(_) | Cost::Metadata(_) => true,
-                Cost::Response(response) => !matches!(response.estimate, Estimate::Fixed(_)),
-            },
+            RuleEvent::CostInvalid => !matches!(rule.cost.at_request(), AtRequest::Fixed(_)),
             RuleEvent::Delayed | RuleEvent::DelayedMs => rule.limits.iter().any(|l| l.can_delay()),
             RuleEvent::Borrowed => rule.limits.iter().any(|l| l.elastic().is_some()),
             RuleEvent::Allowed

@@ -26,10 +26,10 @@ pub use checks::MAX_NAME_LEN;
 pub use compile::{MAX_LOCAL_KEYS, MAX_QUEUED};
 pub use duration::parse_duration;
 pub use plan::{
-    ByOutcome, ConcurrencyLimit, Cost, CostSource, CountWhen, Counted, DenyResponse, Elastic,
-    Entry, EntryValue, Estimate, GlobalElastic, GlobalLimit, LeasePolicy, LeasedLimit, LimitKind,
-    LimiterTarget, LocalElastic, LocalLimit, Outcome, OutcomeTest, OverrideLimit, Penalty,
-    PermitPlace, Plan, PricedSource, Quota, ResponseCost, Rule, RuleLimit, ServiceHeld,
+    AtRequest, ByOutcome, ConcurrencyLimit, Cost, CostSource, CountWhen, Counted, DenyResponse,
+    Elastic, Entry, EntryValue, Estimate, GlobalElastic, GlobalLimit, LeasePolicy, LeasedLimit,
+    LimitKind, LimiterTarget, LocalElastic, LocalLimit, Outcome, OutcomeTest, OverrideLimit,
+    Penalty, PermitPlace, Plan, PricedSource, Quota, ResponseCost, Rule, RuleLimit, ServiceHeld,
     TopLimitedKeys, MAX_COST_SOURCES, SERVICE_HELD,
 };
 pub use raw::{

@@ -158,6 +158,38 @@ pub enum Cost {
     Response(ResponseCost),
 }
 
+/// What a request weighs when it comes, by a rule's [`Cost`]: a number the
+/// configuration gives, or one read from the request (missing or
+/// malformed there: counted as `cost_invalid`).
+#[derive(Debug, Clone, Copy)]
+pub enum AtRequest<'a> {
+    /// This many units, whatever the request.
+    Fixed(u64),
+    /// The integer in this request header.
+    Header(&'a str),
+    /// The integer at this place of the request's dynamic metadata.
+    Metadata(&'a MetadataPlace),
+    /// The integer at this field of the request's JSON body.
+    Body(&'a FieldPath),
+}
+
+impl Cost {
+    /// What a request weighs when it comes: the cost itself, or a response
+    /// cost's estimate.
+    pub fn at_request(&self) -> AtRequest<'_> {
+        match self {
+            Cost::Fixed(weight) => AtRequest::Fixed(*weight),
+            Cost::Header(name) => AtRequest::Header(name),
+            Cost::Metadata(place) => AtRequest::Metadata(place),
+            Cost::Response(response) => match &response.estimate {
+                Estimate::Fixed(estimate) => AtRequest::Fixed(*estimate),
+                Estimate::Header(name) => AtRequest::Header(name),
+                Estimate::Body(path) => AtRequest::Body(path),
+            },
+        }
+    }
+}
+
 /// A cost known from the response (an LLM's token count).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResponseCost {

@@ -8,7 +8,7 @@ use super::follow::FollowUp;
 use super::pending::PendingCheck;
 use super::tally::{Refusal, Tally};
 use super::verdict::Verdict;
-use crate::config::{Cost, Estimate, Plan, Rule, RuleLimit};
+use crate::config::{AtRequest, Cost, Plan, Rule, RuleLimit};
 use crate::cost::metadata;
 use crate::headers::Reported;
 use crate::key::{Request, RequestView};
@@ -125,18 +125,14 @@ struct Malformed;
 /// count it. A header value of only digits too large for `u64` weighs
 /// `u64::MAX` (more than any limit admits).
 fn weight<'a, V: RequestView>(cost: &'a Cost, request: &Request<'a, V>) -> Result<u64, Malformed> {
-    let name = match cost {
-        Cost::Fixed(weight) => return Ok(*weight),
-        Cost::Header(name) => name,
-        Cost::Metadata(place) => {
+    let name = match cost.at_request() {
+        AtRequest::Fixed(weight) => return Ok(weight),
+        AtRequest::Header(name) => name,
+        AtRequest::Metadata(place) => {
             let value = request.property(&place.property()).ok_or(Malformed)?;
             return metadata::count(&value).ok_or(Malformed);
         }
-        Cost::Response(response) => match &response.estimate {
-            Estimate::Fixed(estimate) => return Ok(*estimate),
-            Estimate::Header(name) => name,
-            Estimate::Body(path) => return request.body_field(path).ok_or(Malformed),
-        },
+        AtRequest::Body(path) => return request.body_field(path).ok_or(Malformed),
     };
     let value = request.header(name).ok_or(Malformed)?;
     let digits = value.trim_matches(|c: char| c == ' ' || c == '\t');
