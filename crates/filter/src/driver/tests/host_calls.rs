@@ -407,3 +407,26 @@ fn a_failed_answer_reads_its_content_type_for_the_reason() {
         assert_eq!(sim.replied(10), Some(429), "failure_mode deny");
     }
 }
+
+#[test]
+fn a_request_under_a_leased_limit_once_its_lease_runs() {
+    let leased = r#"{"algorithm":"gcra","requests":1000,"window":"1s","scope":"global",
+        "sync":{"mode":"lease","max_share":"10%"}}"#;
+    let mut sim = Sim::new(&rule(leased, "header:x-user"));
+    // The first requests ask for the lease (and their check) and renew it.
+    for context in 5..10 {
+        calls_of(&mut sim, context, "a");
+    }
+    // Then a request spends from it as from a local limit's bucket.
+    assert_eq!(
+        calls_of(&mut sim, 10, "a"),
+        [
+            "header", // x-user, its key
+            "now",    // the lease's clock
+            "get",    // the key's lease
+            "set",    // spent (compare-and-swap)
+            "add_header",
+            "add_header",
+        ]
+    );
+}
