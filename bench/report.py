@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +62,9 @@ class Summary:
     # (round, requests/s) of each round measured: ratios between rows are
     # taken round by round too, for their spread.
     per_round: list = field(default_factory=list)
+    # (round, Envoy CPU µs per request) of each round, for differences
+    # between builds taken round by round.
+    per_round_cpu: list = field(default_factory=list)
 
     @property
     def expectation_met(self) -> bool:
@@ -139,6 +143,7 @@ def summarize(row, samples: list, extra: str = "", solo: list | None = None) -> 
         limiter_returned=round(sum(c.get("returned", 0) for c in limiter)),
         limiter_rls_calls=round(sum(c.get("rls_calls", 0) for c in limiter)),
         per_round=[(s.round, s.rps) for s in samples],
+        per_round_cpu=[(s.round, s.envoy_cpu_us) for s in samples],
     )
 
 
@@ -299,6 +304,33 @@ def floors(rows: dict[str, Summary]) -> list[str]:
     return ["Envoy CPU per request beyond the no-op wasm filter: " + "; ".join(out) + "."] if out else []
 
 
+BASELINE = re.compile(r"^(?P<row>.+)-baseline\d*$")
+
+
+def baselines(rows: dict[str, Summary]) -> list[str]:
+    """Each row measured with a build of SLUICE_BASELINE_WASM against the
+    same row with the build under test: the median over the rounds of
+    the difference in Envoy CPU per request, round by round (the rows of a
+    round run one after the other), and in how many rounds this build
+    was the cheaper."""
+    out = []
+    for base_id, base in rows.items():
+        m = BASELINE.match(base_id)
+        row = rows.get(m["row"]) if m else None
+        if row is None:
+            continue
+        theirs = dict(base.per_round_cpu)
+        diffs = [us - theirs[rnd] for rnd, us in row.per_round_cpu if rnd in theirs]
+        if not diffs:
+            continue
+        build = base.label.split(" with ", 1)[-1]
+        cheaper = sum(d < 0 for d in diffs)
+        out.append(f"`{row.row_id}` against {build}: {statistics.median(diffs):+.1f} µs of Envoy CPU per "
+                   f"request (median of {len(diffs)} rounds' differences; cheaper in {cheaper} of {len(diffs)})")
+    return ["This build against the builds before it, paired round by round: " + "; ".join(out) + "."] \
+        if out else []
+
+
 def envoy_table(rows: dict[str, Summary]) -> list[str]:
     solo = any(s.solo_p99_us for s in rows.values())
     head = "| configuration | req/s | spread | p50 | p99 | " + ("p50 / p99, 1 conn | " if solo else "") + \
@@ -429,8 +461,8 @@ def markdown(meta: dict, by_conc: dict[int, dict[str, Summary]], limiter: dict[s
             "![requests per second](throughput.svg)", ""]
     for c in sorted(by_conc):
         out += [f"## Envoy `--concurrency {c}`", ""] + envoy_table(by_conc[c]) + [""]
-        extra = floors(by_conc[c])
-        out += extra + [""] if extra else []
+        for paragraph in floors(by_conc[c]) + baselines(by_conc[c]):
+            out += [paragraph, ""]
     if limiter:
         out += ["## sluice-limiter alone", "",
                 "`POST /v1/check`, one GCRA key that never runs out, HTTP/1.1 keep-alive; beside it "

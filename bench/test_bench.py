@@ -654,6 +654,29 @@ def test_ratios_carry_their_spread_over_the_rounds_paired_round_by_round():
     assert "2 targets need rows this run did not measure (`make bench-full` measures every row)." in text
 
 
+def test_builds_before_are_compared_round_by_round(monkeypatch):
+    monkeypatch.setenv("SLUICE_BASELINE_WASM", "/b/old.wasm")
+    rows = {r.id: r for r in setups.rows(Path("s.wasm"), Path("n.wasm"))}
+
+    def summary(row_id, cpu):
+        samples = []
+        for rnd, us in enumerate(cpu, 1):
+            s = _sample(1000)
+            s.round, s.envoy_cpu_us = rnd, us
+            samples.append(s)
+        return report.summarize(rows[row_id], samples)
+
+    c1 = {"local-gcra": summary("local-gcra", [40.0, 45.0, 41.0, 39.0]),
+          "local-gcra-baseline": summary("local-gcra-baseline", [38.0, 40.0, 43.0, 38.5]),
+          "global-memory": summary("global-memory", [80.0])}
+    # Differences +2.0, +5.0, -2.0, +0.5: median +1.25; cheaper once.
+    assert report.baselines(c1) == [
+        "This build against the builds before it, paired round by round: `local-gcra` against old.wasm: "
+        "+1.2 µs of Envoy CPU per request (median of 4 rounds' differences; cheaper in 1 of 4)."]
+    assert "paired round by round" in report.markdown({}, {1: c1}, {}, [], None, [], traces=False)
+    assert report.baselines({"local-gcra": c1["local-gcra"]}) == []
+
+
 def test_starts_and_pushes_are_reported_with_the_push_target():
     timings = [report.Timing("start", "Envoy, no filter", 1, [300.0, 320.0, 310.0]),
                report.Timing("start", "Sluice, 1 rule", 1, [400.0, 390.0, 420.0]),
