@@ -263,6 +263,10 @@ def targets(by_conc: dict[int, dict[str, Summary]], limiter: dict[str, Summary],
             timings: list[Timing] | None = None) -> list[Target]:
     """Every target, measured or not (`met` None), in the report's order."""
     out = [t for c in sorted(by_conc) for t in envoy_targets(c, by_conc[c])]
+    out += [Target(f"`{row}` no slower than {build} (Envoy CPU per request, paired by round)", c,
+                   f"{statistics.median(diffs):+.1f} µs", statistics.median(diffs) <= 0,
+                   spread=f"{min(diffs):+.1f} to {max(diffs):+.1f} µs")
+            for c in sorted(by_conc) for row, build, diffs in paired_baselines(by_conc[c])]
     mem = limiter.get("limiter-memory")
     out.append(Target("sluice-limiter memory store ≥ 50,000 checks/s", None,
                       f"{mem.rps:,.0f}/s" if mem else "not measured",
@@ -307,12 +311,11 @@ def floors(rows: dict[str, Summary]) -> list[str]:
 BASELINE = re.compile(r"^(?P<row>.+)-baseline\d*$")
 
 
-def baselines(rows: dict[str, Summary]) -> list[str]:
+def paired_baselines(rows: dict[str, Summary]) -> list[tuple[str, str, list[float]]]:
     """Each row measured with a build of SLUICE_BASELINE_WASM against the
-    same row with the build under test: the median over the rounds of
-    the difference in Envoy CPU per request, round by round (the rows of a
-    round run one after the other), and in how many rounds this build
-    was the cheaper."""
+    same row with the build under test: (row, the build before, the
+    differences in Envoy CPU per request round by round, this build's minus
+    the other's; the rows of a round run one after the other)."""
     out = []
     for base_id, base in rows.items():
         m = BASELINE.match(base_id)
@@ -321,12 +324,17 @@ def baselines(rows: dict[str, Summary]) -> list[str]:
             continue
         theirs = dict(base.per_round_cpu)
         diffs = [us - theirs[rnd] for rnd, us in row.per_round_cpu if rnd in theirs]
-        if not diffs:
-            continue
-        build = base.label.split(" with ", 1)[-1]
-        cheaper = sum(d < 0 for d in diffs)
-        out.append(f"`{row.row_id}` against {build}: {statistics.median(diffs):+.1f} µs of Envoy CPU per "
-                   f"request (median of {len(diffs)} rounds' differences; cheaper in {cheaper} of {len(diffs)})")
+        if diffs:
+            out.append((row.row_id, base.label.split(" with ", 1)[-1], diffs))
+    return out
+
+
+def baselines(rows: dict[str, Summary]) -> list[str]:
+    """[`paired_baselines`] in words: the median difference, and in how
+    many rounds this build was the cheaper."""
+    out = [f"`{row}` against {build}: {statistics.median(diffs):+.1f} µs of Envoy CPU per request (median of "
+           f"{len(diffs)} rounds' differences; cheaper in {sum(d < 0 for d in diffs)} of {len(diffs)})"
+           for row, build, diffs in paired_baselines(rows)]
     return ["This build against the builds before it, paired round by round: " + "; ".join(out) + "."] \
         if out else []
 

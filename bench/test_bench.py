@@ -674,6 +674,10 @@ def test_builds_before_are_compared_round_by_round(monkeypatch):
         "This build against the builds before it, paired round by round: `local-gcra` against old.wasm: "
         "+1.2 µs of Envoy CPU per request (median of 4 rounds' differences; cheaper in 1 of 4)."]
     assert "paired round by round" in report.markdown({}, {1: c1}, {}, [], None, [], traces=False)
+    goal = next(t for t in report.targets({1: c1}, {}) if t.name.startswith("`local-gcra` no slower"))
+    assert (goal.name, goal.measured, goal.met, goal.spread) == (
+        "`local-gcra` no slower than old.wasm (Envoy CPU per request, paired by round)", "+1.2 µs", False,
+        "-2.0 to +5.0 µs")
     assert report.baselines({"local-gcra": c1["local-gcra"]}) == []
 
 
