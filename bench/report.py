@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from setups import MANY_RULES, SOME_RULES
+from setups import MANY_RULES, SOME_RULES, baseline_rows
 
 # The reference rows every Envoy row is compared with (columns "× ...").
 REFERENCES = [("envoy", "× no filter"), ("noop-wasm", "× no-op wasm"), ("native", "× native")]
@@ -308,24 +307,20 @@ def floors(rows: dict[str, Summary]) -> list[str]:
     return ["Envoy CPU per request beyond the no-op wasm filter: " + "; ".join(out) + "."] if out else []
 
 
-BASELINE = re.compile(r"^(?P<row>.+)-baseline\d*$")
-
-
 def paired_baselines(rows: dict[str, Summary]) -> list[tuple[str, str, list[float]]]:
     """Each row measured with a build of SLUICE_BASELINE_WASM against the
     same row with the build under test: (row, the build before, the
     differences in Envoy CPU per request round by round, this build's minus
     the other's; the rows of a round run one after the other)."""
     out = []
-    for base_id, base in rows.items():
-        m = BASELINE.match(base_id)
-        row = rows.get(m["row"]) if m else None
-        if row is None:
+    for base_id, row_id, wasm in baseline_rows():
+        base, row = rows.get(base_id), rows.get(row_id)
+        if base is None or row is None:
             continue
         theirs = dict(base.per_round_cpu)
         diffs = [us - theirs[rnd] for rnd, us in row.per_round_cpu if rnd in theirs]
         if diffs:
-            out.append((row.row_id, base.label.split(" with ", 1)[-1], diffs))
+            out.append((row_id, wasm.name, diffs))
     return out
 
 

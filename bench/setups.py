@@ -499,16 +499,27 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
     # SLUICE_BASELINE_WASM (say, the last release; several paths separated
     # by `:`), for a before/after comparison that shares the run's noise; in
     # the default set too, so that `make bench` compares the builds.
-    compared = [("global-memory", global_gcra, True), ("global-memory-coalesce", coalesced_gcra, True),
-                ("global-memory-lease", leased_gcra, True), ("local-gcra", gcra, False)]
-    for n, baseline in enumerate(baseline_wasms()):
-        suffix = "-baseline" + (str(n + 1) if n else "")
-        for row, limit, is_global in compared:
-            out.append(Row(row + suffix, f"{row} with {baseline.name}", default=True,
-                           store="memory" if is_global else None,
-                           filters=[support.wasm_filter(sluice_config(limit, global_scope=is_global), baseline,
-                                                        vm_id="baseline", name="baseline")]))
+    # The limit of each row of COMPARED, and whether it is global.
+    compared = {"global-memory": (global_gcra, True), "global-memory-coalesce": (coalesced_gcra, True),
+                "global-memory-lease": (leased_gcra, True), "local-gcra": (gcra, False)}
+    for row_id, row, baseline in baseline_rows():
+        limit, is_global = compared[row]
+        out.append(Row(row_id, f"{row} with {baseline.name}", default=True, store="memory" if is_global else None,
+                       filters=[support.wasm_filter(sluice_config(limit, global_scope=is_global), baseline,
+                                                    vm_id="baseline", name="baseline")]))
     return out + rls_rows(sluice, noop_wasm)
+
+
+# The rows measured again with each build of SLUICE_BASELINE_WASM.
+COMPARED = ["global-memory", "global-memory-coalesce", "global-memory-lease", "local-gcra"]
+
+
+def baseline_rows() -> list[tuple[str, str, Path]]:
+    """(row id, the row it repeats, the build) of each row measured with a
+    build of SLUICE_BASELINE_WASM: `<row>-baseline` for the first build,
+    `-baseline2`, `-baseline3`... for the next."""
+    return [(row + "-baseline" + (str(n + 1) if n else ""), row, wasm)
+            for n, wasm in enumerate(baseline_wasms()) for row in COMPARED]
 
 
 def baseline_wasms() -> list[Path]:
