@@ -245,8 +245,9 @@ def envoy_targets(c: int, rows: dict[str, Summary]) -> list[Target]:
         ("global coalesced ≥ 1.3× a call per request, one key, Redis store", "global-redis-coalesce",
          "global-redis", 1.3),
         ("global leased ≥ 0.95× Sluice local, one key, memory store", "global-memory-lease", "local-gcra", 0.95,
-         "global-memory-lease-wide", "a share covering the Envoy's rate (100%)"),
-        ("global leased ≥ 0.95× Sluice local, one key, Redis store", "global-redis-lease", "local-gcra", 0.95),
+         "lease-calls", "a local limit's host calls and a renewal per 50 requests alone", "host-calls"),
+        ("global leased ≥ 0.95× Sluice local, one key, Redis store", "global-redis-lease", "local-gcra", 0.95,
+         "lease-calls", "a local limit's host calls and a renewal per 50 requests alone", "host-calls"),
         ("over-limit cache ≥ 0.9× Sluice local", "global-cached", "local-gcra", 0.9),
     ]
     for store, name in (("memory", "memory store"), ("redis", "Redis store")):
@@ -379,7 +380,8 @@ def targets_table(goals: list[Target]) -> list[str]:
            "`bound` is the same ratio for reference filters that do only what the target's "
            "rows cannot avoid: `host-calls` makes Sluice's host calls for an admitted request "
            "without its logic, `deny-reply` those of a denied request and its 429, "
-           "`call-out` one limiter call per request and nothing else. `per round` is the "
+           "`call-out` one limiter call per request and nothing else, `lease-calls` `host-calls`' "
+           "calls and a lease renewal's call from the root every 50 requests. `per round` is the "
            "lowest and highest of the ratio over the rounds, the two rows paired round by round "
            "(runs interleaved), or of the timings.", "",
            "| target | concurrency | measured | | per round | bound |",

@@ -70,6 +70,9 @@ HELD_MAX_KEYS = 10_000_000
 # The share of a key's quota the leased global rows may hold: 10% of
 # ALLOW_LIMIT's 1,000 requests, grants of up to 100 units.
 LEASE_SHARE = "10%"
+# Requests per renewal of the leases' floor row (`lease-calls`): half of a
+# grant of that share.
+LEASE_EVERY = 50
 # The rule of every Sluice row (its counters are sluice.<rule>.<event>).
 RULE = "per-ip"
 # The limiter denies for an hour after 10 requests: the over-limit cache
@@ -434,6 +437,14 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
         # rare, so the row measures spending from a lease.
         Row("global-memory-lease-wide", "Sluice global gcra, one key, leased (100% share), limiter memory store",
             store="memory", filters=sluice(sluice_config(wide_leased_gcra, global_scope=True)), default=True),
+        # The floor of the leased rows: a local limit's host calls and a
+        # renewal's call every 50 requests (a 10% share's 100 units renewed
+        # at half), sent by the root as Sluice sends it, with no logic.
+        Row("lease-calls", "wasm filter making Sluice's host calls and a renewal call per 50 requests, no logic",
+            store="memory",
+            filters=[support.wasm_filter({"mode": "lease_calls", "cluster": LIMITER_CLUSTER,
+                                          "authority": "sluice-limiter", "every": LEASE_EVERY},
+                                         noop_wasm, vm_id="lease-calls", name="lease-calls")], default=True),
         Row("global-memory-coalesce-10k", "Sluice global gcra, 10,000 keys, coalesced calls, limiter memory store",
             keys=MANY_KEYS, store="memory", filters=sluice(sluice_config(coalesced_gcra, global_scope=True))),
         Row("call-out", "wasm filter making one bare limiter call per request", store="memory",

@@ -586,8 +586,8 @@ def test_the_default_set_keeps_the_rows_of_every_ratio_the_targets_need():
     assert {"envoy", "noop-wasm", "native", "host-calls", "local-gcra", "local-gcra-100-rules",
             "local-gcra-1000-rules", "envoy-1000-routes", "call-out", "global-calls", "pause-resume", "global-memory",
             "global-memory-coalesce", "global-memory-lease", "global-redis", "global-redis-lease",
-            "global-memory-lease-wide", "envoy-limitador", "envoy-limitador-redis", "limiter-memory", "limiter-redis",
-            "limitador-memory", "limitador-redis", "limiter-rls-memory", "limitador-rls-memory"} == default
+            "global-memory-lease-wide", "lease-calls", "envoy-limitador", "envoy-limitador-redis", "limiter-memory",
+            "limiter-redis", "limitador-memory", "limitador-redis", "limiter-rls-memory", "limitador-rls-memory"} == default
     assert len(run.select(rows, "", "full")) == len(rows)
     # --only picks from every row, whatever the set
     assert {r.id for r in run.select(rows, "^local-deny$", "default")} == {"envoy", "noop-wasm", "native",

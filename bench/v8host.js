@@ -1,7 +1,9 @@
 // A proxy-wasm 0.2.1 host in Node's V8: loads a filter module, configures
 // it, and drives requests through it with in-memory host calls (headers,
 // the `source.address` property, shared data with compare-and-swap, a
-// clock 20 µs apart per read). Outside Envoy, it shows what the module's
+// clock 20 µs apart per read, shared queues, and HTTP calls answered at
+// once, each as a check whose every limit allows and grants the lease it
+// asks for). Outside Envoy, it shows what the module's
 // own code costs in V8 and where (`node --cpu-prof` names every wasm
 // function of `make wasm-profiling`'s build), and which host calls one
 // request makes.
@@ -23,10 +25,14 @@ const LOCAL_GCRA = {
 const REQUEST = [[':method', 'GET'], [':path', '/'], [':authority', 'bench'],
   ['x-forwarded-for', '198.51.100.1'], ['user-agent', 'wrk']];
 const RESPONSE = [[':status', '200'], ['content-length', '2']];
+const CALL_RESPONSE = [[':status', '200'], ['content-type', 'application/json']];
 const SOURCE = '10.0.0.1:40000';
 // proxy-wasm 0.2.1 codes
-const OK = 0, NOT_FOUND = 1, CAS_MISMATCH = 8;
-const PLUGIN_CONFIGURATION = 7, REQUEST_HEADERS = 0, RESPONSE_HEADERS = 2;
+const OK = 0, NOT_FOUND = 1, EMPTY = 7, CAS_MISMATCH = 8;
+const PLUGIN_CONFIGURATION = 7, CALL_RESPONSE_BODY = 4;
+const REQUEST_HEADERS = 0, RESPONSE_HEADERS = 2, CALL_RESPONSE_HEADERS = 6;
+// The root context's id, and the one shared queue's.
+const ROOT = 1, QUEUE = 1;
 
 function args(argv) {
   const a = {module: null, config: null, requests: 100000, rounds: 3, calls: false};
@@ -45,7 +51,11 @@ function args(argv) {
 class Host {
   constructor(config) {
     this.config = Buffer.from(config);
-    this.maps = {[REQUEST_HEADERS]: REQUEST, [RESPONSE_HEADERS]: RESPONSE};
+    this.maps = {[REQUEST_HEADERS]: REQUEST, [RESPONSE_HEADERS]: RESPONSE, [CALL_RESPONSE_HEADERS]: CALL_RESPONSE};
+    this.queued = 0;
+    this.answers = new Map(); // call token -> answer body, in call order
+    this.answering = null;
+    this.token = 0;
     this.shared = new Map();
     this.clock = 1700000000n * 1000000000n;
     this.calls = null;
@@ -71,8 +81,27 @@ class Host {
     const h = this;
     const env = {
       proxy_log: () => OK,
-      proxy_get_buffer_bytes: (type, start, max, rp, rs) =>
-        h.give(type === PLUGIN_CONFIGURATION ? h.config : Buffer.alloc(0), rp, rs),
+      proxy_get_buffer_bytes: (type, start, max, rp, rs) => {
+        if (type === CALL_RESPONSE_BODY) h.note('buffer');
+        const buffer = type === PLUGIN_CONFIGURATION ? h.config
+          : type === CALL_RESPONSE_BODY ? h.answering : Buffer.alloc(0);
+        return h.give(buffer, rp, rs);
+      },
+      proxy_register_shared_queue: (np, ns, rp) => { h.view().setUint32(rp, QUEUE, true); return OK; },
+      proxy_enqueue_shared_queue: () => { h.note('enqueue'); h.queued++; return OK; },
+      proxy_dequeue_shared_queue: (queue, rp, rs) => {
+        h.note('dequeue');
+        if (h.queued === 0) return EMPTY;
+        h.queued--;
+        return h.give(Buffer.from('.'), rp, rs);
+      },
+      proxy_http_call: (up, us, hp, hs, bp, bs, tp, ts, timeout, tokenPtr) => {
+        h.note('http_call');
+        h.token++;
+        h.view().setUint32(tokenPtr, h.token, true);
+        h.answers.set(h.token, answer(h.text(bp, bs)));
+        return OK;
+      },
       proxy_get_header_map_value: (map, kp, ks, rp, rs) => {
         h.note('header');
         const name = h.text(kp, ks);
@@ -135,24 +164,52 @@ class Host {
     this.instance = new WebAssembly.Instance(new WebAssembly.Module(fs.readFileSync(path)), this.imports());
     const x = this.instance.exports;
     if (x._initialize) x._initialize();
-    x.proxy_on_context_create(1, 0);
-    x.proxy_on_vm_start(1, 0);
-    if (!x.proxy_on_configure(1, this.config.length)) throw new Error('the module refused the configuration');
+    x.proxy_on_context_create(ROOT, 0);
+    x.proxy_on_vm_start(ROOT, 0);
+    if (!x.proxy_on_configure(ROOT, this.config.length)) throw new Error('the module refused the configuration');
     this.next = 2;
   }
 
-  // One request's life as Envoy calls it, for a request whose filter
-  // answers at once (a local decision).
+  // One request's life as Envoy calls it; what the filter left its root
+  // (a wake-up through the queue, calls) is done after each callback.
   request() {
     const x = this.instance.exports;
     const c = this.next++;
-    x.proxy_on_context_create(c, 1);
+    x.proxy_on_context_create(c, ROOT);
     x.proxy_on_request_headers(c, REQUEST.length, 1);
+    this.settle();
     x.proxy_on_response_headers(c, RESPONSE.length, 0);
+    this.settle();
     x.proxy_on_log(c);
     x.proxy_on_done(c);
     x.proxy_on_delete(c);
   }
+
+  // Runs the root woken through the queue, then answers every call made,
+  // to the root context as Envoy does (the SDK routes each to its caller),
+  // until none is left.
+  settle() {
+    const x = this.instance.exports;
+    while (this.queued > 0 || this.answers.size > 0) {
+      if (this.queued > 0) x.proxy_on_queue_ready(ROOT, QUEUE);
+      for (const [token, body] of this.answers) {
+        this.answers.delete(token);
+        this.answering = body;
+        x.proxy_on_http_call_response(ROOT, token, CALL_RESPONSE.length, body.length, 0);
+      }
+    }
+  }
+}
+
+// The limiter's answer to the check `body`: every limit allows, with the
+// units of the lease it asks for granted.
+function answer(body) {
+  const check = JSON.parse(body);
+  const limits = (check.limits || []).map(l => ({
+    allowed: true, limit: l.requests, remaining: Math.max(l.requests - 1, 0), reset_ms: 1,
+    retry_after_ms: 0, ...(l.lease ? {leased: l.lease} : {}),
+  }));
+  return Buffer.from(JSON.stringify({allowed: true, limits}));
 }
 
 function main() {
@@ -160,7 +217,7 @@ function main() {
   const config = a.config ? fs.readFileSync(a.config, 'utf8') : JSON.stringify(LOCAL_GCRA);
   const host = new Host(config);
   host.load(a.module);
-  const tick = () => host.instance.exports.proxy_on_tick(1);
+  const tick = () => host.instance.exports.proxy_on_tick(ROOT);
   for (let i = 0; i < 1000; i++) host.request();
   tick();
   if (a.calls) {

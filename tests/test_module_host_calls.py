@@ -35,6 +35,13 @@ def local(limit: dict = GCRA, **top) -> dict:
     return {"domain": "t", **top, "rules": [{"name": "r", "key": ["client_ip"], "limits": [limit]}]}
 
 
+def global_(sync: dict | None = None) -> dict:
+    """One global limit keyed by client address, asked of a limiter the V8
+    host answers at once (every limit allows, leases granted as asked)."""
+    limit = {**GCRA, "scope": "global", **({"sync": sync} if sync else {})}
+    return local(limit, limiter={"cluster": "limiter", "authority": "limiter", "timeout": "50ms"})
+
+
 def test_a_request_under_one_local_limit(tmp_path):
     assert calls(tmp_path, local()) == ["property", "get", "now", "set", "add_header", "add_header"]
 
@@ -62,3 +69,21 @@ def test_a_denied_request(tmp_path):
         "set_property", "set_property",  # the outcome and rule, for the access log
         "header",  # content-type: a gRPC request gets a gRPC denial
         "send_local_response"]
+
+
+def test_a_request_under_one_global_limit(tmp_path):
+    assert calls(tmp_path, global_()) == [
+        "property", "now",
+        "get",  # the over-limit cache
+        "http_call",
+        # The answer comes to the root context: the SDK moves to the
+        # request's own before handing it over.
+        "set_effective_context",
+        "header", "buffer",  # the answer's :status and body
+        "continue_stream", "add_header", "add_header"]
+
+
+def test_a_request_under_a_leased_limit_once_its_lease_runs(tmp_path):
+    # A local limit's calls: the lease's read and compare-and-swap write.
+    assert calls(tmp_path, global_({"mode": "lease", "max_share": "10%"})) == [
+        "property", "now", "get", "set", "add_header", "add_header"]

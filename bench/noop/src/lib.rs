@@ -42,6 +42,14 @@
 //!   paused since the last tick. The cost Envoy pays to pause a request and
 //!   resume it from another context, which every request held or waiting for
 //!   a shared call pays, and nothing else.
+//! - `{"mode":"lease_calls","cluster":C,"authority":A,"every":N}`: the
+//!   `host_calls` mode's calls per request, and every `N` requests (50
+//!   unless told: a 100-unit lease renewed at half) what a lease renewal
+//!   adds to them: the request wakes its worker's root through a shared
+//!   queue (once until the root runs), and the root sends one `POST
+//!   /v1/check` to `C`, reads the answer's `:status` and body and writes a
+//!   bucket's size to shared data by compare-and-swap. No request waits for
+//!   it. The floor of a leased limit whose renewals come that often.
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -70,6 +78,8 @@ struct Config {
     authority: Option<String>,
     #[serde(default)]
     leave_out: Vec<String>,
+    #[serde(default)]
+    every: Option<u32>,
 }
 
 /// The host calls of the `global_calls` mode, by the names `leave_out` uses.
@@ -118,12 +128,26 @@ enum Mode {
         calls: Calls,
     },
     Pause,
+    LeaseCalls {
+        cluster: String,
+        authority: String,
+        every: u32,
+    },
 }
+
+/// Requests per renewal of the `lease_calls` mode unless `every` says.
+const LEASE_EVERY: u32 = 50;
 
 /// How often the root context of the `pause` mode resumes what was paused.
 const RESUME_TICK: Duration = Duration::from_millis(1);
 
 thread_local! {
+    /// The `lease_calls` mode's queue, registered by the worker's root.
+    static QUEUE: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
+    /// Requests seen by the `lease_calls` mode, and whether its root was
+    /// woken since it last ran.
+    static SEEN: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    static WOKEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// The requests paused by the `pause` mode since the last tick (one
     /// worker, one VM, one list).
     static PAUSED: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
@@ -163,6 +187,11 @@ fn mode_of(bytes: &[u8]) -> Result<Mode, String> {
             calls: Calls::without(&config.leave_out)?,
         }),
         "pause" => Ok(Mode::Pause),
+        "lease_calls" => Ok(Mode::LeaseCalls {
+            cluster: config.cluster.ok_or("lease_calls needs \"cluster\"")?,
+            authority: config.authority.ok_or("lease_calls needs \"authority\"")?,
+            every: config.every.unwrap_or(LEASE_EVERY).max(1),
+        }),
         other => Err(format!("unknown mode {other:?}")),
     }
 }
@@ -171,11 +200,38 @@ struct Root {
     mode: Rc<Mode>,
 }
 
-impl Context for Root {}
+impl Context for Root {
+    fn on_http_call_response(&mut self, _: u32, _: usize, body_size: usize, _: usize) {
+        settle(body_size);
+    }
+}
+
+/// What the answer to a renewal costs: its `:status` and body read, and
+/// the lease's compare-and-swap in shared data.
+fn settle(body_size: usize) {
+    let _ = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status");
+    let _ = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size);
+    let (_, cas) = hostcalls::get_shared_data(LEASE_KEY).unwrap_or((None, None));
+    let _ = hostcalls::set_shared_data(LEASE_KEY, Some(&BUCKET), cas.or(Some(u32::MAX)));
+}
+
+/// The shared-data key the `lease_calls` mode's answers write.
+const LEASE_KEY: &str = "sluice-bench/lease";
 
 impl RootContext for Root {
     fn on_tick(&mut self) {
         resume_paused();
+    }
+
+    fn on_queue_ready(&mut self, queue: u32) {
+        while let Ok(Some(_)) = hostcalls::dequeue_shared_queue(queue) {}
+        WOKEN.with(|w| w.set(false));
+        if let Mode::LeaseCalls {
+            cluster, authority, ..
+        } = self.mode.as_ref()
+        {
+            let _ = call_out(cluster, authority);
+        }
     }
 
     fn on_configure(&mut self, size: usize) -> bool {
@@ -187,6 +243,14 @@ impl RootContext for Root {
             Ok(mode) => {
                 if let Mode::Pause = mode {
                     let _ = hostcalls::set_tick_period(RESUME_TICK);
+                }
+                if let Mode::LeaseCalls { .. } = mode {
+                    let nanos = hostcalls::get_current_time()
+                        .ok()
+                        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                        .map_or(0, |d| d.as_nanos());
+                    let name = format!("sluice-bench.wake.{nanos}");
+                    QUEUE.with(|q| q.set(hostcalls::register_shared_queue(&name).ok()));
                 }
                 self.mode = Rc::new(mode);
                 true
@@ -213,6 +277,15 @@ impl RootContext for Root {
 struct Http {
     mode: Rc<Mode>,
     context_id: u32,
+}
+
+/// The host calls of the `host_calls` mode on a request's headers.
+fn local_calls() {
+    let _ = hostcalls::get_map_value(MapType::HttpRequestHeaders, "x-forwarded-for");
+    let _ = hostcalls::get_property(vec!["source", "address"]);
+    let (_, cas) = hostcalls::get_shared_data(KEY).unwrap_or((None, None));
+    let _ = hostcalls::get_current_time();
+    let _ = hostcalls::set_shared_data(KEY, Some(&BUCKET), cas.or(Some(u32::MAX)));
 }
 
 /// The shared-data key of the `host_calls` mode, and a value of the size of
@@ -288,11 +361,21 @@ impl HttpContext for Http {
         match self.mode.as_ref() {
             Mode::Noop => Action::Continue,
             Mode::HostCalls => {
-                let _ = hostcalls::get_map_value(MapType::HttpRequestHeaders, "x-forwarded-for");
-                let _ = hostcalls::get_property(vec!["source", "address"]);
-                let (_, cas) = hostcalls::get_shared_data(KEY).unwrap_or((None, None));
-                let _ = hostcalls::get_current_time();
-                let _ = hostcalls::set_shared_data(KEY, Some(&BUCKET), cas.or(Some(u32::MAX)));
+                local_calls();
+                Action::Continue
+            }
+            Mode::LeaseCalls { every, .. } => {
+                local_calls();
+                let seen = SEEN.with(|s| {
+                    s.set(s.get().wrapping_add(1));
+                    s.get()
+                });
+                // Once until the root runs, as Sluice wakes it.
+                if seen % every == 0 && !WOKEN.with(|w| w.replace(true)) {
+                    if let Some(queue) = QUEUE.with(|q| q.get()) {
+                        let _ = hostcalls::enqueue_shared_queue(queue, Some(b"w"));
+                    }
+                }
                 Action::Continue
             }
             Mode::Deny => {
@@ -343,7 +426,7 @@ impl HttpContext for Http {
 
     fn on_http_response_headers(&mut self, _: usize, _: bool) -> Action {
         let headers = match self.mode.as_ref() {
-            Mode::HostCalls => true,
+            Mode::HostCalls | Mode::LeaseCalls { .. } => true,
             Mode::GlobalCalls { calls, .. } => calls.make("headers"),
             _ => false,
         };
@@ -406,6 +489,15 @@ mod tests {
             mode_of(br#"{"mode":"pause"}"#).unwrap(),
             Mode::Pause
         ));
+        match mode_of(br#"{"mode":"lease_calls","cluster":"c","authority":"a"}"#).unwrap() {
+            Mode::LeaseCalls { every, .. } => assert_eq!(every, LEASE_EVERY),
+            _ => panic!("not lease_calls"),
+        }
+        assert!(matches!(
+            mode_of(br#"{"mode":"lease_calls","cluster":"c","authority":"a","every":0}"#).unwrap(),
+            Mode::LeaseCalls { every: 1, .. }
+        ));
+        assert!(mode_of(br#"{"mode":"lease_calls","cluster":"c"}"#).is_err());
         assert!(mode_of(br#"{"mode":"call_out"}"#).is_err());
         assert!(mode_of(br#"{"mode":"other"}"#).is_err());
         assert!(mode_of(br#"{"mdoe":"noop"}"#).is_err());
