@@ -136,7 +136,8 @@ impl<H: Host> Worker<H> {
     pub fn request_created(&mut self, root: u32, context: u32) {
         // Without a configuration, the request passes untouched.
         if let Some(runtime) = self.runtime_of(root) {
-            self.requests.insert(context, Request::new(runtime));
+            self.requests
+                .insert(context, Box::new(Request::new(runtime)));
         }
     }
 
@@ -186,7 +187,7 @@ impl<H: Host> Worker<H> {
     /// first: the second finds nothing).
     pub fn request_done(&mut self, host: &mut H, context: u32) {
         if let Some(req) = self.requests.remove(&context) {
-            stream::leave(self, host, context, req);
+            stream::leave(self, host, context, *req);
         }
     }
 
