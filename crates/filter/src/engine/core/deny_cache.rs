@@ -29,12 +29,15 @@ pub fn shape(limit: &Limit, requests: u64) -> u64 {
         u64::from(limit.soft_percent),
         requests,
     ];
-    // FNV-1a over the words, then a final mix: owners of one key under two
-    // shapes differ in many bits.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in words.iter().flat_map(|w| w.to_le_bytes()) {
-        h = (h ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+    // A word at a time (every global request computes it), then
+    // splitmix64's finaliser: owners of one key under two shapes differ in
+    // many bits.
+    let mut h: u64 = 0;
+    for word in words {
+        h = (h.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
     }
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     h ^ (h >> 31)
 }
 
