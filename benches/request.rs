@@ -59,7 +59,7 @@ impl World {
             || NOW,
         );
         match verdict {
-            Verdict::Check(pending) => pending,
+            Verdict::Check(pending) => *pending,
             other => panic!("expected a check, got {other:?}"),
         }
     }

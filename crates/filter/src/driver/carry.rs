@@ -17,19 +17,15 @@ use crate::engine::{Admitted, Delayed, Denied, PendingCheck, Verdict};
 use crate::metrics::{MetricSink, RuleEvent};
 
 /// A verdict that asks nothing more of the limiter.
-// Moved once from the engine to the request, never stored: boxing would
-// only add an allocation.
-#[allow(clippy::large_enum_variant)]
 pub(super) enum Final {
     Allow(Admitted),
-    Delay(Delayed),
+    Delay(Box<Delayed>),
     Deny(Denied),
 }
 
 impl Final {
     /// `verdict` if final, else the check it asks for.
-    #[allow(clippy::result_large_err)]
-    pub(super) fn of(verdict: Verdict) -> Result<Final, PendingCheck> {
+    pub(super) fn of(verdict: Verdict) -> Result<Final, Box<PendingCheck>> {
         match verdict {
             Verdict::Allow(admitted) => Ok(Final::Allow(admitted)),
             Verdict::Delay(delayed) => Ok(Final::Delay(delayed)),
@@ -102,7 +98,7 @@ pub(super) fn apply<H: Host>(
                     keep(w, host, req, runtime, held.take_held());
                     req.owe(held.take_owed());
                     req.admitted = Some(held.admitted());
-                    req.phase = Phase::Held(Box::new(held));
+                    req.phase = Phase::Held(held);
                     if let Some(reply) = &req.reply {
                         add_request_headers(host, reply, req.shown.is_some());
                     }

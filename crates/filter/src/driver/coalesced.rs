@@ -174,7 +174,7 @@ pub(super) fn decide<H: Host>(
         } = member;
         pending.record_batch(answer.as_ref(), position);
         runtime.metrics.global(GlobalEvent::Coalesced);
-        let verdict = renewal::finish(w, host, &runtime, pending);
+        let verdict = renewal::finish(w, host, &runtime, *pending);
         deliver(w, host, context, &runtime, verdict);
     }
 }
@@ -196,7 +196,7 @@ fn deliver<H: Host>(
                 for call in 0..pending.call_count() {
                     pending.record(call, None);
                 }
-                verdict = renewal::finish(w, host, runtime, pending);
+                verdict = renewal::finish(w, host, runtime, *pending);
             }
         }
     }

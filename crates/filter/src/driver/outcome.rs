@@ -41,7 +41,7 @@ pub(super) fn unapplied<H: Host>(
         Verdict::Deny(mut denied) => {
             permits::give_back(w, host, runtime, std::mem::take(&mut denied.held));
         }
-        Verdict::Check(pending) => renewal::abandon(w, host, runtime, pending),
+        Verdict::Check(pending) => renewal::abandon(w, host, runtime, *pending),
     }
 }
 
@@ -54,9 +54,9 @@ pub(super) fn hold<H: Host>(
     host: &mut H,
     context: u32,
     runtime: &Shared<H>,
-    delayed: Delayed,
+    delayed: Box<Delayed>,
     shown: Option<&Headers>,
-) -> Result<Delayed, Held> {
+) -> Result<Box<Delayed>, Held> {
     let (rule, max_queued) = runtime
         .plan
         .rules

@@ -34,7 +34,7 @@ pub(super) type Headers = Rc<[(String, String)]>;
 /// A request waiting for a shared global check.
 pub(super) struct Member<H: Host> {
     pub(super) runtime: Shared<H>,
-    pub(super) pending: PendingCheck,
+    pub(super) pending: Box<PendingCheck>,
 }
 
 /// A shared call in flight.

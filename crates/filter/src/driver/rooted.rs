@@ -176,6 +176,6 @@ fn decide<H: Host>(w: &mut Worker<H>, host: &mut H, root: u32, check: RootedChec
     }
     match Final::of(verdict) {
         Ok(outcome) => carry::from_root(w, host, context, &runtime, outcome),
-        Err(pending) => make(w, host, root, context, &runtime, pending),
+        Err(pending) => make(w, host, root, context, &runtime, *pending),
     }
 }

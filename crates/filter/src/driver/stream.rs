@@ -131,13 +131,13 @@ fn check<H: Host>(
     context: u32,
     req: &mut Request<H>,
     runtime: &Shared<H>,
-    pending: PendingCheck,
+    pending: Box<PendingCheck>,
 ) -> Action {
     // The charges owed on its keys when it came, which it waits for.
     let last = w.owing.last();
     let owed = w.owing.owes(pending.limiter_keys(), last).then_some(last);
     if owed.is_some() || pending.takes_permits() {
-        rooted::queue(w, host, context, runtime, pending, owed.unwrap_or(0));
+        rooted::queue(w, host, context, runtime, *pending, owed.unwrap_or(0));
         req.phase = Phase::Rooted;
         return Action::Pause;
     }
@@ -177,7 +177,7 @@ fn call_limiter<H: Host>(
     context: u32,
     req: &mut Request<H>,
     runtime: &Shared<H>,
-    mut pending: PendingCheck,
+    mut pending: Box<PendingCheck>,
     group: Option<Vec<u8>>,
 ) -> Action {
     let tokens = send_check(w, host, runtime, &mut pending);
@@ -187,11 +187,11 @@ fn call_limiter<H: Host>(
         if let Some(signature) = group {
             coalesced::finished(w, host, &signature);
         }
-        let verdict = renewal::finish(w, host, runtime, pending);
+        let verdict = renewal::finish(w, host, runtime, *pending);
         return apply(w, host, context, req, runtime, verdict);
     }
     req.phase = Phase::Checking {
-        pending: Box::new(pending),
+        pending,
         tokens,
         group,
     };
@@ -246,7 +246,7 @@ pub(super) fn answered<H: Host>(
             tokens,
             group,
         } => {
-            let checking = (*pending, tokens, group);
+            let checking = (pending, tokens, group);
             own_answered(w, host, context, req, token, checking, body.as_deref());
         }
         Phase::Carrying { call, verdict } => {
@@ -263,7 +263,7 @@ pub(super) fn answered<H: Host>(
 
 /// The check this request's own call `token` is part of, its calls out and
 /// its group.
-type Checking = (PendingCheck, Vec<(u32, usize)>, Option<Vec<u8>>);
+type Checking = (Box<PendingCheck>, Vec<(u32, usize)>, Option<Vec<u8>>);
 
 /// The answer to this request's own call `token` (`None`: failed).
 fn own_answered<H: Host>(
@@ -278,14 +278,14 @@ fn own_answered<H: Host>(
     let runtime = &Rc::clone(&req.runtime);
     if !record_answer(w, host, runtime, (&mut pending, &mut tokens), token, body) {
         req.phase = Phase::Checking {
-            pending: Box::new(pending),
+            pending,
             tokens,
             group,
         };
         return;
     }
     req.reply = pending.take_reply();
-    let verdict = renewal::finish(w, host, runtime, pending);
+    let verdict = renewal::finish(w, host, runtime, *pending);
     if let Some(signature) = group {
         if let Some(call) = coalesced::carry(w, host, signature) {
             req.phase = Phase::Carrying {
@@ -364,7 +364,7 @@ pub(super) fn leave<H: Host>(w: &mut Worker<H>, host: &mut H, context: u32, req:
         }
         Phase::Grouped => {
             if let Some(member) = w.groups.leave(context) {
-                renewal::abandon(w, host, &member.runtime, member.pending);
+                renewal::abandon(w, host, &member.runtime, *member.pending);
             }
         }
         Phase::Rooted => rooted::leave(w, host, context),

@@ -52,6 +52,6 @@ fn decide<H: Host>(w: &mut Worker<H>, host: &mut H, root: u32, context: u32) {
     let verdict = renewal::evaluate(w, host, &runtime, None, 0);
     match Final::of(verdict) {
         Ok(outcome) => carry::from_root(w, host, context, &runtime, outcome),
-        Err(pending) => rooted::make(w, host, root, context, &runtime, pending),
+        Err(pending) => rooted::make(w, host, root, context, &runtime, *pending),
     }
 }

@@ -333,7 +333,7 @@ fn answer(allowed: bool, retry_after_ms: u64) -> Option<String> {
 
 fn pending(v: Verdict) -> PendingCheck {
     match v {
-        Verdict::Check(p) => p,
+        Verdict::Check(p) => *p,
         other => panic!("{other:?}"),
     }
 }
@@ -696,7 +696,7 @@ const PACED: &str = r#"{"name":"paced","key":["client_ip"],"limits":[
 
 fn delayed(v: Verdict) -> Delayed {
     match v {
-        Verdict::Delay(d) => d,
+        Verdict::Delay(d) => *d,
         other => panic!("{other:?}"),
     }
 }

@@ -307,10 +307,10 @@ fn borrow_call<F: FollowUp>(plan: &Plan, calls: Vec<Call<F>>, tally: Tally) -> V
         .into_call(&plan.domain, false, holder)
         .into_iter()
         .collect();
-    Verdict::Check(PendingCheck {
+    Verdict::Check(Box::new(PendingCheck {
         calls,
         tally,
         borrowing: true,
         reply: None,
-    })
+    }))
 }

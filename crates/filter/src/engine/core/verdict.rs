@@ -21,11 +21,13 @@ pub enum Verdict<F> {
     /// Let it through.
     Allow(Admitted),
     /// Let it through once it has been held for [`Delayed::delay`].
-    Delay(Delayed),
+    /// Boxed, as `Check`: every verdict moves at the size of its largest
+    /// variant, and most are `Allow`.
+    Delay(Box<Delayed>),
     /// Answer with the denial response.
     Deny(Denied),
     /// Ask the limiter, then call [`finish`](crate::engine::finish).
-    Check(PendingCheck<F>),
+    Check(Box<PendingCheck<F>>),
 }
 
 impl<F> Verdict<F> {
@@ -228,12 +230,12 @@ impl Tally {
     /// (counted once the host holds it: [`Delayed::accept`]).
     pub(crate) fn admit<M: MetricSink + ?Sized, F>(mut self, metrics: &M) -> Verdict<F> {
         if let Some(limit) = self.delayed {
-            return Verdict::Delay(Delayed {
+            return Verdict::Delay(Box::new(Delayed {
                 delay: limit.decision.delay,
                 rule: limit.rule,
                 limit,
                 tally: self,
-            });
+            }));
         }
         self.count_allowed(metrics);
         Verdict::Allow(Admitted {

@@ -309,12 +309,12 @@ where
             let holder = permits.then_some(cx.holder);
             calls.extend(batch.into_call(domain, is_shadow, holder));
         }
-        Verdict::Check(PendingCheck {
+        Verdict::Check(Box::new(PendingCheck {
             calls,
             tally: cx.tally,
             borrowing: false,
             reply: None,
-        })
+        }))
     }
 }
 
