@@ -35,41 +35,31 @@ pub struct Entry {
     end: usize,
 }
 
-/// A bucket read from its stored bytes (borrowed, not copied).
+/// A bucket read from its stored bytes (borrowed, not copied): its
+/// entries are read as they are walked, so a hot key's lookup reads its
+/// own entry and no other.
 #[derive(Debug, Clone, Copy)]
 pub struct Bucket<'a> {
     bytes: &'a [u8],
-    entries: [Option<Entry>; WAYS + 1],
 }
 
 impl<'a> Bucket<'a> {
     /// Reads `bytes` (`None`: the bucket was never written).
     pub fn read(bytes: Option<&'a [u8]>) -> Bucket<'a> {
-        let mut bucket = Bucket {
-            bytes: &[],
-            entries: [None; WAYS + 1],
-        };
-        let Some(bytes) = bytes.filter(|b| b.first() == Some(&TAG)) else {
-            return bucket;
-        };
-        let mut at = 1;
-        for slot in bucket.entries.iter_mut() {
-            let Some(entry) = entry_at(bytes, at) else {
-                break;
-            };
-            at = entry.end;
-            *slot = Some(entry);
-        }
-        bucket.bytes = bytes;
-        bucket
+        let bytes = bytes.filter(|b| b.first() == Some(&TAG)).unwrap_or(&[]);
+        Bucket { bytes }
     }
 
-    /// The entries, in stored order.
-    pub fn entries(&self) -> impl Iterator<Item = (usize, Entry)> + '_ {
-        self.entries
-            .iter()
-            .enumerate()
-            .filter_map(|(i, e)| e.map(|e| (i, e)))
+    /// The entries, in stored order: up to `WAYS + 1`, and none after the
+    /// first that does not read as one.
+    pub fn entries(&self) -> impl Iterator<Item = (usize, Entry)> + 'a {
+        let bytes = self.bytes;
+        let mut at = 1;
+        (0..=WAYS).map_while(move |i| {
+            let entry = entry_at(bytes, at)?;
+            at = entry.end;
+            Some((i, entry))
+        })
     }
 
     /// The entry of `fingerprint` and its index.
@@ -114,7 +104,8 @@ impl<'a> Bucket<'a> {
 
     /// An index no entry uses.
     pub fn free_index(&self) -> Option<usize> {
-        self.entries.iter().position(Option::is_none)
+        let used = self.entries().count();
+        (used <= WAYS).then_some(used)
     }
 
     /// The bucket with the entry at `index` set to `fingerprint`, `rest_at`
