@@ -12,7 +12,9 @@
 //        [--config FILE] [--requests N] [--rounds R] [--calls]
 //
 // Without --config, the `local-gcra` row's configuration. --calls prints
-// the host calls of one request (after 1,000) as JSON and stops; otherwise
+// the host calls of one request (after 1,000) as JSON and stops; --lines,
+// for a module `bench/memlines.py` instrumented, the 64-byte lines of the
+// module's memory one request touches (stack, static data, heap); otherwise
 // each round prints the CPU µs per request.
 'use strict';
 const fs = require('fs');
@@ -35,13 +37,14 @@ const REQUEST_HEADERS = 0, RESPONSE_HEADERS = 2, CALL_RESPONSE_HEADERS = 6;
 const ROOT = 1, QUEUE = 1;
 
 function args(argv) {
-  const a = {module: null, config: null, requests: 100000, rounds: 3, calls: false};
+  const a = {module: null, config: null, requests: 100000, rounds: 3, calls: false, lines: false};
   for (let i = 0; i < argv.length; i++) {
     const v = argv[i];
     if (v === '--config') a.config = argv[++i];
     else if (v === '--requests') a.requests = Number(argv[++i]);
     else if (v === '--rounds') a.rounds = Number(argv[++i]);
     else if (v === '--calls') a.calls = true;
+    else if (v === '--lines') a.lines = true;
     else a.module = v;
   }
   if (!a.module) throw new Error('usage: v8host.js MODULE [--config FILE] [--requests N] [--rounds R] [--calls]');
@@ -59,6 +62,7 @@ class Host {
     this.shared = new Map();
     this.clock = 1700000000n * 1000000000n;
     this.calls = null;
+    this.lines = null;
     this.metrics = 0;
   }
 
@@ -156,6 +160,17 @@ class Host {
       proxy_send_local_response: () => { h.note('send_local_response'); return OK; },
     };
     // Any other call: noted by its name without `proxy_`, and answered OK.
+    // What `bench/memlines.py` instruments a module with: each load and
+    // store, and each bulk copy and fill, reported before it is made.
+    const touch = (address, size) => {
+      if (!h.lines) return;
+      for (let l = address >>> 6; l <= (address + Math.max(size, 1) - 1) >>> 6; l++) h.lines.add(l);
+    };
+    env.load_ptr = (id, size, offset, address) => { touch(address + offset, size); return address; };
+    env.store_ptr = (id, size, offset, address) => { touch(address + offset, size); return address; };
+    for (const t of ['i32', 'i64', 'f32', 'f64']) env['load_val_' + t] = env['store_val_' + t] = (id, v) => v;
+    env.sluice_copy = (dst, src, len) => { touch(dst, len); touch(src, len); h.bytes().copyWithin(dst, src, src + len); };
+    env.sluice_fill = (dst, value, len) => { touch(dst, len); h.bytes().fill(value, dst, dst + len); };
     const others = new Proxy(env, {get: (o, name) => o[name] || (() => { h.note(String(name).replace(/^proxy_/, '')); return OK; })});
     return {env: others, wasi_snapshot_preview1: {random_get: (p, l) => { h.bytes().fill(7, p, p + l); return OK; }}};
   }
@@ -220,6 +235,19 @@ function main() {
   const tick = () => host.instance.exports.proxy_on_tick(ROOT);
   for (let i = 0; i < 1000; i++) host.request();
   tick();
+  if (a.lines) {
+    // The stack is below the static data, which starts at 1 MiB, and the
+    // heap above `__heap_base`.
+    const heap = host.instance.exports.__heap_base.value;
+    host.lines = new Set();
+    host.request();
+    const lines = [...host.lines];
+    host.lines = null;
+    const stack = lines.filter(l => l * 64 < 1048576).length;
+    const data = lines.filter(l => l * 64 >= 1048576 && l * 64 < heap).length;
+    console.log(JSON.stringify({lines: lines.length, stack, data, heap: lines.length - stack - data}));
+    return;
+  }
   if (a.calls) {
     host.calls = [];
     host.request();

@@ -87,3 +87,16 @@ def test_a_request_under_a_leased_limit_once_its_lease_runs(tmp_path):
     # A local limit's calls: the lease's read and compare-and-swap write.
     assert calls(tmp_path, global_({"mode": "lease", "max_share": "10%"})) == [
         "property", "now", "get", "set", "add_header", "add_header"]
+
+
+@pytest.mark.skipif(shutil.which("wasm-opt") is None, reason="binaryen is not installed")
+def test_the_memory_lines_of_a_request_are_counted_by_where_they_are():
+    import sys
+    sys.path.insert(0, str(ROOT / "bench"))
+    import memlines
+
+    local_lines = memlines.lines(SLUICE_WASM)
+    assert local_lines["lines"] == local_lines["stack"] + local_lines["data"] + local_lines["heap"]
+    # A request has a stack, reads the configuration's and the SDK's
+    # statics and its own heap records.
+    assert min(local_lines["stack"], local_lines["data"], local_lines["heap"]) > 0
