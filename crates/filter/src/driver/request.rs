@@ -44,8 +44,8 @@ pub(super) enum Phase<H: Host> {
     /// Its own check is out; `group`: the coalescing group whose next call
     /// waits for it.
     Checking {
-        /// Boxed, as the verdict below: the request moves in and out of the
-        /// worker's map, at the size of its largest phase.
+        /// Boxed as the engine's verdict hands it over (a verdict moves at
+        /// the size of an `Allow`).
         pending: Box<PendingCheck>,
         tokens: Vec<(u32, usize)>,
         group: Option<Vec<u8>>,
