@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -264,8 +265,8 @@ def targets(by_conc: dict[int, dict[str, Summary]], limiter: dict[str, Summary],
     """Every target, measured or not (`met` None), in the report's order."""
     out = [t for c in sorted(by_conc) for t in envoy_targets(c, by_conc[c])]
     out += [Target(f"`{row}` no slower than {build} (Envoy CPU per request, paired by round)", c,
-                   f"{statistics.median(diffs):+.1f} µs", statistics.median(diffs) <= 0,
-                   spread=f"{min(diffs):+.1f} to {max(diffs):+.1f} µs")
+                   f"{statistics.median(diffs):+.1f} µs (sign test p = {sign_test(diffs):.2f})",
+                   statistics.median(diffs) <= 0, spread=f"{min(diffs):+.1f} to {max(diffs):+.1f} µs")
             for c in sorted(by_conc) for row, build, diffs in paired_baselines(by_conc[c])]
     mem = limiter.get("limiter-memory")
     out.append(Target("sluice-limiter memory store ≥ 50,000 checks/s", None,
@@ -325,11 +326,23 @@ def paired_baselines(rows: dict[str, Summary]) -> list[tuple[str, str, list[floa
     return out
 
 
+def sign_test(diffs: list[float]) -> float:
+    """The two-sided sign test of round-by-round differences: how likely
+    so lopsided a count of cheaper and dearer rounds is when neither build
+    is the cheaper (rounds without a difference left out). Three rounds
+    cannot go below 0.25."""
+    signed = [d for d in diffs if d != 0]
+    n, cheaper = len(signed), sum(d < 0 for d in signed)
+    tail = sum(math.comb(n, k) for k in range(min(cheaper, n - cheaper) + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
 def baselines(rows: dict[str, Summary]) -> list[str]:
-    """[`paired_baselines`] in words: the median difference, and in how
-    many rounds this build was the cheaper."""
+    """[`paired_baselines`] in words: the median difference, in how many
+    rounds this build was the cheaper, and the sign test of that count."""
     out = [f"`{row}` against {build}: {statistics.median(diffs):+.1f} µs of Envoy CPU per request (median of "
-           f"{len(diffs)} rounds' differences; cheaper in {sum(d < 0 for d in diffs)} of {len(diffs)})"
+           f"{len(diffs)} rounds' differences; cheaper in {sum(d < 0 for d in diffs)} of {len(diffs)}, "
+           f"sign test p = {sign_test(diffs):.2f})"
            for row, build, diffs in paired_baselines(rows)]
     return ["This build against the builds before it, paired round by round: " + "; ".join(out) + "."] \
         if out else []

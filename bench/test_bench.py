@@ -672,13 +672,23 @@ def test_builds_before_are_compared_round_by_round(monkeypatch):
     # Differences +2.0, +5.0, -2.0, +0.5: median +1.25; cheaper once.
     assert report.baselines(c1) == [
         "This build against the builds before it, paired round by round: `local-gcra` against old.wasm: "
-        "+1.2 µs of Envoy CPU per request (median of 4 rounds' differences; cheaper in 1 of 4)."]
+        "+1.2 µs of Envoy CPU per request (median of 4 rounds' differences; cheaper in 1 of 4, "
+        "sign test p = 0.62)."]
     assert "paired round by round" in report.markdown({}, {1: c1}, {}, [], None, [], traces=False)
     goal = next(t for t in report.targets({1: c1}, {}) if t.name.startswith("`local-gcra` no slower"))
     assert (goal.name, goal.measured, goal.met, goal.spread) == (
-        "`local-gcra` no slower than old.wasm (Envoy CPU per request, paired by round)", "+1.2 µs", False,
-        "-2.0 to +5.0 µs")
+        "`local-gcra` no slower than old.wasm (Envoy CPU per request, paired by round)",
+        "+1.2 µs (sign test p = 0.62)", False, "-2.0 to +5.0 µs")
     assert report.baselines({"local-gcra": c1["local-gcra"]}) == []
+
+
+def test_the_sign_test_says_how_much_a_count_of_cheaper_rounds_means():
+    # Three rounds all one way happen one time in four by chance.
+    assert report.sign_test([1.0, 2.0, 0.5]) == 0.25
+    assert report.sign_test([-1.0] * 7) == 2 / 128
+    assert report.sign_test([1.0, -1.0] * 4) == 1.0
+    # Rounds without a difference count for neither build.
+    assert report.sign_test([0.0, 0.0, -1.0]) == 1.0
 
 
 def test_starts_and_pushes_are_reported_with_the_push_target():
