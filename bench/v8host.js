@@ -10,9 +10,13 @@
 //
 //   node --no-liftoff --no-wasm-lazy-compilation bench/v8host.js MODULE
 //        [--config FILE] [--requests N] [--rounds R] [--calls]
+//        [--calls-with CALL] [--lines]
 //
 // Without --config, the `local-gcra` row's configuration. --calls prints
-// the host calls of one request (after 1,000) as JSON and stops; --lines,
+// the host calls of one request (after 1,000) as JSON and stops;
+// --calls-with CALL those of the first request after them that makes CALL,
+// with what its root does for it (a lease renewal's wake-up, its call and
+// answer); --lines,
 // for a module `bench/memlines.py` instrumented, the 64-byte lines of the
 // module's memory one request touches (stack, static data, heap); otherwise
 // each round prints the CPU µs per request.
@@ -37,17 +41,18 @@ const REQUEST_HEADERS = 0, RESPONSE_HEADERS = 2, CALL_RESPONSE_HEADERS = 6;
 const ROOT = 1, QUEUE = 1;
 
 function args(argv) {
-  const a = {module: null, config: null, requests: 100000, rounds: 3, calls: false, lines: false};
+  const a = {module: null, config: null, requests: 100000, rounds: 3, calls: false, lines: false, until: null};
   for (let i = 0; i < argv.length; i++) {
     const v = argv[i];
     if (v === '--config') a.config = argv[++i];
     else if (v === '--requests') a.requests = Number(argv[++i]);
     else if (v === '--rounds') a.rounds = Number(argv[++i]);
     else if (v === '--calls') a.calls = true;
+    else if (v === '--calls-with') { a.calls = true; a.until = argv[++i]; }
     else if (v === '--lines') a.lines = true;
     else a.module = v;
   }
-  if (!a.module) throw new Error('usage: v8host.js MODULE [--config FILE] [--requests N] [--rounds R] [--calls]');
+  if (!a.module) throw new Error('usage: v8host.js MODULE [--config FILE] [--requests N] [--rounds R] [--calls] [--calls-with CALL] [--lines]');
   return a;
 }
 
@@ -253,8 +258,11 @@ function main() {
     return;
   }
   if (a.calls) {
-    host.calls = [];
-    host.request();
+    for (let i = 0; i < 10000; i++) {
+      host.calls = [];
+      host.request();
+      if (a.until === null || host.calls.includes(a.until)) break;
+    }
     console.log(JSON.stringify(host.calls));
     return;
   }

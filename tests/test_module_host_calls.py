@@ -22,12 +22,15 @@ pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
 GCRA = {"algorithm": "gcra", "requests": 1000, "window": "1s"}
 
 
-def calls(tmp_path, config: dict) -> list[str]:
-    """The host calls of one request (after 1,000) under `config`."""
+def calls(tmp_path, config: dict, making: str | None = None) -> list[str]:
+    """The host calls of one request (after 1,000) under `config`; with
+    `making`, of the first after them that makes that call, and what its
+    root does for it."""
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
+    which = ["--calls-with", making] if making else ["--calls"]
     out = subprocess.run([NODE, str(ROOT / "bench" / "v8host.js"), str(SLUICE_WASM), "--config", str(path),
-                          "--calls"], capture_output=True, text=True, timeout=120, check=True)
+                          *which], capture_output=True, text=True, timeout=120, check=True)
     return json.loads(out.stdout)
 
 
@@ -81,6 +84,18 @@ def test_a_request_under_one_global_limit(tmp_path):
         "set_effective_context",
         "header", "buffer",  # the answer's :status and body
         "continue_stream", "add_header", "add_header"]
+
+
+def test_a_request_that_starts_a_lease_renewal_and_the_root_that_sends_it(tmp_path):
+    assert calls(tmp_path, global_({"mode": "lease", "max_share": "10%"}), making="enqueue") == [
+        "property", "now", "get", "set",  # spent from the lease, the renewal asked for
+        "enqueue",  # the root woken
+        "dequeue", "dequeue",  # its queue emptied
+        "set_effective_context", "http_call",  # the renewal, the root's call
+        "set_effective_context",  # the answer (the SDK's move to the root)
+        "header", "buffer",  # its :status and body
+        "get", "set",  # the grant installed
+        "add_header", "add_header"]
 
 
 def test_a_request_under_a_leased_limit_once_its_lease_runs(tmp_path):

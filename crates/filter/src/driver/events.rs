@@ -226,10 +226,12 @@ impl<H: Host> Worker<H> {
                 || rooted::answered(self, host, root, token, body)
                 || coalesced::answered(self, host, root, token, body);
         }
-        // The root is running: what was left for it meanwhile need not
-        // wait for its wake-up.
-        host.focus(root);
-        renewal::send_queued(self, host, root);
+        // The root is running: renewals left for it meanwhile need not
+        // wait for its wake-up (its calls, so the focus comes back first).
+        if !self.renewals_queued.is_empty() {
+            host.focus(root);
+            renewal::send_queued(self, host, root);
+        }
     }
 
     /// Does the work requests left root `root`: the calls they wait for

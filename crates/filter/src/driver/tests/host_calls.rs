@@ -293,8 +293,7 @@ fn a_request_under_a_global_concurrency_limit_is_checked_by_the_root() {
             "buffer", // the answer's body
             "focus",  // the request, from the root
             "now",    // its permits counted as held from now
-            "resume",
-            "focus",
+            "resume", // (nothing queued for the root: no focus back)
             "add_header",
             "add_header", // the rate-limit headers of the response
             "enqueue",    // the root woken to give the permit back
@@ -304,7 +303,6 @@ fn a_request_under_a_global_concurrency_limit_is_checked_by_the_root() {
             "dispatch", // the give-back
             "header",   // its answer's :status
             "buffer",   // its answer's body
-            "focus",
         ]
     );
 }
