@@ -3,10 +3,9 @@
 // the `source.address` property, shared data with compare-and-swap, a
 // clock 20 µs apart per read, shared queues, and HTTP calls answered at
 // once, each as a check whose every limit allows and grants the lease it
-// asks for). Outside Envoy, it shows what the module's
-// own code costs in V8 and where (`node --cpu-prof` names every wasm
-// function of `make wasm-profiling`'s build), and which host calls one
-// request makes.
+// asks for). Outside Envoy, it shows what the module's own code costs in
+// V8 and where (`node --cpu-prof` names every wasm function of `make
+// wasm-profiling`'s build), and which host calls one request makes.
 //
 //   node --no-liftoff --no-wasm-lazy-compilation bench/v8host.js MODULE
 //        [--config FILE] [--requests N] [--rounds R] [--calls]
@@ -14,12 +13,12 @@
 //
 // Without --config, the `local-gcra` row's configuration. --calls prints
 // the host calls of one request (after 1,000) as JSON and stops;
-// --calls-with CALL those of the first request after them that makes CALL,
-// with what its root does for it (a lease renewal's wake-up, its call and
-// answer); --lines,
-// for a module `bench/memlines.py` instrumented, the 64-byte lines of the
-// module's memory one request touches (stack, static data, heap); otherwise
-// each round prints the CPU µs per request.
+// --calls-with CALL, those of the first request after them that makes
+// CALL, with what its root does for it (a lease renewal's wake-up, its
+// call and answer); --lines, for a module `bench/memlines.py`
+// instrumented, the 64-byte lines of the module's memory one request
+// touches (stack, static data, heap). Otherwise each round prints the CPU
+// µs per request.
 'use strict';
 const fs = require('fs');
 
