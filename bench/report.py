@@ -7,7 +7,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from setups import MANY_RULES, SOME_RULES, baseline_rows
+from setups import LEASE_EVERY, MANY_RULES, SOME_RULES, baseline_rows
 
 # The reference rows every Envoy row is compared with (columns "× ...").
 REFERENCES = [("envoy", "× no filter"), ("noop-wasm", "× no-op wasm"), ("native", "× native")]
@@ -210,6 +210,10 @@ def ratio_target(name: str, c: int | None, rows: dict[str, Summary], row: str, b
     return Target(name, c, f"{r:.3f}× (target ≥ {at_least:.2f}×)", r >= at_least, bound, _round_spread(a, b))
 
 
+# What the leased targets' bound row does.
+LEASE_FLOOR = f"a local limit's host calls and a renewal per {LEASE_EVERY} requests alone"
+
+
 def envoy_targets(c: int, rows: dict[str, Summary]) -> list[Target]:
     """The targets of one Envoy concurrency's rows."""
     out = [ratio_target("Sluice local GCRA, one key ≥ 0.93× no-op wasm", c, rows, "local-gcra", "noop-wasm", 0.93,
@@ -246,9 +250,9 @@ def envoy_targets(c: int, rows: dict[str, Summary]) -> list[Target]:
         ("global coalesced ≥ 1.3× a call per request, one key, Redis store", "global-redis-coalesce",
          "global-redis", 1.3),
         ("global leased ≥ 0.95× Sluice local, one key, memory store", "global-memory-lease", "local-gcra", 0.95,
-         "lease-calls", "a local limit's host calls and a renewal per 50 requests alone", "host-calls"),
+         "lease-calls", LEASE_FLOOR, "host-calls"),
         ("global leased ≥ 0.95× Sluice local, one key, Redis store", "global-redis-lease", "local-gcra", 0.95,
-         "lease-calls", "a local limit's host calls and a renewal per 50 requests alone", "host-calls"),
+         "lease-calls", LEASE_FLOOR, "host-calls"),
         ("over-limit cache ≥ 0.9× Sluice local", "global-cached", "local-gcra", 0.9),
     ]
     for store, name in (("memory", "memory store"), ("redis", "Redis store")):
@@ -264,10 +268,10 @@ def targets(by_conc: dict[int, dict[str, Summary]], limiter: dict[str, Summary],
             timings: list[Timing] | None = None) -> list[Target]:
     """Every target, measured or not (`met` None), in the report's order."""
     out = [t for c in sorted(by_conc) for t in envoy_targets(c, by_conc[c])]
-    out += [Target(f"`{row}` no slower than {build} (Envoy CPU per request, paired by round)", c,
-                   f"{statistics.median(diffs):+.1f} µs (sign test p = {sign_test(diffs):.2f})",
-                   statistics.median(diffs) <= 0, spread=f"{min(diffs):+.1f} to {max(diffs):+.1f} µs")
-            for c in sorted(by_conc) for row, build, diffs in paired_baselines(by_conc[c])]
+    out += [Target(f"`{p.row}` no slower than {p.build} (Envoy CPU per request, paired by round)", c,
+                   f"{p.median:+.1f} µs (sign test p = {p.p:.2f})", p.median <= 0,
+                   spread=f"{min(p.diffs):+.1f} to {max(p.diffs):+.1f} µs")
+            for c in sorted(by_conc) for p in paired_baselines(by_conc[c])]
     mem = limiter.get("limiter-memory")
     out.append(Target("sluice-limiter memory store ≥ 50,000 checks/s", None,
                       f"{mem.rps:,.0f}/s" if mem else "not measured",
@@ -309,11 +313,25 @@ def floors(rows: dict[str, Summary]) -> list[str]:
     return ["Envoy CPU per request beyond the no-op wasm filter: " + "; ".join(out) + "."] if out else []
 
 
-def paired_baselines(rows: dict[str, Summary]) -> list[tuple[str, str, list[float]]]:
+@dataclass
+class Paired:
+    """A row against the same row with a build before: the differences in
+    Envoy CPU per request round by round (this build's minus the other's;
+    the rows of a round run one after the other), their median, in how
+    many rounds this build was the cheaper and the sign test of that."""
+    row: str
+    build: str
+    diffs: list[float]
+
+    def __post_init__(self):
+        self.median = statistics.median(self.diffs)
+        self.cheaper = sum(d < 0 for d in self.diffs)
+        self.p = sign_test(self.diffs)
+
+
+def paired_baselines(rows: dict[str, Summary]) -> list[Paired]:
     """Each row measured with a build of SLUICE_BASELINE_WASM against the
-    same row with the build under test: (row, the build before, the
-    differences in Envoy CPU per request round by round, this build's minus
-    the other's; the rows of a round run one after the other)."""
+    same row with the build under test."""
     out = []
     for base_id, row_id, wasm in baseline_rows():
         base, row = rows.get(base_id), rows.get(row_id)
@@ -322,7 +340,7 @@ def paired_baselines(rows: dict[str, Summary]) -> list[tuple[str, str, list[floa
         theirs = dict(base.per_round_cpu)
         diffs = [us - theirs[rnd] for rnd, us in row.per_round_cpu if rnd in theirs]
         if diffs:
-            out.append((row_id, wasm.name, diffs))
+            out.append(Paired(row_id, wasm.name, diffs))
     return out
 
 
@@ -340,10 +358,9 @@ def sign_test(diffs: list[float]) -> float:
 def baselines(rows: dict[str, Summary]) -> list[str]:
     """[`paired_baselines`] in words: the median difference, in how many
     rounds this build was the cheaper, and the sign test of that count."""
-    out = [f"`{row}` against {build}: {statistics.median(diffs):+.1f} µs of Envoy CPU per request (median of "
-           f"{len(diffs)} rounds' differences; cheaper in {sum(d < 0 for d in diffs)} of {len(diffs)}, "
-           f"sign test p = {sign_test(diffs):.2f})"
-           for row, build, diffs in paired_baselines(rows)]
+    out = [f"`{p.row}` against {p.build}: {p.median:+.1f} µs of Envoy CPU per request (median of "
+           f"{len(p.diffs)} rounds' differences; cheaper in {p.cheaper} of {len(p.diffs)}, sign test p = {p.p:.2f})"
+           for p in paired_baselines(rows)]
     return ["This build against the builds before it, paired round by round: " + "; ".join(out) + "."] \
         if out else []
 
@@ -394,7 +411,7 @@ def targets_table(goals: list[Target]) -> list[str]:
            "rows cannot avoid: `host-calls` makes Sluice's host calls for an admitted request "
            "without its logic, `deny-reply` those of a denied request and its 429, "
            "`call-out` one limiter call per request and nothing else, `lease-calls` `host-calls`' "
-           "calls and a lease renewal's call from the root every 50 requests. `per round` is the "
+           f"calls and a lease renewal's call from the root every {LEASE_EVERY} requests. `per round` is the "
            "lowest and highest of the ratio over the rounds, the two rows paired round by round "
            "(runs interleaved), or of the timings.", "",
            "| target | concurrency | measured | | per round | bound |",

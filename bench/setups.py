@@ -438,9 +438,10 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
         Row("global-memory-lease-wide", "Sluice global gcra, one key, leased (100% share), limiter memory store",
             store="memory", filters=sluice(sluice_config(wide_leased_gcra, global_scope=True)), default=True),
         # The floor of the leased rows: a local limit's host calls and a
-        # renewal's call every 50 requests (a 10% share's 100 units renewed
-        # at half), sent by the root as Sluice sends it, with no logic.
-        Row("lease-calls", "wasm filter making Sluice's host calls and a renewal call per 50 requests, no logic",
+        # renewal's call every LEASE_EVERY requests, sent by the root as
+        # Sluice sends it, with no logic.
+        Row("lease-calls", f"wasm filter making Sluice's host calls and a renewal call per {LEASE_EVERY} requests, "
+            "no logic",
             store="memory",
             filters=[support.wasm_filter({"mode": "lease_calls", "cluster": LIMITER_CLUSTER,
                                           "authority": "sluice-limiter", "every": LEASE_EVERY},
