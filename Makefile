@@ -30,7 +30,7 @@ PORT ?= 10000
 ADMIN_PORT ?= 9901
 LIMITER_PORT ?= 8081
 
-.PHONY: help run test test-rust test-e2e wasm wasm-profiling wasm-small binaryen limiter lint fmt bench bench-full bench-build clean \
+.PHONY: help run test test-rust test-e2e wasm wasm-profiling wasm-small binaryen wabt limiter lint fmt bench bench-full bench-build clean \
         setup venv wasm-target redis prometheus chromium wrk validate cli oci schema load soak soak-long flood store-flood fuzz fuzz-ci
 
 help:
@@ -98,6 +98,12 @@ binaryen:
 		echo "installing binaryen (wasm-opt)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq binaryen >/dev/null; }
 
+# wabt (Debian's package: wasm2wat, wat2wasm) for bench/codelines.py.
+wabt:
+	@command -v wasm2wat >/dev/null || { \
+		echo "installing wabt (wasm2wat)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wabt >/dev/null; }
+
 setup: wasm-target venv
 
 # ------------------------------------------------------------------ build
@@ -156,7 +162,7 @@ test: setup redis wasm limiter cli load test-rust test-e2e fuzz-ci
 test-rust:
 	$(CARGO) test --workspace
 
-test-e2e: setup prometheus chromium wasm limiter cli load
+test-e2e: setup prometheus chromium wabt wasm limiter cli load
 	$(PY) -m pytest
 
 # Coverage-guided fuzzing on stable Rust (fuzz/, outside the workspace).

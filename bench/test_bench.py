@@ -723,3 +723,33 @@ def test_the_modules_sizes_are_reported(tmp_path):
     noop.write_bytes(b"\0" * 209_070)
     sizes = report.module_sizes({"Sluice": sluice, "no-op filter": noop, "baseline": tmp_path / "none.wasm"})
     assert sizes == "Sluice sluice.wasm 709,797 B, no-op filter noop.wasm 209,070 B"
+
+
+def test_code_lines_probe_each_stretch_and_count_what_it_runs():
+    import codelines
+
+    text = "\n".join([
+        "(module",
+        '  (import "env" "proxy_log" (func $log (param i32 i32 i32) (result i32)))',
+        "  (func $f (param i32) (result i32)",
+        "    (local i32)",
+        "    block  ;; label = @1",
+        "      local.get 0",
+        "      br_if 0 (;@1;)",
+        "      i32.const 7",
+        "      return",
+        "      drop",
+        "    end",
+        "    i32.const 1)",
+        '  (export "f" (func $f)))',
+    ])
+    probed, stretches = codelines.instrument(text)
+    lines = probed.splitlines()
+    # The probe's import follows the module's last import; locals stay first.
+    assert lines[2] == codelines.PROBE
+    assert lines[4:7] == ["    (local i32)", "    i32.const 0", "    call $sluice_probe"]
+    # Stretches: the start (block, get, br_if), after br_if (const, return:
+    # `drop` never runs), after `end` (the last line closes the function,
+    # so no probe follows it).
+    assert [(s.function, s.instructions) for s in stretches] == [("$f", 3), ("$f", 2), ("$f", 1)]
+    assert sum(line.strip() == "call $sluice_probe" for line in lines) == 3

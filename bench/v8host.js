@@ -9,7 +9,7 @@
 //
 //   node --no-liftoff --no-wasm-lazy-compilation bench/v8host.js MODULE
 //        [--config FILE] [--requests N] [--rounds R] [--calls]
-//        [--calls-with CALL] [--lines]
+//        [--calls-with CALL] [--lines] [--probes]
 //
 // Without --config, the `local-gcra` row's configuration. --calls prints
 // the host calls of one request (after 1,000) as JSON and stops;
@@ -17,8 +17,9 @@
 // CALL, with what its root does for it (a lease renewal's wake-up, its
 // call and answer); --lines, for a module `bench/memlines.py`
 // instrumented, the 64-byte lines of the module's memory one request
-// touches (stack, static data, heap). Otherwise each round prints the CPU
-// µs per request.
+// touches (stack, static data, heap); --probes, for a module
+// `bench/codelines.py` instrumented, the stretches of code one request
+// runs. Otherwise each round prints the CPU µs per request.
 'use strict';
 const fs = require('fs');
 
@@ -40,7 +41,7 @@ const REQUEST_HEADERS = 0, RESPONSE_HEADERS = 2, CALL_RESPONSE_HEADERS = 6;
 const ROOT = 1, QUEUE = 1;
 
 function args(argv) {
-  const a = {module: null, config: null, requests: 100000, rounds: 3, calls: false, lines: false, until: null};
+  const a = {module: null, config: null, requests: 100000, rounds: 3, calls: false, lines: false, probes: false, until: null};
   for (let i = 0; i < argv.length; i++) {
     const v = argv[i];
     if (v === '--config') a.config = argv[++i];
@@ -49,9 +50,10 @@ function args(argv) {
     else if (v === '--calls') a.calls = true;
     else if (v === '--calls-with') { a.calls = true; a.until = argv[++i]; }
     else if (v === '--lines') a.lines = true;
+    else if (v === '--probes') a.probes = true;
     else a.module = v;
   }
-  if (!a.module) throw new Error('usage: v8host.js MODULE [--config FILE] [--requests N] [--rounds R] [--calls] [--calls-with CALL] [--lines]');
+  if (!a.module) throw new Error('usage: v8host.js MODULE [--config FILE] [--requests N] [--rounds R] [--calls] [--calls-with CALL] [--lines] [--probes]');
   return a;
 }
 
@@ -179,6 +181,9 @@ class Host {
     for (const t of ['i32', 'i64', 'f32', 'f64']) env['load_val_' + t] = env['store_val_' + t] = (id, v) => v;
     env.sluice_copy = (dst, src, len) => { touch(dst, len); touch(src, len); h.bytes().copyWithin(dst, src, src + len); };
     env.sluice_fill = (dst, value, len) => { touch(dst, len); h.bytes().fill(value, dst, dst + len); };
+    // What `bench/codelines.py` instruments a module with: the start of
+    // each stretch of straight-line code, reported when it runs.
+    env.sluice_probe = (id) => { if (h.probes) h.probes.add(id); };
     const others = new Proxy(env, {get: (o, name) => o[name] || (() => { h.note(String(name).replace(/^proxy_/, '')); return OK; })});
     return {env: others, wasi_snapshot_preview1: {random_get: (p, l) => { h.bytes().fill(7, p, p + l); return OK; }}};
   }
@@ -243,6 +248,12 @@ function main() {
   const tick = () => host.instance.exports.proxy_on_tick(ROOT);
   for (let i = 0; i < 1000; i++) host.request();
   tick();
+  if (a.probes) {
+    host.probes = new Set();
+    host.request();
+    console.log(JSON.stringify([...host.probes]));
+    return;
+  }
   if (a.lines) {
     // The stack is below the static data, which starts at 1 MiB, and the
     // heap above `__heap_base`.

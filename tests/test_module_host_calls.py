@@ -115,3 +115,24 @@ def test_the_memory_lines_of_a_request_are_counted_by_where_they_are():
     # A request has a stack, reads the configuration's and the SDK's
     # statics and its own heap records.
     assert min(local_lines["stack"], local_lines["data"], local_lines["heap"]) > 0
+
+
+# The module code a local request runs (`bench/codelines.py`: wasm
+# instructions of the stretches it enters). Envoy pays for that code beyond
+# its CPU in isolation (bench/README.md, the local bullet): a change that
+# grows it past this fails here, and one that shrinks it lowers it.
+LOCAL_CODE_BUDGET = 11_400
+
+
+@pytest.mark.skipif(shutil.which("wasm2wat") is None, reason="wabt is not installed")
+def test_the_code_a_local_request_runs_stays_within_its_budget():
+    import sys
+    sys.path.insert(0, str(ROOT / "bench"))
+    import codelines
+
+    by_function = codelines.run(SLUICE_WASM)
+    run = sum(by_function.values())
+    # The SDK's context bookkeeping alone is over 2,000 (the no-op filter's).
+    assert 2_000 < run <= LOCAL_CODE_BUDGET, f"a local request runs {run} instructions of the module"
+    # A function is counted once however often it runs.
+    assert len(by_function) > 40

@@ -86,22 +86,72 @@ impl Peer {
 
 /// Parses an address and its port, if any.
 fn parse_socket_address(text: &str) -> Option<(IpAddr, Option<u16>)> {
-    let text = text.trim();
+    // Header whitespace is ASCII (spaces and tabs around list entries).
+    let text = text.trim_ascii();
     // Envoy's usual form first: an IPv4 address before the last colon is
     // never part of a bare IPv6 address.
     if let Some((host, port)) = text.rsplit_once(':') {
-        if let Ok(ip) = host.parse::<Ipv4Addr>() {
+        if let Some(ip) = parse_ipv4(host) {
             return Some((IpAddr::V4(ip), port.parse().ok()));
         }
     }
-    if let Ok(ip) = text.parse::<IpAddr>() {
-        return Some((ip, None));
+    if let Some(ip) = parse_ipv4(text) {
+        return Some((IpAddr::V4(ip), None));
+    }
+    if let Ok(ip) = text.parse::<Ipv6Addr>() {
+        return Some((IpAddr::V6(ip), None));
     }
     let rest = text.strip_prefix('[')?;
     let (host, port) = rest.split_once(']')?;
     let ip = host.parse::<Ipv6Addr>().ok()?;
     let port = port.strip_prefix(':').and_then(|p| p.parse().ok());
     Some((IpAddr::V6(ip), port))
+}
+
+/// Parses a dotted-quad IPv4 address exactly as `Ipv4Addr::from_str` does
+/// (four decimal octets of at most three digits, none with a leading zero),
+/// in one pass over the bytes: every request parses one or two, and the
+/// the request path (not inlined: its two callers share one copy).
+#[inline(never)]
+fn parse_ipv4(text: &str) -> Option<Ipv4Addr> {
+    let mut address = 0u32;
+    let mut octet = 0u32;
+    let mut digits = 0u8;
+    let mut dots = 0u8;
+    for &byte in text.as_bytes() {
+        match byte {
+            b'0'..=b'9' => {
+                // A leading zero, or a fourth digit: no octet.
+                if (digits == 1 && octet == 0) || digits == 3 {
+                    return None;
+                }
+                octet = octet * 10 + u32::from(byte - b'0');
+                digits += 1;
+            }
+            b'.' if digits > 0 && dots < 3 => {
+                address = address << 8 | octet;
+                (octet, digits, dots) = (0, 0, dots + 1);
+            }
+            _ => return None,
+        }
+        if octet > 255 {
+            return None;
+        }
+    }
+    (digits > 0 && dots == 3).then(|| Ipv4Addr::from(address << 8 | octet))
+}
+
+/// Appends `octet` in decimal (not inlined: the four calls of an address
+/// share one copy).
+#[inline(never)]
+fn push_octet(out: &mut String, octet: u8) {
+    if octet >= 100 {
+        out.push(char::from(b'0' + octet / 100));
+    }
+    if octet >= 10 {
+        out.push(char::from(b'0' + octet / 10 % 10));
+    }
+    out.push(char::from(b'0' + octet % 10));
 }
 
 /// The client address under `policy`, from the downstream address Envoy
@@ -148,7 +198,7 @@ pub fn client_ip_with(
                 .ok()
                 .and_then(|n| n.checked_sub(usize::from(!envoy_appended)));
             if let Some(ip) = skip
-                .and_then(|s| xff.rsplit(',').nth(s))
+                .and_then(|s| nth_from_right(xff, s))
                 .and_then(parse_address)
             {
                 return Some(ip);
@@ -156,6 +206,28 @@ pub fn client_ip_with(
         }
     }
     peer().map(|p| p.ip)
+}
+
+/// The `n`th entry from the right of a comma-separated list, as
+/// `list.rsplit(',').nth(n)` (a byte loop: the general searcher is
+/// several times this code on the request path).
+fn nth_from_right(list: &str, n: usize) -> Option<&str> {
+    let mut end = list.len();
+    let mut seen = 0;
+    for (at, byte) in list.bytes().enumerate().rev() {
+        if byte == b',' {
+            if seen == n {
+                return list.get(at + 1..end);
+            }
+            seen += 1;
+            end = at;
+        }
+    }
+    if seen == n {
+        list.get(..end)
+    } else {
+        None
+    }
 }
 
 /// Writes the key text of `ip` masked under `policy` into `out`.
@@ -176,7 +248,7 @@ pub fn write_masked(policy: &ClientIpPolicy, ip: IpAddr, out: &mut String) {
                 if i > 0 {
                     out.push('.');
                 }
-                push_u64(out, u64::from(octet));
+                push_octet(out, octet);
             }
             if len != 32 {
                 out.push('/');
@@ -207,6 +279,50 @@ fn mask128(len: u8) -> u128 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn ipv4_is_parsed_as_the_standard_parser_does(text in "[0-9.]{0,17}|[0-9a-f.:+ -]{0,20}|.{0,20}") {
+            prop_assert_eq!(parse_ipv4(&text), text.parse::<Ipv4Addr>().ok());
+        }
+
+        #[test]
+        fn entries_from_the_right_are_those_of_rsplit(list in "[0-9a-z, ]{0,12}|.{0,12}", n in 0usize..6) {
+            prop_assert_eq!(nth_from_right(&list, n), list.rsplit(',').nth(n));
+        }
+
+        #[test]
+        fn octets_are_written_in_decimal(octet: u8) {
+            let mut out = String::from("x");
+            push_octet(&mut out, octet);
+            prop_assert_eq!(out, format!("x{octet}"));
+        }
+    }
+
+    #[test]
+    fn ipv4_edge_cases_match_the_standard_parser() {
+        for text in [
+            "0.0.0.0",
+            "255.255.255.255",
+            "256.0.0.1",
+            "01.2.3.4",
+            "1.2.3.04",
+            "1.2.3",
+            "1.2.3.4.",
+            ".1.2.3",
+            "1..2.3",
+            "1.2.3.4.5",
+            "1000.1.1.1",
+            "+1.2.3.4",
+            "1.2.3.+4",
+            "١.2.3.4",
+            "",
+            "0.00.0.0",
+        ] {
+            assert_eq!(parse_ipv4(text), text.parse::<Ipv4Addr>().ok(), "{text}");
+        }
+    }
 
     fn masked(policy: &ClientIpPolicy, text: &str) -> String {
         let mut out = String::new();

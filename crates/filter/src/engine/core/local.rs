@@ -3,7 +3,7 @@
 //! compare-and-swap loop ([`crate::local::consume`]) and logged for the
 //! refund ([`Undo::State`]).
 
-use super::tally::undecided;
+use super::tally::{push_one, undecided};
 use super::undo::{LocalState, Undo};
 use super::walk::{reserve, Applied, Cx};
 use crate::config::checks::{penalty, LimitSite};
@@ -170,12 +170,13 @@ where
     fn consumed(&mut self, at: LocalState, limit: &Limit, taken: Taken, weight: u64) -> Decision {
         let decision = taken.decision;
         if decision.allowed {
-            self.tally.consumed.push(Undo::State {
+            let undo = Undo::State {
                 at,
                 limit: limit.clone(),
                 admitted_at: taken.at.saturating_add(decision.delay),
                 weight,
-            });
+            };
+            push_one(&mut self.tally.consumed, undo);
         }
         decision
     }

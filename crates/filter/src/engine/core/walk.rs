@@ -331,7 +331,11 @@ pub(crate) fn share<'a, V: RequestView>(rule: &'a Rule, request: &Request<'a, V>
 /// The units of `limit` a priority class with `share` percent must leave
 /// free: `100 − share` percent of what a fresh key admits, rounded down.
 pub(crate) fn reserve(limit: &Limit, share: u8) -> u64 {
-    let kept = u128::from(100 - share.min(100));
+    // Without priority classes every request has the whole limit.
+    if share >= 100 {
+        return 0;
+    }
+    let kept = u128::from(100 - share);
     u64::try_from(u128::from(limit.soft_burst()) * kept / 100).unwrap_or(u64::MAX)
 }
 
