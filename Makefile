@@ -30,7 +30,7 @@ PORT ?= 10000
 ADMIN_PORT ?= 9901
 LIMITER_PORT ?= 8081
 
-.PHONY: help run test test-rust test-e2e wasm wasm-profiling wasm-small binaryen wabt limiter lint fmt bench bench-full bench-build clean \
+.PHONY: help run test test-rust test-e2e wasm wasm-profiling wasm-small binaryen wabt bench-footprint limiter lint fmt bench bench-full bench-build clean \
         setup venv wasm-target redis prometheus chromium wrk validate cli oci schema load soak soak-long flood store-flood fuzz fuzz-ci
 
 help:
@@ -43,6 +43,7 @@ help:
 	@echo "make validate  check every Envoy config in envoy/ with envoy --mode validate and the built filter"
 	@echo "make bench  Sluice against Envoy's own rate limiting: the rows the targets need, under 10 minutes (BENCH_ARGS=--quick for a smoke run)"
 	@echo "make bench-full  every benchmark row at Envoy concurrency 1 and 2, 5 rounds"
+	@echo "make bench-footprint  what the code and memory a request runs through cost Envoy, beside their cost in isolation"
 	@echo "make oci    the filter as an OCI image (build/oci, build/sluice-oci.tar), no Docker needed"
 	@echo "make cli    the sluice command (target/release/sluice): check-config FILE, schema"
 	@echo "make chromium  install headless Chromium (Debian's package) for the status page's test"
@@ -209,6 +210,14 @@ bench: setup redis wrk $(VENV)/.bench-installed wasm limiter load bench-build
 
 bench-full: setup redis wrk $(VENV)/.bench-installed wasm limiter load bench-build
 	$(PY) bench/run.py --set full $(BENCH_ARGS)
+
+# What the code and memory a request runs through cost Envoy, beside their
+# cost in isolation (bench/footprint.py, about 6 minutes); FOOTPRINT_ARGS adds
+# e.g. `--rounds 9` or more `--sluice` builds.
+bench-footprint: setup wrk wabt $(VENV)/.bench-installed wasm
+	$(CARGO) build --release --target $(WASM_TARGET) -p sluice-bench-noop --features footprint --target-dir target/footprint
+	$(PY) bench/footprint.py --noop target/footprint/$(WASM_TARGET)/release/sluice_bench_noop.wasm \
+		--sluice $(WASM) $(FOOTPRINT_ARGS)
 
 bench-build:
 	$(CARGO) bench -p sluice-core --bench decide --no-run

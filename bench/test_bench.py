@@ -753,3 +753,18 @@ def test_code_lines_probe_each_stretch_and_count_what_it_runs():
     # so no probe follows it).
     assert [(s.function, s.instructions) for s in stretches] == [("$f", 3), ("$f", 2), ("$f", 1)]
     assert sum(line.strip() == "call $sluice_probe" for line in lines) == 3
+
+
+def test_footprint_rows_and_table():
+    import footprint
+
+    chosen = footprint.rows(Path("noop.wasm"), 64, [Path("a.wasm")])
+    assert [r.name for r in chosen] == ["host-calls", "repeat-64", "spread-64", "touch-128", "touch-512",
+                                        "sluice a.wasm"]
+    assert chosen[2].config == {"mode": "spread", "n": 64}
+    assert chosen[-1].config["rules"][0]["key"] == ["client_ip"]
+    runs = {"host-calls": [30.0, 31.0, 32.0], "spread-64": [34.0, 36.0, 33.0]}
+    lines = footprint.table(runs, {"spread-64": (4.5, 12_203)})
+    assert lines[2] == "| host-calls | 31.00 | – | – | – | – | – |"
+    # Paired by round: +4, +5, +1.
+    assert lines[3] == "| spread-64 | 34.00 | +4.00 | 3 of 3 | 0.25 | 4.50 | 12,203 |"

@@ -50,6 +50,12 @@
 //!   /v1/check` to `C`, reads the answer's `:status` and body and writes a
 //!   bucket's size to shared data by compare-and-swap. No request waits for
 //!   it. The floor of a leased limit whose renewals come that often.
+//! - With the cargo feature `footprint`, `{"mode":"repeat"|"spread"|"touch","n":N}`:
+//!   the `host_calls` mode's calls and work of a known size (see
+//!   [`footprint`]), for `make bench-footprint`.
+
+#[cfg_attr(not(feature = "footprint"), allow(dead_code))]
+mod footprint;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -80,6 +86,9 @@ struct Config {
     leave_out: Vec<String>,
     #[serde(default)]
     every: Option<u32>,
+    #[cfg(feature = "footprint")]
+    #[serde(default)]
+    n: Option<u32>,
 }
 
 /// The host calls of the `global_calls` mode, by the names `leave_out` uses.
@@ -133,6 +142,20 @@ enum Mode {
         authority: String,
         every: u32,
     },
+    #[cfg(feature = "footprint")]
+    Footprint {
+        work: Work,
+        n: u32,
+    },
+}
+
+/// The work of a `footprint` mode.
+#[cfg(feature = "footprint")]
+#[derive(Clone, Copy)]
+enum Work {
+    Repeat,
+    Spread,
+    Touch,
 }
 
 /// Requests per renewal of the `lease_calls` mode unless `every` says.
@@ -191,6 +214,15 @@ fn mode_of(bytes: &[u8]) -> Result<Mode, String> {
             cluster: config.cluster.ok_or("lease_calls needs \"cluster\"")?,
             authority: config.authority.ok_or("lease_calls needs \"authority\"")?,
             every: config.every.unwrap_or(LEASE_EVERY).max(1),
+        }),
+        #[cfg(feature = "footprint")]
+        mode @ ("repeat" | "spread" | "touch") => Ok(Mode::Footprint {
+            work: match mode {
+                "repeat" => Work::Repeat,
+                "spread" => Work::Spread,
+                _ => Work::Touch,
+            },
+            n: config.n.unwrap_or(256),
         }),
         other => Err(format!("unknown mode {other:?}")),
     }
@@ -364,6 +396,17 @@ impl HttpContext for Http {
                 local_calls();
                 Action::Continue
             }
+            #[cfg(feature = "footprint")]
+            Mode::Footprint { work, n } => {
+                local_calls();
+                let seed = u64::from(self.context_id);
+                match work {
+                    Work::Repeat => drop(std::hint::black_box(footprint::repeat(*n, seed))),
+                    Work::Spread => drop(std::hint::black_box(footprint::spread(*n, seed))),
+                    Work::Touch => footprint::touch(*n, self.context_id as u8),
+                }
+                Action::Continue
+            }
             Mode::LeaseCalls { every, .. } => {
                 local_calls();
                 let seen = SEEN.with(|s| {
@@ -427,6 +470,8 @@ impl HttpContext for Http {
     fn on_http_response_headers(&mut self, _: usize, _: bool) -> Action {
         let headers = match self.mode.as_ref() {
             Mode::HostCalls | Mode::LeaseCalls { .. } => true,
+            #[cfg(feature = "footprint")]
+            Mode::Footprint { .. } => true,
             Mode::GlobalCalls { calls, .. } => calls.make("headers"),
             _ => false,
         };
