@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import statistics
 import subprocess
@@ -112,15 +113,18 @@ def table(runs: dict[str, list[float]], isolation: dict[str, tuple]) -> list[str
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--noop", type=Path, required=True, help="bench/noop built with the feature footprint")
-    parser.add_argument("--sluice", type=Path, nargs="*", default=[], help="Sluice builds to run beside")
+    parser.add_argument("--sluice", type=Path, nargs="*", action="extend", default=[],
+                        help="Sluice builds to run beside (repeatable)")
     parser.add_argument("--n", type=int, default=256, help="calls of the repeat and spread rows")
+    parser.add_argument("--only", help="a regular expression: only the rows it finds (and host-calls)")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--seconds", type=float, default=8)
     args = parser.parse_args(argv)
     wrk = shutil.which("wrk")
     if wrk is None:
         sys.exit("wrk is not installed (make wrk)")
-    chosen = rows(args.noop, args.n, args.sluice)
+    chosen = [row for row in rows(args.noop, args.n, args.sluice)
+              if row.name == FLOOR or not args.only or re.search(args.only, row.name)]
     runs: dict[str, list[float]] = {row.name: [] for row in chosen}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
