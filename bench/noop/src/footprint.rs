@@ -21,29 +21,28 @@ pub const FUNCTIONS: usize = 256;
 /// One unit of work: a function of the previous result.
 type Step = fn(u64) -> u64;
 
+/// The rotations of each round of [`step`]: of the constant before the
+/// exclusive or, of the multiplier, and of the product.
+const ROUNDS: [(u32, u32, u32); 6] = [
+    (0, 7, 13),
+    (11, 17, 29),
+    (19, 23, 41),
+    (31, 37, 7),
+    (43, 47, 19),
+    (53, 59, 37),
+];
+
 /// One of [`FUNCTIONS`] functions of equal length, told apart by the
-/// constants `K` gives them (so that none is merged with another).
+/// constants `K` gives them (so that none is merged with another); its
+/// rounds are unrolled, straight-line code.
 #[inline(never)]
 fn step<const K: u64>(x: u64) -> u64 {
     let c = K.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut y = x;
-    y = (y ^ c).wrapping_mul(c.rotate_left(7) | 1).rotate_left(13);
-    y = (y ^ c.rotate_left(11))
-        .wrapping_mul(c.rotate_left(17) | 1)
-        .rotate_left(29);
-    y = (y ^ c.rotate_left(19))
-        .wrapping_mul(c.rotate_left(23) | 1)
-        .rotate_left(41);
-    y = (y ^ c.rotate_left(31))
-        .wrapping_mul(c.rotate_left(37) | 1)
-        .rotate_left(7);
-    y = (y ^ c.rotate_left(43))
-        .wrapping_mul(c.rotate_left(47) | 1)
-        .rotate_left(19);
-    y = (y ^ c.rotate_left(53))
-        .wrapping_mul(c.rotate_left(59) | 1)
-        .rotate_left(37);
-    y
+    ROUNDS.iter().fold(x, |y, &(a, b, r)| {
+        (y ^ c.rotate_left(a))
+            .wrapping_mul(c.rotate_left(b) | 1)
+            .rotate_left(r)
+    })
 }
 
 macro_rules! row {
