@@ -9,7 +9,7 @@ instructions through N times the code), `touch` (one byte in each of N
 configuration).
 
 One Envoy per run (one worker on CPU 0, wrk on CPU 1), rows alternated
-round by round; each row's Envoy CPU per request, its difference from
+round by round (reversed every other round); each row's Envoy CPU per request, its difference from
 `host-calls` paired by round, and, when node and wabt are there, the
 module's CPU per request in Node's V8 (`bench/v8host.js`) and the wasm
 instructions one request runs (`bench/codelines.py`).
@@ -37,6 +37,7 @@ sys.path.insert(0, str(BENCH.parent / "tests"))
 import codelines  # noqa: E402
 import load  # noqa: E402
 import report  # noqa: E402
+import run  # noqa: E402
 import setups  # noqa: E402
 from support.envoy import start_envoy, wasm_filter  # noqa: E402
 
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         for r in range(args.rounds):
-            for row in chosen:
+            for row in run.in_round(chosen, r):
                 runs[row.name].append(envoy_cpu(row, args.seconds, workdir, wrk))
                 print(f"round {r + 1}/{args.rounds} {row.name}: {runs[row.name][-1]:.2f} µs", file=sys.stderr)
         isolation = {row.name: isolated(row, workdir) for row in chosen}

@@ -482,7 +482,7 @@ def markdown(meta: dict, by_conc: dict[int, dict[str, Summary]], limiter: dict[s
     """RESULTS.md; `traces`: with the sections of the trace charts."""
     out = ["# Sluice benchmark results", ""]
     out += [f"- {k}: {v}" for k, v in meta.items()]
-    out += ["", "Medians over the rounds; configurations interleaved (A B C A B C ...) so that "
+    out += ["", "Medians over the rounds; configurations interleaved, every other round reversed (A B C, C B A, ...), so that "
             "ratios hold on a noisy machine. `× no filter`, `× no-op wasm` and `× native` divide "
             "the row's requests/s by those of Envoy without filter, with the no-op wasm filter, "
             "and with its own `local_ratelimit` (one key). `denied` is the share of non-2xx "

@@ -184,6 +184,13 @@ def place_limiters(limiter_procs: list, cpus: str | None):
         subprocess.run(["taskset", "-a", "-p", "-c", cpus, str(pid)], capture_output=True)
 
 
+def in_round(rows: list, rnd: int) -> list:
+    """`rows` in their order in even rounds and reversed in odd ones (A B C,
+    C B A, A B C …): a row's place in a round, and a machine growing busier
+    or quieter across it, then favours no row over the rounds."""
+    return rows if rnd % 2 == 0 else rows[::-1]
+
+
 # The limiter's counters read around each run of a row that calls it.
 LIMITER_COUNTERS = {"calls": "sluice_limiter_checks_total", "batches": "sluice_limiter_batches_total",
                     "batched": "sluice_limiter_batched_requests_total",
@@ -256,7 +263,7 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
                 except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
                     failed(env, "warm-up", e)
         for rnd in range(a.rounds):
-            for env in envoys:
+            for env in in_round(envoys, rnd):
                 before = limiter_counts(limiter_procs, env.row.store) if env.row.store else {}
                 try:
                     s = measure(env, a.duration)
@@ -329,7 +336,7 @@ def run_limiter_rows(a, rows, limiter_ports, limiter_procs, log, failures):
                         cpus=client_cpus, limiter_pids=servers.store_pids(limiter_procs, r.store))
 
     for rnd in range(-1 if a.warmup > 0 else 0, a.rounds):
-        for r in rows:
+        for r in in_round(rows, max(rnd, 0)):
             try:
                 s = measure(r, a.warmup if rnd < 0 else a.duration)
             except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:

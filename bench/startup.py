@@ -11,7 +11,7 @@
   quota in its `ratelimit-policy` header.
 
 Timings are wall time on a shared machine: medians of several, alternated
-(A B C A B C ...) like the load rows.
+(A B C A B C ...).
 """
 
 from __future__ import annotations

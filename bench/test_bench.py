@@ -768,3 +768,10 @@ def test_footprint_rows_and_table():
     assert lines[2] == "| host-calls | 31.00 | – | – | – | – | – |"
     # Paired by round: +4, +5, +1.
     assert lines[3] == "| spread-64 | 34.00 | +4.00 | 3 of 3 | 0.25 | 4.50 | 12,203 |"
+
+
+def test_rounds_reverse_the_rows_every_other_round():
+    import run
+
+    assert [run.in_round(["a", "b", "c"], r) for r in range(3)] == [
+        ["a", "b", "c"], ["c", "b", "a"], ["a", "b", "c"]]
