@@ -5,13 +5,14 @@ function. Beside Envoy's own code, what a request runs of the module takes
 the caches from Envoy, and costs Envoy more than the module's CPU in
 isolation shows (bench/README.md, *Where the time goes*).
 
-Instruments a copy of MODULE (a build with function names: `make
-wasm-profiling`) with a host call at the start of every stretch (a
-function's start, after every `end`, `loop`, `if`, `else` and `br_if`),
-printed and re-read by wabt (`wasm2wat`, `wat2wasm`), and drives it with `bench/v8host.js
---probes` (one request after 1,000, the `local-gcra` row's configuration
-unless `--config` says). A stretch counts up to the next probe or the first
-branch, return or trap. Needs node and wabt (`make wabt`).
+Instruments a copy of MODULE with a host call at the start of every
+stretch (a function's start, after every `end`, `loop`, `if`, `else` and
+`br_if`), printed and re-read by wabt (`wasm2wat`, `wat2wasm`), and drives
+it with `bench/v8host.js --probes` (one request after 1,000, the
+`local-gcra` row's configuration unless `--config` says). A stretch counts
+up to the next probe or the first branch, return or trap. Functions are
+listed by name in a build that keeps them (`make wasm-profiling`), by
+number otherwise. Needs node and wabt (`make wabt`).
 
     bench/codelines.py build/sluice-profiling.wasm [--config FILE] [--top N]
 """

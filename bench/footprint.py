@@ -9,10 +9,11 @@ instructions through N times the code), `touch` (one byte in each of N
 configuration).
 
 One Envoy per run (one worker on CPU 0, wrk on CPU 1), rows alternated
-round by round (reversed every other round); each row's Envoy CPU per request, its difference from
-`host-calls` paired by round, and, when node and wabt are there, the
-module's CPU per request in Node's V8 (`bench/v8host.js`) and the wasm
-instructions one request runs (`bench/codelines.py`).
+round by round (reversed every other round); each row's Envoy CPU per
+request, its difference from `host-calls` paired by round, and, when node
+and wabt are there, the module's CPU per request in Node's V8
+(`bench/v8host.js`) and the wasm instructions one request runs
+(`bench/codelines.py`).
 
     make bench-footprint [FOOTPRINT_ARGS="--rounds 9 --sluice a.wasm b.wasm"]
 """
@@ -51,17 +52,16 @@ class Row:
     name: str
     wasm: Path
     config: dict
-    reference: bool
 
 
 def rows(noop: Path, n: int, sluice: list[Path]) -> list[Row]:
     """The floor, the three kinds of work, and each Sluice build."""
-    out = [Row(FLOOR, noop, {"mode": "host_calls"}, True)]
-    out += [Row(f"repeat-{n}", noop, {"mode": "repeat", "n": n}, True),
-            Row(f"spread-{n}", noop, {"mode": "spread", "n": n}, True)]
-    out += [Row(f"touch-{lines}", noop, {"mode": "touch", "n": lines}, True) for lines in (128, 512)]
+    out = [Row(FLOOR, noop, {"mode": "host_calls"})]
+    out += [Row(f"repeat-{n}", noop, {"mode": "repeat", "n": n}),
+            Row(f"spread-{n}", noop, {"mode": "spread", "n": n})]
+    out += [Row(f"touch-{lines}", noop, {"mode": "touch", "n": lines}) for lines in (128, 512)]
     local = setups.sluice_config({"algorithm": "gcra", **setups.ALLOW_LIMIT})
-    out += [Row(f"sluice {path.name}", path, local, False) for path in sluice]
+    out += [Row(f"sluice {path.name}", path, local) for path in sluice]
     return out
 
 
@@ -72,8 +72,7 @@ def envoy_cpu(row: Row, seconds: float, workdir: Path, wrk: str) -> float:
     try:
         url = f"http://127.0.0.1:{envoy.port}/"
         load.run(wrk, url, 1, "keys.lua", cpus="1")
-        pid = envoy.process.pid() if callable(envoy.process.pid) else envoy.process.pid
-        return load.run(wrk, url, seconds, "keys.lua", cpus="1", envoy_pid=pid).envoy_cpu_us
+        return load.run(wrk, url, seconds, "keys.lua", cpus="1", envoy_pid=envoy.process.pid).envoy_cpu_us
     finally:
         envoy.stop()
 
