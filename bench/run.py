@@ -212,13 +212,44 @@ def grown(before: dict, after: dict) -> dict:
     return {k: after[k] - before.get(k, 0) for k in after}
 
 
+def describe(row, s) -> str:
+    """A run's line in the log: throughput, latency, Envoy's CPU, and what
+    the row's counters and limiter say."""
+    line = (f"{s.rps:>10,.0f} req/s p50 {s.p50_us:>6.0f} µs p99 {s.p99_us:>6.0f} µs non-2xx {s.non_2xx} "
+            f"Envoy CPU {s.envoy_cpu_us:5.1f} µs/req")
+    if s.beside:
+        line += (f"; beside {s.beside.rps:,.0f} req/s p50 {s.beside.p50_us:.0f} µs "
+                 f"non-2xx {s.beside.non_2xx} errors {s.beside.socket_errors}")
+    if s.counters:
+        line += f"; Sluice {s.counters}"
+    if s.limiter:
+        per_request = 1 / max(1, s.requests)
+        if row.rls:
+            line += f"; RLS calls/req {s.limiter.get('rls_calls', 0) * per_request:.3f}"
+        else:
+            line += f"; limiter calls/req {s.limiter.get('calls', 0) * per_request:.3f}"
+        if s.limiter.get("batches"):
+            line += f", requests/batch {s.limiter['batched'] / s.limiter['batches']:.1f}"
+        if s.limiter.get("leased") or s.limiter.get("returned"):
+            line += (f", units leased/req {s.limiter.get('leased', 0) * per_request:.3f}"
+                     f", returned/req {s.limiter.get('returned', 0) * per_request:.3f}")
+    if s.socket_errors:
+        line += f"; socket errors {s.socket_errors}"
+    return line
+
+
 def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, log, failures):
-    """All rows at one concurrency: start every Envoy, warm each, then rounds.
+    """All rows at one concurrency, in rounds: each round starts a fresh
+    Envoy per row, warms each, runs each once and stops them.
+
+    Fresh each round because two Envoys of one configuration differ in CPU
+    per request by up to 5 µs for as long as they run (where the process's
+    code and data happened to land): a row measured in one Envoy would carry
+    its Envoy's offset into every round, which no pairing by round removes.
 
     A row whose Envoy does not start, or whose runs fail, is left out of the
     report and named in `failures`; the other rows go on.
     """
-    envoys = []
     samples: dict[str, list] = {r.id: [] for r in rows}
     solo: dict[str, list] = {r.id: [] for r in rows}
 
@@ -249,62 +280,69 @@ def run_envoy_rows(a, rows, workdir, limiter_ports, limiter_procs, concurrency, 
         failures.append(f"`{row.id}` at concurrency {concurrency}: {what} failed: {str(e).strip()[:300]}")
         log(f"  {row.id}: {what} failed: {e}")
 
-    try:
-        for r in rows:
+    def run_once(env, rnd: int):
+        """One run of `env`'s row (and its one-connection run): (sample,
+        one-connection sample or None), or None if it failed."""
+        before = limiter_counts(limiter_procs, env.row.store) if env.row.store else {}
+        try:
+            s = measure(env, a.duration)
+        except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
+            failed(env, f"round {rnd + 1}", e)
+            return None
+        s.round = rnd + 1
+        if env.row.store:
+            s.limiter = grown(before, limiter_counts(limiter_procs, env.row.store))
+        line = f"  c{concurrency} round {rnd + 1}/{a.rounds} {env.row.id:<24} {describe(env.row, s)}"
+        one = None
+        if a.solo > 0 and env.row.solo:
             try:
-                envoys.append(servers.start_envoy(r, concurrency, workdir, a.envoy, limiter_ports, envoy_cpus))
-            except (RuntimeError, TimeoutError, OSError) as e:
-                failed(r, "start", e)
-        log(f"concurrency {concurrency}: {len(envoys)} Envoys up; warming")
-        for env in envoys:
+                one = measure(env, a.solo, connections=1)
+                line += f"; 1 conn p50 {one.p50_us:.0f} µs p99 {one.p99_us:.0f} µs"
+            except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
+                failed(env, f"round {rnd + 1}, one connection", e)
+        log(line)
+        return s, one
+
+    broken: set[str] = set()
+
+    def start_round(rnd: int) -> list:
+        """A fresh Envoy per row, each warmed (rows that failed to start once
+        are left out)."""
+        started = []
+        try:
+            for r in rows:
+                if r.id in broken:
+                    continue
+                try:
+                    started.append(servers.start_envoy(r, concurrency, workdir, a.envoy, limiter_ports, envoy_cpus))
+                except (RuntimeError, TimeoutError, OSError) as e:
+                    broken.add(r.id)
+                    failed(r, "start", e)
+        except BaseException:
+            for env in started:
+                env.stop()
+            raise
+        log(f"concurrency {concurrency} round {rnd + 1}: {len(started)} Envoys up; warming")
+        for env in started:
             if a.warmup > 0:
                 try:
                     measure(env, a.warmup)
                 except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
-                    failed(env, "warm-up", e)
-        for rnd in range(a.rounds):
+                    failed(env, f"round {rnd + 1}, warm-up", e)
+        return started
+
+    for rnd in range(a.rounds):
+        envoys = start_round(rnd)
+        try:
             for env in in_round(envoys, rnd):
-                before = limiter_counts(limiter_procs, env.row.store) if env.row.store else {}
-                try:
-                    s = measure(env, a.duration)
-                except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
-                    failed(env, f"round {rnd + 1}", e)
-                    continue
-                s.round = rnd + 1
-                if env.row.store:
-                    s.limiter = grown(before, limiter_counts(limiter_procs, env.row.store))
-                samples[env.row.id].append(s)
-                line = (f"  c{concurrency} round {rnd + 1}/{a.rounds} {env.row.id:<24} {s.rps:>10,.0f} req/s "
-                        f"p50 {s.p50_us:>6.0f} µs p99 {s.p99_us:>6.0f} µs non-2xx {s.non_2xx} "
-                        f"Envoy CPU {s.envoy_cpu_us:5.1f} µs/req")
-                if s.beside:
-                    line += (f"; beside {s.beside.rps:,.0f} req/s p50 {s.beside.p50_us:.0f} µs "
-                             f"non-2xx {s.beside.non_2xx} errors {s.beside.socket_errors}")
-                if s.counters:
-                    line += f"; Sluice {s.counters}"
-                if s.limiter:
-                    if env.row.rls:
-                        line += f"; RLS calls/req {s.limiter.get('rls_calls', 0) / max(1, s.requests):.3f}"
-                    else:
-                        line += f"; limiter calls/req {s.limiter.get('calls', 0) / max(1, s.requests):.3f}"
-                    if s.limiter.get("batches"):
-                        line += f", requests/batch {s.limiter['batched'] / s.limiter['batches']:.1f}"
-                    if s.limiter.get("leased") or s.limiter.get("returned"):
-                        line += (f", units leased/req {s.limiter.get('leased', 0) / max(1, s.requests):.3f}"
-                                 f", returned/req {s.limiter.get('returned', 0) / max(1, s.requests):.3f}")
-                if s.socket_errors:
-                    line += f"; socket errors {s.socket_errors}"
-                if a.solo > 0 and env.row.solo:
-                    try:
-                        one = measure(env, a.solo, connections=1)
-                        solo[env.row.id].append(one)
-                        line += f"; 1 conn p50 {one.p50_us:.0f} µs p99 {one.p99_us:.0f} µs"
-                    except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
-                        failed(env, f"round {rnd + 1}, one connection", e)
-                log(line)
-    finally:
-        for env in envoys:
-            env.stop()
+                sample = run_once(env, rnd)
+                if sample is not None:
+                    samples[env.row.id].append(sample[0])
+                    if sample[1] is not None:
+                        solo[env.row.id].append(sample[1])
+        finally:
+            for env in envoys:
+                env.stop()
     out = {r.id: report.summarize(r, samples[r.id], solo=solo[r.id]) for r in rows if samples[r.id]}
     return out, samples
 

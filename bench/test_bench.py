@@ -775,3 +775,45 @@ def test_rounds_reverse_the_rows_every_other_round():
 
     assert [run.in_round(["a", "b", "c"], r) for r in range(3)] == [
         ["a", "b", "c"], ["c", "b", "a"], ["a", "b", "c"]]
+
+
+def test_every_round_runs_each_row_in_an_envoy_of_its_own(monkeypatch, tmp_path):
+    # Two Envoys of one configuration differ by several µs for as long as
+    # they run: a round's Envoys are started for it and stopped after it.
+    import argparse
+
+    import run
+
+    started, events = [], []
+
+    class FakeEnvoy:
+        def __init__(self, row):
+            self.row, self.port, self.pid, self.envoy = row, 1, 1, None
+            started.append(self)
+            events.append(f"start {row.id}")
+
+        def stop(self):
+            events.append(f"stop {self.row.id}")
+
+    def start(row, *_args):
+        if row.id == "broken":
+            raise RuntimeError("no start")
+        return FakeEnvoy(row)
+
+    def fake_run(_wrk, _url, duration, *_args, **_kw):
+        events.append(f"load {duration}")
+        return _sample(1000)
+
+    monkeypatch.setattr(run.servers, "start_envoy", start)
+    monkeypatch.setattr(run.load, "run", fake_run)
+    rows = [setups.Row("a", "a"), setups.Row("broken", "b"), setups.Row("c", "c")]
+    a = argparse.Namespace(rounds=3, warmup=1, duration=3, solo=0, envoy=None, wrk="wrk", no_pin=True)
+    failures: list[str] = []
+    out, samples = run.run_envoy_rows(a, rows, tmp_path, {}, [], 1, lambda _line: None, failures)
+    # Started, warmed (1 s), run (3 s) in the round's order, stopped.
+    rounds = [["start a", "start c", "load 1", "load 1", "load 3", "load 3", "stop a", "stop c"]] * 3
+    assert events == [e for r in rounds for e in r]
+    assert len({id(e) for e in started}) == 6
+    assert len(samples["a"]) == len(samples["c"]) == 3 and samples["broken"] == []
+    assert set(out) == {"a", "c"}
+    assert failures == ["`broken` at concurrency 1: start failed: no start"]  # named once, not retried
