@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Sluice measured side by side with Envoy's own rate limiting, in one run.
 
-Starts one Envoy per configuration (all of one concurrency at once, on their
-own loopback ports), then drives them with wrk in rounds, configurations
-interleaved, and reports medians. See bench/README.md.
+Drives one Envoy per configuration with wrk in rounds, configurations
+interleaved; each round starts its Envoys afresh (all of one concurrency at
+once, on their own loopback ports) and stops them after. Reports medians.
+See bench/README.md.
 """
 
 from __future__ import annotations
