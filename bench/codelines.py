@@ -9,12 +9,14 @@ Instruments a copy of MODULE with a host call at the start of every
 stretch (a function's start, after every `end`, `loop`, `if`, `else` and
 `br_if`), printed and re-read by wabt (`wasm2wat`, `wat2wasm`), and drives
 it with `bench/v8host.js --probes` (one request after 1,000, the
-`local-gcra` row's configuration unless `--config` says). A stretch counts
+`local-gcra` row's configuration unless `--config` says; with `--with
+CALL`, the first request that makes host call CALL, with what its root
+does for it, such as a lease renewal's `enqueue`). A stretch counts
 up to the next probe or the first branch, return or trap. Functions are
 listed by name in a build that keeps them (`make wasm-profiling`), by
 number otherwise. Needs node and wabt (`make wabt`).
 
-    bench/codelines.py build/sluice-profiling.wasm [--config FILE] [--top N]
+    bench/codelines.py build/sluice-profiling.wasm [--config FILE] [--with CALL] [--top N]
 """
 
 from __future__ import annotations
@@ -91,15 +93,18 @@ def instrument(text: str) -> tuple[str, list[Stretch]]:
     return "\n".join(out) + "\n", stretches
 
 
-def run(module: Path, config: Path | None = None) -> dict[str, int]:
-    """Instructions one request runs of `module`, by function."""
+def run(module: Path, config: Path | None = None, making: str | None = None) -> dict[str, int]:
+    """Instructions one request runs of `module`, by function (the first
+    request that makes host call `making`, and its root's work for it, if
+    given)."""
     with tempfile.TemporaryDirectory() as tmp:
         printed = subprocess.run(["wasm2wat", "--generate-names", str(module)], capture_output=True, text=True, check=True)
         text, stretches = instrument(printed.stdout)
         wat, probed = Path(tmp) / "probed.wat", Path(tmp) / "probed.wasm"
         wat.write_text(text)
         subprocess.run(["wat2wasm", str(wat), "-o", str(probed)], check=True)
-        cmd = ["node", str(BENCH / "v8host.js"), str(probed), "--probes"]
+        cmd = ["node", str(BENCH / "v8host.js"), str(probed)]
+        cmd += ["--probes-with", making] if making else ["--probes"]
         if config:
             cmd += ["--config", str(config)]
         fired = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
@@ -113,9 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("module", type=Path)
     parser.add_argument("--config", type=Path)
+    parser.add_argument("--with", dest="making", help="the first request that makes this host call")
     parser.add_argument("--top", type=int, default=25, help="functions listed (0: the total only)")
     args = parser.parse_args(argv)
-    by_function = run(args.module, args.config)
+    by_function = run(args.module, args.config, args.making)
     print(json.dumps({"instructions": sum(by_function.values()), "functions": len(by_function)}))
     for name, count in collections.Counter(by_function).most_common(args.top):
         print(f"{count:6d}  {name}")

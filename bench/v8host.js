@@ -9,7 +9,7 @@
 //
 //   node --no-liftoff --no-wasm-lazy-compilation bench/v8host.js MODULE
 //        [--config FILE] [--requests N] [--rounds R] [--calls]
-//        [--calls-with CALL] [--lines] [--probes]
+//        [--calls-with CALL] [--lines] [--probes] [--probes-with CALL]
 //
 // Without --config, the `local-gcra` row's configuration. --calls prints
 // the host calls of one request (after 1,000) as JSON and stops;
@@ -19,7 +19,9 @@
 // instrumented, the 64-byte lines of the module's memory one request
 // touches (stack, static data, heap); --probes, for a module
 // `bench/codelines.py` instrumented, the stretches of code one request
-// runs. Otherwise each round prints the CPU µs per request.
+// runs; --probes-with CALL, those of the first request that makes CALL,
+// with what its root does for it. Otherwise each round prints the CPU µs
+// per request.
 'use strict';
 const fs = require('fs');
 
@@ -51,9 +53,10 @@ function args(argv) {
     else if (v === '--calls-with') { a.calls = true; a.until = argv[++i]; }
     else if (v === '--lines') a.lines = true;
     else if (v === '--probes') a.probes = true;
+    else if (v === '--probes-with') { a.probes = true; a.until = argv[++i]; }
     else a.module = v;
   }
-  if (!a.module) throw new Error('usage: v8host.js MODULE [--config FILE] [--requests N] [--rounds R] [--calls] [--calls-with CALL] [--lines] [--probes]');
+  if (!a.module) throw new Error('usage: v8host.js MODULE [--config FILE] [--requests N] [--rounds R] [--calls] [--calls-with CALL] [--lines] [--probes] [--probes-with CALL]');
   return a;
 }
 
@@ -249,8 +252,13 @@ function main() {
   for (let i = 0; i < 1000; i++) host.request();
   tick();
   if (a.probes) {
-    host.probes = new Set();
-    host.request();
+    for (let i = 0; i < 10000; i++) {
+      host.probes = new Set();
+      host.calls = [];
+      host.request();
+      if (a.until === null || host.calls.includes(a.until)) break;
+    }
+    if (a.until !== null && !host.calls.includes(a.until)) throw new Error(`no request made ${a.until}`);
     console.log(JSON.stringify([...host.probes]));
     return;
   }
