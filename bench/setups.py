@@ -514,11 +514,15 @@ def rows(sluice_wasm: Path, noop_wasm: Path) -> list[Row]:
     # The limit of each row of COMPARED, and whether it is global.
     compared = {"global-memory": (global_gcra, True), "global-memory-coalesce": (coalesced_gcra, True),
                 "global-memory-lease": (leased_gcra, True), "local-gcra": (gcra, False)}
+    # Each right after the row it repeats (and that row's earlier builds):
+    # a pair compared round by round then shares the round's neighbours.
     for row_id, row, baseline in baseline_rows():
         limit, is_global = compared[row]
-        out.append(Row(row_id, f"{row} with {baseline.name}", default=True, store="memory" if is_global else None,
-                       filters=[support.wasm_filter(sluice_config(limit, global_scope=is_global), baseline,
-                                                    vm_id="baseline", name="baseline")]))
+        after = max(i for i, r in enumerate(out) if r.id == row or r.id.startswith(row + "-baseline"))
+        out.insert(after + 1, Row(row_id, f"{row} with {baseline.name}", default=True,
+                                  store="memory" if is_global else None,
+                                  filters=[support.wasm_filter(sluice_config(limit, global_scope=is_global),
+                                                               baseline, vm_id="baseline", name="baseline")]))
     return out + rls_rows(sluice, noop_wasm)
 
 

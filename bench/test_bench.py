@@ -817,3 +817,12 @@ def test_every_round_runs_each_row_in_an_envoy_of_its_own(monkeypatch, tmp_path)
     assert len(samples["a"]) == len(samples["c"]) == 3 and samples["broken"] == []
     assert set(out) == {"a", "c"}
     assert failures == ["`broken` at concurrency 1: start failed: no start"]  # named once, not retried
+
+
+def test_each_build_before_runs_right_after_the_row_it_repeats(monkeypatch):
+    # A pair compared round by round shares the round's neighbours.
+    monkeypatch.setenv("SLUICE_BASELINE_WASM", "/a/old.wasm:/b/older.wasm")
+    ids = [r.id for r in setups.rows(Path("s"), Path("n"))]
+    for row in setups.COMPARED:
+        at = ids.index(row)
+        assert ids[at + 1: at + 3] == [f"{row}-baseline", f"{row}-baseline2"]
