@@ -243,6 +243,19 @@ function answer(body) {
   return Buffer.from(JSON.stringify({allowed: true, limits}));
 }
 
+// Runs one request, or with `until` requests until one makes that host
+// call (an error if none of 10,000 does); `fresh` resets what the caller
+// records before each. `host.calls` holds the last request's calls.
+function requestMaking(host, until, fresh) {
+  for (let i = 0; i < 10000; i++) {
+    fresh();
+    host.calls = [];
+    host.request();
+    if (until === null || host.calls.includes(until)) return;
+  }
+  throw new Error(`no request made ${until}`);
+}
+
 function main() {
   const a = args(process.argv.slice(2));
   const config = a.config ? fs.readFileSync(a.config, 'utf8') : JSON.stringify(LOCAL_GCRA);
@@ -252,13 +265,7 @@ function main() {
   for (let i = 0; i < 1000; i++) host.request();
   tick();
   if (a.probes) {
-    for (let i = 0; i < 10000; i++) {
-      host.probes = new Set();
-      host.calls = [];
-      host.request();
-      if (a.until === null || host.calls.includes(a.until)) break;
-    }
-    if (a.until !== null && !host.calls.includes(a.until)) throw new Error(`no request made ${a.until}`);
+    requestMaking(host, a.until, () => { host.probes = new Set(); });
     console.log(JSON.stringify([...host.probes]));
     return;
   }
@@ -276,11 +283,7 @@ function main() {
     return;
   }
   if (a.calls) {
-    for (let i = 0; i < 10000; i++) {
-      host.calls = [];
-      host.request();
-      if (a.until === null || host.calls.includes(a.until)) break;
-    }
+    requestMaking(host, a.until, () => {});
     console.log(JSON.stringify(host.calls));
     return;
   }
