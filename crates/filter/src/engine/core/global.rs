@@ -110,7 +110,8 @@ where
 
     /// The limit the request of `applied` carries in its dynamic metadata
     /// at `place`; `None` (the configured limit applies) when it carries
-    /// none or a malformed one, counted as `limit_metadata_invalid`.
+    /// none or a malformed one, counted as `limit_metadata_invalid` once
+    /// per request and rule.
     pub(crate) fn metadata_limit(
         &mut self,
         applied: &Applied<'_, '_>,
@@ -120,8 +121,13 @@ where
             LimitRead::Valid(limit) => Some(limit),
             LimitRead::Absent => None,
             LimitRead::Invalid => {
-                let metrics = self.env.metrics;
-                metrics.rule(applied.index, RuleEvent::LimitMetadataInvalid);
+                // A rule's limits are walked together: remembering the
+                // last rule counted is enough.
+                if self.metadata_invalid_in != Some(applied.index) {
+                    self.metadata_invalid_in = Some(applied.index);
+                    let metrics = self.env.metrics;
+                    metrics.rule(applied.index, RuleEvent::LimitMetadataInvalid);
+                }
                 None
             }
         }

@@ -70,6 +70,7 @@ where
             clock: When::Unread(&clock),
             // Room for a shared-data key (prefix and slot) without growing.
             scratch: String::with_capacity(KEY_ROOM),
+            metadata_invalid_in: None,
         },
         enforcing: Batch::default(),
         shadow: Batch::default(),
@@ -187,6 +188,9 @@ pub(crate) struct Cx<'a, V: RequestView, S: ?Sized, M: ?Sized> {
     pub(crate) clock: When<'a>,
     /// Reused for shared-data keys.
     pub(crate) scratch: String,
+    /// The last rule whose `limit_metadata_invalid` this request counted:
+    /// once per rule, however many of its limits read a malformed limit.
+    pub(crate) metadata_invalid_in: Option<usize>,
 }
 
 impl<V: RequestView, S: SharedStore + ?Sized, M: ?Sized> Cx<'_, V, S, M> {

@@ -138,6 +138,61 @@ fn a_limit_from_metadata_is_the_one_sent_to_the_limiter() {
     assert_eq!(w.metrics.count(0, RuleEvent::LimitMetadataInvalid), 5);
 }
 
+/// A rule `name` of two global limits reading their own limit at
+/// `example.limit:lim` and at `example.limit:<second>`.
+fn two_limits_from_metadata(name: &str, second: &str) -> String {
+    let limit = |key: &str| {
+        format!(
+            r#"{{"algorithm":"fixed_window","requests":100,"window":"1h","scope":"global","limit_from_metadata":{{"namespace":"example.limit","key":"{key}"}}}}"#
+        )
+    };
+    format!(
+        r#"{{"name":"{name}","key":["client_ip"],"limits":[{},{}]}}"#,
+        limit("lim"),
+        limit(second)
+    )
+}
+
+/// The property path of `example.limit:other`.
+const OTHER: &str = "metadata.filter_metadata.example.limit.other";
+
+#[test]
+fn a_malformed_limit_from_metadata_is_counted_once_per_request_and_rule() {
+    const N: usize = 3;
+    let malformed = || limited(Some(b"3"), Some(b"eon"), None);
+    // Both limits read the same place.
+    let w = World::new(&rules(&two_limits_from_metadata("m", "lim")));
+    for _ in 0..N {
+        pending(w.eval(&malformed()));
+    }
+    assert_eq!(w.metrics.count(0, RuleEvent::LimitMetadataInvalid), N);
+    // Each reads its own place, both malformed.
+    let w = World::new(&rules(&two_limits_from_metadata("m", "other")));
+    for _ in 0..N {
+        let req = malformed().with_property(OTHER, &3.0f64.to_le_bytes());
+        pending(w.eval(&req));
+    }
+    assert_eq!(w.metrics.count(0, RuleEvent::LimitMetadataInvalid), N);
+    // One malformed, one a limit: counted once too.
+    let req = malformed()
+        .with_property(&format!("{OTHER}.requests_per_unit"), b"7")
+        .with_property(&format!("{OTHER}.unit"), b"minute");
+    pending(w.eval(&req));
+    assert_eq!(w.metrics.count(0, RuleEvent::LimitMetadataInvalid), N + 1);
+}
+
+#[test]
+fn a_malformed_limit_from_metadata_is_counted_in_each_rule_reading_it() {
+    let w = World::new(&rules(&format!(
+        "{},{}",
+        two_limits_from_metadata("a", "lim"),
+        two_limits_from_metadata("b", "lim")
+    )));
+    pending(w.eval(&limited(Some(b"3"), Some(b"eon"), None)));
+    assert_eq!(w.metrics.count(0, RuleEvent::LimitMetadataInvalid), 1);
+    assert_eq!(w.metrics.count(1, RuleEvent::LimitMetadataInvalid), 1);
+}
+
 #[test]
 fn a_weight_above_the_limit_from_metadata_is_refused_without_a_call() {
     let w = World::new(&rules(&LIMITED.replace(
