@@ -14,6 +14,7 @@ import pytest
 from support import free_port, limiter_cluster, load_through, request, start_envoy, wait_until
 from support.envoy import rlqs_filter
 from support.tls import CA, client_context, upstream_tls
+from support.xds_server import XdsServer
 
 DESCRIPTORS = """\
 domain: quota
@@ -205,6 +206,38 @@ def test_limiter_down_then_back(envoys, processes, tmp_path):
     limiter.start()
     wait_until(lambda: limiter.metric("sluice_limiter_rlqs_streams") == 1, what="stream reopened")
     wait_until(lambda: status(env, who) == 200, what="assignment after restart")
+
+
+def test_before_its_first_configuration_the_limiter_assigns_nothing(envoys, processes, tmp_path):
+    """Started from an xDS source not yet heard (`--xds-start-empty`), the limiter answers Envoy's
+    reports with no assignment: the filter keeps the bucket's `no_assignment_behavior` (here
+    DENY_ALL; the limiter's RLS answers UNAVAILABLE meanwhile). Once the configuration comes, the
+    bucket is assigned from a count nothing was charged to: exactly the limit."""
+    limit = 6
+    xds = XdsServer(node_id="quota")
+    port = free_port()
+    limiter = processes.limiter(extra_args=[
+        "--rlqs-listen", f"127.0.0.1:{port}", "--descriptors-xds", f"http://127.0.0.1:{xds.port}",
+        "--xds-node-id", "quota", "--xds-start-empty", "--rlqs-assignment-ttl-ms", "11000"])
+    try:
+        wait_until(lambda: xds.requests, what="the subscription")
+        env = envoys([port], no_assignment="DENY_ALL")
+        who = tenant("early")
+        assert status(env, who) == 429
+        # The bucket's first report and a periodic one (5 s later) answered, with nothing.
+        wait_until(lambda: limiter.metric("sluice_limiter_rlqs_reports_total") >= 2, timeout=30,
+                   what="two reports")
+        assert [status(env, who) for _ in range(10)] == [429] * 10
+        assert sum(assignments(limiter, k) for k in ("token_bucket", "deny_all", "allow_all", "abandon")) == 0
+        version = xds.set_configs([{"name": "quota", "domain": "quota", "descriptors": [
+            {"key": "name", "value": "api", "descriptors": [
+                {"key": "tenant", "rate_limit": {"requests_per_unit": limit, "unit": "YEAR"}}]}]}])
+        wait_until(lambda: version in xds.acked(), what="the configuration acknowledged")
+        run = load_until_denied([env], [limiter], who)
+        print(f"configured after the first reports: {run}")
+        assert run.admitted == limit, run
+    finally:
+        xds.stop()
 
 
 def test_quotas_over_mutual_tls(envoys, processes, tmp_path):

@@ -16,8 +16,8 @@ use sluice_core::SECOND;
 use sluice_limiter::clock::{Clock, ManualClock};
 use sluice_limiter::metrics::Metrics;
 use sluice_limiter::rlqs::service::{RlqsService, Settings, StreamState};
-use sluice_limiter::rls::config::Descriptors;
-use sluice_limiter::rls::reload::ConfigCell;
+use sluice_limiter::rls::config::{Descriptors, SameDomain};
+use sluice_limiter::rls::reload::{ConfigCell, Origin};
 use sluice_limiter::store::memory::{MemoryConfig, MemoryStore};
 use std::sync::Arc;
 use tonic::service::Routes;
@@ -40,6 +40,15 @@ descriptors:
 const T0: u64 = 1_700_000_010 * SECOND;
 
 fn service(clock: &Arc<ManualClock>, metrics: &Arc<Metrics>) -> RlqsService<Arc<MemoryStore>> {
+    let cell = ConfigCell::fixed(Descriptors::parse(CONFIG).unwrap());
+    service_of(clock, metrics, Arc::new(cell))
+}
+
+fn service_of(
+    clock: &Arc<ManualClock>,
+    metrics: &Arc<Metrics>,
+    cell: Arc<ConfigCell>,
+) -> RlqsService<Arc<MemoryStore>> {
     let dyn_clock: Arc<dyn Clock> = Arc::clone(clock) as Arc<dyn Clock>;
     let store = Arc::new(MemoryStore::new(
         MemoryConfig {
@@ -48,18 +57,11 @@ fn service(clock: &Arc<ManualClock>, metrics: &Arc<Metrics>) -> RlqsService<Arc<
         },
         Arc::clone(&dyn_clock),
     ));
-    let cell = ConfigCell::fixed(Descriptors::parse(CONFIG).unwrap());
     let settings = Settings {
         ttl: Duration::from_secs(5),
         abandon_after: Duration::from_secs(30),
     };
-    RlqsService::new(
-        store,
-        Arc::new(cell),
-        Arc::clone(metrics),
-        dyn_clock,
-        settings,
-    )
+    RlqsService::new(store, cell, Arc::clone(metrics), dyn_clock, settings)
 }
 
 fn bucket(name: &str, tenant: &str) -> BucketId {
@@ -222,6 +224,47 @@ async fn unknown_and_unlimited_buckets_are_allowed_and_idle_ones_abandoned() {
     assert_eq!(action(&r), ("abandon", 0));
     assert_eq!(s.buckets(), 1);
     assert_eq!(metrics.rlqs_assignments("abandon"), 1);
+}
+
+#[tokio::test]
+async fn no_bucket_is_assigned_before_the_first_configuration_comes() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let metrics = Arc::new(Metrics::default());
+    let cell = Arc::new(ConfigCell::awaiting(SameDomain::Refuse));
+    let svc = service_of(&clock, &metrics, Arc::clone(&cell));
+    let mut s = StreamState::default();
+    let api = bucket("api", "t1");
+    let open = bucket("open", "x");
+    // Envoy keeps each bucket's `no_assignment_behavior`: nothing is sent,
+    // nothing charged.
+    for _ in 0..2 {
+        let r = svc
+            .answer(&mut s, &reports("quota", &[(&api, 4, 1), (&open, 2, 0)]))
+            .await
+            .unwrap();
+        assert_eq!(r, RateLimitQuotaResponse::default());
+    }
+    for kind in ["allow_all", "deny_all", "token_bucket", "abandon"] {
+        assert_eq!(metrics.rlqs_assignments(kind), 0, "{kind}");
+    }
+    // The configuration comes: the same stream's next report is assigned,
+    // from a limit nothing was charged to (10 a minute: half of it).
+    let from = Origin::Xds {
+        server: "xds",
+        version: "1",
+    };
+    let config = Descriptors::parse(CONFIG).unwrap();
+    cell.install(config, &[0; 32], from, &metrics);
+    let r = svc
+        .answer(&mut s, &reports("", &[(&api, 0, 0)]))
+        .await
+        .unwrap();
+    assert_eq!(action(&r), ("token_bucket", 5));
+    let r = svc
+        .answer(&mut s, &reports("", &[(&open, 1, 0)]))
+        .await
+        .unwrap();
+    assert_eq!(action(&r), ("allow_all", 0));
 }
 
 #[tokio::test]

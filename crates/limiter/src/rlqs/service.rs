@@ -159,8 +159,9 @@ impl<S: Store> RlqsService<S> {
     }
 
     /// Answers one reports message of a stream whose state is `stream`:
-    /// one action per bucket reported. A stream whose first message names
-    /// no domain is an invalid argument.
+    /// one action per bucket reported, none before the first configuration
+    /// comes. A stream whose first message names no domain is an invalid
+    /// argument.
     pub async fn answer(
         &self,
         stream: &mut StreamState,
@@ -178,6 +179,12 @@ impl<S: Store> RlqsService<S> {
         inner
             .metrics
             .rlqs_reports_received(reports.bucket_quota_usages.len());
+        if !inner.config.loaded() {
+            // No configuration yet (an xDS source not yet heard): no bucket
+            // is assigned, so Envoy applies each bucket's
+            // `no_assignment_behavior`, as RLS answers UNAVAILABLE.
+            return Ok(RateLimitQuotaResponse::default());
+        }
         let mut actions = Vec::with_capacity(reports.bucket_quota_usages.len());
         for usage in &reports.bucket_quota_usages {
             let Some(id) = &usage.bucket_id else { continue };

@@ -119,8 +119,8 @@ pub struct XdsArgs {
     pub max_message_bytes: u64,
 
     /// Open the listeners before the first configuration comes (RLS calls
-    /// are answered `UNAVAILABLE` until it does). Off: the limiter waits
-    /// for it before listening.
+    /// are answered `UNAVAILABLE`, RLQS reports with no assignment, until
+    /// it does). Off: the limiter waits for it before listening.
     #[arg(long = "xds-start-empty", env = "SLUICE_XDS_START_EMPTY")]
     pub start_empty: bool,
 }
