@@ -20,8 +20,10 @@
 // touches (stack, static data, heap); --probes, for a module
 // `bench/codelines.py` instrumented, the stretches of code one request
 // runs; --probes-with CALL, those of the first request that makes CALL,
-// with what its root does for it. Otherwise each round prints the CPU µs
-// per request.
+// with what its root does for it; --pushes N, the module's memory in bytes
+// before and after N configuration pushes (each a new root configured and
+// the old one deleted, then ten requests). Otherwise each round prints the
+// CPU µs per request.
 'use strict';
 const fs = require('fs');
 
@@ -41,9 +43,11 @@ const PLUGIN_CONFIGURATION = 7, CALL_RESPONSE_BODY = 4;
 const REQUEST_HEADERS = 0, RESPONSE_HEADERS = 2, CALL_RESPONSE_HEADERS = 6;
 // The root context's id, and the one shared queue's.
 const ROOT = 1, QUEUE = 1;
+// Context ids of the roots a push creates (requests take theirs from 2 up).
+const PUSHED_ROOTS = 1 << 30;
 
 function args(argv) {
-  const a = {module: null, config: null, requests: 100000, rounds: 3, calls: false, lines: false, probes: false, until: null};
+  const a = {module: null, config: null, requests: 100000, rounds: 3, calls: false, lines: false, probes: false, until: null, pushes: 0};
   for (let i = 0; i < argv.length; i++) {
     const v = argv[i];
     if (v === '--config') a.config = argv[++i];
@@ -54,9 +58,10 @@ function args(argv) {
     else if (v === '--lines') a.lines = true;
     else if (v === '--probes') a.probes = true;
     else if (v === '--probes-with') { a.probes = true; a.until = argv[++i]; }
+    else if (v === '--pushes') a.pushes = Number(argv[++i]);
     else a.module = v;
   }
-  if (!a.module) throw new Error('usage: v8host.js MODULE [--config FILE] [--requests N] [--rounds R] [--calls] [--calls-with CALL] [--lines] [--probes] [--probes-with CALL]');
+  if (!a.module) throw new Error('usage: v8host.js MODULE [--config FILE] [--requests N] [--rounds R] [--calls] [--calls-with CALL] [--lines] [--probes] [--probes-with CALL] [--pushes N]');
   return a;
 }
 
@@ -74,6 +79,7 @@ class Host {
     this.calls = null;
     this.lines = null;
     this.metrics = 0;
+    this.root = ROOT;
   }
 
   bytes() { return new Uint8Array(this.instance.exports.memory.buffer); }
@@ -206,7 +212,7 @@ class Host {
   request() {
     const x = this.instance.exports;
     const c = this.next++;
-    x.proxy_on_context_create(c, ROOT);
+    x.proxy_on_context_create(c, this.root);
     x.proxy_on_request_headers(c, REQUEST.length, 1);
     this.settle();
     x.proxy_on_response_headers(c, RESPONSE.length, 0);
@@ -216,17 +222,31 @@ class Host {
     x.proxy_on_delete(c);
   }
 
+  // A configuration push as Envoy makes it: a new root in the same VM,
+  // configured, then the one it replaces done and deleted.
+  push(n) {
+    const x = this.instance.exports;
+    const fresh = PUSHED_ROOTS + n;
+    x.proxy_on_context_create(fresh, 0);
+    if (!x.proxy_on_configure(fresh, this.config.length)) throw new Error('the module refused the configuration');
+    const old = this.root;
+    this.root = fresh;
+    x.proxy_on_done(old);
+    x.proxy_on_delete(old);
+    this.settle();
+  }
+
   // Runs the root woken through the queue, then answers every call made,
   // to the root context as Envoy does (the SDK routes each to its caller),
   // until none is left.
   settle() {
     const x = this.instance.exports;
     while (this.queued > 0 || this.answers.size > 0) {
-      if (this.queued > 0) x.proxy_on_queue_ready(ROOT, QUEUE);
+      if (this.queued > 0) x.proxy_on_queue_ready(this.root, QUEUE);
       for (const [token, body] of this.answers) {
         this.answers.delete(token);
         this.answering = body;
-        x.proxy_on_http_call_response(ROOT, token, CALL_RESPONSE.length, body.length, 0);
+        x.proxy_on_http_call_response(this.root, token, CALL_RESPONSE.length, body.length, 0);
       }
     }
   }
@@ -261,7 +281,7 @@ function main() {
   const config = a.config ? fs.readFileSync(a.config, 'utf8') : JSON.stringify(LOCAL_GCRA);
   const host = new Host(config);
   host.load(a.module);
-  const tick = () => host.instance.exports.proxy_on_tick(ROOT);
+  const tick = () => host.instance.exports.proxy_on_tick(host.root);
   for (let i = 0; i < 1000; i++) host.request();
   tick();
   if (a.probes) {
@@ -280,6 +300,19 @@ function main() {
     const stack = lines.filter(l => l * 64 < 1048576).length;
     const data = lines.filter(l => l * 64 >= 1048576 && l * 64 < heap).length;
     console.log(JSON.stringify({lines: lines.length, stack, data, heap: lines.length - stack - data}));
+    return;
+  }
+  if (a.pushes) {
+    // The module's memory before and after the pushes, each followed by
+    // ten requests and a tick under the new root.
+    const bytes = () => host.instance.exports.memory.buffer.byteLength;
+    const before = bytes();
+    for (let n = 1; n <= a.pushes; n++) {
+      host.push(n);
+      for (let i = 0; i < 10; i++) host.request();
+      tick();
+    }
+    console.log(JSON.stringify({pushes: a.pushes, before, after: bytes()}));
     return;
   }
   if (a.calls) {
