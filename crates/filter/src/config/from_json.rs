@@ -172,7 +172,7 @@ mod tests {
         let cases = [
             (
                 r#"{"domain":"d" ,  "colour" : "blue"}"#,
-                r#"colour: unknown field `colour`, expected one of `domain`, `headers`, `client_ip`, `limiter`, `local_max_keys`, `local_when_full`, `jwt_payload_in_metadata`, `response`, `rules`, `quota_endpoint`, `top_limited_keys`, `access_log_key` at line 1 column 26"#,
+                r#"colour: unknown field `colour`, expected one of `domain`, `headers`, `client_ip`, `limiter`, `local_max_keys`, `local_when_full`, `jwt_payload_in_metadata`, `response`, `rules`, `quota_endpoint`, `top_limited_keys`, `access_log_key`, `headers_while_reading_body` at line 1 column 26"#,
             ),
             (
                 r#"{"domain":"d","rules":[{"name":"r","key":["path"]}]}"#,

@@ -29,12 +29,12 @@ pub use plan::{
     AtRequest, ByOutcome, ConcurrencyLimit, Cost, CostSource, CountWhen, Counted, DenyResponse,
     Elastic, Entry, EntryValue, Estimate, GlobalElastic, GlobalLimit, LeasePolicy, LeasedLimit,
     LimitKind, LimiterTarget, LocalElastic, LocalLimit, Outcome, OutcomeTest, OverrideLimit,
-    Penalty, PermitPlace, Plan, PricedSource, Quota, ResponseCost, Rule, RuleLimit, ServiceHeld,
-    TopLimitedKeys, MAX_COST_SOURCES, SERVICE_HELD,
+    Penalty, PermitPlace, Plan, PricedSource, Quota, RequestBody, ResponseCost, Rule, RuleLimit,
+    ServiceHeld, TopLimitedKeys, MAX_COST_SOURCES, SERVICE_HELD,
 };
 pub use raw::{
-    FailureMode, HeadersMode, KeyShown, Mode, OnExceed, Protocol, RawConfig, Scope, ServiceHeaders,
-    SyncMode,
+    FailureMode, HeadersMode, HeadersWhileBody, KeyShown, Mode, OnExceed, Protocol, RawConfig,
+    Scope, ServiceHeaders, SyncMode,
 };
 pub use sluice_core::FieldError;
 

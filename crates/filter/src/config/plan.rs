@@ -2,7 +2,9 @@
 //! constant (shared-data key prefixes, overrides) computed once.
 
 use crate::client_ip::ClientIpPolicy;
-use crate::config::raw::{FailureMode, HeadersMode, KeyShown, Protocol, ServiceHeaders};
+use crate::config::raw::{
+    FailureMode, HeadersMode, HeadersWhileBody, KeyShown, Protocol, ServiceHeaders,
+};
 use crate::cost::extract::FieldPath;
 use crate::cost::metadata::MetadataPlace;
 use crate::cost::price::Price;
@@ -37,16 +39,25 @@ pub struct Plan {
     pub rule_index: RuleIndex,
     /// Shared-data key holding the slot-hashing seed of this domain.
     pub seed_key: String,
-    /// Some rule estimates a response cost from the request's body, or has
-    /// a `body:` key part: a request with a body is decided once the body
-    /// is in.
-    pub request_body: bool,
+    /// Whether a request with a body is decided once the body is in.
+    pub request_body: RequestBody,
     /// The path the filter answers with the caller's quotas, if any.
     pub quota_endpoint: Option<String>,
     /// The keys each rule refused most, if kept.
     pub top_limited_keys: Option<TopLimitedKeys>,
     /// How a refused request's key is shown in the access log, if it is.
     pub access_log_key: Option<KeyShown>,
+}
+
+/// Whether requests are decided on their headers or once their body is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestBody {
+    /// No rule reads it: every request is decided on its headers.
+    Unread,
+    /// Some rule estimates a response cost from it or has a `body:` key
+    /// part: a request with a body is decided once the body is in, its
+    /// headers meanwhile as this says.
+    Read(HeadersWhileBody),
 }
 
 /// The keys each rule refused most, kept across the workers of one Envoy

@@ -25,9 +25,11 @@ pub use cost::{
     RawTimes, COST_EXPECTED,
 };
 
+pub use body::HeadersWhileBody;
 pub use outcome::{RawCountWhen, RawResponseHeader};
 pub use topkeys::{KeyShown, RawTopLimitedKeys};
 
+mod body;
 mod cost;
 mod outcome;
 mod topkeys;
@@ -86,6 +88,10 @@ pub struct RawConfig {
     /// refusing limit's key, shown so (off unless given).
     #[default]
     pub access_log_key: Option<KeyShown>,
+    /// What a request's headers do while its decision waits for its body.
+    #[default]
+    #[schema(schemars(extend("default" = "forward")))]
+    pub headers_while_reading_body: HeadersWhileBody,
 }
 }
 

@@ -946,6 +946,22 @@ fn service_headers_are_a_rate_limit_services_only() {
 }
 
 #[test]
+fn headers_can_be_held_while_the_body_is_read() {
+    let rule = r#"{"name":"r","key":["body:user"],"limits":[{"algorithm":"gcra","requests":10,"window":"1m"}]}"#;
+    let held = format!(r#"{{"domain":"d","headers_while_reading_body":"hold","rules":[{rule}]}}"#);
+    let plan = parse(held.as_bytes()).unwrap();
+    assert_eq!(plan.request_body, RequestBody::Read(HeadersWhileBody::Hold));
+    // Without a rule that reads the body, no request waits for it.
+    let none = br#"{"domain":"d","headers_while_reading_body":"hold"}"#;
+    assert_eq!(parse(none).unwrap().request_body, RequestBody::Unread);
+    let bad = br#"{"domain":"d","headers_while_reading_body":"stop"}"#;
+    assert_eq!(
+        err(std::str::from_utf8(bad).unwrap()).path,
+        "headers_while_reading_body"
+    );
+}
+
+#[test]
 fn a_body_key_part_makes_requests_wait_for_their_body_and_is_only_in_keys() {
     let limit = r#""limits":[{"algorithm":"gcra","requests":10,"window":"1m"}]"#;
     let plan = |rule: &str| parse(with_rule(rule).as_bytes());
@@ -953,12 +969,15 @@ fn a_body_key_part_makes_requests_wait_for_their_body_and_is_only_in_keys() {
         r#"{{"name":"r","key":["header:x-api-key",{{"part":"body:model","default":"none"}}],{limit}}}"#
     ))
     .unwrap();
-    assert!(keyed.request_body);
+    assert_eq!(
+        keyed.request_body,
+        RequestBody::Read(HeadersWhileBody::Forward)
+    );
     let plain = plan(&format!(
         r#"{{"name":"r","key":["header:x-api-key"],{limit}}}"#
     ))
     .unwrap();
-    assert!(!plain.request_body, "no body part: no body read");
+    assert_eq!(plain.request_body, RequestBody::Unread, "no body part");
     for (rule, path) in [
         (
             format!(

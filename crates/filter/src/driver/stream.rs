@@ -22,6 +22,7 @@ use super::topkeys;
 use super::waiting;
 use super::worker::Worker;
 use crate::coalesce::Joined;
+use crate::config::{HeadersWhileBody, RequestBody};
 use crate::engine::{PendingCheck, Verdict};
 use crate::failure::{self, CallFailure};
 use crate::response;
@@ -63,13 +64,16 @@ pub(super) fn headers<H: Host>(
         req.phase = Phase::Decided;
         return Action::Continue;
     }
-    if runtime.plan.request_body && !end_of_stream {
-        // Decided once the body is in. Envoy's proxy-wasm host delivers
-        // no body to a filter that holds the headers, so they go on and
-        // the body is held until the decision.
+    if let (RequestBody::Read(headers), false) = (runtime.plan.request_body, end_of_stream) {
+        // Decided once the body is in, which is held until then. Envoy's
+        // proxy-wasm host delivers no body to a filter that holds the
+        // headers unless the plugin allows it (`hold`): otherwise they go on.
         req.phase = Phase::AwaitingBody;
         req.shown = Some(snapshot(host));
-        return Action::Continue;
+        return match headers {
+            HeadersWhileBody::Forward => Action::Continue,
+            HeadersWhileBody::Hold => Action::Pause,
+        };
     }
     decide(w, host, context, req, &runtime, 0)
 }

@@ -167,8 +167,8 @@ fn the_reader_reads_every_field_of_the_schema() {
             .flat_map(|p| p.values())
     };
     assert_eq!(checked, properties().count());
-    assert_eq!(checked, 96);
+    assert_eq!(checked, 97);
     let with_default = properties().filter(|p| p.get("default").is_some());
     assert_eq!(defaults, with_default.count());
-    assert_eq!(defaults, 46);
+    assert_eq!(defaults, 47);
 }

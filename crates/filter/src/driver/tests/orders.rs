@@ -148,8 +148,19 @@ struct Case {
     /// The limits are local concurrency limits of `at_once` permits per
     /// user: once settled, that many fresh requests of each user pass.
     probe: bool,
-    /// Requests are decided once their body is in.
-    body: bool,
+    /// Whether requests come with a body, decided once it is in.
+    body: Body,
+}
+
+/// Whether requests come with a body, and what their headers do until it
+/// is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Body {
+    None,
+    /// The headers go on (`headers_while_reading_body: forward`).
+    Forwarded,
+    /// Envoy holds them (`hold`).
+    Held,
 }
 
 /// A request started.
@@ -170,8 +181,8 @@ struct Req {
 struct Run {
     sim: Sim,
     json: String,
-    /// Requests come with a body.
-    body: bool,
+    /// Whether requests come with a body.
+    body: Body,
     /// The roots alive, oldest first; every root ever made.
     roots: Vec<u32>,
     made: Vec<u32>,
@@ -186,11 +197,24 @@ struct Run {
     failures: usize,
 }
 
+/// The configuration of `case`: its rules, and its headers' setting.
+fn case_config(case: &Case) -> String {
+    let json = config(case.rules);
+    match case.body {
+        Body::None | Body::Forwarded => json,
+        Body::Held => json.replacen(
+            r#""rules":"#,
+            r#""headers_while_reading_body":"hold","rules":"#,
+            1,
+        ),
+    }
+}
+
 impl Run {
     fn new(case: &Case) -> Run {
         Run {
-            sim: Sim::new(case.rules),
-            json: config(case.rules),
+            sim: Sim::configured(&case_config(case)),
+            json: case_config(case),
             body: case.body,
             roots: vec![ROOT],
             made: vec![ROOT],
@@ -240,13 +264,20 @@ impl Run {
         h.streams.insert(context, stream);
         self.sim.w.request_created(root, context);
         h.focused = context;
-        let action = self.sim.w.request_headers(h, context, !self.body);
+        let no_body = self.body == Body::None;
+        let action = self.sim.w.request_headers(h, context, no_body);
+        let expected = match self.body {
+            Body::None => action,
+            Body::Forwarded => Action::Continue,
+            Body::Held => Action::Pause,
+        };
+        assert_eq!(action, expected, "the headers of a request with a body");
         self.slots[slot] = Some(self.requests.len());
         self.requests.push(Req {
             context,
             user,
             open: true,
-            paused: (!self.body).then_some(action == Action::Pause),
+            paused: no_body.then_some(action == Action::Pause),
             tokens: None,
             responded: false,
             ended_at: None,
@@ -721,7 +752,7 @@ const LOCAL_OUTCOME: Case = Case {
     in_all: None,
     counted: Counted::Permits,
     probe: false,
-    body: false,
+    body: Body::None,
 };
 
 const GLOBAL_OUTCOME: Case = Case {
@@ -732,7 +763,7 @@ const GLOBAL_OUTCOME: Case = Case {
     in_all: None,
     counted: Counted::ByOutcome,
     probe: false,
-    body: false,
+    body: Body::None,
 };
 
 const LOCAL_RATE: Case = Case {
@@ -742,7 +773,7 @@ const LOCAL_RATE: Case = Case {
     in_all: Some(3),
     counted: Counted::Permits,
     probe: false,
-    body: false,
+    body: Body::None,
 };
 
 const LOCAL_BLOCK: Case = Case {
@@ -752,7 +783,7 @@ const LOCAL_BLOCK: Case = Case {
     in_all: Some(3),
     counted: Counted::Permits,
     probe: false,
-    body: false,
+    body: Body::None,
 };
 
 const LOCAL_PERMITS: Case = Case {
@@ -762,7 +793,7 @@ const LOCAL_PERMITS: Case = Case {
     in_all: None,
     counted: Counted::Permits,
     probe: true,
-    body: false,
+    body: Body::None,
 };
 
 const LOCAL_WAIT: Case = Case {
@@ -772,7 +803,7 @@ const LOCAL_WAIT: Case = Case {
     in_all: None,
     counted: Counted::Permits,
     probe: true,
-    body: false,
+    body: Body::None,
 };
 
 const GLOBAL_RATE: Case = Case {
@@ -782,7 +813,7 @@ const GLOBAL_RATE: Case = Case {
     in_all: Some(3),
     counted: Counted::PerRequest,
     probe: false,
-    body: false,
+    body: Body::None,
 };
 
 const GLOBAL_BLOCK: Case = Case {
@@ -793,7 +824,7 @@ const GLOBAL_BLOCK: Case = Case {
     in_all: Some(3),
     counted: Counted::PerRequest,
     probe: false,
-    body: false,
+    body: Body::None,
 };
 
 const COALESCED: Case = Case {
@@ -804,7 +835,7 @@ const COALESCED: Case = Case {
     in_all: Some(3),
     counted: Counted::PerRequest,
     probe: false,
-    body: false,
+    body: Body::None,
 };
 
 const LEASED: Case = Case {
@@ -815,7 +846,7 @@ const LEASED: Case = Case {
     in_all: Some(4),
     counted: Counted::Leased,
     probe: false,
-    body: false,
+    body: Body::None,
 };
 
 /// Renewed about every second while held (the fake limiter never lets
@@ -827,7 +858,7 @@ const GLOBAL_PERMITS: Case = Case {
     in_all: None,
     counted: Counted::Permits,
     probe: false,
-    body: false,
+    body: Body::None,
 };
 
 /// At most 2 requests wait per worker: the next is denied at once.
@@ -838,7 +869,7 @@ const GLOBAL_WAIT: Case = Case {
     in_all: None,
     counted: Counted::Permits,
     probe: false,
-    body: false,
+    body: Body::None,
 };
 
 const LOCAL_COST: Case = Case {
@@ -849,7 +880,7 @@ const LOCAL_COST: Case = Case {
     in_all: None,
     counted: Counted::Permits,
     probe: false,
-    body: false,
+    body: Body::None,
 };
 
 const GLOBAL_COST: Case = Case {
@@ -860,7 +891,7 @@ const GLOBAL_COST: Case = Case {
     in_all: None,
     counted: Counted::ResponseCost,
     probe: false,
-    body: false,
+    body: Body::None,
 };
 
 const ELASTIC: Case = Case {
@@ -873,7 +904,7 @@ const ELASTIC: Case = Case {
     in_all: Some(3),
     counted: Counted::Permits,
     probe: false,
-    body: false,
+    body: Body::None,
 };
 
 const MIXED: Case = Case {
@@ -890,7 +921,7 @@ const MIXED: Case = Case {
     in_all: Some(4),
     counted: Counted::ResponseCost,
     probe: false,
-    body: false,
+    body: Body::None,
 };
 
 const LOCAL_DELAYED: Case = Case {
@@ -900,7 +931,7 @@ const LOCAL_DELAYED: Case = Case {
     in_all: None,
     counted: Counted::Permits,
     probe: false,
-    body: false,
+    body: Body::None,
 };
 
 const AFTER_BODY: Case = Case {
@@ -913,7 +944,13 @@ const AFTER_BODY: Case = Case {
     in_all: None,
     counted: Counted::ResponseCost,
     probe: false,
-    body: true,
+    body: Body::Forwarded,
+};
+
+/// As [`AFTER_BODY`], the headers held in Envoy until the decision.
+const AFTER_BODY_HEADERS_HELD: Case = Case {
+    body: Body::Held,
+    ..AFTER_BODY
 };
 
 /// Tokens in flight: 20 per user, each request estimated 10 (2 at once).
@@ -926,7 +963,7 @@ const LOCAL_TOKENS_IN_FLIGHT: Case = Case {
     in_all: None,
     counted: Counted::Permits,
     probe: true,
-    body: false,
+    body: Body::None,
 };
 
 const GLOBAL_TOKENS_IN_FLIGHT: Case = Case {
@@ -938,7 +975,7 @@ const GLOBAL_TOKENS_IN_FLIGHT: Case = Case {
     in_all: None,
     counted: Counted::ResponseCost,
     probe: false,
-    body: false,
+    body: Body::None,
 };
 
 proptest! {
@@ -1042,5 +1079,10 @@ proptest! {
     #[test]
     fn orders_decided_after_the_body(events in events()) {
         check(&AFTER_BODY, &events);
+    }
+
+    #[test]
+    fn orders_decided_after_the_body_with_the_headers_held(events in events()) {
+        check(&AFTER_BODY_HEADERS_HELD, &events);
     }
 }

@@ -16,7 +16,7 @@ use crate::config::compile::{
 };
 use crate::config::cost::{self, RESPONSE_ONLY, SOFT_BURST};
 use crate::config::matching;
-use crate::config::plan::{Cost, Estimate, OverrideLimit, Plan, Rule, RuleLimit};
+use crate::config::plan::{Cost, Estimate, OverrideLimit, Plan, RequestBody, Rule, RuleLimit};
 use crate::config::priority;
 use crate::config::raw::{Mode, Protocol, RawConfig, RawOverride, RawRule};
 use crate::engine::core::elastic;
@@ -56,10 +56,15 @@ impl Plan {
         let protocol = limiter.as_ref().map_or(Protocol::Sluice, |l| l.protocol);
         let keys = Shape::for_keys(local_max_keys, raw.local_when_full);
         let rules = compile_rules(&raw.domain, &raw.rules, protocol, limiter.is_some(), keys)?;
-        let request_body = rules.iter().any(|r| {
+        let reads_body = rules.iter().any(|r| {
             matches!(&r.cost, Cost::Response(c) if matches!(c.estimate, Estimate::Body(_)))
                 || r.key.iter().any(KeyPart::reads_body)
         });
+        let request_body = if reads_body {
+            RequestBody::Read(raw.headers_while_reading_body)
+        } else {
+            RequestBody::Unread
+        };
         Ok(Plan {
             request_body,
             seed_key: layout::seed_key(&raw.domain),
