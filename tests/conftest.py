@@ -25,8 +25,9 @@ def envoy_factory(tmp_path):
     """Starts Envoys with the Sluice filter; stops them all after the test."""
     started = []
 
-    def start(filter_config, **kwargs):
-        env = support.start_envoy(tmp_path, [support.wasm_filter(filter_config)], **kwargs)
+    def start(filter_config, allow_stop_iteration=False, **kwargs):
+        entry = support.wasm_filter(filter_config, allow_stop_iteration=allow_stop_iteration)
+        env = support.start_envoy(tmp_path, [entry], **kwargs)
         started.append(env)
         return env
 

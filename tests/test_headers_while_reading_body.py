@@ -31,13 +31,6 @@ def rule(scope: str = "local") -> dict:
     return {"name": "per-user", "key": ["body:user"], "limits": [limit]}
 
 
-def filter_entry(config: dict, allow_stop: bool) -> dict:
-    entry = wasm_filter(config)
-    if allow_stop:
-        entry["typed_config"]["config"]["allow_on_headers_stop_iteration"] = True
-    return entry
-
-
 @pytest.fixture
 def upstream():
     up = RecordingUpstream()
@@ -50,7 +43,7 @@ def proxy(tmp_path, upstream):
     started = []
 
     def start(config: dict, allow_stop: bool = True, clusters=(), **hcm):
-        e = start_envoy(tmp_path, [filter_entry(config, allow_stop)], clusters=[upstream.cluster(), *clusters],
+        e = start_envoy(tmp_path, [wasm_filter(config, allow_stop_iteration=allow_stop)], clusters=[upstream.cluster(), *clusters],
                         hcm_extra={**RecordingUpstream.route_config(), **hcm})
         started.append(e)
         return e

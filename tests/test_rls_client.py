@@ -312,6 +312,24 @@ def test_request_headers_reach_the_upstream_when_admitted(envoy, fake_rls, echo)
     assert echo.count == 1
 
 
+def test_request_headers_reach_the_upstream_of_a_request_decided_on_its_body_with_its_headers_held(
+        envoy, fake_rls, echo):
+    """With `headers_while_reading_body: hold` the headers wait in Envoy until
+    the decision, so the service's headers still reach the upstream."""
+    fake = fake_rls("envoy_ratelimit", limit=1)
+    fake.request_headers = [("x-from-rls", "yes")]
+    rules = [{"name": "per-user", "key": ["body:user"], "limits": [{"scope": "global"}]}]
+    config = {**rls_config(rules), "headers_while_reading_body": "hold"}
+    e = envoy(config, allow_stop_iteration=True, clusters=[limiter_cluster("rls", [fake.port]), echo.cluster()],
+              hcm_extra=EchoUpstream.route_config())
+    body = b'{"user": "a"}'
+    admitted = request(e.port, "/", method="POST", body=body, headers={"content-type": "application/json"})
+    assert admitted.status == 200
+    assert json.loads(admitted.body).get("x-from-rls") == "yes"
+    assert request(e.port, "/", method="POST", body=body, headers={"content-type": "application/json"}).status == 429
+    assert echo.count == 1
+
+
 def test_the_raw_body_is_the_body_of_an_http_denial(envoy, fake_rls):
     fake = fake_rls("limitador", limit=1)
     fake.raw_body = b'{"error": "slow down"}\n'

@@ -22,9 +22,12 @@ from .processes import READY_TIMEOUT, Process, free_port, pinned, wait_until
 
 
 def wasm_filter(config: dict | str, wasm_path: Path = SLUICE_WASM, vm_id: str = "sluice",
-                name: str = "sluice") -> dict:
-    """The HTTP filter entry that loads a proxy-wasm module with a JSON configuration."""
+                name: str = "sluice", allow_stop_iteration: bool = False) -> dict:
+    """The HTTP filter entry that loads a proxy-wasm module with a JSON configuration;
+    `allow_stop_iteration`: its `allow_on_headers_stop_iteration` (the headers of a
+    request may wait in Envoy while the filter reads the body)."""
     value = config if isinstance(config, str) else json.dumps(config)
+    stop = {"allow_on_headers_stop_iteration": True} if allow_stop_iteration else {}
     return {
         "name": name,
         "typed_config": {
@@ -32,6 +35,7 @@ def wasm_filter(config: dict | str, wasm_path: Path = SLUICE_WASM, vm_id: str = 
             "config": {
                 "name": name,
                 "root_id": name,
+                **stop,
                 "vm_config": {
                     "vm_id": vm_id,
                     "runtime": "envoy.wasm.runtime.v8",

@@ -12,6 +12,7 @@ use super::permits;
 use super::request::{Phase, Request, Wait};
 use super::worker::Worker;
 use super::HOLD_TICK;
+use crate::config::{HeadersWhileBody, RequestBody};
 use crate::engine::concurrency::Held;
 use crate::engine::{Admitted, Delayed, Denied, PendingCheck, Verdict};
 use crate::metrics::{MetricSink, RuleEvent};
@@ -88,7 +89,7 @@ pub(super) fn apply<H: Host>(
             }
             req.phase = Phase::Decided;
             if let Some(reply) = &req.reply {
-                add_request_headers(host, reply, req.shown.is_some());
+                add_request_headers(host, reply, headers_went_on(req, runtime));
             }
             Action::Continue
         }
@@ -100,7 +101,7 @@ pub(super) fn apply<H: Host>(
                     req.admitted = Some(held.admitted());
                     req.phase = Phase::Held(held);
                     if let Some(reply) = &req.reply {
-                        add_request_headers(host, reply, req.shown.is_some());
+                        add_request_headers(host, reply, headers_went_on(req, runtime));
                     }
                 }
                 Err(taken) => {
@@ -126,6 +127,14 @@ pub(super) fn apply<H: Host>(
             Action::Pause
         }
     }
+}
+
+/// Whether the request's headers went on before its decision (decided on
+/// its body, the headers forwarded meanwhile): nothing can be added to
+/// them.
+fn headers_went_on<H: Host>(req: &Request<H>, runtime: &Shared<H>) -> bool {
+    let forwarded = RequestBody::Read(HeadersWhileBody::Forward);
+    req.shown.is_some() && runtime.plan.request_body == forwarded
 }
 
 /// Keeps the permits `held` until the stream ends.

@@ -187,9 +187,9 @@ fn service_headers(plan: &Plan) -> ServiceHeaders {
 }
 
 /// Adds the request headers a rate limit service asked for to the admitted
-/// request, unless they went on before its decision (`shown`).
-pub(super) fn add_request_headers<H: Host>(host: &mut H, reply: &Reply, shown: bool) {
-    if shown {
+/// request, unless they went on before its decision (`went_on`).
+pub(super) fn add_request_headers<H: Host>(host: &mut H, reply: &Reply, went_on: bool) {
+    if went_on {
         return;
     }
     for (name, value) in &reply.request_headers {
