@@ -76,6 +76,20 @@ def test_headers_come_from_the_services_statuses(envoy, processes, tmp_path):
     assert denied.header("x-ratelimit-remaining") == "0"
 
 
+def test_a_request_estimated_at_zero_takes_nothing_from_the_service(envoy, processes, tmp_path):
+    """An estimate of 0 goes in each descriptor's own `hits_addend` (the
+    request's reads 0 as 1): the service's count is untouched, and a
+    request weighing 1 after them sees the whole limit."""
+    _, grpc = rls_limiter(processes, tmp_path)
+    zero = [{"name": "per-user", "key": ["header:x-user"], "limits": [{"scope": "global"}],
+             "cost": {"estimate": 0, "response": "header:x-tokens"}}]
+    free, plain = (envoy(rls_config(rules), clusters=[limiter_cluster("rls", [grpc])]) for rules in (zero, RULES))
+    answers = [request(free.port, "/", headers={"x-user": "z"}) for _ in range(5)]
+    assert [(r.status, r.header("x-ratelimit-remaining")) for r in answers] == [(200, "20")] * 5
+    r = request(plain.port, "/", headers={"x-user": "z"})
+    assert (r.status, r.header("x-ratelimit-remaining")) == (200, "19")
+
+
 def test_the_over_limit_cache_spares_the_service(envoy, processes, tmp_path):
     limiter, grpc = rls_limiter(processes, tmp_path, requests=2)
     e = envoy(rls_config(), clusters=[limiter_cluster("rls", [grpc])])

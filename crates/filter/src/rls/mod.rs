@@ -34,7 +34,9 @@ pub struct Descriptor {
 }
 
 /// Encodes a `RateLimitRequest` of `domain` for `descriptors`, each adding
-/// `hits` unless it says otherwise.
+/// `hits` unless it says otherwise. The request's `hits_addend` cannot say
+/// 0 (a `uint32` of 0 reads as 1): a weight of 0 goes in each descriptor's
+/// own `hits_addend` (a `UInt64Value`), which services that read it honour.
 pub fn encode_request(domain: &str, descriptors: &[Descriptor], hits: u64) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
     put_bytes(&mut out, 1, domain.as_bytes());
@@ -55,7 +57,7 @@ pub fn encode_request(domain: &str, descriptors: &[Descriptor], hits: u64) -> Ve
             put_varint_field(&mut entry, 2, u64::from(limit.unit.code().unsigned_abs()));
             put_bytes(&mut descriptor, 2, &entry);
         }
-        if let Some(h) = d.hits {
+        if let Some(h) = d.hits.or((hits == 0).then_some(0)) {
             // google.protobuf.UInt64Value { value = 1 }
             entry.clear();
             put_varint_field(&mut entry, 1, h);
@@ -66,7 +68,7 @@ pub fn encode_request(domain: &str, descriptors: &[Descriptor], hits: u64) -> Ve
     // uint32 on the wire: a larger weight cannot be said, and is capped
     // (it is far above any limit an RLS can hold).
     let hits = hits.min(u64::from(u32::MAX));
-    if hits != 1 {
+    if hits > 1 {
         put_varint_field(&mut out, 3, hits);
     }
     out
@@ -116,5 +118,24 @@ mod tests {
         assert!(body.ends_with(&[0x18, 5]), "{body:?}");
         let wrapped = [0x1a, 3, 0x08, 0xac, 0x02];
         assert!(body.windows(5).any(|w| w == wrapped), "{body:?}");
+        // A weight of 0: in each descriptor without its own (a
+        // UInt64Value of 0), none in the request (where 0 reads as 1).
+        let body = encode_request(
+            "d",
+            &[
+                descriptor(&[("k", "v")], None),
+                descriptor(&[("k", "w")], Some(2)),
+            ],
+            0,
+        );
+        let zero = [0x1a, 2, 0x08, 0x00];
+        let two = [0x1a, 2, 0x08, 0x02];
+        assert_eq!(
+            body.windows(4).filter(|w| *w == zero).count(),
+            1,
+            "{body:?}"
+        );
+        assert_eq!(body.windows(4).filter(|w| *w == two).count(), 1, "{body:?}");
+        assert!(!body.ends_with(&[0x18, 0]), "{body:?}");
     }
 }
