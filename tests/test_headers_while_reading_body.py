@@ -4,7 +4,8 @@ and a refused request's body never follows; with `headers_while_reading_body:
 hold` and Envoy's `allow_on_headers_stop_iteration`, nothing of a refused
 request reaches the upstream, and an admitted one arrives whole, after its
 body was sent. Without Envoy's setting, such requests stall until Envoy's
-stream idle timeout."""
+stream idle timeout. A request that ends with trailers is decided on them,
+in both modes."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ import socket
 import threading
 import time
 
+import h2.config
+import h2.connection
+import h2.events
 import pytest
 
 from support import limiter_cluster, sluice_config, start_envoy, wait_until, wasm_filter
@@ -180,3 +184,39 @@ def test_held_headers_without_envoys_setting_stall_until_the_stream_idle_timeout
     # and Envoy's own answer at its stream idle timeout.
     assert [post(e.port, "gil", tag())[0] for _ in range(2)] == [504, 504]
     assert upstream.seen == []
+
+
+def h2_post_with_trailers(port: int, user: str, label: str) -> int:
+    """An HTTP/2 POST of `{"user": user}` in two DATA frames, ended by
+    trailers; its status."""
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        conn.initiate_connection()
+        stream = conn.get_next_available_stream_id()
+        conn.send_headers(stream, [(":method", "POST"), (":path", "/"), (":scheme", "http"), (":authority", "x"),
+                                   ("content-type", "application/json"), ("x-tag", label)])
+        body = f'{{"user":"{user}"}}'.encode()
+        conn.send_data(stream, body[:5])
+        s.sendall(conn.data_to_send())
+        conn.send_data(stream, body[5:])
+        conn.send_headers(stream, [("x-checksum", "1")], end_stream=True)
+        s.sendall(conn.data_to_send())
+        while True:
+            data = s.recv(65536)
+            assert data, "the connection closed without an answer"
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.ResponseReceived) and event.stream_id == stream:
+                    return int(dict(event.headers)[b":status"])
+            s.sendall(conn.data_to_send())
+
+
+@pytest.mark.parametrize("headers", ["forward", "hold"])
+def test_a_request_ending_with_trailers_is_decided_on_its_body(proxy, upstream, headers):
+    e = proxy(sluice_config([rule()], headers_while_reading_body=headers), allow_stop=headers == "hold")
+    labels = [tag() for _ in range(LIMIT + 3)]
+    assert [h2_post_with_trailers(e.port, "hal", t) for t in labels] == [200] * LIMIT + [429] * 3
+    admitted, refused = sorted(labels[:LIMIT]), sorted(labels[LIMIT:])
+    # The refused ones' bodies never reach the upstream; with `hold`, nothing of them does.
+    wait_until(lambda: upstream.tags() == sorted(admitted + (refused if headers == "forward" else [])),
+               what="what the upstream saw")
+    assert upstream.tags(complete=True) == admitted

@@ -154,6 +154,13 @@ impl HttpContext for Filter {
         }))
     }
 
+    fn on_http_request_trailers(&mut self, _: usize) -> Action {
+        let continues = driver::Action::Continue;
+        action(with_worker(continues, |w, p| {
+            w.request_trailers(p, self.id)
+        }))
+    }
+
     fn on_http_response_headers(&mut self, _: usize, _: bool) -> Action {
         with_worker((), |w, p| w.response_headers(p, self.id));
         Action::Continue

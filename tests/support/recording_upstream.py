@@ -36,12 +36,10 @@ class RecordingUpstream(HttpUpstream):
                 with outer._lock:
                     index = len(outer.seen)
                     outer.seen.append(Seen(label, at, None))
-                length = int(self.headers.get("content-length", 0))
                 try:
-                    body = self.rfile.read(length)
+                    whole = self._body()
                 except OSError:  # Envoy reset the stream
-                    body = b""
-                whole = body if len(body) == length else None
+                    whole = None
                 with outer._lock:
                     outer.seen[index] = Seen(label, at, whole)
                 if whole is None:
@@ -51,6 +49,29 @@ class RecordingUpstream(HttpUpstream):
                 self.send_header("content-length", "3")
                 self.end_headers()
                 self.wfile.write(b"ok\n")
+
+            def _body(self) -> bytes | None:
+                """The whole body (of its length, or chunked with any
+                trailers), or None if the stream ended before."""
+                if self.headers.get("transfer-encoding", "").lower() != "chunked":
+                    length = int(self.headers.get("content-length", 0))
+                    body = self.rfile.read(length)
+                    return body if len(body) == length else None
+                body = b""
+                while True:
+                    line = self.rfile.readline()
+                    if not line.endswith(b"\r\n"):
+                        return None
+                    size = int(line.split(b";")[0], 16)
+                    if size == 0:
+                        break
+                    chunk = self.rfile.read(size + 2)
+                    if len(chunk) < size + 2:
+                        return None
+                    body += chunk[:size]
+                while (line := self.rfile.readline()) not in (b"\r\n", b""):
+                    pass  # trailers
+                return body if line == b"\r\n" else None
 
             def log_message(self, *args):
                 pass

@@ -161,6 +161,13 @@ impl<H: Host> Worker<H> {
         })
     }
 
+    /// The request's trailers are in.
+    pub fn request_trailers(&mut self, host: &mut H, context: u32) -> Action {
+        self.with_request(context, Action::Continue, |w, req| {
+            stream::trailers(w, host, context, req)
+        })
+    }
+
     /// The response's headers are in (the response's callbacks need only
     /// the request: it stays in the table).
     pub fn response_headers(&mut self, host: &mut H, context: u32) {

@@ -39,8 +39,9 @@ pub(super) struct Request<H: Host> {
 pub(super) enum Phase<H: Host> {
     /// Its headers are not in yet.
     New,
-    /// Its headers went on; it is decided once its body is in.
-    AwaitingBody,
+    /// It is decided once its body is in (its last chunk, or its trailers
+    /// after it); `seen`: the bytes of it held so far.
+    AwaitingBody { seen: usize },
     /// Its own check is out; `group`: the coalescing group whose next call
     /// waits for it.
     Checking {

@@ -68,7 +68,7 @@ pub(super) fn headers<H: Host>(
         // Decided once the body is in, which is held until then. Envoy's
         // proxy-wasm host delivers no body to a filter that holds the
         // headers unless the plugin allows it (`hold`): otherwise they go on.
-        req.phase = Phase::AwaitingBody;
+        req.phase = Phase::AwaitingBody { seen: 0 };
         req.shown = Some(snapshot(host));
         return match headers {
             HeadersWhileBody::Forward => Action::Continue,
@@ -87,14 +87,31 @@ pub(super) fn body<H: Host>(
     body_size: usize,
     end_of_stream: bool,
 ) -> Action {
-    if !matches!(req.phase, Phase::AwaitingBody) {
+    let Phase::AwaitingBody { seen } = &mut req.phase else {
         return Action::Continue;
-    }
+    };
     if !end_of_stream {
+        *seen = body_size;
         return Action::Pause;
     }
     let runtime = Rc::clone(&req.runtime);
     decide(w, host, context, req, &runtime, body_size)
+}
+
+/// The request's trailers are in, which end it: one still waiting for its
+/// body is decided on what of it came (a request must not pass undecided
+/// by ending with trailers).
+pub(super) fn trailers<H: Host>(
+    w: &mut Worker<H>,
+    host: &mut H,
+    context: u32,
+    req: &mut Request<H>,
+) -> Action {
+    let Phase::AwaitingBody { seen } = req.phase else {
+        return Action::Continue;
+    };
+    let runtime = Rc::clone(&req.runtime);
+    decide(w, host, context, req, &runtime, seen)
 }
 
 /// Decides the request (its body of `body_size` bytes in, if waited for)
@@ -352,7 +369,7 @@ pub(super) fn leave<H: Host>(w: &mut Worker<H>, host: &mut H, context: u32, req:
     } = req;
     match phase {
         // A quota poll's call is dropped with it; it took nothing.
-        Phase::New | Phase::AwaitingBody | Phase::Decided | Phase::Quota(_) => {}
+        Phase::New | Phase::AwaitingBody { .. } | Phase::Decided | Phase::Quota(_) => {}
         Phase::Checking { pending, group, .. } => {
             // Its call is dropped with it: the group calls again, and what
             // it took locally goes back.

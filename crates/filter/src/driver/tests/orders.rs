@@ -53,8 +53,9 @@ const BODY: &[u8] = br#"{"max_tokens":10}"#;
 enum Event {
     /// A request starts in a free slot, from user `USERS[user]`.
     Start { slot: usize, user: usize },
-    /// The request of the slot has sent its body (`{"max_tokens":10}`).
-    Body { slot: usize },
+    /// The request of the slot has sent its body (`{"max_tokens":10}`),
+    /// ending with it or (`trailers`) with trailers after it.
+    Body { slot: usize, trailers: bool },
     /// The request of the slot ends (its client left, or it completed).
     End { slot: usize },
     /// Its upstream responds, `x-tokens: tokens`.
@@ -88,7 +89,7 @@ fn event() -> impl Strategy<Value = Event> {
     let slot = 0..SLOTS;
     prop_oneof![
         6 => (slot.clone(), 0..USERS.len()).prop_map(|(slot, user)| Event::Start { slot, user }),
-        4 => slot.clone().prop_map(|slot| Event::Body { slot }),
+        4 => (slot.clone(), any::<bool>()).prop_map(|(slot, trailers)| Event::Body { slot, trailers }),
         3 => slot.clone().prop_map(|slot| Event::End { slot }),
         3 => (slot, 0..40u64).prop_map(|(slot, tokens)| Event::Respond { slot, tokens }),
         4 => Just(Event::Wake),
@@ -229,7 +230,7 @@ impl Run {
     fn apply(&mut self, event: &Event) {
         match *event {
             Event::Start { slot, user } => self.start(slot, user),
-            Event::Body { slot } => self.body(slot),
+            Event::Body { slot, trailers } => self.body(slot, trailers),
             Event::End { slot } => self.end(slot),
             Event::Respond { slot, tokens } => self.respond(slot, tokens),
             Event::Wake => {
@@ -284,7 +285,7 @@ impl Run {
         });
     }
 
-    fn body(&mut self, slot: usize) {
+    fn body(&mut self, slot: usize, trailers: bool) {
         let Some(at) = self.slots[slot] else {
             return;
         };
@@ -293,10 +294,15 @@ impl Run {
         }
         let context = self.requests[at].context;
         self.sim.h.focused = context;
-        let action = self
-            .sim
-            .w
-            .request_body(&mut self.sim.h, context, BODY.len(), true);
+        let w = &mut self.sim.w;
+        let action = w.request_body(&mut self.sim.h, context, BODY.len(), !trailers);
+        // Trailers end it: it is decided on them, on the body held.
+        let action = if trailers {
+            assert_eq!(action, Action::Pause, "a body before its trailers is held");
+            w.request_trailers(&mut self.sim.h, context)
+        } else {
+            action
+        };
         self.requests[at].paused = Some(action == Action::Pause);
     }
 
