@@ -140,3 +140,22 @@ def test_reconfiguration_keeps_counters(envoy):
 def test_empty_rules_pass_everything(envoy):
     e = envoy(sluice_config([]))
     assert statuses(e.port, 3) == [200, 200, 200]
+
+
+# One path written five ways: as is, with a doubled slash, a dot segment,
+# a parent segment, and a percent-encoded unreserved letter.
+SPELLINGS = ["/login", "//login", "/./login", "/x/../login", "/%6Cogin"]
+
+
+def test_paths_reach_rules_as_envoy_normalises_them(envoy):
+    """Rules match the path Envoy hands its filters: without the HTTP
+    connection manager's `normalize_path` and `merge_slashes`, the other
+    spellings of `/login` miss a rule on `/login` (an upstream that
+    normalises would serve them all); with them, every spelling counts."""
+    rule = [{"name": "login", "match": {"path": "/login"}, "key": ["const:all"],
+             "limits": [{"algorithm": "fixed_window", "requests": 1, "window": "1h"}]}]
+    raw = envoy(sluice_config(rule))
+    assert [request(raw.port, p).status for p in SPELLINGS] == [200, 200, 200, 200, 200]
+    assert request(raw.port, "/login").status == 429
+    normalised = envoy(sluice_config(rule), hcm_extra={"normalize_path": True, "merge_slashes": True})
+    assert [request(normalised.port, p).status for p in SPELLINGS] == [200, 429, 429, 429, 429]
