@@ -75,6 +75,21 @@ pub struct Refined {
     pub capture: Option<Pattern>,
     /// The key text when the value is missing.
     pub default: Option<String>,
+    /// How the value's text is cased (not `default`'s).
+    pub case: Case,
+}
+
+/// How a refined key part's value is cased in the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", serde(rename_all = "snake_case"))]
+pub enum Case {
+    /// As sent.
+    #[default]
+    AsSent,
+    /// ASCII letters `A`-`Z` as `a`-`z`, everything else as sent: spellings
+    /// of one name that differ only in case share a key.
+    Lower,
 }
 
 impl KeyPart {
@@ -300,13 +315,15 @@ impl<'a, V: RequestView> Request<'a, V> {
             (None, true) => Some(value.as_str()),
             (_, false) => None,
         };
-        match text.or(r.default.as_deref()) {
-            Some(text) => {
-                out.push_str(text);
-                true
-            }
-            None => false,
+        match (text, r.case) {
+            (Some(text), Case::AsSent) => out.push_str(text),
+            (Some(text), Case::Lower) => out.extend(text.chars().map(|c| c.to_ascii_lowercase())),
+            (None, _) => match r.default.as_deref() {
+                Some(default) => out.push_str(default),
+                None => return false,
+            },
         }
+        true
     }
 }
 
@@ -514,10 +531,51 @@ mod tests {
                 r#"{"part":"cookie:x","default":"y"}"#,
                 "rules[0].key[0].part",
             ),
+            (
+                r#"{"part":"header:x","case":"upper"}"#,
+                "rules[0].key[0].case",
+            ),
         ] {
             let err = parse(bad).unwrap_err();
             assert_eq!(err.path, field, "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn a_lower_cased_part_keys_the_spellings_of_one_name_together() {
+        let parse = |json: &str| {
+            crate::config::parse(
+                format!(r#"{{"domain":"d","rules":[{{"name":"r","key":[{json}],"limits":[{{"algorithm":"gcra","requests":1,"window":"1s"}}]}}]}}"#).as_bytes(),
+            )
+            .map(|p| p.rules[0].key.clone())
+            .unwrap()
+        };
+        let user = parse(r#"{"part":"header:x-user","case":"lower"}"#);
+        let mailbox = parse(
+            r#"{"part":"header:x-user","regex":"([^@]+)@.*","case":"lower","default":"NONE"}"#,
+        );
+        let policy = ClientIpPolicy::default();
+        let write = |value: Option<&str>, parts: &[KeyPart]| {
+            let req = match value {
+                Some(v) => FakeRequest::get("/").with("x-user", v),
+                None => FakeRequest::get("/"),
+            };
+            let mut out = String::new();
+            Request::new(&req, &policy)
+                .write_key(parts, &mut out)
+                .then_some(out)
+        };
+        for spelling in ["Ann@Example.COM", "ann@example.com", "ANN@EXAMPLE.COM"] {
+            assert_eq!(
+                write(Some(spelling), &user).as_deref(),
+                Some("ann@example.com")
+            );
+            assert_eq!(write(Some(spelling), &mailbox).as_deref(), Some("ann"));
+        }
+        // Only ASCII letters change; a default is as written.
+        assert_eq!(write(Some("Ölaf"), &user).as_deref(), Some("Ölaf"));
+        assert_eq!(write(None, &user), None);
+        assert_eq!(write(None, &mailbox).as_deref(), Some("NONE"));
     }
 
     #[test]

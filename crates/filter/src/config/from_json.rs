@@ -26,7 +26,8 @@ pub fn raw_config(json: &[u8]) -> Read<RawConfig> {
 }
 
 /// What a key part must be, for error messages.
-const KEY_PART_EXPECTED: &str = "a key part: a string or {\"part\", \"regex\", \"default\"}";
+const KEY_PART_EXPECTED: &str =
+    "a key part: a string or {\"part\", \"regex\", \"default\", \"case\"}";
 
 impl ReadJson for RawKeyPart {
     fn read_json(n: &Node<'_>) -> Read<Self> {
@@ -37,11 +38,13 @@ impl ReadJson for RawKeyPart {
                     part,
                     regex,
                     default,
+                    case,
                 } = RawRefinedPart::read_json(n)?;
                 Ok(RawKeyPart::Refined {
                     part,
                     regex,
                     default,
+                    case,
                 })
             }
             _ => Err(n.invalid_type_any(KEY_PART_EXPECTED)),
@@ -136,6 +139,7 @@ mod tests {
             part: part.to_string(),
             regex: None,
             default: None,
+            case: crate::key::Case::AsSent,
         };
         assert_eq!(raw.rules[0].key, [refined("path"), refined("method")]);
     }
@@ -256,7 +260,7 @@ mod tests {
             ),
             (
                 r#"{"domain":"d","rules":[{"name":"r","key":[7],"limits":[]}]}"#,
-                r#"rules[0].key[0]: invalid type: integer `7`, expected a key part: a string or {"part", "regex", "default"} at line 1 column 43"#,
+                r#"rules[0].key[0]: invalid type: integer `7`, expected a key part: a string or {"part", "regex", "default", "case"} at line 1 column 43"#,
             ),
             (
                 r#"{"domain":"d","rules":[{"name":"r","key":["path"],"limits":[],"match":{"headers":[{"name":"x","present":"yes"}]}}]}"#,

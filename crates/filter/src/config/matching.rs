@@ -4,7 +4,7 @@
 use super::checks::field_path;
 use super::raw::{RawHeaderMatch, RawKeyPart, RawMatch, RawPartMatch};
 use crate::key::source::BODY_ONLY_IN_KEY;
-use crate::key::{KeyPart, Refined};
+use crate::key::{Case, KeyPart, Refined};
 use crate::matcher::{HeaderCondition, HeaderTest, Matcher, PartCondition, PathMatch, Pattern};
 use sluice_core::FieldError;
 
@@ -133,7 +133,7 @@ pub const MAX_DEFAULT_LEN: usize = 256;
 
 /// Compiles key part `raw` at JSON path `path`.
 pub fn key_part(path: &str, raw: &RawKeyPart) -> Result<KeyPart, FieldError> {
-    let (text, regex, default) = match raw {
+    let (text, regex, default, case) = match raw {
         RawKeyPart::Text(text) => {
             return KeyPart::parse(text).map_err(|m| FieldError::at(path, m));
         }
@@ -141,7 +141,8 @@ pub fn key_part(path: &str, raw: &RawKeyPart) -> Result<KeyPart, FieldError> {
             part,
             regex,
             default,
-        } => (part, regex, default),
+            case,
+        } => (part, regex, default, *case),
     };
     let part = KeyPart::parse(text).map_err(|m| FieldError::at(field_path(path, "part"), m))?;
     if matches!(part, KeyPart::Const(_)) {
@@ -160,13 +161,14 @@ pub fn key_part(path: &str, raw: &RawKeyPart) -> Result<KeyPart, FieldError> {
             format!("must be at most {MAX_DEFAULT_LEN} bytes"),
         ));
     }
-    if capture.is_none() && default.is_none() {
-        return Err(FieldError::at(path, "set regex, default or both"));
+    if capture.is_none() && default.is_none() && case == Case::AsSent {
+        return Err(FieldError::at(path, "set regex, default or case"));
     }
     Ok(KeyPart::Refined(Box::new(Refined {
         part,
         capture,
         default: default.clone(),
+        case,
     })))
 }
 

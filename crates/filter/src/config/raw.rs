@@ -11,7 +11,7 @@
 //!
 //! Every struct refuses unknown fields so that a typo is an error rather than
 //! a silently ignored setting. The forms that are one of several JSON types
-//! (`RawKeyPart`, and a cost's forms in `raw/cost.rs`: `RawCost`,
+//! (`RawKeyPart` in `raw/key.rs`, and a cost's forms in `raw/cost.rs`: `RawCost`,
 //! `RawEstimate`, `RawPlaces`, `RawTimes`) are read by hand in
 //! [`from_json`](super::from_json). Values are checked and converted by
 //! [`compile`](super::compile).
@@ -26,11 +26,13 @@ pub use cost::{
 };
 
 pub use body::HeadersWhileBody;
+pub use key::{RawKeyPart, RawRefinedPart};
 pub use outcome::{RawCountWhen, RawResponseHeader};
 pub use topkeys::{KeyShown, RawTopLimitedKeys};
 
 mod body;
 mod cost;
+mod key;
 mod outcome;
 mod topkeys;
 
@@ -297,40 +299,6 @@ pub struct RawPriorityClass {
     pub name: String,
     /// Percent of each limit the class may use, 1 to 100.
     pub share: u64,
-}
-}
-
-/// A key part as written: its text, or an object narrowing its value with
-/// a regular expression or giving it a default (read as a
-/// [`RawRefinedPart`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RawKeyPart {
-    /// `client_ip`, `header:NAME`, `jwt:CLAIM` ...
-    Text(String),
-    /// `{"part": ..., "regex": ..., "default": ...}`.
-    Refined {
-        /// The part, as in the text form.
-        part: String,
-        /// The key text is the value's first group (or whole match); a
-        /// value it does not match is missing.
-        regex: Option<String>,
-        /// The key text when the value is missing.
-        default: Option<String>,
-    },
-}
-
-raw_struct! {
-/// A key part whose value is narrowed by `regex` (its first group, or its whole match; a value it does not match is missing) or replaced by `default` when missing.
-#[derive(Debug)]
-pub struct RawRefinedPart {
-    // The fields mean what `RawKeyPart::Refined`'s do; without docs of
-    // their own, `part` keeps the key part's description in the schema.
-    #[schema(schemars(schema_with = "crate::config::schema::key_part"))]
-    pub part: String,
-    #[default]
-    pub regex: Option<String>,
-    #[default]
-    pub default: Option<String>,
 }
 }
 
