@@ -202,13 +202,13 @@ impl<'a, V: RequestView> Request<'a, V> {
             .map(|p| p.split_once('?').map_or(p, |(path, _)| path))
     }
 
-    /// The raw value of query parameter `name`.
-    pub fn query(&self, name: &str) -> Option<&str> {
+    /// The value of query parameter `name` (the first, if repeated),
+    /// decoded as a form-encoded query is: `%XX` escapes, in names too, and
+    /// `+` as a space; bytes that are not UTF-8 read as U+FFFD. The
+    /// upstream sees `%61nn` as `ann`: so does the key.
+    pub fn query(&self, name: &str) -> Option<Cow<'_, str>> {
         let (_, query) = self.raw_path()?.split_once('?')?;
-        query.split('&').find_map(|pair| {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            (k == name).then_some(v)
-        })
+        form_urlencoded::parse(query.as_bytes()).find_map(|(k, v)| (k == name).then_some(v))
     }
 
     /// The method.
@@ -280,7 +280,7 @@ impl<'a, V: RequestView> Request<'a, V> {
                     .header(":authority")
                     .map(|v| out.push_str(&v))
                     .is_some(),
-                KeyPart::Query(name) => self.query(name).map(|v| out.push_str(v)).is_some(),
+                KeyPart::Query(name) => self.query(name).map(|v| out.push_str(&v)).is_some(),
                 KeyPart::Const(text) => {
                     out.push_str(text);
                     true
@@ -385,6 +385,23 @@ mod tests {
             key(&req, &["query:id", "query:flag", "const:v1"]).as_deref(),
             Some("7||v1")
         );
+    }
+
+    #[test]
+    fn query_parameters_are_read_as_the_upstream_decodes_them() {
+        for path in [
+            "/?user=ann",
+            "/?user=%61nn",
+            "/?us%65r=%61%6En",
+            "/?x=1&user=ann&user=bob",
+        ] {
+            let req = FakeRequest::get(path);
+            assert_eq!(key(&req, &["query:user"]).as_deref(), Some("ann"), "{path}");
+        }
+        let req = FakeRequest::get("/?q=a+b%2Bc&bad=%FF&empty");
+        assert_eq!(key(&req, &["query:q"]).as_deref(), Some("a b+c"));
+        assert_eq!(key(&req, &["query:bad"]).as_deref(), Some("\u{fffd}"));
+        assert_eq!(key(&req, &["query:empty"]).as_deref(), Some(""));
     }
 
     /// A view that counts header reads.
