@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import urllib.parse
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -57,11 +58,14 @@ def login(tmp_path):
         env.stop()
 
 
-def attempt(env, address: str, user: str, good: bool = False):
-    headers = {"x-forwarded-for": address, "content-type": "application/json"}
+def attempt(env, address: str, user: str, good: bool = False, form: bool = False):
+    """A login as JSON, or (`form`) as a login form posts it."""
+    headers = {"x-forwarded-for": address,
+               "content-type": "application/x-www-form-urlencoded" if form else "application/json"}
     if good:
         headers["x-password"] = "open-sesame"
-    body = json.dumps({"username": user, "password": "guess"}).encode()
+    fields = {"username": user, "password": "guess"}
+    body = (urllib.parse.urlencode(fields) if form else json.dumps(fields)).encode()
     return request(env.port, "/login", method="POST", headers=headers, body=body)
 
 
@@ -97,9 +101,9 @@ def test_failed_logins_are_cut_off_after_exactly_five_and_the_address_is_boxed(l
 
 def test_one_username_is_cut_off_after_ten_failures_from_any_address(login):
     user = f"bob-{uuid.uuid4().hex[:8]}"
-    # Spelled in any case, it is one user.
+    # Spelled in any case, posted as JSON or as a form, it is one user.
     spellings = [user, user.upper(), user.capitalize()]
-    statuses = [attempt(login, fresh_address(), spellings[n % 3]).status for n in range(14)]
+    statuses = [attempt(login, fresh_address(), spellings[n % 3], form=n % 2 == 1).status for n in range(14)]
     assert statuses == [401] * 10 + [429] * 4
     # Its successful logins are refused too until the hour ends; other users are not.
     assert attempt(login, fresh_address(), user, good=True).status == 429

@@ -186,6 +186,13 @@ impl<'a, V: RequestView> Request<'a, V> {
     /// once), as text; `None` when there is no body or no such value.
     pub fn body_text(&self, path: &FieldPath) -> Option<String> {
         let body = self.body.get_or_init(|| self.view.body()).as_deref()?;
+        // A form is read as the upstream reads it (a login form's fields).
+        let form = self
+            .header("content-type")
+            .is_some_and(|t| body::is_form(&t));
+        if form {
+            return body::form_field(body, path);
+        }
         body::field_text(body, path)
     }
 
@@ -593,6 +600,42 @@ mod tests {
         assert_eq!(write(Some("Ölaf"), &user).as_deref(), Some("Ölaf"));
         assert_eq!(write(None, &user), None);
         assert_eq!(write(None, &mailbox).as_deref(), Some("NONE"));
+    }
+
+    #[test]
+    fn body_parts_read_a_form_as_the_upstream_does() {
+        let form = |content_type: &str, body: &str| {
+            FakeRequest::get("/login")
+                .with("content-type", content_type)
+                .with_body(body)
+        };
+        let urlencoded = "application/x-www-form-urlencoded";
+        for (content_type, body) in [
+            (urlencoded, "username=ann&password=x"),
+            (
+                "Application/X-WWW-Form-Urlencoded; charset=utf-8",
+                "password=x&user%6Eame=%61nn",
+            ),
+            (urlencoded, "username=ann&username=bob"),
+            ("application/json", r#"{"username":"ann"}"#),
+        ] {
+            let req = form(content_type, body);
+            assert_eq!(
+                key(&req, &["body:username"]).as_deref(),
+                Some("ann"),
+                "{body}"
+            );
+        }
+        let spaced = form(urlencoded, "username=ann+lee");
+        assert_eq!(key(&spaced, &["body:username"]).as_deref(), Some("ann lee"));
+        // A form is flat; JSON sent as a form, or a form sent as JSON, has no field.
+        for (content_type, body, part) in [
+            (urlencoded, "user.name=ann", "body:user.name"),
+            (urlencoded, r#"{"username":"ann"}"#, "body:username"),
+            ("application/json", "username=ann", "body:username"),
+        ] {
+            assert_eq!(key(&form(content_type, body), &[part]), None, "{body}");
+        }
     }
 
     #[test]

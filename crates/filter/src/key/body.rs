@@ -1,6 +1,7 @@
 //! A key part from the request's JSON body (`body:model`): the text of the
 //! string, or the decimal of the integer, at a field path, so that each
-//! model of an LLM API can have its own limit.
+//! model of an LLM API can have its own limit; or a field of a form body
+//! (`body:username` of a login form).
 //!
 //! The body is one the filter already holds whole (a rule reading it makes
 //! the request wait for its body, within Envoy's buffer limit). It is read
@@ -21,6 +22,24 @@ pub fn field_text(body: &[u8], path: &FieldPath) -> Option<String> {
     let found = At { path, level: 0 }.deserialize(&mut de).ok()?;
     de.end().ok()?;
     found
+}
+
+/// Whether a request of content type `content_type` sends a form
+/// (`application/x-www-form-urlencoded`, any parameters after it).
+pub fn is_form(content_type: &str) -> bool {
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    essence.eq_ignore_ascii_case("application/x-www-form-urlencoded")
+}
+
+/// The first value of field `path` (a path of one name) of the form
+/// `body`, decoded (`%XX`, `+` as a space); `None` when it has none, and
+/// for a path of several names (a form is flat).
+pub fn form_field(body: &[u8], path: &FieldPath) -> Option<String> {
+    let mut keys = path.keys();
+    let (Some(name), None) = (keys.next(), keys.next()) else {
+        return None;
+    };
+    form_urlencoded::parse(body).find_map(|(k, v)| (k == name).then(|| v.into_owned()))
 }
 
 /// What is looked for at `level` of `path` (past the last key: the value).
