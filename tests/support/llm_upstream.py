@@ -59,14 +59,24 @@ class LlmUpstream(HttpUpstream):
             self.requests += 1
             self.in_flight[user] = self.in_flight.get(user, 0) + 1
             self.max_in_flight[user] = max(self.max_in_flight.get(user, 0), self.in_flight[user])
+        gone = []
+
+        def leave():
+            # Before the response's last bytes: once they are out, Envoy may
+            # end the stream and admit the next request before this thread
+            # runs again.
+            with self._lock:
+                if not gone:
+                    gone.append(True)
+                    self.in_flight[user] -= 1
+
         try:
             time.sleep(int(h.headers.get("x-delay-ms", "0")) / 1000)
-            self._respond(h, user)
+            self._respond(h, user, leave)
         finally:
-            with self._lock:
-                self.in_flight[user] -= 1
+            leave()
 
-    def _respond(self, h, user: str):
+    def _respond(self, h, user: str, leave):
         prompt = int(h.headers.get("x-prompt-tokens", "10"))
         completion = int(h.headers.get("x-completion-tokens", "20"))
         usage = None if h.headers.get("x-no-usage") else {
@@ -74,7 +84,7 @@ class LlmUpstream(HttpUpstream):
         if h.headers.get("x-usage"):
             usage = json.loads(h.headers["x-usage"])
         if h.headers.get("x-stream") == "1":
-            whole = self._stream(h, usage)
+            whole = self._stream(h, usage, leave)
         else:
             body = json.dumps({"id": "chatcmpl-1", "object": "chat.completion",
                                "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}],
@@ -85,13 +95,14 @@ class LlmUpstream(HttpUpstream):
             if usage and "total_tokens" in usage:
                 h.send_header("x-usage-total", str(usage["total_tokens"]))
             h.end_headers()
+            leave()
             h.wfile.write(body)
             whole = True
         if whole and usage:
             with self._lock:
                 self.reported[user] = self.reported.get(user, 0) + usage.get("total_tokens", 0)
 
-    def _stream(self, h, usage) -> bool:
+    def _stream(self, h, usage, leave) -> bool:
         chunks = int(h.headers.get("x-chunks", "3"))
         pause = int(h.headers.get("x-chunk-ms", "0")) / 1000
         abort_after = int(h.headers.get("x-abort-after", "-1"))
@@ -103,6 +114,7 @@ class LlmUpstream(HttpUpstream):
         events.append({"id": "c", "choices": [], "usage": usage})
         for i, event in enumerate(events):
             if i == abort_after:
+                leave()
                 h.wfile.flush()
                 h.close_connection = True
                 h.connection.shutdown(2)
@@ -113,6 +125,7 @@ class LlmUpstream(HttpUpstream):
             if pause:
                 time.sleep(pause)
         done = b"data: [DONE]\n\n"
+        leave()
         h.wfile.write(f"{len(done):x}\r\n".encode() + done + b"\r\n0\r\n\r\n")
         h.wfile.flush()
         return True
