@@ -448,4 +448,8 @@ def test_global_permits_come_back_across_a_configuration_push(fleet, upstream):
             for i in range(PERMITS)])
         return got == [200] * PERMITS
 
-    wait_until(all_back, timeout=5, what="every permit back at the limiter")
+    # Given back at once, except a racing check the limiter granted after a
+    # holder gave its permit back, whose answer the closing root never
+    # read: those come back at the first configuration's permit_ttl (30 s,
+    # as documented for a root closing with checks out).
+    wait_until(all_back, timeout=35, what="every permit back at the limiter")
