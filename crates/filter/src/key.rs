@@ -511,14 +511,17 @@ mod tests {
         assert_eq!(out, "bob");
     }
 
+    /// The key of a rule whose one key part is `json`, as configured.
+    fn rule_key(json: &str) -> Result<Vec<KeyPart>, crate::config::FieldError> {
+        crate::config::parse(
+            format!(r#"{{"domain":"d","rules":[{{"name":"r","key":[{json}],"limits":[{{"algorithm":"gcra","requests":1,"window":"1s"}}]}}]}}"#).as_bytes(),
+        )
+        .map(|p| p.rules[0].key.clone())
+    }
+
     #[test]
     fn refined_parts_capture_or_default() {
-        let parse = |json: &str| {
-            crate::config::parse(
-                format!(r#"{{"domain":"d","rules":[{{"name":"r","key":[{json}],"limits":[{{"algorithm":"gcra","requests":1,"window":"1s"}}]}}]}}"#).as_bytes(),
-            )
-            .map(|p| p.rules[0].key.clone())
-        };
+        let parse = rule_key;
         let bearer = parse(r#"{"part":"header:authorization","regex":"Bearer (.+)"}"#).unwrap();
         let tenant = parse(r#"{"part":"jwt:tenant","default":"anonymous"}"#).unwrap();
         let policy = ClientIpPolicy::default();
@@ -567,13 +570,7 @@ mod tests {
 
     #[test]
     fn a_lower_cased_part_keys_the_spellings_of_one_name_together() {
-        let parse = |json: &str| {
-            crate::config::parse(
-                format!(r#"{{"domain":"d","rules":[{{"name":"r","key":[{json}],"limits":[{{"algorithm":"gcra","requests":1,"window":"1s"}}]}}]}}"#).as_bytes(),
-            )
-            .map(|p| p.rules[0].key.clone())
-            .unwrap()
-        };
+        let parse = |json: &str| rule_key(json).unwrap();
         let user = parse(r#"{"part":"header:x-user","case":"lower"}"#);
         let mailbox = parse(
             r#"{"part":"header:x-user","regex":"([^@]+)@.*","case":"lower","default":"NONE"}"#,
